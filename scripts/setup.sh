@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Installs every Debian package SCD Serve needs, then configures and builds Release into build/.
+# Idempotent: a second run installs nothing and rebuilds only what changed.
+#   SCD_SKIP_BUILD=1   install packages only
+#   SCD_BUILD_DIR=dir  build directory (default: build)
+#   CMAKE_ARGS="..."   extra CMake arguments (e.g. -DTorch_DIR=/opt/libtorch-cuda/share/cmake/Torch)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git
+  libtorch-dev libopenblas0-pthread
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libucx-dev ucx-utils
+  libspdlog-dev libfmt-dev libabsl-dev libcli11-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libpcre2-dev libutf8proc-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# Node.js + npm run the tokenizer differential test against the official HF `tokenizers` package.
+# A nodesource nodejs already ships npm; Debian's npm package would conflict with it.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[setup] installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "[setup] all Debian packages present"
+fi
+
+# Without the pthread OpenBLAS, libtorch falls back to reference BLAS (~30x slower matmuls).
+if command -v update-alternatives >/dev/null 2>&1; then
+  for alt in libblas.so.3-x86_64-linux-gnu liblapack.so.3-x86_64-linux-gnu; do
+    cand=$(update-alternatives --list "$alt" 2>/dev/null | grep openblas-pthread | head -1 || true)
+    [ -n "$cand" ] && $SUDO update-alternatives --set "$alt" "$cand" >/dev/null 2>&1 || true
+  done
+fi
+
+[ "${SCD_SKIP_BUILD:-0}" = "1" ] && exit 0
+
+BUILD_DIR=${SCD_BUILD_DIR:-build}
+JOBS=${SCD_JOBS:-$(nproc)}
+GEN=()
+command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
+fi
+cmake --build "$BUILD_DIR" -j "$JOBS"
