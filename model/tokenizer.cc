@@ -1,0 +1,2 @@
+// Placeholder: the tokenizer implementation lands here.
+namespace scd {}
