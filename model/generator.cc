@@ -1,0 +1,104 @@
+#include "model/generator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "model/status_macros.h"
+#include "model/tokenizer.h"
+
+namespace scd {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+absl::StatusOr<GenerationResult> GenerateTokens(const LlamaModel& model,
+                                                absl::Span<const TokenId> prompt_ids,
+                                                KvCache* cache, const GenerationOptions& options,
+                                                const TokenCallback& on_token) {
+  SCD_RETURN_IF_ERROR(options.sampling.Validate());
+  if (options.max_tokens < 0) return absl::InvalidArgumentError("max_tokens must be >= 0");
+  const int64_t cached = cache->length();
+  if (!cache->uniform() || cached >= static_cast<int64_t>(prompt_ids.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the cache holds ", cached, " positions; at least the last of the ", prompt_ids.size(),
+        " prompt tokens must still be run to get logits"));
+  }
+  const int64_t max_positions = model.config().max_position_embeddings;
+  if (static_cast<int64_t>(prompt_ids.size()) > max_positions) {
+    return absl::OutOfRangeError(absl::StrCat("prompt of ", prompt_ids.size(),
+                                              " tokens exceeds max_position_embeddings (",
+                                              max_positions, ")"));
+  }
+  std::vector<TokenId> stops = options.stop_token_ids;
+  if (stops.empty() && !options.ignore_eos) {
+    for (int64_t id : model.config().eos_token_ids) stops.push_back(static_cast<TokenId>(id));
+  }
+  GenerationResult result;
+  result.prompt_ids.assign(prompt_ids.begin(), prompt_ids.end());
+  Sampler sampler(options.sampling);
+  auto start = std::chrono::steady_clock::now();
+  SCD_ASSIGN_OR_RETURN(ForwardOutput out, model.Forward(prompt_ids.subspan(cached), cache));
+  result.finish_reason = "length";
+  for (int step = 0; step < options.max_tokens; ++step) {
+    const TokenId next = sampler.Sample(out.logits);
+    if (step == 0) {
+      result.prefill_seconds = SecondsSince(start);
+      start = std::chrono::steady_clock::now();
+    }
+    if (std::find(stops.begin(), stops.end(), next) != stops.end()) {
+      result.finish_reason = "stop";
+      break;
+    }
+    result.output_ids.push_back(next);
+    if (on_token && !on_token(next)) {
+      result.finish_reason = "stop";
+      break;
+    }
+    if (step + 1 == options.max_tokens) break;
+    if (cache->length() >= max_positions) {
+      result.finish_reason = "max_positions";
+      break;
+    }
+    const TokenId input[] = {next};
+    SCD_ASSIGN_OR_RETURN(out, model.Forward(input, cache));
+  }
+  if (!result.output_ids.empty()) result.decode_seconds = SecondsSince(start);
+  return result;
+}
+
+absl::StatusOr<GenerationResult> GenerateText(const LlamaModel& model, const Tokenizer& tokenizer,
+                                              std::string_view prompt,
+                                              const GenerationOptions& options,
+                                              const TextCallback& on_text) {
+  SCD_ASSIGN_OR_RETURN(std::vector<TokenId> ids, tokenizer.Encode(prompt, options.add_bos));
+  if (ids.empty()) {
+    return absl::InvalidArgumentError("the prompt tokenizes to nothing; give at least one token");
+  }
+  KvCache cache = model.NewCache(
+      std::min<int64_t>(model.config().max_position_embeddings,
+                        static_cast<int64_t>(ids.size()) + options.max_tokens));
+  StreamingDetokenizer detok(tokenizer, /*skip_special_tokens=*/true);
+  std::string text;
+  auto emit = [&](const std::string& piece) {
+    if (piece.empty()) return;
+    text += piece;
+    if (on_text) on_text(piece);
+  };
+  SCD_ASSIGN_OR_RETURN(GenerationResult result,
+                       GenerateTokens(model, ids, &cache, options, [&](TokenId id) {
+                         emit(detok.Push(id));
+                         return true;
+                       }));
+  emit(detok.Flush());
+  result.text = std::move(text);
+  return result;
+}
+
+}  // namespace scd

@@ -1,0 +1,61 @@
+// Generation loops on top of LlamaModel: token-level (used by consumers that start from a rebuilt
+// cache) and text-level (tokenize, stream UTF-8-safe text pieces).
+// Thread-safety: the functions are reentrant; each call drives its own cache and sampler.
+#ifndef SCD_MODEL_GENERATOR_H_
+#define SCD_MODEL_GENERATOR_H_
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "model/kv_cache.h"
+#include "model/llama_model.h"
+#include "model/sampler.h"
+#include "model/token_id.h"
+
+namespace scd {
+
+class Tokenizer;
+
+struct GenerationOptions {
+  int max_tokens = 128;                // new tokens at most
+  SamplingParams sampling;             // greedy by default
+  std::vector<TokenId> stop_token_ids;  // empty: the model's eos ids
+  bool ignore_eos = false;             // keep going past eos (benchmarks, goldens)
+  bool add_bos = true;                 // text-level: let the tokenizer add its special tokens
+};
+
+struct GenerationResult {
+  std::vector<TokenId> prompt_ids;
+  std::vector<TokenId> output_ids;  // excludes the stop token
+  std::string text;                 // text-level only
+  std::string finish_reason;        // "stop", "length" or "max_positions"
+  double prefill_seconds = 0;       // running the not-yet-cached prompt tokens, to first token
+  double decode_seconds = 0;        // every later step
+};
+
+// Called per new token; return false to stop early ("stop").
+using TokenCallback = std::function<bool(TokenId)>;
+// Called per text piece (never half a UTF-8 character).
+using TextCallback = std::function<void(std::string_view)>;
+
+// Runs `prompt_ids[cache->length():]` (at least one token: the last prompt token's logits seed
+// sampling) then samples up to max_tokens. A cache already holding a prefix (native or rebuilt
+// from transferred codes) is continued as is.
+absl::StatusOr<GenerationResult> GenerateTokens(const LlamaModel& model,
+                                                absl::Span<const TokenId> prompt_ids,
+                                                KvCache* cache, const GenerationOptions& options,
+                                                const TokenCallback& on_token = nullptr);
+
+// Tokenizes `prompt`, generates and streams decoded text.
+absl::StatusOr<GenerationResult> GenerateText(const LlamaModel& model, const Tokenizer& tokenizer,
+                                              std::string_view prompt,
+                                              const GenerationOptions& options,
+                                              const TextCallback& on_text = nullptr);
+
+}  // namespace scd
+
+#endif  // SCD_MODEL_GENERATOR_H_

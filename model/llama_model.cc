@@ -1,0 +1,313 @@
+#include "model/llama_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "model/checkpoint.h"
+#include "model/status_macros.h"
+
+namespace scd {
+namespace {
+
+// Query rows per attention block: bounds the score matrix to ~rows x keys per kv head, which keeps
+// long prefills in cache instead of materialising [heads, T, T].
+constexpr int64_t kAttentionRowsPerBlock = 256;
+
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  return b.defined() ? at::addmm(b, x, w.t()) : at::mm(x, w.t());
+}
+
+at::Tensor Positions(int64_t begin, int64_t count) {
+  return at::arange(begin, begin + count, at::TensorOptions().dtype(at::kLong));
+}
+
+}  // namespace
+
+CaptureSpec CaptureSpec::All(const ModelConfig& config) {
+  CaptureSpec spec;
+  for (int l = 0; l < config.num_layers; ++l) spec.layers.push_back(l);
+  spec.key_prerope = spec.value = spec.attn_input = true;
+  return spec;
+}
+
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  // x.to(kFloat) aliases x when it is already float32, so nothing here may write in place to it.
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true).add_(eps));
+  return normed.to(x.scalar_type()).mul_(weight);
+}
+
+LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights, Options options,
+                       std::string source)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      options_(options),
+      rope_(config_.rope, config_.head_dim),
+      source_(std::move(source)) {}
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& dir,
+                                                             const Options& options) {
+  SCD_ASSIGN_OR_RETURN(ModelConfig config,
+                       ModelConfig::FromFile((std::filesystem::path(dir) / "config.json").string()));
+  SCD_ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::Open(dir));
+  SCD_ASSIGN_OR_RETURN(ModelWeights weights,
+                       ModelWeights::Load(*checkpoint, config, options.dtype, options.device));
+  return std::unique_ptr<LlamaModel>(
+      new LlamaModel(std::move(config), std::move(weights), options, dir));
+}
+
+std::unique_ptr<LlamaModel> LlamaModel::Dummy(const ModelConfig& config, uint64_t seed,
+                                              const Options& options) {
+  return FromWeights(config, ModelWeights::Dummy(config, seed, options.dtype, options.device),
+                     options);
+}
+
+std::unique_ptr<LlamaModel> LlamaModel::FromWeights(ModelConfig config, ModelWeights weights,
+                                                    const Options& options) {
+  return std::unique_ptr<LlamaModel>(
+      new LlamaModel(std::move(config), std::move(weights), options, ""));
+}
+
+KvCache LlamaModel::NewCache(int64_t capacity) const {
+  return KvCache(config_, capacity, options_.dtype, options_.device);
+}
+
+absl::Status LlamaModel::CheckTokens(absl::Span<const TokenId> tokens) const {
+  if (tokens.empty()) return absl::InvalidArgumentError("no tokens to run");
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", tokens[i], " at index ", i,
+                                                     " is outside the vocabulary [0, ",
+                                                     config_.vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LlamaModel::CheckCache(const KvCache& cache) const {
+  if (cache.num_layers() != config_.num_layers || cache.dtype() != options_.dtype ||
+      cache.device() != options_.device) {
+    return absl::InvalidArgumentError(
+        "KV cache was not created for this model (layers, dtype or device differ)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<at::Tensor> LlamaModel::Embed(absl::Span<const TokenId> tokens) const {
+  SCD_RETURN_IF_ERROR(CheckTokens(tokens));
+  at::Tensor ids = at::empty({static_cast<int64_t>(tokens.size())}, at::kLong);
+  std::copy(tokens.begin(), tokens.end(), ids.data_ptr<int64_t>());
+  return weights_.embed.index_select(0, ids.to(options_.device));
+}
+
+absl::StatusOr<ForwardOutput> LlamaModel::Forward(absl::Span<const TokenId> tokens,
+                                                  KvCache* cache,
+                                                  const ForwardOptions& options) const {
+  SCD_RETURN_IF_ERROR(CheckCache(*cache));
+  if (!cache->uniform()) {
+    return absl::FailedPreconditionError(
+        "Forward needs every cache layer at the same length; finish the layer range first");
+  }
+  SCD_ASSIGN_OR_RETURN(at::Tensor h, Embed(tokens));
+  ForwardOutput out;
+  SCD_ASSIGN_OR_RETURN(h, RunLayers(0, static_cast<int>(config_.num_layers), h, cache,
+                                    options.capture, &out.captures));
+  switch (options.logits) {
+    case LogitsMode::kNone:
+      break;
+    case LogitsMode::kLast:
+      out.logits = Logits(h.narrow(0, h.size(0) - 1, 1));
+      break;
+    case LogitsMode::kAll:
+      out.logits = Logits(h);
+      break;
+  }
+  return out;
+}
+
+absl::StatusOr<at::Tensor> LlamaModel::RunLayers(int begin, int end, const at::Tensor& hidden,
+                                                 KvCache* cache, const CaptureSpec* capture,
+                                                 Captures* captures) const {
+  SCD_RETURN_IF_ERROR(CheckCache(*cache));
+  if (begin < 0 || end > config_.num_layers || begin >= end) {
+    return absl::InvalidArgumentError(absl::StrCat("layer range [", begin, ", ", end,
+                                                   ") is not inside [0, ", config_.num_layers,
+                                                   ")"));
+  }
+  if (hidden.dim() != 2 || hidden.size(1) != config_.hidden_size || hidden.size(0) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("hidden state must be [T, ", config_.hidden_size,
+                                                   "], got ", hidden.sizes().vec().size(),
+                                                   "-d tensor"));
+  }
+  const int64_t p0 = cache->length(begin);
+  for (int l = begin + 1; l < end; ++l) {
+    if (cache->length(l) != p0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cache layers ", begin, " and ", l, " hold different lengths (", p0, " vs ",
+          cache->length(l), ")"));
+    }
+  }
+  const int64_t T = hidden.size(0);
+  if (p0 + T > config_.max_position_embeddings) {
+    return absl::OutOfRangeError(absl::StrCat("sequence of ", p0 + T,
+                                              " tokens exceeds max_position_embeddings (",
+                                              config_.max_position_embeddings, ")"));
+  }
+  if (capture != nullptr && !capture->empty() && captures == nullptr) {
+    return absl::InvalidArgumentError("a capture was requested without somewhere to put it");
+  }
+  at::Tensor h = hidden.to(options_.device, options_.dtype).clone();
+  // RoPE tables once per call. The query tables carry the 1/sqrt(head_dim) attention scale, so
+  // scaling costs no extra pass; they broadcast over [kv_heads, T, group, head_dim / 2].
+  auto [cos, sin] = rope_.Tables(Positions(p0, T), h);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
+  const int64_t half = config_.head_dim / 2;
+  at::Tensor q_cos = (cos * scale).view({1, T, 1, half});
+  at::Tensor q_sin = (sin * scale).view({1, T, 1, half});
+  for (int l = begin; l < end; ++l) {
+    LayerCapture* layer_capture = nullptr;
+    if (capture != nullptr &&
+        std::find(capture->layers.begin(), capture->layers.end(), l) != capture->layers.end()) {
+      layer_capture = &(*captures)[l];
+    }
+    RunLayer(l, h, p0, q_cos, q_sin, cos, sin, cache, layer_capture, capture);
+  }
+  return h;
+}
+
+void LlamaModel::RunLayer(int layer, at::Tensor& h, int64_t p0, const at::Tensor& q_cos,
+                          const at::Tensor& q_sin, const at::Tensor& k_cos,
+                          const at::Tensor& k_sin, KvCache* cache, LayerCapture* capture,
+                          const CaptureSpec* spec) const {
+  const LayerWeights& w = weights_.layers[layer];
+  const int64_t T = h.size(0), Hkv = config_.num_kv_heads, g = config_.group_size(),
+                hd = config_.head_dim, qd = config_.q_dim(), kvd = config_.kv_dim();
+  if (capture != nullptr && spec->residual) capture->residual = h.clone();
+
+  // Attention block: x = RMSNorm(h); q|k|v = x W_qkv^T (+ b).
+  at::Tensor x = RmsNorm(h, w.attn_norm, config_.rms_norm_eps);           // [T, d]
+  at::Tensor qkv = Linear(x, w.wqkv, w.bqkv);                              // [T, qd + 2 kvd]
+  // Queries as [kv_heads, T, group, hd]: the rows of one kv head's queries are then contiguous,
+  // so grouped-query attention is a plain bmm against that head's keys.
+  at::Tensor q = qkv.narrow(1, 0, qd).view({T, Hkv, g, hd}).permute({1, 0, 2, 3});
+  at::Tensor k = qkv.narrow(1, qd, kvd).view({T, Hkv, hd}).permute({1, 0, 2});        // pre-RoPE
+  at::Tensor v = qkv.narrow(1, qd + kvd, kvd).view({T, Hkv, hd}).permute({1, 0, 2});  // [Hkv,T,hd]
+  if (capture != nullptr) {
+    if (spec->attn_input) capture->attn_input = x;
+    if (spec->key_prerope) capture->key_prerope = k.contiguous();
+    if (spec->value) capture->value = v.contiguous();
+  }
+  at::Tensor q_rot = RotaryEmbedding::Rotate(q, q_cos, q_sin).view({Hkv, T * g, hd});  // scaled
+  at::Tensor k_rot = RotaryEmbedding::Rotate(k, k_cos, k_sin);                        // [Hkv,T,hd]
+  cache->Append(layer, k_rot, v);
+  at::Tensor attn = Attend(q_rot, cache->keys(layer), cache->values(layer), p0, T);  // [Hkv,T*g,hd]
+  // Back to [T, heads * hd] with head index = kv_head * group + j, as W_o expects.
+  attn = attn.view({Hkv, T, g, hd}).permute({1, 0, 2, 3}).reshape({T, qd});
+  h.add_(Linear(attn, w.wo, w.bo));
+
+  // MLP block: h += W_down (silu(x W_gate^T) * (x W_up^T)).
+  x = RmsNorm(h, w.mlp_norm, config_.rms_norm_eps);
+  at::Tensor gate_up = Linear(x, w.w_gate_up, w.b_gate_up);  // [T, 2f]
+  const int64_t f = config_.intermediate_size;
+  at::Tensor act = at::silu(gate_up.narrow(1, 0, f)).mul_(gate_up.narrow(1, f, f));  // [T, f]
+  h.add_(Linear(act, w.w_down, w.b_down));
+}
+
+at::Tensor LlamaModel::Attend(const at::Tensor& q, const at::Tensor& keys,
+                              const at::Tensor& values, int64_t p0, int64_t tokens) const {
+  // q: [Hkv, tokens * g, hd], rows ordered (token, group member), already scaled.
+  // keys/values: [Hkv, p0 + tokens, hd]; query t sits at position p0 + t.
+  const int64_t g = config_.group_size();
+  const int64_t window = config_.sliding_window.value_or(0);
+  const int64_t block = std::max<int64_t>(1, kAttentionRowsPerBlock / g);
+  std::vector<at::Tensor> outputs;
+  for (int64_t t0 = 0; t0 < tokens; t0 += block) {
+    const int64_t t1 = std::min(tokens, t0 + block);
+    const int64_t first_q = p0 + t0, last_q = p0 + t1 - 1;
+    // Keys this block can see: [k_begin, last_q]; earlier ones fall outside every window.
+    const int64_t k_begin = window > 0 ? std::max<int64_t>(0, first_q - window + 1) : 0;
+    const int64_t k_count = last_q + 1 - k_begin;
+    at::Tensor qb = q.narrow(1, t0 * g, (t1 - t0) * g);
+    at::Tensor kb = keys.narrow(1, k_begin, k_count);
+    at::Tensor vb = values.narrow(1, k_begin, k_count);
+    at::Tensor scores = at::bmm(qb, kb.transpose(1, 2));  // [Hkv, rows, k_count]
+    const bool needs_mask = (t1 - t0 > 1) || (window > 0 && last_q - window + 1 > k_begin);
+    if (needs_mask) {
+      at::Tensor q_pos = Positions(first_q, t1 - t0).repeat_interleave(g).unsqueeze(1);
+      at::Tensor k_pos = Positions(k_begin, k_count).unsqueeze(0);
+      at::Tensor hidden_keys = k_pos > q_pos;  // future keys
+      if (window > 0) hidden_keys = hidden_keys.logical_or_(k_pos <= q_pos - window);
+      scores.masked_fill_(hidden_keys.to(scores.device()),
+                          -std::numeric_limits<float>::infinity());
+    }
+    at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(vb.scalar_type());
+    outputs.push_back(at::bmm(probs, vb));  // [Hkv, rows, hd]
+  }
+  return outputs.size() == 1 ? outputs[0] : at::cat(outputs, 1);
+}
+
+at::Tensor LlamaModel::Logits(const at::Tensor& hidden) const {
+  at::Tensor x = RmsNorm(hidden, weights_.final_norm, config_.rms_norm_eps);
+  return at::mm(x, weights_.lm_head.t()).to(at::kFloat);
+}
+
+absl::Status LlamaModel::LoadPrefix(int layer, const at::Tensor& keys, const at::Tensor& values,
+                                    KeyFormat format, KvCache* cache,
+                                    const at::Tensor& positions) const {
+  SCD_RETURN_IF_ERROR(CheckCache(*cache));
+  if (layer < 0 || layer >= config_.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("layer ", layer, " is outside [0, ",
+                                                   config_.num_layers, ")"));
+  }
+  const auto expect = [&](const at::Tensor& t, const char* what) -> absl::Status {
+    if (!t.defined() || t.dim() != 3 || t.size(0) != config_.num_kv_heads ||
+        t.size(2) != config_.head_dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layer ", layer, " ", what, " must be [", config_.num_kv_heads, ", T, ",
+          config_.head_dim, "]", t.defined() ? absl::StrCat(", got ", t.dim(), "-d") : ""));
+    }
+    return absl::OkStatus();
+  };
+  SCD_RETURN_IF_ERROR(expect(keys, "keys"));
+  SCD_RETURN_IF_ERROR(expect(values, "values"));
+  const int64_t t = keys.size(1);
+  if (values.size(1) != t) {
+    return absl::InvalidArgumentError(absl::StrCat("layer ", layer, ": ", t, " keys but ",
+                                                   values.size(1), " values"));
+  }
+  const int64_t start = cache->length(layer);
+  if (start + t > config_.max_position_embeddings) {
+    return absl::OutOfRangeError(absl::StrCat("prefix of ", start + t,
+                                              " positions exceeds max_position_embeddings (",
+                                              config_.max_position_embeddings, ")"));
+  }
+  at::Tensor k = keys.to(options_.device, options_.dtype);
+  at::Tensor v = values.to(options_.device, options_.dtype);
+  if (format == KeyFormat::kPreRope) {
+    at::Tensor pos = positions.defined() ? positions : Positions(start, t);
+    if (pos.dim() != 1 || pos.size(0) != t) {
+      return absl::InvalidArgumentError(absl::StrCat("layer ", layer, ": positions must be [", t, "]"));
+    }
+    k = rope_.Apply(k, pos);
+  }
+  cache->Append(layer, k, v);
+  return absl::OkStatus();
+}
+
+std::pair<at::Tensor, at::Tensor> LlamaModel::ProjectKeyValue(int layer,
+                                                              const at::Tensor& attn_input) const {
+  const LayerWeights& w = weights_.layers[layer];
+  const int64_t T = attn_input.size(0), Hkv = config_.num_kv_heads, hd = config_.head_dim;
+  at::Tensor x = attn_input.to(options_.device, options_.dtype);
+  at::Tensor k = Linear(x, w.Wk(config_), w.Bk(config_));
+  at::Tensor v = Linear(x, w.Wv(config_), w.Bv(config_));
+  return {k.view({T, Hkv, hd}).permute({1, 0, 2}).contiguous(),
+          v.view({T, Hkv, hd}).permute({1, 0, 2}).contiguous()};
+}
+
+}  // namespace scd

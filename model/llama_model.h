@@ -1,0 +1,159 @@
+// LlamaModel: the Llama-family decoder (llama, mistral, qwen2) on libtorch. It runs prefill and
+// incremental decode against a KvCache, records per-layer activations on request (capture
+// hooks: pre-RoPE keys, values, attention input, residual stream), continues from an external
+// cache (how a consumer skips prefill) and runs any layer range from a given hidden state (how
+// recompute and patching re-enter the network).
+//
+// Positions: the tokens of a call sit at positions [cache length, cache length + T); a cache
+// slot's index is its position.
+//
+// Thread-safety: immutable after construction. Const methods may run concurrently as long as
+// each call uses its own KvCache.
+#ifndef SCD_MODEL_LLAMA_MODEL_H_
+#define SCD_MODEL_LLAMA_MODEL_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "model/config.h"
+#include "model/kv_cache.h"
+#include "model/rope.h"
+#include "model/token_id.h"
+#include "model/weights.h"
+
+namespace scd {
+
+// Which activations a forward pass records. Default-constructed: none, and then capturing costs
+// nothing. Captured tensors are fresh copies the caller owns.
+struct CaptureSpec {
+  std::vector<int> layers;   // layer indices to record
+  bool key_prerope = false;  // keys before RoPE   [kv_heads, T, head_dim]
+  bool value = false;        // values             [kv_heads, T, head_dim]
+  bool attn_input = false;   // post-RMSNorm input of attention ("H")  [T, hidden]
+  bool residual = false;     // hidden state entering the layer        [T, hidden]
+
+  // Every layer, keys + values + attention input.
+  static CaptureSpec All(const ModelConfig& config);
+  bool empty() const { return layers.empty(); }
+};
+
+struct LayerCapture {
+  at::Tensor key_prerope, value, attn_input, residual;  // undefined unless requested
+};
+using Captures = std::map<int, LayerCapture>;
+
+enum class LogitsMode {
+  kNone,  // no logits (e.g. a producer that only needs the cache)
+  kLast,  // logits of the last token, [1, vocab]
+  kAll,   // logits of every token, [T, vocab]
+};
+
+struct ForwardOptions {
+  LogitsMode logits = LogitsMode::kLast;
+  const CaptureSpec* capture = nullptr;  // not owned; nullptr = capture nothing
+};
+
+struct ForwardOutput {
+  at::Tensor logits;  // float32 on the model's device; undefined for kNone
+  Captures captures;
+};
+
+// How transferred keys are expressed.
+enum class KeyFormat {
+  kPreRope,   // keys before rotation; rotated here with this model's own rope config
+  kPostRope,  // keys already rotated for their positions; copied as they are
+};
+
+class LlamaModel {
+ public:
+  struct Options {
+    c10::ScalarType dtype = c10::kFloat;  // f32; bf16/f16 where the device supports them
+    c10::Device device = c10::Device(c10::kCPU);
+  };
+
+  // Loads config.json + safetensors (single or sharded) from a Hugging Face model directory.
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(const std::string& dir,
+                                                          const Options& options);
+  // Seeded random weights for `config` (speed work on configs without weights).
+  static std::unique_ptr<LlamaModel> Dummy(const ModelConfig& config, uint64_t seed,
+                                           const Options& options);
+  // Wraps weights built by the caller (tests, conversion tools).
+  // REQUIRES: tensor shapes match `config`; dtype and device match `options`.
+  static std::unique_ptr<LlamaModel> FromWeights(ModelConfig config, ModelWeights weights,
+                                                 const Options& options);
+
+  LlamaModel(const LlamaModel&) = delete;
+  LlamaModel& operator=(const LlamaModel&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  const RotaryEmbedding& rope() const { return rope_; }
+  c10::ScalarType dtype() const { return options_.dtype; }
+  c10::Device device() const { return options_.device; }
+  // Directory the weights came from ("" for dummy weights).
+  const std::string& source() const { return source_; }
+
+  // An empty cache for this model (capacity is a hint in tokens).
+  KvCache NewCache(int64_t capacity) const;
+
+  // Runs `tokens` through every layer, appending their K/V to `cache`.
+  // REQUIRES: all cache layers hold the same number of positions.
+  absl::StatusOr<ForwardOutput> Forward(absl::Span<const TokenId> tokens, KvCache* cache,
+                                        const ForwardOptions& options = {}) const;
+
+  // Token embeddings [T, hidden].
+  absl::StatusOr<at::Tensor> Embed(absl::Span<const TokenId> tokens) const;
+  // Runs layers [begin, end) on `hidden` [T, hidden] for the positions that follow what each of
+  // those cache layers already holds (they must agree), appending K/V to those layers only.
+  // Returns the hidden state leaving layer end - 1. Captures go to `captures` when `capture` asks.
+  absl::StatusOr<at::Tensor> RunLayers(int begin, int end, const at::Tensor& hidden, KvCache* cache,
+                                       const CaptureSpec* capture = nullptr,
+                                       Captures* captures = nullptr) const;
+  // Final RMSNorm + LM head: [T, hidden] -> float32 logits [T, vocab].
+  at::Tensor Logits(const at::Tensor& hidden) const;
+
+  // Installs an external prefix for one layer: keys and values [kv_heads, t, head_dim] appended
+  // after what `layer` already holds. Pre-RoPE keys are rotated at `positions` ([t] int64;
+  // default: the slots they land in) with this model's rope config.
+  absl::Status LoadPrefix(int layer, const at::Tensor& keys, const at::Tensor& values,
+                          KeyFormat format, KvCache* cache,
+                          const at::Tensor& positions = at::Tensor()) const;
+
+  // This model's own pre-RoPE keys and values from an attention input H [T, hidden] of `layer`:
+  // (H W_k^T + b_k, H W_v^T + b_v), each [kv_heads, T, head_dim]. Used by patch aligners.
+  std::pair<at::Tensor, at::Tensor> ProjectKeyValue(int layer, const at::Tensor& attn_input) const;
+
+ private:
+  LlamaModel(ModelConfig config, ModelWeights weights, Options options, std::string source);
+
+  absl::Status CheckTokens(absl::Span<const TokenId> tokens) const;
+  absl::Status CheckCache(const KvCache& cache) const;
+  // One decoder layer in place on `h` [T, hidden] for positions [p0, p0 + T).
+  void RunLayer(int layer, at::Tensor& h, int64_t p0, const at::Tensor& q_cos,
+                const at::Tensor& q_sin, const at::Tensor& k_cos, const at::Tensor& k_sin,
+                KvCache* cache, LayerCapture* capture, const CaptureSpec* spec) const;
+  // Causal (optionally sliding-window) attention of grouped queries against the cache layer.
+  at::Tensor Attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                    int64_t p0, int64_t tokens) const;
+
+  ModelConfig config_;
+  ModelWeights weights_;
+  Options options_;
+  RotaryEmbedding rope_;
+  std::string source_;
+};
+
+// Hidden-state RMSNorm as HF computes it (float32 statistics, then scaled by `weight`).
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+}  // namespace scd
+
+#endif  // SCD_MODEL_LLAMA_MODEL_H_

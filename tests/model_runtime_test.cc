@@ -1,0 +1,398 @@
+// Runtime behaviour beyond the goldens: incremental decode, external caches, layer ranges,
+// sliding windows, biases, RoPE variants and the blocked attention, each checked against an
+// independent computation (a full forward, or the naive reference forward below).
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+
+#include "model/generator.h"
+#include "model/llama_model.h"
+#include "tests/test_util.h"
+
+namespace scd {
+namespace {
+
+std::unique_ptr<LlamaModel> LoadShared(const std::string& name) {
+  auto model = LlamaModel::Load(testing::ModelDir(name), {});
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? std::move(*model) : nullptr;
+}
+
+std::vector<TokenId> Ids(std::initializer_list<int> values) { return {values.begin(), values.end()}; }
+
+// A straightforward HF-style forward: repeat_kv, full [heads, T, T] scores with an explicit mask,
+// RoPE from its textbook formula. Shares no code with LlamaModel beyond the weights.
+at::Tensor ReferenceLogits(const LlamaModel& model, const std::vector<TokenId>& tokens) {
+  const ModelConfig& c = model.config();
+  const ModelWeights& w = model.weights();
+  const int64_t T = static_cast<int64_t>(tokens.size()), H = c.num_heads, Hkv = c.num_kv_heads,
+                hd = c.head_dim;
+  auto dbl = at::TensorOptions().dtype(at::kDouble);
+  at::Tensor ids = at::tensor(std::vector<int64_t>(tokens.begin(), tokens.end()));
+  at::Tensor h = w.embed.to(at::kDouble).index_select(0, ids);
+  auto norm = [&](const at::Tensor& x, const at::Tensor& g) {
+    return x / at::sqrt(x.pow(2).mean(-1, true) + c.rms_norm_eps) * g.to(at::kDouble);
+  };
+  auto linear = [](const at::Tensor& x, const at::Tensor& wt, const at::Tensor& b) {
+    at::Tensor y = at::matmul(x, wt.to(at::kDouble).t());
+    return b.defined() ? y + b.to(at::kDouble) : y;
+  };
+  // inv_freq_i = theta^(-2i/hd) with the model's scaling, angle = pos * inv_freq.
+  const auto& inv = model.rope().inv_freq();
+  at::Tensor angles = at::empty({T, hd / 2}, dbl);
+  for (int64_t p = 0; p < T; ++p) {
+    for (int64_t i = 0; i < hd / 2; ++i) angles[p][i] = static_cast<double>(p) * inv[i];
+  }
+  at::Tensor cos = at::cat({angles.cos(), angles.cos()}, -1), sin = at::cat({angles.sin(), angles.sin()}, -1);
+  auto rope = [&](const at::Tensor& x) {  // [heads, T, hd]
+    at::Tensor rotated = at::cat({-x.narrow(-1, hd / 2, hd / 2), x.narrow(-1, 0, hd / 2)}, -1);
+    return x * cos + rotated * sin;
+  };
+  at::Tensor mask = at::zeros({T, T}, dbl);
+  for (int64_t i = 0; i < T; ++i) {
+    for (int64_t j = 0; j < T; ++j) {
+      bool visible = j <= i && (!c.sliding_window || i - j < *c.sliding_window);
+      if (!visible) mask[i][j] = -INFINITY;
+    }
+  }
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& lw = w.layers[l];
+    at::Tensor x = norm(h, lw.attn_norm);
+    at::Tensor bq = lw.bqkv.defined() ? lw.bqkv.narrow(0, 0, c.q_dim()) : at::Tensor();
+    at::Tensor q = linear(x, lw.Wq(c), bq).view({T, H, hd}).transpose(0, 1);
+    at::Tensor k = linear(x, lw.Wk(c), lw.Bk(c)).view({T, Hkv, hd}).transpose(0, 1);
+    at::Tensor v = linear(x, lw.Wv(c), lw.Bv(c)).view({T, Hkv, hd}).transpose(0, 1);
+    q = rope(q);
+    k = rope(k).repeat_interleave(H / Hkv, 0);
+    v = v.repeat_interleave(H / Hkv, 0);
+    at::Tensor scores = at::matmul(q, k.transpose(1, 2)) / std::sqrt(static_cast<double>(hd)) + mask;
+    at::Tensor attn = at::matmul(at::softmax(scores, -1), v).transpose(0, 1).reshape({T, H * hd});
+    h = h + linear(attn, lw.wo, lw.bo);
+    x = norm(h, lw.mlp_norm);
+    const int64_t f = c.intermediate_size;
+    at::Tensor bg = lw.b_gate_up.defined() ? lw.b_gate_up.narrow(0, 0, f) : at::Tensor();
+    at::Tensor bu = lw.b_gate_up.defined() ? lw.b_gate_up.narrow(0, f, f) : at::Tensor();
+    at::Tensor gate = linear(x, lw.w_gate_up.narrow(0, 0, f), bg);
+    at::Tensor up = linear(x, lw.w_gate_up.narrow(0, f, f), bu);
+    h = h + linear(at::silu(gate) * up, lw.w_down, lw.b_down);
+  }
+  return linear(norm(h, w.final_norm), w.lm_head, at::Tensor());
+}
+
+ModelConfig SmallConfig(const std::string& type) {
+  ModelConfig c;
+  c.model_type = type;
+  c.hidden_size = 48;
+  c.intermediate_size = 80;
+  c.num_layers = 3;
+  c.num_heads = 6;
+  c.num_kv_heads = 2;
+  c.head_dim = 8;
+  c.vocab_size = 97;
+  c.max_position_embeddings = 1024;
+  c.rms_norm_eps = 1e-6;
+  c.eos_token_ids = {2};
+  return c;
+}
+
+std::vector<TokenId> RandomTokens(int64_t n, int64_t vocab, uint64_t seed) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  at::Tensor t = at::randint(vocab, {n}, gen, at::TensorOptions().dtype(at::kLong));
+  return std::vector<TokenId>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
+}
+
+at::Tensor FullLogits(const LlamaModel& model, const std::vector<TokenId>& tokens) {
+  KvCache cache = model.NewCache(static_cast<int64_t>(tokens.size()));
+  auto out = model.Forward(tokens, &cache, {.logits = LogitsMode::kAll});
+  EXPECT_TRUE(out.ok()) << out.status();
+  return out.ok() ? out->logits : at::Tensor();
+}
+
+TEST(ReferenceForwardTest, AgreesWithSharedGoldenLogits) {
+  // Validates the reference itself before it judges anything else.
+  auto model = LoadShared("stories260k");
+  testing::Golden golden = testing::LoadGolden("stories260k");
+  EXPECT_LE(testing::MaxAbsDiff(ReferenceLogits(*model, golden.prompts[2].ids),
+                                golden.Tensor("p2.logits")),
+            1e-4);
+}
+
+TEST(RuntimeTest, IncrementalDecodeEqualsFullForward) {
+  for (const char* name : {"stories260k", "tinystories-4m"}) {
+    auto model = LoadShared(name);
+    std::vector<TokenId> seq = testing::LoadGolden(name).prompts[0].ids;
+    const size_t prompt_len = seq.size();
+    KvCache cache = model->NewCache(8);  // small on purpose: exercises growth
+    auto out = model->Forward(seq, &cache);
+    ASSERT_TRUE(out.ok());
+    std::vector<at::Tensor> step_logits = {out->logits};
+    for (int step = 0; step < 24; ++step) {
+      seq.push_back(static_cast<TokenId>(step_logits.back().argmax(-1).item<int64_t>()));
+      auto next = model->Forward({seq.back()}, &cache);
+      ASSERT_TRUE(next.ok());
+      step_logits.push_back(next->logits);
+    }
+    at::Tensor full = FullLogits(*model, seq);
+    at::Tensor incremental = at::cat(step_logits, 0);
+    EXPECT_LE(testing::MaxAbsDiff(incremental,
+                                  full.narrow(0, prompt_len - 1, incremental.size(0))),
+              2e-5)
+        << name;
+  }
+}
+
+TEST(RuntimeTest, ChunkedPrefillEqualsOneShot) {
+  auto model = LoadShared("tinystories-4m");
+  std::vector<TokenId> tokens = RandomTokens(150, 512, 7);
+  KvCache cache = model->NewCache(16);
+  std::vector<at::Tensor> parts;
+  for (size_t begin = 0; begin < tokens.size(); begin += 37) {
+    size_t end = std::min(tokens.size(), begin + 37);
+    auto out = model->Forward(absl::MakeConstSpan(tokens).subspan(begin, end - begin), &cache,
+                              {.logits = LogitsMode::kAll});
+    ASSERT_TRUE(out.ok());
+    parts.push_back(out->logits);
+  }
+  EXPECT_LE(testing::MaxAbsDiff(at::cat(parts, 0), FullLogits(*model, tokens)), 2e-5);
+}
+
+class ExternalCacheTest : public ::testing::TestWithParam<KeyFormat> {};
+
+TEST_P(ExternalCacheTest, DecodingFromExternalCacheEqualsNative) {
+  for (const char* name : {"stories260k", "tinystories-4m"}) {
+    auto model = LoadShared(name);
+    const std::vector<TokenId> prompt = testing::LoadGolden(name).prompts[2].ids;
+    const int64_t prefix = static_cast<int64_t>(prompt.size()) - 1;
+    // Producer side: a prefill of all but the last token, capturing pre-RoPE K and V.
+    CaptureSpec spec;
+    spec.key_prerope = spec.value = true;
+    for (int l = 0; l < model->config().num_layers; ++l) spec.layers.push_back(l);
+    KvCache producer = model->NewCache(prefix);
+    auto captured = model->Forward(absl::MakeConstSpan(prompt).first(prefix), &producer,
+                                   {.logits = LogitsMode::kNone, .capture = &spec});
+    ASSERT_TRUE(captured.ok());
+    // Consumer side: install the transferred prefix, then continue.
+    KvCache consumer = model->NewCache(prefix);
+    for (const auto& [layer, cap] : captured->captures) {
+      at::Tensor keys = cap.key_prerope;
+      if (GetParam() == KeyFormat::kPostRope) {
+        keys = model->rope().Apply(keys, at::arange(prefix, at::TensorOptions().dtype(at::kLong)));
+      }
+      ASSERT_TRUE(model->LoadPrefix(layer, keys, cap.value, GetParam(), &consumer).ok());
+    }
+    GenerationOptions options;
+    options.max_tokens = 30;
+    options.ignore_eos = true;
+    KvCache native = model->NewCache(64);
+    auto expected = GenerateTokens(*model, prompt, &native, options);
+    auto actual = GenerateTokens(*model, prompt, &consumer, options);
+    ASSERT_TRUE(expected.ok() && actual.ok());
+    EXPECT_EQ(actual->output_ids, expected->output_ids) << name;
+    for (int l = 0; l < model->config().num_layers; ++l) {
+      EXPECT_LE(testing::MaxAbsDiff(consumer.keys(l), native.keys(l)), 1e-5) << name << " " << l;
+      EXPECT_LE(testing::MaxAbsDiff(consumer.values(l), native.values(l)), 1e-5) << name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, ExternalCacheTest,
+                         ::testing::Values(KeyFormat::kPreRope, KeyFormat::kPostRope),
+                         [](const auto& info) {
+                           return info.param == KeyFormat::kPreRope ? "PreRope" : "PostRope";
+                         });
+
+TEST(RuntimeTest, ExternalPrefixRejectsWrongShapes) {
+  auto model = LoadShared("stories260k");
+  KvCache cache = model->NewCache(8);
+  at::Tensor bad = at::zeros({3, 5, 8});
+  at::Tensor good = at::zeros({4, 5, 8});
+  absl::Status s = model->LoadPrefix(0, bad, good, KeyFormat::kPreRope, &cache);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("keys must be [4, T, 8]"), std::string::npos) << s;
+  EXPECT_FALSE(model->LoadPrefix(7, good, good, KeyFormat::kPreRope, &cache).ok());
+  EXPECT_FALSE(model->LoadPrefix(0, good, at::zeros({4, 6, 8}), KeyFormat::kPreRope, &cache).ok());
+}
+
+TEST(RuntimeTest, LayerRangeEqualsSameLayersInsideFullForward) {
+  auto model = LoadShared("tinystories-4m");
+  const std::vector<TokenId> tokens = testing::LoadGolden("tinystories-4m").prompts[2].ids;
+  CaptureSpec spec;
+  spec.residual = true;
+  spec.layers = {2, 5};
+  KvCache full_cache = model->NewCache(64);
+  auto full = model->Forward(tokens, &full_cache, {.logits = LogitsMode::kAll, .capture = &spec});
+  ASSERT_TRUE(full.ok());
+  // Re-enter at layer 2 with the residual stream entering it; run [2, 5).
+  KvCache cache = model->NewCache(64);
+  auto h = model->RunLayers(2, 5, full->captures[2].residual, &cache);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_LE(testing::MaxAbsDiff(*h, full->captures[5].residual), 1e-5);
+  for (int l = 2; l < 5; ++l) {
+    EXPECT_EQ(cache.length(l), static_cast<int64_t>(tokens.size()));
+    EXPECT_LE(testing::MaxAbsDiff(cache.keys(l), full_cache.keys(l)), 1e-5);
+  }
+  EXPECT_EQ(cache.length(0), 0);
+  // Finishing the stack from layer 5 gives the full forward's logits.
+  auto tail = model->RunLayers(5, 6, *h, &cache);
+  ASSERT_TRUE(tail.ok());
+  EXPECT_LE(testing::MaxAbsDiff(model->Logits(*tail), full->logits), 1e-4);
+  // Mismatched layer lengths are refused.
+  EXPECT_EQ(model->RunLayers(1, 3, *h, &cache).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(model->RunLayers(3, 2, *h, &cache).ok());
+}
+
+TEST(RuntimeTest, BlockedAttentionMatchesReferenceAcrossBlockBoundaries) {
+  // Long enough for several 256-row query blocks (group 3 -> 85 tokens per block).
+  auto model = LlamaModel::Dummy(SmallConfig("llama"), 1, {});
+  std::vector<TokenId> tokens = RandomTokens(300, 97, 3);
+  EXPECT_LE(testing::MaxAbsDiff(FullLogits(*model, tokens), ReferenceLogits(*model, tokens)), 1e-5);
+}
+
+TEST(RuntimeTest, MistralSlidingWindowMatchesReference) {
+  ModelConfig c = SmallConfig("mistral");
+  c.sliding_window = 7;
+  auto model = LlamaModel::Dummy(c, 2, {});
+  std::vector<TokenId> tokens = RandomTokens(200, 97, 4);
+  at::Tensor reference = ReferenceLogits(*model, tokens);
+  EXPECT_LE(testing::MaxAbsDiff(FullLogits(*model, tokens), reference), 1e-5);
+  // Decode steps respect the window too.
+  KvCache cache = model->NewCache(8);
+  ASSERT_TRUE(model->Forward(absl::MakeConstSpan(tokens).first(150), &cache).ok());
+  for (size_t i = 150; i < tokens.size(); ++i) {
+    auto out = model->Forward({tokens[i]}, &cache);
+    ASSERT_TRUE(out.ok());
+    EXPECT_LE(testing::MaxAbsDiff(out->logits, reference.narrow(0, i, 1)), 1e-5) << i;
+  }
+  // The window matters: without it the logits differ.
+  ModelConfig full = c;
+  full.sliding_window.reset();
+  auto unwindowed = LlamaModel::Dummy(full, 2, {});
+  EXPECT_GT(testing::MaxAbsDiff(FullLogits(*unwindowed, tokens), reference), 1e-3);
+}
+
+TEST(RuntimeTest, Qwen2BiasesMatchReference) {
+  ModelConfig c = SmallConfig("qwen2");
+  c.qkv_bias = true;
+  c.rope.theta = 1e6;
+  ModelWeights w = ModelWeights::Dummy(c, 5, at::kFloat, at::kCPU);
+  for (LayerWeights& lw : w.layers) lw.bqkv.normal_(0, 0.5);  // make the biases matter
+  auto model = LlamaModel::FromWeights(c, std::move(w), {});
+  std::vector<TokenId> tokens = RandomTokens(40, 97, 6);
+  EXPECT_LE(testing::MaxAbsDiff(FullLogits(*model, tokens), ReferenceLogits(*model, tokens)), 1e-5);
+}
+
+TEST(RopeTest, LinearScalingEqualsPositionDivision) {
+  RopeConfig plain;
+  RopeConfig linear;
+  linear.scaling = RopeScalingType::kLinear;
+  linear.factor = 4.0;
+  RotaryEmbedding a(plain, 16), b(linear, 16);
+  at::Tensor x = at::randn({2, 5, 16});
+  at::Tensor pos = at::tensor(std::vector<int64_t>{0, 4, 8, 40, 400});
+  auto [cos_a, sin_a] = a.Tables(pos.to(at::kDouble) / 4.0, x);
+  auto [cos_b, sin_b] = b.Tables(pos, x);
+  EXPECT_LE(testing::MaxAbsDiff(cos_a, cos_b), 1e-6);
+  EXPECT_LE(testing::MaxAbsDiff(sin_a, sin_b), 1e-6);
+}
+
+TEST(RopeTest, Llama3ScalingFollowsPublishedFormula) {
+  RopeConfig r;
+  r.theta = 500000;
+  r.scaling = RopeScalingType::kLlama3;
+  r.factor = 8;
+  r.low_freq_factor = 1;
+  r.high_freq_factor = 4;
+  r.original_max_position_embeddings = 8192;
+  RotaryEmbedding rope(r, 128);
+  for (int i = 0; i < 64; ++i) {
+    double f = std::pow(500000.0, -2.0 * i / 128);
+    double wavelen = 2 * M_PI / f;
+    double expected = f;
+    if (wavelen > 8192.0) {  // low frequencies are slowed by the factor
+      expected = f / 8;
+    } else if (wavelen >= 2048.0) {  // smooth blend between 8192/4 and 8192/1
+      double smooth = (8192.0 / wavelen - 1) / 3;
+      expected = (1 - smooth) * f / 8 + smooth * f;
+    }
+    EXPECT_NEAR(rope.inv_freq()[i], expected, 1e-12 * std::max(1.0, expected)) << i;
+  }
+  EXPECT_DOUBLE_EQ(rope.inv_freq()[0], 1.0);  // highest frequency untouched
+}
+
+TEST(RopeTest, InvertUndoesApply) {
+  RotaryEmbedding rope(RopeConfig{}, 64);
+  at::Tensor x = at::randn({2, 9, 64}, at::kDouble);
+  at::Tensor pos = at::arange(100, 109, at::TensorOptions().dtype(at::kLong));
+  EXPECT_LE(testing::MaxAbsDiff(rope.Invert(rope.Apply(x, pos), pos), x), 1e-12);
+}
+
+TEST(RuntimeTest, ProjectKeyValueReproducesCapturedKeysAndValues) {
+  auto model = LoadShared("tinystories-4m");
+  const std::vector<TokenId> tokens = testing::LoadGolden("tinystories-4m").prompts[2].ids;
+  CaptureSpec spec = CaptureSpec::All(model->config());
+  KvCache cache = model->NewCache(64);
+  auto out = model->Forward(tokens, &cache, {.logits = LogitsMode::kNone, .capture = &spec});
+  ASSERT_TRUE(out.ok());
+  for (const auto& [layer, cap] : out->captures) {
+    auto [k, v] = model->ProjectKeyValue(layer, cap.attn_input);
+    EXPECT_LE(testing::MaxAbsDiff(k, cap.key_prerope), 1e-5);
+    EXPECT_LE(testing::MaxAbsDiff(v, cap.value), 1e-5);
+  }
+}
+
+TEST(RuntimeTest, RejectsBadTokensAndOverlongSequences) {
+  auto model = LoadShared("llama2xs-260k");  // max_position_embeddings 256
+  KvCache cache = model->NewCache(8);
+  auto bad = model->Forward(Ids({1, 512}), &cache);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("outside the vocabulary"), std::string::npos);
+  EXPECT_FALSE(model->Forward({}, &cache).ok());
+  std::vector<TokenId> long_prompt(257, 5);
+  auto too_long = model->Forward(long_prompt, &cache);
+  EXPECT_EQ(too_long.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(too_long.status().message().find("max_position_embeddings (256)"), std::string::npos);
+  EXPECT_EQ(cache.length(), 0);  // nothing half-written
+  // Generation stops cleanly at the position limit instead of failing.
+  GenerationOptions options;
+  options.max_tokens = 100;
+  options.ignore_eos = true;
+  std::vector<TokenId> prompt(200, 5);
+  auto result = GenerateTokens(*model, prompt, &cache, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->finish_reason, "max_positions");
+  EXPECT_EQ(result->output_ids.size(), 57u);
+}
+
+TEST(RuntimeTest, CapturingNothingCostsNothingAndChangesNothing) {
+  auto model = LoadShared("stories260k");
+  const std::vector<TokenId> tokens = testing::LoadGolden("stories260k").prompts[2].ids;
+  CaptureSpec empty;
+  KvCache a = model->NewCache(64), b = model->NewCache(64);
+  auto plain = model->Forward(tokens, &a, {.logits = LogitsMode::kAll});
+  auto with_empty = model->Forward(tokens, &b, {.logits = LogitsMode::kAll, .capture = &empty});
+  ASSERT_TRUE(plain.ok() && with_empty.ok());
+  EXPECT_TRUE(with_empty->captures.empty());
+  EXPECT_TRUE(at::equal(plain->logits, with_empty->logits));
+}
+
+TEST(RuntimeTest, Bf16RunsOnCpuCloseToGolden) {
+  LlamaModel::Options options;
+  options.dtype = at::kBFloat16;
+  auto model = LlamaModel::Load(testing::ModelDir("tinystories-4m"), options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  testing::Golden golden = testing::LoadGolden("tinystories-4m");
+  KvCache cache = (*model)->NewCache(64);
+  auto out = (*model)->Forward(golden.prompts[2].ids, &cache, {.logits = LogitsMode::kAll});
+  ASSERT_TRUE(out.ok()) << out.status();
+  at::Tensor expected = golden.Tensor("p2.logits");
+  // bf16 keeps ~3 significant digits; the argmax should almost always survive.
+  double agree = (out->logits.argmax(-1) == expected.argmax(-1)).to(at::kDouble).mean().item<double>();
+  EXPECT_GE(agree, 0.9);
+  EXPECT_LE(testing::MaxAbsDiff(out->logits, expected), 0.5);
+}
+
+}  // namespace
+}  // namespace scd
