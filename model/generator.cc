@@ -84,7 +84,10 @@ absl::StatusOr<GenerationResult> GenerateText(const LlamaModel& model, const Tok
   KvCache cache = model.NewCache(
       std::min<int64_t>(model.config().max_position_embeddings,
                         static_cast<int64_t>(ids.size()) + options.max_tokens));
+  // The prompt is the detokenizer's left context: decoders such as SentencePiece's Strip treat
+  // the first token of a text specially, and the continuation is not the start of the text.
   StreamingDetokenizer detok(tokenizer, /*skip_special_tokens=*/true);
+  for (TokenId id : ids) detok.Push(id);
   std::string text;
   auto emit = [&](const std::string& piece) {
     if (piece.empty()) return;

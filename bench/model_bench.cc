@@ -1,0 +1,195 @@
+// Prefill and decode speed of the runtime on dummy-weight models shaped like real ones, next to
+// the GFLOP/s of a plain torch::mm of the model's dominant GEMM measured in the same run (this
+// machine is shared and noisy, so only same-run ratios mean anything).
+//
+//   build/bin/scd_model_bench [--configs DIR] [--threads N] [--quick] [benchmark flags]
+//
+// DIR defaults to ../shared/configs. Shapes: tinyllama-1.1b cut to 4 layers, mistral-7b-v0.1 cut to
+// 2 layers; T = 128, 512, 2048. --quick runs only T = 128 and 512 (for smoke tests).
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "bench/flops.h"
+#include "model/llama_model.h"
+#include "model/runtime.h"
+
+namespace scd {
+namespace {
+
+struct Shape {
+  std::string name;
+  std::string file;
+  int layers;
+};
+
+struct Row {
+  double mm_gflops = 0, prefill_gflops = 0, prefill_tps = 0, decode_tps = 0, decode_gflops = 0;
+};
+std::map<std::pair<std::string, int64_t>, Row>& Results() {
+  static std::map<std::pair<std::string, int64_t>, Row> results;
+  return results;
+}
+
+std::vector<TokenId> Prompt(int64_t n, int64_t vocab) {
+  std::vector<TokenId> ids(n);
+  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<TokenId>((i * 7919 + 13) % vocab);
+  return ids;
+}
+
+// torch::mm of the fused gate|up projection, [T, d] x [d, 2f], in the layout the model uses.
+void BM_Mm(benchmark::State& state, const LlamaModel* model) {
+  const int64_t T = state.range(0);
+  const ModelConfig& c = model->config();
+  at::Tensor x = at::randn({T, c.hidden_size});
+  const at::Tensor& w = model->weights().layers[0].w_gate_up;
+  for (auto _ : state) benchmark::DoNotOptimize(at::mm(x, w.t()));
+  const double flops = 2.0 * T * c.hidden_size * w.size(0);
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_Prefill(benchmark::State& state, const LlamaModel* model) {
+  const int64_t T = state.range(0);
+  const std::vector<TokenId> prompt = Prompt(T, model->config().vocab_size);
+  for (auto _ : state) {
+    KvCache cache = model->NewCache(T);
+    auto out = model->Forward(prompt, &cache);
+    if (!out.ok()) {
+      state.SkipWithError(std::string(out.status().message()).c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(out->logits);
+  }
+  const double flops = ForwardFlops(model->config(), T, 0, /*logits_rows=*/1);
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// One decode step after a T-token context (the cache is truncated back after each step).
+void BM_Decode(benchmark::State& state, const LlamaModel* model) {
+  const int64_t T = state.range(0);
+  const std::vector<TokenId> prompt = Prompt(T, model->config().vocab_size);
+  KvCache cache = model->NewCache(T + 1);
+  if (!model->Forward(prompt, &cache, {.logits = LogitsMode::kNone}).ok()) {
+    state.SkipWithError("prefill failed");
+    return;
+  }
+  const TokenId next[] = {5};
+  for (auto _ : state) {
+    auto out = model->Forward(next, &cache);
+    benchmark::DoNotOptimize(out->logits);
+    state.PauseTiming();
+    (void)cache.Truncate(T);
+    state.ResumeTiming();
+  }
+  const double flops = ForwardFlops(model->config(), 1, T, 1);
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Collects the counters into the summary table printed after the run.
+class SummaryReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& run : runs) {
+      if (run.error_occurred || run.run_type != Run::RT_Iteration) continue;
+      // Names look like "prefill/tinyllama-1.1b-4L/512/min_time:2.000/real_time".
+      const std::vector<std::string> parts = absl::StrSplit(run.benchmark_name(), '/');
+      int64_t T = 0;
+      if (parts.size() < 3 || !absl::SimpleAtoi(parts[2], &T)) continue;
+      const std::string& kind = parts[0];
+      const std::string& model = parts[1];
+      Row& row = Results()[{model, T}];
+      auto counter = [&](const char* key) {
+        auto it = run.counters.find(key);
+        return it == run.counters.end() ? 0.0 : it->second.value;
+      };
+      if (kind == "mm") row.mm_gflops = counter("GFLOP/s");
+      if (kind == "prefill") {
+        row.prefill_gflops = counter("GFLOP/s");
+        row.prefill_tps = counter("tokens/s");
+      }
+      if (kind == "decode") {
+        row.decode_gflops = counter("GFLOP/s");
+        row.decode_tps = counter("tokens/s");
+      }
+    }
+  }
+};
+
+int Main(int argc, char** argv) {
+  std::string configs = std::string(SCD_SHARED_DIR) + "/configs";
+  int threads = 0;
+  bool quick = false;
+  std::vector<char*> rest = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--configs") && i + 1 < argc) {
+      configs = argv[++i];
+    } else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
+      threads = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--quick")) {
+      quick = true;
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  int rest_argc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rest_argc, rest.data());
+  const int used_threads = ConfigureThreads(threads);
+
+  const std::vector<Shape> shapes = {{"tinyllama-1.1b-4L", "tinyllama-1.1b.json", 4},
+                                     {"mistral-7b-v0.1-2L", "mistral-7b-v0.1.json", 2}};
+  std::vector<int64_t> lengths = {128, 512, 2048};
+  if (quick) lengths = {128, 512};
+  std::vector<std::unique_ptr<LlamaModel>> models;
+  for (const Shape& shape : shapes) {
+    auto config = ModelConfig::FromFile(configs + "/" + shape.file);
+    if (!config.ok()) {
+      std::fprintf(stderr, "scd_model_bench: %s\n", std::string(config.status().message()).c_str());
+      return 1;
+    }
+    config->num_layers = shape.layers;
+    models.push_back(LlamaModel::Dummy(*config, 1, {}));
+    const LlamaModel* model = models.back().get();
+    for (int64_t T : lengths) {
+      // mm right before prefill at each T so the ratio compares neighbouring measurements.
+      benchmark::RegisterBenchmark(("mm/" + shape.name).c_str(), BM_Mm, model)
+          ->Arg(T)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+      benchmark::RegisterBenchmark(("prefill/" + shape.name).c_str(), BM_Prefill, model)
+          ->Arg(T)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+    }
+    for (int64_t T : lengths) {
+      benchmark::RegisterBenchmark(("decode/" + shape.name).c_str(), BM_Decode, model)
+          ->Arg(T)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+    }
+  }
+  SummaryReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+
+  std::printf("\nSummary (%d intra-op threads; GFLOP/s counts GEMM and attention FLOPs):\n",
+              used_threads);
+  std::printf("%-20s %6s %10s %12s %10s %8s %12s %12s\n", "model", "T", "mm GF/s",
+              "prefill GF/s", "% of mm", "tok/s", "decode tok/s", "decode GF/s");
+  for (const auto& [key, row] : Results()) {
+    std::printf("%-20s %6ld %10.1f %12.1f %9.1f%% %8.0f %12.2f %12.1f\n", key.first.c_str(),
+                static_cast<long>(key.second), row.mm_gflops, row.prefill_gflops,
+                row.mm_gflops > 0 ? 100.0 * row.prefill_gflops / row.mm_gflops : 0.0,
+                row.prefill_tps, row.decode_tps, row.decode_gflops);
+  }
+  benchmark::Shutdown();
+  return 0;
+}
+
+}  // namespace
+}  // namespace scd
+
+int main(int argc, char** argv) { return scd::Main(argc, argv); }
