@@ -162,28 +162,60 @@ absl::StatusOr<at::Tensor> LlamaModel::RunLayers(int begin, int end, const at::T
     return absl::InvalidArgumentError("a capture was requested without somewhere to put it");
   }
   at::Tensor h = hidden.to(options_.device, options_.dtype).clone();
-  // RoPE tables once per call. The query tables carry the 1/sqrt(head_dim) attention scale, so
-  // scaling costs no extra pass; they broadcast over [kv_heads, T, group, head_dim / 2].
-  auto [cos, sin] = rope_.Tables(Positions(p0, T), h);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
-  const int64_t half = config_.head_dim / 2;
-  at::Tensor q_cos = (cos * scale).view({1, T, 1, half});
-  at::Tensor q_sin = (sin * scale).view({1, T, 1, half});
+  const StepContext step = PlanStep(p0, T, h);
   for (int l = begin; l < end; ++l) {
     LayerCapture* layer_capture = nullptr;
     if (capture != nullptr &&
         std::find(capture->layers.begin(), capture->layers.end(), l) != capture->layers.end()) {
       layer_capture = &(*captures)[l];
     }
-    RunLayer(l, h, p0, q_cos, q_sin, cos, sin, cache, layer_capture, capture);
+    RunLayer(l, h, step, cache, layer_capture, capture);
   }
   return h;
 }
 
-void LlamaModel::RunLayer(int layer, at::Tensor& h, int64_t p0, const at::Tensor& q_cos,
-                          const at::Tensor& q_sin, const at::Tensor& k_cos,
-                          const at::Tensor& k_sin, KvCache* cache, LayerCapture* capture,
-                          const CaptureSpec* spec) const {
+LlamaModel::StepContext LlamaModel::PlanStep(int64_t p0, int64_t tokens,
+                                             const at::Tensor& like) const {
+  StepContext step;
+  step.p0 = p0;
+  step.tokens = tokens;
+  // RoPE tables once per call. The query tables carry the 1/sqrt(head_dim) attention scale, so
+  // scaling costs no extra pass; they broadcast over [kv_heads, T, group, head_dim / 2].
+  std::tie(step.k_cos, step.k_sin) = rope_.Tables(Positions(p0, tokens), like);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
+  const int64_t half = config_.head_dim / 2;
+  step.q_cos = (step.k_cos * scale).view({1, tokens, 1, half});
+  step.q_sin = (step.k_sin * scale).view({1, tokens, 1, half});
+  // Query blocks and their masks are the same for every layer: build them once.
+  const int64_t g = config_.group_size();
+  const int64_t window = config_.sliding_window.value_or(0);
+  const int64_t block = std::max<int64_t>(1, kAttentionRowsPerBlock / g);
+  for (int64_t t0 = 0; t0 < tokens; t0 += block) {
+    AttentionBlock b;
+    b.t0 = t0;
+    b.t1 = std::min(tokens, t0 + block);
+    const int64_t first_q = p0 + b.t0, last_q = p0 + b.t1 - 1, n = b.t1 - b.t0;
+    // Keys [k_begin, last_q]; earlier ones fall outside every query's window.
+    b.k_begin = window > 0 ? std::max<int64_t>(0, first_q - window + 1) : 0;
+    b.k_count = last_q + 1 - b.k_begin;
+    const bool window_cuts = window > 0 && last_q - window + 1 > b.k_begin;
+    if (n > 1 || window_cuts) {
+      // Without a window only the block's own diagonal needs masking: every earlier key is
+      // visible to every query of the block.
+      b.mask_col = window_cuts ? 0 : first_q - b.k_begin;
+      at::Tensor q_pos = Positions(first_q, n).repeat_interleave(g).unsqueeze(1);  // [rows, 1]
+      at::Tensor k_pos = Positions(b.k_begin + b.mask_col, b.k_count - b.mask_col).unsqueeze(0);
+      at::Tensor hidden_keys = k_pos > q_pos;
+      if (window_cuts) hidden_keys.logical_or_(k_pos <= q_pos - window);
+      b.mask = hidden_keys.to(like.device());
+    }
+    step.blocks.push_back(std::move(b));
+  }
+  return step;
+}
+
+void LlamaModel::RunLayer(int layer, at::Tensor& h, const StepContext& step, KvCache* cache,
+                          LayerCapture* capture, const CaptureSpec* spec) const {
   const LayerWeights& w = weights_.layers[layer];
   const int64_t T = h.size(0), Hkv = config_.num_kv_heads, g = config_.group_size(),
                 hd = config_.head_dim, qd = config_.q_dim(), kvd = config_.kv_dim();
@@ -202,10 +234,10 @@ void LlamaModel::RunLayer(int layer, at::Tensor& h, int64_t p0, const at::Tensor
     if (spec->key_prerope) capture->key_prerope = k.contiguous();
     if (spec->value) capture->value = v.contiguous();
   }
-  at::Tensor q_rot = RotaryEmbedding::Rotate(q, q_cos, q_sin).view({Hkv, T * g, hd});  // scaled
-  at::Tensor k_rot = RotaryEmbedding::Rotate(k, k_cos, k_sin);                        // [Hkv,T,hd]
+  at::Tensor q_rot = RotaryEmbedding::Rotate(q, step.q_cos, step.q_sin).view({Hkv, T * g, hd});
+  at::Tensor k_rot = RotaryEmbedding::Rotate(k, step.k_cos, step.k_sin);  // [Hkv, T, hd]
   cache->Append(layer, k_rot, v);
-  at::Tensor attn = Attend(q_rot, cache->keys(layer), cache->values(layer), p0, T);  // [Hkv,T*g,hd]
+  at::Tensor attn = Attend(q_rot, cache->keys(layer), cache->values(layer), step);  // [Hkv,T*g,hd]
   // Back to [T, heads * hd] with head index = kv_head * group + j, as W_o expects.
   attn = attn.view({Hkv, T, g, hd}).permute({1, 0, 2, 3}).reshape({T, qd});
   h.add_(Linear(attn, w.wo, w.bo));
@@ -219,31 +251,20 @@ void LlamaModel::RunLayer(int layer, at::Tensor& h, int64_t p0, const at::Tensor
 }
 
 at::Tensor LlamaModel::Attend(const at::Tensor& q, const at::Tensor& keys,
-                              const at::Tensor& values, int64_t p0, int64_t tokens) const {
+                              const at::Tensor& values, const StepContext& step) const {
   // q: [Hkv, tokens * g, hd], rows ordered (token, group member), already scaled.
   // keys/values: [Hkv, p0 + tokens, hd]; query t sits at position p0 + t.
   const int64_t g = config_.group_size();
-  const int64_t window = config_.sliding_window.value_or(0);
-  const int64_t block = std::max<int64_t>(1, kAttentionRowsPerBlock / g);
   std::vector<at::Tensor> outputs;
-  for (int64_t t0 = 0; t0 < tokens; t0 += block) {
-    const int64_t t1 = std::min(tokens, t0 + block);
-    const int64_t first_q = p0 + t0, last_q = p0 + t1 - 1;
-    // Keys this block can see: [k_begin, last_q]; earlier ones fall outside every window.
-    const int64_t k_begin = window > 0 ? std::max<int64_t>(0, first_q - window + 1) : 0;
-    const int64_t k_count = last_q + 1 - k_begin;
-    at::Tensor qb = q.narrow(1, t0 * g, (t1 - t0) * g);
-    at::Tensor kb = keys.narrow(1, k_begin, k_count);
-    at::Tensor vb = values.narrow(1, k_begin, k_count);
+  outputs.reserve(step.blocks.size());
+  for (const AttentionBlock& b : step.blocks) {
+    at::Tensor qb = q.narrow(1, b.t0 * g, (b.t1 - b.t0) * g);
+    at::Tensor kb = keys.narrow(1, b.k_begin, b.k_count);
+    at::Tensor vb = values.narrow(1, b.k_begin, b.k_count);
     at::Tensor scores = at::bmm(qb, kb.transpose(1, 2));  // [Hkv, rows, k_count]
-    const bool needs_mask = (t1 - t0 > 1) || (window > 0 && last_q - window + 1 > k_begin);
-    if (needs_mask) {
-      at::Tensor q_pos = Positions(first_q, t1 - t0).repeat_interleave(g).unsqueeze(1);
-      at::Tensor k_pos = Positions(k_begin, k_count).unsqueeze(0);
-      at::Tensor hidden_keys = k_pos > q_pos;  // future keys
-      if (window > 0) hidden_keys = hidden_keys.logical_or_(k_pos <= q_pos - window);
-      scores.masked_fill_(hidden_keys.to(scores.device()),
-                          -std::numeric_limits<float>::infinity());
+    if (b.mask.defined()) {
+      scores.narrow(2, b.mask_col, b.k_count - b.mask_col)
+          .masked_fill_(b.mask, -std::numeric_limits<float>::infinity());
     }
     at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(vb.scalar_type());
     outputs.push_back(at::bmm(probs, vb));  // [Hkv, rows, hd]

@@ -136,13 +136,26 @@ class LlamaModel {
 
   absl::Status CheckTokens(absl::Span<const TokenId> tokens) const;
   absl::Status CheckCache(const KvCache& cache) const;
-  // One decoder layer in place on `h` [T, hidden] for positions [p0, p0 + T).
-  void RunLayer(int layer, at::Tensor& h, int64_t p0, const at::Tensor& q_cos,
-                const at::Tensor& q_sin, const at::Tensor& k_cos, const at::Tensor& k_sin,
-                KvCache* cache, LayerCapture* capture, const CaptureSpec* spec) const;
+  // Per-call state shared by every layer of one RunLayers call.
+  struct AttentionBlock {
+    int64_t t0, t1;            // query tokens [t0, t1) of the call
+    int64_t k_begin, k_count;  // cache slots the block can see
+    int64_t mask_col = 0;      // first score column `mask` covers
+    at::Tensor mask;           // bool [rows, cols], true = hidden; undefined: all visible
+  };
+  struct StepContext {
+    int64_t p0 = 0, tokens = 0;
+    at::Tensor q_cos, q_sin;  // [1, T, 1, hd/2], attention scale folded in
+    at::Tensor k_cos, k_sin;  // [T, hd/2]
+    std::vector<AttentionBlock> blocks;
+  };
+  StepContext PlanStep(int64_t p0, int64_t tokens, const at::Tensor& like) const;
+  // One decoder layer in place on `h` [T, hidden].
+  void RunLayer(int layer, at::Tensor& h, const StepContext& step, KvCache* cache,
+                LayerCapture* capture, const CaptureSpec* spec) const;
   // Causal (optionally sliding-window) attention of grouped queries against the cache layer.
   at::Tensor Attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
-                    int64_t p0, int64_t tokens) const;
+                    const StepContext& step) const;
 
   ModelConfig config_;
   ModelWeights weights_;

@@ -1,5 +1,8 @@
 #include "model/runtime.h"
 
+#include <dlfcn.h>
+
+#include <algorithm>
 #include <thread>
 
 #include <ATen/ATen.h>
@@ -9,12 +12,48 @@
 
 namespace scd {
 
-int ConfigureThreads(int threads) {
+namespace {
+
+// OpenBLAS's thread controls, looked up at run time: libtorch may use another BLAS (MKL, or
+// cuBLAS in a CUDA build), and then there is nothing to set.
+struct OpenBlasControls {
+  void (*set_num_threads)(int) = nullptr;
+  int (*get_parallel)() = nullptr;  // 0 sequential, 1 pthreads, 2 OpenMP
+};
+
+OpenBlasControls FindOpenBlas() {
+  OpenBlasControls c;
+  c.set_num_threads =
+      reinterpret_cast<void (*)(int)>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  c.get_parallel = reinterpret_cast<int (*)()>(::dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
+  return c;
+}
+
+}  // namespace
+
+std::string ThreadSettings::ToString() const {
+  return absl::StrCat("blas=", blas, " blas_threads=", blas_threads, " aten_threads=", aten_threads);
+}
+
+ThreadSettings ConfigureThreads(int threads) {
   if (threads <= 0) {
     threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
-  at::set_num_threads(threads);
-  return at::get_num_threads();
+  ThreadSettings settings;
+  const OpenBlasControls openblas = FindOpenBlas();
+  const int parallel = openblas.get_parallel != nullptr ? openblas.get_parallel() : -1;
+  if (openblas.set_num_threads != nullptr && parallel == 1) {
+    openblas.set_num_threads(threads);
+    at::set_num_threads(1);
+    settings.blas = "openblas-pthreads";
+    settings.blas_threads = threads;
+  } else {
+    if (openblas.set_num_threads != nullptr) openblas.set_num_threads(threads);
+    at::set_num_threads(threads);
+    settings.blas = parallel == 2 ? "openblas-openmp" : parallel == 0 ? "openblas-serial" : "other";
+  }
+  settings.aten_threads = at::get_num_threads();
+  return settings;
 }
 
 absl::StatusOr<c10::Device> ParseDevice(const std::string& name) {

@@ -12,9 +12,22 @@
 
 namespace scd {
 
-// Sets libtorch's intra-op thread count. `threads <= 0` means all cores. Debian's libtorch starts
-// with one thread, so every binary calls this. Returns the count in effect.
-int ConfigureThreads(int threads);
+struct ThreadSettings {
+  int blas_threads = 0;  // threads of the BLAS library's own pool (GEMMs), 0 if it has none
+  int aten_threads = 0;  // libtorch's intra-op (OpenMP) pool: elementwise ops, softmax, copies
+  std::string blas;      // e.g. "openblas-pthreads", "openblas-openmp", "other"
+  std::string ToString() const;
+};
+
+// Gives the process `threads` compute threads (<= 0: all cores). Every binary calls this once.
+//
+// Debian's libtorch runs GEMMs in OpenBLAS, which (libopenblas0-pthread) keeps a pthread pool of
+// its own beside libtorch's OpenMP pool. Both pools busy-wait after each parallel region, so
+// with N threads in each on N cores every GEMM fights the other pool's spinning threads and
+// prefill loses about half its speed (bench/README.md). So: the BLAS pool gets `threads`, and
+// when it is separate from OpenMP libtorch's pool gets 1 thread; with a BLAS that shares the
+// OpenMP pool (MKL, OpenBLAS-OpenMP) or none, libtorch's pool gets `threads`.
+ThreadSettings ConfigureThreads(int threads);
 
 // "cpu", "cuda" or "cuda:N". CUDA requires a CUDA-enabled libtorch (-DTorch_DIR=...) and a GPU.
 absl::StatusOr<c10::Device> ParseDevice(const std::string& name);

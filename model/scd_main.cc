@@ -76,7 +76,7 @@ absl::StatusOr<LlamaModel::Options> RuntimeOptions(const CommonFlags& flags) {
   LlamaModel::Options options;
   SCD_ASSIGN_OR_RETURN(options.device, ParseDevice(flags.device));
   SCD_ASSIGN_OR_RETURN(options.dtype, ParseDtype(flags.dtype, options.device));
-  ConfigureThreads(flags.threads);
+  spdlog::info("threads: {}", ConfigureThreads(flags.threads).ToString());
   return options;
 }
 
