@@ -2,22 +2,22 @@
 // the GFLOP/s of a plain torch::mm of the model's dominant GEMM measured in the same run (this
 // machine is shared and noisy, so only same-run ratios mean anything).
 //
-//   build/bin/scd_model_bench [--configs DIR] [--threads N] [--quick] [benchmark flags]
+//   build/bin/scd_model_bench [--configs DIR] [--threads N] [--aten-threads N] [--quick]
+//                             [benchmark flags]
 //
 // DIR defaults to ../shared/configs. Shapes: tinyllama-1.1b cut to 4 layers, mistral-7b-v0.1 cut to
 // 2 layers; T = 128, 512, 2048. --quick runs only T = 128 and 512 (for smoke tests).
+#include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <functional>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -123,8 +123,10 @@ void BM_Decode(benchmark::State& state, const LlamaModel* model) {
     state.ResumeTiming();
   }
   const double flops = ForwardFlops(model->config(), 1, T, 1);
-  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["tokens/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens/s"] =
+      benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // Collects the counters into the summary table printed after the run.
@@ -161,7 +163,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
 
 int Main(int argc, char** argv) {
   std::string configs = std::string(SCD_SHARED_DIR) + "/configs";
-  int threads = 0;
+  int threads = 0, aten_threads = 0;
   bool quick = false;
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {
@@ -169,6 +171,8 @@ int Main(int argc, char** argv) {
       configs = argv[++i];
     } else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
       threads = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--aten-threads") && i + 1 < argc) {
+      aten_threads = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--quick")) {
       quick = true;
     } else {
@@ -177,7 +181,7 @@ int Main(int argc, char** argv) {
   }
   int rest_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_argc, rest.data());
-  const ThreadSettings thread_settings = ConfigureThreads(threads);
+  const ThreadSettings thread_settings = ConfigureThreads(threads, aten_threads);
 
   const std::vector<Shape> shapes = {{"tinyllama-1.1b-4L", "tinyllama-1.1b.json", 4},
                                      {"mistral-7b-v0.1-2L", "mistral-7b-v0.1.json", 2}};
@@ -195,12 +199,19 @@ int Main(int argc, char** argv) {
     const LlamaModel* model = models.back().get();
     for (int64_t T : lengths) {
       benchmark::RegisterBenchmark(("prefill/" + shape.name).c_str(), BM_Prefill, model)
-          ->Arg(T)->Unit(benchmark::kMillisecond)->UseManualTime()
-          ->Iterations(T <= 128 ? 8 : T <= 512 ? 5 : 3);
+          ->Arg(T)
+          ->Unit(benchmark::kMillisecond)
+          ->UseManualTime()
+          ->Iterations(T <= 128   ? 8
+                       : T <= 512 ? 5
+                                  : 3);
     }
     for (int64_t T : lengths) {
       benchmark::RegisterBenchmark(("decode/" + shape.name).c_str(), BM_Decode, model)
-          ->Arg(T)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+          ->Arg(T)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime()
+          ->MinTime(1.0);
     }
   }
   SummaryReporter reporter;
@@ -208,13 +219,12 @@ int Main(int argc, char** argv) {
 
   std::printf("\nSummary (%s; GFLOP/s counts GEMM and attention FLOPs):\n",
               thread_settings.ToString().c_str());
-  std::printf("%-20s %6s %10s %12s %10s %8s %12s %12s\n", "model", "T", "mm GF/s",
-              "prefill GF/s", "% of mm", "tok/s", "decode tok/s", "decode GF/s");
+  std::printf("%-20s %6s %10s %12s %10s %8s %12s %12s\n", "model", "T", "mm GF/s", "prefill GF/s",
+              "% of mm", "tok/s", "decode tok/s", "decode GF/s");
   std::printf("(medians over iterations; %% of mm is the median of per-iteration ratios)\n");
   for (const auto& [key, row] : Results()) {
     std::printf("%-20s %6ld %10.1f %12.1f %9.1f%% %8.0f %12.2f %12.1f\n", key.first.c_str(),
-                static_cast<long>(key.second), row.mm_gflops, row.prefill_gflops,
-                row.pct_of_mm,
+                static_cast<long>(key.second), row.mm_gflops, row.prefill_gflops, row.pct_of_mm,
                 row.prefill_tps, row.decode_tps, row.decode_gflops);
   }
   benchmark::Shutdown();

@@ -2,9 +2,8 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "model/status_macros.h"
@@ -44,14 +43,14 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     std::map<std::string, SafetensorsFile*> shards;
     for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
       if (!it.value().is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(index_path.string(), ": weight_map.",
-                                                       it.key(), ": expected a file name"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(index_path.string(), ": weight_map.", it.key(), ": expected a file name"));
       }
       const std::string shard = it.value().get<std::string>();
       if (shard.find('/') != std::string::npos || shard == "..") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            index_path.string(), ": weight_map.", it.key(), ": shard '", shard,
-            "' must be a file name inside the model directory"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(index_path.string(), ": weight_map.", it.key(), ": shard '", shard,
+                         "' must be a file name inside the model directory"));
       }
       auto found = shards.find(shard);
       if (found == shards.end()) {
@@ -61,8 +60,8 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
       }
       const TensorEntry* entry = found->second->Find(it.key());
       if (entry == nullptr) {
-        return absl::DataLossError(absl::StrCat(index_path.string(), ": maps '", it.key(),
-                                                "' to ", shard, ", which does not contain it"));
+        return absl::DataLossError(absl::StrCat(index_path.string(), ": maps '", it.key(), "' to ",
+                                                shard, ", which does not contain it"));
       }
       ckpt->entries_[it.key()] = entry;
     }
@@ -93,7 +92,8 @@ const TensorEntry* Checkpoint::Find(std::string_view name) const {
 absl::StatusOr<at::Tensor> Checkpoint::Load(std::string_view name, c10::ScalarType dtype) const {
   const TensorEntry* entry = Find(name);
   if (entry == nullptr) {
-    return absl::NotFoundError(absl::StrCat(dir_, ": checkpoint has no tensor '", std::string(name), "'"));
+    return absl::NotFoundError(
+        absl::StrCat(dir_, ": checkpoint has no tensor '", std::string(name), "'"));
   }
   return SafetensorsFile::ToTensor(*entry, dtype);
 }

@@ -1,9 +1,8 @@
 #include "model/config.h"
 
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -35,7 +34,8 @@ class FieldReader {
       return Error(name, "required field is missing");
     }
     const Json& v = object_[name];
-    if (!v.is_number_integer()) return Error(name, absl::StrCat("expected an integer, got ", v.dump()));
+    if (!v.is_number_integer())
+      return Error(name, absl::StrCat("expected an integer, got ", v.dump()));
     int64_t value = v.get<int64_t>();
     if (value < min_value) {
       return Error(name, absl::StrCat("must be >= ", min_value, ", got ", value));
@@ -126,8 +126,9 @@ absl::StatusOr<RopeConfig> ParseRope(const Json& j, const FieldReader& top,
     }
     return rope;
   }
-  return rs.Error(type_field.c_str(),
-                  absl::StrCat("'", type, "' is not supported (expected default, linear or llama3)"));
+  return rs.Error(
+      type_field.c_str(),
+      absl::StrCat("'", type, "' is not supported (expected default, linear or llama3)"));
 }
 
 }  // namespace
@@ -182,9 +183,9 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const std::string& json_text,
   SCD_ASSIGN_OR_RETURN(c.vocab_size, f.Int("vocab_size"));
   SCD_ASSIGN_OR_RETURN(c.max_position_embeddings, f.Int("max_position_embeddings"));
   if (c.num_heads % c.num_kv_heads != 0) {
-    return f.Error("num_key_value_heads",
-                   absl::StrCat(c.num_kv_heads, " does not divide num_attention_heads (",
-                                c.num_heads, ")"));
+    return f.Error(
+        "num_key_value_heads",
+        absl::StrCat(c.num_kv_heads, " does not divide num_attention_heads (", c.num_heads, ")"));
   }
   if (!f.Has("head_dim") && c.hidden_size % c.num_heads != 0) {
     return f.Error("num_attention_heads",

@@ -20,9 +20,9 @@ enum class RopeScalingType { kNone, kLinear, kLlama3 };
 struct RopeConfig {
   double theta = 10000.0;
   RopeScalingType scaling = RopeScalingType::kNone;
-  double factor = 1.0;             // linear and llama3
-  double low_freq_factor = 1.0;    // llama3
-  double high_freq_factor = 4.0;   // llama3
+  double factor = 1.0;                              // linear and llama3
+  double low_freq_factor = 1.0;                     // llama3
+  double high_freq_factor = 4.0;                    // llama3
   int64_t original_max_position_embeddings = 8192;  // llama3
 
   bool operator==(const RopeConfig& o) const;

@@ -1,9 +1,9 @@
 #include "model/generator.h"
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <chrono>
-
-#include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
 #include "model/status_macros.h"
@@ -26,9 +26,9 @@ absl::StatusOr<GenerationResult> GenerateTokens(const LlamaModel& model,
   if (options.max_tokens < 0) return absl::InvalidArgumentError("max_tokens must be >= 0");
   const int64_t cached = cache->length();
   if (!cache->uniform() || cached >= static_cast<int64_t>(prompt_ids.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the cache holds ", cached, " positions; at least the last of the ", prompt_ids.size(),
-        " prompt tokens must still be run to get logits"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the cache holds ", cached, " positions; at least the last of the ",
+                     prompt_ids.size(), " prompt tokens must still be run to get logits"));
   }
   const int64_t max_positions = model.config().max_position_embeddings;
   if (static_cast<int64_t>(prompt_ids.size()) > max_positions) {
@@ -81,9 +81,9 @@ absl::StatusOr<GenerationResult> GenerateText(const LlamaModel& model, const Tok
   if (ids.empty()) {
     return absl::InvalidArgumentError("the prompt tokenizes to nothing; give at least one token");
   }
-  KvCache cache = model.NewCache(
-      std::min<int64_t>(model.config().max_position_embeddings,
-                        static_cast<int64_t>(ids.size()) + options.max_tokens));
+  KvCache cache =
+      model.NewCache(std::min<int64_t>(model.config().max_position_embeddings,
+                                       static_cast<int64_t>(ids.size()) + options.max_tokens));
   // The prompt is the detokenizer's left context: decoders such as SentencePiece's Strip treat
   // the first token of a text specially, and the continuation is not the start of the text.
   StreamingDetokenizer detok(tokenizer, /*skip_special_tokens=*/true);

@@ -21,11 +21,11 @@ namespace scd {
 class Tokenizer;
 
 struct GenerationOptions {
-  int max_tokens = 128;                // new tokens at most
-  SamplingParams sampling;             // greedy by default
+  int max_tokens = 128;                 // new tokens at most
+  SamplingParams sampling;              // greedy by default
   std::vector<TokenId> stop_token_ids;  // empty: the model's eos ids
-  bool ignore_eos = false;             // keep going past eos (benchmarks, goldens)
-  bool add_bos = true;                 // text-level: let the tokenizer add its special tokens
+  bool ignore_eos = false;              // keep going past eos (benchmarks, goldens)
+  bool add_bos = true;                  // text-level: let the tokenizer add its special tokens
 };
 
 struct GenerationResult {

@@ -1,8 +1,8 @@
 #include "model/kv_cache.h"
 
-#include <algorithm>
-
 #include <ATen/ATen.h>
+
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 

@@ -6,11 +6,11 @@
 #ifndef SCD_MODEL_KV_CACHE_H_
 #define SCD_MODEL_KV_CACHE_H_
 
-#include <cstdint>
-#include <vector>
-
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
+
+#include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "model/config.h"

@@ -1,11 +1,11 @@
 #include "model/llama_model.h"
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
-
-#include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint.h"
@@ -52,8 +52,9 @@ LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights, Options options
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& dir,
                                                              const Options& options) {
-  SCD_ASSIGN_OR_RETURN(ModelConfig config,
-                       ModelConfig::FromFile((std::filesystem::path(dir) / "config.json").string()));
+  SCD_ASSIGN_OR_RETURN(
+      ModelConfig config,
+      ModelConfig::FromFile((std::filesystem::path(dir) / "config.json").string()));
   SCD_ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::Open(dir));
   SCD_ASSIGN_OR_RETURN(ModelWeights weights,
                        ModelWeights::Load(*checkpoint, config, options.dtype, options.device));
@@ -105,8 +106,7 @@ absl::StatusOr<at::Tensor> LlamaModel::Embed(absl::Span<const TokenId> tokens) c
   return weights_.embed.index_select(0, ids.to(options_.device));
 }
 
-absl::StatusOr<ForwardOutput> LlamaModel::Forward(absl::Span<const TokenId> tokens,
-                                                  KvCache* cache,
+absl::StatusOr<ForwardOutput> LlamaModel::Forward(absl::Span<const TokenId> tokens, KvCache* cache,
                                                   const ForwardOptions& options) const {
   SCD_RETURN_IF_ERROR(CheckCache(*cache));
   if (!cache->uniform()) {
@@ -135,9 +135,8 @@ absl::StatusOr<at::Tensor> LlamaModel::RunLayers(int begin, int end, const at::T
                                                  Captures* captures) const {
   SCD_RETURN_IF_ERROR(CheckCache(*cache));
   if (begin < 0 || end > config_.num_layers || begin >= end) {
-    return absl::InvalidArgumentError(absl::StrCat("layer range [", begin, ", ", end,
-                                                   ") is not inside [0, ", config_.num_layers,
-                                                   ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layer range [", begin, ", ", end, ") is not inside [0, ", config_.num_layers, ")"));
   }
   if (hidden.dim() != 2 || hidden.size(1) != config_.hidden_size || hidden.size(0) == 0) {
     return absl::InvalidArgumentError(absl::StrCat("hidden state must be [T, ", config_.hidden_size,
@@ -147,9 +146,9 @@ absl::StatusOr<at::Tensor> LlamaModel::RunLayers(int begin, int end, const at::T
   const int64_t p0 = cache->length(begin);
   for (int l = begin + 1; l < end; ++l) {
     if (cache->length(l) != p0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cache layers ", begin, " and ", l, " hold different lengths (", p0, " vs ",
-          cache->length(l), ")"));
+      return absl::FailedPreconditionError(absl::StrCat("cache layers ", begin, " and ", l,
+                                                        " hold different lengths (", p0, " vs ",
+                                                        cache->length(l), ")"));
     }
   }
   const int64_t T = hidden.size(0);
@@ -222,8 +221,8 @@ void LlamaModel::RunLayer(int layer, at::Tensor& h, const StepContext& step, KvC
   if (capture != nullptr && spec->residual) capture->residual = h.clone();
 
   // Attention block: x = RMSNorm(h); q|k|v = x W_qkv^T (+ b).
-  at::Tensor x = RmsNorm(h, w.attn_norm, config_.rms_norm_eps);           // [T, d]
-  at::Tensor qkv = Linear(x, w.wqkv, w.bqkv);                              // [T, qd + 2 kvd]
+  at::Tensor x = RmsNorm(h, w.attn_norm, config_.rms_norm_eps);  // [T, d]
+  at::Tensor qkv = Linear(x, w.wqkv, w.bqkv);                    // [T, qd + 2 kvd]
   // Queries as [kv_heads, T, group, hd]: the rows of one kv head's queries are then contiguous,
   // so grouped-query attention is a plain bmm against that head's keys.
   at::Tensor q = qkv.narrow(1, 0, qd).view({T, Hkv, g, hd}).permute({1, 0, 2, 3});
@@ -250,8 +249,8 @@ void LlamaModel::RunLayer(int layer, at::Tensor& h, const StepContext& step, KvC
   h.add_(Linear(act, w.w_down, w.b_down));
 }
 
-at::Tensor LlamaModel::Attend(const at::Tensor& q, const at::Tensor& keys,
-                              const at::Tensor& values, const StepContext& step) const {
+at::Tensor LlamaModel::Attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                              const StepContext& step) const {
   // q: [Hkv, tokens * g, hd], rows ordered (token, group member), already scaled.
   // keys/values: [Hkv, p0 + tokens, hd]; query t sits at position p0 + t.
   const int64_t g = config_.group_size();
@@ -282,15 +281,15 @@ absl::Status LlamaModel::LoadPrefix(int layer, const at::Tensor& keys, const at:
                                     const at::Tensor& positions) const {
   SCD_RETURN_IF_ERROR(CheckCache(*cache));
   if (layer < 0 || layer >= config_.num_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("layer ", layer, " is outside [0, ",
-                                                   config_.num_layers, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", layer, " is outside [0, ", config_.num_layers, ")"));
   }
   const auto expect = [&](const at::Tensor& t, const char* what) -> absl::Status {
     if (!t.defined() || t.dim() != 3 || t.size(0) != config_.num_kv_heads ||
         t.size(2) != config_.head_dim) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "layer ", layer, " ", what, " must be [", config_.num_kv_heads, ", T, ",
-          config_.head_dim, "]", t.defined() ? absl::StrCat(", got ", t.dim(), "-d") : ""));
+          "layer ", layer, " ", what, " must be [", config_.num_kv_heads, ", T, ", config_.head_dim,
+          "]", t.defined() ? absl::StrCat(", got ", t.dim(), "-d") : ""));
     }
     return absl::OkStatus();
   };
@@ -298,8 +297,8 @@ absl::Status LlamaModel::LoadPrefix(int layer, const at::Tensor& keys, const at:
   SCD_RETURN_IF_ERROR(expect(values, "values"));
   const int64_t t = keys.size(1);
   if (values.size(1) != t) {
-    return absl::InvalidArgumentError(absl::StrCat("layer ", layer, ": ", t, " keys but ",
-                                                   values.size(1), " values"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", layer, ": ", t, " keys but ", values.size(1), " values"));
   }
   const int64_t start = cache->length(layer);
   if (start + t > config_.max_position_embeddings) {
@@ -312,7 +311,8 @@ absl::Status LlamaModel::LoadPrefix(int layer, const at::Tensor& keys, const at:
   if (format == KeyFormat::kPreRope) {
     at::Tensor pos = positions.defined() ? positions : Positions(start, t);
     if (pos.dim() != 1 || pos.size(0) != t) {
-      return absl::InvalidArgumentError(absl::StrCat("layer ", layer, ": positions must be [", t, "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", layer, ": positions must be [", t, "]"));
     }
     k = rope_.Apply(k, pos);
   }

@@ -12,14 +12,14 @@
 #ifndef SCD_MODEL_LLAMA_MODEL_H_
 #define SCD_MODEL_LLAMA_MODEL_H_
 
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
 #include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
-#include <c10/core/Device.h>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"

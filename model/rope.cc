@@ -1,8 +1,8 @@
 #include "model/rope.h"
 
-#include <cmath>
-
 #include <ATen/ATen.h>
+
+#include <cmath>
 
 namespace scd {
 
@@ -19,7 +19,8 @@ RotaryEmbedding::RotaryEmbedding(const RopeConfig& rope, int64_t head_dim) : hea
       for (double& f : inv_freq_) f /= rope.factor;
       break;
     case RopeScalingType::kLlama3: {
-      // Llama 3.1: long wavelengths are slowed by `factor`, short ones kept, a smooth blend between.
+      // Llama 3.1: long wavelengths are slowed by `factor`, short ones kept, a smooth blend
+      // between.
       const double old_len = static_cast<double>(rope.original_max_position_embeddings);
       const double low_freq_wavelen = old_len / rope.low_freq_factor;
       const double high_freq_wavelen = old_len / rope.high_freq_factor;

@@ -5,10 +5,10 @@
 #ifndef SCD_MODEL_ROPE_H_
 #define SCD_MODEL_ROPE_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <utility>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "model/config.h"
 
@@ -20,7 +20,8 @@ class RotaryEmbedding {
 
   // cos and sin of position x frequency, computed in float64 then cast to `like`'s dtype/device.
   // positions: [T] int64. Returns two tensors [T, head_dim / 2].
-  std::pair<at::Tensor, at::Tensor> Tables(const at::Tensor& positions, const at::Tensor& like) const;
+  std::pair<at::Tensor, at::Tensor> Tables(const at::Tensor& positions,
+                                           const at::Tensor& like) const;
 
   // Rotates `x` (last dim head_dim) with tables already shaped to broadcast against x's first
   // head_dim/2 and last head_dim/2 halves. Returns a new contiguous tensor shaped like x.

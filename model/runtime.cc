@@ -1,12 +1,11 @@
 #include "model/runtime.h"
 
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <thread>
-
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -32,10 +31,11 @@ OpenBlasControls FindOpenBlas() {
 }  // namespace
 
 std::string ThreadSettings::ToString() const {
-  return absl::StrCat("blas=", blas, " blas_threads=", blas_threads, " aten_threads=", aten_threads);
+  return absl::StrCat("blas=", blas, " blas_threads=", blas_threads,
+                      " aten_threads=", aten_threads);
 }
 
-ThreadSettings ConfigureThreads(int threads) {
+ThreadSettings ConfigureThreads(int threads, int aten_threads) {
   if (threads <= 0) {
     threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
@@ -52,6 +52,7 @@ ThreadSettings ConfigureThreads(int threads) {
     at::set_num_threads(threads);
     settings.blas = parallel == 2 ? "openblas-openmp" : parallel == 0 ? "openblas-serial" : "other";
   }
+  if (aten_threads > 0) at::set_num_threads(aten_threads);
   settings.aten_threads = at::get_num_threads();
   return settings;
 }
@@ -91,10 +92,14 @@ absl::StatusOr<c10::ScalarType> ParseDtype(const std::string& name, const c10::D
 
 std::string DtypeName(c10::ScalarType dtype) {
   switch (dtype) {
-    case c10::kFloat: return "f32";
-    case c10::kBFloat16: return "bf16";
-    case c10::kHalf: return "f16";
-    default: return c10::toString(dtype);
+    case c10::kFloat:
+      return "f32";
+    case c10::kBFloat16:
+      return "bf16";
+    case c10::kHalf:
+      return "f16";
+    default:
+      return c10::toString(dtype);
   }
 }
 

@@ -3,10 +3,10 @@
 #ifndef SCD_MODEL_RUNTIME_H_
 #define SCD_MODEL_RUNTIME_H_
 
-#include <string>
-
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
+
+#include <string>
 
 #include "absl/status/statusor.h"
 
@@ -27,7 +27,8 @@ struct ThreadSettings {
 // prefill loses about half its speed (bench/README.md). So: the BLAS pool gets `threads`, and
 // when it is separate from OpenMP libtorch's pool gets 1 thread; with a BLAS that shares the
 // OpenMP pool (MKL, OpenBLAS-OpenMP) or none, libtorch's pool gets `threads`.
-ThreadSettings ConfigureThreads(int threads);
+// `aten_threads > 0` overrides libtorch's share (for experiments such as bench/README.md's).
+ThreadSettings ConfigureThreads(int threads, int aten_threads = 0);
 
 // "cpu", "cuda" or "cuda:N". CUDA requires a CUDA-enabled libtorch (-DTorch_DIR=...) and a GPU.
 absl::StatusOr<c10::Device> ParseDevice(const std::string& name);

@@ -1,5 +1,6 @@
 #include "model/safetensors.h"
 
+#include <ATen/ATen.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -10,8 +11,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-
-#include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -57,7 +56,8 @@ absl::StatusOr<StDtype> ParseStDtype(std::string_view name) {
   for (const DtypeInfo& info : kDtypes) {
     if (info.name == name) return info.dtype;
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown safetensors dtype '", std::string(name), "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown safetensors dtype '", std::string(name), "'"));
 }
 
 std::string_view StDtypeName(StDtype dtype) { return Info(dtype).name; }
@@ -93,8 +93,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
   if (file_size < 8) {
     ::close(fd);
-    return Corrupt(path, absl::StrCat("file is ", file_size,
-                                      " bytes, shorter than the 8-byte header length"));
+    return Corrupt(
+        path, absl::StrCat("file is ", file_size, " bytes, shorter than the 8-byte header length"));
   }
   void* mapping = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
@@ -149,7 +149,9 @@ absl::Status SafetensorsFile::ParseHeader(std::string_view header, int64_t data_
       }
       continue;
     }
-    auto where = [&](const std::string& what) { return Corrupt(path_, absl::StrCat(name, ": ", what)); };
+    auto where = [&](const std::string& what) {
+      return Corrupt(path_, absl::StrCat(name, ": ", what));
+    };
     if (!v.is_object()) return where("entry is not an object");
     if (!v.contains("dtype") || !v["dtype"].is_string()) return where("missing dtype");
     absl::StatusOr<StDtype> dtype = ParseStDtype(v["dtype"].get<std::string>());
@@ -169,7 +171,8 @@ absl::Status SafetensorsFile::ParseHeader(std::string_view header, int64_t data_
     }
     const uint64_t begin = v["data_offsets"][0].get<uint64_t>();
     const uint64_t end = v["data_offsets"][1].get<uint64_t>();
-    if (begin > end) return where(absl::StrCat("data_offsets [", begin, ", ", end, "] are reversed"));
+    if (begin > end)
+      return where(absl::StrCat("data_offsets [", begin, ", ", end, "] are reversed"));
     if (end > static_cast<uint64_t>(data_size)) {
       return where(absl::StrCat("data_offsets [", begin, ", ", end, "] run past the ", data_size,
                                 "-byte data section (truncated file?)"));
@@ -177,12 +180,14 @@ absl::Status SafetensorsFile::ParseHeader(std::string_view header, int64_t data_
     // numel x size computed with an overflow guard: shapes are attacker-controlled.
     uint64_t expected = static_cast<uint64_t>(StDtypeSize(entry.dtype));
     for (int64_t d : entry.shape) {
-      if (d != 0 && expected > (1ull << 62) / static_cast<uint64_t>(d)) return where("shape overflows");
+      if (d != 0 && expected > (1ull << 62) / static_cast<uint64_t>(d))
+        return where("shape overflows");
       expected *= static_cast<uint64_t>(d);
     }
     if (end - begin != expected) {
       return where(absl::StrCat("holds ", end - begin, " bytes but dtype ",
-                                std::string(StDtypeName(entry.dtype)), " and its shape need ", expected));
+                                std::string(StDtypeName(entry.dtype)), " and its shape need ",
+                                expected));
     }
     entry.data = data + begin;
     entry.size_bytes = static_cast<int64_t>(expected);
@@ -214,7 +219,8 @@ const TensorEntry* SafetensorsFile::Find(std::string_view name) const {
 
 at::Tensor SafetensorsFile::ToTensor(const TensorEntry& entry, c10::ScalarType dtype) {
   // Copy first: tensor bytes inside the mapping need not be aligned for their type.
-  at::Tensor raw = at::empty(entry.shape, at::TensorOptions().dtype(StDtypeToScalarType(entry.dtype)));
+  at::Tensor raw =
+      at::empty(entry.shape, at::TensorOptions().dtype(StDtypeToScalarType(entry.dtype)));
   if (entry.size_bytes > 0) std::memcpy(raw.data_ptr(), entry.data, entry.size_bytes);
   return raw.scalar_type() == dtype ? raw : raw.to(dtype);
 }

@@ -7,14 +7,14 @@
 #ifndef SCD_MODEL_SAFETENSORS_H_
 #define SCD_MODEL_SAFETENSORS_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
 

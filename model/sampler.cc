@@ -1,10 +1,10 @@
 #include "model/sampler.h"
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-
-#include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -34,7 +34,9 @@ TokenId Sampler::Sample(const at::Tensor& logits) {
   order_.resize(n);
   std::iota(order_.begin(), order_.end(), 0);
   const int64_t k = params_.top_k > 0 ? std::min<int64_t>(params_.top_k, n) : n;
-  auto by_logit = [data](int32_t a, int32_t b) { return data[a] > data[b] || (data[a] == data[b] && a < b); };
+  auto by_logit = [data](int32_t a, int32_t b) {
+    return data[a] > data[b] || (data[a] == data[b] && a < b);
+  };
   std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), by_logit);
   order_.resize(k);
   scratch_.resize(k);

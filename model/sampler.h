@@ -4,11 +4,11 @@
 #ifndef SCD_MODEL_SAMPLER_H_
 #define SCD_MODEL_SAMPLER_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <random>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "absl/status/status.h"
 #include "model/token_id.h"

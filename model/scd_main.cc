@@ -3,14 +3,14 @@
 //   scd tokenize --model DIR TEXT                             print token ids (and pieces)
 //   scd info --model DIR|config.json                          config summary, sizes
 // Errors go to stderr as one line and exit with status 1.
+#include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
-#include <CLI/CLI.hpp>
-#include <spdlog/spdlog.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -113,14 +113,14 @@ absl::Status RunGenerate(const CommonFlags& common, const GenerateFlags& flags) 
     std::optional<StreamingDetokenizer> detok;
     if (tokenizer) detok.emplace(*tokenizer, /*skip_special_tokens=*/true);
     SCD_ASSIGN_OR_RETURN(result, GenerateTokens(*model, ids, &cache, gen, [&](TokenId id) {
-      WriteOut(detok ? detok->Push(id) : absl::StrCat(id, " "));
-      return true;
-    }));
+                           WriteOut(detok ? detok->Push(id) : absl::StrCat(id, " "));
+                           return true;
+                         }));
     if (detok) WriteOut(detok->Flush());
   } else {
     if (!fs::exists(tokenizer_path)) {
-      return absl::NotFoundError(absl::StrCat(tokenizer_path.string(),
-                                              " not found: give the prompt as --prompt-ids"));
+      return absl::NotFoundError(
+          absl::StrCat(tokenizer_path.string(), " not found: give the prompt as --prompt-ids"));
     }
     SCD_ASSIGN_OR_RETURN(auto tokenizer, Tokenizer::FromFile(tokenizer_path.string()));
     WriteOut(flags.prompt);
@@ -209,12 +209,14 @@ int Main(int argc, char** argv) {
   generate->add_option("--temperature", gen.temperature, "0 = greedy")->capture_default_str();
   generate->add_option("--top-k", gen.top_k, "0 = off")->capture_default_str();
   generate->add_option("--top-p", gen.top_p, "nucleus sampling mass")->capture_default_str();
-  generate->add_option("--seed", gen.seed, "sampling (and dummy-weight) seed")->capture_default_str();
+  generate->add_option("--seed", gen.seed, "sampling (and dummy-weight) seed")
+      ->capture_default_str();
   generate->add_option("--stop-id", gen.stop_ids, "stop token id (repeatable; default: eos)");
   generate->add_flag("--ignore-eos", gen.ignore_eos, "do not stop at eos");
   generate->add_flag("--dummy-weights", gen.dummy_weights,
                      "seeded random weights from config.json alone (speed work)");
-  generate->add_option("--layers", gen.layers, "with --dummy-weights: keep only the first N layers");
+  generate->add_option("--layers", gen.layers,
+                       "with --dummy-weights: keep only the first N layers");
   generate->add_flag("--stats", gen.stats, "print timing to stderr");
 
   std::string text;
@@ -225,7 +227,8 @@ int Main(int argc, char** argv) {
   tokenize->add_flag("--pieces", pieces, "one 'id<TAB>token' line per token");
   tokenize->add_flag("--no-special", no_special, "do not add BOS/special tokens");
 
-  CLI::App* info = app.add_subcommand("info", "config summary, parameter count, KV bytes per token");
+  CLI::App* info =
+      app.add_subcommand("info", "config summary, parameter count, KV bytes per token");
   add_common(info, false);
 
   CLI11_PARSE(app, argc, argv);

@@ -9,10 +9,10 @@
 #define SCD_STATUS_CONCAT(a, b) SCD_STATUS_CONCAT_INNER(a, b)
 
 // Returns from the enclosing function if `expr` (an absl::Status) is not OK.
-#define SCD_RETURN_IF_ERROR(expr)                \
-  do {                                           \
-    ::absl::Status scd_status_ = (expr);         \
-    if (!scd_status_.ok()) return scd_status_;   \
+#define SCD_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::absl::Status scd_status_ = (expr);       \
+    if (!scd_status_.ok()) return scd_status_; \
   } while (0)
 
 // `SCD_ASSIGN_OR_RETURN(auto x, F());` declares x from an absl::StatusOr or returns its error.

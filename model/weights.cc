@@ -10,7 +10,9 @@
 namespace scd {
 namespace {
 
-std::string ShapeString(at::IntArrayRef shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
+std::string ShapeString(at::IntArrayRef shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
 
 // Loads one tensor and checks its shape against what the config implies.
 class TensorLoader {
@@ -20,9 +22,9 @@ class TensorLoader {
   absl::StatusOr<at::Tensor> Get(const std::string& name, std::vector<int64_t> shape) const {
     SCD_ASSIGN_OR_RETURN(at::Tensor t, ckpt_.Load(name, dtype_));
     if (t.sizes() != at::IntArrayRef(shape)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          ckpt_.dir(), ": tensor '", name, "' has shape ", ShapeString(t.sizes()),
-          " but config.json implies ", ShapeString(shape)));
+      return absl::InvalidArgumentError(
+          absl::StrCat(ckpt_.dir(), ": tensor '", name, "' has shape ", ShapeString(t.sizes()),
+                       " but config.json implies ", ShapeString(shape)));
     }
     return t;
   }
@@ -60,8 +62,8 @@ absl::StatusOr<ModelWeights> ModelWeights::Load(const Checkpoint& ckpt, const Mo
       return absl::NotFoundError(absl::StrCat(
           ckpt.dir(), ": tied embeddings need 'model.embed_tokens.weight' or 'lm_head.weight'"));
     }
-    SCD_ASSIGN_OR_RETURN(w.embed,
-                         load.Get(has_embed ? "model.embed_tokens.weight" : "lm_head.weight", {V, d}));
+    SCD_ASSIGN_OR_RETURN(
+        w.embed, load.Get(has_embed ? "model.embed_tokens.weight" : "lm_head.weight", {V, d}));
     w.lm_head = w.embed;
   } else {
     SCD_ASSIGN_OR_RETURN(w.embed, load.Get("model.embed_tokens.weight", {V, d}));

@@ -5,11 +5,11 @@
 #ifndef SCD_MODEL_WEIGHTS_H_
 #define SCD_MODEL_WEIGHTS_H_
 
-#include <cstdint>
-#include <vector>
-
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
+
+#include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "model/checkpoint.h"

@@ -1,8 +1,8 @@
 // The `scd` binary end to end: real generation from ../shared/models, and every kind of bad
 // input ending in one clear error line and exit status 1 (never a crash or a signal).
-#include <filesystem>
-
 #include <gtest/gtest.h>
+
+#include <filesystem>
 
 #include "model/safetensors.h"
 #include "model/tokenizer.h"
@@ -53,8 +53,8 @@ TEST(CliTest, InfoAndTokenize) {
   CommandResult info = RunCommand(Scd() + " info --model " + testing::ModelDir("tinystories-4m"));
   ASSERT_EQ(info.exit_code, 0) << info.err;
   EXPECT_NE(info.out.find("KV bytes per token  6144 (f32)"), std::string::npos) << info.out;
-  CommandResult cfg = RunCommand(Scd() + " info --model " + testing::SharedDir() +
-                                 "/configs/mistral-7b-v0.1.json");
+  CommandResult cfg =
+      RunCommand(Scd() + " info --model " + testing::SharedDir() + "/configs/mistral-7b-v0.1.json");
   ASSERT_EQ(cfg.exit_code, 0) << cfg.err;
   EXPECT_NE(cfg.out.find("sliding_window      4096"), std::string::npos) << cfg.out;
   CommandResult tok = RunCommand(Scd() + " tokenize --model " + testing::ModelDir("stories260k") +

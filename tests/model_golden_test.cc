@@ -67,8 +67,7 @@ TEST_P(GoldenTest, CapturedActivationsMatchReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(SharedModels, GoldenTest,
-                         ::testing::ValuesIn(testing::GoldenModelNames()),
+INSTANTIATE_TEST_SUITE_P(SharedModels, GoldenTest, ::testing::ValuesIn(testing::GoldenModelNames()),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name) {

@@ -1,10 +1,10 @@
 // Loading checkpoints: sharded and bf16/f16 safetensors written here round-trip, tied embeddings
 // under either name, and every malformed input yields a clear error instead of a crash.
-#include <cstring>
-#include <filesystem>
-
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "model/checkpoint.h"
@@ -70,7 +70,9 @@ TEST(SafetensorsTest, ShardedCheckpointRoundTripsExactly) {
     ++i;
   }
   for (int s = 0; s < 3; ++s) {
-    ASSERT_TRUE(shards[s].Write(dir.File("model-0000" + std::to_string(s + 1) + "-of-00003.safetensors")).ok());
+    ASSERT_TRUE(shards[s]
+                    .Write(dir.File("model-0000" + std::to_string(s + 1) + "-of-00003.safetensors"))
+                    .ok());
   }
   WriteFile(dir.File("model.safetensors.index.json"), index.dump());
   auto ckpt = Checkpoint::Open(dir.path());
@@ -92,7 +94,8 @@ TEST(SafetensorsTest, HalfPrecisionFilesConvertExactlyAndRun) {
     CopyConfig(name, dir);
     SafetensorsWriter writer;
     writer.SetMetadata("format", "pt");
-    for (const auto& [tensor_name, t] : tensors) ASSERT_TRUE(writer.Add(tensor_name, t, stored).ok());
+    for (const auto& [tensor_name, t] : tensors)
+      ASSERT_TRUE(writer.Add(tensor_name, t, stored).ok());
     ASSERT_TRUE(writer.Write(dir.File("model.safetensors")).ok());
     auto file = SafetensorsFile::Open(dir.File("model.safetensors"));
     ASSERT_TRUE(file.ok());
@@ -122,7 +125,9 @@ TEST(SafetensorsTest, TiedEmbeddingLoadsUnderEitherName) {
   CopyConfig(name, dir);
   SafetensorsWriter writer;
   for (const auto& [tensor_name, t] : tensors) {
-    ASSERT_TRUE(writer.Add(tensor_name == "lm_head.weight" ? "model.embed_tokens.weight" : tensor_name, t).ok());
+    ASSERT_TRUE(
+        writer.Add(tensor_name == "lm_head.weight" ? "model.embed_tokens.weight" : tensor_name, t)
+            .ok());
   }
   ASSERT_TRUE(writer.Write(dir.File("model.safetensors")).ok());
   const std::vector<TokenId> ids = testing::LoadGolden(name).prompts[1].ids;
@@ -159,16 +164,22 @@ TEST(SafetensorsErrorTest, MalformedHeaders) {
   } cases[] = {
       {"{not json", "header is not a JSON object"},
       {"[1,2]", "header is not a JSON object"},
-      {R"({"a":{"dtype":"F33","shape":[2],"data_offsets":[0,8]}})", "unknown safetensors dtype 'F33'"},
-      {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,80]}})", "run past the 64-byte data section"},
-      {R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", "holds 8 bytes but dtype F32 and its shape need 12"},
+      {R"({"a":{"dtype":"F33","shape":[2],"data_offsets":[0,8]}})",
+       "unknown safetensors dtype 'F33'"},
+      {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,80]}})",
+       "run past the 64-byte data section"},
+      {R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",
+       "holds 8 bytes but dtype F32 and its shape need 12"},
       {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", "are reversed"},
-      {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})", "tensors a and b overlap"},
-      {R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,8]}})", "shape entries must be non-negative"},
+      {R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})",
+       "tensors a and b overlap"},
+      {R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,8]}})",
+       "shape entries must be non-negative"},
       {R"({"a":{"dtype":"F32","shape":[2]}})", "data_offsets must be [begin, end]"},
       {R"({"a":{"shape":[2],"data_offsets":[0,8]}})", "missing dtype"},
       {R"({"__metadata__":{"k":1}})", "__metadata__.k is not a string"},
-      {R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", "shape overflows"},
+      {R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})",
+       "shape overflows"},
   };
   for (const Case& c : cases) {
     WriteRaw(dir.File("bad.safetensors"), c.header, data);
@@ -195,7 +206,8 @@ TEST(CheckpointErrorTest, MissingAndInconsistentFiles) {
 
   WriteFile(dir.File("model.safetensors.index.json"), "{\"weight_map\": ");
   EXPECT_TRUE(Contains(Checkpoint::Open(dir.path()).status(), "not valid JSON"));
-  WriteFile(dir.File("model.safetensors.index.json"), R"({"weight_map":{"w":"shard.safetensors"}})");
+  WriteFile(dir.File("model.safetensors.index.json"),
+            R"({"weight_map":{"w":"shard.safetensors"}})");
   auto no_shard = Checkpoint::Open(dir.path());
   EXPECT_EQ(no_shard.status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(Contains(no_shard.status(), "shard.safetensors")) << no_shard.status();
@@ -203,7 +215,8 @@ TEST(CheckpointErrorTest, MissingAndInconsistentFiles) {
   ASSERT_TRUE(writer.Add("other", at::zeros({2})).ok());
   ASSERT_TRUE(writer.Write(dir.File("shard.safetensors")).ok());
   auto missing_tensor = Checkpoint::Open(dir.path());
-  EXPECT_TRUE(Contains(missing_tensor.status(), "maps 'w' to shard.safetensors, which does not contain it"))
+  EXPECT_TRUE(
+      Contains(missing_tensor.status(), "maps 'w' to shard.safetensors, which does not contain it"))
       << missing_tensor.status();
   WriteFile(dir.File("model.safetensors.index.json"), R"({"weight_map":{"w":"../x.safetensors"}})");
   EXPECT_TRUE(Contains(Checkpoint::Open(dir.path()).status(), "must be a file name"));
@@ -224,20 +237,24 @@ TEST(WeightsErrorTest, MissingTensorAndWrongShapeNameTheTensor) {
     ASSERT_TRUE(writer.Write(dir.File("model.safetensors")).ok());
     auto model = LlamaModel::Load(dir.path(), {});
     EXPECT_EQ(model.status().code(), absl::StatusCode::kNotFound);
-    EXPECT_TRUE(Contains(model.status(), "no tensor 'model.layers.3.mlp.up_proj.weight'")) << model.status();
+    EXPECT_TRUE(Contains(model.status(), "no tensor 'model.layers.3.mlp.up_proj.weight'"))
+        << model.status();
   }
   {
     TempDir dir;
     CopyConfig(name, dir);
     SafetensorsWriter writer;
     for (const auto& [n, t] : tensors) {
-      ASSERT_TRUE(writer.Add(n, n == "model.layers.1.self_attn.k_proj.weight" ? t.t().contiguous() : t).ok());
+      ASSERT_TRUE(
+          writer.Add(n, n == "model.layers.1.self_attn.k_proj.weight" ? t.t().contiguous() : t)
+              .ok());
     }
     ASSERT_TRUE(writer.Write(dir.File("model.safetensors")).ok());
     auto model = LlamaModel::Load(dir.path(), {});
-    EXPECT_TRUE(Contains(model.status(),
-                         "'model.layers.1.self_attn.k_proj.weight' has shape [64, 32] but config.json "
-                         "implies [32, 64]"))
+    EXPECT_TRUE(
+        Contains(model.status(),
+                 "'model.layers.1.self_attn.k_proj.weight' has shape [64, 32] but config.json "
+                 "implies [32, 64]"))
         << model.status();
   }
 }
@@ -247,9 +264,9 @@ TEST(ConfigTest, ParsesEverySharedConfig) {
     std::string file;
     std::string type;
     int64_t params_millions;
-  } expects[] = {{"tinyllama-1.1b.json", "llama", 1100},   {"mistral-7b-v0.1.json", "mistral", 7241},
-                 {"qwen2.5-0.5b.json", "qwen2", 494},      {"smollm2-135m.json", "llama", 134},
-                 {"qwen2.5-32b.json", "qwen2", 32763},     {"mistrallite.json", "mistral", 7241}};
+  } expects[] = {{"tinyllama-1.1b.json", "llama", 1100}, {"mistral-7b-v0.1.json", "mistral", 7241},
+                 {"qwen2.5-0.5b.json", "qwen2", 494},    {"smollm2-135m.json", "llama", 134},
+                 {"qwen2.5-32b.json", "qwen2", 32763},   {"mistrallite.json", "mistral", 7241}};
   for (const Expect& e : expects) {
     auto c = ModelConfig::FromFile(testing::SharedDir() + "/configs/" + e.file);
     ASSERT_TRUE(c.ok()) << e.file << ": " << c.status();
@@ -268,13 +285,15 @@ TEST(ConfigTest, ParsesEverySharedConfig) {
 }
 
 TEST(ConfigTest, RopeScalingVariants) {
-  auto linear = ModelConfig::FromJson(R"({"model_type":"llama","hidden_size":64,"intermediate_size":128,
+  auto linear =
+      ModelConfig::FromJson(R"({"model_type":"llama","hidden_size":64,"intermediate_size":128,
       "num_hidden_layers":2,"num_attention_heads":4,"vocab_size":10,"max_position_embeddings":64,
       "rope_scaling":{"type":"linear","factor":2.0}})");
   ASSERT_TRUE(linear.ok()) << linear.status();
   EXPECT_EQ(linear->rope.scaling, RopeScalingType::kLinear);
   EXPECT_EQ(linear->rope.factor, 2.0);
-  auto llama3 = ModelConfig::FromJson(R"({"model_type":"llama","hidden_size":64,"intermediate_size":128,
+  auto llama3 =
+      ModelConfig::FromJson(R"({"model_type":"llama","hidden_size":64,"intermediate_size":128,
       "num_hidden_layers":2,"num_attention_heads":4,"vocab_size":10,"max_position_embeddings":64,
       "rope_theta":500000.0,"rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,
       "high_freq_factor":4.0,"original_max_position_embeddings":8192}})");
@@ -294,8 +313,10 @@ TEST(ConfigTest, BadConfigsNameTheField) {
       {"[]", "expected a JSON object"},
       {"{" + base + "}", "model_type: required field is missing"},
       {R"({"model_type":"gpt2",)" + base + "}", "model_type: 'gpt2' is not supported"},
-      {R"({"model_type":"llama","hidden_act":"gelu",)" + base + "}", "hidden_act: 'gelu' is not supported"},
-      {R"({"model_type":"llama","hidden_size":"64"})", "hidden_size: expected an integer, got \"64\""},
+      {R"({"model_type":"llama","hidden_act":"gelu",)" + base + "}",
+       "hidden_act: 'gelu' is not supported"},
+      {R"({"model_type":"llama","hidden_size":"64"})",
+       "hidden_size: expected an integer, got \"64\""},
       {R"({"model_type":"llama","rope_scaling":{"type":"yarn","factor":4},)" + base + "}",
        "rope_scaling.type: 'yarn' is not supported"},
       {R"({"model_type":"llama","rope_scaling":{"rope_type":"linear"},)" + base + "}",
@@ -304,7 +325,8 @@ TEST(ConfigTest, BadConfigsNameTheField) {
        "num_key_value_heads: 3 does not divide num_attention_heads (4)"},
       {R"({"model_type":"qwen2","use_sliding_window":true,)" + base + "}", "use_sliding_window"},
       {R"({"model_type":"llama","hidden_size":0})", "hidden_size: must be >= 1, got 0"},
-      {R"({"model_type":"llama","partial_rotary_factor":0.5,)" + base + "}", "partial_rotary_factor"},
+      {R"({"model_type":"llama","partial_rotary_factor":0.5,)" + base + "}",
+       "partial_rotary_factor"},
   };
   for (const Case& c : cases) {
     auto config = ModelConfig::FromJson(c.json, "cfg.json");
@@ -313,7 +335,8 @@ TEST(ConfigTest, BadConfigsNameTheField) {
     EXPECT_TRUE(Contains(config.status(), "cfg.json")) << config.status();
   }
   TempDir dir;
-  EXPECT_EQ(ModelConfig::FromFile(dir.File("config.json")).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ModelConfig::FromFile(dir.File("config.json")).status().code(),
+            absl::StatusCode::kNotFound);
   auto no_config = LlamaModel::Load(dir.path(), {});
   EXPECT_TRUE(Contains(no_config.status(), "config.json")) << no_config.status();
 }

@@ -1,11 +1,11 @@
 // Runtime behaviour beyond the goldens: incremental decode, external caches, layer ranges,
 // sliding windows, biases, RoPE variants and the blocked attention, each checked against an
 // independent computation (a full forward, or the naive reference forward below).
-#include <cmath>
-
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "model/generator.h"
 #include "model/llama_model.h"
@@ -20,7 +20,9 @@ std::unique_ptr<LlamaModel> LoadShared(const std::string& name) {
   return model.ok() ? std::move(*model) : nullptr;
 }
 
-std::vector<TokenId> Ids(std::initializer_list<int> values) { return {values.begin(), values.end()}; }
+std::vector<TokenId> Ids(std::initializer_list<int> values) {
+  return {values.begin(), values.end()};
+}
 
 // A straightforward HF-style forward: repeat_kv, full [heads, T, T] scores with an explicit mask,
 // RoPE from its textbook formula. Shares no code with LlamaModel beyond the weights.
@@ -45,7 +47,8 @@ at::Tensor ReferenceLogits(const LlamaModel& model, const std::vector<TokenId>& 
   for (int64_t p = 0; p < T; ++p) {
     for (int64_t i = 0; i < hd / 2; ++i) angles[p][i] = static_cast<double>(p) * inv[i];
   }
-  at::Tensor cos = at::cat({angles.cos(), angles.cos()}, -1), sin = at::cat({angles.sin(), angles.sin()}, -1);
+  at::Tensor cos = at::cat({angles.cos(), angles.cos()}, -1),
+             sin = at::cat({angles.sin(), angles.sin()}, -1);
   auto rope = [&](const at::Tensor& x) {  // [heads, T, hd]
     at::Tensor rotated = at::cat({-x.narrow(-1, hd / 2, hd / 2), x.narrow(-1, 0, hd / 2)}, -1);
     return x * cos + rotated * sin;
@@ -67,7 +70,8 @@ at::Tensor ReferenceLogits(const LlamaModel& model, const std::vector<TokenId>& 
     q = rope(q);
     k = rope(k).repeat_interleave(H / Hkv, 0);
     v = v.repeat_interleave(H / Hkv, 0);
-    at::Tensor scores = at::matmul(q, k.transpose(1, 2)) / std::sqrt(static_cast<double>(hd)) + mask;
+    at::Tensor scores =
+        at::matmul(q, k.transpose(1, 2)) / std::sqrt(static_cast<double>(hd)) + mask;
     at::Tensor attn = at::matmul(at::softmax(scores, -1), v).transpose(0, 1).reshape({T, H * hd});
     h = h + linear(attn, lw.wo, lw.bo);
     x = norm(h, lw.mlp_norm);
@@ -136,8 +140,7 @@ TEST(RuntimeTest, IncrementalDecodeEqualsFullForward) {
     }
     at::Tensor full = FullLogits(*model, seq);
     at::Tensor incremental = at::cat(step_logits, 0);
-    EXPECT_LE(testing::MaxAbsDiff(incremental,
-                                  full.narrow(0, prompt_len - 1, incremental.size(0))),
+    EXPECT_LE(testing::MaxAbsDiff(incremental, full.narrow(0, prompt_len - 1, incremental.size(0))),
               2e-5)
         << name;
   }
@@ -389,7 +392,8 @@ TEST(RuntimeTest, Bf16RunsOnCpuCloseToGolden) {
   ASSERT_TRUE(out.ok()) << out.status();
   at::Tensor expected = golden.Tensor("p2.logits");
   // bf16 keeps ~3 significant digits; the argmax should almost always survive.
-  double agree = (out->logits.argmax(-1) == expected.argmax(-1)).to(at::kDouble).mean().item<double>();
+  double agree =
+      (out->logits.argmax(-1) == expected.argmax(-1)).to(at::kDouble).mean().item<double>();
   EXPECT_GE(agree, 0.9);
   EXPECT_LE(testing::MaxAbsDiff(out->logits, expected), 0.5);
 }

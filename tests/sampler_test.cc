@@ -1,12 +1,12 @@
 // Sampling against analytic distributions: greedy = argmax, temperature = softmax(l / T),
 // top-k and top-p truncate and renormalise exactly as defined, seeds reproduce.
-#include <cmath>
-#include <vector>
+#include "model/sampler.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "model/sampler.h"
+#include <cmath>
+#include <vector>
 
 namespace scd {
 namespace {
@@ -24,7 +24,7 @@ TEST(SamplerTest, GreedyIsFirstArgmax) {
   Sampler sampler({});
   EXPECT_EQ(sampler.Sample(kLogits), 1);
   EXPECT_EQ(sampler.Sample(at::tensor({2.0f, 5.0f, 5.0f})), 1);  // ties -> lowest index
-  EXPECT_EQ(sampler.Sample(kLogits.unsqueeze(0)), 1);             // [1, V] accepted
+  EXPECT_EQ(sampler.Sample(kLogits.unsqueeze(0)), 1);            // [1, V] accepted
 }
 
 TEST(SamplerTest, TemperatureMatchesSoftmax) {

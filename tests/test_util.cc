@@ -1,16 +1,15 @@
 #include "tests/test_util.h"
 
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
-#include <ATen/ATen.h>
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 namespace scd::testing {
 
@@ -24,7 +23,7 @@ std::string BuildDir() { return SCD_BUILD_DIR; }
 
 const std::vector<std::string>& GoldenModelNames() {
   static const std::vector<std::string> names = {
-      "stories260k",   "stories260k-fables",    "llama2xs-260k",   "tinystories-656k",
+      "stories260k",    "stories260k-fables",    "llama2xs-260k",   "tinystories-656k",
       "tinystories-4m", "tinystories-4m-fables", "tinystories-4m-b"};
   return names;
 }

@@ -2,11 +2,11 @@
 #ifndef SCD_TESTS_TEST_UTIL_H_
 #define SCD_TESTS_TEST_UTIL_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "model/safetensors.h"
 #include "model/token_id.h"
@@ -56,8 +56,8 @@ std::string ReadFile(const std::string& path);
 
 // Runs a shell command, capturing stdout and stderr separately.
 struct CommandResult {
-  int exit_code = -1;   // -1 when killed by a signal
-  int signal = 0;       // the signal, if any
+  int exit_code = -1;  // -1 when killed by a signal
+  int signal = 0;      // the signal, if any
   std::string out, err;
 };
 CommandResult RunCommand(const std::string& command);
