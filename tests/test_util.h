@@ -1,4 +1,5 @@
-// Shared helpers for tests: locating ../shared, reading goldens, temp dirs, running binaries.
+// Shared helpers for model tests: goldens from ../shared/golden and tensor comparison, on top of
+// the torch-free helpers of test_files.h.
 #ifndef SCD_TESTS_TEST_UTIL_H_
 #define SCD_TESTS_TEST_UTIL_H_
 
@@ -10,13 +11,9 @@
 
 #include "model/safetensors.h"
 #include "model/token_id.h"
+#include "tests/test_files.h"
 
 namespace scd::testing {
-
-// ../shared (or $SCD_SHARED_DIR when set).
-std::string SharedDir();
-std::string ModelDir(const std::string& name);  // SharedDir()/models/NAME
-std::string BuildDir();                         // the CMake build tree
 
 // All real checkpoints in ../shared/models that have goldens.
 const std::vector<std::string>& GoldenModelNames();
@@ -38,29 +35,6 @@ struct Golden {
 Golden LoadGolden(const std::string& model_name);
 
 double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b);
-
-// A fresh empty directory, removed when the object dies.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::string& path() const { return path_; }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
-
-void WriteFile(const std::string& path, const std::string& contents);
-std::string ReadFile(const std::string& path);
-
-// Runs a shell command, capturing stdout and stderr separately.
-struct CommandResult {
-  int exit_code = -1;  // -1 when killed by a signal
-  int signal = 0;      // the signal, if any
-  std::string out, err;
-};
-CommandResult RunCommand(const std::string& command);
 
 }  // namespace scd::testing
 

@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "model/tokenizer.h"
+#include "model/tokenizer_unicode.h"
+#include "tests/test_files.h"
 
 namespace scd {
 namespace {
@@ -31,38 +33,14 @@ std::string EnvOr(const char* name, const std::string& fallback) {
   const char* value = std::getenv(name);
   return value != nullptr && *value != '\0' ? std::string(value) : fallback;
 }
-std::string SharedDir() { return EnvOr("SCD_SHARED_DIR", SCD_SHARED_DIR); }
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::ReadFile;
+using testing::SharedDir;
 
 std::string Escape(const std::string& s) {
   return Json(s).dump(-1, ' ', /*ensure_ascii=*/true, Json::error_handler_t::replace);
 }
 
 std::string IdsToString(const std::vector<TokenId>& ids) { return Json(ids).dump(); }
-
-void AppendUtf8(char32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
 
 // Deterministic generator of test inputs (fixed seed, no implementation-defined distributions).
 class InputGenerator {
@@ -71,7 +49,7 @@ class InputGenerator {
     for (const char* name :
          {"fables_fairytales.txt", "tinystories_train_head.txt", "tinystories_valid_hf.txt",
           "wikitext2_test.raw.txt", "tinystories_train_prompts.txt"}) {
-      corpus_.push_back(ReadFile(fs::path(SharedDir()) / "data" / name));
+      corpus_.push_back(ReadFile((fs::path(SharedDir()) / "data" / name).string()));
     }
   }
 
@@ -143,9 +121,9 @@ class InputGenerator {
     std::string out;
     if (pick < 70) {
       const Range& r = kRanges[Uniform(std::size(kRanges))];
-      AppendUtf8(r.lo + static_cast<char32_t>(Uniform(r.hi - r.lo + 1)), &out);
+      tokenizer_internal::AppendUtf8(r.lo + static_cast<char32_t>(Uniform(r.hi - r.lo + 1)), &out);
     } else if (pick < 85) {
-      AppendUtf8(kSpecials[Uniform(std::size(kSpecials))], &out);
+      tokenizer_internal::AppendUtf8(kSpecials[Uniform(std::size(kSpecials))], &out);
     } else {
       out = kClusters[Uniform(std::size(kClusters))];
     }

@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/test_files.h"
+
 namespace scd {
 namespace {
 
@@ -24,18 +26,8 @@ namespace fs = std::filesystem;
 using Json = nlohmann::json;
 using ::testing::HasSubstr;
 
-// ../shared (or $SCD_SHARED_DIR when set). Local copy: tokenizer tests do not link libtorch.
-std::string SharedDir() {
-  const char* env = std::getenv("SCD_SHARED_DIR");
-  return env != nullptr && *env != '\0' ? std::string(env) : std::string(SCD_SHARED_DIR);
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::ReadFile;
+using testing::SharedDir;
 
 std::string ModelTokenizerPath(const std::string& model) {
   return SharedDir() + "/models/" + model + "/tokenizer.json";

@@ -1,0 +1,40 @@
+// Torch-free test helpers: locating ../shared and the build tree, files, temp dirs, commands.
+// Tokenizer tests use these without linking libtorch.
+#ifndef SCD_TESTS_TEST_FILES_H_
+#define SCD_TESTS_TEST_FILES_H_
+
+#include <string>
+
+namespace scd::testing {
+
+// ../shared (or $SCD_SHARED_DIR when set).
+std::string SharedDir();
+std::string ModelDir(const std::string& name);  // SharedDir()/models/NAME
+std::string BuildDir();                         // the CMake build tree
+
+// A fresh empty directory, removed when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+void WriteFile(const std::string& path, const std::string& contents);
+std::string ReadFile(const std::string& path);
+
+// Runs a shell command, capturing stdout and stderr separately.
+struct CommandResult {
+  int exit_code = -1;  // -1 when killed by a signal
+  int signal = 0;      // the signal, if any
+  std::string out, err;
+};
+CommandResult RunCommand(const std::string& command);
+
+}  // namespace scd::testing
+
+#endif  // SCD_TESTS_TEST_FILES_H_
