@@ -73,6 +73,40 @@ absl::StatusOr<GenerationResult> GenerateTokens(const LlamaModel& model,
   return result;
 }
 
+StopStringMatcher::StopStringMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
+  stops_.erase(std::remove(stops_.begin(), stops_.end(), std::string()), stops_.end());
+}
+
+bool StopStringMatcher::Add(std::string_view piece, const TextCallback& emit) {
+  pending_.append(piece.data(), piece.size());
+  size_t first = std::string::npos;
+  for (const std::string& stop : stops_) first = std::min(first, pending_.find(stop));
+  if (first != std::string::npos) {
+    emit(std::string_view(pending_).substr(0, first));
+    pending_.clear();
+    return true;
+  }
+  // Hold back the longest suffix that could still grow into a stop string. Everything before it
+  // has been checked, so a whole match always lies inside pending_.
+  size_t hold = 0;
+  for (const std::string& stop : stops_) {
+    for (size_t n = std::min(stop.size() - 1, pending_.size()); n > hold; --n) {
+      if (pending_.compare(pending_.size() - n, n, stop, 0, n) == 0) {
+        hold = n;
+        break;
+      }
+    }
+  }
+  emit(std::string_view(pending_).substr(0, pending_.size() - hold));
+  pending_.erase(0, pending_.size() - hold);
+  return false;
+}
+
+void StopStringMatcher::Finish(const TextCallback& emit) {
+  emit(pending_);
+  pending_.clear();
+}
+
 absl::StatusOr<GenerationResult> GenerateText(const LlamaModel& model, const Tokenizer& tokenizer,
                                               std::string_view prompt,
                                               const GenerationOptions& options,
@@ -89,17 +123,22 @@ absl::StatusOr<GenerationResult> GenerateText(const LlamaModel& model, const Tok
   StreamingDetokenizer detok(tokenizer, /*skip_special_tokens=*/true);
   for (TokenId id : ids) detok.Push(id);
   std::string text;
-  auto emit = [&](const std::string& piece) {
+  auto emit = [&](std::string_view piece) {
     if (piece.empty()) return;
-    text += piece;
+    text.append(piece.data(), piece.size());
     if (on_text) on_text(piece);
   };
+  StopStringMatcher stops(options.stop_strings);
+  bool stopped = false;
   SCD_ASSIGN_OR_RETURN(GenerationResult result,
                        GenerateTokens(model, ids, &cache, options, [&](TokenId id) {
-                         emit(detok.Push(id));
-                         return true;
+                         stopped = stops.Add(detok.Push(id), emit);
+                         return !stopped;
                        }));
-  emit(detok.Flush());
+  if (!stopped) {
+    stops.Add(detok.Flush(), emit);
+    stops.Finish(emit);
+  }
   result.text = std::move(text);
   return result;
 }

@@ -26,6 +26,9 @@ struct GenerationOptions {
   std::vector<TokenId> stop_token_ids;  // empty: the model's eos ids
   bool ignore_eos = false;              // keep going past eos (benchmarks, goldens)
   bool add_bos = true;                  // text-level: let the tokenizer add its special tokens
+  // Text-level: stop when the output contains one of these; the text ends before it. Streamed
+  // text never shows a partial match (a possible start of a stop string is held back).
+  std::vector<std::string> stop_strings;
 };
 
 struct GenerationResult {
@@ -41,6 +44,21 @@ struct GenerationResult {
 using TokenCallback = std::function<bool(TokenId)>;
 // Called per text piece (never half a UTF-8 character).
 using TextCallback = std::function<void(std::string_view)>;
+
+// Finds stop strings in streamed text: Add() passes on what can no longer be part of a match
+// and returns true (after emitting the text before it) once a stop string is complete.
+// Thread-safety: not thread-safe; one per stream.
+class StopStringMatcher {
+ public:
+  explicit StopStringMatcher(std::vector<std::string> stops);
+  bool Add(std::string_view piece, const TextCallback& emit);
+  // End of stream: emits whatever was held back.
+  void Finish(const TextCallback& emit);
+
+ private:
+  std::vector<std::string> stops_;
+  std::string pending_;  // held back: a suffix that is a proper prefix of some stop string
+};
 
 // Runs `prompt_ids[cache->length():]` (at least one token: the last prompt token's logits seed
 // sampling) then samples up to max_tokens. A cache already holding a prefix (native or rebuilt

@@ -46,6 +46,7 @@ struct GenerateFlags {
   float top_p = 1.0f;
   uint64_t seed = 0;
   std::vector<int> stop_ids;
+  std::vector<std::string> stop_strings;
   bool ignore_eos = false;
   bool dummy_weights = false;
   int layers = 0;
@@ -101,6 +102,7 @@ absl::Status RunGenerate(const CommonFlags& common, const GenerateFlags& flags) 
   gen.sampling = {flags.temperature, flags.top_k, flags.top_p, flags.seed};
   gen.stop_token_ids.assign(flags.stop_ids.begin(), flags.stop_ids.end());
   gen.ignore_eos = flags.ignore_eos;
+  gen.stop_strings = flags.stop_strings;
   GenerationResult result;
   const fs::path tokenizer_path = fs::path(common.model) / "tokenizer.json";
   if (!flags.prompt_ids.empty()) {
@@ -212,6 +214,7 @@ int Main(int argc, char** argv) {
   generate->add_option("--seed", gen.seed, "sampling (and dummy-weight) seed")
       ->capture_default_str();
   generate->add_option("--stop-id", gen.stop_ids, "stop token id (repeatable; default: eos)");
+  generate->add_option("--stop", gen.stop_strings, "stop at this text, not printed (repeatable)");
   generate->add_flag("--ignore-eos", gen.ignore_eos, "do not stop at eos");
   generate->add_flag("--dummy-weights", gen.dummy_weights,
                      "seeded random weights from config.json alone (speed work)");
