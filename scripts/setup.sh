@@ -14,7 +14,7 @@ PACKAGES=(
   libucx-dev ucx-utils
   libspdlog-dev libfmt-dev libabsl-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libpcre2-dev libutf8proc-dev
+  libpcre2-dev libutf8proc-dev libssl-dev
 )
 
 missing=()

@@ -1,6 +1,7 @@
 #include "tests/test_util.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -42,6 +43,34 @@ double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b) {
   EXPECT_EQ(a.sizes(), b.sizes());
   if (a.sizes() != b.sizes()) return 1e30;
   return (a.to(at::kCPU, at::kDouble) - b.to(at::kCPU, at::kDouble)).abs().max().item<double>();
+}
+
+Artifact SyntheticArtifact(const LlamaModel& model) {
+  at::Generator gen = at::detail::createCPUGenerator(10);
+  const ModelConfig& c = model.config();
+  Artifact a;
+  a.producer = *ModelIdentity::Of(model);
+  a.consumer = a.producer;
+  auto translator = [&](int64_t maps, int64_t din, int64_t r, int64_t dout) {
+    return *ReuseTranslator::FromTensors(at::randn({maps, din}, gen), at::randn({maps, dout}, gen),
+                                         at::randn({maps, din, r}, gen),
+                                         at::randn({maps, r, dout}, gen));
+  };
+  for (int l = 0; l < c.num_layers; ++l) {
+    ArtifactLayer layer;
+    layer.key = translator(c.num_kv_heads, c.head_dim, 2, c.head_dim);
+    layer.value = translator(c.num_kv_heads, c.head_dim, 3, c.head_dim);
+    if (l == 1 || l == 3) {
+      layer.route = LayerRoute::kPatch;
+      layer.patch =
+          *PatchAligner::Create(translator(1, c.hidden_size, 5, c.hidden_size), at::ones({5}),
+                                {at::randn({7, 5}, gen), at::randn({c.hidden_size, 7}, gen)},
+                                {at::randn({7}, gen), at::randn({c.hidden_size}, gen)});
+    }
+    a.layers.push_back(std::move(layer));
+  }
+  a.policy_json = R"({"recompute_layers": [2, 3]})";
+  return a;
 }
 
 }  // namespace scd::testing

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "codec/artifact.h"
 #include "model/safetensors.h"
 #include "model/token_id.h"
 #include "tests/test_files.h"
@@ -35,6 +36,11 @@ struct Golden {
 Golden LoadGolden(const std::string& model_name);
 
 double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b);
+
+// A random but well-formed artifact for a model shaped like stories260k (fitted "for" the model
+// with itself): ranks (r_K, r_V) = (2, 3) everywhere, patch layers 1 and 3 with r_H = 5 and a
+// one-hidden-layer aligner, recompute plan {2, 3}.
+Artifact SyntheticArtifact(const LlamaModel& model);
 
 }  // namespace scd::testing
 

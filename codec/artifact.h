@@ -1,0 +1,68 @@
+// Artifact: everything calibration learned for one producer -> consumer pair, in one safetensors
+// file. Tensors hold the per-layer reuse translators (K and V, every layer) and the patch aligners
+// (patch layers); `__metadata__` holds the format version, both models' fingerprints, names and
+// rope configs, the per-layer route (reuse or patch), ranks, the fit method, the calibration
+// summary, the layer-policy trace and the fidelity measured at fit time, plus a SHA-256 of all
+// tensor bytes so corruption is caught on load.
+// Thread-safety: a loaded Artifact is immutable; safe to share.
+#ifndef SCD_CODEC_ARTIFACT_H_
+#define SCD_CODEC_ARTIFACT_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "codec/patch_aligner.h"
+#include "codec/reuse_translator.h"
+#include "model/config.h"
+#include "model/llama_model.h"
+
+namespace scd {
+
+inline constexpr int kArtifactFormatVersion = 1;
+
+enum class LayerRoute { kReuse, kPatch };
+std::string LayerRouteName(LayerRoute route);
+
+// Who an artifact was fitted for.
+struct ModelIdentity {
+  std::string name;         // directory name, informational
+  std::string fingerprint;  // FingerprintModel()
+  RopeConfig rope;
+  int64_t layers = 0, kv_heads = 0, head_dim = 0, hidden = 0;
+
+  static absl::StatusOr<ModelIdentity> Of(const LlamaModel& model);
+};
+
+struct ArtifactLayer {
+  LayerRoute route = LayerRoute::kReuse;
+  ReuseTranslator key, value;         // every layer (reuse-only mode uses them all)
+  std::optional<PatchAligner> patch;  // patch layers
+};
+
+struct Artifact {
+  ModelIdentity producer, consumer;
+  std::vector<ArtifactLayer> layers;
+  std::string fit_method;
+  // JSON documents kept verbatim in the metadata (empty: "{}").
+  std::string calibration_json;  // data, prefixes, tokens, ridge, seeds, timings
+  std::string policy_json;    // restore-one sensitivities, greedy trace, chosen k, recompute plan
+  std::string fidelity_json;  // metrics measured at fit time on the held-out split
+
+  std::vector<int> PatchLayers() const;
+  // Recompute layers chosen at fit time (DroidSpeak-style baseline), from policy_json.
+  std::vector<int> RecomputeLayers() const;
+
+  absl::Status Save(const std::string& path) const;
+  // Validates the file (safetensors structure, version, tensor checksum, shapes, routes).
+  static absl::StatusOr<Artifact> Load(const std::string& path);
+  // Load() plus a check that `producer` and `consumer` are the models it was fitted for.
+  static absl::StatusOr<Artifact> LoadFor(const std::string& path, const LlamaModel& producer,
+                                          const LlamaModel& consumer);
+  absl::Status CheckModels(const LlamaModel& producer, const LlamaModel& consumer) const;
+};
+
+}  // namespace scd
+
+#endif  // SCD_CODEC_ARTIFACT_H_

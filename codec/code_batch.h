@@ -1,0 +1,65 @@
+// CodeBatch: one request's transfer payload, the unit a producer encodes and a consumer rebuilds
+// its cache from. It is a list of CodeChunks, each one tensor of one kind for one layer and token
+// range, held in its wire representation so that byte counts are exact.
+// Thread-safety: plain value types.
+#ifndef SCD_CODEC_CODE_BATCH_H_
+#define SCD_CODEC_CODE_BATCH_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace scd {
+
+enum class PayloadKind {
+  kKeyCode,      // reuse code of pre-RoPE keys      [kv_heads, T, r_K]
+  kValueCode,    // reuse code of values             [kv_heads, T, r_V]
+  kHiddenCode,   // patch code of the attention input [T, r_H]
+  kRawKey,       // pre-RoPE keys                    [kv_heads, T, head_dim]
+  kRawValue,     // values                           [kv_heads, T, head_dim]
+  kHiddenState,  // residual stream entering a recomputed segment [T, hidden]
+};
+
+// How values travel. kInt8: symmetric per-row scale (f16); kInt4: asymmetric groups of 32
+// consecutive values with f16 scale and zero, two values per byte.
+enum class WireDtype { kF32, kF16, kBF16, kInt8, kInt4 };
+
+std::string PayloadKindName(PayloadKind kind);
+std::string WireDtypeName(WireDtype dtype);
+absl::StatusOr<WireDtype> ParseWireDtype(const std::string& name);
+
+struct CodeChunk {
+  int layer = 0;
+  PayloadKind kind = PayloadKind::kKeyCode;
+  int64_t token_begin = 0, token_end = 0;
+  WireDtype dtype = WireDtype::kF16;
+  std::vector<int64_t> shape;  // logical shape of the decoded tensor
+  at::Tensor data;             // wire values: float, int8, or uint8 (packed int4)
+  at::Tensor scales;  // int8: f16 [rows]; int4: f16 [groups, 2] (scale, zero); else undefined
+
+  // Bytes on the wire: data plus scales.
+  int64_t bytes() const;
+};
+
+struct CodeBatch {
+  std::string mode;
+  int64_t tokens = 0;  // prefix positions covered
+  std::vector<CodeChunk> chunks;
+
+  int64_t bytes() const;
+  std::map<int, int64_t> BytesPerLayer() const;
+  double BytesPerToken() const { return tokens > 0 ? static_cast<double>(bytes()) / tokens : 0.0; }
+};
+
+// Wire encoding of one float tensor (any shape) and back. Decoding returns float32 on `device`.
+CodeChunk PackTensor(const at::Tensor& values, WireDtype dtype);
+at::Tensor UnpackTensor(const CodeChunk& chunk, c10::Device device);
+
+}  // namespace scd
+
+#endif  // SCD_CODEC_CODE_BATCH_H_

@@ -1,0 +1,36 @@
+// CodeDecoder: the consumer side of a transfer. It rebuilds the consumer's own native KV cache
+// for a prefix from a CodeBatch: raw/int4 K/V are rotated with the consumer's RoPE, reuse codes
+// are decoded by the translators, patch codes go through the aligners and the consumer's own
+// W_k/W_v, recomputed segments run the consumer's layers.
+// Thread-safety: immutable after construction; Decode may run concurrently on distinct caches.
+#ifndef SCD_CODEC_CODE_DECODER_H_
+#define SCD_CODEC_CODE_DECODER_H_
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "codec/artifact.h"
+#include "codec/code_batch.h"
+#include "codec/transfer_plan.h"
+#include "model/llama_model.h"
+
+namespace scd {
+
+class CodeDecoder {
+ public:
+  // REQUIRES: `artifact` (may be null for modes without one) outlives the decoder and was
+  // fitted for `consumer`.
+  CodeDecoder(const LlamaModel& consumer, const Artifact* artifact);
+
+  // Fills every layer of the empty `cache` with the batch's prefix positions. `tokens` are the
+  // prefix ids (local mode and a recomputed segment starting at layer 0 embed them).
+  absl::Status Decode(const CodeBatch& batch, absl::Span<const TokenId> tokens,
+                      KvCache* cache) const;
+
+ private:
+  const LlamaModel& consumer_;
+  const Artifact* artifact_;
+};
+
+}  // namespace scd
+
+#endif  // SCD_CODEC_CODE_DECODER_H_

@@ -1,0 +1,37 @@
+// CodeEncoder: the producer side of a transfer. Given the activations its prefill captured (the
+// plan's CaptureSpec), it builds the CodeBatch the plan calls for: raw or int4 K/V, reuse codes,
+// hidden-state codes for patch layers, residual streams for recomputed segments.
+// Thread-safety: immutable after construction; Encode may run concurrently.
+#ifndef SCD_CODEC_CODE_ENCODER_H_
+#define SCD_CODEC_CODE_ENCODER_H_
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "codec/artifact.h"
+#include "codec/code_batch.h"
+#include "codec/transfer_plan.h"
+#include "model/llama_model.h"
+
+namespace scd {
+
+class CodeEncoder {
+ public:
+  // REQUIRES: `artifact` (may be null for modes without one) outlives the encoder.
+  CodeEncoder(TransferPlan plan, const Artifact* artifact, TransferOptions options);
+
+  const TransferPlan& plan() const { return plan_; }
+  // Encodes captures of a prefill over `tokens` positions.
+  absl::StatusOr<CodeBatch> Encode(const Captures& captures, int64_t tokens) const;
+  // Runs the producer's prefill over `tokens` (capturing what the plan needs) and encodes it.
+  absl::StatusOr<CodeBatch> Prefill(const LlamaModel& producer,
+                                    absl::Span<const TokenId> tokens) const;
+
+ private:
+  TransferPlan plan_;
+  const Artifact* artifact_;
+  TransferOptions options_;
+};
+
+}  // namespace scd
+
+#endif  // SCD_CODEC_CODE_ENCODER_H_

@@ -1,0 +1,101 @@
+#include "codec/fingerprint.h"
+
+#include <ATen/ATen.h>
+#include <openssl/evp.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "model/checkpoint.h"
+#include "model/status_macros.h"
+
+namespace scd {
+
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr);
+}
+
+Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
+
+void Sha256::Update(const void* data, size_t size) {
+  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data, size);
+}
+
+std::string Sha256::HexDigest() {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), digest, &length);
+  std::string hex;
+  for (unsigned int i = 0; i < length; ++i) absl::StrAppendFormat(&hex, "%02x", digest[i]);
+  return hex;
+}
+
+std::string Sha256Hex(std::string_view bytes) {
+  Sha256 h;
+  h.Update(bytes);
+  return h.HexDigest();
+}
+
+std::string CanonicalConfig(const ModelConfig& c) {
+  return absl::StrCat("model_type=", c.model_type, ";hidden=", c.hidden_size,
+                      ";ffn=", c.intermediate_size, ";layers=", c.num_layers,
+                      ";heads=", c.num_heads, ";kv_heads=", c.num_kv_heads,
+                      ";head_dim=", c.head_dim, ";vocab=", c.vocab_size,
+                      ";max_positions=", c.max_position_embeddings,
+                      ";eps=", absl::StrFormat("%.9g", c.rms_norm_eps), ";rope=", c.rope.ToString(),
+                      ";tied=", c.tie_word_embeddings, ";qkv_bias=", c.qkv_bias,
+                      ";o_bias=", c.o_bias, ";mlp_bias=", c.mlp_bias,
+                      ";window=", c.sliding_window ? absl::StrCat(*c.sliding_window) : "none");
+}
+
+absl::StatusOr<std::string> FingerprintModelDir(const std::string& dir) {
+  SCD_ASSIGN_OR_RETURN(
+      ModelConfig config,
+      ModelConfig::FromFile((std::filesystem::path(dir) / "config.json").string()));
+  SCD_ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::Open(dir));
+  Sha256 h;
+  h.Update(CanonicalConfig(config));
+  for (const std::string& name : checkpoint->names()) {  // sorted
+    const TensorEntry* e = checkpoint->Find(name);
+    h.Update(absl::StrCat("\n", name, ":", std::string(StDtypeName(e->dtype)), ":",
+                          absl::StrJoin(e->shape, ","), "\n"));
+    h.Update(e->data, static_cast<size_t>(e->size_bytes));
+  }
+  return h.HexDigest();
+}
+
+absl::StatusOr<std::string> FingerprintModel(const LlamaModel& model) {
+  if (!model.source().empty()) return FingerprintModelDir(model.source());
+  Sha256 h;
+  h.Update(CanonicalConfig(model.config()));
+  auto add = [&](const std::string& name, const at::Tensor& t) {
+    if (!t.defined()) return;
+    at::Tensor c = t.to(at::kCPU).contiguous();
+    h.Update(absl::StrCat("\n", name, ":", c10::toString(c.scalar_type()), ":",
+                          absl::StrJoin(c.sizes().vec(), ","), "\n"));
+    h.Update(c.data_ptr(), c.numel() * c.element_size());
+  };
+  const ModelWeights& w = model.weights();
+  add("embed", w.embed);
+  add("lm_head", w.lm_head);
+  add("final_norm", w.final_norm);
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const LayerWeights& lw = w.layers[l];
+    const std::string p = absl::StrCat("layer", l, ".");
+    add(p + "attn_norm", lw.attn_norm);
+    add(p + "wqkv", lw.wqkv);
+    add(p + "bqkv", lw.bqkv);
+    add(p + "wo", lw.wo);
+    add(p + "bo", lw.bo);
+    add(p + "mlp_norm", lw.mlp_norm);
+    add(p + "w_gate_up", lw.w_gate_up);
+    add(p + "b_gate_up", lw.b_gate_up);
+    add(p + "w_down", lw.w_down);
+    add(p + "b_down", lw.b_down);
+  }
+  return h.HexDigest();
+}
+
+}  // namespace scd

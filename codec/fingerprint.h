@@ -1,0 +1,44 @@
+// Model fingerprints: a SHA-256 over a model's architecture (its parsed config) and every
+// tensor's name, dtype, shape and bytes. An artifact records the fingerprints of the pair it was
+// fitted on, so it is never applied to other weights by accident.
+// Thread-safety: stateless functions.
+#ifndef SCD_CODEC_FINGERPRINT_H_
+#define SCD_CODEC_FINGERPRINT_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "model/llama_model.h"
+
+namespace scd {
+
+// Hex SHA-256 of the bytes.
+std::string Sha256Hex(std::string_view bytes);
+
+// Streaming SHA-256 (wraps OpenSSL's EVP digest).
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  void Update(const void* data, size_t size);
+  void Update(std::string_view s) { Update(s.data(), s.size()); }
+  std::string HexDigest();  // finishes the hash
+
+ private:
+  void* ctx_;
+};
+
+// The architecture part: a canonical string of the fields that change the computation.
+std::string CanonicalConfig(const ModelConfig& config);
+
+// A model directory as stored (weights hashed straight from the mapped safetensors).
+absl::StatusOr<std::string> FingerprintModelDir(const std::string& dir);
+// A loaded model: from its directory when it has one, else from its in-memory weights.
+absl::StatusOr<std::string> FingerprintModel(const LlamaModel& model);
+
+}  // namespace scd
+
+#endif  // SCD_CODEC_FINGERPRINT_H_

@@ -1,0 +1,121 @@
+// Artifacts: exact round trips, and clear errors for the wrong models (fingerprints), truncated
+// or corrupted files, unknown versions and files that are not artifacts at all.
+#include "codec/artifact.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "codec/code_encoder.h"
+#include "codec/fingerprint.h"
+#include "tests/test_util.h"
+
+namespace scd {
+namespace {
+
+bool Contains(const absl::Status& s, const std::string& text) {
+  return std::string(s.message()).find(text) != std::string::npos;
+}
+
+class ArtifactTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = *LlamaModel::Load(testing::ModelDir("stories260k"), {});
+    other_ = *LlamaModel::Load(testing::ModelDir("stories260k-fables"), {});
+    artifact_ = testing::SyntheticArtifact(*model_);
+    artifact_.fit_method = "rrr";
+    artifact_.calibration_json = R"({"prefixes": 7})";
+    artifact_.fidelity_json = R"({"scd": {"kl": 0.5}})";
+    path_ = dir_.File("pair.scd");
+    ASSERT_TRUE(artifact_.Save(path_).ok());
+  }
+  std::unique_ptr<LlamaModel> model_, other_;
+  Artifact artifact_;
+  testing::TempDir dir_;
+  std::string path_;
+};
+
+TEST_F(ArtifactTest, RoundTripsExactly) {
+  auto loaded = Artifact::LoadFor(path_, *model_, *model_);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->PatchLayers(), (std::vector<int>{1, 3}));
+  EXPECT_EQ(loaded->RecomputeLayers(), (std::vector<int>{2, 3}));
+  EXPECT_EQ(loaded->producer.fingerprint, artifact_.producer.fingerprint);
+  EXPECT_EQ(loaded->consumer.rope, artifact_.consumer.rope);
+  EXPECT_EQ(loaded->fit_method, "rrr");
+  EXPECT_NE(loaded->calibration_json.find("\"prefixes\":7"), std::string::npos);
+  for (size_t l = 0; l < artifact_.layers.size(); ++l) {
+    const ArtifactLayer &a = artifact_.layers[l], &b = loaded->layers[l];
+    EXPECT_EQ(a.route, b.route);
+    EXPECT_TRUE(at::equal(a.key.w_enc(), b.key.w_enc()));
+    EXPECT_TRUE(at::equal(a.value.w_dec(), b.value.w_dec()));
+    EXPECT_TRUE(at::equal(a.key.mu_b(), b.key.mu_b()));
+    ASSERT_EQ(a.patch.has_value(), b.patch.has_value());
+    if (a.patch) {
+      at::Tensor z = at::randn({4, 5});
+      EXPECT_TRUE(at::equal(a.patch->Align(z), b.patch->Align(z)));
+    }
+  }
+  // The same codes come out of the loaded artifact.
+  const std::vector<TokenId> prefix = testing::LoadGolden("stories260k").prompts[2].ids;
+  auto plan = *TransferPlan::Make(TransferMode::kScd, model_->config(), &artifact_, {});
+  auto a = *CodeEncoder(plan, &artifact_, {}).Prefill(*model_, prefix);
+  auto b = *CodeEncoder(plan, &*loaded, {}).Prefill(*model_, prefix);
+  ASSERT_EQ(a.chunks.size(), b.chunks.size());
+  for (size_t i = 0; i < a.chunks.size(); ++i)
+    EXPECT_TRUE(at::equal(a.chunks[i].data, b.chunks[i].data));
+}
+
+TEST_F(ArtifactTest, OtherModelsAreRefusedByFingerprint) {
+  auto wrong_consumer = Artifact::LoadFor(path_, *model_, *other_);
+  EXPECT_EQ(wrong_consumer.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(wrong_consumer.status(), "artifact was fitted for consumer 'stories260k'"))
+      << wrong_consumer.status();
+  EXPECT_TRUE(Contains(wrong_consumer.status(), "refit")) << wrong_consumer.status();
+  auto wrong_producer = Artifact::LoadFor(path_, *other_, *model_);
+  EXPECT_TRUE(Contains(wrong_producer.status(), "fitted for producer")) << wrong_producer.status();
+  // Fingerprints see every weight byte: one changed element changes it.
+  ModelWeights w = ModelWeights::Dummy(model_->config(), 1, at::kFloat, at::kCPU);
+  auto m1 = LlamaModel::FromWeights(model_->config(), w, {});
+  std::string f1 = *FingerprintModel(*m1);
+  w.layers[2].w_down[0][0] += 1e-3;
+  EXPECT_NE(*FingerprintModel(*LlamaModel::FromWeights(model_->config(), w, {})), f1);
+  EXPECT_EQ(*FingerprintModelDir(testing::ModelDir("stories260k")), *FingerprintModel(*model_));
+}
+
+TEST_F(ArtifactTest, TruncatedFileIsRefused) {
+  std::string bytes = testing::ReadFile(path_);
+  testing::WriteFile(path_, bytes.substr(0, bytes.size() * 2 / 3));
+  auto a = Artifact::Load(path_);
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(Contains(a.status(), "invalid safetensors file")) << a.status();
+}
+
+TEST_F(ArtifactTest, CorruptedTensorBytesFailTheChecksum) {
+  std::string bytes = testing::ReadFile(path_);
+  bytes[bytes.size() - 10] ^= 0x40;  // inside the last tensor's data
+  testing::WriteFile(path_, bytes);
+  auto a = Artifact::Load(path_);
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(Contains(a.status(), "does not match its checksum")) << a.status();
+}
+
+TEST_F(ArtifactTest, UnknownVersionAndForeignFiles) {
+  std::string bytes = testing::ReadFile(path_);
+  const std::string key = "\"scd.format_version\":\"1\"";
+  size_t at = bytes.find(key);
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + key.size() - 2] = '9';
+  testing::WriteFile(path_, bytes);
+  auto v9 = Artifact::Load(path_);
+  EXPECT_EQ(v9.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(v9.status(), "format version 9 is not supported")) << v9.status();
+  // A model checkpoint is a safetensors file but no artifact.
+  auto model_file = Artifact::Load(testing::ModelDir("stories260k") + "/model.safetensors");
+  EXPECT_TRUE(Contains(model_file.status(), "not an SCD artifact")) << model_file.status();
+  EXPECT_EQ(Artifact::Load(dir_.File("missing.scd")).status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace scd
