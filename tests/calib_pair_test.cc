@@ -1,0 +1,96 @@
+// Issue 3's acceptance bars in the test suite: a calibration of the hard pair with reduced
+// held-out scoring
+// (stories260k -> llama2xs-260k, no shared training) and its evaluation on >= 60 windows of the
+// TinyStories validation text. scd at <= 25 % of the raw f16 payload with <= 3 of 5 layers
+// patched must stay within 1.08x the oracle's continuation perplexity and KL <= 0.08, while raw
+// and int4 transfers of the same cache are far off. Also drives the scd-calib binary.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "calib/calibrator.h"
+#include "calib/evaluation.h"
+#include "tests/test_util.h"
+
+namespace scd {
+namespace {
+
+TEST(HardPairTest, ReducedFitMeetsTheQualityBars) {
+  const auto start = std::chrono::steady_clock::now();
+  auto producer = *LlamaModel::Load(testing::ModelDir("stories260k"), {});
+  auto consumer = *LlamaModel::Load(testing::ModelDir("llama2xs-260k"), {});
+  auto tokenizer = *Tokenizer::FromFile(testing::ModelDir("stories260k") + "/tokenizer.json");
+  CalibrationOptions options;
+  options.data_path = testing::SharedDir() + "/data/tinystories_train_head.txt";
+  options.prefixes = 200;
+  options.tokens = 128;
+  options.heldout_windows = 16;
+  options.rank_k = 1;
+  options.rank_v = 2;
+  options.rank_h = 16;
+  options.policy.fixed_k = 3;
+  options.progress = false;
+  auto artifact = Calibrate(*producer, *consumer, *tokenizer, options);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  EXPECT_EQ(artifact->PatchLayers().size(), 3u);
+
+  auto eval =
+      Evaluation::Create(*producer, *consumer, &*artifact, *tokenizer,
+                         testing::SharedDir() + "/data/tinystories_valid_hf.txt", 60, {64, 32, 0});
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  auto scd = eval->Run(TransferMode::kScd, {}, false);
+  auto raw = eval->Run(TransferMode::kRaw, {}, false);
+  auto int4 = eval->Run(TransferMode::kInt4, {}, false);
+  ASSERT_TRUE(scd.ok() && raw.ok() && int4.ok());
+  RecordProperty("scd_kl", std::to_string(scd->metrics.kl));
+  RecordProperty("scd_ppl_ratio", std::to_string(scd->metrics.ppl_ratio()));
+  EXPECT_LE(scd->payload_ratio(), 0.25);
+  EXPECT_LE(scd->metrics.ppl_ratio(), 1.08) << scd->metrics.ToJson();
+  EXPECT_LE(scd->metrics.kl, 0.08) << scd->metrics.ToJson();
+  EXPECT_GE(scd->metrics.windows, 60);
+  // The contrast: raw and int4 carry the producer's own cache, which this consumer cannot use.
+  EXPECT_GT(raw->metrics.ppl_ratio(), 2.0);
+  EXPECT_GT(int4->metrics.kl, 10 * scd->metrics.kl);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 180);
+  std::printf(
+      "hard pair, reduced fit: scd KL %.4f PPL x%.3f at %.1f%% payload; raw KL %.3f PPL x%.2f; "
+      "int4 KL %.3f; %.0f s\n",
+      scd->metrics.kl, scd->metrics.ppl_ratio(), 100 * scd->payload_ratio(), raw->metrics.kl,
+      raw->metrics.ppl_ratio(), int4->metrics.kl, seconds);
+
+  // The command line on the same artifact: JSON output, then a wrong model pair.
+  testing::TempDir dir;
+  ASSERT_TRUE(artifact->Save(dir.File("hard.scd")).ok());
+  const std::string calib = testing::BuildDir() + "/bin/scd-calib";
+  auto r = testing::RunCommand(
+      calib + " eval --quiet --producer " + testing::ModelDir("stories260k") + " --consumer " +
+      testing::ModelDir("llama2xs-260k") + " --artifact " + dir.File("hard.scd") +
+      " --modes local,scd --windows 8 --greedy-tokens 4" + " --json " + dir.File("out.json") +
+      " --depth-errors --out-dir " + dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("scd "), std::string::npos) << r.out;
+  auto json = nlohmann::json::parse(testing::ReadFile(dir.File("out.json")));
+  EXPECT_LT(json["modes"]["local"]["kl"].get<double>(), 1e-6);
+  EXPECT_LE(json["modes"]["scd"]["payload_ratio"].get<double>(), 0.25);
+  EXPECT_NE(testing::ReadFile(dir.File("depth_errors.svg")).find("<svg"), std::string::npos);
+  EXPECT_NE(
+      testing::ReadFile(dir.File("depth_errors.csv")).find("layer,reuse_rel_error,scd_rel_error"),
+      std::string::npos);
+  auto wrong = testing::RunCommand(
+      calib + " eval --quiet --producer " + testing::ModelDir("stories260k") + " --consumer " +
+      testing::ModelDir("stories260k-fables") + " --artifact " + dir.File("hard.scd"));
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_NE(wrong.err.find("artifact was fitted for consumer 'llama2xs-260k'"), std::string::npos)
+      << wrong.err;
+  auto tokenizers = testing::RunCommand(calib + " fit --quiet --out " + dir.File("x.scd") +
+                                        " --producer " + testing::ModelDir("stories260k") +
+                                        " --consumer " + testing::ModelDir("tinystories-656k"));
+  EXPECT_EQ(tokenizers.exit_code, 1);
+  EXPECT_NE(tokenizers.err.find("tokenizers differ"), std::string::npos) << tokenizers.err;
+}
+
+}  // namespace
+}  // namespace scd

@@ -1,0 +1,182 @@
+// Calibration building blocks: the layer policy on scores with known structure, aligner training
+// on a problem a linear map cannot solve, corpus windows, the fidelity evaluator's oracle
+// identity, and the SVG writer.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "calib/aligner_trainer.h"
+#include "calib/fidelity.h"
+#include "calib/layer_policy.h"
+#include "calib/svg_plot.h"
+#include "calib/text_corpus.h"
+#include "tests/test_util.h"
+
+namespace scd {
+namespace {
+
+TEST(LayerPolicyTest, RestoreOneGreedyAndEfficientBudget) {
+  // Layer gains 0.5, 0.1, 0.3, 0.05, 0.2; layers 2 and 4 are redundant with each other (restoring
+  // both gains only 0.3), so greedy must prefer 0 -> 2 -> 1 over the restore-one order.
+  const std::vector<double> gain = {0.5, 0.1, 0.3, 0.05, 0.2};
+  int calls = 0;
+  auto score = [&](const std::vector<int>& s) -> absl::StatusOr<double> {
+    ++calls;
+    std::set<int> set(s.begin(), s.end());
+    double f = -1.0;
+    for (int l : set) f += gain[l];
+    if (set.count(2) && set.count(4)) f -= 0.2;
+    return f;
+  };
+  LayerPolicyOptions options;
+  options.k_min = 1;
+  options.k_max = 4;
+  auto r = SelectLayers(5, score, options);
+  ASSERT_TRUE(r.ok());
+  EXPECT_DOUBLE_EQ(r->base, -1.0);
+  EXPECT_NEAR(r->restore_one[2], 0.3, 1e-12);
+  EXPECT_EQ(r->pool, (std::vector<int>{0, 2, 4, 1, 3}));
+  EXPECT_EQ(r->greedy_order, (std::vector<int>{0, 2, 1, 3}));
+  // Gains 0.5, 0.8, 0.9, 0.95: per layer 0.5, 0.4, 0.3, 0.2375 -> k* = 1.
+  EXPECT_EQ(r->k, 1);
+  EXPECT_EQ(r->chosen, (std::vector<int>{0}));
+  EXPECT_EQ(calls, 1 + 5 + (5 + 4 + 3 + 2));
+  options.fixed_k = 3;
+  auto fixed = SelectLayers(5, score, options);
+  EXPECT_EQ(fixed->chosen, (std::vector<int>{0, 1, 2}));
+  options.fixed_k = -1;
+  EXPECT_TRUE(SelectLayers(5, score, options)->chosen.empty());
+  // A higher per-layer cost leaves the argmax where it is; k_min forces more layers.
+  options.fixed_k = 0;
+  options.k_min = 2;
+  EXPECT_EQ(SelectLayers(5, score, options)->k, 2);
+}
+
+TEST(AlignerTrainerTest, LearnsWhatTheLinearDecodeCannot) {
+  // H_B = H_A + 0.5 * tanh(3 * H_A[:, 0]) on one axis: the MLP must take most of that residual.
+  at::Generator gen = at::detail::createCPUGenerator(3);
+  const int64_t n = 6000, d = 8;
+  at::Tensor a = at::randn({n, d}, gen);
+  at::Tensor b = a.clone();
+  b.select(1, 3) += 0.5 * at::tanh(3 * a.select(1, 0)) * a.select(1, 1);
+  GramStats g(d, d);
+  g.Add(a, b);
+  auto basis = ReuseTranslator::Fit({g}, {FitMethod::kRrr, d, 0.99, 1e-6});
+  ASSERT_TRUE(basis.ok());
+  AlignerTrainOptions options;
+  options.shape = {64, 2};
+  options.loss = AlignerTrainOptions::Loss::kHidden;
+  options.max_epochs = 40;
+  options.batch = 256;
+  options.seed = 1;
+  AlignerTrainReport report;
+  int epochs_seen = 0;
+  auto aligner = TrainAligner(*basis, a, b, at::Tensor(), options, &report,
+                              [&](int, double) { ++epochs_seen; });
+  ASSERT_TRUE(aligner.ok()) << aligner.status();
+  EXPECT_EQ(epochs_seen, report.epochs);
+  EXPECT_LT(report.heldout, 0.3 * report.linear_heldout) << report.ToJson();
+  // The trained aligner, applied through the codec's own inference code, agrees.
+  at::Tensor test_a = at::randn({500, d}, gen), test_b = test_a.clone();
+  test_b.select(1, 3) += 0.5 * at::tanh(3 * test_a.select(1, 0)) * test_a.select(1, 1);
+  const double linear =
+      (basis->Decode(basis->Encode(test_a, d)) - test_b).pow(2).mean().item<double>();
+  const double mlp =
+      (aligner->Align(aligner->Encode(test_a, d)) - test_b).pow(2).mean().item<double>();
+  EXPECT_LT(mlp, 0.3 * linear);
+}
+
+TEST(TextCorpusTest, SplitsDocumentsAndCutsSequences) {
+  auto tokenizer = Tokenizer::FromFile(testing::ModelDir("stories260k") + "/tokenizer.json");
+  ASSERT_TRUE(tokenizer.ok());
+  testing::TempDir dir;
+  std::string eot, blank;
+  for (int i = 0; i < 12; ++i) {
+    const std::string doc = "Story " + std::to_string(i) + ". Once upon a time there was a cat.";
+    eot += doc + "\n<|endoftext|>\n";
+    blank += doc + "\n\n";
+  }
+  testing::WriteFile(dir.File("eot.txt"), eot);
+  testing::WriteFile(dir.File("blank.txt"), blank);
+  for (const char* name : {"eot.txt", "blank.txt"}) {
+    auto corpus = TextCorpus::Load(dir.File(name), **tokenizer);
+    ASSERT_TRUE(corpus.ok()) << corpus.status();
+    EXPECT_EQ(corpus->documents(), 12u) << name;
+    auto seqs = corpus->Sequences(4, 30);
+    ASSERT_TRUE(seqs.ok()) << seqs.status();
+    ASSERT_EQ(seqs->size(), 4u);
+    for (const auto& s : *seqs) {
+      EXPECT_EQ(s.size(), 30u);
+      EXPECT_EQ(s[0], 1);  // BOS
+    }
+    // Documents 0, 3, 6, 9 start the four sequences.
+    auto story3 = (*tokenizer)->Encode("Story 3.", false);
+    EXPECT_TRUE(std::equal(story3->begin(), story3->end(), (*seqs)[1].begin() + 1)) << name;
+    EXPECT_FALSE(corpus->Sequences(20, 30).ok());          // more than there are documents
+    EXPECT_FALSE(corpus->Sequences(2, 100000).ok());       // longer than the text
+    EXPECT_TRUE(corpus->Sequences(1, 20, 0.9, 1.0).ok());  // from the last documents
+  }
+  EXPECT_EQ(TextCorpus::Load(dir.File("none.txt"), **tokenizer).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(FidelityTest, OracleAgainstItselfIsExactAndABrokenCacheIsNot) {
+  auto model = *LlamaModel::Load(testing::ModelDir("stories260k"), {});
+  auto tokenizer = *Tokenizer::FromFile(testing::ModelDir("stories260k") + "/tokenizer.json");
+  auto corpus =
+      *TextCorpus::Load(testing::SharedDir() + "/data/tinystories_valid_hf.txt", *tokenizer);
+  FidelityOptions options{16, 8, 8};
+  auto windows = *corpus.Sequences(6, 25);
+  auto evaluator = FidelityEvaluator::Create(*model, windows, options);
+  ASSERT_TRUE(evaluator.ok()) << evaluator.status();
+  auto local = [&](int w, KvCache* cache, int64_t* bytes) -> absl::Status {
+    *bytes = 0;
+    return model->Forward(evaluator->Prefix(w), cache, {.logits = LogitsMode::kNone}).status();
+  };
+  auto m = evaluator->Evaluate(local, /*greedy=*/true);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_NEAR(m->kl, 0.0, 1e-6);  // GEMMs of other shapes round differently
+  EXPECT_NEAR(m->tv, 0.0, 1e-6);
+  EXPECT_EQ(m->top1, 1.0);
+  EXPECT_NEAR(m->ppl_ratio(), 1.0, 1e-6);
+  EXPECT_EQ(m->greedy_agreement, 1.0);
+  EXPECT_EQ(m->positions, 6 * 8);
+  auto depth = evaluator->DepthErrors(local);
+  for (double e : *depth) EXPECT_LT(e, 1e-5);
+  // A prefix of the wrong tokens: the consumer's view of the past is off.
+  auto wrong = [&](int w, KvCache* cache, int64_t* bytes) -> absl::Status {
+    *bytes = 100;
+    return model->Forward(evaluator->Prefix((w + 1) % 6), cache, {.logits = LogitsMode::kNone})
+        .status();
+  };
+  auto bad = evaluator->Evaluate(wrong, false);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_GT(bad->kl, 0.01);
+  EXPECT_LT(bad->top1, 1.0);
+  EXPECT_NEAR(bad->bytes_per_token, 100.0 / 16, 1e-12);
+  EXPECT_TRUE(std::isnan(bad->greedy_agreement));
+  EXPECT_GT((*evaluator->DepthErrors(wrong))[1], 1e-3);
+  // Windows of the wrong length are refused.
+  EXPECT_FALSE(FidelityEvaluator::Create(*model, {std::vector<TokenId>(10, 1)}, options).ok());
+}
+
+TEST(SvgPlotTest, RendersSeriesMarkersAndLogAxes) {
+  SvgPlot plot("t <1>", "x", "y");
+  plot.SetLogY(true);
+  plot.AddLine("a", {0, 1, 2}, {1e-3, 1e-2, 1e-1});
+  plot.AddPoints("b", {0.5, 1.5}, {0.05, 0.005});
+  plot.AddVerticalMarker(1, "patch");
+  const std::string svg = plot.Render();
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  EXPECT_NE(svg.find("t &lt;1&gt;"), std::string::npos);
+  EXPECT_NE(svg.find("<polyline"), std::string::npos);
+  EXPECT_NE(svg.find("stroke-dasharray"), std::string::npos);
+  EXPECT_NE(svg.find("y (log)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace scd
