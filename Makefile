@@ -5,10 +5,34 @@ BUILD ?= build
 export SCD_BUILD_DIR := $(BUILD)
 export SCD_SHARED_DIR := $(abspath $(SHARED))
 
-.PHONY: demo test build bench format clean
+.PHONY: demo story test build bench format clean
 
-demo: build
-	./$(BUILD)/bin/scd generate --model $(SHARED)/models/stories260k \
+# The method's showcase on the hard pair (no shared training between the two models): fit once
+# (cached in $(BUILD)/demo; `make clean` or deleting the file refits), evaluate every transfer
+# mode, then let the consumer continue a prompt from SCD codes next to its own prefill.
+PRODUCER := $(SHARED)/models/stories260k
+CONSUMER := $(SHARED)/models/llama2xs-260k
+DEMO_ARTIFACT := $(BUILD)/demo/stories260k-to-llama2xs-260k.scd
+DEMO_PROMPT := Once upon a time, there was a little girl named Lily. She loved to play with her ball in the park. One day,
+
+demo: build $(DEMO_ARTIFACT)
+	@echo "== fidelity of every transfer mode (consumer $(CONSUMER), TinyStories valid)"
+	./$(BUILD)/bin/scd-calib eval --quiet --producer $(PRODUCER) --consumer $(CONSUMER) \
+	  --artifact $(DEMO_ARTIFACT)
+	@echo
+	@echo "== the consumer continues a prompt: own prefill vs transferred caches"
+	./$(BUILD)/bin/scd-calib generate --producer $(PRODUCER) --consumer $(CONSUMER) \
+	  --artifact $(DEMO_ARTIFACT) --mode scd,raw --max-tokens 48 --prompt "$(DEMO_PROMPT)"
+
+$(DEMO_ARTIFACT): | build
+	@mkdir -p $(dir $@)
+	@echo "== calibrating $(PRODUCER) -> $(CONSUMER) (once; about 1.5 minutes)"
+	./$(BUILD)/bin/scd-calib fit --producer $(PRODUCER) --consumer $(CONSUMER) --out $@ \
+	  --rank-k 1 --rank-v 2 --rank-h 16 --patch-budget 3
+
+# The runtime alone: stream a story from the base model.
+story: build
+	./$(BUILD)/bin/scd generate --model $(PRODUCER) \
 	  --prompt "Once upon a time" --max-tokens 256 --temperature 0.8 --top-p 0.9 --seed 42 --stats
 
 test: build

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -70,13 +71,35 @@ absl::StatusOr<Artifact> Calibrate(const LlamaModel& producer, const LlamaModel&
   SCD_ASSIGN_OR_RETURN(auto prefixes, corpus.Sequences(options.prefixes, options.tokens, 0.0, 0.9));
   SCD_ASSIGN_OR_RETURN(auto heldout,
                        corpus.Sequences(options.heldout_windows, heldout_len, 0.9, 1.0));
+  int sweep_sequences = 0;
+  if (options.vocab_sweep) {
+    std::vector<TokenId> ids;
+    const int64_t vocab = std::min(pc.vocab_size, cc.vocab_size);
+    for (TokenId id = 0; id < vocab; ++id) {
+      if (!tokenizer.IsSpecial(id) && id != tokenizer.bos_token_id().value_or(-1))
+        ids.push_back(id);
+    }
+    std::mt19937_64 rng(options.seed + 7);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    const size_t body = static_cast<size_t>(options.tokens) - 1;
+    for (size_t i = 0; i < ids.size(); i += body) {
+      std::vector<TokenId> seq;
+      if (tokenizer.bos_token_id()) seq.push_back(*tokenizer.bos_token_id());
+      for (size_t j = i; j < std::min(ids.size(), i + body); ++j) seq.push_back(ids[j]);
+      // A short tail borrows from the start so that every sequence has the same length.
+      for (size_t j = 0; seq.size() < static_cast<size_t>(options.tokens); ++j)
+        seq.push_back(ids[j]);
+      prefixes.push_back(std::move(seq));
+      ++sweep_sequences;
+    }
+  }
 
   // 2. Paired traces.
   auto stage = std::chrono::steady_clock::now();
   PairedTraces traces(pc, cc, options.reservoir_rows, options.seed);
   {
     const CaptureSpec capture = PairedTraces::Capture(cc);
-    Progress progress("paired prefills", options.prefixes, options.progress);
+    Progress progress("paired prefills", static_cast<int64_t>(prefixes.size()), options.progress);
     for (const auto& prefix : prefixes) {
       KvCache a_cache = producer.NewCache(options.tokens),
               b_cache = consumer.NewCache(options.tokens);
@@ -258,6 +281,7 @@ absl::StatusOr<Artifact> Calibrate(const LlamaModel& producer, const LlamaModel&
   Json calibration = {
       {"data", options.data_path},
       {"prefixes", options.prefixes},
+      {"vocab_sweep_sequences", sweep_sequences},
       {"tokens", options.tokens},
       {"rows", traces.rows_seen()},
       {"heldout_windows", options.heldout_windows},

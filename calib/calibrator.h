@@ -42,6 +42,10 @@ struct CalibrationOptions {
   int recompute_layers = 0;  // recompute baseline's budget; 0: as many as patch layers
   AlignerTrainOptions aligner;
   int64_t reservoir_rows = 32768;  // attention-input pairs kept per layer for aligners
+  // Also calibrate on sequences holding every non-special token id once (shuffled), so that
+  // tokens the text never shows (byte-fallback tokens, rare pieces) still map well. Layer 0's
+  // attention input depends on the token alone, so there nothing else can teach it.
+  bool vocab_sweep = true;
   uint64_t seed = 0;
   bool progress = true;  // progress bars on stderr
 };

@@ -18,6 +18,21 @@ at::Tensor Targets(const std::vector<TokenId>& window, int prefix, int continuat
   return at::tensor(t, at::TensorOptions().dtype(at::kLong));
 }
 
+// Greedy tokens after the window's first prefix + 1 tokens, reusing the cache's first `prefix`
+// positions (whatever the cache held beyond them is dropped first).
+absl::StatusOr<std::vector<TokenId>> GreedyAfterPrefix(const LlamaModel& model,
+                                                       const std::vector<TokenId>& window,
+                                                       int prefix, int tokens, KvCache* cache) {
+  SCD_RETURN_IF_ERROR(cache->Truncate(prefix));
+  GenerationOptions gen;
+  gen.max_tokens = tokens;
+  gen.ignore_eos = true;
+  SCD_ASSIGN_OR_RETURN(
+      GenerationResult r,
+      GenerateTokens(model, absl::MakeConstSpan(window).first(prefix + 1), cache, gen));
+  return std::move(r.output_ids);
+}
+
 CaptureSpec AttnInputsOfAllLayers(const ModelConfig& config) {
   CaptureSpec spec;
   for (int l = 0; l < config.num_layers; ++l) spec.layers.push_back(l);
@@ -84,14 +99,9 @@ absl::StatusOr<FidelityEvaluator> FidelityEvaluator::Create(
     e.oracle_log_probs_.push_back(log_probs);
     e.oracle_attn_inputs_.push_back(StackAttnInputs(out.captures, P, C));
     if (options.greedy_tokens > 0) {
-      SCD_RETURN_IF_ERROR(cache.Truncate(P));
-      GenerationOptions gen;
-      gen.max_tokens = options.greedy_tokens;
-      gen.ignore_eos = true;
-      SCD_ASSIGN_OR_RETURN(
-          GenerationResult r,
-          GenerateTokens(consumer, absl::MakeConstSpan(w).first(P + 1), &cache, gen));
-      e.oracle_greedy_.push_back(std::move(r.output_ids));
+      SCD_ASSIGN_OR_RETURN(std::vector<TokenId> greedy,
+                           GreedyAfterPrefix(consumer, w, P, options.greedy_tokens, &cache));
+      e.oracle_greedy_.push_back(std::move(greedy));
     }
   }
   return e;
@@ -124,16 +134,10 @@ absl::StatusOr<FidelityMetrics> FidelityEvaluator::Evaluate(const PrefixCacheBui
     top1 += (lp.argmax(-1) == lo.argmax(-1)).sum().item<double>();
     nll -= lp.gather(1, Targets(w, P, C).unsqueeze(1)).sum().item<double>();
     if (greedy && options_.greedy_tokens > 0) {
-      SCD_RETURN_IF_ERROR(cache.Truncate(P));
-      GenerationOptions gen;
-      gen.max_tokens = options_.greedy_tokens;
-      gen.ignore_eos = true;
-      SCD_ASSIGN_OR_RETURN(
-          GenerationResult r,
-          GenerateTokens(*consumer_, absl::MakeConstSpan(w).first(P + 1), &cache, gen));
+      SCD_ASSIGN_OR_RETURN(std::vector<TokenId> output,
+                           GreedyAfterPrefix(*consumer_, w, P, options_.greedy_tokens, &cache));
       const auto& o = oracle_greedy_[i];
-      for (size_t t = 0; t < o.size(); ++t)
-        agree += (t < r.output_ids.size() && r.output_ids[t] == o[t]);
+      for (size_t t = 0; t < o.size(); ++t) agree += (t < output.size() && output[t] == o[t]);
       greedy_positions += static_cast<int64_t>(o.size());
     }
   }

@@ -1,6 +1,7 @@
 // scd-calib: offline calibration and fidelity evaluation of producer -> consumer pairs.
 //   scd-calib fit  --producer DIR --consumer DIR --out FILE [options]
 //   scd-calib eval --producer DIR --consumer DIR --artifact FILE [options]
+//   scd-calib generate --producer DIR --consumer DIR --artifact FILE --prompt TEXT [--mode scd]
 // Tables go to stdout, progress and logs to stderr; errors are one line and exit status 1.
 #include <spdlog/spdlog.h>
 
@@ -22,7 +23,10 @@
 #include "calib/calibrator.h"
 #include "calib/evaluation.h"
 #include "calib/svg_plot.h"
+#include "codec/code_decoder.h"
+#include "codec/code_encoder.h"
 #include "codec/fingerprint.h"
+#include "model/generator.h"
 #include "model/runtime.h"
 #include "model/status_macros.h"
 
@@ -89,7 +93,7 @@ struct FitFlags {
   int prefixes = 200, tokens = 128, k_min = 1, k_max = 0, heldout = 24, recompute = 0;
   int64_t rank_k = 0, rank_v = 0, rank_h = 0, reservoir = 32768;
   double energy = 0.99, ridge = 1e-4;
-  bool shared_map = false;
+  bool shared_map = false, no_vocab_sweep = false;
   int aligner_width = 512, aligner_depth = 2, aligner_epochs = 60, aligner_batch = 512;
   double aligner_lr = 3e-3, aligner_seconds = 60;
   uint64_t seed = 0;
@@ -110,6 +114,7 @@ absl::Status RunFit(const Common& common, const FitFlags& f) {
   o.energy = f.energy;
   o.ridge = f.ridge;
   o.per_head = !f.shared_map;
+  o.vocab_sweep = !f.no_vocab_sweep;
   const int layers = static_cast<int>(m.consumer->config().num_layers);
   if (f.patch_budget != "auto") {
     int k = 0;
@@ -286,6 +291,70 @@ absl::Status RunEval(const Common& common, const EvalFlags& f) {
   return absl::OkStatus();
 }
 
+struct GenerateFlags {
+  std::string artifact, prompt, mode = "scd", code_dtype = "f16";
+  int max_tokens = 64;
+  float temperature = 0.0f, top_p = 1.0f;
+  uint64_t seed = 0;
+};
+
+// The consumer continues a prompt twice: from its own prefill, and from a cache rebuilt out of
+// what the producer sent in `mode`. Greedy by default, so the two are directly comparable.
+absl::Status RunGenerate(const Common& common, const GenerateFlags& f) {
+  SCD_ASSIGN_OR_RETURN(Models m, LoadModels(common));
+  SCD_ASSIGN_OR_RETURN(std::vector<TransferMode> modes, ParseTransferModes(f.mode));
+  std::optional<Artifact> artifact;
+  if (!f.artifact.empty()) {
+    SCD_ASSIGN_OR_RETURN(artifact, Artifact::LoadFor(f.artifact, *m.producer, *m.consumer));
+  }
+  const Artifact* a = artifact ? &*artifact : nullptr;
+  TransferOptions transfer;
+  SCD_ASSIGN_OR_RETURN(transfer.code_dtype, ParseWireDtype(f.code_dtype));
+  SCD_ASSIGN_OR_RETURN(std::vector<TokenId> ids, m.tokenizer->Encode(f.prompt));
+  if (ids.size() < 2)
+    return absl::InvalidArgumentError("the prompt needs at least one token besides BOS");
+  const std::vector<TokenId> prefix(ids.begin(),
+                                    ids.end() - 1);  // the transfer covers all but the last
+  GenerationOptions gen;
+  gen.max_tokens = f.max_tokens;
+  gen.sampling = {f.temperature, 0, f.top_p, f.seed};
+  const int64_t capacity = static_cast<int64_t>(ids.size()) + f.max_tokens;
+  KvCache own = m.consumer->NewCache(capacity);
+  SCD_ASSIGN_OR_RETURN(GenerationResult local, GenerateTokens(*m.consumer, ids, &own, gen));
+  auto text = [&](const GenerationResult& r) {
+    std::vector<TokenId> all = ids;
+    all.insert(all.end(), r.output_ids.begin(), r.output_ids.end());
+    return m.tokenizer->Decode(all, /*skip_special_tokens=*/true);
+  };
+  const std::string consumer_name = fs::path(common.consumer).filename().string();
+  const double raw = static_cast<double>(m.consumer->config().KvBytesPerToken(2));
+  std::string out = absl::StrFormat("prompt (%d tokens): %s\n\n[%s, own prefill]\n%s\n\n",
+                                    ids.size(), f.prompt, consumer_name, text(local));
+  for (TransferMode mode : modes) {
+    SCD_ASSIGN_OR_RETURN(TransferPlan plan,
+                         TransferPlan::Make(mode, m.producer->config(), a, transfer));
+    CodeEncoder encoder(plan, a, transfer);
+    SCD_ASSIGN_OR_RETURN(CodeBatch batch, encoder.Prefill(*m.producer, prefix));
+    KvCache rebuilt = m.consumer->NewCache(capacity);
+    SCD_RETURN_IF_ERROR(CodeDecoder(*m.consumer, a).Decode(batch, prefix, &rebuilt));
+    SCD_ASSIGN_OR_RETURN(GenerationResult transferred,
+                         GenerateTokens(*m.consumer, ids, &rebuilt, gen));
+    size_t same = 0;
+    while (same < local.output_ids.size() && same < transferred.output_ids.size() &&
+           local.output_ids[same] == transferred.output_ids[same]) {
+      ++same;
+    }
+    absl::StrAppendFormat(
+        &out,
+        "[%s from a %s transfer: %.0f bytes/token, %.1f%% of raw f16 KV; first %d of %d "
+        "tokens as its own]\n%s\n\n",
+        consumer_name, TransferModeName(mode), batch.BytesPerToken(),
+        100 * batch.BytesPerToken() / raw, same, local.output_ids.size(), text(transferred));
+  }
+  std::fputs(out.c_str(), stdout);
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{"scd-calib: fit and evaluate SCD translators for a producer -> consumer pair"};
   app.require_subcommand(1);
@@ -344,6 +413,8 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   fit_cmd->add_option("--reservoir", fit.reservoir, "aligner training rows kept per layer")
       ->capture_default_str();
+  fit_cmd->add_flag("--no-vocab-sweep", fit.no_vocab_sweep,
+                    "calibrate on the text only (no sequences covering the whole vocabulary)");
   fit_cmd->add_option("--seed", fit.seed, "seed")->capture_default_str();
 
   EvalFlags ev;
@@ -377,12 +448,29 @@ int Main(int argc, char** argv) {
   eval_cmd->add_option("--out-dir", ev.out_dir, "where CSV and SVG files go")
       ->capture_default_str();
 
+  GenerateFlags gf;
+  CLI::App* gen_cmd = app.add_subcommand(
+      "generate", "continue a prompt with the consumer: own prefill vs a transferred cache");
+  add_common(gen_cmd);
+  gen_cmd->add_option("--artifact", gf.artifact, "artifact (needed by reuse and scd)");
+  gen_cmd->add_option("--prompt", gf.prompt, "prompt text")->required();
+  gen_cmd->add_option("--mode", gf.mode, "transfer mode(s), comma-separated")
+      ->capture_default_str();
+  gen_cmd->add_option("--code-dtype", gf.code_dtype, "f16 | bf16 | f32 | int8")
+      ->capture_default_str();
+  gen_cmd->add_option("--max-tokens", gf.max_tokens, "tokens to generate")->capture_default_str();
+  gen_cmd->add_option("--temperature", gf.temperature, "0 = greedy")->capture_default_str();
+  gen_cmd->add_option("--top-p", gf.top_p, "nucleus mass")->capture_default_str();
+  gen_cmd->add_option("--seed", gf.seed, "sampling seed")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(common.log_level));
   spdlog::set_pattern("[%H:%M:%S.%e] [%l] %v");
   absl::Status status;
   try {
-    status = fit_cmd->parsed() ? RunFit(common, fit) : RunEval(common, ev);
+    status = fit_cmd->parsed()    ? RunFit(common, fit)
+             : eval_cmd->parsed() ? RunEval(common, ev)
+                                  : RunGenerate(common, gf);
   } catch (const std::exception& e) {
     status = absl::InternalError(absl::StrCat("unexpected failure: ", e.what()));
   }

@@ -52,6 +52,29 @@ std::vector<double> Ticks(double lo, double hi) {
   return t;
 }
 
+// Ticks for a log-10 axis spanning [lo, hi] (in log units): round values 1, 2, 5 x 10^k, or
+// finer mantissas when the span is under a decade. Returned in log units.
+std::vector<double> LogTicks(double lo, double hi) {
+  std::vector<double> t;
+  for (const std::vector<double>& mantissas :
+       {std::vector<double>{1, 2, 5}, std::vector<double>{1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9}}) {
+    t.clear();
+    for (int e = static_cast<int>(std::floor(lo)) - 1; e <= static_cast<int>(std::ceil(hi)); ++e) {
+      for (double m : mantissas) {
+        const double v = std::log10(m) + e;
+        if (v >= lo && v <= hi) t.push_back(v);
+      }
+    }
+    if (t.size() >= 3) return t;
+  }
+  // Less than about a factor of two: round values of the linear scale, placed logarithmically.
+  t.clear();
+  for (double v : Ticks(std::pow(10, lo), std::pow(10, hi))) {
+    if (v > 0) t.push_back(std::log10(v));
+  }
+  return t;
+}
+
 }  // namespace
 
 SvgPlot::SvgPlot(std::string title, std::string x_label, std::string y_label)
@@ -112,9 +135,9 @@ std::string SvgPlot::Render(int width, int height) const {
                           "<text x=\"%.1f\" y=\"%g\" text-anchor=\"middle\">%g</text>\n",
                           px(t), top, px(t), top + ph, px(t), top + ph + 16, t);
   }
-  for (double t : Ticks(y_lo, y_hi)) {
-    const std::string label =
-        log_y_ ? absl::StrFormat("%g", std::pow(10, t)) : absl::StrFormat("%g", t);
+  for (double t : log_y_ ? LogTicks(y_lo, y_hi) : Ticks(y_lo, y_hi)) {
+    const double value = log_y_ ? std::pow(10, t) : (std::abs(t) < 1e-12 ? 0.0 : t);
+    const std::string label = absl::StrFormat("%.3g", value);
     absl::StrAppendFormat(&s,
                           "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"#ddd\"/>"
                           "<text x=\"%g\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
