@@ -75,7 +75,8 @@ absl::StatusOr<PatchAligner> TrainAligner(const ReuseTranslator& basis, const at
 
   torch::optim::Adam optimizer(
       mlp->parameters(), torch::optim::AdamOptions(options.lr).weight_decay(options.weight_decay));
-  const int64_t steps_per_epoch = std::max<int64_t>(1, x_train.size(0) / options.batch);
+  const int64_t batch = std::min<int64_t>(options.batch, x_train.size(0));
+  const int64_t steps_per_epoch = std::max<int64_t>(1, x_train.size(0) / batch);
   const int64_t total_steps = steps_per_epoch * options.max_epochs;
   const int64_t warmup = std::max<int64_t>(1, total_steps / 50);
   double best = held_loss();
@@ -93,7 +94,7 @@ absl::StatusOr<PatchAligner> TrainAligner(const ReuseTranslator& basis, const at
       for (auto& group : optimizer.param_groups()) {
         static_cast<torch::optim::AdamOptions&>(group.options()).lr(lr);
       }
-      at::Tensor idx = order.narrow(0, b * options.batch, options.batch);
+      at::Tensor idx = order.narrow(0, b * batch, batch);
       torch::AutoGradMode enable(true);
       optimizer.zero_grad();
       at::Tensor loss =
