@@ -161,7 +161,6 @@ absl::StatusOr<Artifact> Calibrate(const LlamaModel& producer, const LlamaModel&
       }
     }
   }
-  const int64_t prefix_len = fo.prefix;
   auto restored_score = [&](bool raw_base, Progress* progress) -> RestoredSetScore {
     return [&, raw_base, progress](const std::vector<int>& restored) -> absl::StatusOr<double> {
       auto build = [&](int w, KvCache* cache, int64_t* bytes) -> absl::Status {
@@ -182,7 +181,6 @@ absl::StatusOr<Artifact> Calibrate(const LlamaModel& producer, const LlamaModel&
           }
           SCD_RETURN_IF_ERROR(consumer.LoadPrefix(l, F16(k), F16(v), KeyFormat::kPreRope, cache));
         }
-        (void)prefix_len;
         return absl::OkStatus();
       };
       SCD_ASSIGN_OR_RETURN(FidelityMetrics m, evaluator.Evaluate(build, /*greedy=*/false));
