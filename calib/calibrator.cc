@@ -29,9 +29,12 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 }
 
 // What the layer-policy search needs of one held-out window, computed once.
+// Every variant of a layer's prefix cache that the policy searches combine, built once: the
+// translators do not change during the search.
 struct HeldoutPrefix {
-  Captures producer;                           // pre-RoPE K, V, H of every producer layer
-  std::vector<at::Tensor> oracle_k, oracle_v;  // the consumer's own post-RoPE cache per layer
+  std::vector<at::Tensor> oracle_k, oracle_v;  // the consumer's own cache, post-RoPE
+  std::vector<at::Tensor> raw_k, raw_v;        // the producer's pre-RoPE K, V as sent (f16)
+  std::vector<at::Tensor> reuse_k, reuse_v;    // reuse-decoded from f16 codes, pre-RoPE
 };
 
 // Models what travels: codes and raw tensors go over the wire in f16.
@@ -98,7 +101,7 @@ absl::StatusOr<Artifact> Calibrate(const LlamaModel& producer, const LlamaModel&
   auto stage = std::chrono::steady_clock::now();
   PairedTraces traces(pc, cc, options.reservoir_rows, options.seed);
   {
-    const CaptureSpec capture = PairedTraces::Capture(cc);
+    const CaptureSpec capture = CaptureSpec::All(cc);
     Progress progress("paired prefills", static_cast<int64_t>(prefixes.size()), options.progress);
     for (const auto& prefix : prefixes) {
       KvCache a_cache = producer.NewCache(options.tokens),
@@ -145,7 +148,7 @@ absl::StatusOr<Artifact> Calibrate(const LlamaModel& producer, const LlamaModel&
                        FidelityEvaluator::Create(consumer, heldout, fo));
   std::vector<HeldoutPrefix> held(heldout.size());
   {
-    const CaptureSpec capture = PairedTraces::Capture(cc);
+    const CaptureSpec capture = CaptureSpec::All(cc);
     for (size_t i = 0; i < heldout.size(); ++i) {
       const std::vector<TokenId> prefix = evaluator.Prefix(static_cast<int>(i));
       KvCache a_cache = producer.NewCache(fo.prefix), b_cache = consumer.NewCache(fo.prefix);
@@ -154,10 +157,17 @@ absl::StatusOr<Artifact> Calibrate(const LlamaModel& producer, const LlamaModel&
           producer.Forward(prefix, &a_cache, {.logits = LogitsMode::kNone, .capture = &capture}));
       SCD_RETURN_IF_ERROR(
           consumer.Forward(prefix, &b_cache, {.logits = LogitsMode::kNone}).status());
-      held[i].producer = std::move(a.captures);
       for (int l = 0; l < layers; ++l) {
+        const LayerCapture& c = a.captures.at(l);
+        const ArtifactLayer& t = artifact.layers[l];
         held[i].oracle_k.push_back(b_cache.keys(l).clone());
         held[i].oracle_v.push_back(b_cache.values(l).clone());
+        held[i].raw_k.push_back(F16(c.key_prerope));
+        held[i].raw_v.push_back(F16(c.value));
+        held[i].reuse_k.push_back(
+            F16(t.key.Decode(F16(t.key.Encode(c.key_prerope, t.key.rank())))));
+        held[i].reuse_v.push_back(
+            F16(t.value.Decode(F16(t.value.Encode(c.value, t.value.rank())))));
       }
     }
   }
@@ -172,14 +182,9 @@ absl::StatusOr<Artifact> Calibrate(const LlamaModel& producer, const LlamaModel&
                                                     KeyFormat::kPostRope, cache));
             continue;
           }
-          const LayerCapture& c = hp.producer.at(l);
-          at::Tensor k = c.key_prerope, v = c.value;
-          if (!raw_base) {
-            const ArtifactLayer& a = artifact.layers[l];
-            k = a.key.Decode(F16(a.key.Encode(k, a.key.rank())));
-            v = a.value.Decode(F16(a.value.Encode(v, a.value.rank())));
-          }
-          SCD_RETURN_IF_ERROR(consumer.LoadPrefix(l, F16(k), F16(v), KeyFormat::kPreRope, cache));
+          const auto& k = raw_base ? hp.raw_k : hp.reuse_k;
+          const auto& v = raw_base ? hp.raw_v : hp.reuse_v;
+          SCD_RETURN_IF_ERROR(consumer.LoadPrefix(l, k[l], v[l], KeyFormat::kPreRope, cache));
         }
         return absl::OkStatus();
       };

@@ -18,11 +18,6 @@ PairedTraces::PairedTraces(const ModelConfig& producer, const ModelConfig& consu
   }
 }
 
-CaptureSpec PairedTraces::Capture(const ModelConfig& config) {
-  CaptureSpec spec = CaptureSpec::All(config);
-  return spec;
-}
-
 absl::Status PairedTraces::Add(const Captures& producer, const Captures& consumer) {
   if (static_cast<int>(producer.size()) != layers() ||
       static_cast<int>(consumer.size()) != layers()) {

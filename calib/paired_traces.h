@@ -24,8 +24,6 @@ class PairedTraces {
   PairedTraces(const ModelConfig& producer, const ModelConfig& consumer, int64_t reservoir_rows,
                uint64_t seed);
 
-  // What both prefills must capture.
-  static CaptureSpec Capture(const ModelConfig& config);
   // One prefix: captures of both models over the same tokens.
   absl::Status Add(const Captures& producer, const Captures& consumer);
 
