@@ -115,6 +115,14 @@ absl::StatusOr<GenerationResult> GenerateText(const LlamaModel& model, const Tok
   if (ids.empty()) {
     return absl::InvalidArgumentError("the prompt tokenizes to nothing; give at least one token");
   }
+  return GenerateTextFromIds(model, tokenizer, ids, options, on_text);
+}
+
+absl::StatusOr<GenerationResult> GenerateTextFromIds(const LlamaModel& model,
+                                                     const Tokenizer& tokenizer,
+                                                     absl::Span<const TokenId> ids,
+                                                     const GenerationOptions& options,
+                                                     const TextCallback& on_text) {
   KvCache cache =
       model.NewCache(std::min<int64_t>(model.config().max_position_embeddings,
                                        static_cast<int64_t>(ids.size()) + options.max_tokens));

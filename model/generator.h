@@ -73,6 +73,13 @@ absl::StatusOr<GenerationResult> GenerateText(const LlamaModel& model, const Tok
                                               std::string_view prompt,
                                               const GenerationOptions& options,
                                               const TextCallback& on_text = nullptr);
+// The same from prompt ids; the streamed text continues Decode(prompt_ids) (the prompt is the
+// detokenizer's left context), honouring stop strings.
+absl::StatusOr<GenerationResult> GenerateTextFromIds(const LlamaModel& model,
+                                                     const Tokenizer& tokenizer,
+                                                     absl::Span<const TokenId> prompt_ids,
+                                                     const GenerationOptions& options,
+                                                     const TextCallback& on_text = nullptr);
 
 }  // namespace scd
 

@@ -107,18 +107,21 @@ absl::Status RunGenerate(const CommonFlags& common, const GenerateFlags& flags) 
   const fs::path tokenizer_path = fs::path(common.model) / "tokenizer.json";
   if (!flags.prompt_ids.empty()) {
     SCD_ASSIGN_OR_RETURN(std::vector<TokenId> ids, ParseIds(flags.prompt_ids));
-    std::unique_ptr<Tokenizer> tokenizer;
     if (fs::exists(tokenizer_path)) {
-      SCD_ASSIGN_OR_RETURN(tokenizer, Tokenizer::FromFile(tokenizer_path.string()));
+      SCD_ASSIGN_OR_RETURN(auto tokenizer, Tokenizer::FromFile(tokenizer_path.string()));
+      WriteOut(tokenizer->Decode(ids, /*skip_special_tokens=*/true));
+      SCD_ASSIGN_OR_RETURN(result, GenerateTextFromIds(*model, *tokenizer, ids, gen, WriteOut));
+    } else {
+      // No tokenizer (e.g. a bare config with dummy weights): stream the ids themselves.
+      if (!gen.stop_strings.empty()) {
+        return absl::InvalidArgumentError("--stop needs a tokenizer.json beside the model");
+      }
+      KvCache cache = model->NewCache(static_cast<int64_t>(ids.size()) + flags.max_tokens);
+      SCD_ASSIGN_OR_RETURN(result, GenerateTokens(*model, ids, &cache, gen, [&](TokenId id) {
+                             WriteOut(absl::StrCat(id, " "));
+                             return true;
+                           }));
     }
-    KvCache cache = model->NewCache(static_cast<int64_t>(ids.size()) + flags.max_tokens);
-    std::optional<StreamingDetokenizer> detok;
-    if (tokenizer) detok.emplace(*tokenizer, /*skip_special_tokens=*/true);
-    SCD_ASSIGN_OR_RETURN(result, GenerateTokens(*model, ids, &cache, gen, [&](TokenId id) {
-                           WriteOut(detok ? detok->Push(id) : absl::StrCat(id, " "));
-                           return true;
-                         }));
-    if (detok) WriteOut(detok->Flush());
   } else {
     if (!fs::exists(tokenizer_path)) {
       return absl::NotFoundError(
