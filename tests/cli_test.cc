@@ -26,6 +26,11 @@ void CopyModel(const std::string& name, const TempDir& to) {
   }
 }
 
+// `scd generate` on a model directory with a short prompt.
+CommandResult GenerateOn(const std::string& model_dir) {
+  return RunCommand(Scd() + " generate --model " + model_dir + " --prompt hi");
+}
+
 void ExpectCleanError(const CommandResult& r, const std::string& message) {
   EXPECT_EQ(r.signal, 0) << "crashed: " << r.err;
   EXPECT_EQ(r.exit_code, 1) << r.err;
@@ -47,6 +52,21 @@ TEST(CliTest, GenerateStreamsGoldenGreedyText) {
   all.insert(all.end(), prompt.greedy_40.begin(), prompt.greedy_40.end());
   EXPECT_EQ(r.out, (*tokenizer)->Decode(all, /*skip_special_tokens=*/true) + "\n");
   EXPECT_EQ(r.out.rfind(prompt.text + " ", 0), 0u) << r.out;
+}
+
+TEST(CliTest, PromptIdsStreamTheSameTextAsThePrompt) {
+  const std::string model = testing::ModelDir("stories260k");
+  const testing::GoldenPrompt prompt = testing::LoadGolden("stories260k").prompts[0];
+  std::string ids;
+  for (TokenId id : prompt.ids) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  const std::string flags = " --max-tokens 20 --ignore-eos";
+  CommandResult from_text =
+      RunCommand(Scd() + " generate --model " + model + " --prompt '" + prompt.text + "'" + flags);
+  CommandResult from_ids =
+      RunCommand(Scd() + " generate --model " + model + " --prompt-ids " + ids + flags);
+  ASSERT_EQ(from_text.exit_code, 0) << from_text.err;
+  ASSERT_EQ(from_ids.exit_code, 0) << from_ids.err;
+  EXPECT_EQ(from_ids.out, from_text.out);
 }
 
 TEST(CliTest, InfoAndTokenize) {
@@ -72,7 +92,7 @@ TEST(CliTest, DummyWeightsFromConfigAlone) {
 }
 
 TEST(CliErrorTest, MissingModelDirectory) {
-  ExpectCleanError(RunCommand(Scd() + " generate --model /nonexistent/model --prompt hi"),
+  ExpectCleanError(GenerateOn("/nonexistent/model"),
                    "/nonexistent/model/config.json: cannot open config file");
 }
 
@@ -80,8 +100,7 @@ TEST(CliErrorTest, TruncatedSafetensors) {
   TempDir dir;
   CopyModel("stories260k", dir);
   fs::resize_file(dir.File("model.safetensors"), fs::file_size(dir.File("model.safetensors")) / 2);
-  ExpectCleanError(RunCommand(Scd() + " generate --model " + dir.path() + " --prompt hi"),
-                   "invalid safetensors file");
+  ExpectCleanError(GenerateOn(dir.path()), "invalid safetensors file");
 }
 
 TEST(CliErrorTest, BadSafetensorsOffsets) {
@@ -98,16 +117,14 @@ TEST(CliErrorTest, BadSafetensorsOffsets) {
   header.replace(at + key.size(), 1, "9");  // first offset 0 -> 9..., far past the data
   bytes.replace(8, n, header);
   WriteFile(dir.File("model.safetensors"), bytes);
-  ExpectCleanError(RunCommand(Scd() + " generate --model " + dir.path() + " --prompt hi"),
-                   "invalid safetensors file");
+  ExpectCleanError(GenerateOn(dir.path()), "invalid safetensors file");
 }
 
 TEST(CliErrorTest, MalformedConfigJson) {
   TempDir dir;
   CopyModel("stories260k", dir);
   WriteFile(dir.File("config.json"), "{\"model_type\": \"llama\", \"hidden_size\": 64,");
-  ExpectCleanError(RunCommand(Scd() + " generate --model " + dir.path() + " --prompt hi"),
-                   "config.json: not valid JSON");
+  ExpectCleanError(GenerateOn(dir.path()), "config.json: not valid JSON");
 }
 
 TEST(CliErrorTest, UnknownArchitecture) {
@@ -124,8 +141,7 @@ TEST(CliErrorTest, MalformedTokenizerJson) {
   TempDir dir;
   CopyModel("stories260k", dir);
   WriteFile(dir.File("tokenizer.json"), "{\"model\": {\"type\": \"BPE\"");
-  ExpectCleanError(RunCommand(Scd() + " generate --model " + dir.path() + " --prompt hi"),
-                   "tokenizer.json");
+  ExpectCleanError(GenerateOn(dir.path()), "tokenizer.json");
 }
 
 TEST(CliErrorTest, PromptLongerThanMaxPositions) {
