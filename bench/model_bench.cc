@@ -21,6 +21,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "base/shared_dir.h"
 #include "bench/flops.h"
 #include "model/llama_model.h"
 #include "model/runtime.h"
@@ -165,7 +166,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
 };
 
 int Main(int argc, char** argv) {
-  std::string configs = std::string(SCD_SHARED_DIR) + "/configs";
+  std::string configs = ResolveSharedDir() + "/configs";
   int threads = 0, aten_threads = 0;
   bool quick = false;
   std::vector<char*> rest = {argv[0]};

@@ -11,22 +11,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/progress.h"
+#include "base/status_macros.h"
+#include "base/timer.h"
 #include "calib/fidelity.h"
 #include "calib/paired_traces.h"
-#include "calib/progress.h"
 #include "calib/text_corpus.h"
 #include "codec/code_decoder.h"
 #include "codec/code_encoder.h"
-#include "model/status_macros.h"
 
 namespace scd {
 namespace {
 
 using Json = nlohmann::json;
-
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 // What the layer-policy search needs of one held-out window, computed once.
 // Every variant of a layer's prefix cache that the policy searches combine, built once: the

@@ -17,7 +17,7 @@
 #include "codec/artifact.h"
 #include "codec/reuse_translator.h"
 #include "model/llama_model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace scd {
 

@@ -7,10 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "calib/text_corpus.h"
 #include "codec/code_decoder.h"
 #include "codec/code_encoder.h"
-#include "model/status_macros.h"
 
 namespace scd {
 

@@ -14,7 +14,7 @@
 #include "codec/artifact.h"
 #include "codec/transfer_plan.h"
 #include "model/llama_model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace scd {
 

@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "model/generator.h"
-#include "model/status_macros.h"
 
 namespace scd {
 namespace {

@@ -1,21 +1,20 @@
 #include "calib/text_corpus.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "model/status_macros.h"
+#include "base/file_util.h"
+#include "base/status_macros.h"
 
 namespace scd {
 
 absl::StatusOr<TextCorpus> TextCorpus::Load(const std::string& path, const Tokenizer& tokenizer) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open text file"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
+  absl::StatusOr<std::string> text_or = ReadFileToString(path);
+  if (!text_or.ok()) {
+    return absl::Status(text_or.status().code(),
+                        absl::StrCat("cannot open text file: ", text_or.status().message()));
+  }
+  const std::string& text = *text_or;
   const bool eot = text.find("<|endoftext|>") != std::string::npos;
   std::vector<std::string> pieces;
   if (eot) {

@@ -7,9 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "codec/fingerprint.h"
 #include "model/safetensors.h"
-#include "model/status_macros.h"
 
 namespace scd {
 namespace {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "codec/transfer_mode.h"
 
 namespace scd {
 
@@ -47,7 +48,7 @@ struct CodeChunk {
 };
 
 struct CodeBatch {
-  std::string mode;
+  TransferMode mode = TransferMode::kLocal;
   int64_t tokens = 0;  // prefix positions covered
   std::vector<CodeChunk> chunks;
 

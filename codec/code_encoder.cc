@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 
 namespace scd {
 namespace {
@@ -25,7 +25,7 @@ CodeEncoder::CodeEncoder(TransferPlan plan, const Artifact* artifact, TransferOp
 
 absl::StatusOr<CodeBatch> CodeEncoder::Encode(const Captures& captures, int64_t tokens) const {
   CodeBatch batch;
-  batch.mode = TransferModeName(plan_.mode);
+  batch.mode = plan_.mode;
   batch.tokens = tokens;
   auto capture = [&](int layer) -> absl::StatusOr<const LayerCapture*> {
     auto it = captures.find(layer);

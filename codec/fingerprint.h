@@ -6,30 +6,12 @@
 #define SCD_CODEC_FINGERPRINT_H_
 
 #include <string>
-#include <string_view>
 
 #include "absl/status/statusor.h"
+#include "base/sha256.h"
 #include "model/llama_model.h"
 
 namespace scd {
-
-// Hex SHA-256 of the bytes.
-std::string Sha256Hex(std::string_view bytes);
-
-// Streaming SHA-256 (wraps OpenSSL's EVP digest).
-class Sha256 {
- public:
-  Sha256();
-  ~Sha256();
-  Sha256(const Sha256&) = delete;
-  Sha256& operator=(const Sha256&) = delete;
-  void Update(const void* data, size_t size);
-  void Update(std::string_view s) { Update(s.data(), s.size()); }
-  std::string HexDigest();  // finishes the hash
-
- private:
-  void* ctx_;
-};
 
 // The architecture part: a canonical string of the fields that change the computation.
 std::string CanonicalConfig(const ModelConfig& config);

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 
 namespace scd {
 namespace {

@@ -3,53 +3,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 
 namespace scd {
-
-std::string TransferModeName(TransferMode mode) {
-  switch (mode) {
-    case TransferMode::kLocal:
-      return "local";
-    case TransferMode::kRaw:
-      return "raw";
-    case TransferMode::kInt4:
-      return "int4";
-    case TransferMode::kRecompute:
-      return "recompute";
-    case TransferMode::kReuse:
-      return "reuse";
-    case TransferMode::kScd:
-      return "scd";
-  }
-  return "?";
-}
-
-absl::StatusOr<TransferMode> ParseTransferMode(const std::string& name) {
-  for (TransferMode m : {TransferMode::kLocal, TransferMode::kRaw, TransferMode::kInt4,
-                         TransferMode::kRecompute, TransferMode::kReuse, TransferMode::kScd}) {
-    if (TransferModeName(m) == name) return m;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "transfer mode '", name, "' is not one of local, raw, int4, recompute, reuse, scd"));
-}
-
-absl::StatusOr<std::vector<TransferMode>> ParseTransferModes(const std::string& list) {
-  std::vector<TransferMode> modes;
-  for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
-    SCD_ASSIGN_OR_RETURN(TransferMode m,
-                         ParseTransferMode(std::string(absl::StripAsciiWhitespace(part))));
-    if (std::find(modes.begin(), modes.end(), m) == modes.end()) modes.push_back(m);
-  }
-  if (modes.empty()) return absl::InvalidArgumentError("no transfer modes given");
-  return modes;
-}
-
-bool ModeNeedsArtifact(TransferMode mode) {
-  return mode == TransferMode::kReuse || mode == TransferMode::kScd;
-}
 
 absl::StatusOr<TransferPlan> TransferPlan::Make(TransferMode mode, const ModelConfig& producer,
                                                 const Artifact* artifact,

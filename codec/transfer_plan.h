@@ -1,11 +1,5 @@
-// Transfer modes (method.md) and the per-layer plan one mode implies for a request:
-//   local      prompt only; the consumer runs its own prefill (the oracle)
-//   raw        producer pre-RoPE K and V, f16
-//   int4       the same, group-wise asymmetric int4
-//   recompute  raw K/V on most layers; the consumer recomputes chosen layers from the hidden
-//              state entering each recomputed segment (DroidSpeak-style)
-//   reuse      reuse codes of K and V on every layer
-//   scd        reuse codes on reuse layers, hidden-state codes on patch layers
+// TransferPlan: the per-layer plan one transfer mode (codec/transfer_mode.h) implies for a
+// request: what travels for each layer, at which ranks, and what the producer must capture.
 // Thread-safety: plain value types.
 #ifndef SCD_CODEC_TRANSFER_PLAN_H_
 #define SCD_CODEC_TRANSFER_PLAN_H_
@@ -17,17 +11,10 @@
 #include "absl/status/statusor.h"
 #include "codec/artifact.h"
 #include "codec/code_batch.h"
+#include "codec/transfer_mode.h"
 #include "model/llama_model.h"
 
 namespace scd {
-
-enum class TransferMode { kLocal, kRaw, kInt4, kRecompute, kReuse, kScd };
-std::string TransferModeName(TransferMode mode);
-absl::StatusOr<TransferMode> ParseTransferMode(const std::string& name);
-// "local,raw,scd" -> modes, in order, without duplicates.
-absl::StatusOr<std::vector<TransferMode>> ParseTransferModes(const std::string& list);
-// Whether the mode needs a fitted artifact.
-bool ModeNeedsArtifact(TransferMode mode);
 
 struct TransferOptions {
   WireDtype raw_dtype = WireDtype::kF16;   // raw mode and recompute's raw layers

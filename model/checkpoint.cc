@@ -1,12 +1,11 @@
 #include "model/checkpoint.h"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "model/status_macros.h"
+#include "base/file_util.h"
+#include "base/status_macros.h"
 
 namespace scd {
 namespace {
@@ -29,10 +28,8 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   const fs::path single_path = fs::path(dir) / kSingleFile;
   if (fs::exists(index_path)) {
     ckpt->index_used_ = true;
-    std::ifstream in(index_path, std::ios::binary);
-    std::stringstream text;
-    text << in.rdbuf();
-    Json index = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+    SCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(index_path.string()));
+    Json index = Json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (index.is_discarded() || !index.is_object()) {
       return absl::InvalidArgumentError(absl::StrCat(index_path.string(), ": not valid JSON"));
     }

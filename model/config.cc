@@ -1,13 +1,12 @@
 #include "model/config.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "model/status_macros.h"
+#include "base/file_util.h"
+#include "base/status_macros.h"
 
 namespace scd {
 namespace {
@@ -226,11 +225,12 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const std::string& json_text,
 }
 
 absl::StatusOr<ModelConfig> ModelConfig::FromFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open config file"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return FromJson(buffer.str(), path);
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(), absl::StrCat(path, ": cannot open config file (",
+                                                           text.status().message(), ")"));
+  }
+  return FromJson(*text, path);
 }
 
 int64_t ModelConfig::ParameterCount() const {

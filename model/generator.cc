@@ -6,17 +6,11 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "model/status_macros.h"
-#include "model/tokenizer.h"
+#include "base/status_macros.h"
+#include "base/timer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace scd {
-namespace {
-
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-}  // namespace
 
 absl::StatusOr<GenerationResult> GenerateTokens(const LlamaModel& model,
                                                 absl::Span<const TokenId> prompt_ids,

@@ -11,10 +11,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "base/token_id.h"
 #include "model/kv_cache.h"
 #include "model/llama_model.h"
 #include "model/sampler.h"
-#include "model/token_id.h"
 
 namespace scd {
 

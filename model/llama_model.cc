@@ -8,8 +8,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "model/checkpoint.h"
-#include "model/status_macros.h"
 
 namespace scd {
 namespace {

@@ -23,10 +23,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "base/token_id.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
 #include "model/rope.h"
-#include "model/token_id.h"
 #include "model/weights.h"
 
 namespace scd {

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 
 namespace scd {
 namespace {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "model/token_id.h"
+#include "base/token_id.h"
 
 namespace scd {
 

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 
 namespace scd {
 namespace {

@@ -51,7 +51,10 @@ BUILD_DIR=${SCD_BUILD_DIR:-build}
 JOBS=${SCD_JOBS:-$(nproc)}
 GEN=()
 command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
+# ccache, when the machine has it, makes rebuilds after a branch switch cheap; never required.
+LAUNCHER=()
+command -v ccache >/dev/null 2>&1 && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
-  cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
+  cmake -S . -B "$BUILD_DIR" "${GEN[@]}" "${LAUNCHER[@]}" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
 fi
 cmake --build "$BUILD_DIR" -j "$JOBS"

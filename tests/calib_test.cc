@@ -8,10 +8,10 @@
 #include <cmath>
 #include <set>
 
+#include "base/svg_plot.h"
 #include "calib/aligner_trainer.h"
 #include "calib/fidelity.h"
 #include "calib/layer_policy.h"
-#include "calib/svg_plot.h"
 #include "calib/text_corpus.h"
 #include "tests/test_util.h"
 

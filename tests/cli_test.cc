@@ -5,8 +5,8 @@
 #include <filesystem>
 
 #include "model/safetensors.h"
-#include "model/tokenizer.h"
 #include "tests/test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace scd {
 namespace {

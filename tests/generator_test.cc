@@ -6,8 +6,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "model/tokenizer.h"
 #include "tests/test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace scd {
 namespace {

@@ -9,12 +9,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/shared_dir.h"
+
 namespace scd::testing {
 
-std::string SharedDir() {
-  const char* env = std::getenv("SCD_SHARED_DIR");
-  return env != nullptr && *env != '\0' ? std::string(env) : std::string(SCD_SHARED_DIR);
-}
+std::string SharedDir() { return ResolveSharedDir(); }
 
 std::string ModelDir(const std::string& name) { return SharedDir() + "/models/" + name; }
 std::string BuildDir() { return SCD_BUILD_DIR; }

@@ -7,7 +7,7 @@
 
 namespace scd::testing {
 
-// ../shared (or $SCD_SHARED_DIR when set).
+// The shared folder: $SCD_SHARED_DIR, else shared/ beside the checkout (base/shared_dir.h).
 std::string SharedDir();
 std::string ModelDir(const std::string& name);  // SharedDir()/models/NAME
 std::string BuildDir();                         // the CMake build tree

@@ -45,6 +45,15 @@ double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kCPU, at::kDouble) - b.to(at::kCPU, at::kDouble)).abs().max().item<double>();
 }
 
+double MaxRelDiff(const at::Tensor& actual, const at::Tensor& expected) {
+  EXPECT_EQ(actual.sizes(), expected.sizes());
+  if (actual.sizes() != expected.sizes()) return 1e30;
+  at::Tensor e = expected.to(at::kCPU, at::kDouble);
+  const double diff = (actual.to(at::kCPU, at::kDouble) - e).abs().max().item<double>();
+  const double scale = e.numel() > 0 ? e.abs().max().item<double>() : 0.0;
+  return scale > 0 ? diff / scale : diff;
+}
+
 Artifact SyntheticArtifact(const LlamaModel& model) {
   at::Generator gen = at::detail::createCPUGenerator(10);
   const ModelConfig& c = model.config();

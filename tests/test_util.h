@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "base/token_id.h"
 #include "codec/artifact.h"
 #include "model/safetensors.h"
-#include "model/token_id.h"
 #include "tests/test_files.h"
 
 namespace scd::testing {
@@ -36,6 +36,12 @@ struct Golden {
 Golden LoadGolden(const std::string& model_name);
 
 double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b);
+// max |actual - expected| / max |expected|: the largest error relative to the magnitude compared
+// (the plain difference when `expected` is all zeros). Float32 results that differ only in the
+// order of their operations agree to a few units of float32 epsilon (1.2e-7) times the number
+// of accumulated terms, relative to that magnitude: kFloat32Reordered is the bar for them.
+double MaxRelDiff(const at::Tensor& actual, const at::Tensor& expected);
+inline constexpr double kFloat32Epsilon = 1.1920929e-7;
 
 // A random but well-formed artifact for a model shaped like stories260k (fitted "for" the model
 // with itself): ranks (r_K, r_V) = (2, 3) everywhere, patch layers 1 and 3 with r_H = 5 and a

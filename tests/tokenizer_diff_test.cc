@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "model/tokenizer.h"
-#include "model/tokenizer_unicode.h"
 #include "tests/test_files.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
 
 namespace scd {
 namespace {

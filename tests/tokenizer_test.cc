@@ -1,6 +1,6 @@
-// Unit and golden tests for model/tokenizer.h. The exhaustive comparison against the HF library
+// Unit and golden tests for tokenizer/tokenizer.h. The exhaustive comparison against the HF library
 // is tokenizer_diff_test.cc; these pin the goldens, the error messages and streaming.
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

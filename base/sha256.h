@@ -1,0 +1,32 @@
+// SHA-256 (OpenSSL's EVP digest): artifact checksums, model fingerprints, file identity.
+// Thread-safety: a Sha256 object is not thread-safe; Sha256Hex is stateless.
+#ifndef SCD_BASE_SHA256_H_
+#define SCD_BASE_SHA256_H_
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace scd {
+
+// Streaming SHA-256.
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  void Update(const void* data, size_t size);
+  void Update(std::string_view s) { Update(s.data(), s.size()); }
+  std::string HexDigest();  // finishes the hash
+
+ private:
+  void* ctx_;
+};
+
+// Hex SHA-256 of the bytes.
+std::string Sha256Hex(std::string_view bytes);
+
+}  // namespace scd
+
+#endif  // SCD_BASE_SHA256_H_

@@ -1,0 +1,252 @@
+// `scd`: the model runtime's command line.
+//   scd generate --model DIR --prompt TEXT [sampling flags]   stream a continuation to stdout
+//   scd tokenize --model DIR TEXT                             print token ids (and pieces)
+//   scd info --model DIR|config.json                          config summary, sizes
+// Errors go to stderr as one line and exit with status 1.
+#include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "base/status_macros.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "model/generator.h"
+#include "model/llama_model.h"
+#include "model/runtime.h"
+#include "tokenizer/tokenizer.h"
+#include "tools/tool_common.h"
+
+namespace scd {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CommonFlags {
+  CommonToolFlags tool;
+  std::string model;
+  std::string device = "cpu";
+  std::string dtype = "f32";
+};
+
+struct GenerateFlags {
+  std::string prompt;
+  std::string prompt_ids;
+  int max_tokens = 128;
+  float temperature = 0.0f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  uint64_t seed = 0;
+  std::vector<int> stop_ids;
+  std::vector<std::string> stop_strings;
+  bool ignore_eos = false;
+  bool dummy_weights = false;
+  int layers = 0;
+  bool stats = false;
+};
+
+// --model may name a directory (config.json + weights + tokenizer.json) or, with dummy
+// weights, a bare config.json.
+std::string ConfigPath(const std::string& model) {
+  return fs::is_directory(model) ? (fs::path(model) / "config.json").string() : model;
+}
+
+absl::StatusOr<std::vector<TokenId>> ParseIds(const std::string& text) {
+  std::vector<TokenId> ids;
+  for (absl::string_view piece : absl::StrSplit(text, absl::ByAnyChar(", "), absl::SkipEmpty())) {
+    int value = 0;
+    if (!absl::SimpleAtoi(piece, &value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--prompt-ids: '", std::string(piece), "' is not an integer"));
+    }
+    ids.push_back(value);
+  }
+  if (ids.empty()) return absl::InvalidArgumentError("--prompt-ids: no ids given");
+  return ids;
+}
+
+absl::StatusOr<LlamaModel::Options> RuntimeOptions(const CommonFlags& flags) {
+  LlamaModel::Options options;
+  SCD_ASSIGN_OR_RETURN(options.device, ParseDevice(flags.device));
+  SCD_ASSIGN_OR_RETURN(options.dtype, ParseDtype(flags.dtype, options.device));
+  spdlog::info("threads: {}", ConfigureThreads(flags.tool.threads).ToString());
+  return options;
+}
+
+void WriteOut(std::string_view text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
+absl::Status RunGenerate(const CommonFlags& common, const GenerateFlags& flags) {
+  SCD_ASSIGN_OR_RETURN(LlamaModel::Options options, RuntimeOptions(common));
+  std::unique_ptr<LlamaModel> model;
+  if (flags.dummy_weights) {
+    SCD_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromFile(ConfigPath(common.model)));
+    if (flags.layers > 0) config.num_layers = std::min<int64_t>(config.num_layers, flags.layers);
+    model = LlamaModel::Dummy(config, flags.seed, options);
+  } else {
+    if (flags.layers > 0) return absl::InvalidArgumentError("--layers needs --dummy-weights");
+    SCD_ASSIGN_OR_RETURN(model, LlamaModel::Load(common.model, options));
+  }
+  GenerationOptions gen;
+  gen.max_tokens = flags.max_tokens;
+  gen.sampling = {flags.temperature, flags.top_k, flags.top_p, flags.seed};
+  gen.stop_token_ids.assign(flags.stop_ids.begin(), flags.stop_ids.end());
+  gen.ignore_eos = flags.ignore_eos;
+  gen.stop_strings = flags.stop_strings;
+  GenerationResult result;
+  const fs::path tokenizer_path = fs::path(common.model) / "tokenizer.json";
+  if (!flags.prompt_ids.empty()) {
+    SCD_ASSIGN_OR_RETURN(std::vector<TokenId> ids, ParseIds(flags.prompt_ids));
+    if (fs::exists(tokenizer_path)) {
+      SCD_ASSIGN_OR_RETURN(auto tokenizer, Tokenizer::FromFile(tokenizer_path.string()));
+      WriteOut(tokenizer->Decode(ids, /*skip_special_tokens=*/true));
+      SCD_ASSIGN_OR_RETURN(result, GenerateTextFromIds(*model, *tokenizer, ids, gen, WriteOut));
+    } else {
+      // No tokenizer (e.g. a bare config with dummy weights): stream the ids themselves.
+      if (!gen.stop_strings.empty()) {
+        return absl::InvalidArgumentError("--stop needs a tokenizer.json beside the model");
+      }
+      KvCache cache = model->NewCache(static_cast<int64_t>(ids.size()) + flags.max_tokens);
+      SCD_ASSIGN_OR_RETURN(result, GenerateTokens(*model, ids, &cache, gen, [&](TokenId id) {
+                             WriteOut(absl::StrCat(id, " "));
+                             return true;
+                           }));
+    }
+  } else {
+    if (!fs::exists(tokenizer_path)) {
+      return absl::NotFoundError(
+          absl::StrCat(tokenizer_path.string(), " not found: give the prompt as --prompt-ids"));
+    }
+    SCD_ASSIGN_OR_RETURN(auto tokenizer, Tokenizer::FromFile(tokenizer_path.string()));
+    WriteOut(flags.prompt);
+    SCD_ASSIGN_OR_RETURN(result, GenerateText(*model, *tokenizer, flags.prompt, gen, WriteOut));
+  }
+  WriteOut("\n");
+  const size_t n = result.output_ids.size();
+  const std::string summary = absl::StrFormat(
+      "prompt %d tokens, prefill+first token %.1f ms; %d tokens generated, decode %.1f tokens/s; "
+      "finish: %s",
+      result.prompt_ids.size(), 1e3 * result.prefill_seconds, n,
+      n > 1 && result.decode_seconds > 0 ? (n - 1) / result.decode_seconds : 0.0,
+      result.finish_reason);
+  if (flags.stats) {
+    std::fprintf(stderr, "%s\n", summary.c_str());
+  } else {
+    spdlog::info("{}", summary);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunTokenize(const CommonFlags& common, const std::string& text, bool pieces,
+                         bool no_special) {
+  const std::string path = (fs::path(common.model) / "tokenizer.json").string();
+  SCD_ASSIGN_OR_RETURN(auto tokenizer, Tokenizer::FromFile(path));
+  SCD_ASSIGN_OR_RETURN(std::vector<TokenId> ids, tokenizer->Encode(text, !no_special));
+  std::string out;
+  if (pieces) {
+    for (TokenId id : ids) {
+      absl::StrAppend(&out, id, "\t", tokenizer->IdToToken(id).value_or("?"), "\n");
+    }
+  } else {
+    for (size_t i = 0; i < ids.size(); ++i) absl::StrAppend(&out, i ? " " : "", ids[i]);
+    out += "\n";
+  }
+  WriteOut(out);
+  return absl::OkStatus();
+}
+
+absl::Status RunInfo(const CommonFlags& common) {
+  const std::string config_path = ConfigPath(common.model);
+  SCD_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromFile(config_path));
+  std::string out = absl::StrCat("config              ", config_path, "\n", config.Summary());
+  if (fs::is_directory(common.model)) {
+    absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(common.model);
+    if (ckpt.ok()) {
+      int64_t stored = 0;
+      for (const std::string& name : (*ckpt)->names()) stored += (*ckpt)->Find(name)->numel();
+      absl::StrAppendFormat(&out, "weights             %d tensors, %d parameters stored%s\n",
+                            (*ckpt)->names().size(), stored,
+                            (*ckpt)->sharded() ? " (sharded)" : "");
+    } else {
+      absl::StrAppend(&out, "weights             none (", ckpt.status().message(), ")\n");
+    }
+  }
+  WriteOut(out);
+  return absl::OkStatus();
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"SCD Serve model runtime: generate, tokenize, inspect Llama-family checkpoints"};
+  app.require_subcommand(1);
+  CommonFlags common;
+  auto add_common = [&](CLI::App* cmd, bool runtime) {
+    cmd->add_option("--model", common.model, "Hugging Face model directory")->required();
+    AddCommonFlags(cmd, &common.tool, runtime ? kThreadsFlag | kLogLevelFlag : kLogLevelFlag);
+    if (runtime) {
+      cmd->add_option("--device", common.device, "cpu, cuda or cuda:N")->capture_default_str();
+      cmd->add_option("--dtype", common.dtype, "f32, bf16 or f16")->capture_default_str();
+    }
+  };
+
+  GenerateFlags gen;
+  CLI::App* generate = app.add_subcommand("generate", "stream a continuation of a prompt");
+  add_common(generate, true);
+  auto* prompt_opt = generate->add_option("--prompt", gen.prompt, "prompt text");
+  auto* ids_opt = generate->add_option("--prompt-ids", gen.prompt_ids,
+                                       "prompt as token ids, e.g. 1,403,407 (no tokenizer needed)");
+  prompt_opt->excludes(ids_opt);
+  generate->add_option("--max-tokens", gen.max_tokens, "new tokens at most")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  generate->add_option("--temperature", gen.temperature, "0 = greedy")->capture_default_str();
+  generate->add_option("--top-k", gen.top_k, "0 = off")->capture_default_str();
+  generate->add_option("--top-p", gen.top_p, "nucleus sampling mass")->capture_default_str();
+  generate->add_option("--seed", gen.seed, "sampling (and dummy-weight) seed")
+      ->capture_default_str();
+  generate->add_option("--stop-id", gen.stop_ids, "stop token id (repeatable; default: eos)");
+  generate->add_option("--stop", gen.stop_strings, "stop at this text, not printed (repeatable)");
+  generate->add_flag("--ignore-eos", gen.ignore_eos, "do not stop at eos");
+  generate->add_flag("--dummy-weights", gen.dummy_weights,
+                     "seeded random weights from config.json alone (speed work)");
+  generate->add_option("--layers", gen.layers,
+                       "with --dummy-weights: keep only the first N layers");
+  generate->add_flag("--stats", gen.stats, "print timing to stderr");
+
+  std::string text;
+  bool pieces = false, no_special = false;
+  CLI::App* tokenize = app.add_subcommand("tokenize", "print the token ids of a text");
+  add_common(tokenize, false);
+  tokenize->add_option("text", text, "text to tokenize")->required();
+  tokenize->add_flag("--pieces", pieces, "one 'id<TAB>token' line per token");
+  tokenize->add_flag("--no-special", no_special, "do not add BOS/special tokens");
+
+  CLI::App* info =
+      app.add_subcommand("info", "config summary, parameter count, KV bytes per token");
+  add_common(info, false);
+
+  return RunTool("scd", app, argc, argv, common.tool, [&]() -> absl::Status {
+    if (generate->parsed()) {
+      if (gen.prompt.empty() && gen.prompt_ids.empty()) {
+        return absl::InvalidArgumentError("give --prompt TEXT or --prompt-ids IDS");
+      }
+      return RunGenerate(common, gen);
+    }
+    if (tokenize->parsed()) return RunTokenize(common, text, pieces, no_special);
+    return RunInfo(common);
+  });
+}
+
+}  // namespace
+}  // namespace scd
+
+int main(int argc, char** argv) { return scd::Main(argc, argv); }
