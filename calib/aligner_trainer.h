@@ -38,7 +38,6 @@ struct AlignerTrainReport {
   double heldout = 0;         // best held-out loss with the MLP
   int epochs = 0;
   double seconds = 0;
-  std::string ToJson() const;
 };
 
 // h_a, h_b: [n, hidden] paired attention inputs. kv_weight: the consumer's [W_k; W_v],

@@ -1,19 +1,28 @@
-// Calibrate(): the offline fit of one producer -> consumer pair (scd-calib fit).
-//   1. paired prefills of both models on calibration prefixes, streamed into PairedTraces;
-//   2. reuse translators for K and V of every layer, a hidden-state basis per layer;
-//   3. patch layers by the paper's policy, F = -KL(oracle || mode) on a held-out split of the
-//      calibration text; the DroidSpeak-style recompute plan by the same procedure on raw K/V;
-//   4. aligners for the patch layers; 5. the fidelity of the result on the held-out split.
-// Thread-safety: stateless function.
+// Calibrate(): the offline fit of one producer -> consumer pair (scd-calib fit), one function per
+// stage:
+//   1. LoadCalibrationData: calibration prefixes (+ a vocabulary sweep) and a held-out split;
+//   2. CollectPairedTraces: paired prefills of both models, streamed into PairedTraces;
+//   3. FitTranslators: reuse translators for K and V of every layer, a hidden-state basis each;
+//   4. SelectLayerPolicies: patch layers by the paper's policy, F = -KL(oracle || mode) on the
+//      held-out split; the DroidSpeak-style recompute plan by the same procedure on raw K/V;
+//   5. TrainPatchAligners: aligners for the patch layers;
+//   6. MeasureFidelity: the result through the real codec (RunTransfer) on the held-out split.
+// Each stage fills its part of a typed CalibrationReport.
+// Thread-safety: stateless functions.
 #ifndef SCD_CALIB_CALIBRATOR_H_
 #define SCD_CALIB_CALIBRATOR_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "calib/aligner_trainer.h"
+#include "calib/calibration_report.h"
+#include "calib/fidelity.h"
 #include "calib/layer_policy.h"
+#include "calib/paired_traces.h"
 #include "codec/artifact.h"
 #include "codec/reuse_translator.h"
 #include "model/llama_model.h"
@@ -50,8 +59,55 @@ struct CalibrationOptions {
   bool progress = true;  // progress bars on stderr
 };
 
-absl::StatusOr<Artifact> Calibrate(const LlamaModel& producer, const LlamaModel& consumer,
-                                   const Tokenizer& tokenizer, const CalibrationOptions& options);
+struct CalibrationResult {
+  Artifact artifact;
+  CalibrationReport report;
+};
+
+absl::StatusOr<CalibrationResult> Calibrate(const LlamaModel& producer, const LlamaModel& consumer,
+                                            const Tokenizer& tokenizer,
+                                            const CalibrationOptions& options);
+
+// What `scd-calib fit` prints: the layers' routes and ranks, the held-out fidelity, the time.
+std::string FormatFitSummary(const std::string& artifact_path, const CalibrationResult& result);
+
+// ---- the stages ----
+
+struct CalibrationData {
+  std::vector<std::vector<TokenId>> prefixes;  // calibration sequences, vocabulary sweep last
+  std::vector<std::vector<TokenId>> heldout;   // held-out windows (prefix + continuation + 1)
+};
+absl::StatusOr<CalibrationData> LoadCalibrationData(const ModelConfig& producer,
+                                                    const ModelConfig& consumer,
+                                                    const Tokenizer& tokenizer,
+                                                    const CalibrationOptions& options,
+                                                    CalibrationDataReport* report);
+
+absl::Status CollectPairedTraces(const LlamaModel& producer, const LlamaModel& consumer,
+                                 const std::vector<std::vector<TokenId>>& prefixes, bool progress,
+                                 PairedTraces* traces);
+
+// Translators into `artifact->layers` (one per layer, all reuse-routed), hidden-state bases
+// into `bases`.
+absl::Status FitTranslators(const PairedTraces& traces, const CalibrationOptions& options,
+                            Artifact* artifact, std::vector<ReuseTranslator>* bases);
+
+// Fills report->patch_policy and report->recompute_policy.
+absl::Status SelectLayerPolicies(const LlamaModel& producer, const LlamaModel& consumer,
+                                 const Artifact& artifact, const FidelityEvaluator& heldout,
+                                 const CalibrationOptions& options, CalibrationReport* report);
+
+// Routes the chosen patch layers to patch and trains their aligners (reports by layer).
+absl::Status TrainPatchAligners(const LlamaModel& consumer, const PairedTraces& traces,
+                                const std::vector<ReuseTranslator>& bases,
+                                const std::vector<int>& patch_layers,
+                                const CalibrationOptions& options, Artifact* artifact,
+                                std::map<int, AlignerTrainReport>* reports);
+
+absl::StatusOr<std::vector<ModeFidelity>> MeasureFidelity(const LlamaModel& producer,
+                                                          const LlamaModel& consumer,
+                                                          const Artifact& artifact,
+                                                          const FidelityEvaluator& heldout);
 
 }  // namespace scd
 

@@ -3,14 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "calib/text_corpus.h"
-#include "codec/code_decoder.h"
-#include "codec/code_encoder.h"
+#include "codec/transfer.h"
 
 namespace scd {
 
@@ -29,17 +27,13 @@ absl::StatusOr<Evaluation> Evaluation::Create(const LlamaModel& producer,
 
 absl::StatusOr<PrefixCacheBuilder> Evaluation::Builder(TransferMode mode,
                                                        const TransferOptions& transfer) {
-  SCD_ASSIGN_OR_RETURN(TransferPlan plan,
-                       TransferPlan::Make(mode, producer_->config(), artifact_, transfer));
-  auto encoder = std::make_shared<CodeEncoder>(std::move(plan), artifact_, transfer);
-  auto decoder = std::make_shared<CodeDecoder>(*consumer_, artifact_);
-  return PrefixCacheBuilder(
-      [this, encoder, decoder](int w, KvCache* cache, int64_t* bytes) -> absl::Status {
-        const std::vector<TokenId> prefix = evaluator_.Prefix(w);
-        SCD_ASSIGN_OR_RETURN(CodeBatch batch, encoder->Prefill(*producer_, prefix));
-        *bytes = batch.bytes();
-        return decoder->Decode(batch, prefix, cache);
-      });
+  SCD_ASSIGN_OR_RETURN(TransferPath path,
+                       TransferPath::Create(mode, *producer_, *consumer_, artifact_, transfer));
+  return PrefixCacheBuilder([this, path](int w, KvCache* cache, int64_t* bytes) -> absl::Status {
+    SCD_ASSIGN_OR_RETURN(TransferStats stats, path.Run(evaluator_.Prefix(w), cache));
+    *bytes = stats.payload_bytes;
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<ModeResult> Evaluation::Run(TransferMode mode, const TransferOptions& transfer,
@@ -118,23 +112,6 @@ std::string FormatModeTable(const std::vector<ModeResult>& results) {
                           results[0].raw_f16_bytes_per_token);
   }
   return out;
-}
-
-std::string ModeResultsJson(const std::vector<ModeResult>& results,
-                            const std::string& context_json) {
-  nlohmann::json j =
-      nlohmann::json::parse(context_json.empty() ? "{}" : context_json, nullptr, false);
-  if (j.is_discarded()) j = nlohmann::json::object();
-  nlohmann::json modes = nlohmann::json::object();
-  for (const ModeResult& r : results) {
-    nlohmann::json m = nlohmann::json::parse(r.metrics.ToJson());
-    if (std::isnan(r.metrics.greedy_agreement)) m["greedy_agreement"] = nullptr;
-    m["payload_ratio"] = r.payload_ratio();
-    m["raw_f16_bytes_per_token"] = r.raw_f16_bytes_per_token;
-    modes[TransferModeName(r.mode)] = m;
-  }
-  j["modes"] = modes;
-  return j.dump(2);
 }
 
 }  // namespace scd

@@ -68,10 +68,8 @@ class Evaluation {
   FidelityEvaluator evaluator_;
 };
 
-// The eval table (one row per mode) and the same as JSON.
+// The eval table (one row per mode); calib/report_json.h has the same as JSON.
 std::string FormatModeTable(const std::vector<ModeResult>& results);
-std::string ModeResultsJson(const std::vector<ModeResult>& results,
-                            const std::string& context_json);
 
 }  // namespace scd
 

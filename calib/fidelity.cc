@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -48,20 +47,6 @@ at::Tensor StackAttnInputs(const Captures& captures, int64_t first_row, int64_t 
 }
 
 }  // namespace
-
-std::string FidelityMetrics::ToJson() const {
-  nlohmann::json j = {{"kl", kl},
-                      {"tv", tv},
-                      {"top1", top1},
-                      {"ppl", ppl},
-                      {"oracle_ppl", oracle_ppl},
-                      {"ppl_ratio", ppl_ratio()},
-                      {"greedy_agreement", greedy_agreement},
-                      {"bytes_per_token", bytes_per_token},
-                      {"positions", positions},
-                      {"windows", windows}};
-  return j.dump();
-}
 
 FidelityEvaluator::FidelityEvaluator(const LlamaModel& consumer,
                                      std::vector<std::vector<TokenId>> windows,

@@ -37,7 +37,6 @@ struct FidelityMetrics {
   int64_t positions = 0, windows = 0;
 
   double ppl_ratio() const { return oracle_ppl > 0 ? ppl / oracle_ppl : 0; }
-  std::string ToJson() const;
 };
 
 // Fills an empty consumer cache with window `window`'s prefix; reports the payload bytes.

@@ -1,24 +1,12 @@
 #include "calib/layer_policy.h"
 
 #include <algorithm>
-#include <nlohmann/json.hpp>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 
 namespace scd {
-
-std::string LayerPolicyResult::ToJson() const {
-  nlohmann::json j = {{"base_score", base},
-                      {"restore_one", restore_one},
-                      {"pool", pool},
-                      {"greedy_order", greedy_order},
-                      {"greedy_gain", greedy_gain},
-                      {"k", k},
-                      {"chosen", chosen}};
-  return j.dump();
-}
 
 absl::StatusOr<LayerPolicyResult> SelectLayers(int layers, const RestoredSetScore& score,
                                                const LayerPolicyOptions& options) {

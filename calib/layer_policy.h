@@ -31,8 +31,6 @@ struct LayerPolicyResult {
   std::vector<double> greedy_gain;  // dF(S_t) after step t
   int k = 0;
   std::vector<int> chosen;  // S_k, sorted
-
-  std::string ToJson() const;
 };
 
 using RestoredSetScore = std::function<absl::StatusOr<double>(const std::vector<int>& restored)>;

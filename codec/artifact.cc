@@ -108,17 +108,6 @@ std::vector<int> Artifact::PatchLayers() const {
   return out;
 }
 
-std::vector<int> Artifact::RecomputeLayers() const {
-  Json policy = ParseOrEmpty(policy_json);
-  std::vector<int> out;
-  if (policy.contains("recompute_layers") && policy["recompute_layers"].is_array()) {
-    for (const Json& v : policy["recompute_layers"]) {
-      if (v.is_number_integer()) out.push_back(v.get<int>());
-    }
-  }
-  return out;
-}
-
 absl::Status Artifact::Save(const std::string& path) const {
   std::map<std::string, at::Tensor> tensors;
   Json layer_meta = Json::array();
@@ -159,106 +148,173 @@ absl::Status Artifact::Save(const std::string& path) const {
   writer.SetMetadata("scd.calibration", ParseOrEmpty(calibration_json).dump());
   writer.SetMetadata("scd.policy", ParseOrEmpty(policy_json).dump());
   writer.SetMetadata("scd.fidelity", ParseOrEmpty(fidelity_json).dump());
+  writer.SetMetadata("scd.recompute_layers", Json(recompute_layers).dump());
   writer.SetMetadata("scd.tensors_sha256", checksum.HexDigest());
   return writer.Write(path);
 }
 
+namespace {
+
+// Reads one artifact file: every accessor refuses what is missing or malformed with a DataLoss
+// status naming the file.
+class ArtifactReader {
+ public:
+  ArtifactReader(std::string path, std::unique_ptr<SafetensorsFile> file)
+      : path_(std::move(path)), file_(std::move(file)) {}
+
+  const std::string* Meta(const char* key) const {
+    auto it = file_->metadata().find(key);
+    return it == file_->metadata().end() ? nullptr : &it->second;
+  }
+
+  // The format version (1 or 2; others are refused) after checking required keys and the
+  // checksum of every tensor byte.
+  absl::StatusOr<int> CheckHeader() const {
+    const std::string* version = Meta("scd.format_version");
+    if (version == nullptr) return Corrupt(path_, "no scd.format_version (not an SCD artifact?)");
+    if (*version != "1" && *version != std::to_string(kArtifactFormatVersion)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(path_, ": artifact format version ", *version,
+                       " is not supported (this build reads 1 and ", kArtifactFormatVersion, ")"));
+    }
+    for (const char* key : {"scd.producer", "scd.consumer", "scd.layers", "scd.tensors_sha256"}) {
+      if (Meta(key) == nullptr)
+        return Corrupt(path_, absl::StrCat("metadata ", key, " is missing"));
+    }
+    Sha256 checksum;
+    for (const std::string& name : file_->names()) {
+      const TensorEntry* e = file_->Find(name);
+      if (e->dtype != StDtype::kF32) return Corrupt(path_, absl::StrCat(name, " is not F32"));
+      checksum.Update(name);
+      checksum.Update(e->data, static_cast<size_t>(e->size_bytes));
+    }
+    if (checksum.HexDigest() != *Meta("scd.tensors_sha256")) {
+      return Corrupt(path_, "tensor data does not match its checksum (corrupted file)");
+    }
+    return std::stoi(*version);
+  }
+
+  absl::StatusOr<Json> MetaJson(const char* key) const {
+    const std::string* text = Meta(key);
+    Json j = text == nullptr ? Json() : Json::parse(*text, nullptr, false);
+    if (j.is_discarded() || j.is_null()) {
+      return Corrupt(path_, absl::StrCat("metadata ", key, " is not valid JSON"));
+    }
+    return j;
+  }
+
+  absl::StatusOr<at::Tensor> Tensor(const std::string& name) const {
+    if (file_->Find(name) == nullptr) {
+      return Corrupt(path_, absl::StrCat("tensor ", name, " is missing"));
+    }
+    return file_->Load(name, at::kFloat);
+  }
+
+  absl::StatusOr<ReuseTranslator> Translator(const std::string& prefix) const {
+    SCD_ASSIGN_OR_RETURN(at::Tensor mu_a, Tensor(prefix + ".mu_a"));
+    SCD_ASSIGN_OR_RETURN(at::Tensor mu_b, Tensor(prefix + ".mu_b"));
+    SCD_ASSIGN_OR_RETURN(at::Tensor w_enc, Tensor(prefix + ".w_enc"));
+    SCD_ASSIGN_OR_RETURN(at::Tensor w_dec, Tensor(prefix + ".w_dec"));
+    auto t = ReuseTranslator::FromTensors(mu_a, mu_b, w_enc, w_dec);
+    if (!t.ok()) return Corrupt(path_, absl::StrCat(prefix, ": ", t.status().message()));
+    return t;
+  }
+
+  absl::StatusOr<PatchAligner> Aligner(int l, const Json& meta) const {
+    SCD_ASSIGN_OR_RETURN(ReuseTranslator basis, Translator(Prefix(l, "patch.basis")));
+    SCD_ASSIGN_OR_RETURN(at::Tensor z_scale, Tensor(Prefix(l, "patch.z_scale")));
+    std::vector<at::Tensor> weights, biases;
+    const int64_t n = meta.value("aligner_layers", int64_t{0});
+    for (int64_t i = 0; i < n; ++i) {
+      const std::string mlp = absl::StrCat(Prefix(l, "patch.mlp."), i);
+      SCD_ASSIGN_OR_RETURN(at::Tensor w, Tensor(mlp + ".weight"));
+      SCD_ASSIGN_OR_RETURN(at::Tensor b, Tensor(mlp + ".bias"));
+      weights.push_back(w);
+      biases.push_back(b);
+    }
+    auto aligner = PatchAligner::Create(std::move(basis), z_scale, weights, biases);
+    if (!aligner.ok()) {
+      return Corrupt(path_, absl::StrCat("layer ", l, ": ", aligner.status().message()));
+    }
+    return aligner;
+  }
+
+  absl::StatusOr<ArtifactLayer> Layer(int l, const Json& meta, const Artifact& a) const {
+    ArtifactLayer layer;
+    const std::string route = meta.is_object() ? meta.value("route", "") : "";
+    if (route != "reuse" && route != "patch") {
+      return Corrupt(path_, absl::StrCat("layer ", l, " has route '", route, "'"));
+    }
+    layer.route = route == "patch" ? LayerRoute::kPatch : LayerRoute::kReuse;
+    SCD_ASSIGN_OR_RETURN(layer.key, Translator(Prefix(l, "key")));
+    SCD_ASSIGN_OR_RETURN(layer.value, Translator(Prefix(l, "value")));
+    if (layer.key.dim_in() != a.producer.head_dim || layer.key.dim_out() != a.consumer.head_dim) {
+      return Corrupt(path_, absl::StrCat("layer ", l, " key translator does not map head_dim ",
+                                         a.producer.head_dim, " -> ", a.consumer.head_dim));
+    }
+    if (meta.contains("rank_h")) {
+      SCD_ASSIGN_OR_RETURN(layer.patch, Aligner(l, meta));
+    }
+    if (layer.route == LayerRoute::kPatch && !layer.patch) {
+      return Corrupt(path_, absl::StrCat("patch layer ", l, " has no aligner"));
+    }
+    return layer;
+  }
+
+  // Version 2 stores the recompute plan as a typed field; version 1 kept it inside the policy
+  // document.
+  absl::StatusOr<std::vector<int>> RecomputeLayers(int version, int layers) const {
+    Json list;
+    if (version >= 2) {
+      SCD_ASSIGN_OR_RETURN(list, MetaJson("scd.recompute_layers"));
+    } else {
+      absl::StatusOr<Json> policy = MetaJson("scd.policy");
+      if (policy.ok() && policy->contains("recompute_layers")) list = (*policy)["recompute_layers"];
+    }
+    std::vector<int> out;
+    if (list.is_null()) return out;
+    if (!list.is_array()) return Corrupt(path_, "recompute layers are not a list");
+    for (const Json& v : list) {
+      if (!v.is_number_integer() || v.get<int>() < 0 || v.get<int>() >= layers) {
+        return Corrupt(path_, absl::StrCat("recompute layer ", v.dump(), " is not a layer index"));
+      }
+      out.push_back(v.get<int>());
+    }
+    return out;
+  }
+
+ private:
+  std::string path_;
+  std::unique_ptr<SafetensorsFile> file_;
+};
+
+}  // namespace
+
 absl::StatusOr<Artifact> Artifact::Load(const std::string& path) {
   SCD_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
-  const auto& meta = file->metadata();
-  auto get = [&](const char* key) -> const std::string* {
-    auto it = meta.find(key);
-    return it == meta.end() ? nullptr : &it->second;
-  };
-  const std::string* version = get("scd.format_version");
-  if (version == nullptr) return Corrupt(path, "no scd.format_version (not an SCD artifact?)");
-  if (*version != std::to_string(kArtifactFormatVersion)) {
-    return absl::FailedPreconditionError(absl::StrCat(path, ": artifact format version ", *version,
-                                                      " is not supported (expected ",
-                                                      kArtifactFormatVersion, ")"));
-  }
-  for (const char* key : {"scd.producer", "scd.consumer", "scd.layers", "scd.tensors_sha256"}) {
-    if (get(key) == nullptr) return Corrupt(path, absl::StrCat("metadata ", key, " is missing"));
-  }
-  Sha256 checksum;
-  for (const std::string& name : file->names()) {
-    const TensorEntry* e = file->Find(name);
-    if (e->dtype != StDtype::kF32) return Corrupt(path, absl::StrCat(name, " is not F32"));
-    checksum.Update(name);
-    checksum.Update(e->data, static_cast<size_t>(e->size_bytes));
-  }
-  if (checksum.HexDigest() != *get("scd.tensors_sha256")) {
-    return Corrupt(path, "tensor data does not match its checksum (corrupted file)");
-  }
-  Json producer = Json::parse(*get("scd.producer"), nullptr, false);
-  Json consumer = Json::parse(*get("scd.consumer"), nullptr, false);
-  Json layers = Json::parse(*get("scd.layers"), nullptr, false);
-  if (producer.is_discarded() || consumer.is_discarded() || !layers.is_array()) {
-    return Corrupt(path, "metadata is not valid JSON");
-  }
+  const ArtifactReader reader(path, std::move(file));
+  SCD_ASSIGN_OR_RETURN(const int version, reader.CheckHeader());
+  SCD_ASSIGN_OR_RETURN(Json producer, reader.MetaJson("scd.producer"));
+  SCD_ASSIGN_OR_RETURN(Json consumer, reader.MetaJson("scd.consumer"));
+  SCD_ASSIGN_OR_RETURN(Json layers, reader.MetaJson("scd.layers"));
+  if (!layers.is_array()) return Corrupt(path, "metadata scd.layers is not a list");
   Artifact a;
   a.producer = IdentityFromJson(producer);
   a.consumer = IdentityFromJson(consumer);
-  if (const std::string* m = get("scd.fit_method")) a.fit_method = *m;
-  if (const std::string* m = get("scd.calibration")) a.calibration_json = *m;
-  if (const std::string* m = get("scd.policy")) a.policy_json = *m;
-  if (const std::string* m = get("scd.fidelity")) a.fidelity_json = *m;
+  if (const std::string* m = reader.Meta("scd.fit_method")) a.fit_method = *m;
+  if (const std::string* m = reader.Meta("scd.calibration")) a.calibration_json = *m;
+  if (const std::string* m = reader.Meta("scd.policy")) a.policy_json = *m;
+  if (const std::string* m = reader.Meta("scd.fidelity")) a.fidelity_json = *m;
   if (static_cast<int64_t>(layers.size()) != a.consumer.layers) {
     return Corrupt(path, absl::StrCat("describes ", layers.size(), " layers but the consumer has ",
                                       a.consumer.layers));
   }
-  auto tensor = [&](const std::string& name) -> absl::StatusOr<at::Tensor> {
-    if (file->Find(name) == nullptr)
-      return Corrupt(path, absl::StrCat("tensor ", name, " is missing"));
-    return file->Load(name, at::kFloat);
-  };
-  auto translator = [&](const std::string& prefix) -> absl::StatusOr<ReuseTranslator> {
-    SCD_ASSIGN_OR_RETURN(at::Tensor mu_a, tensor(prefix + ".mu_a"));
-    SCD_ASSIGN_OR_RETURN(at::Tensor mu_b, tensor(prefix + ".mu_b"));
-    SCD_ASSIGN_OR_RETURN(at::Tensor w_enc, tensor(prefix + ".w_enc"));
-    SCD_ASSIGN_OR_RETURN(at::Tensor w_dec, tensor(prefix + ".w_dec"));
-    auto t = ReuseTranslator::FromTensors(mu_a, mu_b, w_enc, w_dec);
-    if (!t.ok()) return Corrupt(path, absl::StrCat(prefix, ": ", t.status().message()));
-    return t;
-  };
   for (size_t l = 0; l < layers.size(); ++l) {
-    const int li = static_cast<int>(l);
-    const Json& lm = layers[l];
-    ArtifactLayer layer;
-    const std::string route = lm.is_object() ? lm.value("route", "") : "";
-    if (route != "reuse" && route != "patch") {
-      return Corrupt(path, absl::StrCat("layer ", l, " has route '", route, "'"));
-    }
-    layer.route = route == "patch" ? LayerRoute::kPatch : LayerRoute::kReuse;
-    SCD_ASSIGN_OR_RETURN(layer.key, translator(Prefix(li, "key")));
-    SCD_ASSIGN_OR_RETURN(layer.value, translator(Prefix(li, "value")));
-    if (layer.key.dim_in() != a.producer.head_dim || layer.key.dim_out() != a.consumer.head_dim) {
-      return Corrupt(path, absl::StrCat("layer ", l, " key translator does not map head_dim ",
-                                        a.producer.head_dim, " -> ", a.consumer.head_dim));
-    }
-    if (lm.contains("rank_h")) {
-      SCD_ASSIGN_OR_RETURN(ReuseTranslator basis, translator(Prefix(li, "patch.basis")));
-      SCD_ASSIGN_OR_RETURN(at::Tensor z_scale, tensor(Prefix(li, "patch.z_scale")));
-      std::vector<at::Tensor> weights, biases;
-      const int64_t n = lm.value("aligner_layers", int64_t{0});
-      for (int64_t i = 0; i < n; ++i) {
-        SCD_ASSIGN_OR_RETURN(at::Tensor w,
-                             tensor(absl::StrCat(Prefix(li, "patch.mlp."), i, ".weight")));
-        SCD_ASSIGN_OR_RETURN(at::Tensor b,
-                             tensor(absl::StrCat(Prefix(li, "patch.mlp."), i, ".bias")));
-        weights.push_back(w);
-        biases.push_back(b);
-      }
-      auto aligner = PatchAligner::Create(std::move(basis), z_scale, weights, biases);
-      if (!aligner.ok())
-        return Corrupt(path, absl::StrCat("layer ", l, ": ", aligner.status().message()));
-      layer.patch = std::move(*aligner);
-    }
-    if (layer.route == LayerRoute::kPatch && !layer.patch) {
-      return Corrupt(path, absl::StrCat("patch layer ", l, " has no aligner"));
-    }
+    SCD_ASSIGN_OR_RETURN(ArtifactLayer layer, reader.Layer(static_cast<int>(l), layers[l], a));
     a.layers.push_back(std::move(layer));
   }
+  SCD_ASSIGN_OR_RETURN(a.recompute_layers,
+                       reader.RecomputeLayers(version, static_cast<int>(layers.size())));
   return a;
 }
 

@@ -20,7 +20,9 @@
 
 namespace scd {
 
-inline constexpr int kArtifactFormatVersion = 1;
+// 2: the recompute plan is a typed field (scd.recompute_layers). Version-1 files still load (the
+// plan is read from their policy document); other versions are refused.
+inline constexpr int kArtifactFormatVersion = 2;
 
 enum class LayerRoute { kReuse, kPatch };
 std::string LayerRouteName(LayerRoute route);
@@ -45,14 +47,14 @@ struct Artifact {
   ModelIdentity producer, consumer;
   std::vector<ArtifactLayer> layers;
   std::string fit_method;
+  // Layers the DroidSpeak-style recompute baseline recomputes, chosen at fit time.
+  std::vector<int> recompute_layers;
   // JSON documents kept verbatim in the metadata (empty: "{}").
   std::string calibration_json;  // data, prefixes, tokens, ridge, seeds, timings
-  std::string policy_json;    // restore-one sensitivities, greedy trace, chosen k, recompute plan
-  std::string fidelity_json;  // metrics measured at fit time on the held-out split
+  std::string policy_json;       // restore-one sensitivities, greedy trace, chosen k
+  std::string fidelity_json;     // metrics measured at fit time on the held-out split
 
   std::vector<int> PatchLayers() const;
-  // Recompute layers chosen at fit time (DroidSpeak-style baseline), from policy_json.
-  std::vector<int> RecomputeLayers() const;
 
   absl::Status Save(const std::string& path) const;
   // Validates the file (safetensors structure, version, tensor checksum, shapes, routes).

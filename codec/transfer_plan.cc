@@ -7,6 +7,79 @@
 
 namespace scd {
 
+namespace {
+
+LayerPayload PayloadFor(TransferMode mode, const ArtifactLayer* layer) {
+  switch (mode) {
+    case TransferMode::kLocal:
+      return LayerPayload::kNone;
+    case TransferMode::kRaw:
+    case TransferMode::kRecompute:  // recomputed layers are marked afterwards
+      return LayerPayload::kRaw;
+    case TransferMode::kInt4:
+      return LayerPayload::kInt4;
+    case TransferMode::kReuse:
+      return LayerPayload::kCodes;
+    case TransferMode::kScd:
+      return layer->route == LayerRoute::kPatch ? LayerPayload::kPatch : LayerPayload::kCodes;
+  }
+  return LayerPayload::kNone;
+}
+
+// Marks the recomputed layers and groups them into maximal runs.
+absl::Status PlanRecompute(const Artifact* artifact, const TransferOptions& options,
+                           TransferPlan* plan) {
+  const int layers = static_cast<int>(plan->layers.size());
+  std::vector<int> recompute = options.recompute_layers;
+  if (recompute.empty() && artifact != nullptr) recompute = artifact->recompute_layers;
+  if (recompute.empty()) {
+    return absl::FailedPreconditionError(
+        "recompute mode needs the layers to recompute (from the artifact or explicitly)");
+  }
+  for (int l : recompute) {
+    if (l < 0 || l >= layers) {
+      return absl::InvalidArgumentError(absl::StrCat("recompute layer ", l, " out of range"));
+    }
+    plan->layers[l] = LayerPayload::kRecompute;
+  }
+  for (int l = 0; l < layers;) {
+    if (plan->layers[l] != LayerPayload::kRecompute) {
+      ++l;
+      continue;
+    }
+    int end = l;
+    while (end < layers && plan->layers[end] == LayerPayload::kRecompute) ++end;
+    plan->segments.emplace_back(l, end);
+    l = end;
+  }
+  return absl::OkStatus();
+}
+
+// The producer captures exactly what the plan sends.
+CaptureSpec CaptureFor(const TransferPlan& plan) {
+  CaptureSpec capture;
+  for (int l = 0; l < static_cast<int>(plan.layers.size()); ++l) {
+    const LayerPayload p = plan.layers[l];
+    if (p == LayerPayload::kRaw || p == LayerPayload::kInt4 || p == LayerPayload::kCodes) {
+      capture.layers.push_back(l);
+      capture.key_prerope = capture.value = true;
+    } else if (p == LayerPayload::kPatch) {
+      capture.layers.push_back(l);
+      capture.attn_input = true;
+    }
+  }
+  for (const auto& [begin, end] : plan.segments) {
+    if (begin > 0) {
+      capture.layers.push_back(begin);
+      capture.residual = true;
+    }
+  }
+  std::sort(capture.layers.begin(), capture.layers.end());
+  return capture;
+}
+
+}  // namespace
+
 absl::StatusOr<TransferPlan> TransferPlan::Make(TransferMode mode, const ModelConfig& producer,
                                                 const Artifact* artifact,
                                                 const TransferOptions& options) {
@@ -21,7 +94,6 @@ absl::StatusOr<TransferPlan> TransferPlan::Make(TransferMode mode, const ModelCo
   }
   TransferPlan plan;
   plan.mode = mode;
-  plan.layers.assign(layers, LayerPayload::kNone);
   plan.rank_k.assign(layers, 0);
   plan.rank_v.assign(layers, 0);
   plan.rank_h.assign(layers, 0);
@@ -29,83 +101,18 @@ absl::StatusOr<TransferPlan> TransferPlan::Make(TransferMode mode, const ModelCo
     return requested > 0 ? std::min(requested, available) : available;
   };
   for (int l = 0; l < layers; ++l) {
-    switch (mode) {
-      case TransferMode::kLocal:
-        break;
-      case TransferMode::kRaw:
-        plan.layers[l] = LayerPayload::kRaw;
-        break;
-      case TransferMode::kInt4:
-        plan.layers[l] = LayerPayload::kInt4;
-        break;
-      case TransferMode::kRecompute:
-        plan.layers[l] = LayerPayload::kRaw;
-        break;
-      case TransferMode::kReuse:
-        plan.layers[l] = LayerPayload::kCodes;
-        break;
-      case TransferMode::kScd:
-        plan.layers[l] = artifact->layers[l].route == LayerRoute::kPatch ? LayerPayload::kPatch
-                                                                         : LayerPayload::kCodes;
-        break;
-    }
+    const ArtifactLayer* a = artifact != nullptr ? &artifact->layers[l] : nullptr;
+    plan.layers.push_back(PayloadFor(mode, a));
     if (plan.layers[l] == LayerPayload::kCodes) {
-      plan.rank_k[l] = pick(options.rank_k, artifact->layers[l].key.rank());
-      plan.rank_v[l] = pick(options.rank_v, artifact->layers[l].value.rank());
+      plan.rank_k[l] = pick(options.rank_k, a->key.rank());
+      plan.rank_v[l] = pick(options.rank_v, a->value.rank());
     } else if (plan.layers[l] == LayerPayload::kPatch) {
-      plan.rank_h[l] = pick(options.rank_h, artifact->layers[l].patch->rank());
+      plan.rank_h[l] = pick(options.rank_h, a->patch->rank());
     }
   }
-  if (mode == TransferMode::kRecompute) {
-    std::vector<int> recompute = options.recompute_layers;
-    if (recompute.empty() && artifact != nullptr) recompute = artifact->RecomputeLayers();
-    if (recompute.empty()) {
-      return absl::FailedPreconditionError(
-          "recompute mode needs the layers to recompute (from the artifact or explicitly)");
-    }
-    for (int l : recompute) {
-      if (l < 0 || l >= layers) {
-        return absl::InvalidArgumentError(absl::StrCat("recompute layer ", l, " out of range"));
-      }
-      plan.layers[l] = LayerPayload::kRecompute;
-    }
-    for (int l = 0; l < layers;) {
-      if (plan.layers[l] != LayerPayload::kRecompute) {
-        ++l;
-        continue;
-      }
-      int end = l;
-      while (end < layers && plan.layers[end] == LayerPayload::kRecompute) ++end;
-      plan.segments.emplace_back(l, end);
-      l = end;
-    }
-  }
-  // The producer captures exactly what this plan sends.
-  for (int l = 0; l < layers; ++l) {
-    switch (plan.layers[l]) {
-      case LayerPayload::kNone:
-        break;
-      case LayerPayload::kRaw:
-      case LayerPayload::kInt4:
-      case LayerPayload::kCodes:
-        plan.capture.layers.push_back(l);
-        plan.capture.key_prerope = plan.capture.value = true;
-        break;
-      case LayerPayload::kPatch:
-        plan.capture.layers.push_back(l);
-        plan.capture.attn_input = true;
-        break;
-      case LayerPayload::kRecompute:
-        break;
-    }
-  }
-  for (const auto& [begin, end] : plan.segments) {
-    if (begin > 0) {
-      plan.capture.layers.push_back(begin);
-      plan.capture.residual = true;
-    }
-  }
-  std::sort(plan.capture.layers.begin(), plan.capture.layers.end());
+  if (mode == TransferMode::kRecompute)
+    SCD_RETURN_IF_ERROR(PlanRecompute(artifact, options, &plan));
+  plan.capture = CaptureFor(plan);
   return plan;
 }
 

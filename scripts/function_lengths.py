@@ -31,7 +31,7 @@ def functions(path):
         # The signature may start a few lines up (wrapped parameters).
         first = i
         while first > 0 and lines[first - 1].strip() and not lines[first - 1].rstrip().endswith(
-                (";", "}", "{", "*/")) and not lines[first - 1].lstrip().startswith(("//", "#")):
+                (";", "}", "{", "*/", ":")) and not lines[first - 1].lstrip().startswith(("//", "#")):
             first -= 1
         indent = re.match(r"^(\s*)", lines[first]).group(1)
         end = i + 1

@@ -21,8 +21,11 @@ bool Contains(const absl::Status& s, const std::string& text) {
 class ArtifactTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    model_ = *LlamaModel::Load(testing::ModelDir("stories260k"), {});
-    other_ = *LlamaModel::Load(testing::ModelDir("stories260k-fables"), {});
+    auto model = LlamaModel::Load(testing::ModelDir("stories260k"), {});
+    auto other = LlamaModel::Load(testing::ModelDir("stories260k-fables"), {});
+    ASSERT_TRUE(model.ok() && other.ok());
+    model_ = std::move(*model);
+    other_ = std::move(*other);
     artifact_ = testing::SyntheticArtifact(*model_);
     artifact_.fit_method = "rrr";
     artifact_.calibration_json = R"({"prefixes": 7})";
@@ -40,7 +43,7 @@ TEST_F(ArtifactTest, RoundTripsExactly) {
   auto loaded = Artifact::LoadFor(path_, *model_, *model_);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->PatchLayers(), (std::vector<int>{1, 3}));
-  EXPECT_EQ(loaded->RecomputeLayers(), (std::vector<int>{2, 3}));
+  EXPECT_EQ(loaded->recompute_layers, (std::vector<int>{2, 3}));
   EXPECT_EQ(loaded->producer.fingerprint, artifact_.producer.fingerprint);
   EXPECT_EQ(loaded->consumer.rope, artifact_.consumer.rope);
   EXPECT_EQ(loaded->fit_method, "rrr");
@@ -103,7 +106,7 @@ TEST_F(ArtifactTest, CorruptedTensorBytesFailTheChecksum) {
 
 TEST_F(ArtifactTest, UnknownVersionAndForeignFiles) {
   std::string bytes = testing::ReadFile(path_);
-  const std::string key = "\"scd.format_version\":\"1\"";
+  const std::string key = "\"scd.format_version\":\"2\"";
   size_t at = bytes.find(key);
   ASSERT_NE(at, std::string::npos);
   bytes[at + key.size() - 2] = '9';
@@ -115,6 +118,32 @@ TEST_F(ArtifactTest, UnknownVersionAndForeignFiles) {
   auto model_file = Artifact::Load(testing::ModelDir("stories260k") + "/model.safetensors");
   EXPECT_TRUE(Contains(model_file.status(), "not an SCD artifact")) << model_file.status();
   EXPECT_EQ(Artifact::Load(dir_.File("missing.scd")).status().code(), absl::StatusCode::kNotFound);
+}
+
+// Format version 1 kept the recompute plan inside the policy document; such files still load.
+TEST_F(ArtifactTest, VersionOneFilesStillLoad) {
+  artifact_.policy_json = R"({"recompute_layers": [1, 4]})";
+  ASSERT_TRUE(artifact_.Save(path_).ok());
+  std::string bytes = testing::ReadFile(path_);
+  const std::string version = "\"scd.format_version\":\"2\"";
+  const std::string typed = "\"scd.recompute_layers\"";
+  ASSERT_NE(bytes.find(version), std::string::npos);
+  ASSERT_NE(bytes.find(typed), std::string::npos);
+  bytes[bytes.find(version) + version.size() - 2] = '1';
+  bytes[bytes.find(typed) + typed.size() - 2] = 'X';  // a key version 1 did not have
+  testing::WriteFile(path_, bytes);
+  auto v1 = Artifact::Load(path_);
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  EXPECT_EQ(v1->recompute_layers, (std::vector<int>{1, 4}));
+  EXPECT_EQ(v1->PatchLayers(), (std::vector<int>{1, 3}));
+}
+
+TEST_F(ArtifactTest, BadRecomputeLayersAreRefused) {
+  artifact_.recompute_layers = {2, 99};
+  ASSERT_TRUE(artifact_.Save(path_).ok());
+  auto bad = Artifact::Load(path_);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(Contains(bad.status(), "recompute layer 99")) << bad.status();
 }
 
 }  // namespace

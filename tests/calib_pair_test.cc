@@ -11,6 +11,7 @@
 
 #include "calib/calibrator.h"
 #include "calib/evaluation.h"
+#include "calib/report_json.h"
 #include "tests/test_util.h"
 
 namespace scd {
@@ -31,12 +32,17 @@ TEST(HardPairTest, ReducedFitMeetsTheQualityBars) {
   options.rank_h = 16;
   options.policy.fixed_k = 3;
   options.progress = false;
-  auto artifact = Calibrate(*producer, *consumer, *tokenizer, options);
-  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  auto calibrated = Calibrate(*producer, *consumer, *tokenizer, options);
+  ASSERT_TRUE(calibrated.ok()) << calibrated.status();
+  const Artifact* artifact = &calibrated->artifact;
+  // The typed report and the artifact agree on what was decided.
+  EXPECT_EQ(calibrated->report.patch_policy.chosen, artifact->PatchLayers());
+  EXPECT_EQ(calibrated->report.recompute_policy.chosen, artifact->recompute_layers);
+  EXPECT_EQ(calibrated->report.aligners.size(), 3u);
   EXPECT_EQ(artifact->PatchLayers().size(), 3u);
 
   auto eval =
-      Evaluation::Create(*producer, *consumer, &*artifact, *tokenizer,
+      Evaluation::Create(*producer, *consumer, artifact, *tokenizer,
                          testing::SharedDir() + "/data/tinystories_valid_hf.txt", 60, {64, 32, 0});
   ASSERT_TRUE(eval.ok()) << eval.status();
   auto scd = eval->Run(TransferMode::kScd, {}, false);
@@ -46,8 +52,8 @@ TEST(HardPairTest, ReducedFitMeetsTheQualityBars) {
   RecordProperty("scd_kl", std::to_string(scd->metrics.kl));
   RecordProperty("scd_ppl_ratio", std::to_string(scd->metrics.ppl_ratio()));
   EXPECT_LE(scd->payload_ratio(), 0.25);
-  EXPECT_LE(scd->metrics.ppl_ratio(), 1.08) << scd->metrics.ToJson();
-  EXPECT_LE(scd->metrics.kl, 0.08) << scd->metrics.ToJson();
+  EXPECT_LE(scd->metrics.ppl_ratio(), 1.08) << ToJson(scd->metrics).dump();
+  EXPECT_LE(scd->metrics.kl, 0.08) << ToJson(scd->metrics).dump();
   EXPECT_GE(scd->metrics.windows, 60);
   // The contrast: raw and int4 carry the producer's own cache, which this consumer cannot use.
   EXPECT_GT(raw->metrics.ppl_ratio(), 2.0);

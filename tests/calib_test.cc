@@ -12,6 +12,7 @@
 #include "calib/aligner_trainer.h"
 #include "calib/fidelity.h"
 #include "calib/layer_policy.h"
+#include "calib/report_json.h"
 #include "calib/text_corpus.h"
 #include "tests/test_util.h"
 
@@ -78,7 +79,7 @@ TEST(AlignerTrainerTest, LearnsWhatTheLinearDecodeCannot) {
                               [&](int, double) { ++epochs_seen; });
   ASSERT_TRUE(aligner.ok()) << aligner.status();
   EXPECT_EQ(epochs_seen, report.epochs);
-  EXPECT_LT(report.heldout, 0.3 * report.linear_heldout) << report.ToJson();
+  EXPECT_LT(report.heldout, 0.3 * report.linear_heldout) << ToJson(report).dump();
   // The trained aligner, applied through the codec's own inference code, agrees.
   at::Tensor test_a = at::randn({500, d}, gen), test_b = test_a.clone();
   test_b.select(1, 3) += 0.5 * at::tanh(3 * test_a.select(1, 0)) * test_a.select(1, 1);

@@ -78,7 +78,7 @@ Artifact SyntheticArtifact(const LlamaModel& model) {
     }
     a.layers.push_back(std::move(layer));
   }
-  a.policy_json = R"({"recompute_layers": [2, 3]})";
+  a.recompute_layers = {2, 3};
   return a;
 }
 

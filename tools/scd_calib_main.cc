@@ -21,8 +21,10 @@
 #include "base/status_macros.h"
 #include "base/svg_plot.h"
 #include "calib/calibrator.h"
+#include "calib/continuation.h"
 #include "calib/evaluation.h"
 #include "calib/model_pair.h"
+#include "calib/report_json.h"
 #include "codec/code_decoder.h"
 #include "codec/code_encoder.h"
 #include "codec/fingerprint.h"
@@ -113,30 +115,10 @@ absl::Status RunFit(const Common& common, const FitFlags& f) {
   o.reservoir_rows = f.reservoir;
   o.seed = f.seed;
   o.progress = !common.tool.quiet;
-  SCD_ASSIGN_OR_RETURN(Artifact artifact, Calibrate(*m.producer, *m.consumer, *m.tokenizer, o));
-  SCD_RETURN_IF_ERROR(artifact.Save(f.out));
-  // Summary on stdout.
-  Json fid = Json::parse(artifact.fidelity_json);
-  Json cal = Json::parse(artifact.calibration_json);
-  std::string out = absl::StrFormat("wrote %s (%s -> %s)\n", f.out, artifact.producer.name,
-                                    artifact.consumer.name);
-  for (size_t l = 0; l < artifact.layers.size(); ++l) {
-    const ArtifactLayer& a = artifact.layers[l];
-    absl::StrAppendFormat(&out, "  layer %d  %-5s  r_K %2d  r_V %2d%s\n", l,
-                          LayerRouteName(a.route), a.key.rank(), a.value.rank(),
-                          a.patch ? absl::StrFormat("  r_H %3d", a.patch->rank()) : "");
-  }
-  absl::StrAppendFormat(&out, "held-out fidelity (%s):\n", fid.value("split", ""));
-  for (const char* mode : {"raw", "reuse", "scd"}) {
-    if (!fid.contains(mode)) continue;
-    const Json& j = fid[mode];
-    absl::StrAppendFormat(&out,
-                          "  %-6s KL %.4f  PPL/oracle %.3f  top1 %.3f  payload %.1f%% of raw f16\n",
-                          mode, j["kl"].get<double>(), j["ppl_ratio"].get<double>(),
-                          j["top1"].get<double>(), 100 * j["payload_ratio"].get<double>());
-  }
-  absl::StrAppendFormat(&out, "calibration took %.1f s\n", cal["seconds"]["total"].get<double>());
-  std::fputs(out.c_str(), stdout);
+  SCD_ASSIGN_OR_RETURN(CalibrationResult result,
+                       Calibrate(*m.producer, *m.consumer, *m.tokenizer, o));
+  SCD_RETURN_IF_ERROR(result.artifact.Save(f.out));
+  std::fputs(FormatFitSummary(f.out, result).c_str(), stdout);
   return absl::OkStatus();
 }
 
@@ -186,7 +168,7 @@ absl::Status RunEval(const Common& common, const EvalFlags& f) {
                   {"continuation", f.continuation},
                   {"patch_layers", artifact.PatchLayers()}};
   if (!f.json.empty()) {
-    const std::string json = ModeResultsJson(results, context.dump());
+    const std::string json = ModeResultsJson(results, context).dump(2);
     if (f.json == "-") {
       std::fputs((json + "\n").c_str(), stdout);
     } else {
@@ -268,56 +250,21 @@ struct GenerateFlags {
 // what the producer sent in `mode`. Greedy by default, so the two are directly comparable.
 absl::Status RunGenerate(const Common& common, const GenerateFlags& f) {
   SCD_ASSIGN_OR_RETURN(ModelPair m, LoadModels(common));
-  SCD_ASSIGN_OR_RETURN(std::vector<TransferMode> modes, ParseTransferModes(f.mode));
+  ContinuationOptions options;
+  options.prompt = f.prompt;
+  SCD_ASSIGN_OR_RETURN(options.modes, ParseTransferModes(f.mode));
   std::optional<Artifact> artifact;
   if (!f.artifact.empty()) {
     SCD_ASSIGN_OR_RETURN(artifact, Artifact::LoadFor(f.artifact, *m.producer, *m.consumer));
   }
-  const Artifact* a = artifact ? &*artifact : nullptr;
-  TransferOptions transfer;
-  SCD_ASSIGN_OR_RETURN(transfer.code_dtype, ParseWireDtype(f.code_dtype));
-  SCD_ASSIGN_OR_RETURN(std::vector<TokenId> ids, m.tokenizer->Encode(f.prompt));
-  if (ids.size() < 2)
-    return absl::InvalidArgumentError("the prompt needs at least one token besides BOS");
-  const std::vector<TokenId> prefix(ids.begin(),
-                                    ids.end() - 1);  // the transfer covers all but the last
-  GenerationOptions gen;
-  gen.max_tokens = f.max_tokens;
-  gen.sampling = {f.temperature, 0, f.top_p, f.seed};
-  const int64_t capacity = static_cast<int64_t>(ids.size()) + f.max_tokens;
-  KvCache own = m.consumer->NewCache(capacity);
-  SCD_ASSIGN_OR_RETURN(GenerationResult local, GenerateTokens(*m.consumer, ids, &own, gen));
-  auto text = [&](const GenerationResult& r) {
-    std::vector<TokenId> all = ids;
-    all.insert(all.end(), r.output_ids.begin(), r.output_ids.end());
-    return m.tokenizer->Decode(all, /*skip_special_tokens=*/true);
-  };
-  const std::string consumer_name = fs::path(common.consumer).filename().string();
-  const double raw = static_cast<double>(m.consumer->config().KvBytesPerToken(2));
-  std::string out = absl::StrFormat("prompt (%d tokens): %s\n\n[%s, own prefill]\n%s\n\n",
-                                    ids.size(), f.prompt, consumer_name, text(local));
-  for (TransferMode mode : modes) {
-    SCD_ASSIGN_OR_RETURN(TransferPlan plan,
-                         TransferPlan::Make(mode, m.producer->config(), a, transfer));
-    CodeEncoder encoder(plan, a, transfer);
-    SCD_ASSIGN_OR_RETURN(CodeBatch batch, encoder.Prefill(*m.producer, prefix));
-    KvCache rebuilt = m.consumer->NewCache(capacity);
-    SCD_RETURN_IF_ERROR(CodeDecoder(*m.consumer, a).Decode(batch, prefix, &rebuilt));
-    SCD_ASSIGN_OR_RETURN(GenerationResult transferred,
-                         GenerateTokens(*m.consumer, ids, &rebuilt, gen));
-    size_t same = 0;
-    while (same < local.output_ids.size() && same < transferred.output_ids.size() &&
-           local.output_ids[same] == transferred.output_ids[same]) {
-      ++same;
-    }
-    absl::StrAppendFormat(
-        &out,
-        "[%s from a %s transfer: %.0f bytes/token, %.1f%% of raw f16 KV; first %d of %d "
-        "tokens as its own]\n%s\n\n",
-        consumer_name, TransferModeName(mode), batch.BytesPerToken(),
-        100 * batch.BytesPerToken() / raw, same, local.output_ids.size(), text(transferred));
-  }
-  std::fputs(out.c_str(), stdout);
+  SCD_ASSIGN_OR_RETURN(options.transfer.code_dtype, ParseWireDtype(f.code_dtype));
+  options.generation.max_tokens = f.max_tokens;
+  options.generation.sampling = {f.temperature, 0, f.top_p, f.seed};
+  SCD_ASSIGN_OR_RETURN(ContinuationReport report,
+                       CompareContinuations(m, artifact ? &*artifact : nullptr, options));
+  std::fputs(
+      FormatContinuations(report, fs::path(common.consumer).filename().string(), f.prompt).c_str(),
+      stdout);
   return absl::OkStatus();
 }
 
