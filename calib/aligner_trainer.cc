@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "base/exception_guard.h"
 #include "base/timer.h"
 
 namespace scd {
@@ -120,47 +121,50 @@ absl::StatusOr<PatchAligner> TrainAligner(const ReuseTranslator& basis, const at
                                           const AlignerTrainOptions& options,
                                           AlignerTrainReport* report,
                                           const std::function<void(int, double)>& on_epoch) {
-  const Stopwatch watch;
-  const int64_t n = h_a.size(0);
-  if (n < 16 || h_b.size(0) != n) {
-    return absl::InvalidArgumentError(absl::StrCat("aligner training needs paired rows, got ", n));
-  }
-  torch::NoGradGuard no_grad_outside;
-  torch::manual_seed(options.seed);
-  const AlignerData data = PrepareData(basis, h_a, h_b, kv_weight, options);
-  torch::nn::Sequential mlp = MakeMlp(basis.rank(), data.hidden, options.shape);
-  report->train_rows = data.x_train.size(0);
-  report->heldout_rows = data.x_held.size(0);
-  report->linear_heldout = data.t_held.pow(2).mean().item<double>();
-  AlignerOptimizer optimizer(mlp, data, options);
-  double best = optimizer.HeldoutLoss();
-  std::vector<at::Tensor> best_params;
-  for (const auto& p : mlp->parameters()) best_params.push_back(p.detach().clone());
-  int since_best = 0, epoch = 0;
-  while (epoch < options.max_epochs) {
-    optimizer.Epoch();
-    const double h = optimizer.HeldoutLoss();
-    if (on_epoch) on_epoch(epoch, h);
-    ++epoch;
-    if (h < best * (1 - 1e-4)) {  // keep the best held-out weights
-      best = h;
-      since_best = 0;
-      size_t i = 0;
-      for (const auto& p : mlp->parameters()) best_params[i++].copy_(p.detach());
-    } else if (++since_best >= options.patience) {
-      break;
+  return GuardExceptions("TrainAligner", [&]() -> absl::StatusOr<PatchAligner> {
+    const Stopwatch watch;
+    const int64_t n = h_a.size(0);
+    if (n < 16 || h_b.size(0) != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("aligner training needs paired rows, got ", n));
     }
-    if (watch.Seconds() > options.max_seconds) break;
-  }
-  report->heldout = best;
-  report->epochs = epoch;
-  report->seconds = watch.Seconds();
-  std::vector<at::Tensor> weights, biases;
-  size_t i = 0;
-  for (const auto& p : mlp->parameters()) {
-    (p.dim() == 2 ? weights : biases).push_back(best_params[i++]);
-  }
-  return PatchAligner::Create(basis, data.z_scale, weights, biases);
+    torch::NoGradGuard no_grad_outside;
+    torch::manual_seed(options.seed);
+    const AlignerData data = PrepareData(basis, h_a, h_b, kv_weight, options);
+    torch::nn::Sequential mlp = MakeMlp(basis.rank(), data.hidden, options.shape);
+    report->train_rows = data.x_train.size(0);
+    report->heldout_rows = data.x_held.size(0);
+    report->linear_heldout = data.t_held.pow(2).mean().item<double>();
+    AlignerOptimizer optimizer(mlp, data, options);
+    double best = optimizer.HeldoutLoss();
+    std::vector<at::Tensor> best_params;
+    for (const auto& p : mlp->parameters()) best_params.push_back(p.detach().clone());
+    int since_best = 0, epoch = 0;
+    while (epoch < options.max_epochs) {
+      optimizer.Epoch();
+      const double h = optimizer.HeldoutLoss();
+      if (on_epoch) on_epoch(epoch, h);
+      ++epoch;
+      if (h < best * (1 - 1e-4)) {  // keep the best held-out weights
+        best = h;
+        since_best = 0;
+        size_t i = 0;
+        for (const auto& p : mlp->parameters()) best_params[i++].copy_(p.detach());
+      } else if (++since_best >= options.patience) {
+        break;
+      }
+      if (watch.Seconds() > options.max_seconds) break;
+    }
+    report->heldout = best;
+    report->epochs = epoch;
+    report->seconds = watch.Seconds();
+    std::vector<at::Tensor> weights, biases;
+    size_t i = 0;
+    for (const auto& p : mlp->parameters()) {
+      (p.dim() == 2 ? weights : biases).push_back(best_params[i++]);
+    }
+    return PatchAligner::Create(basis, data.z_scale, weights, biases);
+  });
 }
 
 }  // namespace scd

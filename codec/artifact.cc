@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "base/exception_guard.h"
 #include "base/status_macros.h"
 #include "codec/fingerprint.h"
 #include "model/safetensors.h"
@@ -87,17 +88,19 @@ std::string LayerRouteName(LayerRoute route) {
 }
 
 absl::StatusOr<ModelIdentity> ModelIdentity::Of(const LlamaModel& model) {
-  ModelIdentity m;
-  m.name =
-      model.source().empty() ? "dummy" : std::filesystem::path(model.source()).filename().string();
-  SCD_ASSIGN_OR_RETURN(m.fingerprint, FingerprintModel(model));
-  const ModelConfig& c = model.config();
-  m.rope = c.rope;
-  m.layers = c.num_layers;
-  m.kv_heads = c.num_kv_heads;
-  m.head_dim = c.head_dim;
-  m.hidden = c.hidden_size;
-  return m;
+  return GuardExceptions("ModelIdentity::Of", [&]() -> absl::StatusOr<ModelIdentity> {
+    ModelIdentity m;
+    m.name = model.source().empty() ? "dummy"
+                                    : std::filesystem::path(model.source()).filename().string();
+    SCD_ASSIGN_OR_RETURN(m.fingerprint, FingerprintModel(model));
+    const ModelConfig& c = model.config();
+    m.rope = c.rope;
+    m.layers = c.num_layers;
+    m.kv_heads = c.num_kv_heads;
+    m.head_dim = c.head_dim;
+    m.hidden = c.hidden_size;
+    return m;
+  });
 }
 
 std::vector<int> Artifact::PatchLayers() const {
@@ -109,48 +112,50 @@ std::vector<int> Artifact::PatchLayers() const {
 }
 
 absl::Status Artifact::Save(const std::string& path) const {
-  std::map<std::string, at::Tensor> tensors;
-  Json layer_meta = Json::array();
-  for (size_t l = 0; l < layers.size(); ++l) {
-    const ArtifactLayer& layer = layers[l];
-    const int li = static_cast<int>(l);
-    AddTranslator(&tensors, Prefix(li, "key"), layer.key);
-    AddTranslator(&tensors, Prefix(li, "value"), layer.value);
-    Json meta = {{"route", LayerRouteName(layer.route)},
-                 {"rank_k", layer.key.rank()},
-                 {"rank_v", layer.value.rank()},
-                 {"per_head", layer.key.per_head()}};
-    if (layer.patch) {
-      AddTranslator(&tensors, Prefix(li, "patch.basis"), layer.patch->basis());
-      tensors[Prefix(li, "patch.z_scale")] = layer.patch->z_scale();
-      for (size_t i = 0; i < layer.patch->weights().size(); ++i) {
-        tensors[absl::StrCat(Prefix(li, "patch.mlp."), i, ".weight")] = layer.patch->weights()[i];
-        tensors[absl::StrCat(Prefix(li, "patch.mlp."), i, ".bias")] = layer.patch->biases()[i];
+  return GuardExceptions("Artifact::Save", [&]() -> absl::Status {
+    std::map<std::string, at::Tensor> tensors;
+    Json layer_meta = Json::array();
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const ArtifactLayer& layer = layers[l];
+      const int li = static_cast<int>(l);
+      AddTranslator(&tensors, Prefix(li, "key"), layer.key);
+      AddTranslator(&tensors, Prefix(li, "value"), layer.value);
+      Json meta = {{"route", LayerRouteName(layer.route)},
+                   {"rank_k", layer.key.rank()},
+                   {"rank_v", layer.value.rank()},
+                   {"per_head", layer.key.per_head()}};
+      if (layer.patch) {
+        AddTranslator(&tensors, Prefix(li, "patch.basis"), layer.patch->basis());
+        tensors[Prefix(li, "patch.z_scale")] = layer.patch->z_scale();
+        for (size_t i = 0; i < layer.patch->weights().size(); ++i) {
+          tensors[absl::StrCat(Prefix(li, "patch.mlp."), i, ".weight")] = layer.patch->weights()[i];
+          tensors[absl::StrCat(Prefix(li, "patch.mlp."), i, ".bias")] = layer.patch->biases()[i];
+        }
+        meta["rank_h"] = layer.patch->rank();
+        meta["aligner_layers"] = layer.patch->weights().size();
       }
-      meta["rank_h"] = layer.patch->rank();
-      meta["aligner_layers"] = layer.patch->weights().size();
+      layer_meta.push_back(meta);
     }
-    layer_meta.push_back(meta);
-  }
-  SafetensorsWriter writer;
-  Sha256 checksum;
-  for (const auto& [name, t] : tensors) {  // sorted, the order Load() hashes in
-    at::Tensor c = t.to(at::kCPU, at::kFloat).contiguous();
-    SCD_RETURN_IF_ERROR(writer.Add(name, c));
-    checksum.Update(name);
-    checksum.Update(c.data_ptr(), c.numel() * sizeof(float));
-  }
-  writer.SetMetadata("scd.format_version", std::to_string(kArtifactFormatVersion));
-  writer.SetMetadata("scd.producer", IdentityToJson(producer).dump());
-  writer.SetMetadata("scd.consumer", IdentityToJson(consumer).dump());
-  writer.SetMetadata("scd.layers", layer_meta.dump());
-  writer.SetMetadata("scd.fit_method", fit_method);
-  writer.SetMetadata("scd.calibration", ParseOrEmpty(calibration_json).dump());
-  writer.SetMetadata("scd.policy", ParseOrEmpty(policy_json).dump());
-  writer.SetMetadata("scd.fidelity", ParseOrEmpty(fidelity_json).dump());
-  writer.SetMetadata("scd.recompute_layers", Json(recompute_layers).dump());
-  writer.SetMetadata("scd.tensors_sha256", checksum.HexDigest());
-  return writer.Write(path);
+    SafetensorsWriter writer;
+    Sha256 checksum;
+    for (const auto& [name, t] : tensors) {  // sorted, the order Load() hashes in
+      at::Tensor c = t.to(at::kCPU, at::kFloat).contiguous();
+      SCD_RETURN_IF_ERROR(writer.Add(name, c));
+      checksum.Update(name);
+      checksum.Update(c.data_ptr(), c.numel() * sizeof(float));
+    }
+    writer.SetMetadata("scd.format_version", std::to_string(kArtifactFormatVersion));
+    writer.SetMetadata("scd.producer", IdentityToJson(producer).dump());
+    writer.SetMetadata("scd.consumer", IdentityToJson(consumer).dump());
+    writer.SetMetadata("scd.layers", layer_meta.dump());
+    writer.SetMetadata("scd.fit_method", fit_method);
+    writer.SetMetadata("scd.calibration", ParseOrEmpty(calibration_json).dump());
+    writer.SetMetadata("scd.policy", ParseOrEmpty(policy_json).dump());
+    writer.SetMetadata("scd.fidelity", ParseOrEmpty(fidelity_json).dump());
+    writer.SetMetadata("scd.recompute_layers", Json(recompute_layers).dump());
+    writer.SetMetadata("scd.tensors_sha256", checksum.HexDigest());
+    return writer.Write(path);
+  });
 }
 
 namespace {
@@ -291,51 +296,55 @@ class ArtifactReader {
 }  // namespace
 
 absl::StatusOr<Artifact> Artifact::Load(const std::string& path) {
-  SCD_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
-  const ArtifactReader reader(path, std::move(file));
-  SCD_ASSIGN_OR_RETURN(const int version, reader.CheckHeader());
-  SCD_ASSIGN_OR_RETURN(Json producer, reader.MetaJson("scd.producer"));
-  SCD_ASSIGN_OR_RETURN(Json consumer, reader.MetaJson("scd.consumer"));
-  SCD_ASSIGN_OR_RETURN(Json layers, reader.MetaJson("scd.layers"));
-  if (!layers.is_array()) return Corrupt(path, "metadata scd.layers is not a list");
-  Artifact a;
-  a.producer = IdentityFromJson(producer);
-  a.consumer = IdentityFromJson(consumer);
-  if (const std::string* m = reader.Meta("scd.fit_method")) a.fit_method = *m;
-  if (const std::string* m = reader.Meta("scd.calibration")) a.calibration_json = *m;
-  if (const std::string* m = reader.Meta("scd.policy")) a.policy_json = *m;
-  if (const std::string* m = reader.Meta("scd.fidelity")) a.fidelity_json = *m;
-  if (static_cast<int64_t>(layers.size()) != a.consumer.layers) {
-    return Corrupt(path, absl::StrCat("describes ", layers.size(), " layers but the consumer has ",
-                                      a.consumer.layers));
-  }
-  for (size_t l = 0; l < layers.size(); ++l) {
-    SCD_ASSIGN_OR_RETURN(ArtifactLayer layer, reader.Layer(static_cast<int>(l), layers[l], a));
-    a.layers.push_back(std::move(layer));
-  }
-  SCD_ASSIGN_OR_RETURN(a.recompute_layers,
-                       reader.RecomputeLayers(version, static_cast<int>(layers.size())));
-  return a;
+  return GuardExceptions("Artifact::Load", [&]() -> absl::StatusOr<Artifact> {
+    SCD_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
+    const ArtifactReader reader(path, std::move(file));
+    SCD_ASSIGN_OR_RETURN(const int version, reader.CheckHeader());
+    SCD_ASSIGN_OR_RETURN(Json producer, reader.MetaJson("scd.producer"));
+    SCD_ASSIGN_OR_RETURN(Json consumer, reader.MetaJson("scd.consumer"));
+    SCD_ASSIGN_OR_RETURN(Json layers, reader.MetaJson("scd.layers"));
+    if (!layers.is_array()) return Corrupt(path, "metadata scd.layers is not a list");
+    Artifact a;
+    a.producer = IdentityFromJson(producer);
+    a.consumer = IdentityFromJson(consumer);
+    if (const std::string* m = reader.Meta("scd.fit_method")) a.fit_method = *m;
+    if (const std::string* m = reader.Meta("scd.calibration")) a.calibration_json = *m;
+    if (const std::string* m = reader.Meta("scd.policy")) a.policy_json = *m;
+    if (const std::string* m = reader.Meta("scd.fidelity")) a.fidelity_json = *m;
+    if (static_cast<int64_t>(layers.size()) != a.consumer.layers) {
+      return Corrupt(path, absl::StrCat("describes ", layers.size(),
+                                        " layers but the consumer has ", a.consumer.layers));
+    }
+    for (size_t l = 0; l < layers.size(); ++l) {
+      SCD_ASSIGN_OR_RETURN(ArtifactLayer layer, reader.Layer(static_cast<int>(l), layers[l], a));
+      a.layers.push_back(std::move(layer));
+    }
+    SCD_ASSIGN_OR_RETURN(a.recompute_layers,
+                         reader.RecomputeLayers(version, static_cast<int>(layers.size())));
+    return a;
+  });
 }
 
 absl::Status Artifact::CheckModels(const LlamaModel& producer_model,
                                    const LlamaModel& consumer_model) const {
-  SCD_ASSIGN_OR_RETURN(std::string p, FingerprintModel(producer_model));
-  SCD_ASSIGN_OR_RETURN(std::string c, FingerprintModel(consumer_model));
-  auto mismatch = [](const char* side, const ModelIdentity& want, const std::string& got,
-                     const std::string& source) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "artifact was fitted for ", side, " '", want.name, "' (fingerprint ",
-        want.fingerprint.substr(0, 16), "...) but ", source.empty() ? "the model" : source,
-        " has fingerprint ", got.substr(0, 16), "...: refit with scd-calib fit"));
-  };
-  if (p != producer.fingerprint) {
-    return mismatch("producer", producer, p, producer_model.source());
-  }
-  if (c != consumer.fingerprint) {
-    return mismatch("consumer", consumer, c, consumer_model.source());
-  }
-  return absl::OkStatus();
+  return GuardExceptions("Artifact::CheckModels", [&]() -> absl::Status {
+    SCD_ASSIGN_OR_RETURN(std::string p, FingerprintModel(producer_model));
+    SCD_ASSIGN_OR_RETURN(std::string c, FingerprintModel(consumer_model));
+    auto mismatch = [](const char* side, const ModelIdentity& want, const std::string& got,
+                       const std::string& source) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "artifact was fitted for ", side, " '", want.name, "' (fingerprint ",
+          want.fingerprint.substr(0, 16), "...) but ", source.empty() ? "the model" : source,
+          " has fingerprint ", got.substr(0, 16), "...: refit with scd-calib fit"));
+    };
+    if (p != producer.fingerprint) {
+      return mismatch("producer", producer, p, producer_model.source());
+    }
+    if (c != consumer.fingerprint) {
+      return mismatch("consumer", consumer, c, consumer_model.source());
+    }
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<Artifact> Artifact::LoadFor(const std::string& path, const LlamaModel& producer,

@@ -2,40 +2,24 @@
 
 #include <ATen/ATen.h>
 
-#include <map>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/exception_guard.h"
 #include "base/status_macros.h"
 
 namespace scd {
-namespace {
 
-struct LayerChunks {
+struct CodeDecoder::LayerChunks {
   const CodeChunk* key = nullptr;    // raw key or key code
   const CodeChunk* value = nullptr;  // raw value or value code
   const CodeChunk* hidden_code = nullptr;
   const CodeChunk* hidden_state = nullptr;
 };
 
-}  // namespace
-
-CodeDecoder::CodeDecoder(const LlamaModel& consumer, const Artifact* artifact)
-    : consumer_(consumer), artifact_(artifact) {}
-
-absl::Status CodeDecoder::Decode(const CodeBatch& batch, absl::Span<const TokenId> tokens,
-                                 KvCache* cache) const {
-  const int layers = static_cast<int>(consumer_.config().num_layers);
-  const c10::Device device = consumer_.device();
-  for (int l = 0; l < layers; ++l) {
-    if (cache->length(l) != 0) {
-      return absl::FailedPreconditionError("CodeDecoder::Decode needs an empty cache");
-    }
-  }
-  if (static_cast<int64_t>(tokens.size()) != batch.tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("the batch covers ", batch.tokens,
-                                                   " positions but ", tokens.size(),
-                                                   " prefix tokens were given"));
-  }
+// The batch's chunks sorted by layer, checked against the consumer and the batch's span.
+absl::StatusOr<std::vector<CodeDecoder::LayerChunks>> CodeDecoder::GroupByLayer(
+    const CodeBatch& batch, int layers) {
   std::vector<LayerChunks> by_layer(layers);
   for (const CodeChunk& c : batch.chunks) {
     if (c.layer < 0 || c.layer >= layers) {
@@ -63,41 +47,56 @@ absl::Status CodeDecoder::Decode(const CodeBatch& batch, absl::Span<const TokenI
         break;
     }
   }
-  auto need_artifact = [&](int l) -> absl::Status {
-    if (artifact_ == nullptr) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("layer ", l, " carries codes but the decoder has no artifact"));
-    }
-    return absl::OkStatus();
-  };
-  std::vector<bool> filled(layers, false);
   for (int l = 0; l < layers; ++l) {
-    const LayerChunks& lc = by_layer[l];
-    if ((lc.key == nullptr) != (lc.value == nullptr)) {
+    if ((by_layer[l].key == nullptr) != (by_layer[l].value == nullptr)) {
       return absl::InvalidArgumentError(absl::StrCat("layer ", l, " has keys or values, not both"));
     }
-    if (lc.key != nullptr) {
-      at::Tensor k = UnpackTensor(*lc.key, device), v = UnpackTensor(*lc.value, device);
-      if (lc.key->kind == PayloadKind::kKeyCode) {
-        SCD_RETURN_IF_ERROR(need_artifact(l));
-        k = artifact_->layers[l].key.To(device).Decode(k);  // [kv_heads, T, head_dim]
-        v = artifact_->layers[l].value.To(device).Decode(v);
-      }
-      SCD_RETURN_IF_ERROR(consumer_.LoadPrefix(l, k, v, KeyFormat::kPreRope, cache));
-      filled[l] = true;
-    } else if (lc.hidden_code != nullptr) {
-      SCD_RETURN_IF_ERROR(need_artifact(l));
-      if (!artifact_->layers[l].patch) {
-        return absl::FailedPreconditionError(absl::StrCat("layer ", l, " has no patch aligner"));
-      }
-      at::Tensor h =
-          artifact_->layers[l].patch->To(device).Align(UnpackTensor(*lc.hidden_code, device));
-      auto [k, v] = consumer_.ProjectKeyValue(l, h);  // the consumer's own W_k, W_v
-      SCD_RETURN_IF_ERROR(consumer_.LoadPrefix(l, k, v, KeyFormat::kPreRope, cache));
-      filled[l] = true;
-    }
   }
+  return by_layer;
+}
+
+CodeDecoder::CodeDecoder(const LlamaModel& consumer, const Artifact* artifact)
+    : consumer_(consumer), artifact_(artifact) {}
+
+absl::Status CodeDecoder::NeedArtifact(int layer) const {
+  if (artifact_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("layer ", layer, " carries codes but the decoder has no artifact"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> CodeDecoder::DecodeLayer(int l, const LayerChunks& lc, KvCache* cache) const {
+  const c10::Device device = consumer_.device();
+  if (lc.key != nullptr) {
+    at::Tensor k = UnpackTensor(*lc.key, device), v = UnpackTensor(*lc.value, device);
+    if (lc.key->kind == PayloadKind::kKeyCode) {
+      SCD_RETURN_IF_ERROR(NeedArtifact(l));
+      k = artifact_->layers[l].key.To(device).Decode(k);  // [kv_heads, T, head_dim]
+      v = artifact_->layers[l].value.To(device).Decode(v);
+    }
+    SCD_RETURN_IF_ERROR(consumer_.LoadPrefix(l, k, v, KeyFormat::kPreRope, cache));
+    return true;
+  }
+  if (lc.hidden_code != nullptr) {
+    SCD_RETURN_IF_ERROR(NeedArtifact(l));
+    if (!artifact_->layers[l].patch) {
+      return absl::FailedPreconditionError(absl::StrCat("layer ", l, " has no patch aligner"));
+    }
+    at::Tensor h =
+        artifact_->layers[l].patch->To(device).Align(UnpackTensor(*lc.hidden_code, device));
+    auto [k, v] = consumer_.ProjectKeyValue(l, h);  // the consumer's own W_k, W_v
+    SCD_RETURN_IF_ERROR(consumer_.LoadPrefix(l, k, v, KeyFormat::kPreRope, cache));
+    return true;
+  }
+  return false;  // recomputed
+}
+
+absl::Status CodeDecoder::Recompute(const std::vector<LayerChunks>& by_layer,
+                                    const std::vector<bool>& filled,
+                                    absl::Span<const TokenId> tokens, KvCache* cache) const {
   // What is left is recomputed, in maximal runs of layers.
+  const int layers = static_cast<int>(filled.size());
   for (int begin = 0; begin < layers;) {
     if (filled[begin]) {
       ++begin;
@@ -109,7 +108,7 @@ absl::Status CodeDecoder::Decode(const CodeBatch& batch, absl::Span<const TokenI
     if (begin == 0) {
       SCD_ASSIGN_OR_RETURN(hidden, consumer_.Embed(tokens));
     } else if (by_layer[begin].hidden_state != nullptr) {
-      hidden = UnpackTensor(*by_layer[begin].hidden_state, device);
+      hidden = UnpackTensor(*by_layer[begin].hidden_state, consumer_.device());
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "layers [", begin, ", ", end, ") have no payload and no hidden state to recompute from"));
@@ -118,6 +117,30 @@ absl::Status CodeDecoder::Decode(const CodeBatch& batch, absl::Span<const TokenI
     begin = end;
   }
   return absl::OkStatus();
+}
+
+absl::Status CodeDecoder::Decode(const CodeBatch& batch, absl::Span<const TokenId> tokens,
+                                 KvCache* cache) const {
+  return GuardExceptions("CodeDecoder::Decode", [&]() -> absl::Status {
+    const int layers = static_cast<int>(consumer_.config().num_layers);
+    for (int l = 0; l < layers; ++l) {
+      if (cache->length(l) != 0) {
+        return absl::FailedPreconditionError("CodeDecoder::Decode needs an empty cache");
+      }
+    }
+    if (static_cast<int64_t>(tokens.size()) != batch.tokens) {
+      return absl::InvalidArgumentError(absl::StrCat("the batch covers ", batch.tokens,
+                                                     " positions but ", tokens.size(),
+                                                     " prefix tokens were given"));
+    }
+    SCD_ASSIGN_OR_RETURN(std::vector<LayerChunks> by_layer, GroupByLayer(batch, layers));
+    std::vector<bool> filled(layers, false);
+    for (int l = 0; l < layers; ++l) {
+      SCD_ASSIGN_OR_RETURN(bool done, DecodeLayer(l, by_layer[l], cache));
+      filled[l] = done;
+    }
+    return Recompute(by_layer, filled, tokens, cache);
+  });
 }
 
 }  // namespace scd

@@ -6,7 +6,10 @@
 #ifndef SCD_CODEC_CODE_DECODER_H_
 #define SCD_CODEC_CODE_DECODER_H_
 
+#include <vector>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "codec/artifact.h"
 #include "codec/code_batch.h"
@@ -27,6 +30,14 @@ class CodeDecoder {
                       KvCache* cache) const;
 
  private:
+  struct LayerChunks;
+  static absl::StatusOr<std::vector<LayerChunks>> GroupByLayer(const CodeBatch& batch, int layers);
+  absl::Status NeedArtifact(int layer) const;
+  // Fills `layer` from its chunks; false when the layer is left for recomputation.
+  absl::StatusOr<bool> DecodeLayer(int layer, const LayerChunks& chunks, KvCache* cache) const;
+  absl::Status Recompute(const std::vector<LayerChunks>& by_layer, const std::vector<bool>& filled,
+                         absl::Span<const TokenId> tokens, KvCache* cache) const;
+
   const LlamaModel& consumer_;
   const Artifact* artifact_;
 };

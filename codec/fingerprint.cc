@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/exception_guard.h"
 #include "base/status_macros.h"
 #include "model/checkpoint.h"
 
@@ -41,35 +42,37 @@ absl::StatusOr<std::string> FingerprintModelDir(const std::string& dir) {
 }
 
 absl::StatusOr<std::string> FingerprintModel(const LlamaModel& model) {
-  if (!model.source().empty()) return FingerprintModelDir(model.source());
-  Sha256 h;
-  h.Update(CanonicalConfig(model.config()));
-  auto add = [&](const std::string& name, const at::Tensor& t) {
-    if (!t.defined()) return;
-    at::Tensor c = t.to(at::kCPU).contiguous();
-    h.Update(absl::StrCat("\n", name, ":", c10::toString(c.scalar_type()), ":",
-                          absl::StrJoin(c.sizes().vec(), ","), "\n"));
-    h.Update(c.data_ptr(), c.numel() * c.element_size());
-  };
-  const ModelWeights& w = model.weights();
-  add("embed", w.embed);
-  add("lm_head", w.lm_head);
-  add("final_norm", w.final_norm);
-  for (size_t l = 0; l < w.layers.size(); ++l) {
-    const LayerWeights& lw = w.layers[l];
-    const std::string p = absl::StrCat("layer", l, ".");
-    add(p + "attn_norm", lw.attn_norm);
-    add(p + "wqkv", lw.wqkv);
-    add(p + "bqkv", lw.bqkv);
-    add(p + "wo", lw.wo);
-    add(p + "bo", lw.bo);
-    add(p + "mlp_norm", lw.mlp_norm);
-    add(p + "w_gate_up", lw.w_gate_up);
-    add(p + "b_gate_up", lw.b_gate_up);
-    add(p + "w_down", lw.w_down);
-    add(p + "b_down", lw.b_down);
-  }
-  return h.HexDigest();
+  return GuardExceptions("FingerprintModel", [&]() -> absl::StatusOr<std::string> {
+    if (!model.source().empty()) return FingerprintModelDir(model.source());
+    Sha256 h;
+    h.Update(CanonicalConfig(model.config()));
+    auto add = [&](const std::string& name, const at::Tensor& t) {
+      if (!t.defined()) return;
+      at::Tensor c = t.to(at::kCPU).contiguous();
+      h.Update(absl::StrCat("\n", name, ":", c10::toString(c.scalar_type()), ":",
+                            absl::StrJoin(c.sizes().vec(), ","), "\n"));
+      h.Update(c.data_ptr(), c.numel() * c.element_size());
+    };
+    const ModelWeights& w = model.weights();
+    add("embed", w.embed);
+    add("lm_head", w.lm_head);
+    add("final_norm", w.final_norm);
+    for (size_t l = 0; l < w.layers.size(); ++l) {
+      const LayerWeights& lw = w.layers[l];
+      const std::string p = absl::StrCat("layer", l, ".");
+      add(p + "attn_norm", lw.attn_norm);
+      add(p + "wqkv", lw.wqkv);
+      add(p + "bqkv", lw.bqkv);
+      add(p + "wo", lw.wo);
+      add(p + "bo", lw.bo);
+      add(p + "mlp_norm", lw.mlp_norm);
+      add(p + "w_gate_up", lw.w_gate_up);
+      add(p + "b_gate_up", lw.b_gate_up);
+      add(p + "w_down", lw.w_down);
+      add(p + "b_down", lw.b_down);
+    }
+    return h.HexDigest();
+  });
 }
 
 }  // namespace scd

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
+#include "base/exception_guard.h"
 
 namespace scd {
 
@@ -16,30 +17,33 @@ PatchAligner::PatchAligner(ReuseTranslator basis, at::Tensor z_scale,
 absl::StatusOr<PatchAligner> PatchAligner::Create(ReuseTranslator basis, at::Tensor z_scale,
                                                   std::vector<at::Tensor> weights,
                                                   std::vector<at::Tensor> biases) {
-  if (basis.per_head()) return absl::InvalidArgumentError("a patch basis is a single map");
-  if (!z_scale.defined() || z_scale.dim() != 1 || z_scale.size(0) != basis.rank()) {
-    return absl::InvalidArgumentError(absl::StrCat("aligner z_scale must be [", basis.rank(), "]"));
-  }
-  if (weights.size() != biases.size()) {
-    return absl::InvalidArgumentError("aligner weights and biases differ in count");
-  }
-  int64_t in = basis.rank();
-  for (size_t i = 0; i < weights.size(); ++i) {
-    if (weights[i].dim() != 2 || weights[i].size(1) != in || biases[i].dim() != 1 ||
-        biases[i].size(0) != weights[i].size(0)) {
+  return GuardExceptions("PatchAligner::Create", [&]() -> absl::StatusOr<PatchAligner> {
+    if (basis.per_head()) return absl::InvalidArgumentError("a patch basis is a single map");
+    if (!z_scale.defined() || z_scale.dim() != 1 || z_scale.size(0) != basis.rank()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("aligner layer ", i, " expects input width ", in, " and a matching bias"));
+          absl::StrCat("aligner z_scale must be [", basis.rank(), "]"));
     }
-    in = weights[i].size(0);
-  }
-  if (!weights.empty() && in != basis.dim_out()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("aligner output width ", in, " != hidden size ", basis.dim_out()));
-  }
-  for (at::Tensor& t : weights) t = t.to(at::kFloat);
-  for (at::Tensor& t : biases) t = t.to(at::kFloat);
-  return PatchAligner(std::move(basis), z_scale.to(at::kFloat), std::move(weights),
-                      std::move(biases));
+    if (weights.size() != biases.size()) {
+      return absl::InvalidArgumentError("aligner weights and biases differ in count");
+    }
+    int64_t in = basis.rank();
+    for (size_t i = 0; i < weights.size(); ++i) {
+      if (weights[i].dim() != 2 || weights[i].size(1) != in || biases[i].dim() != 1 ||
+          biases[i].size(0) != weights[i].size(0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("aligner layer ", i, " expects input width ", in, " and a matching bias"));
+      }
+      in = weights[i].size(0);
+    }
+    if (!weights.empty() && in != basis.dim_out()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("aligner output width ", in, " != hidden size ", basis.dim_out()));
+    }
+    for (at::Tensor& t : weights) t = t.to(at::kFloat);
+    for (at::Tensor& t : biases) t = t.to(at::kFloat);
+    return PatchAligner(std::move(basis), z_scale.to(at::kFloat), std::move(weights),
+                        std::move(biases));
+  });
 }
 
 at::Tensor PatchAligner::Encode(const at::Tensor& h_a, int64_t rank) const {

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/exception_guard.h"
 #include "base/status_macros.h"
 
 namespace scd {
@@ -109,59 +110,64 @@ int64_t RankForEnergy(const std::vector<double>& spectrum, double energy) {
 
 absl::StatusOr<ReuseTranslator> ReuseTranslator::Fit(const std::vector<GramStats>& grams,
                                                      const TranslatorFitOptions& options) {
-  if (grams.empty()) return absl::InvalidArgumentError("no statistics to fit a translator from");
-  for (const GramStats& g : grams) {
-    if (g.count() < 2) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("a translator needs paired rows; got ", g.count()));
+  return GuardExceptions("ReuseTranslator::Fit", [&]() -> absl::StatusOr<ReuseTranslator> {
+    if (grams.empty()) return absl::InvalidArgumentError("no statistics to fit a translator from");
+    for (const GramStats& g : grams) {
+      if (g.count() < 2) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("a translator needs paired rows; got ", g.count()));
+      }
     }
-  }
-  std::vector<MapFit> fits;
-  for (const GramStats& g : grams) fits.push_back(FitOne(g, options.method, options.ridge));
-  // One rank for all maps of a layer: the largest any map needs for the requested energy.
-  const int64_t max_rank = fits[0].w_enc.size(1);
-  int64_t rank = options.rank;
-  if (rank <= 0) {
-    rank = 1;
-    for (const MapFit& f : fits) rank = std::max(rank, RankForEnergy(f.spectrum, options.energy));
-  }
-  rank = std::min(rank, max_rank);
-  ReuseTranslator t;
-  std::vector<at::Tensor> mu_a, mu_b, enc, dec;
-  for (const MapFit& f : fits) {
-    mu_a.push_back(f.mu_a);
-    mu_b.push_back(f.mu_b);
-    enc.push_back(f.w_enc.narrow(1, 0, rank));
-    dec.push_back(f.w_dec.narrow(0, 0, rank));
-    t.spectrum_.push_back(f.spectrum);
-  }
-  t.mu_a_ = at::stack(mu_a).to(at::kFloat);
-  t.mu_b_ = at::stack(mu_b).to(at::kFloat);
-  t.w_enc_ = at::stack(enc).to(at::kFloat).contiguous();
-  t.w_dec_ = at::stack(dec).to(at::kFloat).contiguous();
-  return t;
+    std::vector<MapFit> fits;
+    for (const GramStats& g : grams) fits.push_back(FitOne(g, options.method, options.ridge));
+    // One rank for all maps of a layer: the largest any map needs for the requested energy.
+    const int64_t max_rank = fits[0].w_enc.size(1);
+    int64_t rank = options.rank;
+    if (rank <= 0) {
+      rank = 1;
+      for (const MapFit& f : fits) rank = std::max(rank, RankForEnergy(f.spectrum, options.energy));
+    }
+    rank = std::min(rank, max_rank);
+    ReuseTranslator t;
+    std::vector<at::Tensor> mu_a, mu_b, enc, dec;
+    for (const MapFit& f : fits) {
+      mu_a.push_back(f.mu_a);
+      mu_b.push_back(f.mu_b);
+      enc.push_back(f.w_enc.narrow(1, 0, rank));
+      dec.push_back(f.w_dec.narrow(0, 0, rank));
+      t.spectrum_.push_back(f.spectrum);
+    }
+    t.mu_a_ = at::stack(mu_a).to(at::kFloat);
+    t.mu_b_ = at::stack(mu_b).to(at::kFloat);
+    t.w_enc_ = at::stack(enc).to(at::kFloat).contiguous();
+    t.w_dec_ = at::stack(dec).to(at::kFloat).contiguous();
+    return t;
+  });
 }
 
 absl::StatusOr<ReuseTranslator> ReuseTranslator::FromTensors(at::Tensor mu_a, at::Tensor mu_b,
                                                              at::Tensor w_enc, at::Tensor w_dec) {
-  if (mu_a.dim() != 2 || mu_b.dim() != 2 || w_enc.dim() != 3 || w_dec.dim() != 3) {
-    return absl::InvalidArgumentError("translator tensors must be mu [maps, d] and W [maps, ., .]");
-  }
-  const int64_t maps = w_enc.size(0);
-  if (mu_a.size(0) != maps || mu_b.size(0) != maps || w_dec.size(0) != maps ||
-      mu_a.size(1) != w_enc.size(1) || w_enc.size(2) != w_dec.size(1) ||
-      mu_b.size(1) != w_dec.size(2)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("translator tensor shapes disagree: mu_a ", mu_a.sizes().vec().size(),
-                     "-d, w_enc [", w_enc.size(0), ", ", w_enc.size(1), ", ", w_enc.size(2),
-                     "], w_dec [", w_dec.size(0), ", ", w_dec.size(1), ", ", w_dec.size(2), "]"));
-  }
-  ReuseTranslator t;
-  t.mu_a_ = mu_a.to(at::kFloat);
-  t.mu_b_ = mu_b.to(at::kFloat);
-  t.w_enc_ = w_enc.to(at::kFloat).contiguous();
-  t.w_dec_ = w_dec.to(at::kFloat).contiguous();
-  return t;
+  return GuardExceptions("ReuseTranslator::FromTensors", [&]() -> absl::StatusOr<ReuseTranslator> {
+    if (mu_a.dim() != 2 || mu_b.dim() != 2 || w_enc.dim() != 3 || w_dec.dim() != 3) {
+      return absl::InvalidArgumentError(
+          "translator tensors must be mu [maps, d] and W [maps, ., .]");
+    }
+    const int64_t maps = w_enc.size(0);
+    if (mu_a.size(0) != maps || mu_b.size(0) != maps || w_dec.size(0) != maps ||
+        mu_a.size(1) != w_enc.size(1) || w_enc.size(2) != w_dec.size(1) ||
+        mu_b.size(1) != w_dec.size(2)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("translator tensor shapes disagree: mu_a ", mu_a.sizes().vec().size(),
+                       "-d, w_enc [", w_enc.size(0), ", ", w_enc.size(1), ", ", w_enc.size(2),
+                       "], w_dec [", w_dec.size(0), ", ", w_dec.size(1), ", ", w_dec.size(2), "]"));
+    }
+    ReuseTranslator t;
+    t.mu_a_ = mu_a.to(at::kFloat);
+    t.mu_b_ = mu_b.to(at::kFloat);
+    t.w_enc_ = w_enc.to(at::kFloat).contiguous();
+    t.w_dec_ = w_dec.to(at::kFloat).contiguous();
+    return t;
+  });
 }
 
 at::Tensor ReuseTranslator::Encode(const at::Tensor& x, int64_t rank) const {

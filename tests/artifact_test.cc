@@ -62,9 +62,9 @@ TEST_F(ArtifactTest, RoundTripsExactly) {
   }
   // The same codes come out of the loaded artifact.
   const std::vector<TokenId> prefix = testing::LoadGolden("stories260k").prompts[2].ids;
-  auto plan = *TransferPlan::Make(TransferMode::kScd, model_->config(), &artifact_, {});
-  auto a = *CodeEncoder(plan, &artifact_, {}).Prefill(*model_, prefix);
-  auto b = *CodeEncoder(plan, &*loaded, {}).Prefill(*model_, prefix);
+  auto plan = testing::Ok(TransferPlan::Make(TransferMode::kScd, model_->config(), &artifact_, {}));
+  auto a = testing::Ok(CodeEncoder(plan, &artifact_, {}).Prefill(*model_, prefix));
+  auto b = testing::Ok(CodeEncoder(plan, &*loaded, {}).Prefill(*model_, prefix));
   ASSERT_EQ(a.chunks.size(), b.chunks.size());
   for (size_t i = 0; i < a.chunks.size(); ++i)
     EXPECT_TRUE(at::equal(a.chunks[i].data, b.chunks[i].data));
@@ -81,7 +81,7 @@ TEST_F(ArtifactTest, OtherModelsAreRefusedByFingerprint) {
   // Fingerprints see every weight byte: one changed element changes it.
   ModelWeights w = ModelWeights::Dummy(model_->config(), 1, at::kFloat, at::kCPU);
   auto m1 = LlamaModel::FromWeights(model_->config(), w, {});
-  std::string f1 = *FingerprintModel(*m1);
+  std::string f1 = testing::Ok(FingerprintModel(*m1));
   w.layers[2].w_down[0][0] += 1e-3;
   EXPECT_NE(*FingerprintModel(*LlamaModel::FromWeights(model_->config(), w, {})), f1);
   EXPECT_EQ(*FingerprintModelDir(testing::ModelDir("stories260k")), *FingerprintModel(*model_));

@@ -19,9 +19,10 @@ namespace {
 
 TEST(HardPairTest, ReducedFitMeetsTheQualityBars) {
   const auto start = std::chrono::steady_clock::now();
-  auto producer = *LlamaModel::Load(testing::ModelDir("stories260k"), {});
-  auto consumer = *LlamaModel::Load(testing::ModelDir("llama2xs-260k"), {});
-  auto tokenizer = *Tokenizer::FromFile(testing::ModelDir("stories260k") + "/tokenizer.json");
+  auto producer = testing::Ok(LlamaModel::Load(testing::ModelDir("stories260k"), {}));
+  auto consumer = testing::Ok(LlamaModel::Load(testing::ModelDir("llama2xs-260k"), {}));
+  auto tokenizer =
+      testing::Ok(Tokenizer::FromFile(testing::ModelDir("stories260k") + "/tokenizer.json"));
   CalibrationOptions options;
   options.data_path = testing::SharedDir() + "/data/tinystories_train_head.txt";
   options.prefixes = 200;

@@ -125,12 +125,13 @@ TEST(TextCorpusTest, SplitsDocumentsAndCutsSequences) {
 }
 
 TEST(FidelityTest, OracleAgainstItselfIsExactAndABrokenCacheIsNot) {
-  auto model = *LlamaModel::Load(testing::ModelDir("stories260k"), {});
-  auto tokenizer = *Tokenizer::FromFile(testing::ModelDir("stories260k") + "/tokenizer.json");
+  auto model = testing::Ok(LlamaModel::Load(testing::ModelDir("stories260k"), {}));
+  auto tokenizer =
+      testing::Ok(Tokenizer::FromFile(testing::ModelDir("stories260k") + "/tokenizer.json"));
   auto corpus =
       *TextCorpus::Load(testing::SharedDir() + "/data/tinystories_valid_hf.txt", *tokenizer);
   FidelityOptions options{16, 8, 8};
-  auto windows = *corpus.Sequences(6, 25);
+  auto windows = testing::Ok(corpus.Sequences(6, 25));
   auto evaluator = FidelityEvaluator::Create(*model, windows, options);
   ASSERT_TRUE(evaluator.ok()) << evaluator.status();
   auto local = [&](int w, KvCache* cache, int64_t* bytes) -> absl::Status {
@@ -139,14 +140,20 @@ TEST(FidelityTest, OracleAgainstItselfIsExactAndABrokenCacheIsNot) {
   };
   auto m = evaluator->Evaluate(local, /*greedy=*/true);
   ASSERT_TRUE(m.ok()) << m.status();
-  EXPECT_NEAR(m->kl, 0.0, 1e-6);  // GEMMs of other shapes round differently
-  EXPECT_NEAR(m->tv, 0.0, 1e-6);
+  // The oracle and this prefill differ only in GEMM shapes (one call vs prefix + continuation),
+  // i.e. float32 summation order: logits differ by <= ~64 eps32 * |logit| with |logit| < 30
+  // here, log-probabilities (logit - logsumexp) by d <= twice that (4.6e-4), so
+  // KL ~ Var(d) / 2 < d^2 / 2 = 1.1e-7, TV <= E|d| / 2 and the perplexity ratio is exp(mean d).
+  const double d = 2 * 64 * testing::kFloat32Epsilon * 30;
+  EXPECT_LE(m->kl, d * d / 2);
+  EXPECT_LE(m->tv, d / 2);
   EXPECT_EQ(m->top1, 1.0);
-  EXPECT_NEAR(m->ppl_ratio(), 1.0, 1e-6);
+  EXPECT_NEAR(m->ppl_ratio(), 1.0, d);
   EXPECT_EQ(m->greedy_agreement, 1.0);
   EXPECT_EQ(m->positions, 6 * 8);
   auto depth = evaluator->DepthErrors(local);
-  for (double e : *depth) EXPECT_LT(e, 1e-5);
+  // Relative l2 errors of the same activations computed in a different summation order.
+  for (double e : *depth) EXPECT_LT(e, 64 * testing::kFloat32Epsilon);
   // A prefix of the wrong tokens: the consumer's view of the past is off.
   auto wrong = [&](int w, KvCache* cache, int64_t* bytes) -> absl::Status {
     *bytes = 100;

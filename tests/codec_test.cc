@@ -63,8 +63,9 @@ TEST(ReuseTranslatorTest, FullRankRrrEqualsRidgeLeastSquares) {
   at::Tensor w_ridge = std::get<0>(at::linalg_lstsq(aug_a, aug_b));
   at::Tensor w = t->w_enc()[0].to(at::kDouble).mm(t->w_dec()[0].to(at::kDouble));
   EXPECT_LE((w - w_ridge).abs().max().item<double>(), 1e-5 * w_ridge.abs().max().item<double>());
-  EXPECT_LE((t->mu_a()[0].to(at::kDouble) - a.mean(0)).abs().max().item<double>(), 1e-5);
-  EXPECT_LE((t->mu_b()[0].to(at::kDouble) - b.mean(0)).abs().max().item<double>(), 1e-5);
+  // Means are accumulated in float64 and rounded once to float32: a few eps32 of their size.
+  EXPECT_LE(testing::MaxRelDiff(t->mu_a()[0], a.mean(0)), 8 * testing::kFloat32Epsilon);
+  EXPECT_LE(testing::MaxRelDiff(t->mu_b()[0], b.mean(0)), 8 * testing::kFloat32Epsilon);
 }
 
 TEST(ReuseTranslatorTest, RrrNeverReconstructsWorseThanJointSvd) {
@@ -84,8 +85,8 @@ TEST(ReuseTranslatorTest, RrrNeverReconstructsWorseThanJointSvd) {
 
 TEST(ReuseTranslatorTest, RrrBeatsJointSvdOnRealKeyTraces) {
   // Pre-RoPE keys of layer 2 of the hard pair on real text.
-  auto producer = *LlamaModel::Load(testing::ModelDir("stories260k"), {});
-  auto consumer = *LlamaModel::Load(testing::ModelDir("llama2xs-260k"), {});
+  auto producer = testing::Ok(LlamaModel::Load(testing::ModelDir("stories260k"), {}));
+  auto consumer = testing::Ok(LlamaModel::Load(testing::ModelDir("llama2xs-260k"), {}));
   CaptureSpec spec;
   spec.layers = {2};
   spec.key_prerope = true;
@@ -144,7 +145,8 @@ TEST(ReuseTranslatorTest, PerHeadMapsKeepHeadsApart) {
   EXPECT_TRUE(t->per_head());
   at::Tensor z = t->Encode(a, 4);
   EXPECT_EQ(z.sizes(), (std::vector<int64_t>{2, 500, 4}));
-  EXPECT_LE((t->Decode(z) - b).abs().max().item<double>(), 1e-3);
+  // Exact maps up to the ridge (1e-8 of the input variance) and float32 rounding.
+  EXPECT_LE(testing::MaxRelDiff(t->Decode(z), b), 1e-4);
   GramStats shared(4, 4);
   for (const GramStats& g : per_head) shared.Merge(g);
   auto s = ReuseTranslator::Fit({shared}, {FitMethod::kRrr, 4, 0.99, 1e-8});
@@ -207,7 +209,7 @@ TEST(CodeBatchTest, ByteCountsAreExact) {
 }
 
 TEST(CodeBatchTest, ScdPayloadMatchesTheFormula) {
-  auto model = *LlamaModel::Load(testing::ModelDir("stories260k"), {});
+  auto model = testing::Ok(LlamaModel::Load(testing::ModelDir("stories260k"), {}));
   Artifact artifact = testing::SyntheticArtifact(*model);
   const std::vector<TokenId> prefix = testing::LoadGolden("stories260k").prompts[2].ids;
   const int64_t T = static_cast<int64_t>(prefix.size());
@@ -248,9 +250,14 @@ at::Tensor ContinuationLogits(const LlamaModel& model, KvCache* cache,
   return out->logits;
 }
 
+// A cache rebuilt from f32 captures feeds the same numbers through attention as the native one;
+// only the order of some float32 sums differs (cache slices vs fused projections): logits agree
+// to a few dozen eps32 of their magnitude.
+constexpr double kReorderedLogits = 64 * testing::kFloat32Epsilon;
+
 TEST(TransferTest, RawModeBetweenIdenticalModelsReproducesNativePrefill) {
   for (const char* name : {"stories260k", "tinystories-4m"}) {
-    auto model = *LlamaModel::Load(testing::ModelDir(name), {});
+    auto model = testing::Ok(LlamaModel::Load(testing::ModelDir(name), {}));
     const std::vector<TokenId> seq = testing::LoadGolden(name).prompts[2].ids;
     const std::vector<TokenId> prefix(seq.begin(), seq.end() - 6), rest(seq.end() - 6, seq.end());
     KvCache native = model->NewCache(64);
@@ -265,7 +272,8 @@ TEST(TransferTest, RawModeBetweenIdenticalModelsReproducesNativePrefill) {
     ASSERT_TRUE(batch.ok());
     KvCache rebuilt = model->NewCache(64);
     ASSERT_TRUE(decoder.Decode(*batch, prefix, &rebuilt).ok());
-    EXPECT_LE(testing::MaxAbsDiff(ContinuationLogits(*model, &rebuilt, rest), expected), 1e-5)
+    EXPECT_LE(testing::MaxRelDiff(ContinuationLogits(*model, &rebuilt, rest), expected),
+              kReorderedLogits)
         << name;
     // Local and recompute-everything-from-layer-0 are exact too.
     for (TransferMode mode : {TransferMode::kLocal, TransferMode::kRecompute}) {
@@ -276,7 +284,8 @@ TEST(TransferTest, RawModeBetweenIdenticalModelsReproducesNativePrefill) {
       auto b = CodeEncoder(*p, nullptr, o).Prefill(*model, prefix);
       KvCache c = model->NewCache(64);
       ASSERT_TRUE(decoder.Decode(*b, prefix, &c).ok());
-      EXPECT_LE(testing::MaxAbsDiff(ContinuationLogits(*model, &c, rest), expected), 1e-5)
+      EXPECT_LE(testing::MaxRelDiff(ContinuationLogits(*model, &c, rest), expected),
+                kReorderedLogits)
           << name << " " << TransferModeName(mode);
     }
   }
@@ -284,7 +293,7 @@ TEST(TransferTest, RawModeBetweenIdenticalModelsReproducesNativePrefill) {
 
 TEST(TransferTest, RecomputeSegmentsFromTheProducersResidualStream) {
   // Identical models: recomputing layers 2-3 from the transferred residual is exact as well.
-  auto model = *LlamaModel::Load(testing::ModelDir("stories260k"), {});
+  auto model = testing::Ok(LlamaModel::Load(testing::ModelDir("stories260k"), {}));
   const std::vector<TokenId> seq = testing::LoadGolden("stories260k").prompts[3].ids;
   const std::vector<TokenId> prefix(seq.begin(), seq.end() - 4), rest(seq.end() - 4, seq.end());
   KvCache native = model->NewCache(64);
@@ -300,7 +309,8 @@ TEST(TransferTest, RecomputeSegmentsFromTheProducersResidualStream) {
   ASSERT_TRUE(batch.ok());
   KvCache rebuilt = model->NewCache(64);
   ASSERT_TRUE(CodeDecoder(*model, nullptr).Decode(*batch, prefix, &rebuilt).ok());
-  EXPECT_LE(testing::MaxAbsDiff(ContinuationLogits(*model, &rebuilt, rest), expected), 1e-5);
+  EXPECT_LE(testing::MaxRelDiff(ContinuationLogits(*model, &rebuilt, rest), expected),
+            kReorderedLogits);
 }
 
 TEST(TransferTest, KeysAreRotatedWithTheConsumersRopeConfig) {
@@ -313,8 +323,8 @@ TEST(TransferTest, KeysAreRotatedWithTheConsumersRopeConfig) {
   std::string config = testing::ReadFile(src + "/config.json");
   config.replace(config.find("\"rope_theta\": 10000.0"), 21, "\"rope_theta\": 1000000.0");
   testing::WriteFile(dir.File("config.json"), config);
-  auto producer = *LlamaModel::Load(src, {});
-  auto consumer = *LlamaModel::Load(dir.path(), {});
+  auto producer = testing::Ok(LlamaModel::Load(src, {}));
+  auto consumer = testing::Ok(LlamaModel::Load(dir.path(), {}));
   ASSERT_EQ(consumer->config().rope.theta, 1e6);
   const std::vector<TokenId> prefix = testing::LoadGolden("stories260k").prompts[2].ids;
   TransferOptions options;
@@ -328,15 +338,18 @@ TEST(TransferTest, KeysAreRotatedWithTheConsumersRopeConfig) {
   KvCache consumer_native = consumer->NewCache(64), producer_native = producer->NewCache(64);
   ASSERT_TRUE(consumer->Forward(prefix, &consumer_native, {.logits = LogitsMode::kNone}).ok());
   ASSERT_TRUE(producer->Forward(prefix, &producer_native, {.logits = LogitsMode::kNone}).ok());
-  EXPECT_LE(testing::MaxAbsDiff(rebuilt.keys(0), consumer_native.keys(0)), 1e-5);
-  EXPECT_GT(testing::MaxAbsDiff(rebuilt.keys(0), producer_native.keys(0)), 1e-2);
+  // Two RoPE implementations (per-step tables vs Apply): their float32 angles differ by ~p ulps
+  // at position p, so keys agree to ~(positions + a few) eps32 of their magnitude.
+  const double rope_bound = testing::kFloat32Epsilon * static_cast<double>(prefix.size() + 8);
+  EXPECT_LE(testing::MaxRelDiff(rebuilt.keys(0), consumer_native.keys(0)), rope_bound);
+  EXPECT_GT(testing::MaxRelDiff(rebuilt.keys(0), producer_native.keys(0)), 1e-2);
 }
 
 TEST(TransferTest, DecoderRejectsInconsistentBatches) {
-  auto model = *LlamaModel::Load(testing::ModelDir("stories260k"), {});
+  auto model = testing::Ok(LlamaModel::Load(testing::ModelDir("stories260k"), {}));
   const std::vector<TokenId> prefix = testing::LoadGolden("stories260k").prompts[2].ids;
   auto plan = TransferPlan::Make(TransferMode::kRaw, model->config(), nullptr, {});
-  CodeBatch batch = *CodeEncoder(*plan, nullptr, {}).Prefill(*model, prefix);
+  CodeBatch batch = testing::Ok(CodeEncoder(*plan, nullptr, {}).Prefill(*model, prefix));
   CodeDecoder decoder(*model, nullptr);
   {
     CodeBatch b = batch;

@@ -273,12 +273,15 @@ TEST(ConfigTest, ParsesEverySharedConfig) {
     EXPECT_EQ(c->model_type, e.type);
     EXPECT_NEAR(c->ParameterCount() / 1e6, e.params_millions, e.params_millions * 0.01) << e.file;
   }
-  auto mistral = *ModelConfig::FromFile(testing::SharedDir() + "/configs/mistral-7b-v0.1.json");
+  auto mistral =
+      testing::Ok(ModelConfig::FromFile(testing::SharedDir() + "/configs/mistral-7b-v0.1.json"));
   EXPECT_EQ(mistral.sliding_window, 4096);
   EXPECT_EQ(mistral.KvBytesPerToken(2), 2 * 32 * 8 * 128 * 2);  // 128 KiB per token in fp16
-  auto lite = *ModelConfig::FromFile(testing::SharedDir() + "/configs/mistrallite.json");
+  auto lite =
+      testing::Ok(ModelConfig::FromFile(testing::SharedDir() + "/configs/mistrallite.json"));
   EXPECT_EQ(lite.rope.theta, 1e6);
-  auto qwen = *ModelConfig::FromFile(testing::SharedDir() + "/configs/qwen2.5-0.5b.json");
+  auto qwen =
+      testing::Ok(ModelConfig::FromFile(testing::SharedDir() + "/configs/qwen2.5-0.5b.json"));
   EXPECT_TRUE(qwen.qkv_bias);
   EXPECT_FALSE(qwen.o_bias);
   EXPECT_TRUE(qwen.tie_word_embeddings);

@@ -3,6 +3,7 @@
 #ifndef SCD_TESTS_TEST_FILES_H_
 #define SCD_TESTS_TEST_FILES_H_
 
+#include <stdexcept>
 #include <string>
 
 namespace scd::testing {
@@ -26,6 +27,15 @@ class TempDir {
 
 void WriteFile(const std::string& path, const std::string& contents);
 std::string ReadFile(const std::string& path);
+
+// The value of a StatusOr, or a thrown std::runtime_error carrying its status: GoogleTest reports
+// it as a failure of the running test ("C++ exception ... thrown in the test body") instead of
+// undefined behaviour. For set-up lines such as `auto model = Ok(LlamaModel::Load(dir, {}));`.
+template <typename StatusOrT>
+auto Ok(StatusOrT&& result) -> typename std::decay_t<StatusOrT>::value_type {
+  if (!result.ok()) throw std::runtime_error(std::string(result.status().ToString()));
+  return *std::forward<StatusOrT>(result);
+}
 
 // Runs a shell command, capturing stdout and stderr separately.
 struct CommandResult {

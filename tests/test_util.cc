@@ -58,7 +58,7 @@ Artifact SyntheticArtifact(const LlamaModel& model) {
   at::Generator gen = at::detail::createCPUGenerator(10);
   const ModelConfig& c = model.config();
   Artifact a;
-  a.producer = *ModelIdentity::Of(model);
+  a.producer = testing::Ok(ModelIdentity::Of(model));
   a.consumer = a.producer;
   auto translator = [&](int64_t maps, int64_t din, int64_t r, int64_t dout) {
     return *ReuseTranslator::FromTensors(at::randn({maps, din}, gen), at::randn({maps, dout}, gen),
