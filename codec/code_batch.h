@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "codec/transfer_mode.h"
 
@@ -57,9 +58,21 @@ struct CodeBatch {
   double BytesPerToken() const { return tokens > 0 ? static_cast<double>(bytes()) / tokens : 0.0; }
 };
 
-// Wire encoding of one float tensor (any shape) and back. Decoding returns float32 on `device`.
+// Data and scale byte counts a chunk of `dtype` and logical `shape` carries (the layout table in
+// codec/code_batch_wire.h). InvalidArgument for an empty shape, a dimension < 1 or more than
+// 2^40 elements.
+struct ChunkByteCounts {
+  int64_t elements = 0, data = 0, scales = 0;
+};
+absl::StatusOr<ChunkByteCounts> ExpectedChunkBytes(WireDtype dtype,
+                                                   const std::vector<int64_t>& shape);
+// Whether the chunk's tensors are what its dtype and shape say (element types and byte counts).
+absl::Status CheckChunkTensors(const CodeChunk& chunk);
+
+// Wire encoding of one float tensor (any shape) and back. Unpacking checks the chunk first
+// (CheckChunkTensors) and returns float32 on `device`.
 CodeChunk PackTensor(const at::Tensor& values, WireDtype dtype);
-at::Tensor UnpackTensor(const CodeChunk& chunk, c10::Device device);
+absl::StatusOr<at::Tensor> UnpackTensor(const CodeChunk& chunk, c10::Device device);
 
 }  // namespace scd
 

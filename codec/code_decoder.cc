@@ -69,7 +69,8 @@ absl::Status CodeDecoder::NeedArtifact(int layer) const {
 absl::StatusOr<bool> CodeDecoder::DecodeLayer(int l, const LayerChunks& lc, KvCache* cache) const {
   const c10::Device device = consumer_.device();
   if (lc.key != nullptr) {
-    at::Tensor k = UnpackTensor(*lc.key, device), v = UnpackTensor(*lc.value, device);
+    SCD_ASSIGN_OR_RETURN(at::Tensor k, UnpackTensor(*lc.key, device));
+    SCD_ASSIGN_OR_RETURN(at::Tensor v, UnpackTensor(*lc.value, device));
     if (lc.key->kind == PayloadKind::kKeyCode) {
       SCD_RETURN_IF_ERROR(NeedArtifact(l));
       k = artifact_->layers[l].key.To(device).Decode(k);  // [kv_heads, T, head_dim]
@@ -83,8 +84,8 @@ absl::StatusOr<bool> CodeDecoder::DecodeLayer(int l, const LayerChunks& lc, KvCa
     if (!artifact_->layers[l].patch) {
       return absl::FailedPreconditionError(absl::StrCat("layer ", l, " has no patch aligner"));
     }
-    at::Tensor h =
-        artifact_->layers[l].patch->To(device).Align(UnpackTensor(*lc.hidden_code, device));
+    SCD_ASSIGN_OR_RETURN(at::Tensor code, UnpackTensor(*lc.hidden_code, device));
+    at::Tensor h = artifact_->layers[l].patch->To(device).Align(code);
     auto [k, v] = consumer_.ProjectKeyValue(l, h);  // the consumer's own W_k, W_v
     SCD_RETURN_IF_ERROR(consumer_.LoadPrefix(l, k, v, KeyFormat::kPreRope, cache));
     return true;
@@ -108,7 +109,7 @@ absl::Status CodeDecoder::Recompute(const std::vector<LayerChunks>& by_layer,
     if (begin == 0) {
       SCD_ASSIGN_OR_RETURN(hidden, consumer_.Embed(tokens));
     } else if (by_layer[begin].hidden_state != nullptr) {
-      hidden = UnpackTensor(*by_layer[begin].hidden_state, consumer_.device());
+      SCD_ASSIGN_OR_RETURN(hidden, UnpackTensor(*by_layer[begin].hidden_state, consumer_.device()));
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "layers [", begin, ", ", end, ") have no payload and no hidden state to recompute from"));

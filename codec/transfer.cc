@@ -3,11 +3,18 @@
 #include "base/exception_guard.h"
 #include "base/status_macros.h"
 #include "base/timer.h"
+#include "codec/code_batch_wire.h"
 
 namespace scd {
 
 CodeBatchHandOff InProcessHandOff() {
   return [](CodeBatch batch) -> absl::StatusOr<CodeBatch> { return batch; };
+}
+
+CodeBatchHandOff WireHandOff() {
+  return [](CodeBatch batch) -> absl::StatusOr<CodeBatch> {
+    return ParseCodeBatch(SerializeCodeBatch(batch));
+  };
 }
 
 absl::StatusOr<TransferStats> RunTransfer(const LlamaModel& producer, const CodeEncoder& encoder,

@@ -29,6 +29,9 @@ using CodeBatchHandOff = std::function<absl::StatusOr<CodeBatch>(CodeBatch batch
 
 // The batch itself, moved (no copy): the all-in-one process and offline evaluation.
 CodeBatchHandOff InProcessHandOff();
+// Through the checked wire form (codec/code_batch_wire.h): serialized, then parsed, as a
+// transport would deliver it. Bit-identical to InProcessHandOff for any valid batch.
+CodeBatchHandOff WireHandOff();
 
 struct TransferStats {
   int64_t payload_bytes = 0;  // CodeBatch::bytes() as sent

@@ -204,7 +204,9 @@ TEST(CodeBatchTest, ByteCountsAreExact) {
   for (WireDtype d :
        {WireDtype::kF32, WireDtype::kF16, WireDtype::kBF16, WireDtype::kInt8, WireDtype::kInt4}) {
     CodeChunk c = PackTensor(codes, d);
-    EXPECT_EQ(UnpackTensor(c, at::kCPU).sizes(), codes.sizes()) << WireDtypeName(d);
+    absl::StatusOr<at::Tensor> unpacked = UnpackTensor(c, at::kCPU);
+    ASSERT_TRUE(unpacked.ok()) << unpacked.status();
+    EXPECT_EQ(unpacked->sizes(), codes.sizes()) << WireDtypeName(d);
   }
 }
 

@@ -260,6 +260,7 @@ absl::Status RunGenerate(const Common& common, const GenerateFlags& f) {
   SCD_ASSIGN_OR_RETURN(options.transfer.code_dtype, ParseWireDtype(f.code_dtype));
   options.generation.max_tokens = f.max_tokens;
   options.generation.sampling = {f.temperature, 0, f.top_p, f.seed};
+  options.hand_off = WireHandOff();  // the checked wire form, as a transport delivers it
   SCD_ASSIGN_OR_RETURN(ContinuationReport report,
                        CompareContinuations(m, artifact ? &*artifact : nullptr, options));
   std::fputs(

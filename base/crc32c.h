@@ -1,0 +1,22 @@
+// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), the checksum on every serialized code
+// chunk. Uses the SSE4.2 crc32 instruction when the CPU has it (checked once at run time; the
+// build needs no -msse4.2), else a table.
+// Thread-safety: stateless functions.
+#ifndef SCD_BASE_CRC32C_H_
+#define SCD_BASE_CRC32C_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace scd {
+
+// Extends `crc` (the CRC-32C of earlier bytes, 0 to start) with `size` bytes.
+uint32_t Crc32c(const void* data, size_t size, uint32_t crc = 0);
+// The two implementations, for tests; Crc32c picks one.
+uint32_t Crc32cSoftware(const void* data, size_t size, uint32_t crc = 0);
+uint32_t Crc32cHardware(const void* data, size_t size, uint32_t crc = 0);  // REQUIRES: SSE4.2
+bool Crc32cIsHardware();
+
+}  // namespace scd
+
+#endif  // SCD_BASE_CRC32C_H_
