@@ -4,6 +4,8 @@
 //
 //   build/bin/scd_model_bench [--configs DIR] [--threads N] [--aten-threads N] [--quick]
 //                             [benchmark flags]
+//   build/bin/scd_model_bench --decode-report   read bandwidth, then decode before/after the
+//                                               GEMV + workspace decode path, in one run
 //
 // DIR defaults to ../shared/configs. Shapes: tinyllama-1.1b cut to 4 layers, mistral-7b-v0.1 cut to
 // 2 layers; T = 128, 512, 2048. --quick runs only T = 128 and 512 (for smoke tests).
@@ -165,10 +167,90 @@ class SummaryReporter : public benchmark::ConsoleReporter {
   }
 };
 
+// ---- --decode-report: decode before/after the decode-path work, next to read bandwidth ----
+
+double BestSeconds(int iterations, const std::function<void()>& f) {
+  f();  // warm up
+  double best = 1e30;
+  for (int i = 0; i < iterations; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+int64_t WeightBytes(const LlamaModel& model) {
+  const ModelWeights& w = model.weights();
+  int64_t bytes = w.lm_head.nbytes() + w.final_norm.nbytes();  // the embedding row is one read
+  for (const LayerWeights& l : w.layers) {
+    for (const at::Tensor* t : {&l.attn_norm, &l.wqkv, &l.bqkv, &l.wo, &l.bo, &l.mlp_norm,
+                                &l.w_gate_up, &l.b_gate_up, &l.w_down, &l.b_down}) {
+      if (t->defined()) bytes += t->nbytes();
+    }
+  }
+  return bytes;
+}
+
+// Decode tokens/s: `steps` single-token steps after a 128-token context.
+double DecodeTokensPerSecond(const LlamaModel& model, bool workspace, int steps) {
+  const std::vector<TokenId> prompt = Prompt(128, model.config().vocab_size);
+  KvCache cache = model.NewCache(128 + steps);
+  const DecodeWorkspace ws = model.NewWorkspace(128 + steps);
+  ForwardOptions options;
+  if (workspace) options.workspace = &ws;
+  if (!model.Forward(prompt, &cache, {.logits = LogitsMode::kNone}).ok()) return 0;
+  const TokenId next[] = {5};
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) {
+    if (!model.Forward(next, &cache, options).ok()) return 0;
+  }
+  return steps / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int DecodeReport(const std::string& configs) {
+  at::Tensor big = at::ones({int64_t{1} << 28});  // 1 GiB of f32
+  const double sum_gbps = big.nbytes() / BestSeconds(5, [&] { at::sum(big); }) / 1e9;
+  big = at::Tensor();
+  at::Tensor m = at::randn({4096, 16384}), v = at::randn({16384});
+  const double mv_gbps = m.nbytes() / BestSeconds(10, [&] { at::mv(m, v); }) / 1e9;
+  auto config = ModelConfig::FromFile(configs + "/tinyllama-1.1b.json");
+  if (!config.ok()) {
+    std::fprintf(stderr, "scd_model_bench: %s\n", std::string(config.status().message()).c_str());
+    return 1;
+  }
+  config->num_layers = 4;
+  LlamaModel::Options before_options;
+  before_options.gemv_single_rows = false;  // the decode path before: one-row GEMMs
+  auto before = LlamaModel::Dummy(*config, 1, before_options);
+  auto after = LlamaModel::Dummy(*config, 1, {});
+  const double gb_per_token = WeightBytes(*after) / 1e9;
+  std::vector<double> b, a;
+  for (int round = 0; round < 5; ++round) {  // interleaved: both see the same machine state
+    b.push_back(DecodeTokensPerSecond(*before, /*workspace=*/false, 16));
+    a.push_back(DecodeTokensPerSecond(*after, /*workspace=*/true, 16));
+  }
+  const double bt = Median(b), at_ = Median(a);
+  std::printf("read bandwidth: at::sum over 1 GiB %.1f GB/s, at::mv 4096x16384 f32 %.1f GB/s\n",
+              sum_gbps, mv_gbps);
+  std::printf(
+      "decode, tinyllama-1.1b cut to 4 layers, f32, %.2f GB of weights per token, after "
+      "a 128-token context (median of 5 interleaved rounds of 16 steps):\n",
+      gb_per_token);
+  std::printf("%-44s %9s %11s %12s\n", "path", "tokens/s", "weights GB/s", "% of at::mv");
+  std::printf("%-44s %9.2f %11.1f %11.0f%%\n", "before: one-row GEMMs, tables per step", bt,
+              bt * gb_per_token, 100 * bt * gb_per_token / mv_gbps);
+  std::printf("%-44s %9.2f %11.1f %11.0f%%\n", "after: GEMV rows, per-sequence workspace", at_,
+              at_ * gb_per_token, 100 * at_ * gb_per_token / mv_gbps);
+  std::printf("speed-up (same run): %.2fx\n", at_ / bt);
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   std::string configs = ResolveSharedDir() + "/configs";
   int threads = 0, aten_threads = 0;
-  bool quick = false;
+  bool quick = false, decode_report = false;
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--configs") && i + 1 < argc) {
@@ -179,6 +261,8 @@ int Main(int argc, char** argv) {
       aten_threads = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--quick")) {
       quick = true;
+    } else if (!std::strcmp(argv[i], "--decode-report")) {
+      decode_report = true;
     } else {
       rest.push_back(argv[i]);
     }
@@ -186,6 +270,10 @@ int Main(int argc, char** argv) {
   int rest_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_argc, rest.data());
   const ThreadSettings thread_settings = ConfigureThreads(threads, aten_threads);
+  if (decode_report) {
+    std::printf("threads: %s\n", thread_settings.ToString().c_str());
+    return DecodeReport(configs);
+  }
 
   const std::vector<Shape> shapes = {{"tinyllama-1.1b-4L", "tinyllama-1.1b.json", 4},
                                      {"mistral-7b-v0.1-2L", "mistral-7b-v0.1.json", 2}};

@@ -38,7 +38,12 @@ absl::StatusOr<GenerationResult> GenerateTokens(const LlamaModel& model,
   result.prompt_ids.assign(prompt_ids.begin(), prompt_ids.end());
   Sampler sampler(options.sampling);
   auto start = std::chrono::steady_clock::now();
-  SCD_ASSIGN_OR_RETURN(ForwardOutput out, model.Forward(prompt_ids.subspan(cached), cache));
+  // The sequence's RoPE tables, built once for every position it can reach.
+  const DecodeWorkspace workspace =
+      model.NewWorkspace(static_cast<int64_t>(prompt_ids.size()) + options.max_tokens);
+  const ForwardOptions forward{.logits = LogitsMode::kLast, .workspace = &workspace};
+  SCD_ASSIGN_OR_RETURN(ForwardOutput out,
+                       model.Forward(prompt_ids.subspan(cached), cache, forward));
   result.finish_reason = "length";
   for (int step = 0; step < options.max_tokens; ++step) {
     const TokenId next = sampler.Sample(out.logits);
@@ -61,7 +66,7 @@ absl::StatusOr<GenerationResult> GenerateTokens(const LlamaModel& model,
       break;
     }
     const TokenId input[] = {next};
-    SCD_ASSIGN_OR_RETURN(out, model.Forward(input, cache));
+    SCD_ASSIGN_OR_RETURN(out, model.Forward(input, cache, forward));
   }
   if (!result.output_ids.empty()) result.decode_seconds = SecondsSince(start);
   return result;

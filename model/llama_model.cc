@@ -18,10 +18,6 @@ namespace {
 // long prefills in cache instead of materialising [heads, T, T].
 constexpr int64_t kAttentionRowsPerBlock = 256;
 
-at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  return b.defined() ? at::addmm(b, x, w.t()) : at::mm(x, w.t());
-}
-
 at::Tensor Positions(int64_t begin, int64_t count) {
   return at::arange(begin, begin + count, at::TensorOptions().dtype(at::kLong));
 }
@@ -78,6 +74,26 @@ KvCache LlamaModel::NewCache(int64_t capacity) const {
   return KvCache(config_, capacity, options_.dtype, options_.device);
 }
 
+DecodeWorkspace LlamaModel::NewWorkspace(int64_t capacity) const {
+  DecodeWorkspace ws;
+  ws.capacity_ = std::max<int64_t>(1, std::min(capacity, config_.max_position_embeddings));
+  at::Tensor like =
+      at::empty({0}, at::TensorOptions().dtype(options_.dtype).device(options_.device));
+  std::tie(ws.k_cos, ws.k_sin) = rope_.Tables(Positions(0, ws.capacity_), like);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
+  ws.q_cos = ws.k_cos * scale;
+  ws.q_sin = ws.k_sin * scale;
+  return ws;
+}
+
+at::Tensor LlamaModel::Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const {
+  if (options_.gemv_single_rows && x.size(0) == 1) {
+    at::Tensor row = x.select(0, 0);
+    return (b.defined() ? at::addmv(b, w, row) : at::mv(w, row)).unsqueeze(0);
+  }
+  return b.defined() ? at::addmm(b, x, w.t()) : at::mm(x, w.t());
+}
+
 absl::Status LlamaModel::CheckTokens(absl::Span<const TokenId> tokens) const {
   if (tokens.empty()) return absl::InvalidArgumentError("no tokens to run");
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -114,9 +130,15 @@ absl::StatusOr<ForwardOutput> LlamaModel::Forward(absl::Span<const TokenId> toke
         "Forward needs every cache layer at the same length; finish the layer range first");
   }
   SCD_ASSIGN_OR_RETURN(at::Tensor h, Embed(tokens));
+  if (static_cast<int64_t>(tokens.size()) + cache->length(0) > config_.max_position_embeddings) {
+    return absl::OutOfRangeError(absl::StrCat("sequence of ", tokens.size() + cache->length(0),
+                                              " tokens exceeds max_position_embeddings (",
+                                              config_.max_position_embeddings, ")"));
+  }
   ForwardOutput out;
-  SCD_ASSIGN_OR_RETURN(h, RunLayers(0, static_cast<int>(config_.num_layers), h, cache,
-                                    options.capture, &out.captures));
+  // The embedding is a fresh tensor: the layers may update it in place without a copy.
+  h = RunLayersOwned(0, static_cast<int>(config_.num_layers), h.to(options_.dtype), cache,
+                     options.capture, &out.captures, options.workspace);
   switch (options.logits) {
     case LogitsMode::kNone:
       break;
@@ -160,8 +182,14 @@ absl::StatusOr<at::Tensor> LlamaModel::RunLayers(int begin, int end, const at::T
   if (capture != nullptr && !capture->empty() && captures == nullptr) {
     return absl::InvalidArgumentError("a capture was requested without somewhere to put it");
   }
-  at::Tensor h = hidden.to(options_.device, options_.dtype).clone();
-  const StepContext step = PlanStep(p0, T, h);
+  return RunLayersOwned(begin, end, hidden.to(options_.device, options_.dtype).clone(), cache,
+                        capture, captures, /*workspace=*/nullptr);
+}
+
+at::Tensor LlamaModel::RunLayersOwned(int begin, int end, at::Tensor h, KvCache* cache,
+                                      const CaptureSpec* capture, Captures* captures,
+                                      const DecodeWorkspace* workspace) const {
+  const StepContext step = PlanStep(cache->length(begin), h.size(0), h, workspace);
   for (int l = begin; l < end; ++l) {
     LayerCapture* layer_capture = nullptr;
     if (capture != nullptr &&
@@ -173,18 +201,26 @@ absl::StatusOr<at::Tensor> LlamaModel::RunLayers(int begin, int end, const at::T
   return h;
 }
 
-LlamaModel::StepContext LlamaModel::PlanStep(int64_t p0, int64_t tokens,
-                                             const at::Tensor& like) const {
+LlamaModel::StepContext LlamaModel::PlanStep(int64_t p0, int64_t tokens, const at::Tensor& like,
+                                             const DecodeWorkspace* workspace) const {
   StepContext step;
   step.p0 = p0;
   step.tokens = tokens;
-  // RoPE tables once per call. The query tables carry the 1/sqrt(head_dim) attention scale, so
-  // scaling costs no extra pass; they broadcast over [kv_heads, T, group, head_dim / 2].
-  std::tie(step.k_cos, step.k_sin) = rope_.Tables(Positions(p0, tokens), like);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
+  // RoPE tables: sliced from the sequence's workspace, else built once per call. The query
+  // tables carry the 1/sqrt(head_dim) attention scale, so scaling costs no extra pass; they
+  // broadcast over [kv_heads, T, group, head_dim / 2].
   const int64_t half = config_.head_dim / 2;
-  step.q_cos = (step.k_cos * scale).view({1, tokens, 1, half});
-  step.q_sin = (step.k_sin * scale).view({1, tokens, 1, half});
+  if (workspace != nullptr && p0 + tokens <= workspace->capacity()) {
+    step.k_cos = workspace->k_cos.narrow(0, p0, tokens);
+    step.k_sin = workspace->k_sin.narrow(0, p0, tokens);
+    step.q_cos = workspace->q_cos.narrow(0, p0, tokens).view({1, tokens, 1, half});
+    step.q_sin = workspace->q_sin.narrow(0, p0, tokens).view({1, tokens, 1, half});
+  } else {
+    std::tie(step.k_cos, step.k_sin) = rope_.Tables(Positions(p0, tokens), like);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
+    step.q_cos = (step.k_cos * scale).view({1, tokens, 1, half});
+    step.q_sin = (step.k_sin * scale).view({1, tokens, 1, half});
+  }
   // Query blocks and their masks are the same for every layer: build them once.
   const int64_t g = config_.group_size();
   const int64_t window = config_.sliding_window.value_or(0);
@@ -273,7 +309,7 @@ at::Tensor LlamaModel::Attend(const at::Tensor& q, const at::Tensor& keys, const
 
 at::Tensor LlamaModel::Logits(const at::Tensor& hidden) const {
   at::Tensor x = RmsNorm(hidden, weights_.final_norm, config_.rms_norm_eps);
-  return at::mm(x, weights_.lm_head.t()).to(at::kFloat);
+  return Linear(x, weights_.lm_head, at::Tensor()).to(at::kFloat);
 }
 
 absl::Status LlamaModel::LoadPrefix(int layer, const at::Tensor& keys, const at::Tensor& values,

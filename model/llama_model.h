@@ -56,9 +56,29 @@ enum class LogitsMode {
   kAll,   // logits of every token, [T, vocab]
 };
 
+class DecodeWorkspace;
+
 struct ForwardOptions {
   LogitsMode logits = LogitsMode::kLast;
   const CaptureSpec* capture = nullptr;  // not owned; nullptr = capture nothing
+  // Per-sequence state reused across steps (LlamaModel::NewWorkspace); nullptr = rebuild per
+  // call. Results are bit-identical either way.
+  const DecodeWorkspace* workspace = nullptr;
+};
+
+// What a sequence's steps share and no step should rebuild: the RoPE tables (keys, and queries
+// with the attention scale folded in) for every position up to the capacity it was made for.
+// Made by LlamaModel::NewWorkspace for one model; owned by the caller next to its KvCache.
+// Thread-safety: immutable after construction; may be shared by concurrent calls.
+class DecodeWorkspace {
+ public:
+  int64_t capacity() const { return capacity_; }
+
+ private:
+  friend class LlamaModel;
+  int64_t capacity_ = 0;
+  at::Tensor k_cos, k_sin;  // [capacity, hd/2]
+  at::Tensor q_cos, q_sin;  // [capacity, hd/2], times 1/sqrt(head_dim)
 };
 
 struct ForwardOutput {
@@ -77,6 +97,9 @@ class LlamaModel {
   struct Options {
     c10::ScalarType dtype = c10::kFloat;  // f32; bf16/f16 where the device supports them
     c10::Device device = c10::Device(c10::kCPU);
+    // Single-row projections (decode steps) as matrix-vector products: on CPU BLAS a GEMV streams
+    // the weights at memory bandwidth, a GEMM with one row at a fraction of it (bench/README.md).
+    bool gemv_single_rows = true;
   };
 
   // Loads config.json + safetensors (single or sharded) from a Hugging Face model directory.
@@ -103,6 +126,9 @@ class LlamaModel {
 
   // An empty cache for this model (capacity is a hint in tokens).
   KvCache NewCache(int64_t capacity) const;
+  // A workspace for a sequence of up to `capacity` positions (clamped to max positions); steps
+  // beyond it fall back to building their tables.
+  DecodeWorkspace NewWorkspace(int64_t capacity) const;
 
   // Runs `tokens` through every layer, appending their K/V to `cache`.
   // REQUIRES: all cache layers hold the same number of positions.
@@ -149,7 +175,13 @@ class LlamaModel {
     at::Tensor k_cos, k_sin;  // [T, hd/2]
     std::vector<AttentionBlock> blocks;
   };
-  StepContext PlanStep(int64_t p0, int64_t tokens, const at::Tensor& like) const;
+  StepContext PlanStep(int64_t p0, int64_t tokens, const at::Tensor& like,
+                       const DecodeWorkspace* workspace) const;
+  // RunLayers without argument checks; `h` is owned by the call and updated in place.
+  at::Tensor RunLayersOwned(int begin, int end, at::Tensor h, KvCache* cache,
+                            const CaptureSpec* capture, Captures* captures,
+                            const DecodeWorkspace* workspace) const;
+  at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
   // One decoder layer in place on `h` [T, hidden].
   void RunLayer(int layer, at::Tensor& h, const StepContext& step, KvCache* cache,
                 LayerCapture* capture, const CaptureSpec* spec) const;

@@ -407,3 +407,68 @@ TEST(RuntimeTest, Bf16RunsOnCpuCloseToGolden) {
 
 }  // namespace
 }  // namespace scd
+
+namespace scd {
+namespace {
+
+// Decode steps with a per-sequence workspace reuse RoPE tables that are computed element by
+// element exactly as the per-call ones: the results are bit-identical.
+TEST(DecodeWorkspaceTest, StepsWithAWorkspaceAreBitIdentical) {
+  for (const char* name : {"stories260k", "tinystories-4m"}) {
+    auto model = testing::Ok(LlamaModel::Load(testing::ModelDir(name), {}));
+    const std::vector<TokenId> prompt = testing::LoadGolden(name).prompts[1].ids;
+    const DecodeWorkspace workspace = model->NewWorkspace(prompt.size() + 12);
+    KvCache plain = model->NewCache(64), reused = model->NewCache(64);
+    auto a = model->Forward(prompt, &plain);
+    auto b = model->Forward(prompt, &reused, {.workspace = &workspace});
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_TRUE(at::equal(a->logits, b->logits)) << name;
+    for (int step = 0; step < 12; ++step) {
+      const TokenId next[] = {static_cast<TokenId>(a->logits.argmax(-1).item<int64_t>())};
+      a = model->Forward(next, &plain);
+      b = model->Forward(next, &reused, {.workspace = &workspace});
+      ASSERT_TRUE(a.ok() && b.ok());
+      EXPECT_TRUE(at::equal(a->logits, b->logits)) << name << " step " << step;
+    }
+    // Past the workspace's capacity the step builds its own tables, still identically.
+    for (int step = 0; step < 3; ++step) {
+      const TokenId next[] = {7};
+      a = model->Forward(next, &plain);
+      b = model->Forward(next, &reused, {.workspace = &workspace});
+      ASSERT_TRUE(a.ok() && b.ok());
+      EXPECT_TRUE(at::equal(a->logits, b->logits)) << name;
+    }
+  }
+}
+
+// Single-row projections as GEMV instead of a one-row GEMM: the same sums in another order. Each
+// output accumulates at most K = max(hidden, ffn) products, so logits agree to ~K eps32 of their
+// magnitude per layer.
+TEST(DecodeWorkspaceTest, GemvDecodeMatchesGemmDecode) {
+  for (const char* name : {"stories260k", "tinystories-4m"}) {
+    auto gemv = testing::Ok(LlamaModel::Load(testing::ModelDir(name), {}));
+    LlamaModel::Options options;
+    options.gemv_single_rows = false;
+    auto gemm = testing::Ok(LlamaModel::Load(testing::ModelDir(name), options));
+    const ModelConfig& c = gemv->config();
+    const double bound = testing::kFloat32Epsilon *
+                         static_cast<double>(std::max(c.hidden_size, c.intermediate_size)) *
+                         static_cast<double>(c.num_layers);
+    const std::vector<TokenId> prompt = testing::LoadGolden(name).prompts[1].ids;
+    GenerationOptions generation;
+    generation.max_tokens = 16;
+    generation.ignore_eos = true;
+    KvCache a = gemv->NewCache(64), b = gemm->NewCache(64);
+    auto x = GenerateTokens(*gemv, prompt, &a, generation);
+    auto y = GenerateTokens(*gemm, prompt, &b, generation);
+    ASSERT_TRUE(x.ok() && y.ok());
+    EXPECT_EQ(x->output_ids, y->output_ids) << name;
+    const TokenId next[] = {x->output_ids.back()};
+    auto lx = gemv->Forward(next, &a), ly = gemm->Forward(next, &b);
+    ASSERT_TRUE(lx.ok() && ly.ok());
+    EXPECT_LE(testing::MaxRelDiff(lx->logits, ly->logits), bound) << name;
+  }
+}
+
+}  // namespace
+}  // namespace scd
