@@ -153,7 +153,7 @@ absl::StatusOr<PatchAligner> TrainAligner(const ReuseTranslator& basis, const at
       } else if (++since_best >= options.patience) {
         break;
       }
-      if (watch.Seconds() > options.max_seconds) break;
+      if (options.max_seconds > 0 && watch.Seconds() > options.max_seconds) break;
     }
     report->heldout = best;
     report->epochs = epoch;

@@ -28,7 +28,9 @@ struct AlignerTrainOptions {
   int max_epochs = 60;
   int patience = 8;         // epochs without held-out improvement before stopping
   double holdout = 0.1;     // share of rows held out
-  double max_seconds = 60;  // wall-clock budget per aligner
+  // Wall-clock budget per aligner; 0 = none. A budget makes the fit depend on the machine's speed
+  // (fewer epochs on a slower or busier machine), so reproducible fits pass 0.
+  double max_seconds = 60;
   uint64_t seed = 0;
 };
 

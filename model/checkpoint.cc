@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "base/exception_guard.h"
 #include "base/file_util.h"
 #include "base/status_macros.h"
 
@@ -87,12 +88,14 @@ const TensorEntry* Checkpoint::Find(std::string_view name) const {
 }
 
 absl::StatusOr<at::Tensor> Checkpoint::Load(std::string_view name, c10::ScalarType dtype) const {
-  const TensorEntry* entry = Find(name);
-  if (entry == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat(dir_, ": checkpoint has no tensor '", std::string(name), "'"));
-  }
-  return SafetensorsFile::ToTensor(*entry, dtype);
+  return GuardExceptions("Checkpoint::Load", [&]() -> absl::StatusOr<at::Tensor> {
+    const TensorEntry* entry = Find(name);
+    if (entry == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat(dir_, ": checkpoint has no tensor '", std::string(name), "'"));
+    }
+    return SafetensorsFile::ToTensor(*entry, dtype);
+  });
 }
 
 }  // namespace scd

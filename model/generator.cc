@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "base/exception_guard.h"
 #include "base/status_macros.h"
 #include "base/timer.h"
 #include "tokenizer/tokenizer.h"
@@ -16,60 +17,62 @@ absl::StatusOr<GenerationResult> GenerateTokens(const LlamaModel& model,
                                                 absl::Span<const TokenId> prompt_ids,
                                                 KvCache* cache, const GenerationOptions& options,
                                                 const TokenCallback& on_token) {
-  SCD_RETURN_IF_ERROR(options.sampling.Validate());
-  if (options.max_tokens < 0) return absl::InvalidArgumentError("max_tokens must be >= 0");
-  const int64_t cached = cache->length();
-  if (!cache->uniform() || cached >= static_cast<int64_t>(prompt_ids.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the cache holds ", cached, " positions; at least the last of the ",
-                     prompt_ids.size(), " prompt tokens must still be run to get logits"));
-  }
-  const int64_t max_positions = model.config().max_position_embeddings;
-  if (static_cast<int64_t>(prompt_ids.size()) > max_positions) {
-    return absl::OutOfRangeError(absl::StrCat("prompt of ", prompt_ids.size(),
-                                              " tokens exceeds max_position_embeddings (",
-                                              max_positions, ")"));
-  }
-  std::vector<TokenId> stops = options.stop_token_ids;
-  if (stops.empty() && !options.ignore_eos) {
-    for (int64_t id : model.config().eos_token_ids) stops.push_back(static_cast<TokenId>(id));
-  }
-  GenerationResult result;
-  result.prompt_ids.assign(prompt_ids.begin(), prompt_ids.end());
-  Sampler sampler(options.sampling);
-  auto start = std::chrono::steady_clock::now();
-  // The sequence's RoPE tables, built once for every position it can reach.
-  const DecodeWorkspace workspace =
-      model.NewWorkspace(static_cast<int64_t>(prompt_ids.size()) + options.max_tokens);
-  const ForwardOptions forward{.logits = LogitsMode::kLast, .workspace = &workspace};
-  SCD_ASSIGN_OR_RETURN(ForwardOutput out,
-                       model.Forward(prompt_ids.subspan(cached), cache, forward));
-  result.finish_reason = "length";
-  for (int step = 0; step < options.max_tokens; ++step) {
-    const TokenId next = sampler.Sample(out.logits);
-    if (step == 0) {
-      result.prefill_seconds = SecondsSince(start);
-      start = std::chrono::steady_clock::now();
+  return GuardExceptions("GenerateTokens", [&]() -> absl::StatusOr<GenerationResult> {
+    SCD_RETURN_IF_ERROR(options.sampling.Validate());
+    if (options.max_tokens < 0) return absl::InvalidArgumentError("max_tokens must be >= 0");
+    const int64_t cached = cache->length();
+    if (!cache->uniform() || cached >= static_cast<int64_t>(prompt_ids.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the cache holds ", cached, " positions; at least the last of the ",
+                       prompt_ids.size(), " prompt tokens must still be run to get logits"));
     }
-    if (std::find(stops.begin(), stops.end(), next) != stops.end()) {
-      result.finish_reason = "stop";
-      break;
+    const int64_t max_positions = model.config().max_position_embeddings;
+    if (static_cast<int64_t>(prompt_ids.size()) > max_positions) {
+      return absl::OutOfRangeError(absl::StrCat("prompt of ", prompt_ids.size(),
+                                                " tokens exceeds max_position_embeddings (",
+                                                max_positions, ")"));
     }
-    result.output_ids.push_back(next);
-    if (on_token && !on_token(next)) {
-      result.finish_reason = "stop";
-      break;
+    std::vector<TokenId> stops = options.stop_token_ids;
+    if (stops.empty() && !options.ignore_eos) {
+      for (int64_t id : model.config().eos_token_ids) stops.push_back(static_cast<TokenId>(id));
     }
-    if (step + 1 == options.max_tokens) break;
-    if (cache->length() >= max_positions) {
-      result.finish_reason = "max_positions";
-      break;
+    GenerationResult result;
+    result.prompt_ids.assign(prompt_ids.begin(), prompt_ids.end());
+    Sampler sampler(options.sampling);
+    auto start = std::chrono::steady_clock::now();
+    // The sequence's RoPE tables, built once for every position it can reach.
+    const DecodeWorkspace workspace =
+        model.NewWorkspace(static_cast<int64_t>(prompt_ids.size()) + options.max_tokens);
+    const ForwardOptions forward{.logits = LogitsMode::kLast, .workspace = &workspace};
+    SCD_ASSIGN_OR_RETURN(ForwardOutput out,
+                         model.Forward(prompt_ids.subspan(cached), cache, forward));
+    result.finish_reason = "length";
+    for (int step = 0; step < options.max_tokens; ++step) {
+      const TokenId next = sampler.Sample(out.logits);
+      if (step == 0) {
+        result.prefill_seconds = SecondsSince(start);
+        start = std::chrono::steady_clock::now();
+      }
+      if (std::find(stops.begin(), stops.end(), next) != stops.end()) {
+        result.finish_reason = "stop";
+        break;
+      }
+      result.output_ids.push_back(next);
+      if (on_token && !on_token(next)) {
+        result.finish_reason = "stop";
+        break;
+      }
+      if (step + 1 == options.max_tokens) break;
+      if (cache->length() >= max_positions) {
+        result.finish_reason = "max_positions";
+        break;
+      }
+      const TokenId input[] = {next};
+      SCD_ASSIGN_OR_RETURN(out, model.Forward(input, cache, forward));
     }
-    const TokenId input[] = {next};
-    SCD_ASSIGN_OR_RETURN(out, model.Forward(input, cache, forward));
-  }
-  if (!result.output_ids.empty()) result.decode_seconds = SecondsSince(start);
-  return result;
+    if (!result.output_ids.empty()) result.decode_seconds = SecondsSince(start);
+    return result;
+  });
 }
 
 StopStringMatcher::StopStringMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
@@ -110,11 +113,13 @@ absl::StatusOr<GenerationResult> GenerateText(const LlamaModel& model, const Tok
                                               std::string_view prompt,
                                               const GenerationOptions& options,
                                               const TextCallback& on_text) {
-  SCD_ASSIGN_OR_RETURN(std::vector<TokenId> ids, tokenizer.Encode(prompt, options.add_bos));
-  if (ids.empty()) {
-    return absl::InvalidArgumentError("the prompt tokenizes to nothing; give at least one token");
-  }
-  return GenerateTextFromIds(model, tokenizer, ids, options, on_text);
+  return GuardExceptions("GenerateText", [&]() -> absl::StatusOr<GenerationResult> {
+    SCD_ASSIGN_OR_RETURN(std::vector<TokenId> ids, tokenizer.Encode(prompt, options.add_bos));
+    if (ids.empty()) {
+      return absl::InvalidArgumentError("the prompt tokenizes to nothing; give at least one token");
+    }
+    return GenerateTextFromIds(model, tokenizer, ids, options, on_text);
+  });
 }
 
 absl::StatusOr<GenerationResult> GenerateTextFromIds(const LlamaModel& model,
@@ -122,32 +127,34 @@ absl::StatusOr<GenerationResult> GenerateTextFromIds(const LlamaModel& model,
                                                      absl::Span<const TokenId> ids,
                                                      const GenerationOptions& options,
                                                      const TextCallback& on_text) {
-  KvCache cache =
-      model.NewCache(std::min<int64_t>(model.config().max_position_embeddings,
-                                       static_cast<int64_t>(ids.size()) + options.max_tokens));
-  // The prompt is the detokenizer's left context: decoders such as SentencePiece's Strip treat
-  // the first token of a text specially, and the continuation is not the start of the text.
-  StreamingDetokenizer detok(tokenizer, /*skip_special_tokens=*/true);
-  for (TokenId id : ids) detok.Push(id);
-  std::string text;
-  auto emit = [&](std::string_view piece) {
-    if (piece.empty()) return;
-    text.append(piece.data(), piece.size());
-    if (on_text) on_text(piece);
-  };
-  StopStringMatcher stops(options.stop_strings);
-  bool stopped = false;
-  SCD_ASSIGN_OR_RETURN(GenerationResult result,
-                       GenerateTokens(model, ids, &cache, options, [&](TokenId id) {
-                         stopped = stops.Add(detok.Push(id), emit);
-                         return !stopped;
-                       }));
-  if (!stopped) {
-    stops.Add(detok.Flush(), emit);
-    stops.Finish(emit);
-  }
-  result.text = std::move(text);
-  return result;
+  return GuardExceptions("GenerateTextFromIds", [&]() -> absl::StatusOr<GenerationResult> {
+    KvCache cache =
+        model.NewCache(std::min<int64_t>(model.config().max_position_embeddings,
+                                         static_cast<int64_t>(ids.size()) + options.max_tokens));
+    // The prompt is the detokenizer's left context: decoders such as SentencePiece's Strip treat
+    // the first token of a text specially, and the continuation is not the start of the text.
+    StreamingDetokenizer detok(tokenizer, /*skip_special_tokens=*/true);
+    for (TokenId id : ids) detok.Push(id);
+    std::string text;
+    auto emit = [&](std::string_view piece) {
+      if (piece.empty()) return;
+      text.append(piece.data(), piece.size());
+      if (on_text) on_text(piece);
+    };
+    StopStringMatcher stops(options.stop_strings);
+    bool stopped = false;
+    SCD_ASSIGN_OR_RETURN(GenerationResult result,
+                         GenerateTokens(model, ids, &cache, options, [&](TokenId id) {
+                           stopped = stops.Add(detok.Push(id), emit);
+                           return !stopped;
+                         }));
+    if (!stopped) {
+      stops.Add(detok.Flush(), emit);
+      stops.Finish(emit);
+    }
+    result.text = std::move(text);
+    return result;
+  });
 }
 
 }  // namespace scd

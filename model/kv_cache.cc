@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/exception_guard.h"
 
 namespace scd {
 
@@ -62,15 +63,17 @@ void KvCache::Append(int layer, const at::Tensor& k, const at::Tensor& v) {
 }
 
 absl::Status KvCache::Truncate(int64_t length) {
-  if (length < 0) return absl::InvalidArgumentError("KvCache::Truncate: negative length");
-  for (Layer& layer : layers_) {
-    if (layer.length < length) {
-      return absl::InvalidArgumentError(absl::StrCat("KvCache::Truncate: a layer holds only ",
-                                                     layer.length, " < ", length, " positions"));
+  return GuardExceptions("KvCache::Truncate", [&]() -> absl::Status {
+    if (length < 0) return absl::InvalidArgumentError("KvCache::Truncate: negative length");
+    for (Layer& layer : layers_) {
+      if (layer.length < length) {
+        return absl::InvalidArgumentError(absl::StrCat("KvCache::Truncate: a layer holds only ",
+                                                       layer.length, " < ", length, " positions"));
+      }
     }
-  }
-  for (Layer& layer : layers_) layer.length = length;
-  return absl::OkStatus();
+    for (Layer& layer : layers_) layer.length = length;
+    return absl::OkStatus();
+  });
 }
 
 void KvCache::Clear() {

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "base/exception_guard.h"
 #include "base/status_macros.h"
 #include "model/checkpoint.h"
 
@@ -48,14 +49,16 @@ LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights, Options options
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& dir,
                                                              const Options& options) {
-  SCD_ASSIGN_OR_RETURN(
-      ModelConfig config,
-      ModelConfig::FromFile((std::filesystem::path(dir) / "config.json").string()));
-  SCD_ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::Open(dir));
-  SCD_ASSIGN_OR_RETURN(ModelWeights weights,
-                       ModelWeights::Load(*checkpoint, config, options.dtype, options.device));
-  return std::unique_ptr<LlamaModel>(
-      new LlamaModel(std::move(config), std::move(weights), options, dir));
+  return GuardExceptions("LlamaModel::Load", [&]() -> absl::StatusOr<std::unique_ptr<LlamaModel>> {
+    SCD_ASSIGN_OR_RETURN(
+        ModelConfig config,
+        ModelConfig::FromFile((std::filesystem::path(dir) / "config.json").string()));
+    SCD_ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::Open(dir));
+    SCD_ASSIGN_OR_RETURN(ModelWeights weights,
+                         ModelWeights::Load(*checkpoint, config, options.dtype, options.device));
+    return std::unique_ptr<LlamaModel>(
+        new LlamaModel(std::move(config), std::move(weights), options, dir));
+  });
 }
 
 std::unique_ptr<LlamaModel> LlamaModel::Dummy(const ModelConfig& config, uint64_t seed,
@@ -116,74 +119,80 @@ absl::Status LlamaModel::CheckCache(const KvCache& cache) const {
 }
 
 absl::StatusOr<at::Tensor> LlamaModel::Embed(absl::Span<const TokenId> tokens) const {
-  SCD_RETURN_IF_ERROR(CheckTokens(tokens));
-  at::Tensor ids = at::empty({static_cast<int64_t>(tokens.size())}, at::kLong);
-  std::copy(tokens.begin(), tokens.end(), ids.data_ptr<int64_t>());
-  return weights_.embed.index_select(0, ids.to(options_.device));
+  return GuardExceptions("LlamaModel::Embed", [&]() -> absl::StatusOr<at::Tensor> {
+    SCD_RETURN_IF_ERROR(CheckTokens(tokens));
+    at::Tensor ids = at::empty({static_cast<int64_t>(tokens.size())}, at::kLong);
+    std::copy(tokens.begin(), tokens.end(), ids.data_ptr<int64_t>());
+    return weights_.embed.index_select(0, ids.to(options_.device));
+  });
 }
 
 absl::StatusOr<ForwardOutput> LlamaModel::Forward(absl::Span<const TokenId> tokens, KvCache* cache,
                                                   const ForwardOptions& options) const {
-  SCD_RETURN_IF_ERROR(CheckCache(*cache));
-  if (!cache->uniform()) {
-    return absl::FailedPreconditionError(
-        "Forward needs every cache layer at the same length; finish the layer range first");
-  }
-  SCD_ASSIGN_OR_RETURN(at::Tensor h, Embed(tokens));
-  if (static_cast<int64_t>(tokens.size()) + cache->length(0) > config_.max_position_embeddings) {
-    return absl::OutOfRangeError(absl::StrCat("sequence of ", tokens.size() + cache->length(0),
-                                              " tokens exceeds max_position_embeddings (",
-                                              config_.max_position_embeddings, ")"));
-  }
-  ForwardOutput out;
-  // The embedding is a fresh tensor: the layers may update it in place without a copy.
-  h = RunLayersOwned(0, static_cast<int>(config_.num_layers), h.to(options_.dtype), cache,
-                     options.capture, &out.captures, options.workspace);
-  switch (options.logits) {
-    case LogitsMode::kNone:
-      break;
-    case LogitsMode::kLast:
-      out.logits = Logits(h.narrow(0, h.size(0) - 1, 1));
-      break;
-    case LogitsMode::kAll:
-      out.logits = Logits(h);
-      break;
-  }
-  return out;
+  return GuardExceptions("LlamaModel::Forward", [&]() -> absl::StatusOr<ForwardOutput> {
+    SCD_RETURN_IF_ERROR(CheckCache(*cache));
+    if (!cache->uniform()) {
+      return absl::FailedPreconditionError(
+          "Forward needs every cache layer at the same length; finish the layer range first");
+    }
+    SCD_ASSIGN_OR_RETURN(at::Tensor h, Embed(tokens));
+    if (static_cast<int64_t>(tokens.size()) + cache->length(0) > config_.max_position_embeddings) {
+      return absl::OutOfRangeError(absl::StrCat("sequence of ", tokens.size() + cache->length(0),
+                                                " tokens exceeds max_position_embeddings (",
+                                                config_.max_position_embeddings, ")"));
+    }
+    ForwardOutput out;
+    // The embedding is a fresh tensor: the layers may update it in place without a copy.
+    h = RunLayersOwned(0, static_cast<int>(config_.num_layers), h.to(options_.dtype), cache,
+                       options.capture, &out.captures, options.workspace);
+    switch (options.logits) {
+      case LogitsMode::kNone:
+        break;
+      case LogitsMode::kLast:
+        out.logits = Logits(h.narrow(0, h.size(0) - 1, 1));
+        break;
+      case LogitsMode::kAll:
+        out.logits = Logits(h);
+        break;
+    }
+    return out;
+  });
 }
 
 absl::StatusOr<at::Tensor> LlamaModel::RunLayers(int begin, int end, const at::Tensor& hidden,
                                                  KvCache* cache, const CaptureSpec* capture,
                                                  Captures* captures) const {
-  SCD_RETURN_IF_ERROR(CheckCache(*cache));
-  if (begin < 0 || end > config_.num_layers || begin >= end) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "layer range [", begin, ", ", end, ") is not inside [0, ", config_.num_layers, ")"));
-  }
-  if (hidden.dim() != 2 || hidden.size(1) != config_.hidden_size || hidden.size(0) == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("hidden state must be [T, ", config_.hidden_size,
-                                                   "], got ", hidden.sizes().vec().size(),
-                                                   "-d tensor"));
-  }
-  const int64_t p0 = cache->length(begin);
-  for (int l = begin + 1; l < end; ++l) {
-    if (cache->length(l) != p0) {
-      return absl::FailedPreconditionError(absl::StrCat("cache layers ", begin, " and ", l,
-                                                        " hold different lengths (", p0, " vs ",
-                                                        cache->length(l), ")"));
+  return GuardExceptions("LlamaModel::RunLayers", [&]() -> absl::StatusOr<at::Tensor> {
+    SCD_RETURN_IF_ERROR(CheckCache(*cache));
+    if (begin < 0 || end > config_.num_layers || begin >= end) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layer range [", begin, ", ", end, ") is not inside [0, ", config_.num_layers, ")"));
     }
-  }
-  const int64_t T = hidden.size(0);
-  if (p0 + T > config_.max_position_embeddings) {
-    return absl::OutOfRangeError(absl::StrCat("sequence of ", p0 + T,
-                                              " tokens exceeds max_position_embeddings (",
-                                              config_.max_position_embeddings, ")"));
-  }
-  if (capture != nullptr && !capture->empty() && captures == nullptr) {
-    return absl::InvalidArgumentError("a capture was requested without somewhere to put it");
-  }
-  return RunLayersOwned(begin, end, hidden.to(options_.device, options_.dtype).clone(), cache,
-                        capture, captures, /*workspace=*/nullptr);
+    if (hidden.dim() != 2 || hidden.size(1) != config_.hidden_size || hidden.size(0) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("hidden state must be [T, ",
+                                                     config_.hidden_size, "], got ",
+                                                     hidden.sizes().vec().size(), "-d tensor"));
+    }
+    const int64_t p0 = cache->length(begin);
+    for (int l = begin + 1; l < end; ++l) {
+      if (cache->length(l) != p0) {
+        return absl::FailedPreconditionError(absl::StrCat("cache layers ", begin, " and ", l,
+                                                          " hold different lengths (", p0, " vs ",
+                                                          cache->length(l), ")"));
+      }
+    }
+    const int64_t T = hidden.size(0);
+    if (p0 + T > config_.max_position_embeddings) {
+      return absl::OutOfRangeError(absl::StrCat("sequence of ", p0 + T,
+                                                " tokens exceeds max_position_embeddings (",
+                                                config_.max_position_embeddings, ")"));
+    }
+    if (capture != nullptr && !capture->empty() && captures == nullptr) {
+      return absl::InvalidArgumentError("a capture was requested without somewhere to put it");
+    }
+    return RunLayersOwned(begin, end, hidden.to(options_.device, options_.dtype).clone(), cache,
+                          capture, captures, /*workspace=*/nullptr);
+  });
 }
 
 at::Tensor LlamaModel::RunLayersOwned(int begin, int end, at::Tensor h, KvCache* cache,
@@ -315,45 +324,47 @@ at::Tensor LlamaModel::Logits(const at::Tensor& hidden) const {
 absl::Status LlamaModel::LoadPrefix(int layer, const at::Tensor& keys, const at::Tensor& values,
                                     KeyFormat format, KvCache* cache,
                                     const at::Tensor& positions) const {
-  SCD_RETURN_IF_ERROR(CheckCache(*cache));
-  if (layer < 0 || layer >= config_.num_layers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("layer ", layer, " is outside [0, ", config_.num_layers, ")"));
-  }
-  const auto expect = [&](const at::Tensor& t, const char* what) -> absl::Status {
-    if (!t.defined() || t.dim() != 3 || t.size(0) != config_.num_kv_heads ||
-        t.size(2) != config_.head_dim) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "layer ", layer, " ", what, " must be [", config_.num_kv_heads, ", T, ", config_.head_dim,
-          "]", t.defined() ? absl::StrCat(", got ", t.dim(), "-d") : ""));
-    }
-    return absl::OkStatus();
-  };
-  SCD_RETURN_IF_ERROR(expect(keys, "keys"));
-  SCD_RETURN_IF_ERROR(expect(values, "values"));
-  const int64_t t = keys.size(1);
-  if (values.size(1) != t) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("layer ", layer, ": ", t, " keys but ", values.size(1), " values"));
-  }
-  const int64_t start = cache->length(layer);
-  if (start + t > config_.max_position_embeddings) {
-    return absl::OutOfRangeError(absl::StrCat("prefix of ", start + t,
-                                              " positions exceeds max_position_embeddings (",
-                                              config_.max_position_embeddings, ")"));
-  }
-  at::Tensor k = keys.to(options_.device, options_.dtype);
-  at::Tensor v = values.to(options_.device, options_.dtype);
-  if (format == KeyFormat::kPreRope) {
-    at::Tensor pos = positions.defined() ? positions : Positions(start, t);
-    if (pos.dim() != 1 || pos.size(0) != t) {
+  return GuardExceptions("LlamaModel::LoadPrefix", [&]() -> absl::Status {
+    SCD_RETURN_IF_ERROR(CheckCache(*cache));
+    if (layer < 0 || layer >= config_.num_layers) {
       return absl::InvalidArgumentError(
-          absl::StrCat("layer ", layer, ": positions must be [", t, "]"));
+          absl::StrCat("layer ", layer, " is outside [0, ", config_.num_layers, ")"));
     }
-    k = rope_.Apply(k, pos);
-  }
-  cache->Append(layer, k, v);
-  return absl::OkStatus();
+    const auto expect = [&](const at::Tensor& t, const char* what) -> absl::Status {
+      if (!t.defined() || t.dim() != 3 || t.size(0) != config_.num_kv_heads ||
+          t.size(2) != config_.head_dim) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "layer ", layer, " ", what, " must be [", config_.num_kv_heads, ", T, ",
+            config_.head_dim, "]", t.defined() ? absl::StrCat(", got ", t.dim(), "-d") : ""));
+      }
+      return absl::OkStatus();
+    };
+    SCD_RETURN_IF_ERROR(expect(keys, "keys"));
+    SCD_RETURN_IF_ERROR(expect(values, "values"));
+    const int64_t t = keys.size(1);
+    if (values.size(1) != t) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", layer, ": ", t, " keys but ", values.size(1), " values"));
+    }
+    const int64_t start = cache->length(layer);
+    if (start + t > config_.max_position_embeddings) {
+      return absl::OutOfRangeError(absl::StrCat("prefix of ", start + t,
+                                                " positions exceeds max_position_embeddings (",
+                                                config_.max_position_embeddings, ")"));
+    }
+    at::Tensor k = keys.to(options_.device, options_.dtype);
+    at::Tensor v = values.to(options_.device, options_.dtype);
+    if (format == KeyFormat::kPreRope) {
+      at::Tensor pos = positions.defined() ? positions : Positions(start, t);
+      if (pos.dim() != 1 || pos.size(0) != t) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("layer ", layer, ": positions must be [", t, "]"));
+      }
+      k = rope_.Apply(k, pos);
+    }
+    cache->Append(layer, k, v);
+    return absl::OkStatus();
+  });
 }
 
 std::pair<at::Tensor, at::Tensor> LlamaModel::ProjectKeyValue(int layer,

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "base/exception_guard.h"
 #include "base/status_macros.h"
 
 namespace scd {
@@ -227,11 +228,14 @@ at::Tensor SafetensorsFile::ToTensor(const TensorEntry& entry, c10::ScalarType d
 
 absl::StatusOr<at::Tensor> SafetensorsFile::Load(std::string_view name,
                                                  c10::ScalarType dtype) const {
-  const TensorEntry* entry = Find(name);
-  if (entry == nullptr) {
-    return absl::NotFoundError(absl::StrCat(path_, ": no tensor named '", std::string(name), "'"));
-  }
-  return ToTensor(*entry, dtype);
+  return GuardExceptions("SafetensorsFile::Load", [&]() -> absl::StatusOr<at::Tensor> {
+    const TensorEntry* entry = Find(name);
+    if (entry == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat(path_, ": no tensor named '", std::string(name), "'"));
+    }
+    return ToTensor(*entry, dtype);
+  });
 }
 
 void SafetensorsWriter::SetMetadata(const std::string& key, const std::string& value) {
@@ -259,41 +263,43 @@ absl::Status SafetensorsWriter::Add(const std::string& name, const at::Tensor& t
 }
 
 absl::Status SafetensorsWriter::Write(const std::string& path) const {
-  Json header = Json::object();
-  if (!metadata_.empty()) header["__metadata__"] = metadata_;
-  int64_t offset = 0;
-  for (const auto& [name, t] : tensors_) {
-    const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
-    SCD_ASSIGN_OR_RETURN(StDtype dtype, ScalarTypeToStDtype(t.scalar_type()));
-    header[name] = {{"dtype", std::string(StDtypeName(dtype))},
-                    {"shape", t.sizes().vec()},
-                    {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-  }
-  std::string text = header.dump();
-  // The format pads the header with spaces so that the data section starts 8-byte aligned.
-  text.append((8 - text.size() % 8) % 8, ' ');
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::PermissionDeniedError(absl::StrCat(tmp, ": cannot open for writing"));
-    uint64_t n = text.size();
-    char len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-    out.write(len, 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  return GuardExceptions("SafetensorsWriter::Write", [&]() -> absl::Status {
+    Json header = Json::object();
+    if (!metadata_.empty()) header["__metadata__"] = metadata_;
+    int64_t offset = 0;
     for (const auto& [name, t] : tensors_) {
-      out.write(static_cast<const char*>(t.data_ptr()),
-                static_cast<std::streamsize>(t.numel() * t.element_size()));
+      const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+      SCD_ASSIGN_OR_RETURN(StDtype dtype, ScalarTypeToStDtype(t.scalar_type()));
+      header[name] = {{"dtype", std::string(StDtypeName(dtype))},
+                      {"shape", t.sizes().vec()},
+                      {"data_offsets", {offset, offset + bytes}}};
+      offset += bytes;
     }
-    out.flush();
-    if (!out) return absl::DataLossError(absl::StrCat(tmp, ": write failed (disk full?)"));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::InternalError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
+    std::string text = header.dump();
+    // The format pads the header with spaces so that the data section starts 8-byte aligned.
+    text.append((8 - text.size() % 8) % 8, ' ');
+    const std::string tmp = path + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      if (!out) return absl::PermissionDeniedError(absl::StrCat(tmp, ": cannot open for writing"));
+      uint64_t n = text.size();
+      char len[8];
+      for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+      out.write(len, 8);
+      out.write(text.data(), static_cast<std::streamsize>(text.size()));
+      for (const auto& [name, t] : tensors_) {
+        out.write(static_cast<const char*>(t.data_ptr()),
+                  static_cast<std::streamsize>(t.numel() * t.element_size()));
+      }
+      out.flush();
+      if (!out) return absl::DataLossError(absl::StrCat(tmp, ": write failed (disk full?)"));
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+      std::remove(tmp.c_str());
+      return absl::InternalError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
+    }
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace scd

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/exception_guard.h"
 #include "base/status_macros.h"
 
 namespace scd {
@@ -52,70 +53,72 @@ at::Tensor LayerWeights::Bv(const ModelConfig& c) const {
 
 absl::StatusOr<ModelWeights> ModelWeights::Load(const Checkpoint& ckpt, const ModelConfig& c,
                                                 c10::ScalarType dtype, c10::Device device) {
-  TensorLoader load(ckpt, dtype);
-  const int64_t d = c.hidden_size, f = c.intermediate_size, V = c.vocab_size;
-  ModelWeights w;
-  const bool has_embed = ckpt.Find("model.embed_tokens.weight") != nullptr;
-  const bool has_head = ckpt.Find("lm_head.weight") != nullptr;
-  if (c.tie_word_embeddings) {
-    if (!has_embed && !has_head) {
-      return absl::NotFoundError(absl::StrCat(
-          ckpt.dir(), ": tied embeddings need 'model.embed_tokens.weight' or 'lm_head.weight'"));
+  return GuardExceptions("ModelWeights::Load", [&]() -> absl::StatusOr<ModelWeights> {
+    TensorLoader load(ckpt, dtype);
+    const int64_t d = c.hidden_size, f = c.intermediate_size, V = c.vocab_size;
+    ModelWeights w;
+    const bool has_embed = ckpt.Find("model.embed_tokens.weight") != nullptr;
+    const bool has_head = ckpt.Find("lm_head.weight") != nullptr;
+    if (c.tie_word_embeddings) {
+      if (!has_embed && !has_head) {
+        return absl::NotFoundError(absl::StrCat(
+            ckpt.dir(), ": tied embeddings need 'model.embed_tokens.weight' or 'lm_head.weight'"));
+      }
+      SCD_ASSIGN_OR_RETURN(
+          w.embed, load.Get(has_embed ? "model.embed_tokens.weight" : "lm_head.weight", {V, d}));
+      w.lm_head = w.embed;
+    } else {
+      SCD_ASSIGN_OR_RETURN(w.embed, load.Get("model.embed_tokens.weight", {V, d}));
+      SCD_ASSIGN_OR_RETURN(w.lm_head, load.Get("lm_head.weight", {V, d}));
     }
-    SCD_ASSIGN_OR_RETURN(
-        w.embed, load.Get(has_embed ? "model.embed_tokens.weight" : "lm_head.weight", {V, d}));
-    w.lm_head = w.embed;
-  } else {
-    SCD_ASSIGN_OR_RETURN(w.embed, load.Get("model.embed_tokens.weight", {V, d}));
-    SCD_ASSIGN_OR_RETURN(w.lm_head, load.Get("lm_head.weight", {V, d}));
-  }
-  SCD_ASSIGN_OR_RETURN(w.final_norm, load.Get("model.norm.weight", {d}));
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string p = absl::StrCat("model.layers.", l, ".");
-    LayerWeights lw;
-    SCD_ASSIGN_OR_RETURN(lw.attn_norm, load.Get(p + "input_layernorm.weight", {d}));
-    SCD_ASSIGN_OR_RETURN(lw.mlp_norm, load.Get(p + "post_attention_layernorm.weight", {d}));
-    SCD_ASSIGN_OR_RETURN(at::Tensor wq, load.Get(p + "self_attn.q_proj.weight", {c.q_dim(), d}));
-    SCD_ASSIGN_OR_RETURN(at::Tensor wk, load.Get(p + "self_attn.k_proj.weight", {c.kv_dim(), d}));
-    SCD_ASSIGN_OR_RETURN(at::Tensor wv, load.Get(p + "self_attn.v_proj.weight", {c.kv_dim(), d}));
-    SCD_ASSIGN_OR_RETURN(lw.wo, load.Get(p + "self_attn.o_proj.weight", {d, c.q_dim()}));
-    lw.wqkv = at::cat({wq, wk, wv}, 0);
-    if (c.qkv_bias) {
-      SCD_ASSIGN_OR_RETURN(at::Tensor bq, load.Get(p + "self_attn.q_proj.bias", {c.q_dim()}));
-      SCD_ASSIGN_OR_RETURN(at::Tensor bk, load.Get(p + "self_attn.k_proj.bias", {c.kv_dim()}));
-      SCD_ASSIGN_OR_RETURN(at::Tensor bv, load.Get(p + "self_attn.v_proj.bias", {c.kv_dim()}));
-      lw.bqkv = at::cat({bq, bk, bv}, 0);
+    SCD_ASSIGN_OR_RETURN(w.final_norm, load.Get("model.norm.weight", {d}));
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      const std::string p = absl::StrCat("model.layers.", l, ".");
+      LayerWeights lw;
+      SCD_ASSIGN_OR_RETURN(lw.attn_norm, load.Get(p + "input_layernorm.weight", {d}));
+      SCD_ASSIGN_OR_RETURN(lw.mlp_norm, load.Get(p + "post_attention_layernorm.weight", {d}));
+      SCD_ASSIGN_OR_RETURN(at::Tensor wq, load.Get(p + "self_attn.q_proj.weight", {c.q_dim(), d}));
+      SCD_ASSIGN_OR_RETURN(at::Tensor wk, load.Get(p + "self_attn.k_proj.weight", {c.kv_dim(), d}));
+      SCD_ASSIGN_OR_RETURN(at::Tensor wv, load.Get(p + "self_attn.v_proj.weight", {c.kv_dim(), d}));
+      SCD_ASSIGN_OR_RETURN(lw.wo, load.Get(p + "self_attn.o_proj.weight", {d, c.q_dim()}));
+      lw.wqkv = at::cat({wq, wk, wv}, 0);
+      if (c.qkv_bias) {
+        SCD_ASSIGN_OR_RETURN(at::Tensor bq, load.Get(p + "self_attn.q_proj.bias", {c.q_dim()}));
+        SCD_ASSIGN_OR_RETURN(at::Tensor bk, load.Get(p + "self_attn.k_proj.bias", {c.kv_dim()}));
+        SCD_ASSIGN_OR_RETURN(at::Tensor bv, load.Get(p + "self_attn.v_proj.bias", {c.kv_dim()}));
+        lw.bqkv = at::cat({bq, bk, bv}, 0);
+      }
+      if (c.o_bias) {
+        SCD_ASSIGN_OR_RETURN(lw.bo, load.Get(p + "self_attn.o_proj.bias", {d}));
+      }
+      SCD_ASSIGN_OR_RETURN(at::Tensor wg, load.Get(p + "mlp.gate_proj.weight", {f, d}));
+      SCD_ASSIGN_OR_RETURN(at::Tensor wu, load.Get(p + "mlp.up_proj.weight", {f, d}));
+      SCD_ASSIGN_OR_RETURN(lw.w_down, load.Get(p + "mlp.down_proj.weight", {d, f}));
+      lw.w_gate_up = at::cat({wg, wu}, 0);
+      if (c.mlp_bias) {
+        SCD_ASSIGN_OR_RETURN(at::Tensor bg, load.Get(p + "mlp.gate_proj.bias", {f}));
+        SCD_ASSIGN_OR_RETURN(at::Tensor bu, load.Get(p + "mlp.up_proj.bias", {f}));
+        SCD_ASSIGN_OR_RETURN(lw.b_down, load.Get(p + "mlp.down_proj.bias", {d}));
+        lw.b_gate_up = at::cat({bg, bu}, 0);
+      }
+      w.layers.push_back(std::move(lw));
     }
-    if (c.o_bias) {
-      SCD_ASSIGN_OR_RETURN(lw.bo, load.Get(p + "self_attn.o_proj.bias", {d}));
-    }
-    SCD_ASSIGN_OR_RETURN(at::Tensor wg, load.Get(p + "mlp.gate_proj.weight", {f, d}));
-    SCD_ASSIGN_OR_RETURN(at::Tensor wu, load.Get(p + "mlp.up_proj.weight", {f, d}));
-    SCD_ASSIGN_OR_RETURN(lw.w_down, load.Get(p + "mlp.down_proj.weight", {d, f}));
-    lw.w_gate_up = at::cat({wg, wu}, 0);
-    if (c.mlp_bias) {
-      SCD_ASSIGN_OR_RETURN(at::Tensor bg, load.Get(p + "mlp.gate_proj.bias", {f}));
-      SCD_ASSIGN_OR_RETURN(at::Tensor bu, load.Get(p + "mlp.up_proj.bias", {f}));
-      SCD_ASSIGN_OR_RETURN(lw.b_down, load.Get(p + "mlp.down_proj.bias", {d}));
-      lw.b_gate_up = at::cat({bg, bu}, 0);
-    }
-    w.layers.push_back(std::move(lw));
-  }
-  if (!device.is_cpu()) {
-    auto move = [&](at::Tensor& t) {
-      if (t.defined()) t = t.to(device);
-    };
-    move(w.embed);
-    w.lm_head = c.tie_word_embeddings ? w.embed : w.lm_head.to(device);
-    move(w.final_norm);
-    for (LayerWeights& lw : w.layers) {
-      for (at::Tensor* t : {&lw.attn_norm, &lw.wqkv, &lw.bqkv, &lw.wo, &lw.bo, &lw.mlp_norm,
-                            &lw.w_gate_up, &lw.b_gate_up, &lw.w_down, &lw.b_down}) {
-        move(*t);
+    if (!device.is_cpu()) {
+      auto move = [&](at::Tensor& t) {
+        if (t.defined()) t = t.to(device);
+      };
+      move(w.embed);
+      w.lm_head = c.tie_word_embeddings ? w.embed : w.lm_head.to(device);
+      move(w.final_norm);
+      for (LayerWeights& lw : w.layers) {
+        for (at::Tensor* t : {&lw.attn_norm, &lw.wqkv, &lw.bqkv, &lw.wo, &lw.bo, &lw.mlp_norm,
+                              &lw.w_gate_up, &lw.b_gate_up, &lw.w_down, &lw.b_down}) {
+          move(*t);
+        }
       }
     }
-  }
-  return w;
+    return w;
+  });
 }
 
 ModelWeights ModelWeights::Dummy(const ModelConfig& c, uint64_t seed, c10::ScalarType dtype,

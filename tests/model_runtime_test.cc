@@ -472,3 +472,27 @@ TEST(DecodeWorkspaceTest, GemvDecodeMatchesGemmDecode) {
 
 }  // namespace
 }  // namespace scd
+
+namespace scd {
+namespace {
+
+// A libtorch error inside a public entry point comes back as a status, never as an exception:
+// tensors on the meta device have no data, and copying them out throws inside libtorch.
+TEST(ExceptionBoundaryTest, LibtorchErrorsBecomeStatuses) {
+  auto model = testing::Ok(LlamaModel::Load(testing::ModelDir("stories260k"), {}));
+  const ModelConfig& c = model->config();
+  at::Tensor meta =
+      at::empty({c.num_kv_heads, 3, c.head_dim}, at::TensorOptions().device(at::kMeta));
+  KvCache cache = model->NewCache(8);
+  absl::Status s;
+  EXPECT_NO_THROW(s = model->LoadPrefix(0, meta, meta, KeyFormat::kPreRope, &cache));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_NE(std::string(s.message()).find("LlamaModel::LoadPrefix"), std::string::npos) << s;
+  at::Tensor hidden = at::empty({3, c.hidden_size}, at::TensorOptions().device(at::kMeta));
+  absl::StatusOr<at::Tensor> out;
+  EXPECT_NO_THROW(out = model->RunLayers(0, 1, hidden, &cache));
+  EXPECT_FALSE(out.ok());
+}
+
+}  // namespace
+}  // namespace scd
