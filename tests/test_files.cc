@@ -6,9 +6,8 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "base/file_util.h"
 #include "base/shared_dir.h"
 
 namespace scd::testing {
@@ -31,17 +30,14 @@ TempDir::~TempDir() {
 }
 
 void WriteFile(const std::string& path, const std::string& contents) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << contents;
-  ASSERT_TRUE(out.good()) << "cannot write " << path;
+  const absl::Status written = WriteStringToFile(path, contents);
+  ASSERT_TRUE(written.ok()) << written;
 }
 
 std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in.good()) << "cannot read " << path;
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
+  absl::StatusOr<std::string> contents = ReadFileToString(path);
+  EXPECT_TRUE(contents.ok()) << contents.status();
+  return contents.ok() ? *contents : std::string();
 }
 
 CommandResult RunCommand(const std::string& command) {
