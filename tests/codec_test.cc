@@ -218,30 +218,29 @@ TEST(CodeBatchTest, ScdPayloadMatchesTheFormula) {
   for (WireDtype dtype : {WireDtype::kF16, WireDtype::kInt8}) {
     TransferOptions options;
     options.code_dtype = dtype;
-    auto plan = TransferPlan::Make(TransferMode::kScd, model->config(), &artifact, options);
-    ASSERT_TRUE(plan.ok());
-    CodeEncoder encoder(*plan, &artifact, options);
-    auto batch = encoder.Prefill(*model, prefix);
-    ASSERT_TRUE(batch.ok()) << batch.status();
+    auto plan =
+        testing::Ok(TransferPlan::Make(TransferMode::kScd, model->config(), &artifact, options));
+    CodeEncoder encoder(plan, &artifact, options);
+    auto batch = testing::Ok(encoder.Prefill(*model, prefix));
     // method.md: T * [sum_reuse H_kv (r_K + r_V) + sum_patch r_H] * bytes per element
     // (+ for int8 one f16 scale per code row: H_kv rows per K and per V code, one per H code).
     const int64_t elements = T * (3 * 4 * (2 + 3) + 2 * 5);
     const int64_t expected =
         dtype == WireDtype::kF16 ? 2 * elements : elements + 2 * T * (3 * 4 * 2 + 2);
-    EXPECT_EQ(batch->bytes(), expected) << WireDtypeName(dtype);
-    EXPECT_EQ(batch->BytesPerLayer().at(1), dtype == WireDtype::kF16 ? 2 * T * 5 : T * 5 + 2 * T);
+    EXPECT_EQ(batch.bytes(), expected) << WireDtypeName(dtype);
+    EXPECT_EQ(batch.BytesPerLayer().at(1), dtype == WireDtype::kF16 ? 2 * T * 5 : T * 5 + 2 * T);
   }
   // Raw: 2 (K, V) x layers x kv_dim x 2 bytes per token; int4 ~ 4.5 bits a value.
   for (TransferMode mode : {TransferMode::kRaw, TransferMode::kInt4}) {
-    auto plan = TransferPlan::Make(mode, model->config(), nullptr, {});
-    CodeEncoder encoder(*plan, nullptr, {});
-    auto batch = encoder.Prefill(*model, prefix);
+    auto plan = testing::Ok(TransferPlan::Make(mode, model->config(), nullptr, {}));
+    CodeEncoder encoder(plan, nullptr, {});
+    auto batch = testing::Ok(encoder.Prefill(*model, prefix));
     const int64_t values_per_tensor = 4 * T * 8;
     const int64_t expected =
         mode == TransferMode::kRaw
             ? model->config().KvBytesPerToken(2) * T
             : 10 * ((values_per_tensor + 1) / 2 + (values_per_tensor + 31) / 32 * 4);
-    EXPECT_EQ(batch->bytes(), expected) << TransferModeName(mode);
+    EXPECT_EQ(batch.bytes(), expected) << TransferModeName(mode);
   }
 }
 
@@ -267,13 +266,13 @@ TEST(TransferTest, RawModeBetweenIdenticalModelsReproducesNativePrefill) {
     at::Tensor expected = ContinuationLogits(*model, &native, rest);
     TransferOptions options;
     options.raw_dtype = WireDtype::kF32;  // exactness of capture -> transfer -> rebuild -> RoPE
-    auto plan = TransferPlan::Make(TransferMode::kRaw, model->config(), nullptr, options);
-    CodeEncoder encoder(*plan, nullptr, options);
+    auto plan =
+        testing::Ok(TransferPlan::Make(TransferMode::kRaw, model->config(), nullptr, options));
+    CodeEncoder encoder(plan, nullptr, options);
     CodeDecoder decoder(*model, nullptr);
-    auto batch = encoder.Prefill(*model, prefix);
-    ASSERT_TRUE(batch.ok());
+    auto batch = testing::Ok(encoder.Prefill(*model, prefix));
     KvCache rebuilt = model->NewCache(64);
-    ASSERT_TRUE(decoder.Decode(*batch, prefix, &rebuilt).ok());
+    ASSERT_TRUE(decoder.Decode(batch, prefix, &rebuilt).ok());
     EXPECT_LE(testing::MaxRelDiff(ContinuationLogits(*model, &rebuilt, rest), expected),
               kReorderedLogits)
         << name;
@@ -281,11 +280,10 @@ TEST(TransferTest, RawModeBetweenIdenticalModelsReproducesNativePrefill) {
     for (TransferMode mode : {TransferMode::kLocal, TransferMode::kRecompute}) {
       TransferOptions o = options;
       o.recompute_layers = {0, 1, 2, 3, 4};
-      auto p = TransferPlan::Make(mode, model->config(), nullptr, o);
-      ASSERT_TRUE(p.ok()) << p.status();
-      auto b = CodeEncoder(*p, nullptr, o).Prefill(*model, prefix);
+      auto p = testing::Ok(TransferPlan::Make(mode, model->config(), nullptr, o));
+      auto b = testing::Ok(CodeEncoder(p, nullptr, o).Prefill(*model, prefix));
       KvCache c = model->NewCache(64);
-      ASSERT_TRUE(decoder.Decode(*b, prefix, &c).ok());
+      ASSERT_TRUE(decoder.Decode(b, prefix, &c).ok());
       EXPECT_LE(testing::MaxRelDiff(ContinuationLogits(*model, &c, rest), expected),
                 kReorderedLogits)
           << name << " " << TransferModeName(mode);
@@ -304,13 +302,12 @@ TEST(TransferTest, RecomputeSegmentsFromTheProducersResidualStream) {
   TransferOptions options;
   options.raw_dtype = WireDtype::kF32;
   options.recompute_layers = {2, 3};
-  auto plan = TransferPlan::Make(TransferMode::kRecompute, model->config(), nullptr, options);
-  ASSERT_TRUE(plan.ok());
-  ASSERT_EQ(plan->segments.size(), 1u);
-  auto batch = CodeEncoder(*plan, nullptr, options).Prefill(*model, prefix);
-  ASSERT_TRUE(batch.ok());
+  auto plan =
+      testing::Ok(TransferPlan::Make(TransferMode::kRecompute, model->config(), nullptr, options));
+  ASSERT_EQ(plan.segments.size(), 1u);
+  auto batch = testing::Ok(CodeEncoder(plan, nullptr, options).Prefill(*model, prefix));
   KvCache rebuilt = model->NewCache(64);
-  ASSERT_TRUE(CodeDecoder(*model, nullptr).Decode(*batch, prefix, &rebuilt).ok());
+  ASSERT_TRUE(CodeDecoder(*model, nullptr).Decode(batch, prefix, &rebuilt).ok());
   EXPECT_LE(testing::MaxRelDiff(ContinuationLogits(*model, &rebuilt, rest), expected),
             kReorderedLogits);
 }
@@ -331,10 +328,11 @@ TEST(TransferTest, KeysAreRotatedWithTheConsumersRopeConfig) {
   const std::vector<TokenId> prefix = testing::LoadGolden("stories260k").prompts[2].ids;
   TransferOptions options;
   options.raw_dtype = WireDtype::kF32;
-  auto plan = TransferPlan::Make(TransferMode::kRaw, producer->config(), nullptr, options);
-  auto batch = CodeEncoder(*plan, nullptr, options).Prefill(*producer, prefix);
+  auto plan =
+      testing::Ok(TransferPlan::Make(TransferMode::kRaw, producer->config(), nullptr, options));
+  auto batch = testing::Ok(CodeEncoder(plan, nullptr, options).Prefill(*producer, prefix));
   KvCache rebuilt = consumer->NewCache(64);
-  ASSERT_TRUE(CodeDecoder(*consumer, nullptr).Decode(*batch, prefix, &rebuilt).ok());
+  ASSERT_TRUE(CodeDecoder(*consumer, nullptr).Decode(batch, prefix, &rebuilt).ok());
   // Layer 0's pre-RoPE keys depend only on the (shared) embeddings, so rotated with the
   // consumer's theta they must equal the consumer's own layer-0 keys, not the producer's.
   KvCache consumer_native = consumer->NewCache(64), producer_native = producer->NewCache(64);
@@ -350,8 +348,8 @@ TEST(TransferTest, KeysAreRotatedWithTheConsumersRopeConfig) {
 TEST(TransferTest, DecoderRejectsInconsistentBatches) {
   auto model = testing::Ok(LlamaModel::Load(testing::ModelDir("stories260k"), {}));
   const std::vector<TokenId> prefix = testing::LoadGolden("stories260k").prompts[2].ids;
-  auto plan = TransferPlan::Make(TransferMode::kRaw, model->config(), nullptr, {});
-  CodeBatch batch = testing::Ok(CodeEncoder(*plan, nullptr, {}).Prefill(*model, prefix));
+  auto plan = testing::Ok(TransferPlan::Make(TransferMode::kRaw, model->config(), nullptr, {}));
+  CodeBatch batch = testing::Ok(CodeEncoder(plan, nullptr, {}).Prefill(*model, prefix));
   CodeDecoder decoder(*model, nullptr);
   {
     CodeBatch b = batch;
