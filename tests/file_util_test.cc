@@ -19,9 +19,9 @@ TEST(FileUtilTest, RoundTripsBinaryBytes) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, bytes);
   ASSERT_TRUE(WriteStringToFile(dir.File("x.bin"), "short").ok());  // truncates
-  EXPECT_EQ(*ReadFileToString(dir.File("x.bin")), "short");
+  EXPECT_EQ(testing::Ok(ReadFileToString(dir.File("x.bin"))), "short");
   ASSERT_TRUE(WriteStringToFile(dir.File("empty"), "").ok());
-  EXPECT_EQ(*ReadFileToString(dir.File("empty")), "");
+  EXPECT_EQ(testing::Ok(ReadFileToString(dir.File("empty"))), "");
 }
 
 TEST(FileUtilTest, MissingFileAndDirectoryAreNotFound) {

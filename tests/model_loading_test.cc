@@ -26,10 +26,11 @@ bool Contains(const absl::Status& s, const std::string& text) {
 }
 
 std::map<std::string, at::Tensor> LoadAll(const std::string& dir) {
-  auto ckpt = Checkpoint::Open(dir);
-  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+  auto ckpt = testing::Ok(Checkpoint::Open(dir));
   std::map<std::string, at::Tensor> out;
-  for (const std::string& name : (*ckpt)->names()) out[name] = *(*ckpt)->Load(name, at::kFloat);
+  for (const std::string& name : ckpt->names()) {
+    out[name] = testing::Ok(ckpt->Load(name, at::kFloat));
+  }
   return out;
 }
 
@@ -38,7 +39,7 @@ at::Tensor PromptLogits(const std::string& dir, const std::vector<TokenId>& ids)
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return at::Tensor();
   KvCache cache = (*model)->NewCache(64);
-  return (*(*model)->Forward(ids, &cache, {.logits = LogitsMode::kAll})).logits;
+  return testing::Ok((*model)->Forward(ids, &cache, {.logits = LogitsMode::kAll})).logits;
 }
 
 void CopyConfig(const std::string& from_model, const TempDir& to) {
@@ -80,7 +81,7 @@ TEST(SafetensorsTest, ShardedCheckpointRoundTripsExactly) {
   EXPECT_TRUE((*ckpt)->sharded());
   EXPECT_EQ((*ckpt)->names().size(), tensors.size());
   for (const auto& [tensor_name, t] : tensors) {
-    EXPECT_TRUE(at::equal(*(*ckpt)->Load(tensor_name, at::kFloat), t)) << tensor_name;
+    EXPECT_TRUE(at::equal(testing::Ok((*ckpt)->Load(tensor_name, at::kFloat)), t)) << tensor_name;
   }
   const std::vector<TokenId> ids = testing::LoadGolden(name).prompts[0].ids;
   EXPECT_TRUE(at::equal(PromptLogits(dir.path(), ids), PromptLogits(testing::ModelDir(name), ids)));
@@ -104,7 +105,8 @@ TEST(SafetensorsTest, HalfPrecisionFilesConvertExactlyAndRun) {
       const TensorEntry* entry = (*file)->Find(tensor_name);
       ASSERT_NE(entry, nullptr);
       EXPECT_EQ(entry->dtype, stored == at::kBFloat16 ? StDtype::kBF16 : StDtype::kF16);
-      EXPECT_TRUE(at::equal(*(*file)->Load(tensor_name, at::kFloat), t.to(stored).to(at::kFloat)))
+      EXPECT_TRUE(at::equal(testing::Ok((*file)->Load(tensor_name, at::kFloat)),
+                            t.to(stored).to(at::kFloat)))
           << tensor_name;
     }
     testing::Golden golden = testing::LoadGolden(name);

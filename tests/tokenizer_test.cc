@@ -175,7 +175,7 @@ std::string MinimalTokenizerJson(const std::string& model_type = "BPE",
 TEST(TokenizerErrorTest, MinimalTokenizerLoads) {
   auto tokenizer = Tokenizer::FromJson(MinimalTokenizerJson());
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-  EXPECT_EQ(*(*tokenizer)->Encode("abba"), (std::vector<TokenId>{2, 1, 0}));
+  EXPECT_EQ(testing::Ok((*tokenizer)->Encode("abba")), (std::vector<TokenId>{2, 1, 0}));
   EXPECT_EQ((*tokenizer)->Decode(std::vector<TokenId>{2, 1}), "ab b");  // no decoder: joined by " "
 }
 
