@@ -40,14 +40,7 @@ struct CommonFlags {
 struct GenerateFlags {
   std::string prompt;
   std::string prompt_ids;
-  int max_tokens = 128;
-  float temperature = 0.0f;
-  int top_k = 0;
-  float top_p = 1.0f;
-  uint64_t seed = 0;
-  std::vector<int> stop_ids;
-  std::vector<std::string> stop_strings;
-  bool ignore_eos = false;
+  GenerationOptions generation;  // sampling, stops and lengths bind straight to it
   bool dummy_weights = false;
   int layers = 0;
   bool stats = false;
@@ -92,17 +85,12 @@ absl::Status RunGenerate(const CommonFlags& common, const GenerateFlags& flags) 
   if (flags.dummy_weights) {
     SCD_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromFile(ConfigPath(common.model)));
     if (flags.layers > 0) config.num_layers = std::min<int64_t>(config.num_layers, flags.layers);
-    model = LlamaModel::Dummy(config, flags.seed, options);
+    model = LlamaModel::Dummy(config, flags.generation.sampling.seed, options);
   } else {
     if (flags.layers > 0) return absl::InvalidArgumentError("--layers needs --dummy-weights");
     SCD_ASSIGN_OR_RETURN(model, LlamaModel::Load(common.model, options));
   }
-  GenerationOptions gen;
-  gen.max_tokens = flags.max_tokens;
-  gen.sampling = {flags.temperature, flags.top_k, flags.top_p, flags.seed};
-  gen.stop_token_ids.assign(flags.stop_ids.begin(), flags.stop_ids.end());
-  gen.ignore_eos = flags.ignore_eos;
-  gen.stop_strings = flags.stop_strings;
+  const GenerationOptions& gen = flags.generation;
   GenerationResult result;
   const fs::path tokenizer_path = fs::path(common.model) / "tokenizer.json";
   if (!flags.prompt_ids.empty()) {
@@ -116,7 +104,7 @@ absl::Status RunGenerate(const CommonFlags& common, const GenerateFlags& flags) 
       if (!gen.stop_strings.empty()) {
         return absl::InvalidArgumentError("--stop needs a tokenizer.json beside the model");
       }
-      KvCache cache = model->NewCache(static_cast<int64_t>(ids.size()) + flags.max_tokens);
+      KvCache cache = model->NewCache(static_cast<int64_t>(ids.size()) + gen.max_tokens);
       SCD_ASSIGN_OR_RETURN(result, GenerateTokens(*model, ids, &cache, gen, [&](TokenId id) {
                              WriteOut(absl::StrCat(id, " "));
                              return true;
@@ -205,17 +193,19 @@ int Main(int argc, char** argv) {
   auto* ids_opt = generate->add_option("--prompt-ids", gen.prompt_ids,
                                        "prompt as token ids, e.g. 1,403,407 (no tokenizer needed)");
   prompt_opt->excludes(ids_opt);
-  generate->add_option("--max-tokens", gen.max_tokens, "new tokens at most")
+  GenerationOptions& g = gen.generation;
+  generate->add_option("--max-tokens", g.max_tokens, "new tokens at most")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  generate->add_option("--temperature", gen.temperature, "0 = greedy")->capture_default_str();
-  generate->add_option("--top-k", gen.top_k, "0 = off")->capture_default_str();
-  generate->add_option("--top-p", gen.top_p, "nucleus sampling mass")->capture_default_str();
-  generate->add_option("--seed", gen.seed, "sampling (and dummy-weight) seed")
+  generate->add_option("--temperature", g.sampling.temperature, "0 = greedy")
       ->capture_default_str();
-  generate->add_option("--stop-id", gen.stop_ids, "stop token id (repeatable; default: eos)");
-  generate->add_option("--stop", gen.stop_strings, "stop at this text, not printed (repeatable)");
-  generate->add_flag("--ignore-eos", gen.ignore_eos, "do not stop at eos");
+  generate->add_option("--top-k", g.sampling.top_k, "0 = off")->capture_default_str();
+  generate->add_option("--top-p", g.sampling.top_p, "nucleus sampling mass")->capture_default_str();
+  generate->add_option("--seed", g.sampling.seed, "sampling (and dummy-weight) seed")
+      ->capture_default_str();
+  generate->add_option("--stop-id", g.stop_token_ids, "stop token id (repeatable; default: eos)");
+  generate->add_option("--stop", g.stop_strings, "stop at this text, not printed (repeatable)");
+  generate->add_flag("--ignore-eos", g.ignore_eos, "do not stop at eos");
   generate->add_flag("--dummy-weights", gen.dummy_weights,
                      "seeded random weights from config.json alone (speed work)");
   generate->add_option("--layers", gen.layers,
