@@ -39,7 +39,7 @@ double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b);
 // max |actual - expected| / max |expected|: the largest error relative to the magnitude compared
 // (the plain difference when `expected` is all zeros). Float32 results that differ only in the
 // order of their operations agree to a few units of float32 epsilon (1.2e-7) times the number
-// of accumulated terms, relative to that magnitude: kFloat32Reordered is the bar for them.
+// of accumulated terms, relative to that magnitude (bounds are written next to each use).
 double MaxRelDiff(const at::Tensor& actual, const at::Tensor& expected);
 inline constexpr double kFloat32Epsilon = 1.1920929e-7;
 
