@@ -5,7 +5,7 @@ BUILD ?= build
 export SCD_BUILD_DIR := $(BUILD)
 export SCD_SHARED_DIR := $(abspath $(SHARED))
 
-.PHONY: demo story test build bench format clean
+.PHONY: demo story test build bench bench-transport asan format clean
 
 # The method's showcase on the hard pair (no shared training between the two models): fit once
 # (cached in $(BUILD)/demo; `make clean` or deleting the file refits), evaluate every transfer
@@ -43,6 +43,23 @@ build:
 
 bench: build
 	./$(BUILD)/bin/scd_model_bench --configs $(SHARED)/configs
+
+# Transfer goodput and session cost of every backend against ucx_perftest, same run (bench/README.md).
+bench-transport: build
+	bash bench/transport.sh $(BUILD)
+
+# The transport tests under AddressSanitizer + LeakSanitizer, in their own build tree.
+ASAN_BUILD ?= build-asan
+TRANSPORT_TESTS := inproc_transport_test grpc_transport_test ucx_transport_test \
+  transfer_session_test link_shaper_test fault_injection_test transport_process_test
+asan:
+	SCD_SKIP_BUILD=1 bash scripts/setup.sh
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSCD_SANITIZE=address \
+	  -DSCD_BUILD_BENCH=OFF $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+	cmake --build $(ASAN_BUILD) --target $(TRANSPORT_TESTS) transport_test_peer
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+	  LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \
+	  ctest -L transport --output-on-failure -j2
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cc')

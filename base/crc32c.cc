@@ -22,6 +22,27 @@ std::array<uint32_t, 256> MakeTable() {
   return table;
 }
 
+// Multiplication modulo the polynomial in the reflected domain (bit 31 is x^0): what shifting a
+// CRC register across zero bytes amounts to.
+uint32_t MultiplyModP(uint32_t a, uint32_t b) {
+  uint32_t product = 0;
+  for (uint32_t m = 1u << 31; m != 0; m >>= 1) {
+    if (a & m) product ^= b;
+    b = (b & 1) ? (b >> 1) ^ kPolynomial : b >> 1;
+  }
+  return product;
+}
+
+// x^(8 * bytes) mod P: the factor that moves a CRC register past `bytes` zero bytes.
+uint32_t ShiftFactor(uint64_t bytes) {
+  uint32_t result = 1u << 31, power = 1u << 30;  // x^0, x^1
+  for (uint64_t e = 8 * bytes; e != 0; e >>= 1) {
+    if (e & 1) result = MultiplyModP(result, power);
+    power = MultiplyModP(power, power);
+  }
+  return result;
+}
+
 bool DetectHardware() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
@@ -46,6 +67,25 @@ __attribute__((target("sse4.2"))) uint32_t Crc32cHardware(const void* data, size
                                                           uint32_t crc) {
   const auto* p = static_cast<const uint8_t*>(data);
   uint64_t c = ~crc;
+  // Large inputs: three independent streams over consecutive lanes hide the instruction's 3-cycle
+  // latency (about 3x one stream); the lanes' registers are then joined with the shift factor,
+  // because the raw register is linear: crc(s, A B) = shift(crc(s, A), |B|) ^ crc(0, B).
+  constexpr size_t kLane = 8192;
+  static const uint32_t kLaneShift = ShiftFactor(kLane);
+  for (; size >= 3 * kLane; size -= 3 * kLane, p += 3 * kLane) {
+    uint64_t c0 = c, c1 = 0, c2 = 0;
+    for (size_t i = 0; i < kLane; i += 8) {
+      uint64_t w0, w1, w2;
+      std::memcpy(&w0, p + i, 8);
+      std::memcpy(&w1, p + kLane + i, 8);
+      std::memcpy(&w2, p + 2 * kLane + i, 8);
+      c0 = _mm_crc32_u64(c0, w0);
+      c1 = _mm_crc32_u64(c1, w1);
+      c2 = _mm_crc32_u64(c2, w2);
+    }
+    uint32_t joined = MultiplyModP(kLaneShift, static_cast<uint32_t>(c0)) ^ static_cast<uint32_t>(c1);
+    c = MultiplyModP(kLaneShift, joined) ^ static_cast<uint32_t>(c2);
+  }
   for (; size >= 8; size -= 8, p += 8) {
     uint64_t word;
     std::memcpy(&word, p, 8);  // unaligned-safe

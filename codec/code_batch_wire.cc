@@ -171,6 +171,45 @@ absl::StatusOr<CodeChunk> ParseCodeChunk(absl::string_view* bytes, int64_t batch
   return chunk;
 }
 
+absl::StatusOr<CodeChunk> AssembleCodeChunk(const CodeChunk& fields, absl::string_view data,
+                                            absl::string_view scales, int64_t batch_tokens,
+                                            int index) {
+  CodeChunk chunk;
+  chunk.layer = fields.layer;
+  chunk.kind = fields.kind;
+  chunk.dtype = fields.dtype;
+  chunk.token_begin = fields.token_begin;
+  chunk.token_end = fields.token_end;
+  chunk.shape = fields.shape;
+  const std::string at = absl::StrCat("chunk ", index, " (layer ", chunk.layer, " ",
+                                      PayloadKindName(chunk.kind), "): ");
+  if (chunk.layer < 0) return absl::InvalidArgumentError(absl::StrCat(at, "negative layer"));
+  if (chunk.token_begin < 0 || chunk.token_begin >= chunk.token_end ||
+      chunk.token_end > batch_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(at, "token range [", chunk.token_begin, ", ",
+                                                   chunk.token_end, ") is not inside the batch's ",
+                                                   batch_tokens, " tokens"));
+  }
+  if (chunk.shape.empty() || chunk.shape.size() > static_cast<size_t>(kMaxChunkRank)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(at, "shape rank ", chunk.shape.size(), " is not 1..8"));
+  }
+  absl::StatusOr<ChunkByteCounts> want = ExpectedChunkBytes(chunk.dtype, chunk.shape);
+  if (!want.ok()) return absl::InvalidArgumentError(at + std::string(want.status().message()));
+  if (data.size() != static_cast<uint64_t>(want->data) ||
+      scales.size() != static_cast<uint64_t>(want->scales)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(at, "carries ", data.size(), " data and ", scales.size(),
+                     " scale bytes but a ", WireDtypeName(chunk.dtype),
+                     " tensor of this shape has ", want->data, " and ", want->scales));
+  }
+  SCD_RETURN_IF_ERROR(GuardExceptions("AssembleCodeChunk", [&]() -> absl::Status {
+    AttachTensors(data.data(), scales.data(), *want, &chunk);
+    return absl::OkStatus();
+  }));
+  return chunk;
+}
+
 std::string SerializeCodeBatch(const CodeBatch& batch) {
   std::string out;
   out.append(kBatchMagic, 4);

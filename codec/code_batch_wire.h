@@ -55,6 +55,14 @@ std::string SerializeCodeChunk(const CodeChunk& chunk);
 // token range; `index` names the chunk in errors.
 absl::StatusOr<CodeChunk> ParseCodeChunk(absl::string_view* bytes, int64_t batch_tokens, int index);
 
+// A chunk from metadata read elsewhere (a transport's message: `fields` has layer, kind, dtype,
+// token range and shape; its tensors are ignored) and its data and scale bytes, checked as
+// ParseCodeChunk checks a record (layer, token range inside `batch_tokens`, rank, byte counts
+// against dtype and shape) and copied into the chunk's tensors. `index` names the chunk in errors.
+absl::StatusOr<CodeChunk> AssembleCodeChunk(const CodeChunk& fields, absl::string_view data,
+                                            absl::string_view scales, int64_t batch_tokens,
+                                            int index);
+
 }  // namespace scd
 
 #endif  // SCD_CODEC_CODE_BATCH_WIRE_H_

@@ -20,12 +20,16 @@ ALLOWED = {
     "model": ["base", "tokenizer"],
     "codec": ["base", "tokenizer", "model"],
     "calib": ["base", "tokenizer", "model", "codec"],
+    # The wire protocol; its codec framing (code_chunk_framing) is the one file that sees codec/.
+    "proto": ["base", "tokenizer", "model", "codec"],
+    # Bytes and frames only: never models or codecs.
+    "transport": ["base", "proto"],
     # Front ends and harnesses sit on top and may use everything.
     "tools": None,
     "bench": None,
     "tests": None,
 }
-TORCH_FREE = {"base", "tokenizer"}
+TORCH_FREE = {"base", "tokenizer", "transport"}
 TORCH_PREFIXES = ("torch/", "ATen/", "c10/", "caffe2/")
 SOURCE_SUFFIXES = (".h", ".cc", ".hpp", ".cpp")
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')

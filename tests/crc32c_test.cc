@@ -28,10 +28,11 @@ TEST(Crc32cTest, Rfc3720Vectors) {
 
 TEST(Crc32cTest, HardwareEqualsTableAndStreamingEqualsOneShot) {
   std::mt19937 rng(7);
-  std::vector<uint8_t> buffer(5000);
+  std::vector<uint8_t> buffer(100000);
   for (auto& b : buffer) b = static_cast<uint8_t>(rng());
   for (size_t offset : {0, 1, 3, 7}) {
-    for (size_t n : {0, 1, 7, 8, 9, 63, 64, 65, 1000, 4990}) {
+    // 24575 / 24576 / 24577 straddle the three-lane block of the hardware path.
+    for (size_t n : {0, 1, 7, 8, 9, 63, 64, 65, 1000, 4990, 24575, 24576, 24577, 49160, 99000}) {
       const uint8_t* p = buffer.data() + offset;
       const uint32_t one_shot = Crc32cSoftware(p, n);
       if (Crc32cIsHardware()) {

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# One run, one machine: ucx_perftest (the physical ceiling of UCX here) and then the project's
+# UCX, gRPC and in-process backends on the same chunk sizes, over loopback. For every size the
+# table shows goodput and the ratio to the same-run ucx_perftest bandwidth (tcp and shared memory),
+# then the fixed cost of a session carrying one 640-byte chunk end to end (p50 / p99).
+#   bash bench/transport.sh [BUILD_DIR]          (make bench-transport)
+#   SIZES="1048576 4194304" bash bench/transport.sh
+set -euo pipefail
+BUILD=${1:-build}
+BENCH=$BUILD/bin/scd-transport-bench
+SIZES=${SIZES:-"65536 262144 1048576 4194304 16777216 67108864"}
+TOTAL=${TOTAL:-1073741824}     # bytes per measurement (at least 8 chunks)
+SESSIONS=${SESSIONS:-2000}
+PORT=${PORT:-13491}
+command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (apt-get install ucx-utils)"; exit 1; }
+[ -x "$BENCH" ] || { echo "$BENCH not built (make build)"; exit 1; }
+
+iters_for() { local n=$(( TOTAL / $1 )); [ $n -lt 8 ] && n=8; echo $n; }
+
+# ucx_perftest ucp_am_bw over loopback; prints MiB/s ("MB/s" in its table is 2^20 bytes).
+perftest() {  # TLS SIZE
+  local tls=$1 size=$2 iters; iters=$(iters_for "$size")
+  UCX_TLS=$tls ucx_perftest -p $PORT >/dev/null 2>&1 &
+  local server=$!
+  sleep 0.5
+  local out
+  out=$(UCX_TLS=$tls timeout 120 ucx_perftest 127.0.0.1 -p $PORT -t ucp_am_bw -s "$size" \
+        -n "$iters" 2>&1 | awk '/Final:/ {print $6}')
+  wait $server 2>/dev/null || true
+  PORT=$((PORT + 1))
+  echo "${out:-0}"
+}
+
+ours() {  # BACKEND SIZE [UCX_TLS] -> goodput MiB/s
+  local backend=$1 size=$2 tls=${3:-} line
+  line=$(env ${tls:+UCX_TLS=$tls} "$BENCH" --backend "$backend" --bytes "$size" \
+         --iters "$(iters_for "$size")" --sessions 0 --json)
+  python3 -c 'import json,sys; print("%.1f" % json.loads(sys.argv[1])["goodput_mib_s"])' "$line"
+}
+
+echo "# $(date -u +%FT%TZ) $(uname -m) $(nproc) cores, UCX $(ucx_info -v | awk '/Version/ {print $3}')"
+echo "# goodput in MiB/s; ratio = ours / same-run ucx_perftest (ucp_am_bw)"
+printf "| %-9s | %-15s | %-15s | %-15s | %-15s | %-15s | %-9s |\n" chunk "perftest tcp" \
+  "ucx tcp" "perftest shm" "ucx shm" "grpc" "inproc"
+printf "|%s|\n" "-----------|-----------------|-----------------|-----------------|-----------------|-----------------|-----------"
+SHM="posix,cma,self"
+for size in $SIZES; do
+  p_tcp=$(perftest tcp "$size"); u_tcp=$(ours ucx "$size" tcp)
+  p_shm=$(perftest "$SHM" "$size"); u_shm=$(ours ucx "$size" "$SHM")
+  g=$(ours grpc "$size"); i=$(ours inproc "$size")
+  ratio() { python3 -c "import sys; a,b=map(float,sys.argv[1:]); print('%.0f %%' % (100*a/b if b else 0))" "$1" "$2"; }
+  printf "| %-9s | %-15s | %-15s | %-15s | %-15s | %-15s | %-9s |\n" "$size" "$p_tcp" \
+    "$u_tcp ($(ratio "$u_tcp" "$p_tcp"))" "$p_shm" "$u_shm ($(ratio "$u_shm" "$p_shm"))" \
+    "$g ($(ratio "$g" "$p_tcp"))" "$i"
+done
+echo
+echo "# fixed cost of a session with one 640 B chunk (header, chunk, trailer, ack), $SESSIONS sessions"
+for spec in "ucx tcp" "ucx $SHM" "grpc -" "inproc -"; do
+  set -- $spec
+  tls=$2; [ "$tls" = "-" ] && tls=""
+  line=$(env ${tls:+UCX_TLS=$tls} "$BENCH" --backend "$1" --bytes 640 --iters 8 \
+         --sessions "$SESSIONS" --json)
+  python3 -c 'import json,sys; j=json.loads(sys.argv[1]); print("%-6s %-16s p50 %7.1f us  p99 %7.1f us" % (j["backend"], j["ucx_tls"] or "-", j["session_p50_us"], j["session_p99_us"]))' "$line"
+done

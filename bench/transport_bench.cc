@@ -1,0 +1,205 @@
+// scd-transport-bench: goodput of one transfer session (K chunks of N bytes, sender's bytes sent
+// as a view, CRC-32C on every chunk, credits, ack at the end) and the fixed cost of a session
+// carrying one 640-byte chunk end to end (header, chunk, trailer, ack), over one backend. For
+// cross-process backends the receiver is a child process (forked before any transport exists),
+// as ucx_perftest's server is. UCX honours UCX_TLS.
+//
+//   scd-transport-bench --backend ucx --bytes 4194304 --iters 256 [--sessions 1000] [--json]
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "transport/transfer_session.h"
+
+namespace scd::transport {
+namespace {
+
+struct BenchOptions {
+  std::string backend = "ucx";
+  size_t bytes = size_t{1} << 20;
+  int iters = 64;
+  int sessions = 1000;
+  size_t max_inflight_mb = 256;
+  bool json = false;
+};
+
+// The receiving side: drains every session it is given until killed / closed.
+void Serve(SessionAcceptor& acceptor, const bool* stop) {
+  while (!*stop) {
+    auto session = acceptor.Accept(absl::Milliseconds(200));
+    if (!session.ok()) {
+      if (absl::IsDeadlineExceeded(session.status())) continue;
+      return;
+    }
+    for (;;) {
+      auto chunk = (*session)->Next(absl::Seconds(60));
+      if (!chunk.ok() || !chunk->has_value()) break;
+    }
+  }
+}
+
+[[noreturn]] void ServeChild(const BenchOptions& options, int address_fd) {
+  TransportOptions transport_options;
+  transport_options.backend = options.backend;
+  auto transport = CreateTransport(transport_options);
+  if (!transport.ok()) _exit(2);
+  auto listener = (*transport)->Listen("127.0.0.1:0");
+  if (!listener.ok()) _exit(3);
+  SessionAcceptor acceptor(*std::move(listener), {});
+  const std::string address = acceptor.address() + "\n";
+  if (write(address_fd, address.data(), address.size()) < 0) _exit(4);
+  close(address_fd);
+  const bool stop = false;
+  Serve(acceptor, &stop);
+  _exit(0);
+}
+
+double Percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
+}
+
+int Run(const BenchOptions& options) {
+  // Cross-process backends: fork the receiver first, before any thread exists here.
+  pid_t child = -1;
+  std::string address;
+  TransportOptions transport_options;
+  transport_options.backend = options.backend;
+  auto transport = CreateTransport(transport_options);
+  if (!transport.ok()) {
+    std::fprintf(stderr, "scd-transport-bench: %s\n", transport.status().ToString().c_str());
+    return 2;
+  }
+  std::unique_ptr<SessionAcceptor> local;
+  std::thread local_thread;
+  bool stop = false;
+  if ((*transport)->capabilities().cross_process) {
+    transport->reset();  // no transport threads across fork
+    int fds[2];
+    if (pipe(fds) != 0) return 2;
+    child = fork();
+    if (child == 0) {
+      close(fds[0]);
+      ServeChild(options, fds[1]);
+    }
+    close(fds[1]);
+    char buffer[256];
+    const ssize_t n = read(fds[0], buffer, sizeof(buffer) - 1);
+    close(fds[0]);
+    if (n <= 0) {
+      std::fprintf(stderr, "scd-transport-bench: the receiver process did not start\n");
+      return 2;
+    }
+    address.assign(buffer, static_cast<size_t>(n) - 1);
+    transport = CreateTransport(transport_options);
+  } else {
+    local = std::make_unique<SessionAcceptor>(*(*transport)->Listen("bench:0"),
+                                              ConnectionOptions{});
+    address = local->address();
+    local_thread = std::thread([&] { Serve(*local, &stop); });
+  }
+  auto link = (*transport)->Connect(address, absl::Seconds(10));
+  if (!link.ok()) {
+    std::fprintf(stderr, "scd-transport-bench: %s\n", link.status().ToString().c_str());
+    return 2;
+  }
+  ConnectionOptions connection_options;
+  connection_options.max_inflight_bytes = options.max_inflight_mb << 20;
+  auto connection = TransferConnection::Create(*std::move(link), connection_options);
+
+  // Goodput: a warm-up session, then the measured one.
+  const std::string block(options.bytes, 'g');
+  auto send_session = [&](int chunks) -> absl::StatusOr<double> {
+    const absl::Time start = absl::Now();
+    auto session = connection->StartSession(v1::TransferHeader(), absl::Seconds(600));
+    if (!session.ok()) return session.status();
+    for (int i = 0; i < chunks; ++i) {
+      absl::Status sent = (*session)->SendChunk(
+          v1::CodeChunk(),
+          Payload(reinterpret_cast<const uint8_t*>(block.data()), block.size(), nullptr));
+      if (!sent.ok()) return sent;
+    }
+    absl::Status done = (*session)->Finish();
+    if (!done.ok()) return done;
+    return absl::ToDoubleSeconds(absl::Now() - start);
+  };
+  absl::StatusOr<double> warm = send_session(std::max(1, options.iters / 4));
+  absl::StatusOr<double> seconds = send_session(options.iters);
+  if (!warm.ok() || !seconds.ok()) {
+    std::fprintf(stderr, "scd-transport-bench: %s\n",
+                 (warm.ok() ? seconds.status() : warm.status()).ToString().c_str());
+    return 1;
+  }
+  const double total = static_cast<double>(options.bytes) * options.iters;
+  const double goodput_gbps = total * 8 / *seconds / 1e9;
+
+  // Fixed cost of a session: one 640-byte chunk end to end.
+  std::vector<double> micros;
+  const std::string small(640, 's');
+  for (int i = 0; i < options.sessions; ++i) {
+    const absl::Time start = absl::Now();
+    auto session = connection->StartSession(v1::TransferHeader(), absl::Seconds(10));
+    if (!session.ok()) break;
+    (*session)
+        ->SendChunk(v1::CodeChunk(), Payload(reinterpret_cast<const uint8_t*>(small.data()),
+                                             small.size(), nullptr))
+        .IgnoreError();
+    if (!(*session)->Finish().ok()) break;
+    micros.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+  }
+  const char* tls = std::getenv("UCX_TLS");
+  if (options.json) {
+    std::printf(
+        "{\"backend\": \"%s\", \"ucx_tls\": \"%s\", \"bytes\": %zu, \"iters\": %d, "
+        "\"goodput_gbps\": %.4f, \"goodput_mib_s\": %.1f, \"sessions\": %zu, "
+        "\"session_p50_us\": %.1f, \"session_p99_us\": %.1f}\n",
+        options.backend.c_str(), tls ? tls : "", options.bytes, options.iters, goodput_gbps,
+        total / *seconds / (1 << 20), micros.size(), Percentile(micros, 0.5),
+        Percentile(micros, 0.99));
+  } else {
+    std::printf("%s%s%s: %d x %zu B: %.2f Gbit/s (%.0f MiB/s); session with one 640 B chunk: "
+                "p50 %.1f us, p99 %.1f us over %zu sessions\n",
+                options.backend.c_str(), tls ? " UCX_TLS=" : "", tls ? tls : "", options.iters,
+                options.bytes, goodput_gbps, total / *seconds / (1 << 20), Percentile(micros, 0.5),
+                Percentile(micros, 0.99), micros.size());
+  }
+  connection->Close();
+  connection.reset();
+  if (child > 0) {
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+  }
+  if (local) {
+    stop = true;
+    local->Close();
+    local_thread.join();
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace scd::transport
+
+int main(int argc, char** argv) {
+  scd::transport::BenchOptions options;
+  CLI::App app{"Transfer-session goodput and fixed cost over one transport backend"};
+  app.add_option("--backend", options.backend, "inproc | grpc | ucx (UCX honours UCX_TLS)");
+  app.add_option("--bytes", options.bytes, "chunk size in bytes")->check(CLI::PositiveNumber);
+  app.add_option("--iters", options.iters, "chunks in the measured session")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--sessions", options.sessions, "sessions for the fixed-cost measurement");
+  app.add_option("--max-inflight-mb", options.max_inflight_mb, "sender's in-flight window");
+  app.add_flag("--json", options.json, "one JSON line");
+  CLI11_PARSE(app, argc, argv);
+  return scd::transport::Run(options);
+}

@@ -1,0 +1,324 @@
+// Faults that need a second process and real sockets, on every cross-process backend: kill -9 of
+// the sender or the receiver mid-session, a frozen sender (SIGSTOP: its TCP connection stays up,
+// only the application heartbeat can tell), and a silent link (two network namespaces joined by a
+// veth pair, the link set down mid-transfer; needs root, skipped with the reason otherwise).
+// The other process is tests/transport_test_peer.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "tests/transport_test_util.h"
+#include "transport/transfer_session.h"
+
+namespace scd::transport {
+namespace {
+
+// A child process whose stdout we read line by line.
+class PeerProcess {
+ public:
+  explicit PeerProcess(std::vector<std::string> argv) {
+    int fds[2];
+    if (pipe(fds) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], 1);
+      close(fds[0]);
+      close(fds[1]);
+      std::vector<char*> args;
+      for (auto& a : argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      execvp(args[0], args.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    fd_ = fds[0];
+  }
+  ~PeerProcess() {
+    if (pid_ > 0 && !reaped_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (fd_ >= 0) close(fd_);
+  }
+  pid_t pid() const { return pid_; }
+
+  // The next stdout line, or nullopt after `timeout` / at EOF.
+  std::optional<std::string> ReadLine(absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    for (;;) {
+      const size_t nl = buffer_.find('\n');
+      if (nl != std::string::npos) {
+        std::string line = buffer_.substr(0, nl);
+        buffer_.erase(0, nl + 1);
+        return line;
+      }
+      const int64_t left = absl::ToInt64Milliseconds(deadline - absl::Now());
+      if (left <= 0) return std::nullopt;
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+      char chunk[4096];
+      const ssize_t n = read(fd_, chunk, sizeof(chunk));
+      if (n <= 0) return std::nullopt;
+      buffer_.append(chunk, static_cast<size_t>(n));
+    }
+  }
+  // Reads lines until one starts with `prefix`.
+  std::optional<std::string> WaitFor(const std::string& prefix, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      auto line = ReadLine(deadline - absl::Now());
+      if (!line) return std::nullopt;
+      if (absl::StartsWith(*line, prefix)) return line;
+    }
+    return std::nullopt;
+  }
+  void Signal(int sig) { kill(pid_, sig); }
+  void Reap() {
+    waitpid(pid_, nullptr, 0);
+    reaped_ = true;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  bool reaped_ = false;
+  std::string buffer_;
+};
+
+std::string PeerBinary() { return absl::StrCat(SCD_BUILD_DIR, "/bin/transport_test_peer"); }
+
+std::vector<std::string> CrossProcessBackends() {
+  std::vector<std::string> out;
+  for (const std::string& b : AvailableBackends()) {
+    if (b != "inproc") out.push_back(b);
+  }
+  return out;
+}
+
+class TransportProcessTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    TransportOptions options;
+    options.backend = GetParam();
+    auto transport = CreateTransport(options);
+    if (!transport.ok()) GTEST_SKIP() << transport.status();
+    transport_ = *std::move(transport);
+  }
+  // A receiving acceptor in this process.
+  std::unique_ptr<SessionAcceptor> Listen(const std::string& host = "127.0.0.1") {
+    auto listener = transport_->Listen(absl::StrCat(host, ":0"));
+    EXPECT_TRUE(listener.ok()) << listener.status();
+    return std::make_unique<SessionAcceptor>(*std::move(listener), ConnectionOptions{});
+  }
+  std::vector<std::string> PeerArgs(const std::string& role, const std::string& address,
+                                    int interval_ms, size_t chunk_bytes = 65536) {
+    return {PeerBinary(), "--role=" + role, "--backend=" + GetParam(), "--address=" + address,
+            "--chunks=100000", absl::StrCat("--chunk-bytes=", chunk_bytes),
+            absl::StrCat("--interval-ms=", interval_ms)};
+  }
+  std::unique_ptr<Transport> transport_;
+};
+
+// Receives from `session` until it ends; returns when it ended.
+absl::Time DrainUntilEnd(ReceiveSession& session, absl::Duration limit) {
+  const absl::Time deadline = absl::Now() + limit;
+  while (absl::Now() < deadline) {
+    auto chunk = session.Next(deadline - absl::Now());
+    if (!chunk.ok() && session.state() != SessionState::kOpen) break;
+    if (chunk.ok() && !chunk->has_value()) break;
+  }
+  return absl::Now();
+}
+
+TEST_P(TransportProcessTest, KillingTheSenderEndsTheReceiversSessionPeerLostWithinASecond) {
+  auto acceptor = Listen();
+  PeerProcess peer(PeerArgs("send", acceptor->address(), 10));
+  auto session = acceptor->Accept(absl::Seconds(10));
+  ASSERT_TRUE(session.ok()) << session.status();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE((*session)->Next(absl::Seconds(5)).ok());
+  const absl::Time killed = absl::Now();
+  peer.Signal(SIGKILL);
+  peer.Reap();
+  const absl::Time ended = DrainUntilEnd(**session, absl::Seconds(5));
+  EXPECT_EQ((*session)->state(), SessionState::kPeerLost) << (*session)->status();
+  EXPECT_LE(ended - killed, absl::Seconds(1));
+  std::printf("%s: receiver saw the sender's death after %s\n", GetParam().c_str(),
+              absl::FormatDuration(ended - killed).c_str());
+}
+
+TEST_P(TransportProcessTest, KillingTheReceiverEndsTheSendersSessionAndReleasesItsBuffers) {
+  PeerProcess peer(PeerArgs("recv", "127.0.0.1:0", 20));
+  auto listening = peer.WaitFor("LISTENING ", absl::Seconds(10));
+  ASSERT_TRUE(listening.has_value());
+  const std::string address = listening->substr(10);
+  auto bytes = std::make_shared<std::string>(256 << 10, 'b');
+  {
+    auto link = transport_->Connect(address, absl::Seconds(5));
+    ASSERT_TRUE(link.ok()) << link.status();
+    ConnectionOptions options;
+    options.max_inflight_bytes = 1 << 20;
+    auto connection = TransferConnection::Create(*std::move(link), options);
+    auto session = connection->StartSession(v1::TransferHeader(), absl::Seconds(60));
+    ASSERT_TRUE(session.ok());
+    absl::Time killed = absl::InfiniteFuture();
+    absl::Status last;
+    for (int i = 0; i < 100000; ++i) {
+      last = (*session)->SendChunk(v1::CodeChunk(),
+                                   Payload(reinterpret_cast<const uint8_t*>(bytes->data()),
+                                           bytes->size(), bytes));
+      if (!last.ok()) break;
+      if (i == 8) {
+        ASSERT_TRUE(peer.WaitFor("CHUNK 2", absl::Seconds(5)).has_value());
+        killed = absl::Now();
+        peer.Signal(SIGKILL);
+        peer.Reap();
+      }
+    }
+    ASSERT_TRUE((*session)->WaitForEnd(absl::Seconds(5)));
+    const absl::Duration took = (*session)->stats().end - killed;
+    EXPECT_EQ((*session)->state(), SessionState::kPeerLost) << last;
+    EXPECT_LE(took, absl::Seconds(1));
+    std::printf("%s: sender saw the receiver's death after %s\n", GetParam().c_str(),
+                absl::FormatDuration(took).c_str());
+    // Every reference to the sender's bytes is gone once the session ended and the link is down.
+    for (int i = 0; i < 100 && bytes.use_count() > 1; ++i) absl::SleepFor(absl::Milliseconds(10));
+    EXPECT_EQ(bytes.use_count(), 1) << "buffers still held after the peer died";
+  }
+  EXPECT_EQ(bytes.use_count(), 1);
+  EXPECT_EQ(LiveTransportBuffers(), 0);
+}
+
+TEST_P(TransportProcessTest, AFrozenSenderEndsTheReceiversSessionWithinTheLivenessLimit) {
+  auto acceptor = Listen();
+  PeerProcess peer(PeerArgs("send", acceptor->address(), 10));
+  auto session = acceptor->Accept(absl::Seconds(10));
+  ASSERT_TRUE(session.ok()) << session.status();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE((*session)->Next(absl::Seconds(5)).ok());
+  const absl::Time stopped = absl::Now();
+  peer.Signal(SIGSTOP);  // the process freezes; its sockets stay open
+  const absl::Time ended = DrainUntilEnd(**session, absl::Seconds(5));
+  peer.Signal(SIGKILL);
+  peer.Signal(SIGCONT);
+  peer.Reap();
+  EXPECT_EQ((*session)->state(), SessionState::kPeerLost) << (*session)->status();
+  // Liveness limit 1 s after the last frame the peer sent before it froze.
+  EXPECT_LE(ended - stopped, absl::Milliseconds(1100));
+  EXPECT_NE((*session)->status().message().find("liveness"), std::string::npos)
+      << (*session)->status();
+  std::printf("%s: frozen sender detected after %s\n", GetParam().c_str(),
+              absl::FormatDuration(ended - stopped).c_str());
+}
+
+// ---- silent link: veth pair between this namespace and a new one --------------------------------
+
+int Run(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()); }
+
+class VethPair {
+ public:
+  VethPair() {
+    const int id = static_cast<int>(getpid() % 200) + 20;
+    ns_ = absl::StrCat("scdtest", getpid());
+    outer_ = absl::StrCat("scdv", getpid() % 100000, "a");
+    inner_ = absl::StrCat("scdv", getpid() % 100000, "b");
+    outer_ip_ = absl::StrCat("10.213.", id, ".1");
+    inner_ip_ = absl::StrCat("10.213.", id, ".2");
+    if (geteuid() != 0) {
+      why_not_ = "not root: creating network namespaces and veth pairs needs CAP_NET_ADMIN";
+      return;
+    }
+    const std::vector<std::string> steps = {
+        "ip netns add " + ns_,
+        absl::StrCat("ip link add ", outer_, " type veth peer name ", inner_),
+        absl::StrCat("ip link set ", inner_, " netns ", ns_),
+        absl::StrCat("ip addr add ", outer_ip_, "/24 dev ", outer_),
+        absl::StrCat("ip link set ", outer_, " up"),
+        absl::StrCat("ip netns exec ", ns_, " ip addr add ", inner_ip_, "/24 dev ", inner_),
+        absl::StrCat("ip netns exec ", ns_, " ip link set ", inner_, " up"),
+        absl::StrCat("ip netns exec ", ns_, " ip link set lo up"),
+    };
+    for (const std::string& step : steps) {
+      if (Run(step) != 0) {
+        why_not_ = "could not set up the veth pair ('" + step +
+                   "' failed: no `ip` tool or no CAP_NET_ADMIN in this container)";
+        return;
+      }
+    }
+    ready_ = true;
+  }
+  ~VethPair() {
+    Run("ip link del " + outer_);
+    Run("ip netns del " + ns_);
+  }
+  bool ready() const { return ready_; }
+  const std::string& why_not() const { return why_not_; }
+  const std::string& ns() const { return ns_; }
+  const std::string& inner_ip() const { return inner_ip_; }
+  bool SetDown() { return Run(absl::StrCat("ip link set ", outer_, " down")) == 0; }
+
+ private:
+  std::string ns_, outer_, inner_, outer_ip_, inner_ip_, why_not_;
+  bool ready_ = false;
+};
+
+TEST_P(TransportProcessTest, ASilentLinkEndsBothSidesWithinTheLivenessLimit) {
+  VethPair veth;
+  if (!veth.ready()) GTEST_SKIP() << "silent-link test skipped: " << veth.why_not();
+  std::vector<std::string> args = {"ip", "netns", "exec", veth.ns()};
+  for (const std::string& a : PeerArgs("recv", veth.inner_ip() + ":0", 0)) args.push_back(a);
+  PeerProcess peer(args);
+  auto listening = peer.WaitFor("LISTENING ", absl::Seconds(10));
+  ASSERT_TRUE(listening.has_value()) << "peer did not start in namespace " << veth.ns();
+  auto link = transport_->Connect(listening->substr(10), absl::Seconds(5));
+  ASSERT_TRUE(link.ok()) << link.status();
+  auto connection = TransferConnection::Create(*std::move(link), {});
+  auto session = connection->StartSession(v1::TransferHeader(), absl::Seconds(60));
+  ASSERT_TRUE(session.ok());
+  const std::string block(64 << 10, 's');
+  absl::Time cut = absl::InfiniteFuture();
+  for (int i = 0; i < 100000 && (*session)->state() == SessionState::kOpen; ++i) {
+    if (!(*session)->SendChunk(v1::CodeChunk(), Payload::Copy(block.data(), block.size())).ok()) {
+      break;
+    }
+    if (i == 20) {
+      ASSERT_TRUE(peer.WaitFor("CHUNK 5", absl::Seconds(5)).has_value());
+      cut = absl::Now();
+      ASSERT_TRUE(veth.SetDown());
+    }
+    if (i > 20) absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE((*session)->WaitForEnd(absl::Seconds(5)));
+  const absl::Duration sender_took = (*session)->stats().end - cut;
+  EXPECT_EQ((*session)->state(), SessionState::kPeerLost) << (*session)->status();
+  EXPECT_LE(sender_took, absl::Milliseconds(1100));
+  // The receiver, on the other side of the dead link, reports how it ended.
+  auto result = peer.WaitFor("RESULT ", absl::Seconds(5));
+  ASSERT_TRUE(result.has_value()) << "the receiver did not end within 5 s of the cut";
+  const absl::Duration receiver_took = absl::Now() - cut;
+  std::vector<std::string> words = absl::StrSplit(*result, ' ');
+  EXPECT_EQ(words[1], "peer_lost") << *result;
+  EXPECT_LE(receiver_took, absl::Milliseconds(1500)) << *result;  // includes reading its output
+  std::printf("%s: silent link: sender ended after %s, receiver reported after %s\n",
+              GetParam().c_str(), absl::FormatDuration(sender_took).c_str(),
+              absl::FormatDuration(receiver_took).c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, TransportProcessTest,
+                         ::testing::ValuesIn(CrossProcessBackends()),
+                         [](const auto& info) { return info.param; });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TransportProcessTest);
+
+}  // namespace
+}  // namespace scd::transport

@@ -1,0 +1,274 @@
+// TransferSession: one request's codes, sent as a header, chunks and a trailer over a Link, with
+// the guarantees every backend gets the same way:
+//   - backpressure: a sender has at most `max_inflight_bytes` of chunk bytes that the receiver has
+//     not yet consumed (the receiver returns Credit as its caller takes chunks);
+//   - a deadline, enforced by both sides;
+//   - cancel from either side (sender: Cancel frame; receiver: Error frame), on the control lane;
+//   - liveness: both ends of a link send heartbeats; a link silent for `liveness_timeout` is dead
+//     and every session on it ends kPeerLost (a frozen peer keeps its TCP connection up, so socket
+//     errors alone would never tell);
+//   - integrity: a CRC-32C on every chunk, checked by the receiver; the protocol major version and
+//     the model fingerprints are checked on the header;
+//   - exactly one terminal state per session, reported to both sides.
+//
+// A TransferConnection owns one Link and multiplexes sessions over it (sessions this side sends
+// and sessions the peer sends). A SessionAcceptor turns a Listener's links into connections and
+// hands out the sessions peers open.
+//
+// Thread-safety: every class here is thread-safe. One thread at a time should drive a given
+// SendSession (SendChunk/Finish) or ReceiveSession (Next); Cancel may come from any thread.
+#ifndef SCD_TRANSPORT_TRANSFER_SESSION_H_
+#define SCD_TRANSPORT_TRANSFER_SESSION_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/transfer.pb.h"
+#include "transport/link_shaper.h"
+#include "transport/transport.h"
+
+namespace scd::transport {
+
+constexpr uint32_t kProtocolMajor = 1;
+constexpr uint32_t kProtocolMinor = 0;
+
+enum class SessionState {
+  kOpen,
+  kCompleted,
+  kCancelled,
+  kDeadlineExceeded,
+  kPeerLost,
+  kCorrupt,
+  kVersionMismatch,
+  kFingerprintMismatch,
+  kResourceExhausted,
+  kProtocolError,
+  kInternal,
+};
+const char* SessionStateName(SessionState state);
+// The absl code each terminal state maps to (Cancelled, DeadlineExceeded, Unavailable, DataLoss,
+// FailedPrecondition, PermissionDenied, ResourceExhausted, InvalidArgument, Internal).
+absl::StatusCode SessionStateCode(SessionState state);
+
+struct SessionStats {
+  uint64_t bytes = 0;   // chunk payload + scale bytes
+  uint64_t chunks = 0;
+  absl::Time start;     // header sent / received
+  absl::Time first_byte = absl::InfinitePast();  // first chunk sent / received
+  absl::Time last_byte = absl::InfinitePast();   // last chunk sent / received
+  absl::Time end = absl::InfinitePast();         // terminal state reached
+  size_t max_inflight_bytes = 0;  // sender: the most unconsumed bytes it ever had out
+  // bytes / (last_byte - start), in Gbit/s; 0 before any byte.
+  double goodput_gbps() const;
+};
+
+class ReceiveSession;
+
+struct ConnectionOptions {
+  size_t max_inflight_bytes = size_t{64} << 20;  // per sending session
+  absl::Duration heartbeat_interval = absl::Milliseconds(200);
+  absl::Duration liveness_timeout = absl::Seconds(1);
+  // Receiving side: headers naming other fingerprints end the session kFingerprintMismatch
+  // (empty = accept any).
+  std::string expected_producer_fingerprint;
+  std::string expected_consumer_fingerprint;
+  // Shape what this side sends (link_shaper.h); disabled by default.
+  LinkShape shape;
+  std::string name = "transfer";  // for logs
+  // Receiving side: called (from the link's thread) with each session a peer opens, instead of
+  // queueing it for AcceptSession. SessionAcceptor uses this.
+  std::function<void(std::shared_ptr<ReceiveSession>)> on_session;
+};
+
+class TransferConnection;
+
+// The state both session kinds share: terminal state, stats, waiting.
+class SessionCore : public std::enable_shared_from_this<SessionCore> {
+ public:
+  virtual ~SessionCore() = default;
+  SessionCore(uint64_t id, std::string request_id) : id_(id), request_id_(std::move(request_id)) {}
+  uint64_t id() const { return id_; }
+  const std::string& request_id() const { return request_id_; }
+  SessionState state() const;
+  // OK when completed, else the terminal state's status (its message names what happened).
+  absl::Status status() const;
+  SessionStats stats() const;
+  // Waits for a terminal state; false on timeout.
+  bool WaitForEnd(absl::Duration timeout) const;
+
+ protected:
+  friend class TransferConnection;
+  absl::Status StatusLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves to `state` unless already terminal; true when this call ended the session.
+  bool EndLocked(SessionState state, std::string message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const uint64_t id_;
+  const std::string request_id_;
+  mutable absl::Mutex mu_;
+  SessionState state_ ABSL_GUARDED_BY(mu_) = SessionState::kOpen;
+  std::string message_ ABSL_GUARDED_BY(mu_);
+  SessionStats stats_ ABSL_GUARDED_BY(mu_);
+  absl::Time deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+};
+
+class SendSession : public SessionCore {
+ public:
+  SendSession(uint64_t id, std::string request_id, std::weak_ptr<TransferConnection> connection,
+              size_t max_inflight)
+      : SessionCore(id, std::move(request_id)),
+        connection_(std::move(connection)),
+        max_inflight_(max_inflight) {}
+
+  // Sends one chunk: `chunk` carries the metadata (its payload field empty, payload_bytes and
+  // crc32c are filled in here), `payload` the bytes (a view of the caller's memory; its owner is
+  // held until the backend has sent it). Blocks while the in-flight limit is reached. Returns the
+  // terminal status if the session has ended.
+  absl::Status SendChunk(v1::CodeChunk chunk, Payload payload);
+  // Sends the trailer and waits for the receiver's ack (or any terminal state) until the deadline.
+  absl::Status Finish();
+  // Ends the session kCancelled (no-op when already ended) and tells the receiver.
+  void Cancel(const std::string& reason);
+  size_t inflight_bytes() const;
+
+ private:
+  friend class TransferConnection;
+  std::weak_ptr<TransferConnection> connection_;
+  const size_t max_inflight_;
+  size_t inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t next_index_ ABSL_GUARDED_BY(mu_) = 0;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+struct ReceivedChunk {
+  v1::CodeChunk meta;  // payload field empty; payload_bytes, crc32c as sent
+  Payload payload;
+};
+
+class ReceiveSession : public SessionCore {
+ public:
+  ReceiveSession(uint64_t id, v1::TransferHeader header,
+                 std::weak_ptr<TransferConnection> connection)
+      : SessionCore(id, header.request_id()),
+        header_(std::move(header)),
+        connection_(std::move(connection)) {}
+
+  const v1::TransferHeader& header() const { return header_; }
+  // The next chunk in order (CRC checked), or nullopt once the trailer arrived and matched (the
+  // session is then completed and the sender acked). Blocks up to `timeout` (DeadlineExceeded
+  // when nothing came, the session stays open); the terminal status once the session ended.
+  absl::StatusOr<std::optional<ReceivedChunk>> Next(absl::Duration timeout = absl::InfiniteDuration());
+  // Ends the session kCancelled and tells the sender.
+  void Cancel(const std::string& reason);
+  size_t queued_chunks() const;
+
+ private:
+  friend class TransferConnection;
+  const v1::TransferHeader header_;
+  std::weak_ptr<TransferConnection> connection_;
+  std::deque<ReceivedChunk> queue_ ABSL_GUARDED_BY(mu_);
+  std::optional<v1::TransferTrailer> trailer_ ABSL_GUARDED_BY(mu_);
+  uint32_t next_index_ = 0;  // only the thread calling Next touches it
+};
+
+class TransferConnection : public LinkHandler,
+                           public std::enable_shared_from_this<TransferConnection> {
+ public:
+  // Takes the link, starts it, and starts the heartbeat/deadline timer.
+  static std::shared_ptr<TransferConnection> Create(std::unique_ptr<Link> link,
+                                                    ConnectionOptions options);
+  ~TransferConnection() override;
+
+  // Opens a session: fills the header's protocol version and sends it. `timeout` is the whole
+  // session's deadline (also sent to the receiver).
+  absl::StatusOr<std::shared_ptr<SendSession>> StartSession(v1::TransferHeader header,
+                                                            absl::Duration timeout);
+  // The next session the peer opened; DeadlineExceeded on timeout, Unavailable once the link is
+  // down.
+  absl::StatusOr<std::shared_ptr<ReceiveSession>> AcceptSession(absl::Duration timeout);
+  // Closes the link; open sessions end kCancelled.
+  void Close();
+  bool alive() const;
+  // Sessions not yet ended, both directions.
+  size_t open_sessions() const;
+  const std::string& describe() const { return describe_; }
+
+  // LinkHandler (called by the link's delivery thread).
+  void OnFrame(Frame frame) override;
+  void OnLinkDown(absl::Status status) override;
+
+ private:
+  friend class SendSession;
+  friend class ReceiveSession;
+  TransferConnection(std::unique_ptr<Link> link, ConnectionOptions options);
+  void TimerLoop();
+  // Sends a control or data frame carrying `message` for `session`.
+  absl::Status SendMessage(FrameType type, const v1::TransferFrame& message,
+                           Payload payload = Payload());
+  // Ends `session` in `state`; tells the peer (Cancel from a sender, Error from a receiver) when
+  // `notify_peer`.
+  void EndSend(const std::shared_ptr<SendSession>& session, SessionState state,
+               const std::string& message, bool notify_peer);
+  void EndReceive(const std::shared_ptr<ReceiveSession>& session, SessionState state,
+                  const std::string& message, bool notify_peer);
+  void HandleHeader(uint64_t id, v1::TransferHeader header);
+  void HandleData(uint64_t id, v1::TransferFrame message, Payload payload);
+  void HandleControl(uint64_t id, const v1::TransferFrame& message);
+  void LinkLost(const std::string& why);
+  std::shared_ptr<SendSession> FindSend(uint64_t id);
+  std::shared_ptr<ReceiveSession> FindReceive(uint64_t id);
+
+  std::unique_ptr<Link> link_;
+  const ConnectionOptions options_;
+  const std::string describe_;
+
+  mutable absl::Mutex mu_;
+  bool down_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool deadline_changed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_receive_ ABSL_GUARDED_BY(mu_);
+  absl::Time next_heartbeat_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, std::shared_ptr<SendSession>> sending_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, std::shared_ptr<ReceiveSession>> receiving_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<ReceiveSession>> accept_queue_ ABSL_GUARDED_BY(mu_);
+  std::thread timer_;
+};
+
+// Accepts links on a listener and the sessions peers open on them.
+class SessionAcceptor {
+ public:
+  SessionAcceptor(std::unique_ptr<Listener> listener, ConnectionOptions options);
+  ~SessionAcceptor();
+  // The next session any peer opened; DeadlineExceeded on timeout, Cancelled after Close.
+  absl::StatusOr<std::shared_ptr<ReceiveSession>> Accept(absl::Duration timeout);
+  std::string address() const { return listener_->address(); }
+  void Close();
+  size_t connections() const;
+
+ private:
+  struct ReadyQueue;
+  void AcceptLoop();
+
+  std::unique_ptr<Listener> listener_;
+  const ConnectionOptions options_;
+  // Shared with the connections' callbacks, which may outlive a call into this object.
+  std::shared_ptr<ReadyQueue> ready_;
+  mutable absl::Mutex mu_;
+  std::vector<std::shared_ptr<TransferConnection>> connections_ ABSL_GUARDED_BY(mu_);
+  std::thread accept_thread_;
+};
+
+}  // namespace scd::transport
+
+#endif  // SCD_TRANSPORT_TRANSFER_SESSION_H_
