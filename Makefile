@@ -50,13 +50,11 @@ bench-transport: build
 
 # The transport tests under AddressSanitizer + LeakSanitizer, in their own build tree.
 ASAN_BUILD ?= build-asan
-TRANSPORT_TESTS := inproc_transport_test grpc_transport_test ucx_transport_test \
-  transfer_session_test link_shaper_test fault_injection_test transport_process_test
 asan:
 	SCD_SKIP_BUILD=1 bash scripts/setup.sh
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSCD_SANITIZE=address \
 	  -DSCD_BUILD_BENCH=OFF $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-	cmake --build $(ASAN_BUILD) --target $(TRANSPORT_TESTS) transport_test_peer
+	cmake --build $(ASAN_BUILD) --target scd_transport_tests
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
 	  LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \
 	  ctest -L transport --output-on-failure -j2

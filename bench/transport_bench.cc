@@ -30,6 +30,8 @@ struct BenchOptions {
   int iters = 64;
   int sessions = 1000;
   size_t max_inflight_mb = 256;
+  double link_gbps = 0;        // shaper (0 = off)
+  double link_latency_us = 0;
   bool json = false;
 };
 
@@ -115,6 +117,8 @@ int Run(const BenchOptions& options) {
   }
   ConnectionOptions connection_options;
   connection_options.max_inflight_bytes = options.max_inflight_mb << 20;
+  connection_options.shape.gbps = options.link_gbps;
+  connection_options.shape.latency = absl::Microseconds(options.link_latency_us);
   auto connection = TransferConnection::Create(*std::move(link), connection_options);
 
   // Goodput: a warm-up session, then the measured one.
@@ -199,6 +203,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--sessions", options.sessions, "sessions for the fixed-cost measurement");
   app.add_option("--max-inflight-mb", options.max_inflight_mb, "sender's in-flight window");
+  app.add_option("--link-gbps", options.link_gbps, "shape the sender's link (token bucket)");
+  app.add_option("--link-latency-us", options.link_latency_us, "one-way latency added per frame");
   app.add_flag("--json", options.json, "one JSON line");
   CLI11_PARSE(app, argc, argv);
   return scd::transport::Run(options);

@@ -62,6 +62,10 @@ def violations(root):
                     if folder in TORCH_FREE and target.startswith(TORCH_PREFIXES):
                         out.append(f"{rel}:{lineno}: {folder}/ is torch-free but includes "
                                    f"<{target}>")
+                    # transport/ sees only the generated protocol, never proto/'s codec framing.
+                    if folder == "transport" and top == "proto" and not target.endswith(".pb.h"):
+                        out.append(f"{rel}:{lineno}: transport/ may include only generated "
+                                   f"proto/*.pb.h, not {target}")
                     if allowed is None or "/" not in target or top not in project:
                         continue
                     if top != folder and top not in allowed:
@@ -74,6 +78,8 @@ def self_test():
     cases = [
         ({"base/a.h": '#include "base/b.h"\n', "model/m.cc": '#include "codec/x.h"\n'}, 1),
         ({"tokenizer/t.cc": "#include <ATen/ATen.h>\n"}, 1),
+        ({"transport/t.cc": '#include "proto/code_chunk_framing.h"\n'}, 1),
+        ({"transport/t.cc": '#include "proto/transfer.pb.h"\n'}, 0),
         ({"base/a.h": '#include "tokenizer/t.h"\n'}, 1),
         ({"weird/w.cc": "int x;\n"}, 1),
         ({"codec/c.cc": '#include "model/m.h"\n#include "base/b.h"\n#include <ATen/ATen.h>\n',

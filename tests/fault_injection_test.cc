@@ -12,10 +12,10 @@ using ::scd::testing::FrameRecorder;
 using ::scd::testing::MakeFrame;
 
 struct Pair {
+  FrameRecorder sent_back, received;  // first: the handlers outlive the links
   std::unique_ptr<Transport> transport;
   std::unique_ptr<FaultInjectingLink> sender;
   std::unique_ptr<Link> receiver;
-  FrameRecorder sent_back, received;
 };
 
 void Open(Pair& pair, FaultPolicy policy) {

@@ -13,13 +13,13 @@ using ::scd::testing::FrameRecorder;
 using ::scd::testing::MakeFrame;
 
 TEST(InProcessTransportTest, FramesArriveInOrderAndPayloadsAreNotCopied) {
+  FrameRecorder at_receiver, at_sender;  // handlers outlive the links
   auto transport = *CreateTransport({});
   EXPECT_EQ(transport->capabilities().backend, "inproc");
   EXPECT_TRUE(transport->capabilities().zero_copy_send);
   auto listener = *transport->Listen("inproc-test:0");
   auto sender = *transport->Connect(listener->address(), absl::Seconds(1));
   auto receiver = *listener->Accept(absl::Seconds(1));
-  FrameRecorder at_receiver, at_sender;
   receiver->Start(&at_receiver);
   sender->Start(&at_sender);
   auto bytes = std::make_shared<std::string>(1 << 20, 'z');
@@ -48,6 +48,7 @@ TEST(InProcessTransportTest, FramesArriveInOrderAndPayloadsAreNotCopied) {
 }
 
 TEST(InProcessTransportTest, CloseReachesThePeerOnceAndReleasesQueuedFrames) {
+  FrameRecorder at_receiver, at_sender;
   auto transport = *CreateTransport({});
   auto listener = *transport->Listen("inproc-close:0");
   auto sender = *transport->Connect(listener->address(), absl::Seconds(1));
@@ -55,7 +56,6 @@ TEST(InProcessTransportTest, CloseReachesThePeerOnceAndReleasesQueuedFrames) {
   // Queued before the receiver starts: held, then released by the close.
   ASSERT_TRUE(sender->Send(MakeFrame(FrameType::kChunk, 1, "", "queued")).ok());
   EXPECT_EQ(LiveTransportBuffers(), 1);
-  FrameRecorder at_receiver, at_sender;
   sender->Start(&at_sender);
   sender->Close();
   EXPECT_EQ(LiveTransportBuffers(), 0);

@@ -45,6 +45,9 @@ FaultInjectingLink::~FaultInjectingLink() {
     return state_->delayed_in_flight == 0;
   };
   state_->mu.AwaitWithTimeout(absl::Condition(&idle), absl::Seconds(10));
+  state_->mu.Unlock();
+  inner_.reset();  // joins its delivery, which calls back into this object: before members go
+  state_->mu.Lock();
 }
 
 

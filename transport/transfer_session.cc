@@ -346,7 +346,26 @@ TransferConnection::~TransferConnection() {
     stopping_ = true;
   }
   if (timer_.joinable()) timer_.join();
-  link_.reset();  // joins the backend's delivery, so no OnFrame runs after this
+  {
+    absl::MutexLock lock(&mu_);
+    link_closing_ = true;
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return callbacks_ == 0; };
+    mu_.Await(absl::Condition(&idle));
+  }
+  link_.reset();  // joins the backend's delivery; callbacks arriving meanwhile return at once
+}
+
+bool TransferConnection::EnterCallback(bool touch_liveness) {
+  absl::MutexLock lock(&mu_);
+  if (link_closing_) return false;
+  ++callbacks_;
+  if (touch_liveness) last_receive_ = absl::Now();
+  return true;
+}
+
+void TransferConnection::LeaveCallback() {
+  absl::MutexLock lock(&mu_);
+  --callbacks_;
 }
 
 absl::Status TransferConnection::SendMessage(FrameType type, const v1::TransferFrame& message,
@@ -473,10 +492,12 @@ std::shared_ptr<ReceiveSession> TransferConnection::FindReceive(uint64_t id) {
 }
 
 void TransferConnection::OnFrame(Frame frame) {
-  {
-    absl::MutexLock lock(&mu_);
-    last_receive_ = absl::Now();
-  }
+  if (!EnterCallback(/*touch_liveness=*/true)) return;
+  HandleFrame(std::move(frame));
+  LeaveCallback();
+}
+
+void TransferConnection::HandleFrame(Frame frame) {
   if (frame.type == FrameType::kHeartbeat) return;
   v1::TransferFrame message;
   if (!message.ParseFromString(frame.meta) || TypeOf(message) != frame.type ||
@@ -605,7 +626,9 @@ void TransferConnection::HandleControl(uint64_t id, const v1::TransferFrame& mes
 }
 
 void TransferConnection::OnLinkDown(absl::Status status) {
+  if (!EnterCallback(/*touch_liveness=*/false)) return;
   LinkLost(std::string(status.message()));
+  LeaveCallback();
 }
 
 void TransferConnection::LinkLost(const std::string& why) {

@@ -221,10 +221,14 @@ class TransferConnection : public LinkHandler,
                const std::string& message, bool notify_peer);
   void EndReceive(const std::shared_ptr<ReceiveSession>& session, SessionState state,
                   const std::string& message, bool notify_peer);
+  void HandleFrame(Frame frame);
   void HandleHeader(uint64_t id, v1::TransferHeader header);
   void HandleData(uint64_t id, v1::TransferFrame message, Payload payload);
   void HandleControl(uint64_t id, const v1::TransferFrame& message);
   void LinkLost(const std::string& why);
+  // Brackets a link callback (false: the link is being destroyed, do nothing).
+  bool EnterCallback(bool touch_liveness);
+  void LeaveCallback();
   std::shared_ptr<SendSession> FindSend(uint64_t id);
   std::shared_ptr<ReceiveSession> FindReceive(uint64_t id);
 
@@ -236,6 +240,10 @@ class TransferConnection : public LinkHandler,
   bool down_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool deadline_changed_ ABSL_GUARDED_BY(mu_) = false;
+  // Link callbacks running now; once `link_closing_` is set (destructor) new ones return at once,
+  // so none touches link_ while it is being destroyed.
+  int callbacks_ ABSL_GUARDED_BY(mu_) = 0;
+  bool link_closing_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_receive_ ABSL_GUARDED_BY(mu_);
   absl::Time next_heartbeat_ ABSL_GUARDED_BY(mu_);
   uint64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 1;
