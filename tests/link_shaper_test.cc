@@ -49,7 +49,13 @@ double MeasuredGoodput(double gbps, size_t total) {
 }
 
 TEST(LinkShaperTest, GoodputOf64MiBIsWithinFivePercentOfTheSetting) {
-  for (double gbps : {0.1, 1.0, 10.0}) {
+#if defined(__SANITIZE_ADDRESS__)
+  // Under AddressSanitizer (`make asan`) the instrumented code itself cannot move 10 Gbit/s.
+  const std::vector<double> settings = {0.1, 1.0};
+#else
+  const std::vector<double> settings = {0.1, 1.0, 10.0};
+#endif
+  for (double gbps : settings) {
     const double measured = MeasuredGoodput(gbps, size_t{64} << 20);
     std::printf("shaped %.1f Gbit/s: measured %.4f Gbit/s (%.2f %%)\n", gbps, measured,
                 100.0 * (measured / gbps - 1));

@@ -266,6 +266,8 @@ class VethPair {
   const std::string& why_not() const { return why_not_; }
   const std::string& ns() const { return ns_; }
   const std::string& inner_ip() const { return inner_ip_; }
+  const std::string& outer_device() const { return outer_; }
+  const std::string& inner_device() const { return inner_; }
   bool SetDown() { return Run(absl::StrCat("ip link set ", outer_, " down")) == 0; }
 
  private:
@@ -277,6 +279,19 @@ TEST_P(TransportProcessTest, ASilentLinkEndsBothSidesWithinTheLivenessLimit) {
   VethPair veth;
   if (!veth.ready()) GTEST_SKIP() << "silent-link test skipped: " << veth.why_not();
   std::vector<std::string> args = {"ip", "netns", "exec", veth.ns()};
+  if (GetParam() == "ucx") {
+    // UCX wires endpoints over every network device it is allowed; across namespaces only the
+    // veth pair connects the two sides, so each side names its end (as deployments name NICs).
+    args.push_back("env");
+    args.push_back("UCX_NET_DEVICES=" + veth.inner_device());
+    setenv("UCX_NET_DEVICES", veth.outer_device().c_str(), 1);
+    TransportOptions options;
+    options.backend = "ucx";
+    auto transport = CreateTransport(options);
+    unsetenv("UCX_NET_DEVICES");
+    ASSERT_TRUE(transport.ok()) << transport.status();
+    transport_ = *std::move(transport);
+  }
   for (const std::string& a : PeerArgs("recv", veth.inner_ip() + ":0", 0)) args.push_back(a);
   PeerProcess peer(args);
   auto listening = peer.WaitFor("LISTENING ", absl::Seconds(10));
