@@ -328,6 +328,11 @@ TEST_P(TransportProcessTest, ASilentLinkEndsBothSidesWithinTheLivenessLimit) {
   std::printf("%s: silent link: sender ended after %s, receiver reported after %s\n",
               GetParam().c_str(), absl::FormatDuration(sender_took).c_str(),
               absl::FormatDuration(receiver_took).c_str());
+  // Close our sockets before the veth pair goes: a device that TCP sockets still reference makes
+  // the kernel wait up to ~10 s to unregister it.
+  session->reset();
+  connection.reset();
+  transport_.reset();
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, TransportProcessTest,
