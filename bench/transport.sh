@@ -31,27 +31,27 @@ perftest() {  # TLS SIZE
   echo "${out:-0}"
 }
 
-ours() {  # BACKEND SIZE [UCX_TLS] -> goodput MiB/s
-  local backend=$1 size=$2 tls=${3:-} line
-  line=$(env ${tls:+UCX_TLS=$tls} "$BENCH" --backend "$backend" --bytes "$size" \
-         --iters "$(iters_for "$size")" --sessions 0 --json)
-  python3 -c 'import json,sys; print("%.1f" % json.loads(sys.argv[1])["goodput_mib_s"])' "$line"
+ours() {  # LEVEL BACKEND SIZE [UCX_TLS] -> goodput MiB/s
+  local level=$1 backend=$2 size=$3 tls=${4:-} line
+  line=$(env ${tls:+UCX_TLS=$tls} "$BENCH" --level "$level" --backend "$backend" --bytes "$size" \
+         --iters "$(iters_for "$size")" --sessions 0 --json 2>/dev/null | grep '^{' | tail -1)
+  python3 -c 'import json,sys; print("%.0f" % json.loads(sys.argv[1])["goodput_mib_s"])' "$line"
 }
+ratio() { python3 -c "import sys; a,b=map(float,sys.argv[1:]); print('%.0f%%' % (100*a/b if b else 0))" "$1" "$2"; }
 
 echo "# $(date -u +%FT%TZ) $(uname -m) $(nproc) cores, UCX $(ucx_info -v | awk '/Version/ {print $3}')"
-echo "# goodput in MiB/s; ratio = ours / same-run ucx_perftest (ucp_am_bw)"
-printf "| %-9s | %-15s | %-15s | %-15s | %-15s | %-15s | %-9s |\n" chunk "perftest tcp" \
-  "ucx tcp" "perftest shm" "ucx shm" "grpc" "inproc"
-printf "|%s|\n" "-----------|-----------------|-----------------|-----------------|-----------------|-----------------|-----------"
+echo "# goodput in MiB/s (ratio to the same-run ucx_perftest ucp_am_bw on the same UCX_TLS; gRPC vs tcp)"
+echo "# link = the backend alone (Link frames); session = + CRC-32C on both sides, credits, ack"
+echo "| chunk | perftest tcp | ucx tcp link | ucx tcp session | perftest shm | ucx shm link | ucx shm session | grpc link | grpc session | inproc session |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 SHM="posix,cma,self"
 for size in $SIZES; do
-  p_tcp=$(perftest tcp "$size"); u_tcp=$(ours ucx "$size" tcp)
-  p_shm=$(perftest "$SHM" "$size"); u_shm=$(ours ucx "$size" "$SHM")
-  g=$(ours grpc "$size"); i=$(ours inproc "$size")
-  ratio() { python3 -c "import sys; a,b=map(float,sys.argv[1:]); print('%.0f %%' % (100*a/b if b else 0))" "$1" "$2"; }
-  printf "| %-9s | %-15s | %-15s | %-15s | %-15s | %-15s | %-9s |\n" "$size" "$p_tcp" \
-    "$u_tcp ($(ratio "$u_tcp" "$p_tcp"))" "$p_shm" "$u_shm ($(ratio "$u_shm" "$p_shm"))" \
-    "$g ($(ratio "$g" "$p_tcp"))" "$i"
+  p_tcp=$(perftest tcp "$size")
+  ul_tcp=$(ours link ucx "$size" tcp); us_tcp=$(ours session ucx "$size" tcp)
+  p_shm=$(perftest "$SHM" "$size")
+  ul_shm=$(ours link ucx "$size" "$SHM"); us_shm=$(ours session ucx "$size" "$SHM")
+  gl=$(ours link grpc "$size"); gs=$(ours session grpc "$size"); is=$(ours session inproc "$size")
+  echo "| $size | $p_tcp | $ul_tcp ($(ratio "$ul_tcp" "$p_tcp")) | $us_tcp ($(ratio "$us_tcp" "$p_tcp")) | $p_shm | $ul_shm ($(ratio "$ul_shm" "$p_shm")) | $us_shm ($(ratio "$us_shm" "$p_shm")) | $gl ($(ratio "$gl" "$p_tcp")) | $gs ($(ratio "$gs" "$p_tcp")) | $is |"
 done
 echo
 echo "# fixed cost of a session with one 640 B chunk (header, chunk, trailer, ack), $SESSIONS sessions"
@@ -59,6 +59,6 @@ for spec in "ucx tcp" "ucx $SHM" "grpc -" "inproc -"; do
   set -- $spec
   tls=$2; [ "$tls" = "-" ] && tls=""
   line=$(env ${tls:+UCX_TLS=$tls} "$BENCH" --backend "$1" --bytes 640 --iters 8 \
-         --sessions "$SESSIONS" --json)
+         --sessions "$SESSIONS" --json | grep '^{' | tail -1)
   python3 -c 'import json,sys; j=json.loads(sys.argv[1]); print("%-6s %-16s p50 %7.1f us  p99 %7.1f us" % (j["backend"], j["ucx_tls"] or "-", j["session_p50_us"], j["session_p99_us"]))' "$line"
 done

@@ -9,6 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -19,6 +22,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/synchronization/mutex.h"
+#include "base/status_macros.h"
 #include "transport/transfer_session.h"
 
 namespace scd::transport {
@@ -26,6 +31,9 @@ namespace {
 
 struct BenchOptions {
   std::string backend = "ucx";
+  // "link": the backend alone (frames over a Link, what ucx_perftest measures for UCX);
+  // "session": the full protocol on top (CRC-32C both sides, credits, ack).
+  std::string level = "session";
   size_t bytes = size_t{1} << 20;
   int iters = 64;
   int sessions = 1000;
@@ -50,6 +58,93 @@ void Serve(SessionAcceptor& acceptor, const bool* stop) {
   }
 }
 
+std::string Meta(uint64_t session, FrameType type, size_t payload_bytes = 0) {
+  v1::TransferFrame message;
+  message.set_session_id(session);
+  switch (type) {
+    case FrameType::kChunk: message.mutable_chunk()->set_payload_bytes(payload_bytes); break;
+    case FrameType::kTrailer: message.mutable_trailer(); break;
+    default: message.mutable_ack(); break;
+  }
+  return message.SerializeAsString();
+}
+
+// Link level, receiving side: drops every chunk on arrival and acks each trailer.
+class LinkSink : public LinkHandler {
+ public:
+  explicit LinkSink(std::unique_ptr<Link> link) : link_(std::move(link)) { link_->Start(this); }
+  ~LinkSink() override { link_.reset(); }
+  void OnFrame(Frame frame) override {
+    if (frame.type != FrameType::kTrailer) return;
+    Frame ack;
+    ack.type = FrameType::kAck;
+    ack.session_id = frame.session_id;
+    ack.meta = Meta(frame.session_id, FrameType::kAck);
+    link_->Send(std::move(ack)).IgnoreError();
+  }
+  void OnLinkDown(absl::Status) override {}
+
+ private:
+  std::unique_ptr<Link> link_;
+};
+
+// Link level, sending side: counts acks.
+class AckCounter : public LinkHandler {
+ public:
+  void OnFrame(Frame frame) override {
+    absl::MutexLock lock(&mu_);
+    if (frame.type == FrameType::kAck) ++acks_;
+  }
+  void OnLinkDown(absl::Status) override {
+    absl::MutexLock lock(&mu_);
+    down_ = true;
+  }
+  bool WaitFor(int acks) {
+    absl::MutexLock lock(&mu_);
+    auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return down_ || acks_ >= acks; };
+    mu_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(600));
+    return acks_ >= acks;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int acks_ ABSL_GUARDED_BY(mu_) = 0;
+  bool down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+void ServeLinks(Listener& listener, std::vector<std::unique_ptr<LinkSink>>* sinks) {
+  for (;;) {
+    auto link = listener.Accept(absl::Milliseconds(200));
+    if (link.ok()) {
+      sinks->push_back(std::make_unique<LinkSink>(*std::move(link)));
+    } else if (!absl::IsDeadlineExceeded(link.status())) {
+      return;
+    }
+  }
+}
+
+// Link level: `chunks` frames of the block, a trailer, and the time until the receiver's ack.
+absl::StatusOr<double> SendOverLink(Link& link, AckCounter& acks, int round, int chunks,
+                                    const std::string& block) {
+  const absl::Time start = absl::Now();
+  const std::string meta = Meta(round, FrameType::kChunk, block.size());
+  for (int i = 0; i < chunks; ++i) {
+    Frame frame;
+    frame.type = FrameType::kChunk;
+    frame.session_id = round;
+    frame.meta = meta;
+    frame.payload = Payload(reinterpret_cast<const uint8_t*>(block.data()), block.size(), nullptr);
+    SCD_RETURN_IF_ERROR(link.Send(std::move(frame)));
+  }
+  Frame trailer;
+  trailer.type = FrameType::kTrailer;
+  trailer.session_id = round;
+  trailer.meta = Meta(round, FrameType::kTrailer);
+  SCD_RETURN_IF_ERROR(link.Send(std::move(trailer)));
+  if (!acks.WaitFor(round)) return absl::UnavailableError("link went down before the ack");
+  return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
 [[noreturn]] void ServeChild(const BenchOptions& options, int address_fd) {
   TransportOptions transport_options;
   transport_options.backend = options.backend;
@@ -57,8 +152,15 @@ void Serve(SessionAcceptor& acceptor, const bool* stop) {
   if (!transport.ok()) _exit(2);
   auto listener = (*transport)->Listen("127.0.0.1:0");
   if (!listener.ok()) _exit(3);
+  const std::string address = (*listener)->address() + "\n";
+  if (options.level == "link") {
+    if (write(address_fd, address.data(), address.size()) < 0) _exit(4);
+    close(address_fd);
+    std::vector<std::unique_ptr<LinkSink>> sinks;
+    ServeLinks(**listener, &sinks);
+    _exit(0);
+  }
   SessionAcceptor acceptor(*std::move(listener), {});
-  const std::string address = acceptor.address() + "\n";
   if (write(address_fd, address.data(), address.size()) < 0) _exit(4);
   close(address_fd);
   const bool stop = false;
@@ -104,6 +206,9 @@ int Run(const BenchOptions& options) {
     }
     address.assign(buffer, static_cast<size_t>(n) - 1);
     transport = CreateTransport(transport_options);
+  } else if (options.level == "link") {
+    std::fprintf(stderr, "scd-transport-bench: --level link needs a cross-process backend\n");
+    return 2;
   } else {
     local = std::make_unique<SessionAcceptor>(*(*transport)->Listen("bench:0"),
                                               ConnectionOptions{});
@@ -115,6 +220,30 @@ int Run(const BenchOptions& options) {
     std::fprintf(stderr, "scd-transport-bench: %s\n", link.status().ToString().c_str());
     return 2;
   }
+  const std::string block(options.bytes, 'g');
+  if (options.level == "link") {
+    AckCounter acks;
+    (*link)->Start(&acks);
+    absl::StatusOr<double> warm = SendOverLink(**link, acks, 1, options.iters, block);
+    absl::StatusOr<double> seconds = SendOverLink(**link, acks, 2, options.iters, block);
+    if (!warm.ok() || !seconds.ok()) {
+      std::fprintf(stderr, "scd-transport-bench: %s\n",
+                   (warm.ok() ? seconds.status() : warm.status()).ToString().c_str());
+      return 1;
+    }
+    const double total = static_cast<double>(options.bytes) * options.iters;
+    const char* tls = std::getenv("UCX_TLS");
+    std::printf("%s{\"backend\": \"%s\", \"level\": \"link\", \"ucx_tls\": \"%s\", "
+                "\"bytes\": %zu, \"iters\": %d, \"goodput_gbps\": %.4f, "
+                "\"goodput_mib_s\": %.1f}\n",
+                options.json ? "" : "link level: ", options.backend.c_str(), tls ? tls : "",
+                options.bytes, options.iters, total * 8 / *seconds / 1e9,
+                total / *seconds / (1 << 20));
+    (*link).reset();
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    return 0;
+  }
   ConnectionOptions connection_options;
   connection_options.max_inflight_bytes = options.max_inflight_mb << 20;
   connection_options.shape.gbps = options.link_gbps;
@@ -122,7 +251,6 @@ int Run(const BenchOptions& options) {
   auto connection = TransferConnection::Create(*std::move(link), connection_options);
 
   // Goodput: a warm-up session, then the measured one.
-  const std::string block(options.bytes, 'g');
   auto send_session = [&](int chunks) -> absl::StatusOr<double> {
     const absl::Time start = absl::Now();
     auto session = connection->StartSession(v1::TransferHeader(), absl::Seconds(600));
@@ -137,7 +265,9 @@ int Run(const BenchOptions& options) {
     if (!done.ok()) return done;
     return absl::ToDoubleSeconds(absl::Now() - start);
   };
-  absl::StatusOr<double> warm = send_session(std::max(1, options.iters / 4));
+  // The warm-up is as large as the measured run, so receive pools and page tables are in their
+  // steady state (a serving daemon's), as ucx_perftest's reused buffers are.
+  absl::StatusOr<double> warm = send_session(options.iters);
   absl::StatusOr<double> seconds = send_session(options.iters);
   if (!warm.ok() || !seconds.ok()) {
     std::fprintf(stderr, "scd-transport-bench: %s\n",
@@ -164,7 +294,7 @@ int Run(const BenchOptions& options) {
   const char* tls = std::getenv("UCX_TLS");
   if (options.json) {
     std::printf(
-        "{\"backend\": \"%s\", \"ucx_tls\": \"%s\", \"bytes\": %zu, \"iters\": %d, "
+        "{\"backend\": \"%s\", \"level\": \"session\", \"ucx_tls\": \"%s\", \"bytes\": %zu, \"iters\": %d, "
         "\"goodput_gbps\": %.4f, \"goodput_mib_s\": %.1f, \"sessions\": %zu, "
         "\"session_p50_us\": %.1f, \"session_p99_us\": %.1f}\n",
         options.backend.c_str(), tls ? tls : "", options.bytes, options.iters, goodput_gbps,
@@ -198,6 +328,9 @@ int main(int argc, char** argv) {
   scd::transport::BenchOptions options;
   CLI::App app{"Transfer-session goodput and fixed cost over one transport backend"};
   app.add_option("--backend", options.backend, "inproc | grpc | ucx (UCX honours UCX_TLS)");
+  app.add_option("--level", options.level,
+                 "link: the backend alone; session: with CRC-32C, credits and ack")
+      ->check(CLI::IsMember({"link", "session"}));
   app.add_option("--bytes", options.bytes, "chunk size in bytes")->check(CLI::PositiveNumber);
   app.add_option("--iters", options.iters, "chunks in the measured session")
       ->check(CLI::PositiveNumber);
@@ -207,5 +340,6 @@ int main(int argc, char** argv) {
   app.add_option("--link-latency-us", options.link_latency_us, "one-way latency added per frame");
   app.add_flag("--json", options.json, "one JSON line");
   CLI11_PARSE(app, argc, argv);
+  spdlog::set_default_logger(spdlog::stderr_color_mt("scd-transport-bench"));  // stdout: results
   return scd::transport::Run(options);
 }
