@@ -35,8 +35,10 @@ story: build
 	./$(BUILD)/bin/scd generate --model $(PRODUCER) \
 	  --prompt "Once upon a time" --max-tokens 256 --temperature 0.8 --top-p 0.9 --seed 42 --stats
 
+# Every test, then the transport tests again under AddressSanitizer + LeakSanitizer (`make asan`).
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j2
+	$(MAKE) asan
 
 build:
 	bash scripts/setup.sh
