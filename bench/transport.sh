@@ -12,6 +12,7 @@ SIZES=${SIZES:-"65536 262144 1048576 4194304 16777216 67108864"}
 TOTAL=${TOTAL:-1073741824}     # bytes per measurement (at least 8 chunks)
 SESSIONS=${SESSIONS:-2000}
 PORT=${PORT:-13491}
+ROUNDS=${ROUNDS:-3}           # every cell is the median of ROUNDS alternating measurements
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (apt-get install ucx-utils)"; exit 1; }
 [ -x "$BENCH" ] || { echo "$BENCH not built (make build)"; exit 1; }
 
@@ -40,17 +41,26 @@ ours() {  # LEVEL BACKEND SIZE [UCX_TLS] -> goodput MiB/s
 ratio() { python3 -c "import sys; a,b=map(float,sys.argv[1:]); print('%.0f%%' % (100*a/b if b else 0))" "$1" "$2"; }
 
 echo "# $(date -u +%FT%TZ) $(uname -m) $(nproc) cores, UCX $(ucx_info -v | awk '/Version/ {print $3}')"
-echo "# goodput in MiB/s (ratio to the same-run ucx_perftest ucp_am_bw on the same UCX_TLS; gRPC vs tcp)"
+echo "# medians of $ROUNDS alternating rounds; goodput in MiB/s (ratio to the same-run ucx_perftest ucp_am_bw on the same UCX_TLS; gRPC vs tcp)"
 echo "# link = the backend alone (Link frames); session = + CRC-32C on both sides, credits, ack"
 echo "| chunk | perftest tcp | ucx tcp link | ucx tcp session | perftest shm | ucx shm link | ucx shm session | grpc link | grpc session | inproc session |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
 SHM="posix,cma,self"
+median() { python3 -c 'import statistics,sys; print("%.0f" % statistics.median(map(float, sys.argv[1:])))' "$@"; }
 for size in $SIZES; do
-  p_tcp=$(perftest tcp "$size")
-  ul_tcp=$(ours link ucx "$size" tcp); us_tcp=$(ours session ucx "$size" tcp)
-  p_shm=$(perftest "$SHM" "$size")
-  ul_shm=$(ours link ucx "$size" "$SHM"); us_shm=$(ours session ucx "$size" "$SHM")
-  gl=$(ours link grpc "$size"); gs=$(ours session grpc "$size"); is=$(ours session inproc "$size")
+  declare -A m=()
+  for ((r = 0; r < ROUNDS; r++)); do  # alternate, so slow phases of a shared machine hit all
+    m[p_tcp]+=" $(perftest tcp "$size")"
+    m[ul_tcp]+=" $(ours link ucx "$size" tcp)"; m[us_tcp]+=" $(ours session ucx "$size" tcp)"
+    m[p_shm]+=" $(perftest "$SHM" "$size")"
+    m[ul_shm]+=" $(ours link ucx "$size" "$SHM")"; m[us_shm]+=" $(ours session ucx "$size" "$SHM")"
+    m[gl]+=" $(ours link grpc "$size")"; m[gs]+=" $(ours session grpc "$size")"
+    m[is]+=" $(ours session inproc "$size")"
+  done
+  for k in p_tcp ul_tcp us_tcp p_shm ul_shm us_shm gl gs is; do
+    printf -v "$k" '%s' "$(median ${m[$k]})"
+  done
+  unset m
   echo "| $size | $p_tcp | $ul_tcp ($(ratio "$ul_tcp" "$p_tcp")) | $us_tcp ($(ratio "$us_tcp" "$p_tcp")) | $p_shm | $ul_shm ($(ratio "$ul_shm" "$p_shm")) | $us_shm ($(ratio "$us_shm" "$p_shm")) | $gl ($(ratio "$gl" "$p_tcp")) | $gs ($(ratio "$gs" "$p_tcp")) | $is |"
 done
 echo

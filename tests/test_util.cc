@@ -82,4 +82,20 @@ Artifact SyntheticArtifact(const LlamaModel& model) {
   return a;
 }
 
+void ExpectSameChunk(const CodeChunk& a, const CodeChunk& b, const std::string& where) {
+  EXPECT_EQ(a.layer, b.layer) << where;
+  EXPECT_EQ(a.kind, b.kind) << where;
+  EXPECT_EQ(a.dtype, b.dtype) << where;
+  EXPECT_EQ(a.token_begin, b.token_begin) << where;
+  EXPECT_EQ(a.token_end, b.token_end) << where;
+  EXPECT_EQ(a.shape, b.shape) << where;
+  ASSERT_EQ(a.data.scalar_type(), b.data.scalar_type()) << where;
+  EXPECT_TRUE(at::equal(a.data.reshape({-1}), b.data.reshape({-1}))) << where;  // bit-exact
+  ASSERT_EQ(a.scales.defined(), b.scales.defined()) << where;
+  if (a.scales.defined()) {
+    EXPECT_TRUE(at::equal(a.scales.reshape({-1}), b.scales.reshape({-1}))) << where;
+  }
+  EXPECT_EQ(a.bytes(), b.bytes()) << where;
+}
+
 }  // namespace scd::testing

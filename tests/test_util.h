@@ -11,6 +11,7 @@
 
 #include "base/token_id.h"
 #include "codec/artifact.h"
+#include "codec/code_batch.h"
 #include "model/safetensors.h"
 #include "tests/test_files.h"
 
@@ -47,6 +48,10 @@ inline constexpr double kFloat32Epsilon = 1.1920929e-7;
 // with itself): ranks (r_K, r_V) = (2, 3) everywhere, patch layers 1 and 3 with r_H = 5 and a
 // one-hidden-layer aligner, recompute plan {2, 3}.
 Artifact SyntheticArtifact(const LlamaModel& model);
+
+// Every field of two code chunks equal and their tensors bit-identical (gtest expectations
+// tagged with `where`).
+void ExpectSameChunk(const CodeChunk& a, const CodeChunk& b, const std::string& where);
 
 }  // namespace scd::testing
 
