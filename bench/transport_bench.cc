@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
+#include "transport/frame_message.h"
 #include "transport/transfer_session.h"
 
 namespace scd::transport {
@@ -58,15 +59,16 @@ void Serve(SessionAcceptor& acceptor, const bool* stop) {
   }
 }
 
-std::string Meta(uint64_t session, FrameType type, size_t payload_bytes = 0) {
+// A link-level frame: a chunk of `payload`, a trailer or an ack for round `session`.
+Frame BenchFrame(uint64_t session, FrameType type, Payload payload = Payload()) {
   v1::TransferFrame message;
   message.set_session_id(session);
   switch (type) {
-    case FrameType::kChunk: message.mutable_chunk()->set_payload_bytes(payload_bytes); break;
+    case FrameType::kChunk: message.mutable_chunk()->set_payload_bytes(payload.size()); break;
     case FrameType::kTrailer: message.mutable_trailer(); break;
     default: message.mutable_ack(); break;
   }
-  return message.SerializeAsString();
+  return *FrameFromMessage(message, std::move(payload));  // every body above has a frame type
 }
 
 // Link level, receiving side: drops every chunk on arrival and acks each trailer.
@@ -76,11 +78,7 @@ class LinkSink : public LinkHandler {
   ~LinkSink() override { link_.reset(); }
   void OnFrame(Frame frame) override {
     if (frame.type != FrameType::kTrailer) return;
-    Frame ack;
-    ack.type = FrameType::kAck;
-    ack.session_id = frame.session_id;
-    ack.meta = Meta(frame.session_id, FrameType::kAck);
-    link_->Send(std::move(ack)).IgnoreError();
+    link_->Send(BenchFrame(frame.session_id, FrameType::kAck)).IgnoreError();
   }
   void OnLinkDown(absl::Status) override {}
 
@@ -127,20 +125,12 @@ void ServeLinks(Listener& listener, std::vector<std::unique_ptr<LinkSink>>* sink
 absl::StatusOr<double> SendOverLink(Link& link, AckCounter& acks, int round, int chunks,
                                     const std::string& block) {
   const absl::Time start = absl::Now();
-  const std::string meta = Meta(round, FrameType::kChunk, block.size());
   for (int i = 0; i < chunks; ++i) {
-    Frame frame;
-    frame.type = FrameType::kChunk;
-    frame.session_id = round;
-    frame.meta = meta;
-    frame.payload = Payload(reinterpret_cast<const uint8_t*>(block.data()), block.size(), nullptr);
-    SCD_RETURN_IF_ERROR(link.Send(std::move(frame)));
+    SCD_RETURN_IF_ERROR(link.Send(BenchFrame(
+        round, FrameType::kChunk,
+        Payload(reinterpret_cast<const uint8_t*>(block.data()), block.size(), nullptr))));
   }
-  Frame trailer;
-  trailer.type = FrameType::kTrailer;
-  trailer.session_id = round;
-  trailer.meta = Meta(round, FrameType::kTrailer);
-  SCD_RETURN_IF_ERROR(link.Send(std::move(trailer)));
+  SCD_RETURN_IF_ERROR(link.Send(BenchFrame(round, FrameType::kTrailer)));
   if (!acks.WaitFor(round)) return absl::UnavailableError("link went down before the ack");
   return absl::ToDoubleSeconds(absl::Now() - start);
 }

@@ -28,6 +28,8 @@
 // malloc thresholds (RaiseMallocThresholds) each mattered; see the comments there.
 #include "transport/grpc_transport.h"
 
+#include "transport/frame_message.h"
+
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
@@ -206,31 +208,6 @@ bool PassField(uint64_t tag, SliceReader* reader, std::string* copy) {
     default:  // groups are not part of this protocol
       return false;
   }
-}
-
-std::optional<FrameType> FrameTypeOf(TransferFrame::BodyCase body) {
-  switch (body) {
-    case TransferFrame::kHeader:
-      return FrameType::kHeader;
-    case TransferFrame::kChunk:
-      return FrameType::kChunk;
-    case TransferFrame::kTrailer:
-      return FrameType::kTrailer;
-    case TransferFrame::kAck:
-      return FrameType::kAck;
-    case TransferFrame::kError:
-      return FrameType::kError;
-    case TransferFrame::kCredit:
-      return FrameType::kCredit;
-    case TransferFrame::kCancel:
-      return FrameType::kCancel;
-    case TransferFrame::kHeartbeat:
-      return FrameType::kHeartbeat;
-    case TransferFrame::kPiece:
-    case TransferFrame::BODY_NOT_SET:
-      break;
-  }
-  return std::nullopt;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -9,23 +9,7 @@ namespace {
 std::atomic<int64_t> live_buffers{0};
 std::atomic<int64_t> live_bytes{0};
 
-// Owns one counted allocation; the count drops when the last Payload sharing it goes.
-struct CountedBuffer {
-  explicit CountedBuffer(size_t n) : bytes(new uint8_t[n]), size(n) {
-    live_buffers.fetch_add(1, std::memory_order_relaxed);
-    live_bytes.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
-  }
-  ~CountedBuffer() {
-    live_buffers.fetch_sub(1, std::memory_order_relaxed);
-    live_bytes.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
-  }
-  CountedBuffer(const CountedBuffer&) = delete;
-  CountedBuffer& operator=(const CountedBuffer&) = delete;
-  std::unique_ptr<uint8_t[]> bytes;
-  size_t size;
-};
-
-// A caller's buffer, counted while shared.
+// One counted buffer (ours or a caller's), released when the last Payload sharing it goes.
 struct AdoptedBuffer {
   AdoptedBuffer(size_t n, std::function<void()> r) : size(n), release(std::move(r)) {
     live_buffers.fetch_add(1, std::memory_order_relaxed);
@@ -49,10 +33,9 @@ Payload Payload::Adopt(const uint8_t* data, size_t size, std::function<void()> r
 }
 
 Payload Payload::Allocate(size_t size, uint8_t** writable) {
-  auto buffer = std::make_shared<CountedBuffer>(size);
-  uint8_t* bytes = buffer->bytes.get();  // before the move below (argument order is unspecified)
+  uint8_t* bytes = new uint8_t[size];
   *writable = bytes;
-  return Payload(bytes, size, std::move(buffer));
+  return Adopt(bytes, size, [bytes] { delete[] bytes; });
 }
 
 Payload Payload::Copy(const void* data, size_t size) {

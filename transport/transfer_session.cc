@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/crc32c.h"
+#include "base/status_macros.h"
+#include "transport/frame_message.h"
 
 namespace scd::transport {
 namespace {
@@ -39,19 +41,6 @@ SessionState StateFor(v1::ErrorCode code) {
     case v1::ERROR_RESOURCE_EXHAUSTED: return SessionState::kResourceExhausted;
     case v1::ERROR_PROTOCOL: return SessionState::kProtocolError;
     default: return SessionState::kInternal;
-  }
-}
-
-FrameType TypeOf(const v1::TransferFrame& message) {
-  switch (message.body_case()) {
-    case v1::TransferFrame::kHeader: return FrameType::kHeader;
-    case v1::TransferFrame::kChunk: return FrameType::kChunk;
-    case v1::TransferFrame::kTrailer: return FrameType::kTrailer;
-    case v1::TransferFrame::kAck: return FrameType::kAck;
-    case v1::TransferFrame::kError: return FrameType::kError;
-    case v1::TransferFrame::kCredit: return FrameType::kCredit;
-    case v1::TransferFrame::kCancel: return FrameType::kCancel;
-    default: return FrameType::kHeartbeat;
   }
 }
 
@@ -172,7 +161,7 @@ absl::Status SendSession::SendChunk(v1::CodeChunk chunk, Payload payload) {
   }
   message.set_session_id(id_);
   *message.mutable_chunk() = std::move(chunk);
-  absl::Status sent = connection->SendMessage(FrameType::kChunk, message, std::move(payload));
+  absl::Status sent = connection->SendMessage(message, std::move(payload));
   if (!sent.ok()) {
     connection->EndSend(std::static_pointer_cast<SendSession>(shared_from_this()),
                         SessionState::kPeerLost, std::string(sent.message()), false);
@@ -193,7 +182,7 @@ absl::Status SendSession::Finish() {
     message.mutable_trailer()->set_chunk_count(stats_.chunks);
     message.mutable_trailer()->set_byte_count(stats_.bytes);
   }
-  absl::Status sent = connection->SendMessage(FrameType::kTrailer, message);
+  absl::Status sent = connection->SendMessage(message);
   if (!sent.ok()) {
     connection->EndSend(std::static_pointer_cast<SendSession>(shared_from_this()),
                         SessionState::kPeerLost, std::string(sent.message()), false);
@@ -296,7 +285,7 @@ absl::StatusOr<std::optional<ReceivedChunk>> ReceiveSession::Next(absl::Duration
     v1::TransferFrame credit;
     credit.set_session_id(id_);
     credit.mutable_credit()->set_bytes(bytes);
-    connection->SendMessage(FrameType::kCredit, credit).IgnoreError();  // a lost link ends us
+    connection->SendMessage(credit).IgnoreError();  // a lost link ends us
   }
   return std::optional<ReceivedChunk>(std::move(chunk));
 }
@@ -368,13 +357,8 @@ void TransferConnection::LeaveCallback() {
   --callbacks_;
 }
 
-absl::Status TransferConnection::SendMessage(FrameType type, const v1::TransferFrame& message,
-                                             Payload payload) {
-  Frame frame;
-  frame.type = type;
-  frame.session_id = message.session_id();
-  frame.meta = message.SerializeAsString();
-  frame.payload = std::move(payload);
+absl::Status TransferConnection::SendMessage(const v1::TransferFrame& message, Payload payload) {
+  SCD_ASSIGN_OR_RETURN(Frame frame, FrameFromMessage(message, std::move(payload)));
   return link_->Send(std::move(frame));
 }
 
@@ -405,7 +389,7 @@ absl::StatusOr<std::shared_ptr<SendSession>> TransferConnection::StartSession(
   v1::TransferFrame message;
   message.set_session_id(session->id());
   *message.mutable_header() = std::move(header);
-  absl::Status sent = SendMessage(FrameType::kHeader, message);
+  absl::Status sent = SendMessage(message);
   if (!sent.ok()) {
     EndSend(session, SessionState::kPeerLost, std::string(sent.message()), false);
     return sent;
@@ -421,24 +405,34 @@ void TransferConnection::EndSend(const std::shared_ptr<SendSession>& session, Se
     absl::MutexLock lock(&session->mu_);
     if (!session->EndLocked(state, message)) return;
   }
-  bool down;
-  {
-    absl::MutexLock lock(&mu_);
-    sending_.erase(session->id());
-    down = down_;
-  }
-  if (notify_peer && !down) {
+  const bool up = Forget(session->id(), /*sending=*/true);
+  if (notify_peer && up) {
     v1::TransferFrame cancel;
     cancel.set_session_id(session->id());
     cancel.mutable_cancel()->set_reason(ErrorCodeFor(state));
     cancel.mutable_cancel()->set_message(message);
-    SendMessage(FrameType::kCancel, cancel).IgnoreError();
+    SendMessage(cancel).IgnoreError();
   }
-  if (state == SessionState::kCompleted) {
-    spdlog::debug("[{}] sent session {} completed", session->request_id(), session->id());
+  LogEnd("sending", *session, state, message);
+}
+
+bool TransferConnection::Forget(uint64_t id, bool sending) {
+  absl::MutexLock lock(&mu_);
+  if (sending) {
+    sending_.erase(id);
   } else {
-    spdlog::info("[{}] sending session {} on {} ended {}: {}", session->request_id(),
-                 session->id(), describe_, SessionStateName(state), message);
+    receiving_.erase(id);
+  }
+  return !down_;
+}
+
+void TransferConnection::LogEnd(const char* direction, const SessionCore& session,
+                                SessionState state, const std::string& message) const {
+  if (state == SessionState::kCompleted) {
+    spdlog::debug("[{}] {} session {} completed", session.request_id(), direction, session.id());
+  } else {
+    spdlog::info("[{}] {} session {} on {} ended {}: {}", session.request_id(), direction,
+                 session.id(), describe_, SessionStateName(state), message);
   }
 }
 
@@ -451,32 +445,21 @@ void TransferConnection::EndReceive(const std::shared_ptr<ReceiveSession>& sessi
     if (!session->EndLocked(state, message)) return;
     dropped.swap(session->queue_);
   }
-  bool down;
-  {
-    absl::MutexLock lock(&mu_);
-    receiving_.erase(session->id());
-    down = down_;
-  }
-  if (notify_peer && !down) {
+  const bool up = Forget(session->id(), /*sending=*/false);
+  if (notify_peer && up) {
     v1::TransferFrame reply;
     reply.set_session_id(session->id());
     if (state == SessionState::kCompleted) {
       SessionStats stats = session->stats();
       reply.mutable_ack()->set_chunk_count(stats.chunks);
       reply.mutable_ack()->set_byte_count(stats.bytes);
-      SendMessage(FrameType::kAck, reply).IgnoreError();
     } else {
       reply.mutable_error()->set_code(ErrorCodeFor(state));
       reply.mutable_error()->set_message(message);
-      SendMessage(FrameType::kError, reply).IgnoreError();
     }
+    SendMessage(reply).IgnoreError();
   }
-  if (state == SessionState::kCompleted) {
-    spdlog::debug("[{}] received session {} completed", session->request_id(), session->id());
-  } else {
-    spdlog::info("[{}] receiving session {} on {} ended {}: {}", session->request_id(),
-                 session->id(), describe_, SessionStateName(state), message);
-  }
+  LogEnd("receiving", *session, state, message);
 }
 
 std::shared_ptr<SendSession> TransferConnection::FindSend(uint64_t id) {
@@ -500,7 +483,7 @@ void TransferConnection::OnFrame(Frame frame) {
 void TransferConnection::HandleFrame(Frame frame) {
   if (frame.type == FrameType::kHeartbeat) return;
   v1::TransferFrame message;
-  if (!message.ParseFromString(frame.meta) || TypeOf(message) != frame.type ||
+  if (!message.ParseFromString(frame.meta) || FrameTypeOf(message.body_case()) != frame.type ||
       message.session_id() != frame.session_id) {
     spdlog::warn("{}: dropping a malformed {} frame for session {}", describe_,
                  FrameTypeName(frame.type), frame.session_id);
@@ -674,7 +657,7 @@ void TransferConnection::TimerLoop() {
       mu_.Unlock();
       v1::TransferFrame beat;
       beat.mutable_heartbeat()->set_sent_unix_us(absl::ToUnixMicros(now));
-      SendMessage(FrameType::kHeartbeat, beat).IgnoreError();
+      SendMessage(beat).IgnoreError();
       mu_.Lock();
     }
     // Deadlines: collect under this lock, look at each under the session's.

@@ -212,9 +212,8 @@ class TransferConnection : public LinkHandler,
   friend class ReceiveSession;
   TransferConnection(std::unique_ptr<Link> link, ConnectionOptions options);
   void TimerLoop();
-  // Sends a control or data frame carrying `message` for `session`.
-  absl::Status SendMessage(FrameType type, const v1::TransferFrame& message,
-                           Payload payload = Payload());
+  // Sends the frame carrying `message` (its body says which frame type).
+  absl::Status SendMessage(const v1::TransferFrame& message, Payload payload = Payload());
   // Ends `session` in `state`; tells the peer (Cancel from a sender, Error from a receiver) when
   // `notify_peer`.
   void EndSend(const std::shared_ptr<SendSession>& session, SessionState state,
@@ -226,6 +225,10 @@ class TransferConnection : public LinkHandler,
   void HandleData(uint64_t id, v1::TransferFrame message, Payload payload);
   void HandleControl(uint64_t id, const v1::TransferFrame& message);
   void LinkLost(const std::string& why);
+  // Drops an ended session from its map; true while the link is up (the peer can be told).
+  bool Forget(uint64_t id, bool sending);
+  void LogEnd(const char* direction, const SessionCore& session, SessionState state,
+              const std::string& message) const;
   // Brackets a link callback (false: the link is being destroyed, do nothing).
   bool EnterCallback(bool touch_liveness);
   void LeaveCallback();
