@@ -202,6 +202,17 @@ TEST_P(TransportProcessTest, KillingTheReceiverEndsTheSendersSessionAndReleasesI
 }
 
 TEST_P(TransportProcessTest, AFrozenSenderEndsTheReceiversSessionWithinTheLivenessLimit) {
+  // The backends' own keepalives (gRPC pings, UCX endpoint keepalive) are tuned to notice a dead
+  // peer within about the same second and could win the race; here they are slowed down so that
+  // the application heartbeat alone must tell (their own tests cover them).
+  TransportOptions options;
+  options.backend = GetParam();
+  options.grpc_keepalive_interval = absl::Seconds(5);
+  options.grpc_keepalive_timeout = absl::Seconds(10);
+  options.ucx_keepalive_interval = absl::Seconds(5);
+  auto transport = CreateTransport(options);
+  ASSERT_TRUE(transport.ok()) << transport.status();
+  transport_ = *std::move(transport);
   auto acceptor = Listen();
   PeerProcess peer(PeerArgs("send", acceptor->address(), 10));
   auto session = acceptor->Accept(absl::Seconds(10));
