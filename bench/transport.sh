@@ -12,21 +12,24 @@ SIZES=${SIZES:-"65536 262144 1048576 4194304 16777216 67108864"}
 TOTAL=${TOTAL:-1073741824}     # bytes per measurement (at least 8 chunks)
 SESSIONS=${SESSIONS:-2000}
 PORT=${PORT:-13491}
-ROUNDS=${ROUNDS:-3}           # every cell is the median of ROUNDS alternating measurements
+ROUNDS=${ROUNDS:-5}           # every cell: best and median of ROUNDS alternating measurements
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (apt-get install ucx-utils)"; exit 1; }
 [ -x "$BENCH" ] || { echo "$BENCH not built (make build)"; exit 1; }
 
 iters_for() { local n=$(( TOTAL / $1 )); [ $n -lt 8 ] && n=8; echo $n; }
 
 # ucx_perftest ucp_am_bw over loopback; prints MiB/s ("MB/s" in its table is 2^20 bytes).
-perftest() {  # TLS SIZE
-  local tls=$1 size=$2 iters; iters=$(iters_for "$size")
-  UCX_TLS=$tls ucx_perftest -p $PORT >/dev/null 2>&1 &
+# EXTRA "-e": endpoints with peer error handling, as the backend's (UCX 1.13 then picks other lanes:
+# no posix AM lane; cma for rendezvous only with CMA_MEMORY_INVALIDATE=y, which the backend sets).
+perftest() {  # TLS SIZE [EXTRA]
+  local tls=$1 size=$2 extra=${3:-} iters; iters=$(iters_for "$size")
+  local inval=; [ -n "$extra" ] && inval=y
+  env UCX_TLS=$tls ${inval:+UCX_CMA_MEMORY_INVALIDATE=y} ucx_perftest -p $PORT $extra >/dev/null 2>&1 &
   local server=$!
   sleep 0.5
   local out
-  out=$(UCX_TLS=$tls timeout 120 ucx_perftest 127.0.0.1 -p $PORT -t ucp_am_bw -s "$size" \
-        -n "$iters" 2>&1 | awk '/Final:/ {print $6}')
+  out=$(env UCX_TLS=$tls ${inval:+UCX_CMA_MEMORY_INVALIDATE=y} timeout 120 ucx_perftest 127.0.0.1 -p $PORT \
+        -t ucp_am_bw -s "$size" -n "$iters" $extra 2>&1 | awk '/Final:/ {print $6}')
   wait $server 2>/dev/null || true
   PORT=$((PORT + 1))
   echo "${out:-0}"
@@ -40,29 +43,41 @@ ours() {  # LEVEL BACKEND SIZE [UCX_TLS] -> goodput MiB/s
 }
 ratio() { python3 -c "import sys; a,b=map(float,sys.argv[1:]); print('%.0f%%' % (100*a/b if b else 0))" "$1" "$2"; }
 
-echo "# $(date -u +%FT%TZ) $(uname -m) $(nproc) cores, UCX $(ucx_info -v | awk '/Version/ {print $3}')"
-echo "# medians of $ROUNDS alternating rounds; goodput in MiB/s (ratio to the same-run ucx_perftest ucp_am_bw on the same UCX_TLS; gRPC vs tcp)"
+echo "# $(date -u +%FT%TZ) $(uname -m) $(nproc) cores, UCX $(ucx_info -v | awk '/Version/ {print $3}'), $ROUNDS alternating rounds"
+echo "# goodput in MiB/s; ours: (ratio to ucx_perftest ucp_am_bw on the same UCX_TLS / to ucx_perftest -e); gRPC vs tcp"
 echo "# link = the backend alone (Link frames); session = + CRC-32C on both sides, credits, ack"
-echo "| chunk | perftest tcp | ucx tcp link | ucx tcp session | perftest shm | ucx shm link | ucx shm session | grpc link | grpc session | inproc session |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
 SHM="posix,cma,self"
-median() { python3 -c 'import statistics,sys; print("%.0f" % statistics.median(map(float, sys.argv[1:])))' "$@"; }
+SHM_E="posix,cma,self,tcp"  # -e cannot connect without a network transport (the backend adds tcp too)
+KEYS="p_tcp e_tcp ul_tcp us_tcp p_shm e_shm ul_shm us_shm gl gs is"
+declare -A best=() med=()
+stat() { python3 -c 'import statistics,sys; f=sys.argv[1]; v=list(map(float, sys.argv[2:])); print("%.0f" % (max(v) if f=="best" else statistics.median(v)))' "$@"; }
 for size in $SIZES; do
   declare -A m=()
   for ((r = 0; r < ROUNDS; r++)); do  # alternate, so slow phases of a shared machine hit all
-    m[p_tcp]+=" $(perftest tcp "$size")"
+    m[p_tcp]+=" $(perftest tcp "$size")"; m[e_tcp]+=" $(perftest tcp "$size" -e)"
     m[ul_tcp]+=" $(ours link ucx "$size" tcp)"; m[us_tcp]+=" $(ours session ucx "$size" tcp)"
-    m[p_shm]+=" $(perftest "$SHM" "$size")"
+    m[p_shm]+=" $(perftest "$SHM" "$size")"; m[e_shm]+=" $(perftest "$SHM_E" "$size" -e)"
     m[ul_shm]+=" $(ours link ucx "$size" "$SHM")"; m[us_shm]+=" $(ours session ucx "$size" "$SHM")"
     m[gl]+=" $(ours link grpc "$size")"; m[gs]+=" $(ours session grpc "$size")"
     m[is]+=" $(ours session inproc "$size")"
   done
-  for k in p_tcp ul_tcp us_tcp p_shm ul_shm us_shm gl gs is; do
-    printf -v "$k" '%s' "$(median ${m[$k]})"
-  done
+  for k in $KEYS; do best[$size.$k]=$(stat best ${m[$k]}); med[$size.$k]=$(stat median ${m[$k]}); done
   unset m
-  echo "| $size | $p_tcp | $ul_tcp ($(ratio "$ul_tcp" "$p_tcp")) | $us_tcp ($(ratio "$us_tcp" "$p_tcp")) | $p_shm | $ul_shm ($(ratio "$ul_shm" "$p_shm")) | $us_shm ($(ratio "$us_shm" "$p_shm")) | $gl ($(ratio "$gl" "$p_tcp")) | $gs ($(ratio "$gs" "$p_tcp")) | $is |"
 done
+table() {  # NAME (best|med)
+  local -n v=$2
+  echo
+  echo "## $1 of $ROUNDS rounds"
+  echo "| chunk | perftest tcp | perftest -e tcp | ucx tcp link | ucx tcp session | perftest shm | perftest -e shm | ucx shm link | ucx shm session | grpc link | grpc session | inproc session |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+  for size in $SIZES; do
+    local pt=${v[$size.p_tcp]} et=${v[$size.e_tcp]} ps=${v[$size.p_shm]} es=${v[$size.e_shm]}
+    two() { echo "$1 ($(ratio "$1" "$2") / $(ratio "$1" "$3"))"; }
+    echo "| $size | $pt | $et | $(two "${v[$size.ul_tcp]}" "$pt" "$et") | $(two "${v[$size.us_tcp]}" "$pt" "$et") | $ps | $es | $(two "${v[$size.ul_shm]}" "$ps" "$es") | $(two "${v[$size.us_shm]}" "$ps" "$es") | ${v[$size.gl]} ($(ratio "${v[$size.gl]}" "$pt")) | ${v[$size.gs]} ($(ratio "${v[$size.gs]}" "$pt")) | ${v[$size.is]} |"
+  done
+}
+table best best
+table median med
 echo
 echo "# fixed cost of a session with one 640 B chunk (header, chunk, trailer, ack), $SESSIONS sessions"
 for spec in "ucx tcp" "ucx $SHM" "grpc -" "inproc -"; do
