@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "codec/code_batch.h"
-#include "proto/transfer.pb.h"
+#include "proto/scd/v1/transfer.pb.h"
 
 namespace scd {
 

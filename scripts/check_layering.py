@@ -24,12 +24,17 @@ ALLOWED = {
     "proto": ["base", "tokenizer", "model", "codec"],
     # Bytes and frames only: never models or codecs.
     "transport": ["base", "proto"],
+    # The daemons' libraries. Producer and consumer meet only through transport and proto; the
+    # coordinator routes without models (torch-free; codec/transfer_mode only).
+    "producer": ["base", "tokenizer", "model", "codec", "proto", "transport"],
+    "consumer": ["base", "tokenizer", "model", "codec", "proto", "transport"],
+    "coordinator": ["base", "tokenizer", "codec", "proto", "transport"],
     # Front ends and harnesses sit on top and may use everything.
     "tools": None,
     "bench": None,
     "tests": None,
 }
-TORCH_FREE = {"base", "tokenizer", "transport"}
+TORCH_FREE = {"base", "tokenizer", "transport", "coordinator"}
 TORCH_PREFIXES = ("torch/", "ATen/", "c10/", "caffe2/")
 SOURCE_SUFFIXES = (".h", ".cc", ".hpp", ".cpp")
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
@@ -79,7 +84,7 @@ def self_test():
         ({"base/a.h": '#include "base/b.h"\n', "model/m.cc": '#include "codec/x.h"\n'}, 1),
         ({"tokenizer/t.cc": "#include <ATen/ATen.h>\n"}, 1),
         ({"transport/t.cc": '#include "proto/code_chunk_framing.h"\n'}, 1),
-        ({"transport/t.cc": '#include "proto/transfer.pb.h"\n'}, 0),
+        ({"transport/t.cc": '#include "proto/scd/v1/transfer.pb.h"\n'}, 0),
         ({"base/a.h": '#include "tokenizer/t.h"\n'}, 1),
         ({"weird/w.cc": "int x;\n"}, 1),
         ({"codec/c.cc": '#include "model/m.h"\n#include "base/b.h"\n#include <ATen/ATen.h>\n',

@@ -1,5 +1,5 @@
 // Frame: the unit every transport backend moves. `meta` is a serialized scd.v1.TransferFrame
-// (proto/transfer.proto) without chunk payload bytes; `payload` is the chunk's bulk bytes, carried
+// (proto/scd/v1/transfer.proto) without chunk payload bytes; `payload` is the chunk's bulk bytes, carried
 // beside it so that backends can move them without copying (in-process) or out of band (UCX
 // rendezvous). Backends never parse `meta`, except gRPC, which must put the bytes into messages.
 //

@@ -55,8 +55,8 @@
 #include "absl/synchronization/mutex.h"
 #include "base/exception_guard.h"
 #include "base/status_macros.h"
-#include "proto/transfer.grpc.pb.h"
-#include "proto/transfer.pb.h"
+#include "proto/scd/v1/transfer.grpc.pb.h"
+#include "proto/scd/v1/transfer.pb.h"
 #include "spdlog/spdlog.h"
 
 namespace scd::transport {

@@ -1,0 +1,303 @@
+#include "coordinator/node_registry.h"
+
+#include <algorithm>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "codec/transfer_mode.h"
+
+namespace scd::coordinator {
+namespace {
+
+const char* RoleName(v1::NodeRole role) {
+  switch (role) {
+    case v1::NODE_ROLE_PRODUCER: return "producer";
+    case v1::NODE_ROLE_CONSUMER: return "consumer";
+    default: return "unspecified";
+  }
+}
+
+std::string ShortFingerprint(const std::string& fingerprint) {
+  return fingerprint.substr(0, 12);
+}
+
+// Mode names Resolve accepts: codec's modes plus "auto".
+absl::Status CheckMode(const std::string& mode) {
+  if (mode == "auto") return absl::OkStatus();
+  absl::StatusOr<TransferMode> parsed = ParseTransferMode(mode);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown mode '", mode, "' (auto, local, raw, int4, recompute, reuse, scd)"));
+  }
+  return absl::OkStatus();
+}
+
+bool NeedsArtifact(const std::string& mode) {
+  absl::StatusOr<TransferMode> parsed = ParseTransferMode(mode);
+  return parsed.ok() && ModeNeedsArtifact(*parsed);
+}
+
+}  // namespace
+
+NodeRegistry::NodeRegistry(RegistryOptions options, Clock clock)
+    : options_(options), clock_(std::move(clock)) {}
+
+absl::StatusOr<Lease> NodeRegistry::Register(const v1::RegisterRequest& request) {
+  if (request.role() != v1::NODE_ROLE_PRODUCER && request.role() != v1::NODE_ROLE_CONSUMER) {
+    return absl::InvalidArgumentError("register: role must be producer or consumer");
+  }
+  if (request.address().empty()) return absl::InvalidArgumentError("register: no address");
+  if (request.models().empty()) return absl::InvalidArgumentError("register: no models");
+  std::set<std::string> fingerprints;
+  for (const v1::ModelEntry& model : request.models()) {
+    if (model.name().empty() || model.fingerprint().empty()) {
+      return absl::InvalidArgumentError("register: every model needs a name and a fingerprint");
+    }
+    fingerprints.insert(model.fingerprint());
+  }
+  if (request.role() == v1::NODE_ROLE_CONSUMER && request.transfer_address().empty()) {
+    return absl::InvalidArgumentError("register: a consumer needs a transfer address");
+  }
+  for (const v1::ArtifactEntry& artifact : request.artifacts()) {
+    if (fingerprints.count(artifact.consumer_fingerprint()) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "register: artifact ", artifact.id(), " is for consumer model ",
+          ShortFingerprint(artifact.consumer_fingerprint()), ", which this node does not serve"));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  Node node;
+  node.id = absl::StrCat(RoleName(request.role()), "-", next_id_++);
+  node.info = request;
+  node.last_heartbeat = clock_();
+  const std::string id = node.id;
+  nodes_.emplace(id, std::move(node));
+  return Lease{id, options_.lease, options_.heartbeat_interval};
+}
+
+absl::Status NodeRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(request.node_id());
+  const absl::Time now = clock_();
+  if (it == nodes_.end() || !Live(it->second, now)) {
+    return absl::NotFoundError(
+        absl::StrCat("heartbeat: no lease '", request.node_id(), "' (lapsed or unknown): register"));
+  }
+  it->second.last_heartbeat = now;
+  it->second.active_requests = request.active_requests();
+  return absl::OkStatus();
+}
+
+absl::Status NodeRegistry::Deregister(const std::string& node_id) {
+  absl::MutexLock lock(&mu_);
+  if (nodes_.erase(node_id) == 0) {
+    return absl::NotFoundError(absl::StrCat("deregister: no node '", node_id, "'"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> NodeRegistry::ExpireLapsed() {
+  std::vector<std::string> dropped;
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_();
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    if (Live(it->second, now)) {
+      ++it;
+      continue;
+    }
+    dropped.push_back(absl::StrCat(it->first, " (", RoleName(it->second.info.role()), " ",
+                                   it->second.info.address(), ")"));
+    it = nodes_.erase(it);
+  }
+  return dropped;
+}
+
+bool NodeRegistry::Live(const Node& node, absl::Time now) const {
+  return now - node.last_heartbeat <= options_.lease;
+}
+
+const NodeRegistry::Node* NodeRegistry::PickConsumer(const std::string& name,
+                                                     absl::Time now) const {
+  const Node* best = nullptr;
+  for (const auto& [id, node] : nodes_) {
+    if (node.info.role() != v1::NODE_ROLE_CONSUMER || !Live(node, now)) continue;
+    const bool serves = std::any_of(node.info.models().begin(), node.info.models().end(),
+                                    [&](const v1::ModelEntry& m) { return m.name() == name; });
+    if (serves && (best == nullptr || node.active_requests < best->active_requests)) best = &node;
+  }
+  return best;
+}
+
+absl::StatusOr<RouteTarget> NodeRegistry::ResolveTarget(const Node& consumer,
+                                                        const std::string& name,
+                                                        const Node* producer,
+                                                        const std::string& mode) const {
+  RouteTarget target;
+  target.target = name;
+  target.consumer_node = consumer.id;
+  target.consumer_address = consumer.info.address();
+  target.transfer_address = consumer.info.transfer_address();
+  for (const v1::ModelEntry& model : consumer.info.models()) {
+    if (model.name() == name) target.consumer_fingerprint = model.fingerprint();
+  }
+  if (mode == "local") {
+    target.mode = "local";
+    target.mode_reason = "requested";
+    return target;
+  }
+  if (producer == nullptr) {
+    if (mode != "auto") {
+      return absl::UnavailableError(
+          absl::StrCat("mode ", mode, " needs a producer and none is registered"));
+    }
+    target.mode = "local";
+    target.mode_reason = "no producer registered: local prefill";
+    return target;
+  }
+  const v1::ModelEntry& source = producer->info.models(0);
+  const v1::ArtifactEntry* artifact = nullptr;
+  for (const v1::ArtifactEntry& held : consumer.info.artifacts()) {
+    if (held.producer_fingerprint() == source.fingerprint() &&
+        held.consumer_fingerprint() == target.consumer_fingerprint) {
+      artifact = &held;
+    }
+  }
+  const bool identical = source.fingerprint() == target.consumer_fingerprint;
+  const std::string pair = absl::StrCat(source.name(), " -> ", name);
+  if (mode == "auto") {
+    if (artifact != nullptr) {
+      target.mode = "scd";
+      target.mode_reason = absl::StrCat("artifact ", artifact->id(), " for ", pair);
+      target.artifact_id = artifact->id();
+    } else if (identical) {
+      target.mode = "raw";
+      target.mode_reason = absl::StrCat("identical weights (", pair, "), no artifact needed");
+    } else {
+      target.mode = "local";
+      target.mode_reason = absl::StrCat("no artifact for ", pair, ": local prefill");
+    }
+    return target;
+  }
+  if (NeedsArtifact(mode) && artifact == nullptr) {
+    std::vector<std::string> held;
+    for (const v1::ArtifactEntry& a : consumer.info.artifacts()) {
+      held.push_back(absl::StrCat(a.id(), " (producer ", ShortFingerprint(a.producer_fingerprint()),
+                                  ")"));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "mode ", mode, " needs a translator artifact for ", pair, " (producer fingerprint ",
+        ShortFingerprint(source.fingerprint()), "); the consumer holds ",
+        held.empty() ? "none" : absl::StrJoin(held, ", ")));
+  }
+  target.mode = mode;
+  target.mode_reason = "requested";
+  if (artifact != nullptr && NeedsArtifact(mode)) target.artifact_id = artifact->id();
+  return target;
+}
+
+absl::StatusOr<Route> NodeRegistry::Resolve(const std::vector<std::string>& targets,
+                                            const std::string& requested_mode) const {
+  const std::string mode = requested_mode.empty() ? "auto" : requested_mode;
+  if (targets.empty()) return absl::InvalidArgumentError("no target named");
+  if (std::set<std::string>(targets.begin(), targets.end()).size() != targets.size()) {
+    return absl::InvalidArgumentError("a target is named twice");
+  }
+  if (absl::Status status = CheckMode(mode); !status.ok()) return status;
+
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_();
+  std::vector<const Node*> consumers;
+  for (const std::string& name : targets) {
+    const Node* consumer = PickConsumer(name, now);
+    if (consumer == nullptr) {
+      std::set<std::string> known;
+      for (const auto& [id, node] : nodes_) {
+        if (node.info.role() != v1::NODE_ROLE_CONSUMER || !Live(node, now)) continue;
+        for (const v1::ModelEntry& m : node.info.models()) known.insert(m.name());
+      }
+      return absl::NotFoundError(absl::StrCat(
+          "unknown target '", name, "'; known targets: ",
+          known.empty() ? "none" : absl::StrJoin(known, ", ")));
+    }
+    consumers.push_back(consumer);
+  }
+
+  // Candidate producers, least loaded first; nullptr (no producer) when none is live.
+  std::vector<const Node*> producers;
+  for (const auto& [id, node] : nodes_) {
+    if (node.info.role() == v1::NODE_ROLE_PRODUCER && Live(node, now)) producers.push_back(&node);
+  }
+  std::stable_sort(producers.begin(), producers.end(), [](const Node* a, const Node* b) {
+    return a->active_requests < b->active_requests;
+  });
+  if (producers.empty()) producers.push_back(nullptr);
+
+  // The first (least loaded) producer that can serve every target, preferring, for auto, the one
+  // that sends codes to the most targets (fewest local prefills).
+  std::optional<Route> best;
+  int best_score = -1;
+  absl::Status first_error;
+  for (const Node* producer : producers) {
+    Route route;
+    int score = 0;
+    absl::Status error;
+    for (size_t i = 0; i < targets.size(); ++i) {
+      absl::StatusOr<RouteTarget> target = ResolveTarget(*consumers[i], targets[i], producer, mode);
+      if (!target.ok()) {
+        error = target.status();
+        break;
+      }
+      score += target->mode != "local";
+      route.targets.push_back(*std::move(target));
+    }
+    if (!error.ok()) {
+      if (first_error.ok()) first_error = error;
+      continue;
+    }
+    if (score > best_score) {
+      if (producer != nullptr && score > 0) {
+        route.producer_node = producer->id;
+        route.producer_address = producer->info.address();
+        route.producer_name = producer->info.models(0).name();
+        route.producer_fingerprint = producer->info.models(0).fingerprint();
+      }
+      best = std::move(route);
+      best_score = score;
+    }
+  }
+  if (!best.has_value()) return first_error;
+  return *std::move(best);
+}
+
+std::vector<v1::ModelInfo> NodeRegistry::Models() const {
+  std::vector<v1::ModelInfo> models;
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_();
+  for (const auto& [id, node] : nodes_) {
+    if (!Live(node, now)) continue;
+    for (const v1::ModelEntry& entry : node.info.models()) {
+      v1::ModelInfo& info = models.emplace_back();
+      info.set_name(entry.name());
+      info.set_role(RoleName(node.info.role()));
+      info.set_fingerprint(entry.fingerprint());
+      info.set_address(node.info.address());
+      for (const std::string& transport : node.info.transports()) info.add_transports(transport);
+      for (const v1::ArtifactEntry& artifact : node.info.artifacts()) {
+        if (artifact.consumer_fingerprint() == entry.fingerprint()) {
+          info.add_producers(artifact.producer_fingerprint());
+        }
+      }
+    }
+  }
+  return models;
+}
+
+size_t NodeRegistry::size() const {
+  absl::MutexLock lock(&mu_);
+  return nodes_.size();
+}
+
+}  // namespace scd::coordinator

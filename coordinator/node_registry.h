@@ -1,0 +1,114 @@
+// NodeRegistry: the coordinator's view of the serving nodes and how it routes a request.
+//
+// Producers and consumers register (scd.v1.Registry) and hold a lease they renew by heartbeating;
+// a node whose lease lapses leaves routing at the next ExpireLapsed (the coordinator sweeps every
+// RegistryOptions::sweep_interval, so a silent node is gone within lease + sweep). Resolve turns a
+// request's targets and mode into a Route: one producer for every target that needs codes (a
+// fan-out runs one prefill), and per target a consumer node and the mode actually used, chosen
+// only where the pair can serve it: modes that need a translator artifact (reuse, scd) only where
+// the consumer registered an artifact for that producer's fingerprint; `auto` picks scd with an
+// artifact, else raw between identical weights, else local, and says why.
+//
+// Thread-safety: thread-safe (one mutex); the clock is called under it.
+#ifndef SCD_COORDINATOR_NODE_REGISTRY_H_
+#define SCD_COORDINATOR_NODE_REGISTRY_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/scd/v1/inference.pb.h"
+#include "proto/scd/v1/registry.pb.h"
+
+namespace scd::coordinator {
+
+struct RegistryOptions {
+  absl::Duration lease = absl::Seconds(2);                  // silent this long: dropped
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  absl::Duration sweep_interval = absl::Milliseconds(100);  // how often the service expires
+};
+
+struct Lease {
+  std::string node_id;
+  absl::Duration lease;
+  absl::Duration heartbeat_interval;
+};
+
+// One target of a routed request.
+struct RouteTarget {
+  std::string target;               // consumer model name
+  std::string consumer_node;        // node id
+  std::string consumer_address;     // its gRPC services
+  std::string transfer_address;     // its transport listener
+  std::string consumer_fingerprint;
+  std::string mode;                 // the mode this target will use
+  std::string mode_reason;          // why (always set)
+  std::string artifact_id;          // the artifact the mode uses ("" when none)
+};
+
+struct Route {
+  // The producer every code-receiving target shares; empty when every target runs local.
+  std::string producer_node, producer_address, producer_name, producer_fingerprint;
+  std::vector<RouteTarget> targets;  // in the request's order
+};
+
+class NodeRegistry {
+ public:
+  using Clock = std::function<absl::Time()>;
+  explicit NodeRegistry(RegistryOptions options = {}, Clock clock = &absl::Now);
+
+  // INVALID_ARGUMENT for a request without role, address or models, a consumer without a transfer
+  // address, or an artifact whose consumer fingerprint is none of the node's models'.
+  absl::StatusOr<Lease> Register(const v1::RegisterRequest& request);
+  // NOT_FOUND when the lease is unknown or lapsed (the node registers again).
+  absl::Status Heartbeat(const v1::HeartbeatRequest& request);
+  absl::Status Deregister(const std::string& node_id);
+  // Drops every node whose lease lapsed; returns "node_id (role address)" for each, for the log.
+  std::vector<std::string> ExpireLapsed();
+
+  // Routes `targets` (consumer model names, at least one, no duplicates) in `mode` ("" = auto).
+  // INVALID_ARGUMENT: no target, a duplicate, or an unknown mode. NOT_FOUND: a target no live
+  // consumer serves (the message names the known ones). UNAVAILABLE: codes needed but no live
+  // producer. FAILED_PRECONDITION: an explicit mode no producer/consumer pair can serve (names the
+  // artifacts held). Nodes with leases lapsed but not yet swept are not routed to.
+  absl::StatusOr<Route> Resolve(const std::vector<std::string>& targets,
+                                const std::string& mode) const;
+
+  // Every live model, for Inference.ListModels.
+  std::vector<v1::ModelInfo> Models() const;
+  size_t size() const;
+  const RegistryOptions& options() const { return options_; }
+
+ private:
+  struct Node {
+    std::string id;
+    v1::RegisterRequest info;
+    absl::Time last_heartbeat;
+    uint32_t active_requests = 0;
+  };
+  bool Live(const Node& node, absl::Time now) const;
+  // The live consumer node serving `name` with the fewest active requests (nullptr: none).
+  const Node* PickConsumer(const std::string& name, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Resolves one target against one producer (nullptr: none live). Returns an error only for an
+  // explicit mode the pair cannot serve.
+  absl::StatusOr<RouteTarget> ResolveTarget(const Node& consumer, const std::string& name,
+                                            const Node* producer, const std::string& mode) const;
+
+  const RegistryOptions options_;
+  const Clock clock_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Node> nodes_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace scd::coordinator
+
+#endif  // SCD_COORDINATOR_NODE_REGISTRY_H_

@@ -1,0 +1,234 @@
+// NodeRegistry: leases (a silent node leaves routing in time), validation, and routing: target
+// lookup, mode resolution per producer/consumer pair, fan-out to one producer, load balancing.
+#include "coordinator/node_registry.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace scd::coordinator {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr char kBaseFp[] = "aaaa000000000000base";
+constexpr char kFablesFp[] = "bbbb00000000fables";
+constexpr char kXsFp[] = "cccc000000000000xs";
+
+class NodeRegistryTest : public ::testing::Test {
+ protected:
+  NodeRegistryTest() : registry_(RegistryOptions{}, [this] { return now_; }) {}
+
+  static v1::RegisterRequest Producer(const std::string& name, const std::string& fingerprint,
+                                      const std::string& address = "10.0.0.1:7000") {
+    v1::RegisterRequest request;
+    request.set_role(v1::NODE_ROLE_PRODUCER);
+    request.set_address(address);
+    auto* model = request.add_models();
+    model->set_name(name);
+    model->set_fingerprint(fingerprint);
+    request.add_transports("ucx");
+    return request;
+  }
+  // A consumer of `name`, with an artifact for each producer fingerprint in `producers`.
+  static v1::RegisterRequest Consumer(const std::string& name, const std::string& fingerprint,
+                                      const std::vector<std::string>& producers,
+                                      const std::string& address = "10.0.0.2:7001") {
+    v1::RegisterRequest request;
+    request.set_role(v1::NODE_ROLE_CONSUMER);
+    request.set_address(address);
+    request.set_transfer_address(address + "1");
+    auto* model = request.add_models();
+    model->set_name(name);
+    model->set_fingerprint(fingerprint);
+    for (const std::string& producer : producers) {
+      auto* artifact = request.add_artifacts();
+      artifact->set_id("art-" + producer.substr(0, 4) + "-" + fingerprint.substr(0, 4));
+      artifact->set_producer_fingerprint(producer);
+      artifact->set_consumer_fingerprint(fingerprint);
+    }
+    return request;
+  }
+  std::string Add(const v1::RegisterRequest& request) {
+    absl::StatusOr<Lease> lease = registry_.Register(request);
+    EXPECT_TRUE(lease.ok()) << lease.status();
+    return lease.ok() ? lease->node_id : "";
+  }
+  void Beat(const std::string& id, uint32_t active = 0) {
+    v1::HeartbeatRequest beat;
+    beat.set_node_id(id);
+    beat.set_active_requests(active);
+    ASSERT_TRUE(registry_.Heartbeat(beat).ok());
+  }
+
+  absl::Time now_ = absl::FromUnixSeconds(1'000'000);
+  NodeRegistry registry_;
+};
+
+TEST_F(NodeRegistryTest, RegisterRefusesIncompleteRequests) {
+  v1::RegisterRequest no_role = Producer("base", kBaseFp);
+  no_role.set_role(v1::NODE_ROLE_UNSPECIFIED);
+  EXPECT_EQ(registry_.Register(no_role).status().code(), absl::StatusCode::kInvalidArgument);
+  v1::RegisterRequest no_address = Producer("base", kBaseFp);
+  no_address.clear_address();
+  EXPECT_EQ(registry_.Register(no_address).status().code(), absl::StatusCode::kInvalidArgument);
+  v1::RegisterRequest no_transfer = Consumer("fables", kFablesFp, {});
+  no_transfer.clear_transfer_address();
+  EXPECT_EQ(registry_.Register(no_transfer).status().code(), absl::StatusCode::kInvalidArgument);
+  // An artifact for a model the node does not serve.
+  v1::RegisterRequest wrong_artifact = Consumer("fables", kFablesFp, {kBaseFp});
+  wrong_artifact.mutable_artifacts(0)->set_consumer_fingerprint(kXsFp);
+  absl::Status status = registry_.Register(wrong_artifact).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("does not serve"));
+  EXPECT_EQ(registry_.size(), 0u);
+}
+
+TEST_F(NodeRegistryTest, SilentNodeLeavesRoutingWithinThreeSeconds) {
+  // The bound: dropped within 3 s of the last heartbeat, sweep included.
+  EXPECT_LT(registry_.options().lease + registry_.options().sweep_interval, absl::Seconds(3));
+  Add(Producer("base", kBaseFp));
+  const std::string consumer = Add(Consumer("fables", kFablesFp, {kBaseFp}));
+  now_ += absl::Seconds(1);
+  Beat(consumer);
+  now_ += registry_.options().lease;  // exactly at the limit: still live
+  ASSERT_TRUE(registry_.Resolve({"fables"}, "").ok());
+  now_ += absl::Milliseconds(1);  // lapsed: no longer routed, even before the sweep
+  absl::Status status = registry_.Resolve({"fables"}, "").status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
+  // The sweep drops it (and the producer, silent even longer); a late heartbeat must re-register.
+  std::vector<std::string> dropped = registry_.ExpireLapsed();
+  EXPECT_EQ(dropped.size(), 2u);
+  EXPECT_EQ(registry_.size(), 0u);
+  v1::HeartbeatRequest late;
+  late.set_node_id(consumer);
+  EXPECT_EQ(registry_.Heartbeat(late).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(NodeRegistryTest, DeregisterRemovesAtOnce) {
+  const std::string id = Add(Consumer("fables", kFablesFp, {}));
+  ASSERT_TRUE(registry_.Deregister(id).ok());
+  EXPECT_EQ(registry_.Resolve({"fables"}, "local").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_.Deregister(id).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(NodeRegistryTest, UnknownTargetIsNotFoundAndNamesTheKnownOnes) {
+  Add(Producer("base", kBaseFp));
+  Add(Consumer("fables", kFablesFp, {kBaseFp}));
+  Add(Consumer("xs", kXsFp, {}, "10.0.0.3:7001"));
+  absl::Status status = registry_.Resolve({"fables", "nope"}, "").status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr("'nope'"));
+  EXPECT_THAT(status.message(), HasSubstr("fables, xs"));
+  EXPECT_EQ(registry_.Resolve({}, "").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry_.Resolve({"xs", "xs"}, "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry_.Resolve({"xs"}, "telepathy").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(NodeRegistryTest, AutoPicksScdWithArtifactRawForIdenticalWeightsElseLocal) {
+  const std::string producer = Add(Producer("base", kBaseFp));
+  Add(Consumer("fables", kFablesFp, {kBaseFp}, "10.0.0.2:7001"));
+  Add(Consumer("xs", kXsFp, {}, "10.0.0.3:7001"));
+  Add(Consumer("base-copy", kBaseFp, {}, "10.0.0.4:7001"));
+  absl::StatusOr<Route> route = registry_.Resolve({"fables", "xs", "base-copy"}, "");
+  ASSERT_TRUE(route.ok()) << route.status();
+  EXPECT_EQ(route->producer_node, producer);
+  EXPECT_EQ(route->producer_name, "base");
+  ASSERT_EQ(route->targets.size(), 3u);
+  EXPECT_EQ(route->targets[0].mode, "scd");
+  EXPECT_EQ(route->targets[0].artifact_id, "art-aaaa-bbbb");
+  EXPECT_EQ(route->targets[0].transfer_address, "10.0.0.2:70011");
+  EXPECT_EQ(route->targets[1].mode, "local");
+  EXPECT_THAT(route->targets[1].mode_reason, HasSubstr("no artifact for base -> xs"));
+  EXPECT_EQ(route->targets[2].mode, "raw");
+  EXPECT_THAT(route->targets[2].mode_reason, HasSubstr("identical weights"));
+}
+
+TEST_F(NodeRegistryTest, ExplicitModesNeedWhatTheyNeed) {
+  Add(Producer("base", kBaseFp));
+  Add(Consumer("xs", kXsFp, {}));
+  // scd/reuse need an artifact for the pair: refused, naming what the consumer holds.
+  absl::Status status = registry_.Resolve({"xs"}, "scd").status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("base -> xs"));
+  EXPECT_THAT(status.message(), HasSubstr("holds none"));
+  EXPECT_EQ(registry_.Resolve({"xs"}, "reuse").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // raw/int4/recompute/local need none.
+  for (const char* mode : {"raw", "int4", "recompute", "local"}) {
+    absl::StatusOr<Route> route = registry_.Resolve({"xs"}, mode);
+    ASSERT_TRUE(route.ok()) << mode << ": " << route.status();
+    EXPECT_EQ(route->targets[0].mode, mode);
+    EXPECT_EQ(route->producer_name.empty(), std::string(mode) == "local") << mode;
+  }
+}
+
+TEST_F(NodeRegistryTest, WithoutProducerAutoRunsLocalAndCodeModesAreUnavailable) {
+  Add(Consumer("fables", kFablesFp, {kBaseFp}));
+  absl::StatusOr<Route> route = registry_.Resolve({"fables"}, "auto");
+  ASSERT_TRUE(route.ok()) << route.status();
+  EXPECT_TRUE(route->producer_node.empty());
+  EXPECT_EQ(route->targets[0].mode, "local");
+  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("no producer"));
+  EXPECT_EQ(registry_.Resolve({"fables"}, "raw").status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(NodeRegistryTest, FanOutSharesTheProducerThatServesMostTargets) {
+  // Two producers; only "base" has artifacts at both consumers: the fan-out goes to it even
+  // though the other is less loaded.
+  const std::string base = Add(Producer("base", kBaseFp, "10.0.0.1:7000"));
+  const std::string other = Add(Producer("other", kXsFp, "10.0.0.9:7000"));
+  Beat(base, 5);
+  Beat(other, 0);
+  Add(Consumer("fables", kFablesFp, {kBaseFp}, "10.0.0.2:7001"));
+  Add(Consumer("xs", kXsFp, {kBaseFp}, "10.0.0.3:7001"));
+  absl::StatusOr<Route> route = registry_.Resolve({"fables", "xs"}, "auto");
+  ASSERT_TRUE(route.ok()) << route.status();
+  EXPECT_EQ(route->producer_node, base);
+  std::vector<std::string> modes;
+  for (const RouteTarget& target : route->targets) modes.push_back(target.mode);
+  EXPECT_THAT(modes, ElementsAre("scd", "scd"));
+  // Explicit raw needs nothing: the least loaded producer wins.
+  route = registry_.Resolve({"fables", "xs"}, "raw");
+  ASSERT_TRUE(route.ok()) << route.status();
+  EXPECT_EQ(route->producer_node, other);
+  // Explicit scd: only "base" can serve both.
+  route = registry_.Resolve({"fables", "xs"}, "scd");
+  ASSERT_TRUE(route.ok()) << route.status();
+  EXPECT_EQ(route->producer_node, base);
+}
+
+TEST_F(NodeRegistryTest, LeastLoadedConsumerServesTheTarget) {
+  Add(Producer("base", kBaseFp));
+  const std::string busy = Add(Consumer("fables", kFablesFp, {kBaseFp}, "10.0.0.2:7001"));
+  const std::string idle = Add(Consumer("fables", kFablesFp, {kBaseFp}, "10.0.0.5:7001"));
+  Beat(busy, 3);
+  Beat(idle, 1);
+  absl::StatusOr<Route> route = registry_.Resolve({"fables"}, "");
+  ASSERT_TRUE(route.ok()) << route.status();
+  EXPECT_EQ(route->targets[0].consumer_node, idle);
+  Beat(idle, 7);
+  route = registry_.Resolve({"fables"}, "");
+  ASSERT_TRUE(route.ok()) << route.status();
+  EXPECT_EQ(route->targets[0].consumer_node, busy);
+}
+
+TEST_F(NodeRegistryTest, ModelsListsLiveModelsWithTheirArtifacts) {
+  Add(Producer("base", kBaseFp));
+  Add(Consumer("fables", kFablesFp, {kBaseFp}));
+  std::vector<v1::ModelInfo> models = registry_.Models();
+  ASSERT_EQ(models.size(), 2u);
+  std::map<std::string, v1::ModelInfo> by_name;
+  for (const auto& m : models) by_name[m.name()] = m;
+  EXPECT_EQ(by_name["base"].role(), "producer");
+  EXPECT_EQ(by_name["fables"].role(), "consumer");
+  ASSERT_EQ(by_name["fables"].producers_size(), 1);
+  EXPECT_EQ(by_name["fables"].producers(0), kBaseFp);
+  now_ += registry_.options().lease + absl::Milliseconds(1);
+  EXPECT_TRUE(registry_.Models().empty());
+}
+
+}  // namespace
+}  // namespace scd::coordinator
