@@ -143,8 +143,10 @@ absl::StatusOr<ForwardOutput> LlamaModel::Forward(absl::Span<const TokenId> toke
     }
     ForwardOutput out;
     // The embedding is a fresh tensor: the layers may update it in place without a copy.
-    h = RunLayersOwned(0, static_cast<int>(config_.num_layers), h.to(options_.dtype), cache,
-                       options.capture, &out.captures, options.workspace);
+    SCD_ASSIGN_OR_RETURN(
+        h, RunLayersOwned(0, static_cast<int>(config_.num_layers), h.to(options_.dtype), cache,
+                          options.capture, &out.captures, options.workspace,
+                          options.on_layer ? &options.on_layer : nullptr));
     switch (options.logits) {
       case LogitsMode::kNone:
         break;
@@ -195,17 +197,23 @@ absl::StatusOr<at::Tensor> LlamaModel::RunLayers(int begin, int end, const at::T
   });
 }
 
-at::Tensor LlamaModel::RunLayersOwned(int begin, int end, at::Tensor h, KvCache* cache,
-                                      const CaptureSpec* capture, Captures* captures,
-                                      const DecodeWorkspace* workspace) const {
+absl::StatusOr<at::Tensor> LlamaModel::RunLayersOwned(int begin, int end, at::Tensor h,
+                                                      KvCache* cache, const CaptureSpec* capture,
+                                                      Captures* captures,
+                                                      const DecodeWorkspace* workspace,
+                                                      const LayerCallback* on_layer) const {
   const StepContext step = PlanStep(cache->length(begin), h.size(0), h, workspace);
   for (int l = begin; l < end; ++l) {
-    LayerCapture* layer_capture = nullptr;
-    if (capture != nullptr &&
-        std::find(capture->layers.begin(), capture->layers.end(), l) != capture->layers.end()) {
-      layer_capture = &(*captures)[l];
+    const bool wanted = capture != nullptr && std::find(capture->layers.begin(),
+                                                        capture->layers.end(), l) !=
+                                                  capture->layers.end();
+    if (on_layer != nullptr) {
+      LayerCapture layer_capture;
+      RunLayer(l, h, step, cache, wanted ? &layer_capture : nullptr, capture);
+      SCD_RETURN_IF_ERROR((*on_layer)(l, std::move(layer_capture)));
+      continue;
     }
-    RunLayer(l, h, step, cache, layer_capture, capture);
+    RunLayer(l, h, step, cache, wanted ? &(*captures)[l] : nullptr, capture);
   }
   return h;
 }

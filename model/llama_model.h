@@ -15,6 +15,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -58,12 +59,21 @@ enum class LogitsMode {
 
 class DecodeWorkspace;
 
+// Called by Forward after each layer has run, in layer order, with what that layer captured (empty
+// tensors when the capture spec does not name it); the callback owns the capture. This is how a
+// producer encodes and sends layer l while layers l+1.. compute. A non-OK status stops the pass and
+// Forward returns it; the cache then holds K/V for the layers already run only (discard it).
+using LayerCallback = std::function<absl::Status(int layer, LayerCapture capture)>;
+
 struct ForwardOptions {
   LogitsMode logits = LogitsMode::kLast;
   const CaptureSpec* capture = nullptr;  // not owned; nullptr = capture nothing
   // Per-sequence state reused across steps (LlamaModel::NewWorkspace); nullptr = rebuild per
   // call. Results are bit-identical either way.
   const DecodeWorkspace* workspace = nullptr;
+  // Per-layer hand-off (see LayerCallback). When set, captures go to it and not to
+  // ForwardOutput::captures, so a layer's activations can be freed as soon as it is encoded.
+  LayerCallback on_layer = nullptr;
 };
 
 // What a sequence's steps share and no step should rebuild: the RoPE tables (keys, and queries
@@ -178,9 +188,11 @@ class LlamaModel {
   StepContext PlanStep(int64_t p0, int64_t tokens, const at::Tensor& like,
                        const DecodeWorkspace* workspace) const;
   // RunLayers without argument checks; `h` is owned by the call and updated in place.
-  at::Tensor RunLayersOwned(int begin, int end, at::Tensor h, KvCache* cache,
-                            const CaptureSpec* capture, Captures* captures,
-                            const DecodeWorkspace* workspace) const;
+  // With `on_layer`, each layer's capture is handed to it instead of `captures`.
+  absl::StatusOr<at::Tensor> RunLayersOwned(int begin, int end, at::Tensor h, KvCache* cache,
+                                            const CaptureSpec* capture, Captures* captures,
+                                            const DecodeWorkspace* workspace,
+                                            const LayerCallback* on_layer = nullptr) const;
   at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
   // One decoder layer in place on `h` [T, hidden].
   void RunLayer(int layer, at::Tensor& h, const StepContext& step, KvCache* cache,

@@ -3,9 +3,13 @@
 // independent computation (a full forward, or the naive reference forward below).
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
 
 #include "model/generator.h"
 #include "model/llama_model.h"
@@ -258,6 +262,61 @@ TEST(RuntimeTest, LayerRangeEqualsSameLayersInsideFullForward) {
   EXPECT_EQ(model->RunLayers(1, 3, *h, &cache).status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_FALSE(model->RunLayers(3, 2, *h, &cache).ok());
+}
+
+// The producer's per-layer hand-off: every layer reaches the callback in order, with exactly the
+// activations a plain capture records (same ops, same order: bit-identical), and the logits and
+// cache are unchanged; a callback error stops the pass at that layer and is returned.
+TEST(RuntimeTest, LayerCallbackSeesEachLayerInOrderWithTheSameCaptures) {
+  auto model = LoadShared("tinystories-4m");
+  const std::vector<TokenId> tokens = testing::LoadGolden("tinystories-4m").prompts[2].ids;
+  CaptureSpec spec = CaptureSpec::All(model->config());
+  spec.layers = {0, 3, 5};
+  KvCache plain_cache = model->NewCache(64);
+  auto plain = model->Forward(tokens, &plain_cache, {.capture = &spec});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+
+  std::vector<int> order;
+  Captures handed;
+  KvCache cache = model->NewCache(64);
+  ForwardOptions options{.capture = &spec};
+  options.on_layer = [&](int layer, LayerCapture capture) {
+    order.push_back(layer);
+    // When the callback runs, this layer's K/V is in the cache and the next layer's is not.
+    EXPECT_EQ(cache.length(layer), static_cast<int64_t>(tokens.size()));
+    if (layer + 1 < model->config().num_layers) {
+      EXPECT_EQ(cache.length(layer + 1), 0);
+    }
+    if (capture.key_prerope.defined()) handed[layer] = std::move(capture);
+    return absl::OkStatus();
+  };
+  auto out = model->Forward(tokens, &cache, options);
+  ASSERT_TRUE(out.ok()) << out.status();
+  std::vector<int> all(model->config().num_layers);
+  std::iota(all.begin(), all.end(), 0);
+  EXPECT_EQ(order, all);
+  EXPECT_TRUE(out->captures.empty());  // handed over, not kept
+  ASSERT_EQ(handed.size(), plain->captures.size());
+  for (const auto& [layer, capture] : plain->captures) {
+    EXPECT_TRUE(at::equal(handed[layer].key_prerope, capture.key_prerope)) << layer;
+    EXPECT_TRUE(at::equal(handed[layer].value, capture.value)) << layer;
+    EXPECT_TRUE(at::equal(handed[layer].attn_input, capture.attn_input)) << layer;
+  }
+  EXPECT_TRUE(at::equal(out->logits, plain->logits));
+  EXPECT_TRUE(at::equal(cache.keys(4), plain_cache.keys(4)));
+
+  // An error at layer 1 stops the pass there.
+  KvCache stopped = model->NewCache(64);
+  int calls = 0;
+  options.on_layer = [&](int layer, LayerCapture) {
+    ++calls;
+    return layer == 1 ? absl::CancelledError("consumer went away") : absl::OkStatus();
+  };
+  auto failed = model->Forward(tokens, &stopped, options);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(std::string(failed.status().message()), ::testing::HasSubstr("consumer went away"));
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(stopped.length(2), 0);
 }
 
 TEST(RuntimeTest, BlockedAttentionMatchesReferenceAcrossBlockBoundaries) {
