@@ -1,5 +1,7 @@
 #include "codec/code_encoder.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
@@ -37,37 +39,10 @@ absl::StatusOr<CodeBatch> CodeEncoder::Encode(const Captures& captures, int64_t 
       return &it->second;
     };
     for (int l = 0; l < static_cast<int>(plan_.layers.size()); ++l) {
-      switch (plan_.layers[l]) {
-        case LayerPayload::kNone:
-        case LayerPayload::kRecompute:
-          break;
-        case LayerPayload::kRaw:
-        case LayerPayload::kInt4: {
-          SCD_ASSIGN_OR_RETURN(const LayerCapture* c, capture(l));
-          const WireDtype dtype =
-              plan_.layers[l] == LayerPayload::kInt4 ? WireDtype::kInt4 : options_.raw_dtype;
-          batch.chunks.push_back(Chunk(c->key_prerope, dtype, l, PayloadKind::kRawKey, tokens));
-          batch.chunks.push_back(Chunk(c->value, dtype, l, PayloadKind::kRawValue, tokens));
-          break;
-        }
-        case LayerPayload::kCodes: {
-          SCD_ASSIGN_OR_RETURN(const LayerCapture* c, capture(l));
-          const ArtifactLayer& a = artifact_->layers[l];
-          at::Tensor zk = a.key.Encode(c->key_prerope, plan_.rank_k[l]);  // [kv_heads, T, r_K]
-          at::Tensor zv = a.value.Encode(c->value, plan_.rank_v[l]);      // [kv_heads, T, r_V]
-          batch.chunks.push_back(Chunk(zk, options_.code_dtype, l, PayloadKind::kKeyCode, tokens));
-          batch.chunks.push_back(
-              Chunk(zv, options_.code_dtype, l, PayloadKind::kValueCode, tokens));
-          break;
-        }
-        case LayerPayload::kPatch: {
-          SCD_ASSIGN_OR_RETURN(const LayerCapture* c, capture(l));
-          at::Tensor zh = artifact_->layers[l].patch->Encode(c->attn_input, plan_.rank_h[l]);
-          batch.chunks.push_back(
-              Chunk(zh, options_.code_dtype, l, PayloadKind::kHiddenCode, tokens));
-          break;
-        }
-      }
+      const LayerPayload payload = plan_.layers[l];
+      if (payload == LayerPayload::kNone || payload == LayerPayload::kRecompute) continue;
+      SCD_ASSIGN_OR_RETURN(const LayerCapture* c, capture(l));
+      SCD_RETURN_IF_ERROR(AppendLayerPayload(l, *c, tokens, &batch.chunks));
     }
     for (const auto& [begin, end] : plan_.segments) {
       if (begin == 0) continue;  // the consumer embeds the tokens itself
@@ -77,6 +52,74 @@ absl::StatusOr<CodeBatch> CodeEncoder::Encode(const Captures& captures, int64_t 
     }
     return batch;
   });
+}
+
+absl::StatusOr<std::vector<CodeChunk>> CodeEncoder::EncodeLayer(int layer,
+                                                                const LayerCapture& capture,
+                                                                int64_t tokens) const {
+  return GuardExceptions(
+      "CodeEncoder::EncodeLayer", [&]() -> absl::StatusOr<std::vector<CodeChunk>> {
+        if (layer < 0 || layer >= static_cast<int>(plan_.layers.size())) {
+          return absl::InvalidArgumentError(absl::StrCat("layer ", layer, " is not in the plan's ",
+                                                         plan_.layers.size(), " layers"));
+        }
+        std::vector<CodeChunk> chunks;
+        SCD_RETURN_IF_ERROR(AppendLayerPayload(layer, capture, tokens, &chunks));
+        if (StartsRecomputedSegment(layer)) {
+          if (!capture.residual.defined()) {
+            return absl::FailedPreconditionError(
+                absl::StrCat("layer ", layer, " starts a recomputed segment: residual not captured"));
+          }
+          chunks.push_back(Chunk(capture.residual, options_.raw_dtype, layer,
+                                 PayloadKind::kHiddenState, tokens));
+        }
+        return chunks;
+      });
+}
+
+bool CodeEncoder::StartsRecomputedSegment(int layer) const {
+  return layer != 0 && std::any_of(plan_.segments.begin(), plan_.segments.end(),
+                                   [&](const auto& segment) { return segment.first == layer; });
+}
+
+absl::Status CodeEncoder::AppendLayerPayload(int l, const LayerCapture& c, int64_t tokens,
+                                             std::vector<CodeChunk>* chunks) const {
+  auto need = [&](const at::Tensor& t, const char* what) -> absl::Status {
+    if (t.defined()) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat("layer ", l, ": ", what, " not captured"));
+  };
+  switch (plan_.layers[l]) {
+    case LayerPayload::kNone:
+    case LayerPayload::kRecompute:
+      break;
+    case LayerPayload::kRaw:
+    case LayerPayload::kInt4: {
+      SCD_RETURN_IF_ERROR(need(c.key_prerope, "keys"));
+      SCD_RETURN_IF_ERROR(need(c.value, "values"));
+      const WireDtype dtype =
+          plan_.layers[l] == LayerPayload::kInt4 ? WireDtype::kInt4 : options_.raw_dtype;
+      chunks->push_back(Chunk(c.key_prerope, dtype, l, PayloadKind::kRawKey, tokens));
+      chunks->push_back(Chunk(c.value, dtype, l, PayloadKind::kRawValue, tokens));
+      break;
+    }
+    case LayerPayload::kCodes: {
+      SCD_RETURN_IF_ERROR(need(c.key_prerope, "keys"));
+      SCD_RETURN_IF_ERROR(need(c.value, "values"));
+      const ArtifactLayer& a = artifact_->layers[l];
+      at::Tensor zk = a.key.Encode(c.key_prerope, plan_.rank_k[l]);  // [kv_heads, T, r_K]
+      at::Tensor zv = a.value.Encode(c.value, plan_.rank_v[l]);      // [kv_heads, T, r_V]
+      chunks->push_back(Chunk(zk, options_.code_dtype, l, PayloadKind::kKeyCode, tokens));
+      chunks->push_back(Chunk(zv, options_.code_dtype, l, PayloadKind::kValueCode, tokens));
+      break;
+    }
+    case LayerPayload::kPatch: {
+      SCD_RETURN_IF_ERROR(need(c.attn_input, "attention input"));
+      at::Tensor zh = artifact_->layers[l].patch->Encode(c.attn_input, plan_.rank_h[l]);
+      chunks->push_back(Chunk(zh, options_.code_dtype, l, PayloadKind::kHiddenCode, tokens));
+      break;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<CodeBatch> CodeEncoder::Prefill(const LlamaModel& producer,

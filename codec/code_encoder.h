@@ -22,11 +22,22 @@ class CodeEncoder {
   const TransferPlan& plan() const { return plan_; }
   // Encodes captures of a prefill over `tokens` positions.
   absl::StatusOr<CodeBatch> Encode(const Captures& captures, int64_t tokens) const;
+  // The chunks layer `layer` contributes, from that layer's capture alone (its codes or raw K/V,
+  // and the residual stream entering it when a recomputed segment starts there): what a producer
+  // sends as soon as the layer has run (ForwardOptions::on_layer). Over every layer these are
+  // exactly Encode's chunks (in layer order). Empty for layers the plan sends nothing for.
+  absl::StatusOr<std::vector<CodeChunk>> EncodeLayer(int layer, const LayerCapture& capture,
+                                                     int64_t tokens) const;
   // Runs the producer's prefill over `tokens` (capturing what the plan needs) and encodes it.
   absl::StatusOr<CodeBatch> Prefill(const LlamaModel& producer,
                                     absl::Span<const TokenId> tokens) const;
 
  private:
+  // Appends the layer's payload chunks (not the segment residual) to `chunks`.
+  absl::Status AppendLayerPayload(int layer, const LayerCapture& capture, int64_t tokens,
+                                  std::vector<CodeChunk>* chunks) const;
+  bool StartsRecomputedSegment(int layer) const;
+
   TransferPlan plan_;
   const Artifact* artifact_;
   TransferOptions options_;

@@ -5,9 +5,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
+#include "base/status_macros.h"
 #include "codec/code_batch.h"
 #include "codec/code_decoder.h"
 #include "codec/code_encoder.h"
@@ -242,6 +244,59 @@ TEST(CodeBatchTest, ScdPayloadMatchesTheFormula) {
             : 10 * ((values_per_tensor + 1) / 2 + (values_per_tensor + 31) / 32 * 4);
     EXPECT_EQ(batch.bytes(), expected) << TransferModeName(mode);
   }
+}
+
+// Layer-wise encoding (what the producer streams while its prefill runs) yields exactly the
+// batch's chunks, bit for bit, for every mode that sends codes.
+TEST(CodeEncoderTest, LayerByLayerDuringPrefillEqualsWholeBatch) {
+  auto model = testing::Ok(LlamaModel::Load(testing::ModelDir("stories260k"), {}));
+  Artifact artifact = testing::SyntheticArtifact(*model);
+  const std::vector<TokenId> prefix = testing::LoadGolden("stories260k").prompts[2].ids;
+  const int64_t T = static_cast<int64_t>(prefix.size());
+  for (TransferMode mode : {TransferMode::kRaw, TransferMode::kInt4, TransferMode::kRecompute,
+                            TransferMode::kReuse, TransferMode::kScd}) {
+    TransferOptions options;
+    options.recompute_layers = {2, 3};
+    const Artifact* used = ModeNeedsArtifact(mode) ? &artifact : nullptr;
+    auto plan = testing::Ok(TransferPlan::Make(mode, model->config(), used, options));
+    CodeEncoder encoder(plan, used, options);
+    CodeBatch whole = testing::Ok(encoder.Prefill(*model, prefix));
+
+    std::vector<CodeChunk> streamed;
+    std::vector<int> layers_seen;
+    KvCache cache = model->NewCache(T);
+    ForwardOptions forward{.logits = LogitsMode::kNone, .capture = &plan.capture};
+    forward.on_layer = [&](int layer, LayerCapture capture) -> absl::Status {
+      layers_seen.push_back(layer);
+      SCD_ASSIGN_OR_RETURN(std::vector<CodeChunk> chunks,
+                           encoder.EncodeLayer(layer, capture, T));
+      for (CodeChunk& chunk : chunks) streamed.push_back(std::move(chunk));
+      return absl::OkStatus();
+    };
+    ASSERT_TRUE(model->Forward(prefix, &cache, forward).ok());
+    EXPECT_EQ(layers_seen.size(), static_cast<size_t>(model->config().num_layers));
+    auto key = [](const CodeChunk& c) { return std::make_pair(c.layer, static_cast<int>(c.kind)); };
+    auto by_key = [&](const CodeChunk& a, const CodeChunk& b) { return key(a) < key(b); };
+    // Streamed chunks come in layer order already.
+    EXPECT_TRUE(std::is_sorted(streamed.begin(), streamed.end(),
+                               [](const CodeChunk& a, const CodeChunk& b) {
+                                 return a.layer < b.layer;
+                               }));
+    std::vector<CodeChunk> expected = whole.chunks;
+    std::stable_sort(expected.begin(), expected.end(), by_key);
+    std::stable_sort(streamed.begin(), streamed.end(), by_key);
+    ASSERT_EQ(streamed.size(), expected.size()) << TransferModeName(mode);
+    ASSERT_FALSE(expected.empty()) << TransferModeName(mode);
+    for (size_t i = 0; i < expected.size(); ++i) {
+      testing::ExpectSameChunk(streamed[i], expected[i], TransferModeName(mode));
+    }
+  }
+  // A capture missing what the plan needs is an error, not a crash.
+  auto plan = testing::Ok(TransferPlan::Make(TransferMode::kRaw, model->config(), nullptr, {}));
+  EXPECT_EQ(CodeEncoder(plan, nullptr, {}).EncodeLayer(0, LayerCapture(), T).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(CodeEncoder(plan, nullptr, {}).EncodeLayer(99, LayerCapture(), T).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 at::Tensor ContinuationLogits(const LlamaModel& model, KvCache* cache,
