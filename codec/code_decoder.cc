@@ -10,13 +10,6 @@
 
 namespace scd {
 
-struct CodeDecoder::LayerChunks {
-  const CodeChunk* key = nullptr;    // raw key or key code
-  const CodeChunk* value = nullptr;  // raw value or value code
-  const CodeChunk* hidden_code = nullptr;
-  const CodeChunk* hidden_state = nullptr;
-};
-
 // The batch's chunks sorted by layer, checked against the consumer and the batch's span.
 absl::StatusOr<std::vector<CodeDecoder::LayerChunks>> CodeDecoder::GroupByLayer(
     const CodeBatch& batch, int layers) {
@@ -67,30 +60,35 @@ absl::Status CodeDecoder::NeedArtifact(int layer) const {
 }
 
 absl::StatusOr<bool> CodeDecoder::DecodeLayer(int l, const LayerChunks& lc, KvCache* cache) const {
-  const c10::Device device = consumer_.device();
-  if (lc.key != nullptr) {
-    SCD_ASSIGN_OR_RETURN(at::Tensor k, UnpackTensor(*lc.key, device));
-    SCD_ASSIGN_OR_RETURN(at::Tensor v, UnpackTensor(*lc.value, device));
-    if (lc.key->kind == PayloadKind::kKeyCode) {
+  return GuardExceptions("CodeDecoder::DecodeLayer", [&]() -> absl::StatusOr<bool> {
+    const c10::Device device = consumer_.device();
+    if ((lc.key == nullptr) != (lc.value == nullptr)) {
+      return absl::InvalidArgumentError(absl::StrCat("layer ", l, " has keys or values, not both"));
+    }
+    if (lc.key != nullptr) {
+      SCD_ASSIGN_OR_RETURN(at::Tensor k, UnpackTensor(*lc.key, device));
+      SCD_ASSIGN_OR_RETURN(at::Tensor v, UnpackTensor(*lc.value, device));
+      if (lc.key->kind == PayloadKind::kKeyCode) {
+        SCD_RETURN_IF_ERROR(NeedArtifact(l));
+        k = artifact_->layers[l].key.To(device).Decode(k);  // [kv_heads, T, head_dim]
+        v = artifact_->layers[l].value.To(device).Decode(v);
+      }
+      SCD_RETURN_IF_ERROR(consumer_.LoadPrefix(l, k, v, KeyFormat::kPreRope, cache));
+      return true;
+    }
+    if (lc.hidden_code != nullptr) {
       SCD_RETURN_IF_ERROR(NeedArtifact(l));
-      k = artifact_->layers[l].key.To(device).Decode(k);  // [kv_heads, T, head_dim]
-      v = artifact_->layers[l].value.To(device).Decode(v);
+      if (!artifact_->layers[l].patch) {
+        return absl::FailedPreconditionError(absl::StrCat("layer ", l, " has no patch aligner"));
+      }
+      SCD_ASSIGN_OR_RETURN(at::Tensor code, UnpackTensor(*lc.hidden_code, device));
+      at::Tensor h = artifact_->layers[l].patch->To(device).Align(code);
+      auto [k, v] = consumer_.ProjectKeyValue(l, h);  // the consumer's own W_k, W_v
+      SCD_RETURN_IF_ERROR(consumer_.LoadPrefix(l, k, v, KeyFormat::kPreRope, cache));
+      return true;
     }
-    SCD_RETURN_IF_ERROR(consumer_.LoadPrefix(l, k, v, KeyFormat::kPreRope, cache));
-    return true;
-  }
-  if (lc.hidden_code != nullptr) {
-    SCD_RETURN_IF_ERROR(NeedArtifact(l));
-    if (!artifact_->layers[l].patch) {
-      return absl::FailedPreconditionError(absl::StrCat("layer ", l, " has no patch aligner"));
-    }
-    SCD_ASSIGN_OR_RETURN(at::Tensor code, UnpackTensor(*lc.hidden_code, device));
-    at::Tensor h = artifact_->layers[l].patch->To(device).Align(code);
-    auto [k, v] = consumer_.ProjectKeyValue(l, h);  // the consumer's own W_k, W_v
-    SCD_RETURN_IF_ERROR(consumer_.LoadPrefix(l, k, v, KeyFormat::kPreRope, cache));
-    return true;
-  }
-  return false;  // recomputed
+    return false;  // recomputed
+  });
 }
 
 absl::Status CodeDecoder::Recompute(const std::vector<LayerChunks>& by_layer,
@@ -105,19 +103,26 @@ absl::Status CodeDecoder::Recompute(const std::vector<LayerChunks>& by_layer,
     }
     int end = begin;
     while (end < layers && !filled[end]) ++end;
+    SCD_RETURN_IF_ERROR(RecomputeSegment(begin, end, by_layer[begin].hidden_state, tokens, cache));
+    begin = end;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CodeDecoder::RecomputeSegment(int begin, int end, const CodeChunk* hidden_state,
+                                           absl::Span<const TokenId> tokens, KvCache* cache) const {
+  return GuardExceptions("CodeDecoder::RecomputeSegment", [&]() -> absl::Status {
     at::Tensor hidden;
     if (begin == 0) {
       SCD_ASSIGN_OR_RETURN(hidden, consumer_.Embed(tokens));
-    } else if (by_layer[begin].hidden_state != nullptr) {
-      SCD_ASSIGN_OR_RETURN(hidden, UnpackTensor(*by_layer[begin].hidden_state, consumer_.device()));
+    } else if (hidden_state != nullptr) {
+      SCD_ASSIGN_OR_RETURN(hidden, UnpackTensor(*hidden_state, consumer_.device()));
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "layers [", begin, ", ", end, ") have no payload and no hidden state to recompute from"));
     }
-    SCD_RETURN_IF_ERROR(consumer_.RunLayers(begin, end, hidden, cache).status());
-    begin = end;
-  }
-  return absl::OkStatus();
+    return consumer_.RunLayers(begin, end, hidden, cache).status();
+  });
 }
 
 absl::Status CodeDecoder::Decode(const CodeBatch& batch, absl::Span<const TokenId> tokens,

@@ -20,6 +20,14 @@ namespace scd {
 
 class CodeDecoder {
  public:
+  // The chunks of one layer (not owned); null where absent.
+  struct LayerChunks {
+    const CodeChunk* key = nullptr;    // raw key or key code
+    const CodeChunk* value = nullptr;  // raw value or value code
+    const CodeChunk* hidden_code = nullptr;
+    const CodeChunk* hidden_state = nullptr;  // residual entering a recomputed segment
+  };
+
   // REQUIRES: `artifact` (may be null for modes without one) outlives the decoder and was
   // fitted for `consumer`.
   CodeDecoder(const LlamaModel& consumer, const Artifact* artifact);
@@ -29,12 +37,18 @@ class CodeDecoder {
   absl::Status Decode(const CodeBatch& batch, absl::Span<const TokenId> tokens,
                       KvCache* cache) const;
 
+  // The steps of Decode, for rebuilding layer by layer as chunks arrive (LayerwiseRebuilder).
+  // Fills `layer` from its K/V or hidden code; false (nothing done) when it has neither, i.e. the
+  // layer is left for recomputation.
+  absl::StatusOr<bool> DecodeLayer(int layer, const LayerChunks& chunks, KvCache* cache) const;
+  // Runs the consumer's layers [begin, end) from the prefix's embeddings (begin == 0, `tokens`)
+  // or from the producer's residual stream entering `begin` (`hidden_state`).
+  absl::Status RecomputeSegment(int begin, int end, const CodeChunk* hidden_state,
+                                absl::Span<const TokenId> tokens, KvCache* cache) const;
+
  private:
-  struct LayerChunks;
   static absl::StatusOr<std::vector<LayerChunks>> GroupByLayer(const CodeBatch& batch, int layers);
   absl::Status NeedArtifact(int layer) const;
-  // Fills `layer` from its chunks; false when the layer is left for recomputation.
-  absl::StatusOr<bool> DecodeLayer(int layer, const LayerChunks& chunks, KvCache* cache) const;
   absl::Status Recompute(const std::vector<LayerChunks>& by_layer, const std::vector<bool>& filled,
                          absl::Span<const TokenId> tokens, KvCache* cache) const;
 

@@ -1,8 +1,8 @@
 #include "codec/code_encoder.h"
 
-#include <algorithm>
-
 #include <ATen/ATen.h>
+
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "base/exception_guard.h"
@@ -67,8 +67,8 @@ absl::StatusOr<std::vector<CodeChunk>> CodeEncoder::EncodeLayer(int layer,
         SCD_RETURN_IF_ERROR(AppendLayerPayload(layer, capture, tokens, &chunks));
         if (StartsRecomputedSegment(layer)) {
           if (!capture.residual.defined()) {
-            return absl::FailedPreconditionError(
-                absl::StrCat("layer ", layer, " starts a recomputed segment: residual not captured"));
+            return absl::FailedPreconditionError(absl::StrCat(
+                "layer ", layer, " starts a recomputed segment: residual not captured"));
           }
           chunks.push_back(Chunk(capture.residual, options_.raw_dtype, layer,
                                  PayloadKind::kHiddenState, tokens));

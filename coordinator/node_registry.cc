@@ -14,15 +14,16 @@ namespace {
 
 const char* RoleName(v1::NodeRole role) {
   switch (role) {
-    case v1::NODE_ROLE_PRODUCER: return "producer";
-    case v1::NODE_ROLE_CONSUMER: return "consumer";
-    default: return "unspecified";
+    case v1::NODE_ROLE_PRODUCER:
+      return "producer";
+    case v1::NODE_ROLE_CONSUMER:
+      return "consumer";
+    default:
+      return "unspecified";
   }
 }
 
-std::string ShortFingerprint(const std::string& fingerprint) {
-  return fingerprint.substr(0, 12);
-}
+std::string ShortFingerprint(const std::string& fingerprint) { return fingerprint.substr(0, 12); }
 
 // Mode names Resolve accepts: codec's modes plus "auto".
 absl::Status CheckMode(const std::string& mode) {
@@ -83,8 +84,8 @@ absl::Status NodeRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
   auto it = nodes_.find(request.node_id());
   const absl::Time now = clock_();
   if (it == nodes_.end() || !Live(it->second, now)) {
-    return absl::NotFoundError(
-        absl::StrCat("heartbeat: no lease '", request.node_id(), "' (lapsed or unknown): register"));
+    return absl::NotFoundError(absl::StrCat("heartbeat: no lease '", request.node_id(),
+                                            "' (lapsed or unknown): register"));
   }
   it->second.last_heartbeat = now;
   it->second.active_requests = request.active_requests();
@@ -184,13 +185,13 @@ absl::StatusOr<RouteTarget> NodeRegistry::ResolveTarget(const Node& consumer,
   if (NeedsArtifact(mode) && artifact == nullptr) {
     std::vector<std::string> held;
     for (const v1::ArtifactEntry& a : consumer.info.artifacts()) {
-      held.push_back(absl::StrCat(a.id(), " (producer ", ShortFingerprint(a.producer_fingerprint()),
-                                  ")"));
+      held.push_back(
+          absl::StrCat(a.id(), " (producer ", ShortFingerprint(a.producer_fingerprint()), ")"));
     }
-    return absl::FailedPreconditionError(absl::StrCat(
-        "mode ", mode, " needs a translator artifact for ", pair, " (producer fingerprint ",
-        ShortFingerprint(source.fingerprint()), "); the consumer holds ",
-        held.empty() ? "none" : absl::StrJoin(held, ", ")));
+    return absl::FailedPreconditionError(
+        absl::StrCat("mode ", mode, " needs a translator artifact for ", pair,
+                     " (producer fingerprint ", ShortFingerprint(source.fingerprint()),
+                     "); the consumer holds ", held.empty() ? "none" : absl::StrJoin(held, ", ")));
   }
   target.mode = mode;
   target.mode_reason = "requested";
@@ -218,9 +219,8 @@ absl::StatusOr<Route> NodeRegistry::Resolve(const std::vector<std::string>& targ
         if (node.info.role() != v1::NODE_ROLE_CONSUMER || !Live(node, now)) continue;
         for (const v1::ModelEntry& m : node.info.models()) known.insert(m.name());
       }
-      return absl::NotFoundError(absl::StrCat(
-          "unknown target '", name, "'; known targets: ",
-          known.empty() ? "none" : absl::StrJoin(known, ", ")));
+      return absl::NotFoundError(absl::StrCat("unknown target '", name, "'; known targets: ",
+                                              known.empty() ? "none" : absl::StrJoin(known, ", ")));
     }
     consumers.push_back(consumer);
   }

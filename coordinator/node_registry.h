@@ -30,7 +30,7 @@
 namespace scd::coordinator {
 
 struct RegistryOptions {
-  absl::Duration lease = absl::Seconds(2);                  // silent this long: dropped
+  absl::Duration lease = absl::Seconds(2);  // silent this long: dropped
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   absl::Duration sweep_interval = absl::Milliseconds(100);  // how often the service expires
 };
@@ -43,14 +43,14 @@ struct Lease {
 
 // One target of a routed request.
 struct RouteTarget {
-  std::string target;               // consumer model name
-  std::string consumer_node;        // node id
-  std::string consumer_address;     // its gRPC services
-  std::string transfer_address;     // its transport listener
+  std::string target;            // consumer model name
+  std::string consumer_node;     // node id
+  std::string consumer_address;  // its gRPC services
+  std::string transfer_address;  // its transport listener
   std::string consumer_fingerprint;
-  std::string mode;                 // the mode this target will use
-  std::string mode_reason;          // why (always set)
-  std::string artifact_id;          // the artifact the mode uses ("" when none)
+  std::string mode;         // the mode this target will use
+  std::string mode_reason;  // why (always set)
+  std::string artifact_id;  // the artifact the mode uses ("" when none)
 };
 
 struct Route {

@@ -42,19 +42,18 @@ constexpr auto kFloat = FieldDescriptor::TYPE_FLOAT;
 constexpr auto kMessage = FieldDescriptor::TYPE_MESSAGE;
 
 TEST(InferenceContractTest, GenerateRequestFields) {
-  ExpectFields(v1::GenerateRequest::descriptor(),
-               {{"prompt", 1, kString, false},
-                {"prompt_ids", 2, kInt32, true},
-                {"targets", 3, kString, true},
-                {"mode", 4, kString, false},
-                {"max_tokens", 5, kUint32, false},
-                {"temperature", 6, kFloat, false},
-                {"top_p", 7, kFloat, false},
-                {"top_k", 8, kUint32, false},
-                {"seed", 9, kUint64, false},
-                {"stop", 10, kString, true},
-                {"deadline_ms", 11, kUint32, false},
-                {"request_id", 12, kString, false}});
+  ExpectFields(v1::GenerateRequest::descriptor(), {{"prompt", 1, kString, false},
+                                                   {"prompt_ids", 2, kInt32, true},
+                                                   {"targets", 3, kString, true},
+                                                   {"mode", 4, kString, false},
+                                                   {"max_tokens", 5, kUint32, false},
+                                                   {"temperature", 6, kFloat, false},
+                                                   {"top_p", 7, kFloat, false},
+                                                   {"top_k", 8, kUint32, false},
+                                                   {"seed", 9, kUint64, false},
+                                                   {"stop", 10, kString, true},
+                                                   {"deadline_ms", 11, kUint32, false},
+                                                   {"request_id", 12, kString, false}});
 }
 
 TEST(InferenceContractTest, GenerateEventIsATargetAndOneOfFourEvents) {
@@ -99,7 +98,8 @@ TEST(InferenceContractTest, EventBodies) {
                                            {"first_decode", 7, kUint64, false},
                                            {"ttft", 8, kUint64, false},
                                            {"total", 9, kUint64, false}});
-  ExpectFields(v1::Error::descriptor(), {{"code", 1, kInt32, false}, {"message", 2, kString, false}});
+  ExpectFields(v1::Error::descriptor(),
+               {{"code", 1, kInt32, false}, {"message", 2, kString, false}});
 }
 
 TEST(InferenceContractTest, Services) {

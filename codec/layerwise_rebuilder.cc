@@ -1,0 +1,149 @@
+#include "codec/layerwise_rebuilder.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+
+namespace scd {
+namespace {
+
+// The chunk kinds a layer's payload consists of (none for layers left to recomputation).
+std::set<PayloadKind> KindsFor(LayerPayload payload) {
+  switch (payload) {
+    case LayerPayload::kRaw:
+    case LayerPayload::kInt4:
+      return {PayloadKind::kRawKey, PayloadKind::kRawValue};
+    case LayerPayload::kCodes:
+      return {PayloadKind::kKeyCode, PayloadKind::kValueCode};
+    case LayerPayload::kPatch:
+      return {PayloadKind::kHiddenCode};
+    case LayerPayload::kNone:
+    case LayerPayload::kRecompute:
+      break;
+  }
+  return {};
+}
+
+const CodeChunk* Held(const std::map<PayloadKind, CodeChunk>& held, PayloadKind a, PayloadKind b) {
+  auto it = held.find(a);
+  if (it == held.end()) it = held.find(b);
+  return it == held.end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+LayerwiseRebuilder::LayerwiseRebuilder(const CodeDecoder& decoder, std::vector<TokenId> tokens,
+                                       KvCache* cache)
+    : decoder_(decoder), tokens_(std::move(tokens)), cache_(cache) {}
+
+absl::StatusOr<std::unique_ptr<LayerwiseRebuilder>> LayerwiseRebuilder::Create(
+    const CodeDecoder& decoder, const TransferPlan& plan, std::vector<TokenId> tokens,
+    KvCache* cache) {
+  const int layers = static_cast<int>(plan.layers.size());
+  if (layers != cache->num_layers()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the plan has ", layers, " layers, the cache ", cache->num_layers()));
+  }
+  for (int l = 0; l < layers; ++l) {
+    if (cache->length(l) != 0) {
+      return absl::FailedPreconditionError("LayerwiseRebuilder needs an empty cache");
+    }
+  }
+  if (tokens.empty()) return absl::InvalidArgumentError("no prefix tokens");
+  std::unique_ptr<LayerwiseRebuilder> rebuilder(
+      new LayerwiseRebuilder(decoder, std::move(tokens), cache));
+  rebuilder->layers_.resize(layers);
+  rebuilder->remaining_ = layers;
+  auto recomputed = [&](int l) {
+    return plan.layers[l] == LayerPayload::kNone || plan.layers[l] == LayerPayload::kRecompute;
+  };
+  for (int l = 0; l < layers;) {
+    if (!recomputed(l)) {
+      rebuilder->layers_[l].expected = KindsFor(plan.layers[l]);
+      ++l;
+      continue;
+    }
+    // A maximal run of recomputed layers, as CodeDecoder::Decode forms them.
+    int end = l;
+    while (end < layers && recomputed(end)) ++end;
+    rebuilder->layers_[l].run_end = end;
+    for (int m = l + 1; m < end; ++m) rebuilder->layers_[m].expected.clear();
+    if (l == 0) {
+      std::vector<int> filled;
+      SCD_RETURN_IF_ERROR(rebuilder->Rebuild(0, &filled));  // needs nothing from the producer
+    } else {
+      rebuilder->layers_[l].expected = {PayloadKind::kHiddenState};
+    }
+    l = end;
+  }
+  return rebuilder;
+}
+
+absl::StatusOr<std::vector<int>> LayerwiseRebuilder::Add(CodeChunk chunk) {
+  const int l = chunk.layer;
+  if (l < 0 || l >= static_cast<int>(layers_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk for layer ", l, " but the plan has ", layers_.size(), " layers"));
+  }
+  const std::string what = absl::StrCat(PayloadKindName(chunk.kind), " of layer ", l);
+  if (chunk.token_begin != 0 || chunk.token_end != static_cast<int64_t>(tokens_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " covers tokens [", chunk.token_begin,
+                                                   ", ", chunk.token_end, "), the prefix [0, ",
+                                                   tokens_.size(), ")"));
+  }
+  LayerState& state = layers_[l];
+  if (state.expected.erase(chunk.kind) == 0) {
+    const bool again = state.done || state.held.count(chunk.kind) > 0;
+    return absl::InvalidArgumentError(again ? absl::StrCat("a second copy of the ", what)
+                                            : absl::StrCat("the plan sends no ", what));
+  }
+  state.held.emplace(chunk.kind, std::move(chunk));
+  std::vector<int> filled;
+  if (state.expected.empty()) SCD_RETURN_IF_ERROR(Rebuild(l, &filled));
+  return filled;
+}
+
+absl::Status LayerwiseRebuilder::Rebuild(int layer, std::vector<int>* filled) {
+  const absl::Time start = absl::Now();
+  LayerState& state = layers_[layer];
+  int end = layer + 1;
+  if (state.run_end > 0) {
+    end = state.run_end;
+    auto hidden = state.held.find(PayloadKind::kHiddenState);
+    SCD_RETURN_IF_ERROR(decoder_.RecomputeSegment(
+        layer, end, hidden == state.held.end() ? nullptr : &hidden->second, tokens_, cache_));
+  } else {
+    CodeDecoder::LayerChunks chunks;
+    chunks.key = Held(state.held, PayloadKind::kRawKey, PayloadKind::kKeyCode);
+    chunks.value = Held(state.held, PayloadKind::kRawValue, PayloadKind::kValueCode);
+    chunks.hidden_code = Held(state.held, PayloadKind::kHiddenCode, PayloadKind::kHiddenCode);
+    SCD_ASSIGN_OR_RETURN(bool rebuilt, decoder_.DecodeLayer(layer, chunks, cache_));
+    if (!rebuilt) return absl::InternalError(absl::StrCat("layer ", layer, " had no payload"));
+  }
+  state.held.clear();  // the codes are in the cache now
+  for (int l = layer; l < end; ++l) {
+    layers_[l].done = true;
+    filled->push_back(l);
+    --remaining_;
+  }
+  rebuild_time_ += absl::Now() - start;
+  return absl::OkStatus();
+}
+
+absl::Status LayerwiseRebuilder::Finish() const {
+  if (complete()) return absl::OkStatus();
+  std::vector<std::string> missing;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    for (PayloadKind kind : layers_[l].expected) {
+      missing.push_back(absl::StrCat(PayloadKindName(kind), " of layer ", l));
+    }
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("the transfer ended before its cache was rebuilt: ", remaining_,
+                   " layers missing (", absl::StrJoin(missing, ", "), ")"));
+}
+
+}  // namespace scd

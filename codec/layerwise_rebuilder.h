@@ -1,0 +1,76 @@
+// LayerwiseRebuilder: the consumer's half of layer-wise streaming. The chunks of one transfer
+// arrive one at a time (any order); as soon as a layer holds every chunk the plan sends for it,
+// that layer of the consumer's cache is rebuilt (CodeDecoder::DecodeLayer), so rebuilding overlaps
+// the rest of the transfer and the producer's remaining prefill. Layers the plan recomputes run
+// as soon as their input is there: a run starting at layer 0 from the prefix's own embeddings at
+// creation, a later run when the producer's residual stream entering it arrives. A chunk's bytes
+// are dropped once its layer is rebuilt. The cache it leaves equals CodeDecoder::Decode's on the
+// whole batch, bit for bit.
+//
+// Thread-safety: none; one per transfer, calls serialized by the caller.
+#ifndef SCD_CODEC_LAYERWISE_REBUILDER_H_
+#define SCD_CODEC_LAYERWISE_REBUILDER_H_
+
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "base/token_id.h"
+#include "codec/code_batch.h"
+#include "codec/code_decoder.h"
+#include "codec/transfer_plan.h"
+#include "model/kv_cache.h"
+
+namespace scd {
+
+class LayerwiseRebuilder {
+ public:
+  // `plan` is the producer's plan for this transfer (the same mode, producer config, artifact and
+  // options give the same plan on both sides); `tokens` are the prefix ids the codes cover.
+  // REQUIRES: `decoder` and `cache` outlive the rebuilder; `cache` is empty and shaped for the
+  // decoder's consumer. Runs a recomputed segment starting at layer 0 before returning.
+  static absl::StatusOr<std::unique_ptr<LayerwiseRebuilder>> Create(const CodeDecoder& decoder,
+                                                                    const TransferPlan& plan,
+                                                                    std::vector<TokenId> tokens,
+                                                                    KvCache* cache);
+
+  // Takes one chunk and rebuilds what it completes; returns those layers (ascending). Refused
+  // (InvalidArgument, naming layer and kind): a layer outside the plan, a kind the plan does not
+  // send for that layer, a second copy of a chunk, a token range other than the whole prefix.
+  absl::StatusOr<std::vector<int>> Add(CodeChunk chunk);
+
+  // Whether every layer of the cache is rebuilt.
+  bool complete() const { return remaining_ == 0; }
+  // OK when complete; else FailedPrecondition naming the chunks still missing (a transfer that
+  // ended early must not decode from a half-built cache).
+  absl::Status Finish() const;
+  // Wall time spent rebuilding so far (Timings.rebuild).
+  absl::Duration rebuild_time() const { return rebuild_time_; }
+
+ private:
+  // What a layer waits for before it can be rebuilt.
+  struct LayerState {
+    std::set<PayloadKind> expected;  // kinds still to arrive
+    std::map<PayloadKind, CodeChunk> held;
+    int run_end = -1;  // > 0: this layer starts a recomputed run [layer, run_end)
+    bool done = false;
+  };
+  LayerwiseRebuilder(const CodeDecoder& decoder, std::vector<TokenId> tokens, KvCache* cache);
+  // Rebuilds `layer` from its held chunks (and its recomputed run); appends the layers filled.
+  absl::Status Rebuild(int layer, std::vector<int>* filled);
+
+  const CodeDecoder& decoder_;
+  const std::vector<TokenId> tokens_;
+  KvCache* cache_;
+  std::vector<LayerState> layers_;
+  int remaining_ = 0;  // layers of the cache not yet filled
+  absl::Duration rebuild_time_;
+};
+
+}  // namespace scd
+
+#endif  // SCD_CODEC_LAYERWISE_REBUILDER_H_
