@@ -77,6 +77,53 @@ absl::StatusOr<std::vector<CodeChunk>> CodeEncoder::EncodeLayer(int layer,
       });
 }
 
+absl::StatusOr<std::vector<PlannedChunk>> CodeEncoder::PlannedChunks(const ModelConfig& producer,
+                                                                     int64_t tokens) const {
+  const int layers = static_cast<int>(plan_.layers.size());
+  if (producer.num_layers != layers) {
+    return absl::InvalidArgumentError(absl::StrCat("the plan has ", layers, " layers, the model ",
+                                                   producer.num_layers));
+  }
+  std::vector<PlannedChunk> chunks;
+  auto add = [&](int layer, PayloadKind kind, WireDtype dtype,
+                 std::vector<int64_t> shape) -> absl::Status {
+    SCD_ASSIGN_OR_RETURN(ChunkByteCounts counts, ExpectedChunkBytes(dtype, shape));
+    chunks.push_back({layer, kind, dtype, std::move(shape), counts.data + counts.scales});
+    return absl::OkStatus();
+  };
+  const int64_t heads = producer.num_kv_heads, head_dim = producer.head_dim;
+  for (int l = 0; l < layers; ++l) {
+    switch (plan_.layers[l]) {
+      case LayerPayload::kNone:
+      case LayerPayload::kRecompute:
+        break;
+      case LayerPayload::kRaw:
+      case LayerPayload::kInt4: {
+        const WireDtype dtype =
+            plan_.layers[l] == LayerPayload::kInt4 ? WireDtype::kInt4 : options_.raw_dtype;
+        SCD_RETURN_IF_ERROR(add(l, PayloadKind::kRawKey, dtype, {heads, tokens, head_dim}));
+        SCD_RETURN_IF_ERROR(add(l, PayloadKind::kRawValue, dtype, {heads, tokens, head_dim}));
+        break;
+      }
+      case LayerPayload::kCodes:
+        SCD_RETURN_IF_ERROR(
+            add(l, PayloadKind::kKeyCode, options_.code_dtype, {heads, tokens, plan_.rank_k[l]}));
+        SCD_RETURN_IF_ERROR(add(l, PayloadKind::kValueCode, options_.code_dtype,
+                                {heads, tokens, plan_.rank_v[l]}));
+        break;
+      case LayerPayload::kPatch:
+        SCD_RETURN_IF_ERROR(
+            add(l, PayloadKind::kHiddenCode, options_.code_dtype, {tokens, plan_.rank_h[l]}));
+        break;
+    }
+    if (StartsRecomputedSegment(l)) {
+      SCD_RETURN_IF_ERROR(
+          add(l, PayloadKind::kHiddenState, options_.raw_dtype, {tokens, producer.hidden_size}));
+    }
+  }
+  return chunks;
+}
+
 bool CodeEncoder::StartsRecomputedSegment(int layer) const {
   return layer != 0 && std::any_of(plan_.segments.begin(), plan_.segments.end(),
                                    [&](const auto& segment) { return segment.first == layer; });

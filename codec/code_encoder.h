@@ -14,6 +14,16 @@
 
 namespace scd {
 
+// A chunk a plan will send, known before it is encoded: what a streaming producer announces in its
+// header and a consumer checks arrivals against.
+struct PlannedChunk {
+  int layer = 0;
+  PayloadKind kind = PayloadKind::kKeyCode;
+  WireDtype dtype = WireDtype::kF16;
+  std::vector<int64_t> shape;
+  int64_t bytes = 0;  // data + scales on the wire
+};
+
 class CodeEncoder {
  public:
   // REQUIRES: `artifact` (may be null for modes without one) outlives the encoder.
@@ -28,6 +38,10 @@ class CodeEncoder {
   // exactly Encode's chunks (in layer order). Empty for layers the plan sends nothing for.
   absl::StatusOr<std::vector<CodeChunk>> EncodeLayer(int layer, const LayerCapture& capture,
                                                      int64_t tokens) const;
+  // Every chunk Encode / EncodeLayer will produce for a prefill of `tokens` positions of
+  // `producer` (the model the plan was made for), in EncodeLayer's order, with shapes and bytes.
+  absl::StatusOr<std::vector<PlannedChunk>> PlannedChunks(const ModelConfig& producer,
+                                                          int64_t tokens) const;
   // Runs the producer's prefill over `tokens` (capturing what the plan needs) and encodes it.
   absl::StatusOr<CodeBatch> Prefill(const LlamaModel& producer,
                                     absl::Span<const TokenId> tokens) const;

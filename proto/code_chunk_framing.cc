@@ -25,18 +25,20 @@ std::string TensorBytes(const at::Tensor& t) {
 
 }  // namespace
 
-v1::TransferHeader FrameHeader(const CodeBatch& batch, int layers,
+v1::TransferHeader FrameHeader(TransferMode mode, int64_t tokens, int layers,
+                               const std::vector<PlannedChunk>& chunks,
                                const TransferIdentity& identity) {
   v1::TransferHeader header;
   header.set_request_id(identity.request_id);
   header.set_producer_fingerprint(identity.producer_fingerprint);
   header.set_consumer_fingerprint(identity.consumer_fingerprint);
   header.set_artifact_id(identity.artifact_id);
-  header.set_mode(static_cast<v1::Mode>(batch.mode));
-  header.set_tokens(static_cast<uint64_t>(batch.tokens));
+  header.set_mode(static_cast<v1::Mode>(mode));
+  header.set_tokens(static_cast<uint64_t>(tokens));
   header.set_layers(static_cast<uint32_t>(layers));
   std::map<int, v1::LayerPlan> plans;
-  for (const CodeChunk& chunk : batch.chunks) {
+  uint64_t bytes = 0;
+  for (const PlannedChunk& chunk : chunks) {
     v1::LayerPlan& plan = plans[chunk.layer];
     plan.set_layer(static_cast<uint32_t>(chunk.layer));
     plan.set_dtype(static_cast<v1::WireDtype>(chunk.dtype));
@@ -44,11 +46,22 @@ v1::TransferHeader FrameHeader(const CodeBatch& batch, int layers,
     if (chunk.kind == PayloadKind::kKeyCode) plan.set_rank_k(rank);
     if (chunk.kind == PayloadKind::kValueCode) plan.set_rank_v(rank);
     if (chunk.kind == PayloadKind::kHiddenCode) plan.set_rank_h(rank);
+    bytes += static_cast<uint64_t>(chunk.bytes);
   }
   for (auto& [layer, plan] : plans) *header.add_layer_plan() = plan;
-  header.set_expected_bytes(static_cast<uint64_t>(batch.bytes()));
-  header.set_expected_chunks(batch.chunks.size());
+  header.set_expected_bytes(bytes);
+  header.set_expected_chunks(chunks.size());
   return header;
+}
+
+v1::TransferHeader FrameHeader(const CodeBatch& batch, int layers,
+                               const TransferIdentity& identity) {
+  std::vector<PlannedChunk> chunks;
+  chunks.reserve(batch.chunks.size());
+  for (const CodeChunk& chunk : batch.chunks) {
+    chunks.push_back({chunk.layer, chunk.kind, chunk.dtype, chunk.shape, chunk.bytes()});
+  }
+  return FrameHeader(batch.mode, batch.tokens, layers, chunks, identity);
 }
 
 FramedChunk FrameChunk(const CodeChunk& chunk) {

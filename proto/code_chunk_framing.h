@@ -10,10 +10,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "codec/code_batch.h"
+#include "codec/code_encoder.h"
 #include "proto/scd/v1/transfer.pb.h"
 
 namespace scd {
@@ -36,6 +38,11 @@ struct TransferIdentity {
 // The header announcing `batch`: mode, tokens, per-layer ranks and dtypes, expected bytes and
 // chunks. `layers` is the producer model's layer count.
 v1::TransferHeader FrameHeader(const CodeBatch& batch, int layers, const TransferIdentity& identity);
+// The same header before any chunk exists (a streaming producer sends it first), from the chunks
+// the encoder plans (CodeEncoder::PlannedChunks). Equal to the batch's header for that batch.
+v1::TransferHeader FrameHeader(TransferMode mode, int64_t tokens, int layers,
+                               const std::vector<PlannedChunk>& chunks,
+                               const TransferIdentity& identity);
 FramedChunk FrameChunk(const CodeChunk& chunk);
 
 // Back to codec types. InvalidArgument for enum values this build does not know and for fields

@@ -1,0 +1,93 @@
+#include "consumer/code_receiver.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+#include "codec/layerwise_rebuilder.h"
+#include "proto/code_chunk_framing.h"
+
+namespace scd::consumer {
+namespace {
+
+// Why `header` is not the transfer this consumer expects ("" when it is).
+std::string HeaderMismatch(const v1::TransferHeader& header, const TransferPlan& plan,
+                           const std::vector<PlannedChunk>& expected, int64_t tokens) {
+  absl::StatusOr<TransferMode> mode = ModeFromProto(header.mode());
+  if (!mode.ok()) return std::string(mode.status().message());
+  if (*mode != plan.mode) {
+    return absl::StrCat("the producer sends mode ", TransferModeName(*mode), ", expected ",
+                        TransferModeName(plan.mode));
+  }
+  if (header.tokens() != static_cast<uint64_t>(tokens)) {
+    return absl::StrCat("the producer sends ", header.tokens(), " positions, the prompt has ",
+                        tokens);
+  }
+  int64_t bytes = 0;
+  for (const PlannedChunk& chunk : expected) bytes += chunk.bytes;
+  if (header.expected_chunks() != expected.size() ||
+      header.expected_bytes() != static_cast<uint64_t>(bytes)) {
+    return absl::StrCat("the producer announces ", header.expected_chunks(), " chunks / ",
+                        header.expected_bytes(), " bytes, this consumer's plan ", expected.size(),
+                        " / ", bytes, " (different artifact or options?)");
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& session,
+                                               const CodeDecoder& decoder,
+                                               const TransferPlan& plan,
+                                               const std::vector<PlannedChunk>& expected,
+                                               const std::vector<TokenId>& tokens, KvCache* cache,
+                                               absl::Duration timeout) {
+  auto fail = [&](absl::Status status) {
+    session.Cancel(std::string(status.message()));
+    return status;
+  };
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  if (std::string why = HeaderMismatch(session.header(), plan, expected, T); !why.empty()) {
+    return fail(absl::FailedPreconditionError(why));
+  }
+  absl::StatusOr<std::unique_ptr<LayerwiseRebuilder>> rebuilder =
+      LayerwiseRebuilder::Create(decoder, plan, tokens, cache);
+  if (!rebuilder.ok()) return fail(rebuilder.status());
+
+  ReceiveReport report;
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    absl::StatusOr<std::optional<transport::ReceivedChunk>> next =
+        session.Next(deadline - absl::Now());
+    if (!next.ok()) {
+      if (absl::IsDeadlineExceeded(next.status())) {
+        return fail(absl::DeadlineExceededError(
+            absl::StrCat("no complete transfer within ", absl::FormatDuration(timeout))));
+      }
+      return next.status();  // the session ended: peer lost, cancelled, corrupt, ...
+    }
+    if (!next->has_value()) break;  // trailer matched: every chunk is here
+    transport::ReceivedChunk& received = **next;
+    const absl::Time now = absl::Now();
+    if (report.chunks == 0) report.first_chunk = now;
+    report.last_chunk = now;
+    report.bytes += static_cast<int64_t>(received.payload.size());
+    ++report.chunks;
+    absl::StatusOr<CodeChunk> chunk = UnframeChunk(received.meta, received.payload.view(), T);
+    if (!chunk.ok()) return fail(chunk.status());
+    received.payload.Reset();  // unframing copied the bytes into the chunk's tensors
+    absl::StatusOr<std::vector<int>> filled = (*rebuilder)->Add(*std::move(chunk));
+    if (!filled.ok()) return fail(filled.status());
+    if (!filled->empty() && report.first_layer_ready == absl::InfinitePast()) {
+      report.first_layer_ready = absl::Now();
+    }
+  }
+  report.rebuild = (*rebuilder)->rebuild_time();
+  SCD_RETURN_IF_ERROR((*rebuilder)->Finish());
+  return report;
+}
+
+}  // namespace scd::consumer

@@ -1,0 +1,43 @@
+// Layer-wise rebuilding on the consumer: receives one transfer session's chunks and rebuilds each
+// cache layer as soon as its chunks are in (LayerwiseRebuilder), so rebuilding overlaps the
+// transfer and the producer's prefill. The header is checked against what this consumer expects
+// first (mode, prefix length, the exact chunks its plan implies) and the session is cancelled,
+// naming the difference, when it does not match; a chunk that does not unframe or rebuild cancels
+// it too. The cache is complete exactly when this returns OK.
+// Thread-safety: ReceiveIntoCache may run concurrently for distinct sessions and caches.
+#ifndef SCD_CONSUMER_CODE_RECEIVER_H_
+#define SCD_CONSUMER_CODE_RECEIVER_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "codec/code_decoder.h"
+#include "codec/code_encoder.h"
+#include "transport/transfer_session.h"
+
+namespace scd::consumer {
+
+struct ReceiveReport {
+  absl::Time first_chunk = absl::InfinitePast();
+  absl::Time last_chunk = absl::InfinitePast();
+  absl::Time first_layer_ready = absl::InfinitePast();  // first cache layer rebuilt
+  absl::Duration rebuild;  // summed time rebuilding
+  int64_t bytes = 0;
+  int64_t chunks = 0;
+};
+
+// `expected` are the chunks the producer's plan sends for `tokens` (CodeEncoder::PlannedChunks of
+// the same mode, producer config, artifact and options); `decoder` holds the consumer model and
+// its artifact. REQUIRES: `cache` empty. On any error the session ends (cancelled) and the cache
+// must be discarded.
+absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& session,
+                                               const CodeDecoder& decoder,
+                                               const TransferPlan& plan,
+                                               const std::vector<PlannedChunk>& expected,
+                                               const std::vector<TokenId>& tokens, KvCache* cache,
+                                               absl::Duration timeout);
+
+}  // namespace scd::consumer
+
+#endif  // SCD_CONSUMER_CODE_RECEIVER_H_

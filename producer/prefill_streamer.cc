@@ -1,0 +1,108 @@
+#include "producer/prefill_streamer.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+
+namespace scd::producer {
+namespace {
+
+// What every target's plan needs captured, merged.
+CaptureSpec MergedCapture(const std::vector<StreamTarget>& targets) {
+  CaptureSpec merged;
+  for (const StreamTarget& target : targets) {
+    const CaptureSpec& spec = target.encoder->plan().capture;
+    merged.key_prerope |= spec.key_prerope;
+    merged.value |= spec.value;
+    merged.attn_input |= spec.attn_input;
+    merged.residual |= spec.residual;
+    for (int layer : spec.layers) {
+      if (std::find(merged.layers.begin(), merged.layers.end(), layer) == merged.layers.end()) {
+        merged.layers.push_back(layer);
+      }
+    }
+  }
+  std::sort(merged.layers.begin(), merged.layers.end());
+  return merged;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::TransferHeader> StreamHeader(const CodeEncoder& encoder,
+                                                const ModelConfig& producer, int64_t tokens,
+                                                const TransferIdentity& identity) {
+  SCD_ASSIGN_OR_RETURN(std::vector<PlannedChunk> chunks, encoder.PlannedChunks(producer, tokens));
+  return FrameHeader(encoder.plan().mode, tokens, static_cast<int>(producer.num_layers), chunks,
+                     identity);
+}
+
+absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
+                                           absl::Span<const TokenId> tokens,
+                                           const std::vector<StreamTarget>& targets) {
+  StreamReport report;
+  report.start = absl::Now();
+  report.first_chunk = absl::InfinitePast();
+  report.targets.assign(targets.size(), absl::OkStatus());
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  const CaptureSpec capture = MergedCapture(targets);
+
+  // Sends layer `layer` to every live target; stops the pass once none is left.
+  auto send_layer = [&](int layer, LayerCapture layer_capture) -> absl::Status {
+    ++report.layers_run;
+    bool any_live = false;
+    for (size_t i = 0; i < targets.size(); ++i) {
+      if (!report.targets[i].ok()) continue;
+      const absl::Time encode_start = absl::Now();
+      absl::StatusOr<std::vector<CodeChunk>> chunks =
+          targets[i].encoder->EncodeLayer(layer, layer_capture, T);
+      report.encode += absl::Now() - encode_start;
+      absl::Status status = chunks.status();
+      for (size_t c = 0; status.ok() && c < chunks->size(); ++c) {
+        FramedChunk framed = FrameChunk((*chunks)[c]);
+        if (report.chunks == 0) report.first_chunk = absl::Now();
+        report.bytes += static_cast<int64_t>(framed.size);
+        ++report.chunks;
+        status = targets[i].session->SendChunk(
+            std::move(framed.meta),
+            transport::Payload(framed.data, framed.size, std::move(framed.owner)));
+      }
+      if (!status.ok()) {
+        // The session may still be open (an encode error): end it so the consumer hears why.
+        targets[i].session->Cancel(std::string(status.message()));
+        report.targets[i] = status;
+        continue;
+      }
+      any_live = true;
+    }
+    if (!any_live) {
+      return absl::CancelledError(
+          absl::StrCat("prefill stopped at layer ", layer, ": every target's session ended"));
+    }
+    return absl::OkStatus();
+  };
+
+  KvCache cache = producer.NewCache(T);
+  ForwardOptions options{.logits = LogitsMode::kNone, .capture = &capture};
+  options.on_layer = send_layer;
+  absl::StatusOr<ForwardOutput> forward = producer.Forward(tokens, &cache, options);
+  report.prefill_end = absl::Now();
+  const bool stopped_by_targets =
+      !forward.ok() && std::none_of(report.targets.begin(), report.targets.end(),
+                                    [](const absl::Status& s) { return s.ok(); });
+  if (!forward.ok() && !stopped_by_targets) {
+    for (const StreamTarget& target : targets) {
+      target.session->Cancel(absl::StrCat("producer prefill failed: ", forward.status().message()));
+    }
+    return forward.status();
+  }
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (report.targets[i].ok()) report.targets[i] = targets[i].session->Finish();
+  }
+  return report;
+}
+
+}  // namespace scd::producer

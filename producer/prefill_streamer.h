@@ -1,0 +1,58 @@
+// Layer-wise streaming on the producer: one prefill whose layers are encoded and sent, each to
+// every target's transfer session, as soon as the forward pass has computed them
+// (ForwardOptions::on_layer), so transfer overlaps prefill. A fan-out request has several targets
+// (each with its own encoder: its own artifact and mode) and still runs one prefill.
+//
+// A target whose session ends early (consumer gone, cancelled, deadline) is dropped and the others
+// go on; when every target is gone the prefill stops at the next layer. Every chunk's bytes are a
+// view of the encoder's tensor, released once the transport has sent them.
+// Thread-safety: StreamPrefill may run concurrently for distinct sessions.
+#ifndef SCD_PRODUCER_PREFILL_STREAMER_H_
+#define SCD_PRODUCER_PREFILL_STREAMER_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "codec/code_encoder.h"
+#include "model/llama_model.h"
+#include "proto/code_chunk_framing.h"
+#include "transport/transfer_session.h"
+
+namespace scd::producer {
+
+// The header announcing what `encoder` will stream for a prefill of `tokens` positions of
+// `producer` (sent before the first layer exists).
+absl::StatusOr<v1::TransferHeader> StreamHeader(const CodeEncoder& encoder,
+                                                const ModelConfig& producer, int64_t tokens,
+                                                const TransferIdentity& identity);
+
+struct StreamTarget {
+  const CodeEncoder* encoder = nullptr;              // not owned
+  std::shared_ptr<transport::SendSession> session;  // header sent (StartSession)
+};
+
+struct StreamReport {
+  absl::Time start;
+  absl::Time prefill_end;     // the forward pass's last layer done (and sent)
+  absl::Time first_chunk;     // first chunk handed to a session (InfinitePast: none)
+  absl::Duration encode;      // summed over layers and targets
+  int64_t bytes = 0;          // payload bytes handed to sessions, all targets
+  int64_t chunks = 0;
+  int layers_run = 0;
+  std::vector<absl::Status> targets;  // per target: OK (acked) or why it ended
+};
+
+// Runs `producer` over `tokens` once, streaming to every target, then finishes each live session
+// (trailer, ack). Returns an error only when the prefill itself fails (then every session is
+// cancelled with that reason); per-target outcomes are in the report.
+absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
+                                           absl::Span<const TokenId> tokens,
+                                           const std::vector<StreamTarget>& targets);
+
+}  // namespace scd::producer
+
+#endif  // SCD_PRODUCER_PREFILL_STREAMER_H_

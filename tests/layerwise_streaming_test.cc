@@ -1,0 +1,210 @@
+// Layer-wise streaming end to end over real transports: the producer's prefill hands each layer
+// to StreamPrefill's encoders and sessions as it is computed, the consumer's ReceiveIntoCache
+// rebuilds each layer as it arrives; the consumer's cache equals the batch decoder's on the same
+// codes, bit for bit (hard pair, scd), on every backend. A fan-out runs one prefill for two
+// consumers (scd and raw); a consumer expecting another mode refuses the header and the producer
+// hears why; no transport buffer outlives the sessions.
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "codec/code_decoder.h"
+#include "codec/code_encoder.h"
+#include "codec/fingerprint.h"
+#include "consumer/code_receiver.h"
+#include "producer/prefill_streamer.h"
+#include "tests/test_util.h"
+#include "transport/transfer_session.h"
+
+namespace scd {
+namespace {
+
+using ::testing::HasSubstr;
+
+// One producer -> consumer pair's codec side: plan, encoder, decoder, reference cache.
+struct Pair {
+  TransferOptions options;
+  TransferPlan plan;
+  std::unique_ptr<CodeEncoder> encoder;
+  std::unique_ptr<CodeDecoder> decoder;
+  std::vector<PlannedChunk> expected;
+};
+
+class LayerwiseStreamingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    producer_ = testing::Ok(LlamaModel::Load(testing::ModelDir("stories260k"), {}));
+    consumer_ = testing::Ok(LlamaModel::Load(testing::ModelDir("llama2xs-260k"), {}));
+    artifact_ = testing::SyntheticArtifact(*producer_);
+    artifact_.consumer = testing::Ok(ModelIdentity::Of(*consumer_));
+    prompt_ = testing::LoadGolden("stories260k").prompts[2].ids;
+  }
+  Pair MakePair(TransferMode mode, const LlamaModel& consumer) {
+    Pair pair;
+    const Artifact* used = ModeNeedsArtifact(mode) ? &artifact_ : nullptr;
+    pair.plan = testing::Ok(TransferPlan::Make(mode, producer_->config(), used, pair.options));
+    pair.encoder = std::make_unique<CodeEncoder>(pair.plan, used, pair.options);
+    pair.decoder = std::make_unique<CodeDecoder>(consumer, used);
+    pair.expected = testing::Ok(pair.encoder->PlannedChunks(
+        producer_->config(), static_cast<int64_t>(prompt_.size())));
+    return pair;
+  }
+  // The consumer's cache rebuilt by the batch decoder from the whole batch.
+  KvCache Reference(const Pair& pair, const LlamaModel& consumer) {
+    CodeBatch batch = testing::Ok(pair.encoder->Prefill(*producer_, prompt_));
+    KvCache cache = consumer.NewCache(64);
+    EXPECT_TRUE(pair.decoder->Decode(batch, prompt_, &cache).ok());
+    return cache;
+  }
+  static void ExpectSameCache(const KvCache& a, const KvCache& b, const std::string& where) {
+    ASSERT_EQ(a.num_layers(), b.num_layers());
+    for (int l = 0; l < a.num_layers(); ++l) {
+      EXPECT_TRUE(at::equal(a.keys(l), b.keys(l))) << where << " layer " << l;
+      EXPECT_TRUE(at::equal(a.values(l), b.values(l))) << where << " layer " << l;
+    }
+  }
+
+  std::unique_ptr<LlamaModel> producer_, consumer_;
+  Artifact artifact_;
+  std::vector<TokenId> prompt_;
+};
+
+TEST_F(LayerwiseStreamingTest, StreamedScdRebuildsTheBatchDecodersCacheOnEveryBackend) {
+  Pair pair = MakePair(TransferMode::kScd, *consumer_);
+  KvCache reference = Reference(pair, *consumer_);
+  TransferIdentity identity{"req-stream", testing::Ok(FingerprintModel(*producer_)),
+                            testing::Ok(FingerprintModel(*consumer_)), "synthetic"};
+  for (const std::string& backend : transport::AvailableBackends()) {
+    SCOPED_TRACE(backend);
+    {
+      transport::TransportOptions options;
+      options.backend = backend;
+      auto transport = testing::Ok(transport::CreateTransport(options));
+      auto listener =
+          testing::Ok(transport->Listen(backend == "inproc" ? "stream:0" : "127.0.0.1:0"));
+      transport::ConnectionOptions receiver_options;
+      receiver_options.expected_producer_fingerprint = identity.producer_fingerprint;
+      receiver_options.expected_consumer_fingerprint = identity.consumer_fingerprint;
+      transport::SessionAcceptor acceptor(std::move(listener), receiver_options);
+      auto connection = transport::TransferConnection::Create(
+          testing::Ok(transport->Connect(acceptor.address(), absl::Seconds(5))), {});
+      auto header = testing::Ok(producer::StreamHeader(
+          *pair.encoder, producer_->config(), static_cast<int64_t>(prompt_.size()), identity));
+      auto session = testing::Ok(connection->StartSession(header, absl::Seconds(30)));
+
+      KvCache cache = consumer_->NewCache(64);
+      absl::StatusOr<consumer::ReceiveReport> received;
+      std::thread receiver([&] {
+        auto incoming = acceptor.Accept(absl::Seconds(10));
+        ASSERT_TRUE(incoming.ok()) << incoming.status();
+        received = consumer::ReceiveIntoCache(**incoming, *pair.decoder, pair.plan,
+                                              pair.expected, prompt_, &cache, absl::Seconds(30));
+      });
+      producer::StreamReport sent =
+          testing::Ok(producer::StreamPrefill(*producer_, prompt_, {{pair.encoder.get(), session}}));
+      receiver.join();
+      ASSERT_TRUE(received.ok()) << received.status();
+      ASSERT_TRUE(sent.targets[0].ok()) << sent.targets[0];
+      EXPECT_EQ(sent.layers_run, producer_->config().num_layers);
+      EXPECT_EQ(sent.chunks, static_cast<int64_t>(pair.expected.size()));
+      EXPECT_EQ(received->chunks, sent.chunks);
+      EXPECT_EQ(static_cast<uint64_t>(received->bytes), header.expected_bytes());
+      EXPECT_LE(received->first_chunk, received->first_layer_ready);
+      ExpectSameCache(cache, reference, backend);
+    }
+    EXPECT_EQ(transport::LiveTransportBuffers(), 0);
+  }
+}
+
+TEST_F(LayerwiseStreamingTest, FanOutRunsOnePrefillForTwoConsumers) {
+  // stories260k -> llama2xs-260k in scd (artifact), stories260k -> itself in raw.
+  Pair scd = MakePair(TransferMode::kScd, *consumer_);
+  Pair raw = MakePair(TransferMode::kRaw, *producer_);
+  KvCache scd_reference = Reference(scd, *consumer_);
+  KvCache raw_reference = Reference(raw, *producer_);
+  transport::TransportOptions options;
+  options.backend = "inproc";
+  auto transport = testing::Ok(transport::CreateTransport(options));
+  transport::SessionAcceptor acceptor(testing::Ok(transport->Listen("fanout:0")), {});
+  auto connection = transport::TransferConnection::Create(
+      testing::Ok(transport->Connect(acceptor.address(), absl::Seconds(5))), {});
+  const int64_t T = static_cast<int64_t>(prompt_.size());
+  auto scd_session = testing::Ok(connection->StartSession(
+      testing::Ok(producer::StreamHeader(*scd.encoder, producer_->config(), T, {"a", "", "", ""})),
+      absl::Seconds(30)));
+  auto raw_session = testing::Ok(connection->StartSession(
+      testing::Ok(producer::StreamHeader(*raw.encoder, producer_->config(), T, {"b", "", "", ""})),
+      absl::Seconds(30)));
+
+  KvCache scd_cache = consumer_->NewCache(64), raw_cache = producer_->NewCache(64);
+  // The two sessions interleave on one connection; each is drained by its own thread, as the
+  // consumer daemon's workers do.
+  std::vector<std::thread> drains;
+  std::vector<absl::Status> drained(2);
+  std::thread receiver([&] {
+    for (int i = 0; i < 2; ++i) {
+      auto incoming = acceptor.Accept(absl::Seconds(10));
+      ASSERT_TRUE(incoming.ok()) << incoming.status();
+      const int which = (*incoming)->request_id() == "a" ? 0 : 1;
+      drains.emplace_back([&, session = *incoming, which] {
+        const Pair& pair = which == 0 ? scd : raw;
+        drained[which] = consumer::ReceiveIntoCache(*session, *pair.decoder, pair.plan,
+                                                    pair.expected, prompt_,
+                                                    which == 0 ? &scd_cache : &raw_cache,
+                                                    absl::Seconds(30))
+                             .status();
+      });
+    }
+  });
+  producer::StreamReport sent = testing::Ok(producer::StreamPrefill(
+      *producer_, prompt_, {{scd.encoder.get(), scd_session}, {raw.encoder.get(), raw_session}}));
+  receiver.join();
+  for (std::thread& drain : drains) drain.join();
+  EXPECT_EQ(sent.layers_run, producer_->config().num_layers);  // one prefill
+  EXPECT_TRUE(sent.targets[0].ok()) << sent.targets[0];
+  EXPECT_TRUE(sent.targets[1].ok()) << sent.targets[1];
+  EXPECT_TRUE(drained[0].ok()) << drained[0];
+  EXPECT_TRUE(drained[1].ok()) << drained[1];
+  ExpectSameCache(scd_cache, scd_reference, "scd");
+  ExpectSameCache(raw_cache, raw_reference, "raw");
+}
+
+TEST_F(LayerwiseStreamingTest, ConsumerExpectingAnotherModeRefusesAndTheProducerHearsWhy) {
+  Pair sent_pair = MakePair(TransferMode::kScd, *consumer_);
+  Pair expected_pair = MakePair(TransferMode::kRaw, *consumer_);
+  transport::TransportOptions options;
+  options.backend = "inproc";
+  auto transport = testing::Ok(transport::CreateTransport(options));
+  transport::SessionAcceptor acceptor(testing::Ok(transport->Listen("refuse:0")), {});
+  auto connection = transport::TransferConnection::Create(
+      testing::Ok(transport->Connect(acceptor.address(), absl::Seconds(5))), {});
+  auto session = testing::Ok(connection->StartSession(
+      testing::Ok(producer::StreamHeader(*sent_pair.encoder, producer_->config(),
+                                         static_cast<int64_t>(prompt_.size()), {"r", "", "", ""})),
+      absl::Seconds(30)));
+  absl::Status refused;
+  std::thread receiver([&] {
+    auto incoming = acceptor.Accept(absl::Seconds(10));
+    ASSERT_TRUE(incoming.ok()) << incoming.status();
+    KvCache cache = consumer_->NewCache(64);
+    refused = consumer::ReceiveIntoCache(**incoming, *expected_pair.decoder, expected_pair.plan,
+                                         expected_pair.expected, prompt_, &cache,
+                                         absl::Seconds(30))
+                  .status();
+  });
+  receiver.join();  // refuses on the header, before the producer sends anything
+  producer::StreamReport sent = testing::Ok(
+      producer::StreamPrefill(*producer_, prompt_, {{sent_pair.encoder.get(), session}}));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("mode scd, expected raw"));
+  EXPECT_FALSE(sent.targets[0].ok());
+  EXPECT_THAT(std::string(sent.targets[0].message()), HasSubstr("mode scd, expected raw"));
+  EXPECT_LT(sent.layers_run, producer_->config().num_layers + 1);
+}
+
+}  // namespace
+}  // namespace scd
