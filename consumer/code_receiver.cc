@@ -40,8 +40,7 @@ std::string HeaderMismatch(const v1::TransferHeader& header, const TransferPlan&
 }  // namespace
 
 absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& session,
-                                               const CodeDecoder& decoder,
-                                               const TransferPlan& plan,
+                                               const CodeDecoder& decoder, const TransferPlan& plan,
                                                const std::vector<PlannedChunk>& expected,
                                                const std::vector<TokenId>& tokens, KvCache* cache,
                                                absl::Duration timeout) {

@@ -22,7 +22,7 @@ struct ReceiveReport {
   absl::Time first_chunk = absl::InfinitePast();
   absl::Time last_chunk = absl::InfinitePast();
   absl::Time first_layer_ready = absl::InfinitePast();  // first cache layer rebuilt
-  absl::Duration rebuild;  // summed time rebuilding
+  absl::Duration rebuild;                               // summed time rebuilding
   int64_t bytes = 0;
   int64_t chunks = 0;
 };
@@ -32,8 +32,7 @@ struct ReceiveReport {
 // its artifact. REQUIRES: `cache` empty. On any error the session ends (cancelled) and the cache
 // must be discarded.
 absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& session,
-                                               const CodeDecoder& decoder,
-                                               const TransferPlan& plan,
+                                               const CodeDecoder& decoder, const TransferPlan& plan,
                                                const std::vector<PlannedChunk>& expected,
                                                const std::vector<TokenId>& tokens, KvCache* cache,
                                                absl::Duration timeout);

@@ -31,16 +31,16 @@ absl::StatusOr<v1::TransferHeader> StreamHeader(const CodeEncoder& encoder,
                                                 const TransferIdentity& identity);
 
 struct StreamTarget {
-  const CodeEncoder* encoder = nullptr;              // not owned
+  const CodeEncoder* encoder = nullptr;             // not owned
   std::shared_ptr<transport::SendSession> session;  // header sent (StartSession)
 };
 
 struct StreamReport {
   absl::Time start;
-  absl::Time prefill_end;     // the forward pass's last layer done (and sent)
-  absl::Time first_chunk;     // first chunk handed to a session (InfinitePast: none)
-  absl::Duration encode;      // summed over layers and targets
-  int64_t bytes = 0;          // payload bytes handed to sessions, all targets
+  absl::Time prefill_end;  // the forward pass's last layer done (and sent)
+  absl::Time first_chunk;  // first chunk handed to a session (InfinitePast: none)
+  absl::Duration encode;   // summed over layers and targets
+  int64_t bytes = 0;       // payload bytes handed to sessions, all targets
   int64_t chunks = 0;
   int layers_run = 0;
   std::vector<absl::Status> targets;  // per target: OK (acked) or why it ended

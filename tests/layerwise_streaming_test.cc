@@ -49,8 +49,8 @@ class LayerwiseStreamingTest : public ::testing::Test {
     pair.plan = testing::Ok(TransferPlan::Make(mode, producer_->config(), used, pair.options));
     pair.encoder = std::make_unique<CodeEncoder>(pair.plan, used, pair.options);
     pair.decoder = std::make_unique<CodeDecoder>(consumer, used);
-    pair.expected = testing::Ok(pair.encoder->PlannedChunks(
-        producer_->config(), static_cast<int64_t>(prompt_.size())));
+    pair.expected = testing::Ok(
+        pair.encoder->PlannedChunks(producer_->config(), static_cast<int64_t>(prompt_.size())));
     return pair;
   }
   // The consumer's cache rebuilt by the batch decoder from the whole batch.
@@ -101,11 +101,11 @@ TEST_F(LayerwiseStreamingTest, StreamedScdRebuildsTheBatchDecodersCacheOnEveryBa
       std::thread receiver([&] {
         auto incoming = acceptor.Accept(absl::Seconds(10));
         ASSERT_TRUE(incoming.ok()) << incoming.status();
-        received = consumer::ReceiveIntoCache(**incoming, *pair.decoder, pair.plan,
-                                              pair.expected, prompt_, &cache, absl::Seconds(30));
+        received = consumer::ReceiveIntoCache(**incoming, *pair.decoder, pair.plan, pair.expected,
+                                              prompt_, &cache, absl::Seconds(30));
       });
-      producer::StreamReport sent =
-          testing::Ok(producer::StreamPrefill(*producer_, prompt_, {{pair.encoder.get(), session}}));
+      producer::StreamReport sent = testing::Ok(
+          producer::StreamPrefill(*producer_, prompt_, {{pair.encoder.get(), session}}));
       receiver.join();
       ASSERT_TRUE(received.ok()) << received.status();
       ASSERT_TRUE(sent.targets[0].ok()) << sent.targets[0];
@@ -152,11 +152,10 @@ TEST_F(LayerwiseStreamingTest, FanOutRunsOnePrefillForTwoConsumers) {
       const int which = (*incoming)->request_id() == "a" ? 0 : 1;
       drains.emplace_back([&, session = *incoming, which] {
         const Pair& pair = which == 0 ? scd : raw;
-        drained[which] = consumer::ReceiveIntoCache(*session, *pair.decoder, pair.plan,
-                                                    pair.expected, prompt_,
-                                                    which == 0 ? &scd_cache : &raw_cache,
-                                                    absl::Seconds(30))
-                             .status();
+        drained[which] =
+            consumer::ReceiveIntoCache(*session, *pair.decoder, pair.plan, pair.expected, prompt_,
+                                       which == 0 ? &scd_cache : &raw_cache, absl::Seconds(30))
+                .status();
       });
     }
   });
@@ -192,8 +191,7 @@ TEST_F(LayerwiseStreamingTest, ConsumerExpectingAnotherModeRefusesAndTheProducer
     ASSERT_TRUE(incoming.ok()) << incoming.status();
     KvCache cache = consumer_->NewCache(64);
     refused = consumer::ReceiveIntoCache(**incoming, *expected_pair.decoder, expected_pair.plan,
-                                         expected_pair.expected, prompt_, &cache,
-                                         absl::Seconds(30))
+                                         expected_pair.expected, prompt_, &cache, absl::Seconds(30))
                   .status();
   });
   receiver.join();  // refuses on the header, before the producer sends anything

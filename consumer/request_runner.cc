@@ -1,0 +1,236 @@
+#include "consumer/request_runner.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+#include "codec/code_decoder.h"
+#include "codec/code_encoder.h"
+#include "codec/transfer_mode.h"
+#include "consumer/code_receiver.h"
+#include "model/generator.h"
+
+namespace scd::consumer {
+namespace {
+
+uint64_t Micros(absl::Duration d) {
+  return static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Microseconds(d)));
+}
+
+// How the prefix's cache came to be.
+struct PrefixOutcome {
+  std::string mode, reason;  // the mode actually used and why
+  int64_t payload_bytes = 0;
+  absl::Duration transfer = absl::ZeroDuration();
+  absl::Duration rebuild = absl::ZeroDuration();
+};
+
+// Rebuilds the prefix `ids[0, T)` into `cache` from the producer's transfer session.
+absl::StatusOr<ReceiveReport> RebuildFromCodes(const ConsumerModel& consumer,
+                                               const TargetRoute& route,
+                                               const std::vector<TokenId>& prefix,
+                                               const RunContext& context, absl::Time deadline,
+                                               KvCache* cache) {
+  SCD_ASSIGN_OR_RETURN(TransferMode mode, ParseTransferMode(route.mode));
+  if (ModeNeedsArtifact(mode) && route.artifact == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("mode ", route.mode, " needs the pair's artifact; this consumer has none"));
+  }
+  const Artifact* artifact = ModeNeedsArtifact(mode) ? route.artifact : nullptr;
+  // Same architecture on both sides: the consumer's config makes the producer's plan.
+  const ModelConfig& config = consumer.model->config();
+  SCD_ASSIGN_OR_RETURN(TransferPlan plan,
+                       TransferPlan::Make(mode, config, artifact, consumer.transfer_options));
+  CodeEncoder planner(plan, artifact, consumer.transfer_options);
+  SCD_ASSIGN_OR_RETURN(std::vector<PlannedChunk> expected,
+                       planner.PlannedChunks(config, static_cast<int64_t>(prefix.size())));
+  CodeDecoder decoder(*consumer.model, artifact);
+  if (!context.session) return absl::InternalError("no transfer session source");
+  SCD_ASSIGN_OR_RETURN(std::shared_ptr<transport::ReceiveSession> session,
+                       context.session(deadline - absl::Now()));
+  return ReceiveIntoCache(*session, decoder, plan, expected, prefix, cache, deadline - absl::Now());
+}
+
+absl::StatusOr<GenerationOptions> GenerationOptionsFor(const ConsumerModel& consumer,
+                                                       const v1::GenerateRequest& request) {
+  GenerationOptions options;
+  options.max_tokens = static_cast<int>(request.max_tokens() > 0 ? request.max_tokens()
+                                                                 : consumer.default_max_tokens);
+  options.sampling.temperature = request.temperature();
+  options.sampling.top_k = static_cast<int>(request.top_k());
+  options.sampling.top_p = request.top_p() > 0 ? request.top_p() : 1.0f;
+  options.sampling.seed = request.seed();
+  options.stop_strings.assign(request.stop().begin(), request.stop().end());
+  SCD_RETURN_IF_ERROR(options.sampling.Validate());
+  return options;
+}
+
+// The prefix's cache: rebuilt from codes, or left empty for the consumer's own prefill.
+absl::StatusOr<PrefixOutcome> PreparePrefix(const ConsumerModel& consumer,
+                                            const v1::GenerateRequest& request,
+                                            const TargetRoute& route,
+                                            const std::vector<TokenId>& ids,
+                                            const RunContext& context, absl::Time deadline,
+                                            KvCache* cache) {
+  PrefixOutcome outcome;
+  outcome.mode = route.mode;
+  outcome.reason = route.mode_reason;
+  if (route.mode == "local") return outcome;
+  const std::vector<TokenId> prefix(ids.begin(), ids.end() - 1);
+  absl::StatusOr<ReceiveReport> received =
+      RebuildFromCodes(consumer, route, prefix, context, deadline, cache);
+  if (received.ok()) {
+    outcome.payload_bytes = received->bytes;
+    outcome.transfer = received->last_chunk - received->first_chunk;
+    outcome.rebuild = received->rebuild;
+    return outcome;
+  }
+  if (!request.allow_local_fallback()) return received.status();
+  *cache = consumer.model->NewCache(cache->capacity());  // drop what was half rebuilt
+  outcome.mode = "local";
+  outcome.reason = absl::StrCat("fallback: the ", route.mode, " transfer failed (",
+                                received.status().ToString(), ")");
+  return outcome;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<TokenId>> PromptIds(const ConsumerModel& consumer,
+                                               const v1::GenerateRequest& request) {
+  const bool has_text = !request.prompt().empty(), has_ids = request.prompt_ids_size() > 0;
+  if (has_text == has_ids) {
+    return absl::InvalidArgumentError("give exactly one of prompt and prompt_ids");
+  }
+  std::vector<TokenId> ids;
+  if (has_text) {
+    SCD_ASSIGN_OR_RETURN(ids, consumer.tokenizer->Encode(request.prompt()));
+  } else {
+    const int64_t vocab = consumer.model->config().vocab_size;
+    for (int32_t id : request.prompt_ids()) {
+      if (id < 0 || id >= vocab) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("prompt id ", id, " is outside the vocabulary [0, ", vocab, ")"));
+      }
+      ids.push_back(static_cast<TokenId>(id));
+    }
+  }
+  if (ids.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
+  const int64_t max = consumer.model->config().max_position_embeddings;
+  if (static_cast<int64_t>(ids.size()) > max) {
+    return absl::OutOfRangeError(
+        absl::StrCat("the prompt has ", ids.size(), " tokens; the model takes at most ", max));
+  }
+  return ids;
+}
+
+absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest& request,
+                       const TargetRoute& route_in, const RunContext& context,
+                       const EventSink& emit) {
+  const absl::Time start = absl::Now();
+  auto event = [&] {
+    v1::GenerateEvent e;
+    e.set_target(consumer.name);
+    return e;
+  };
+  auto fail = [&](absl::Status status) {
+    v1::GenerateEvent e = event();
+    e.mutable_error()->set_code(static_cast<int32_t>(status.code()));
+    e.mutable_error()->set_message(std::string(status.message()));
+    emit(e);
+    return status;
+  };
+  absl::StatusOr<std::vector<TokenId>> ids = PromptIds(consumer, request);
+  if (!ids.ok()) return fail(ids.status());
+  absl::StatusOr<GenerationOptions> options = GenerationOptionsFor(consumer, request);
+  if (!options.ok()) return fail(options.status());
+  TargetRoute route = route_in;
+  if (route.mode != "local" && ids->size() < 2) {
+    route = {"local", "a 1-token prompt has no prefix to transfer", "", nullptr};
+  }
+  const absl::Duration budget = request.deadline_ms() > 0
+                                    ? absl::Milliseconds(request.deadline_ms())
+                                    : consumer.default_deadline;
+  const absl::Time deadline = context.received + budget;
+
+  v1::GenerateEvent started = event();
+  started.mutable_started()->set_request_id(request.request_id());
+  started.mutable_started()->set_producer(route.mode == "local" ? "" : route.producer);
+  started.mutable_started()->set_consumer(consumer.name);
+  started.mutable_started()->set_mode(route.mode);
+  started.mutable_started()->set_mode_reason(route.mode_reason);
+  emit(started);
+
+  const int64_t capacity =
+      std::min<int64_t>(consumer.model->config().max_position_embeddings,
+                        static_cast<int64_t>(ids->size()) + options->max_tokens);
+  KvCache cache = consumer.model->NewCache(capacity);
+  absl::StatusOr<PrefixOutcome> prefix =
+      PreparePrefix(consumer, request, route, *ids, context, deadline, &cache);
+  if (!prefix.ok()) return fail(prefix.status());
+
+  // Decode, streaming a TokenDelta per token (text held back only inside a UTF-8 character or a
+  // possible stop string).
+  StreamingDetokenizer detok(*consumer.tokenizer, /*skip_special_tokens=*/true);
+  for (TokenId id : *ids) detok.Push(id);
+  StopStringMatcher stops(options->stop_strings);
+  bool stop_string = false, cancelled = false, late = false;
+  absl::Time first_token = absl::InfinitePast();
+  auto delta = [&](std::string text, std::optional<TokenId> id) {
+    if (text.empty() && !id.has_value()) return;
+    v1::GenerateEvent e = event();
+    e.mutable_token()->set_text(std::move(text));
+    if (id.has_value()) e.mutable_token()->add_ids(*id);
+    if (first_token == absl::InfinitePast()) first_token = absl::Now();
+    emit(e);
+  };
+  absl::StatusOr<GenerationResult> result =
+      GenerateTokens(*consumer.model, *ids, &cache, *options, [&](TokenId id) {
+        std::string piece;
+        stop_string = stops.Add(detok.Push(id), [&](std::string_view p) { piece.append(p); });
+        delta(std::move(piece), id);
+        cancelled = context.cancelled != nullptr && context.cancelled->load();
+        late = absl::Now() > deadline;
+        return !stop_string && !cancelled && !late;
+      });
+  if (!result.ok()) return fail(result.status());
+  if (late && !cancelled) {
+    return fail(absl::DeadlineExceededError(
+        absl::StrCat("deadline of ", absl::FormatDuration(budget), " reached while decoding")));
+  }
+  if (!stop_string && !cancelled) {
+    std::string rest;
+    stops.Add(detok.Flush(), [&](std::string_view p) { rest.append(p); });
+    stops.Finish([&](std::string_view p) { rest.append(p); });
+    delta(std::move(rest), std::nullopt);
+  }
+
+  const absl::Time end = absl::Now();
+  v1::GenerateEvent finished = event();
+  v1::Finished* f = finished.mutable_finished();
+  f->set_reason(cancelled ? "cancelled" : (result->finish_reason == "stop" ? "stop" : "length"));
+  f->set_prompt_tokens(static_cast<uint32_t>(ids->size()));
+  f->set_output_tokens(static_cast<uint32_t>(result->output_ids.size()));
+  f->set_payload_bytes(static_cast<uint64_t>(prefix->payload_bytes));
+  f->set_mode(prefix->mode);
+  f->set_mode_reason(prefix->reason);
+  v1::Timings* t = f->mutable_timings();
+  t->set_queue(Micros(start - context.received));
+  const absl::Duration first_step = absl::Seconds(result->prefill_seconds);
+  if (prefix->mode == "local") {
+    t->set_prefill(Micros(first_step));
+  } else {
+    t->set_first_decode(Micros(first_step));
+  }
+  t->set_transfer(Micros(prefix->transfer));
+  t->set_rebuild(Micros(prefix->rebuild));
+  t->set_ttft(first_token == absl::InfinitePast() ? 0 : Micros(first_token - context.received));
+  t->set_total(Micros(end - context.received));
+  emit(finished);
+  return absl::OkStatus();
+}
+
+}  // namespace scd::consumer

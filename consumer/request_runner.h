@@ -1,0 +1,75 @@
+// One Generate target on a consumer, start to end: tokenize, obtain the prefix's cache (rebuilt
+// layer by layer from the producer's transfer session, or the consumer's own prefill), decode, and
+// stream scd.v1 GenerateEvents: one Started, TokenDeltas, then exactly one terminal event
+// (Finished or Error). The daemon's Generate handlers and the all-in-one server call this; tests
+// call it directly.
+//
+// The transferred prefix is the prompt minus its last token (that token's logits seed sampling,
+// so the consumer always runs it itself): a 1-token prompt has nothing to transfer and runs local.
+// When the transfer fails (producer lost, corrupt, refused) the request ends with Error, or, when
+// GenerateRequest.allow_local_fallback is set, continues with the consumer's own prefill and says
+// so in Finished.mode / mode_reason.
+// Thread-safety: RunTarget is reentrant; concurrent calls share the model read-only.
+#ifndef SCD_CONSUMER_REQUEST_RUNNER_H_
+#define SCD_CONSUMER_REQUEST_RUNNER_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "codec/artifact.h"
+#include "codec/transfer_plan.h"
+#include "model/llama_model.h"
+#include "proto/scd/v1/inference.pb.h"
+#include "tokenizer/tokenizer.h"
+#include "transport/transfer_session.h"
+
+namespace scd::consumer {
+
+// The consumer's model, as every request on it sees it.
+struct ConsumerModel {
+  const LlamaModel* model = nullptr;     // not owned
+  const Tokenizer* tokenizer = nullptr;  // not owned
+  std::string name;                      // routing name (GenerateEvent.target)
+  TransferOptions transfer_options;      // as the producer's (same plan on both sides)
+  uint32_t default_max_tokens = 128;
+  absl::Duration default_deadline = absl::Seconds(60);
+};
+
+// What routing decided for this target.
+struct TargetRoute {
+  std::string mode = "local";  // local | raw | int4 | recompute | reuse | scd
+  std::string mode_reason = "requested";
+  std::string producer;                // producer model name ("" for local)
+  const Artifact* artifact = nullptr;  // for reuse / scd: the pair's artifact (not owned)
+};
+
+// This request's transfer session, once the producer has opened it (waits up to `timeout`).
+using SessionSource = std::function<absl::StatusOr<std::shared_ptr<transport::ReceiveSession>>(
+    absl::Duration timeout)>;
+// Receives every event, in order, on the calling thread.
+using EventSink = std::function<void(const v1::GenerateEvent&)>;
+
+struct RunContext {
+  absl::Time received = absl::Now();             // request arrival (Timings.queue, ttft, total)
+  const std::atomic<bool>* cancelled = nullptr;  // set by the caller: ends with "cancelled"
+  SessionSource session;                         // required unless the route is local
+};
+
+// Runs one target; returns the status the terminal event carries (OK for Finished), for logs.
+absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest& request,
+                       const TargetRoute& route, const RunContext& context, const EventSink& emit);
+
+// The prompt's token ids as the consumer sees them (prompt_ids, or the prompt tokenized with the
+// model's special tokens). INVALID_ARGUMENT: neither or both given, empty, ids out of vocabulary;
+// OUT_OF_RANGE: longer than the model's maximum positions.
+absl::StatusOr<std::vector<TokenId>> PromptIds(const ConsumerModel& consumer,
+                                               const v1::GenerateRequest& request);
+
+}  // namespace scd::consumer
+
+#endif  // SCD_CONSUMER_REQUEST_RUNNER_H_

@@ -1,0 +1,216 @@
+// consumer::RunTarget, a request end to end on the consumer, against independent references:
+// greedy tokens equal the batch transfer path (TransferPath: whole batch, batch decoder) followed
+// by GenerateTokens for the same pair and mode (hard pair, scd); raw between identical models and
+// local give the consumer's own local generation; every run emits Started first and exactly one
+// terminal event last; a lost producer ends in Error or, when allowed, in a local fallback with the
+// same tokens as local; a 1-token prompt runs local; cancellation ends "cancelled".
+#include "consumer/request_runner.h"
+
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "codec/code_encoder.h"
+#include "codec/transfer.h"
+#include "model/generator.h"
+#include "producer/prefill_streamer.h"
+#include "tests/test_util.h"
+#include "transport/transfer_session.h"
+
+namespace scd {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Outcome {
+  std::vector<v1::GenerateEvent> events;
+  std::vector<TokenId> ids;
+  std::string text;
+  const v1::GenerateEvent& last() const { return events.back(); }
+};
+
+class RequestRunnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    producer_ = testing::Ok(LlamaModel::Load(testing::ModelDir("stories260k"), {}));
+    consumer_ = testing::Ok(LlamaModel::Load(testing::ModelDir("llama2xs-260k"), {}));
+    tokenizer_ =
+        testing::Ok(Tokenizer::FromFile(testing::ModelDir("stories260k") + "/tokenizer.json"));
+    artifact_ = testing::SyntheticArtifact(*producer_);
+    artifact_.consumer = testing::Ok(ModelIdentity::Of(*consumer_));
+    prompt_ = testing::LoadGolden("stories260k").prompts[2].ids;
+  }
+  consumer::ConsumerModel Consumer(const LlamaModel& model) {
+    return {&model, tokenizer_.get(), "target", TransferOptions(), 12, absl::Seconds(30)};
+  }
+  v1::GenerateRequest Request(const std::vector<TokenId>& ids) {
+    v1::GenerateRequest request;
+    for (TokenId id : ids) request.add_prompt_ids(id);
+    request.set_max_tokens(12);
+    request.set_request_id("req");
+    return request;
+  }
+  // Greedy continuation via the batch path (mode local: the consumer's own prefill).
+  std::vector<TokenId> Reference(TransferMode mode, const LlamaModel& consumer) {
+    KvCache cache = consumer.NewCache(64);
+    if (mode != TransferMode::kLocal) {
+      const Artifact* used = ModeNeedsArtifact(mode) ? &artifact_ : nullptr;
+      TransferPath path =
+          testing::Ok(TransferPath::Create(mode, *producer_, consumer, used, TransferOptions()));
+      const std::vector<TokenId> prefix(prompt_.begin(), prompt_.end() - 1);
+      EXPECT_TRUE(path.Run(prefix, &cache, InProcessHandOff()).ok());
+    }
+    GenerationOptions options;
+    options.max_tokens = 12;
+    return testing::Ok(GenerateTokens(consumer, prompt_, &cache, options)).output_ids;
+  }
+  // Runs the target; for modes with codes a producer thread streams the prefix over inproc.
+  // `producer_dies`: the producer opens the session and cancels it instead of sending.
+  Outcome Serve(const consumer::ConsumerModel& consumer, const v1::GenerateRequest& request,
+                const consumer::TargetRoute& route, bool producer_dies = false,
+                const std::atomic<bool>* cancelled = nullptr) {
+    transport::TransportOptions options;
+    options.backend = "inproc";
+    auto transport = testing::Ok(transport::CreateTransport(options));
+    transport::SessionAcceptor acceptor(testing::Ok(transport->Listen("runner:0")), {});
+    auto connection = transport::TransferConnection::Create(
+        testing::Ok(transport->Connect(acceptor.address(), absl::Seconds(5))), {});
+    std::thread producer;
+    if (route.mode != "local" && request.prompt_ids_size() > 1) {
+      producer = std::thread([&] {
+        TransferMode mode = testing::Ok(ParseTransferMode(route.mode));
+        const Artifact* used = ModeNeedsArtifact(mode) ? &artifact_ : nullptr;
+        TransferPlan plan =
+            testing::Ok(TransferPlan::Make(mode, producer_->config(), used, TransferOptions()));
+        CodeEncoder encoder(plan, used, TransferOptions());
+        const std::vector<TokenId> prefix(prompt_.begin(), prompt_.end() - 1);
+        auto header = testing::Ok(producer::StreamHeader(encoder, producer_->config(),
+                                                         static_cast<int64_t>(prefix.size()),
+                                                         {"req", "", "", ""}));
+        auto session = testing::Ok(connection->StartSession(header, absl::Seconds(30)));
+        if (producer_dies) {
+          session->Cancel("producer process lost");
+          return;
+        }
+        testing::Ok(producer::StreamPrefill(*producer_, prefix, {{&encoder, session}}));
+      });
+    }
+    consumer::RunContext context;
+    context.cancelled = cancelled;
+    context.session = [&](absl::Duration timeout) { return acceptor.Accept(timeout); };
+    Outcome run;
+    consumer::RunTarget(consumer, request, route, context, [&](const v1::GenerateEvent& e) {
+      run.events.push_back(e);
+      if (e.has_token()) {
+        run.text += e.token().text();
+        for (int32_t id : e.token().ids()) run.ids.push_back(id);
+      }
+    }).IgnoreError();
+    if (producer.joinable()) producer.join();
+    // Exactly one Started first (unless refused before it) and exactly one terminal event, last.
+    int terminal = 0;
+    for (const auto& e : run.events) terminal += e.has_finished() || e.has_error();
+    EXPECT_EQ(terminal, 1);
+    EXPECT_TRUE(run.last().has_finished() || run.last().has_error());
+    for (const auto& e : run.events) EXPECT_EQ(e.target(), "target");
+    return run;
+  }
+
+  std::unique_ptr<LlamaModel> producer_, consumer_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  Artifact artifact_;
+  std::vector<TokenId> prompt_;
+};
+
+TEST_F(RequestRunnerTest, LocalEqualsTheConsumersOwnGeneration) {
+  Outcome run = Serve(Consumer(*consumer_), Request(prompt_), {});
+  ASSERT_TRUE(run.events.front().has_started());
+  EXPECT_EQ(run.events.front().started().mode(), "local");
+  ASSERT_TRUE(run.last().has_finished()) << run.last().DebugString();
+  EXPECT_EQ(run.ids, Reference(TransferMode::kLocal, *consumer_));
+  GenerationOptions options;
+  options.max_tokens = 12;
+  EXPECT_EQ(run.text,
+            testing::Ok(GenerateTextFromIds(*consumer_, *tokenizer_, prompt_, options)).text);
+  const v1::Finished& f = run.last().finished();
+  EXPECT_EQ(f.reason(), "length");
+  EXPECT_EQ(f.output_tokens(), 12u);
+  EXPECT_EQ(f.prompt_tokens(), prompt_.size());
+  EXPECT_GT(f.timings().prefill(), 0u);
+  EXPECT_GE(f.timings().total(), f.timings().ttft());
+}
+
+TEST_F(RequestRunnerTest, ScdOnTheHardPairEqualsTheBatchTransferPath) {
+  Outcome run =
+      Serve(Consumer(*consumer_), Request(prompt_), {"scd", "artifact", "stories260k", &artifact_});
+  ASSERT_TRUE(run.last().has_finished()) << run.last().DebugString();
+  EXPECT_EQ(run.ids, Reference(TransferMode::kScd, *consumer_));
+  const v1::Finished& f = run.last().finished();
+  EXPECT_EQ(f.mode(), "scd");
+  EXPECT_GT(f.payload_bytes(), 0u);
+  EXPECT_GT(f.timings().rebuild(), 0u);
+  EXPECT_GT(f.timings().first_decode(), 0u);
+  EXPECT_EQ(run.events.front().started().producer(), "stories260k");
+}
+
+TEST_F(RequestRunnerTest, RawBetweenIdenticalModelsEqualsLocal) {
+  Outcome run = Serve(Consumer(*producer_), Request(prompt_), {"raw", "identical", "stories260k"});
+  ASSERT_TRUE(run.last().has_finished()) << run.last().DebugString();
+  EXPECT_EQ(run.ids, Reference(TransferMode::kLocal, *producer_));
+  EXPECT_EQ(run.last().finished().mode(), "raw");
+}
+
+TEST_F(RequestRunnerTest, LostProducerEndsInErrorOrFallsBackToLocal) {
+  consumer::TargetRoute route{"scd", "artifact", "stories260k", &artifact_};
+  Outcome failed = Serve(Consumer(*consumer_), Request(prompt_), route, /*producer_dies=*/true);
+  ASSERT_TRUE(failed.last().has_error());
+  EXPECT_THAT(failed.last().error().message(), HasSubstr("producer process lost"));
+  EXPECT_TRUE(failed.ids.empty());
+
+  v1::GenerateRequest request = Request(prompt_);
+  request.set_allow_local_fallback(true);
+  Outcome fallback = Serve(Consumer(*consumer_), request, route, /*producer_dies=*/true);
+  ASSERT_TRUE(fallback.last().has_finished()) << fallback.last().DebugString();
+  EXPECT_EQ(fallback.last().finished().mode(), "local");
+  EXPECT_THAT(fallback.last().finished().mode_reason(), HasSubstr("fallback"));
+  EXPECT_EQ(fallback.ids, Reference(TransferMode::kLocal, *consumer_));
+}
+
+TEST_F(RequestRunnerTest, OneTokenPromptRunsLocal) {
+  Outcome run = Serve(Consumer(*consumer_), Request({prompt_[0]}),
+                      {"scd", "artifact", "stories260k", &artifact_});
+  EXPECT_EQ(run.events.front().started().mode(), "local");
+  EXPECT_THAT(run.events.front().started().mode_reason(), HasSubstr("1-token"));
+  ASSERT_TRUE(run.last().has_finished()) << run.last().DebugString();
+  EXPECT_EQ(run.last().finished().output_tokens(), 12u);
+}
+
+TEST_F(RequestRunnerTest, BadRequestsEndInOneErrorWithTheirCode) {
+  v1::GenerateRequest both = Request(prompt_);
+  both.set_prompt("once upon a time");
+  Outcome run = Serve(Consumer(*consumer_), both, {});
+  ASSERT_EQ(run.events.size(), 1u);
+  EXPECT_EQ(run.last().error().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  v1::GenerateRequest outside = Request({1, 999999});
+  EXPECT_EQ(Serve(Consumer(*consumer_), outside, {}).last().error().code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
+  v1::GenerateRequest hot = Request(prompt_);
+  hot.set_temperature(-1);
+  EXPECT_EQ(Serve(Consumer(*consumer_), hot, {}).last().error().code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(RequestRunnerTest, CancelledRequestFinishesCancelled) {
+  std::atomic<bool> cancelled{true};  // seen after the first token
+  Outcome run = Serve(Consumer(*consumer_), Request(prompt_), {}, false, &cancelled);
+  ASSERT_TRUE(run.last().has_finished()) << run.last().DebugString();
+  EXPECT_EQ(run.last().finished().reason(), "cancelled");
+  EXPECT_EQ(run.ids.size(), 1u);
+}
+
+}  // namespace
+}  // namespace scd
