@@ -1,0 +1,94 @@
+#include "consumer/inference_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/exception_guard.h"
+
+namespace scd::consumer {
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+ConsumerInferenceService::ConsumerInferenceService(ConsumerModel consumer, std::string fingerprint,
+                                                   std::shared_ptr<Admission> admission)
+    : consumer_(std::move(consumer)),
+      fingerprint_(std::move(fingerprint)),
+      admission_(std::move(admission)) {}
+
+grpc::Status ConsumerInferenceService::Generate(grpc::ServerContext* context,
+                                                const v1::GenerateRequest* request,
+                                                grpc::ServerWriter<v1::GenerateEvent>* writer) {
+  const absl::Time received = absl::Now();
+  v1::GenerateRequest req = *request;
+  if (req.request_id().empty()) {
+    req.set_request_id(absl::StrCat(consumer_.name, "-", next_request_.fetch_add(1)));
+  }
+  const std::string& id = req.request_id();
+  // Refusals of the request as a whole: a non-OK RPC status, no event.
+  for (const std::string& target : req.targets()) {
+    if (target != consumer_.name) {
+      return grpc::Status(
+          grpc::StatusCode::NOT_FOUND,
+          absl::StrCat("unknown target '", target, "'; this consumer serves '", consumer_.name,
+                       "' (send fan-out requests to the coordinator)"));
+    }
+  }
+  TargetRoute route;
+  const std::string mode = req.mode().empty() ? "auto" : req.mode();
+  if (mode == "auto") {
+    route.mode_reason = "a consumer called directly has no producer: local prefill";
+  } else if (mode != "local") {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("mode ", mode,
+                                     " needs a producer: send the request "
+                                     "through the coordinator"));
+  }
+  absl::StatusOr<std::unique_ptr<Admission::Slot>> slot = admission_->Admit();
+  if (!slot.ok()) {
+    spdlog::info("[{}] refused: {}", id, slot.status().ToString());
+    return ToGrpcStatus(slot.status());
+  }
+  spdlog::info("[{}] admitted ({} of {} running)", id, admission_->active(),
+               admission_->capacity());
+
+  std::atomic<bool> cancelled{false};
+  RunContext run;
+  run.received = received;
+  run.cancelled = &cancelled;
+  absl::Status status = GuardExceptions("ConsumerInferenceService::Generate", [&] {
+    return RunTarget(consumer_, req, route, run, [&](const v1::GenerateEvent& event) {
+      if (context->IsCancelled()) cancelled = true;
+      if (!cancelled && !writer->Write(event)) cancelled = true;  // the client went away
+    });
+  });
+  spdlog::info("[{}] ended: {}{}", id, status.ToString(), cancelled ? " (client cancelled)" : "");
+  if (cancelled) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
+  return grpc::Status::OK;  // the terminal event carries the outcome
+}
+
+grpc::Status ConsumerInferenceService::ListModels(grpc::ServerContext*,
+                                                  const v1::ListModelsRequest*,
+                                                  v1::ListModelsResponse* response) {
+  v1::ModelInfo* info = response->add_models();
+  info->set_name(consumer_.name);
+  info->set_role("consumer");
+  info->set_fingerprint(fingerprint_);
+  return grpc::Status::OK;
+}
+
+grpc::Status ConsumerInferenceService::Health(grpc::ServerContext*, const v1::HealthRequest*,
+                                              v1::HealthResponse* response) {
+  response->set_status(admission_->draining() ? "draining" : "serving");
+  response->set_role("consumer");
+  response->set_active_requests(admission_->active());
+  return grpc::Status::OK;
+}
+
+}  // namespace scd::consumer

@@ -1,0 +1,49 @@
+// The consumer's own scd.v1.Inference service: Generate on this consumer's model, ListModels,
+// Health. Called directly (not through the coordinator) a consumer has no producer, so it serves
+// mode local (and auto, which resolves to local, saying so); a request naming another target is
+// NOT_FOUND (naming this one), a mode that needs a producer FAILED_PRECONDITION. Requests are
+// admitted first (RESOURCE_EXHAUSTED when full, UNAVAILABLE while draining); every admitted
+// request ends in exactly one terminal event, and a client that cancels ends it "cancelled" with
+// its slot released. Logs carry the request id.
+// Thread-safety: thread-safe; gRPC's sync server runs each call on its own thread.
+#ifndef SCD_CONSUMER_INFERENCE_SERVICE_H_
+#define SCD_CONSUMER_INFERENCE_SERVICE_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "consumer/admission.h"
+#include "consumer/request_runner.h"
+#include "proto/scd/v1/inference.grpc.pb.h"
+
+namespace scd::consumer {
+
+class ConsumerInferenceService final : public v1::Inference::Service {
+ public:
+  // REQUIRES: the model and tokenizer in `consumer` outlive the service.
+  ConsumerInferenceService(ConsumerModel consumer, std::string fingerprint,
+                           std::shared_ptr<Admission> admission);
+
+  grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
+                        grpc::ServerWriter<v1::GenerateEvent>* writer) override;
+  grpc::Status ListModels(grpc::ServerContext* context, const v1::ListModelsRequest* request,
+                          v1::ListModelsResponse* response) override;
+  grpc::Status Health(grpc::ServerContext* context, const v1::HealthRequest* request,
+                      v1::HealthResponse* response) override;
+
+  const std::shared_ptr<Admission>& admission() const { return admission_; }
+
+ private:
+  const ConsumerModel consumer_;
+  const std::string fingerprint_;
+  const std::shared_ptr<Admission> admission_;
+  std::atomic<uint64_t> next_request_{1};
+};
+
+// absl::Status -> grpc::Status with the same code and message.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+}  // namespace scd::consumer
+
+#endif  // SCD_CONSUMER_INFERENCE_SERVICE_H_

@@ -1,0 +1,152 @@
+// The consumer's Inference service through a real gRPC server and client over loopback: Generate
+// streams the consumer's own greedy generation (checked against GenerateTextFromIds); requests the
+// consumer cannot serve are refused with their own codes (NOT_FOUND naming it, FAILED_PRECONDITION,
+// RESOURCE_EXHAUSTED when full, UNAVAILABLE while draining); a client that cancels frees its slot.
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "consumer/inference_service.h"
+#include "model/generator.h"
+#include "tests/test_util.h"
+
+namespace scd::consumer {
+namespace {
+
+using ::testing::HasSubstr;
+
+class ConsumerServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = testing::Ok(LlamaModel::Load(testing::ModelDir("stories260k"), {}));
+    tokenizer_ =
+        testing::Ok(Tokenizer::FromFile(testing::ModelDir("stories260k") + "/tokenizer.json"));
+    service_ = std::make_unique<ConsumerInferenceService>(
+        ConsumerModel{model_.get(), tokenizer_.get(), "fables", TransferOptions(), 16,
+                      absl::Seconds(30)},
+        "fp-fables", Admission::Create(1));
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_GT(port, 0);
+    stub_ = v1::Inference::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  struct Call {
+    grpc::Status status;
+    std::vector<v1::GenerateEvent> events;
+  };
+  Call Generate(const v1::GenerateRequest& request) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto reader = stub_->Generate(&context, request);
+    Call call;
+    v1::GenerateEvent event;
+    while (reader->Read(&event)) call.events.push_back(event);
+    call.status = reader->Finish();
+    return call;
+  }
+
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ConsumerInferenceService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Inference::Stub> stub_;
+};
+
+TEST_F(ConsumerServiceTest, GenerateStreamsTheConsumersOwnGreedyGeneration) {
+  v1::GenerateRequest request;
+  request.set_prompt("Once upon a time");
+  request.set_max_tokens(16);
+  Call call = Generate(request);
+  ASSERT_TRUE(call.status.ok()) << call.status.error_message();
+  ASSERT_GE(call.events.size(), 2u);
+  ASSERT_TRUE(call.events.front().has_started());
+  EXPECT_EQ(call.events.front().started().mode(), "local");
+  EXPECT_THAT(call.events.front().started().mode_reason(), HasSubstr("no producer"));
+  EXPECT_FALSE(call.events.front().started().request_id().empty());
+  ASSERT_TRUE(call.events.back().has_finished());
+  std::vector<TokenId> ids;
+  std::string text;
+  for (const auto& event : call.events) {
+    EXPECT_EQ(event.target(), "fables");
+    if (!event.has_token()) continue;
+    text += event.token().text();
+    for (int32_t id : event.token().ids()) ids.push_back(id);
+  }
+  GenerationOptions options;
+  options.max_tokens = 16;
+  GenerationResult reference =
+      testing::Ok(GenerateText(*model_, *tokenizer_, "Once upon a time", options));
+  EXPECT_EQ(ids, reference.output_ids);
+  EXPECT_EQ(text, reference.text);
+  EXPECT_EQ(call.events.back().finished().output_tokens(), reference.output_ids.size());
+}
+
+TEST_F(ConsumerServiceTest, RequestsItCannotServeAreRefusedWithTheirOwnCodes) {
+  v1::GenerateRequest request;
+  request.set_prompt("Once upon a time");
+  request.add_targets("xs");
+  Call unknown = Generate(request);
+  EXPECT_EQ(unknown.status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(unknown.status.error_message(), HasSubstr("'fables'"));
+  EXPECT_TRUE(unknown.events.empty());
+
+  request.clear_targets();
+  request.set_mode("scd");
+  EXPECT_EQ(Generate(request).status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+
+  request.set_mode("local");
+  {
+    auto held = service_->admission()->Admit();  // the only slot is taken
+    ASSERT_TRUE(held.ok());
+    Call full = Generate(request);
+    EXPECT_EQ(full.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_TRUE(full.events.empty());
+  }
+  EXPECT_TRUE(Generate(request).status.ok());  // the slot came back
+
+  // Bad input (no prompt) is admitted and ends in one Error event (the stream itself is OK).
+  v1::GenerateRequest empty;
+  Call bad = Generate(empty);
+  ASSERT_EQ(bad.events.size(), 1u);
+  EXPECT_EQ(bad.events[0].error().code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+
+  service_->admission()->Drain();
+  EXPECT_EQ(Generate(request).status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  grpc::ClientContext context;
+  v1::HealthResponse health;
+  ASSERT_TRUE(stub_->Health(&context, v1::HealthRequest(), &health).ok());
+  EXPECT_EQ(health.status(), "draining");
+}
+
+TEST_F(ConsumerServiceTest, ClientCancelFreesTheSlot) {
+  v1::GenerateRequest request;
+  request.set_prompt("Once upon a time");
+  request.set_max_tokens(400);
+  grpc::ClientContext context;
+  auto reader = stub_->Generate(&context, request);
+  v1::GenerateEvent event;
+  ASSERT_TRUE(reader->Read(&event));  // Started: admitted and running
+  EXPECT_EQ(service_->admission()->active(), 1u);
+  context.TryCancel();
+  while (reader->Read(&event)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  const absl::Time limit = absl::Now() + absl::Seconds(1);
+  while (service_->admission()->active() != 0 && absl::Now() < limit) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(service_->admission()->active(), 0u);
+}
+
+}  // namespace
+}  // namespace scd::consumer
