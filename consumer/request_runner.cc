@@ -13,6 +13,7 @@
 #include "codec/transfer_mode.h"
 #include "consumer/code_receiver.h"
 #include "model/generator.h"
+#include "tokenizer/prompt_ids.h"
 
 namespace scd::consumer {
 namespace {
@@ -101,30 +102,11 @@ absl::StatusOr<PrefixOutcome> PreparePrefix(const ConsumerModel& consumer,
 
 absl::StatusOr<std::vector<TokenId>> PromptIds(const ConsumerModel& consumer,
                                                const v1::GenerateRequest& request) {
-  const bool has_text = !request.prompt().empty(), has_ids = request.prompt_ids_size() > 0;
-  if (has_text == has_ids) {
-    return absl::InvalidArgumentError("give exactly one of prompt and prompt_ids");
-  }
-  std::vector<TokenId> ids;
-  if (has_text) {
-    SCD_ASSIGN_OR_RETURN(ids, consumer.tokenizer->Encode(request.prompt()));
-  } else {
-    const int64_t vocab = consumer.model->config().vocab_size;
-    for (int32_t id : request.prompt_ids()) {
-      if (id < 0 || id >= vocab) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("prompt id ", id, " is outside the vocabulary [0, ", vocab, ")"));
-      }
-      ids.push_back(static_cast<TokenId>(id));
-    }
-  }
-  if (ids.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
-  const int64_t max = consumer.model->config().max_position_embeddings;
-  if (static_cast<int64_t>(ids.size()) > max) {
-    return absl::OutOfRangeError(
-        absl::StrCat("the prompt has ", ids.size(), " tokens; the model takes at most ", max));
-  }
-  return ids;
+  const ModelConfig& config = consumer.model->config();
+  return PromptTokenIds(*consumer.tokenizer, request.prompt(),
+                        absl::MakeConstSpan(request.prompt_ids().data(),
+                                            static_cast<size_t>(request.prompt_ids_size())),
+                        config.vocab_size, config.max_position_embeddings);
 }
 
 absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest& request,

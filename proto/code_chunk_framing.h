@@ -35,6 +35,10 @@ struct TransferIdentity {
   std::string artifact_id;
 };
 
+// The tag a producer puts in TransferHeader.request_id for one target of one request; the
+// consumer hands the session to the request expecting that tag.
+std::string SessionTag(const std::string& request_id, const std::string& target);
+
 // The header announcing `batch`: mode, tokens, per-layer ranks and dtypes, expected bytes and
 // chunks. `layers` is the producer model's layer count.
 v1::TransferHeader FrameHeader(const CodeBatch& batch, int layers, const TransferIdentity& identity);

@@ -1,0 +1,40 @@
+// The consumer's side of the control plane (scd.v1.Consumer.Decode, called by the coordinator):
+// admit the routed request (capacity reserved before the producer sends; RESOURCE_EXHAUSTED when
+// full), expect its transfer session at the SessionRouter, then run it (RunTarget): rebuild the
+// prefix layer by layer from the producer's codes, decode, stream events. A mode that needs an
+// artifact the consumer does not hold is FAILED_PRECONDITION, naming the artifact.
+// Thread-safety: thread-safe; gRPC's sync server runs each call on its own thread.
+#ifndef SCD_CONSUMER_DECODE_SERVICE_H_
+#define SCD_CONSUMER_DECODE_SERVICE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "codec/artifact.h"
+#include "consumer/admission.h"
+#include "consumer/request_runner.h"
+#include "consumer/session_router.h"
+#include "proto/scd/v1/control.grpc.pb.h"
+
+namespace scd::consumer {
+
+class ConsumerControlService final : public v1::Consumer::Service {
+ public:
+  // REQUIRES: everything pointed to outlives the service. `artifacts`: by artifact id.
+  ConsumerControlService(ConsumerModel consumer, std::map<std::string, const Artifact*> artifacts,
+                         std::shared_ptr<Admission> admission, SessionRouter* router);
+
+  grpc::Status Decode(grpc::ServerContext* context, const v1::DecodeRequest* request,
+                      grpc::ServerWriter<v1::GenerateEvent>* writer) override;
+
+ private:
+  const ConsumerModel consumer_;
+  const std::map<std::string, const Artifact*> artifacts_;
+  const std::shared_ptr<Admission> admission_;
+  SessionRouter* const router_;
+};
+
+}  // namespace scd::consumer
+
+#endif  // SCD_CONSUMER_DECODE_SERVICE_H_

@@ -1,0 +1,103 @@
+#include "consumer/session_router.h"
+
+#include <spdlog/spdlog.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace scd::consumer {
+
+SessionRouter::SessionRouter(std::unique_ptr<transport::SessionAcceptor> acceptor)
+    : acceptor_(std::move(acceptor)), address_(acceptor_->address()) {
+  accept_thread_ = std::thread([this] { AcceptLoop(); });
+}
+
+SessionRouter::~SessionRouter() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  acceptor_->Close();
+  accept_thread_.join();
+}
+
+void SessionRouter::AcceptLoop() {
+  for (;;) {
+    absl::StatusOr<std::shared_ptr<transport::ReceiveSession>> session =
+        acceptor_->Accept(absl::Milliseconds(200));
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) break;
+    }
+    if (!session.ok()) {
+      if (absl::IsDeadlineExceeded(session.status())) continue;
+      break;  // closed
+    }
+    const std::string tag = (*session)->header().request_id();
+    bool delivered = false;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = expected_.find(tag);
+      if (it != expected_.end() && it->second.session == nullptr) {
+        it->second.session = *session;
+        delivered = true;
+      } else {
+        ++refused_;
+      }
+    }
+    if (!delivered) {
+      spdlog::warn("[{}] refused a transfer session nobody expects", tag);
+      (*session)->Cancel(absl::StrCat("no admitted request expects session '", tag, "'"));
+    }
+  }
+  // Sessions accepted but never taken end with their tickets or here.
+}
+
+absl::StatusOr<std::unique_ptr<SessionRouter::Ticket>> SessionRouter::Expect(
+    const std::string& tag) {
+  absl::MutexLock lock(&mu_);
+  if (!expected_.emplace(tag, Slot{}).second) {
+    return absl::AlreadyExistsError(absl::StrCat("session '", tag, "' is expected already"));
+  }
+  return std::unique_ptr<Ticket>(new Ticket(this, tag));
+}
+
+void SessionRouter::Forget(const std::string& tag) {
+  std::shared_ptr<transport::ReceiveSession> untaken;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = expected_.find(tag);
+    if (it == expected_.end()) return;
+    untaken = std::move(it->second.session);
+    expected_.erase(it);
+  }
+  // The request ended (any way) with its session still open: end it so the producer stops.
+  if (untaken != nullptr && untaken->state() == transport::SessionState::kOpen) {
+    untaken->Cancel("the consumer's request ended");
+  }
+}
+
+int64_t SessionRouter::refused() const {
+  absl::MutexLock lock(&mu_);
+  return refused_;
+}
+
+SessionRouter::Ticket::~Ticket() { router_->Forget(tag_); }
+
+absl::StatusOr<std::shared_ptr<transport::ReceiveSession>> SessionRouter::Ticket::Wait(
+    absl::Duration timeout) {
+  absl::MutexLock lock(&router_->mu_);
+  auto arrived = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(router_->mu_) {
+    auto it = router_->expected_.find(tag_);
+    return router_->stopping_ || (it != router_->expected_.end() && it->second.session != nullptr);
+  };
+  router_->mu_.AwaitWithTimeout(absl::Condition(&arrived), timeout);
+  auto it = router_->expected_.find(tag_);
+  if (it != router_->expected_.end() && it->second.session != nullptr) return it->second.session;
+  if (router_->stopping_) return absl::UnavailableError("the consumer is shutting down");
+  return absl::DeadlineExceededError(absl::StrCat("no transfer session for '", tag_, "' within ",
+                                                  absl::FormatDuration(timeout)));
+}
+
+}  // namespace scd::consumer

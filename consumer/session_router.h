@@ -1,0 +1,70 @@
+// SessionRouter: the consumer's transfer listener. Producers open sessions to it; each is handed to
+// the request that expects it, by the tag in its header (TransferHeader.request_id, "<request
+// id>#<target>"). A request registers its tag when admitted, before the producer is asked to send,
+// so a session for a tag nobody expects (never admitted, already ended, or cancelled) is refused
+// at once (cancelled, naming the tag) and its bytes are never buffered.
+// Thread-safety: thread-safe; one accept thread runs until the router is destroyed.
+#ifndef SCD_CONSUMER_SESSION_ROUTER_H_
+#define SCD_CONSUMER_SESSION_ROUTER_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/code_chunk_framing.h"
+#include "transport/transfer_session.h"
+
+namespace scd::consumer {
+
+class SessionRouter {
+ public:
+  // A registered expectation; unregisters on destruction (a session arriving later is refused).
+  class Ticket {
+   public:
+    ~Ticket();
+    Ticket(const Ticket&) = delete;
+    Ticket& operator=(const Ticket&) = delete;
+    // The session, once it arrived; DEADLINE_EXCEEDED after `timeout`.
+    absl::StatusOr<std::shared_ptr<transport::ReceiveSession>> Wait(absl::Duration timeout);
+
+   private:
+    friend class SessionRouter;
+    Ticket(SessionRouter* router, std::string tag) : router_(router), tag_(std::move(tag)) {}
+    SessionRouter* router_;
+    const std::string tag_;
+  };
+
+  explicit SessionRouter(std::unique_ptr<transport::SessionAcceptor> acceptor);
+  ~SessionRouter();  // stops accepting; pending tickets' waits fail
+  SessionRouter(const SessionRouter&) = delete;
+  SessionRouter& operator=(const SessionRouter&) = delete;
+
+  const std::string& address() const { return address_; }
+  // ALREADY_EXISTS when the tag is expected already.
+  absl::StatusOr<std::unique_ptr<Ticket>> Expect(const std::string& tag);
+  int64_t refused() const;
+
+ private:
+  struct Slot {
+    std::shared_ptr<transport::ReceiveSession> session;
+  };
+  void AcceptLoop();
+  void Forget(const std::string& tag);
+
+  std::unique_ptr<transport::SessionAcceptor> acceptor_;
+  const std::string address_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Slot> expected_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread accept_thread_;
+};
+
+}  // namespace scd::consumer
+
+#endif  // SCD_CONSUMER_SESSION_ROUTER_H_

@@ -1,0 +1,136 @@
+#include "producer/producer_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/exception_guard.h"
+#include "base/status_macros.h"
+#include "codec/code_encoder.h"
+#include "codec/transfer_mode.h"
+#include "producer/prefill_streamer.h"
+#include "tokenizer/prompt_ids.h"
+
+namespace scd::producer {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  return status.ok() ? grpc::Status::OK
+                     : grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                                    std::string(status.message()));
+}
+
+uint64_t Micros(absl::Duration d) { return static_cast<uint64_t>(absl::ToInt64Microseconds(d)); }
+
+// One target's encoder and session, or why it has none.
+struct OpenTarget {
+  std::unique_ptr<CodeEncoder> encoder;
+  std::shared_ptr<transport::SendSession> session;
+  absl::Status status;
+};
+
+}  // namespace
+
+ProducerControlService::ProducerControlService(ProducerModel producer,
+                                               transport::Transport* transport,
+                                               transport::ConnectionOptions connection_options)
+    : producer_(std::move(producer)),
+      transport_(transport),
+      connection_options_(std::move(connection_options)) {}
+
+absl::StatusOr<std::shared_ptr<transport::TransferConnection>> ProducerControlService::Connection(
+    const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  auto it = connections_.find(address);
+  if (it != connections_.end() && it->second->alive()) return it->second;
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<transport::Link> link,
+                       transport_->Connect(address, absl::Seconds(5)));
+  auto connection = transport::TransferConnection::Create(std::move(link), connection_options_);
+  connections_[address] = connection;
+  return connection;
+}
+
+grpc::Status ProducerControlService::Prefill(grpc::ServerContext*,
+                                             const v1::PrefillRequest* request,
+                                             v1::PrefillResponse* response) {
+  const v1::GenerateRequest& req = request->request();
+  const std::string& id = req.request_id();
+  const ModelConfig& config = producer_.model->config();
+  absl::StatusOr<std::vector<TokenId>> ids = PromptTokenIds(
+      *producer_.tokenizer, req.prompt(),
+      absl::MakeConstSpan(req.prompt_ids().data(), static_cast<size_t>(req.prompt_ids_size())),
+      config.vocab_size, config.max_position_embeddings);
+  if (!ids.ok()) return ToGrpc(ids.status());
+  const absl::Duration deadline =
+      req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms()) : producer_.default_deadline;
+  const std::vector<TokenId> prefix(ids->begin(), ids->end() - 1);
+
+  // Open every target's session first (the header goes before the first layer exists).
+  std::vector<OpenTarget> open(request->targets_size());
+  std::vector<StreamTarget> streams;
+  std::vector<int> stream_index;
+  for (int i = 0; i < request->targets_size() && !prefix.empty(); ++i) {
+    const v1::PrefillTarget& target = request->targets(i);
+    OpenTarget& o = open[i];
+    o.status = [&]() -> absl::Status {
+      SCD_ASSIGN_OR_RETURN(TransferMode mode, ParseTransferMode(target.mode()));
+      const Artifact* artifact = nullptr;
+      if (ModeNeedsArtifact(mode)) {
+        auto it = producer_.artifacts.find(target.artifact_id());
+        if (it == producer_.artifacts.end()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "the producer holds no artifact '", target.artifact_id(), "' for ", target.target()));
+        }
+        artifact = it->second;
+      }
+      SCD_ASSIGN_OR_RETURN(TransferPlan plan,
+                           TransferPlan::Make(mode, config, artifact, producer_.transfer_options));
+      o.encoder = std::make_unique<CodeEncoder>(plan, artifact, producer_.transfer_options);
+      TransferIdentity identity{SessionTag(id, target.target()), producer_.fingerprint,
+                                target.consumer_fingerprint(), target.artifact_id()};
+      SCD_ASSIGN_OR_RETURN(v1::TransferHeader header,
+                           StreamHeader(*o.encoder, config,
+                                        static_cast<int64_t>(prefix.size()), identity));
+      SCD_ASSIGN_OR_RETURN(std::shared_ptr<transport::TransferConnection> connection,
+                           Connection(target.transfer_address()));
+      SCD_ASSIGN_OR_RETURN(o.session, connection->StartSession(std::move(header), deadline));
+      return absl::OkStatus();
+    }();
+    if (o.status.ok()) {
+      streams.push_back({o.encoder.get(), o.session});
+      stream_index.push_back(i);
+    }
+  }
+
+  StreamReport report;
+  if (!streams.empty()) {
+    absl::StatusOr<StreamReport> streamed = GuardExceptions(
+        "ProducerControlService::Prefill", [&] { return StreamPrefill(*producer_.model, prefix, streams); });
+    if (!streamed.ok()) return ToGrpc(streamed.status());
+    report = *std::move(streamed);
+    prefills_.fetch_add(1);
+    for (size_t s = 0; s < streams.size(); ++s) open[stream_index[s]].status = report.targets[s];
+  }
+  for (int i = 0; i < request->targets_size(); ++i) {
+    v1::PrefillOutcome* outcome = response->add_outcomes();
+    outcome->set_target(request->targets(i).target());
+    if (prefix.empty()) {
+      outcome->set_message("a 1-token prompt has no prefix to transfer");
+      continue;
+    }
+    outcome->set_code(static_cast<int32_t>(open[i].status.code()));
+    outcome->set_message(std::string(open[i].status.message()));
+    if (open[i].session) outcome->set_payload_bytes(open[i].session->stats().bytes);
+  }
+  response->set_prefill_us(Micros(report.prefill_end - report.start));
+  response->set_encode_us(Micros(report.encode));
+  response->set_prefills(prefills_.load());
+  spdlog::info("[{}] prefill of {} tokens for {} targets: {} us", id, prefix.size(),
+               request->targets_size(), response->prefill_us());
+  return grpc::Status::OK;
+}
+
+}  // namespace scd::producer

@@ -1,0 +1,65 @@
+// The producer's side of the control plane (scd.v1.Producer.Prefill, called by the coordinator
+// once every target consumer has admitted the request): tokenize the request's prompt, open one
+// transfer session per target at its consumer's transfer address (tagged "<request id>#<target>",
+// connections reused per address), run the prefill once and stream each target its codes layer by
+// layer (StreamPrefill). Per-target failures (consumer gone, refused header, no artifact) are
+// outcomes, not RPC errors; a prompt that cannot be tokenized is INVALID_ARGUMENT.
+// Thread-safety: thread-safe; concurrent Prefill calls share the model read-only.
+#ifndef SCD_PRODUCER_PRODUCER_SERVICE_H_
+#define SCD_PRODUCER_PRODUCER_SERVICE_H_
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "codec/artifact.h"
+#include "codec/transfer_plan.h"
+#include "model/llama_model.h"
+#include "proto/scd/v1/control.grpc.pb.h"
+#include "tokenizer/tokenizer.h"
+#include "transport/transfer_session.h"
+#include "transport/transport.h"
+
+namespace scd::producer {
+
+struct ProducerModel {
+  const LlamaModel* model = nullptr;     // not owned
+  const Tokenizer* tokenizer = nullptr;  // not owned
+  std::string name;
+  std::string fingerprint;
+  TransferOptions transfer_options;      // as every consumer's
+  std::map<std::string, const Artifact*> artifacts;  // by artifact id (not owned)
+  absl::Duration default_deadline = absl::Seconds(60);
+};
+
+class ProducerControlService final : public v1::Producer::Service {
+ public:
+  // REQUIRES: `transport` and everything in `producer` outlive the service.
+  ProducerControlService(ProducerModel producer, transport::Transport* transport,
+                         transport::ConnectionOptions connection_options = {});
+
+  grpc::Status Prefill(grpc::ServerContext* context, const v1::PrefillRequest* request,
+                       v1::PrefillResponse* response) override;
+  // Prefills run so far (a fan-out request runs one).
+  uint64_t prefills() const { return prefills_.load(); }
+
+ private:
+  // An open connection to `address`, reused while alive.
+  absl::StatusOr<std::shared_ptr<transport::TransferConnection>> Connection(
+      const std::string& address);
+
+  const ProducerModel producer_;
+  transport::Transport* const transport_;
+  const transport::ConnectionOptions connection_options_;
+  std::atomic<uint64_t> prefills_{0};
+  absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<transport::TransferConnection>> connections_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace scd::producer
+
+#endif  // SCD_PRODUCER_PRODUCER_SERVICE_H_
