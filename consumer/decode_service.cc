@@ -27,9 +27,9 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
   const absl::Time received = absl::Now();
   const std::string& id = request->request().request_id();
   if (request->target() != consumer_.name) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        absl::StrCat("this consumer serves '", consumer_.name, "', not '",
-                                     request->target(), "'"));
+    return grpc::Status(
+        grpc::StatusCode::NOT_FOUND,
+        absl::StrCat("this consumer serves '", consumer_.name, "', not '", request->target(), "'"));
   }
   TargetRoute route;
   route.mode = request->mode().empty() ? "local" : request->mode();
@@ -40,9 +40,10 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
   if (ModeNeedsArtifact(*mode)) {
     auto it = artifacts_.find(request->artifact_id());
     if (it == artifacts_.end()) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          absl::StrCat("mode ", route.mode, " needs artifact '",
-                                       request->artifact_id(), "', which this consumer does not hold"));
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrCat("mode ", route.mode, " needs artifact '", request->artifact_id(),
+                       "', which this consumer does not hold"));
     }
     route.artifact = it->second;
   }

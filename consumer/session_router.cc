@@ -96,8 +96,8 @@ absl::StatusOr<std::shared_ptr<transport::ReceiveSession>> SessionRouter::Ticket
   auto it = router_->expected_.find(tag_);
   if (it != router_->expected_.end() && it->second.session != nullptr) return it->second.session;
   if (router_->stopping_) return absl::UnavailableError("the consumer is shutting down");
-  return absl::DeadlineExceededError(absl::StrCat("no transfer session for '", tag_, "' within ",
-                                                  absl::FormatDuration(timeout)));
+  return absl::DeadlineExceededError(
+      absl::StrCat("no transfer session for '", tag_, "' within ", absl::FormatDuration(timeout)));
 }
 
 }  // namespace scd::consumer

@@ -91,9 +91,9 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext*,
       o.encoder = std::make_unique<CodeEncoder>(plan, artifact, producer_.transfer_options);
       TransferIdentity identity{SessionTag(id, target.target()), producer_.fingerprint,
                                 target.consumer_fingerprint(), target.artifact_id()};
-      SCD_ASSIGN_OR_RETURN(v1::TransferHeader header,
-                           StreamHeader(*o.encoder, config,
-                                        static_cast<int64_t>(prefix.size()), identity));
+      SCD_ASSIGN_OR_RETURN(
+          v1::TransferHeader header,
+          StreamHeader(*o.encoder, config, static_cast<int64_t>(prefix.size()), identity));
       SCD_ASSIGN_OR_RETURN(std::shared_ptr<transport::TransferConnection> connection,
                            Connection(target.transfer_address()));
       SCD_ASSIGN_OR_RETURN(o.session, connection->StartSession(std::move(header), deadline));
@@ -107,8 +107,9 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext*,
 
   StreamReport report;
   if (!streams.empty()) {
-    absl::StatusOr<StreamReport> streamed = GuardExceptions(
-        "ProducerControlService::Prefill", [&] { return StreamPrefill(*producer_.model, prefix, streams); });
+    absl::StatusOr<StreamReport> streamed = GuardExceptions("ProducerControlService::Prefill", [&] {
+      return StreamPrefill(*producer_.model, prefix, streams);
+    });
     if (!streamed.ok()) return ToGrpc(streamed.status());
     report = *std::move(streamed);
     prefills_.fetch_add(1);

@@ -30,7 +30,7 @@ struct ProducerModel {
   const Tokenizer* tokenizer = nullptr;  // not owned
   std::string name;
   std::string fingerprint;
-  TransferOptions transfer_options;      // as every consumer's
+  TransferOptions transfer_options;                  // as every consumer's
   std::map<std::string, const Artifact*> artifacts;  // by artifact id (not owned)
   absl::Duration default_deadline = absl::Seconds(60);
 };

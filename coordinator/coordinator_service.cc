@@ -1,0 +1,260 @@
+#include "coordinator/coordinator_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace scd::coordinator {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  return status.ok() ? grpc::Status::OK
+                     : grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                                    std::string(status.message()));
+}
+
+std::chrono::system_clock::time_point Deadline(absl::Time t) { return absl::ToChronoTime(t); }
+
+// One target's Decode call on its consumer, read by its own thread.
+struct TargetCall {
+  RouteTarget route;
+  grpc::ClientContext context;
+  std::thread reader;
+  // Guarded by the run's mutex.
+  bool started = false, ended = false, terminal = false;
+  std::string started_mode;
+  std::string failure;  // why the coordinator gave up on it (for the Error it writes)
+};
+
+}  // namespace
+
+RegistryService::RegistryService(NodeRegistry* registry) : registry_(registry) {
+  sweeper_ = std::thread([this] {
+    absl::MutexLock lock(&mu_);
+    while (
+        !mu_.AwaitWithTimeout(absl::Condition(&stopping_), registry_->options().sweep_interval)) {
+      for (const std::string& node : registry_->ExpireLapsed()) {
+        spdlog::warn("registry: dropped {}: no heartbeat within the lease", node);
+      }
+    }
+  });
+}
+
+RegistryService::~RegistryService() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  sweeper_.join();
+}
+
+grpc::Status RegistryService::Register(grpc::ServerContext*, const v1::RegisterRequest* request,
+                                       v1::RegisterResponse* response) {
+  absl::StatusOr<Lease> lease = registry_->Register(*request);
+  if (!lease.ok()) return ToGrpc(lease.status());
+  response->set_node_id(lease->node_id);
+  response->set_lease_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(lease->lease)));
+  response->set_heartbeat_interval_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(lease->heartbeat_interval)));
+  spdlog::info("registry: {} registered at {} ({} models)", lease->node_id, request->address(),
+               request->models_size());
+  return grpc::Status::OK;
+}
+
+grpc::Status RegistryService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
+                                        v1::HeartbeatResponse*) {
+  return ToGrpc(registry_->Heartbeat(*request));
+}
+
+grpc::Status RegistryService::Deregister(grpc::ServerContext*, const v1::DeregisterRequest* request,
+                                         v1::DeregisterResponse*) {
+  spdlog::info("registry: {} deregisters", request->node_id());
+  return ToGrpc(registry_->Deregister(request->node_id()));
+}
+
+CoordinatorInferenceService::CoordinatorInferenceService(NodeRegistry* registry,
+                                                         CoordinatorOptions options)
+    : registry_(registry), options_(options) {}
+
+std::shared_ptr<grpc::Channel> CoordinatorInferenceService::Channel(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<grpc::Channel>& channel = channels_[address];
+  if (channel == nullptr) {
+    channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  }
+  return channel;
+}
+
+grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
+                                                   const v1::GenerateRequest* request,
+                                                   grpc::ServerWriter<v1::GenerateEvent>* writer) {
+  v1::GenerateRequest req = *request;
+  if (req.request_id().empty()) req.set_request_id(absl::StrCat("req-", next_request_++));
+  const std::string id = req.request_id();
+  if (req.targets().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "name at least one target");
+  }
+  absl::StatusOr<Route> route = registry_->Resolve(
+      std::vector<std::string>(req.targets().begin(), req.targets().end()), req.mode());
+  if (!route.ok()) {
+    spdlog::info("[{}] not routed: {}", id, route.status().ToString());
+    return ToGrpc(route.status());
+  }
+  ++active_;
+  const absl::Time deadline =
+      absl::Now() +
+      (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms()) : options_.default_deadline);
+  absl::Mutex mu;  // guards the calls' flags and the writer
+  std::vector<std::unique_ptr<TargetCall>> calls;
+  for (const RouteTarget& target : route->targets) {
+    auto call = std::make_unique<TargetCall>();
+    call->route = target;
+    call->context.set_deadline(Deadline(deadline));
+    calls.push_back(std::move(call));
+  }
+  auto write_locked = [&](const v1::GenerateEvent& event)
+                          ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { writer->Write(event); };
+  for (auto& owned : calls) {
+    TargetCall* call = owned.get();
+    v1::DecodeRequest decode;
+    *decode.mutable_request() = req;
+    decode.set_target(call->route.target);
+    decode.set_mode(call->route.mode);
+    decode.set_mode_reason(call->route.mode_reason);
+    decode.set_producer(route->producer_name);
+    decode.set_producer_fingerprint(route->producer_fingerprint);
+    decode.set_artifact_id(call->route.artifact_id);
+    auto stub = v1::Consumer::NewStub(Channel(call->route.consumer_address));
+    call->reader = std::thread([&, call, decode, stub = std::move(stub)] {
+      auto reader = stub->Decode(&call->context, decode);
+      v1::GenerateEvent event;
+      while (reader->Read(&event)) {
+        event.set_target(call->route.target);
+        absl::MutexLock lock(&mu);
+        if (event.has_started()) {
+          call->started = true;
+          call->started_mode = event.started().mode();
+        }
+        if (event.has_finished() || event.has_error()) call->terminal = true;
+        write_locked(event);
+      }
+      const grpc::Status status = reader->Finish();
+      absl::MutexLock lock(&mu);
+      call->ended = true;
+      if (call->terminal) return;
+      call->terminal = true;
+      v1::GenerateEvent error;
+      error.set_target(call->route.target);
+      const bool quiet = status.ok() || status.error_code() == grpc::StatusCode::CANCELLED;
+      error.mutable_error()->set_code(quiet && !call->failure.empty()
+                                          ? static_cast<int>(grpc::StatusCode::UNAVAILABLE)
+                                          : static_cast<int>(status.error_code()));
+      error.mutable_error()->set_message(
+          !call->failure.empty()
+              ? call->failure
+              : absl::StrCat("consumer ", call->route.target, " at ", call->route.consumer_address,
+                             ": ",
+                             status.ok() ? "ended without a result" : status.error_message()));
+      write_locked(error);
+    });
+  }
+
+  // Waits until `done` holds for every call, cancelling them all if the client goes away.
+  auto wait_all = [&](auto done) {
+    absl::MutexLock lock(&mu);
+    auto all = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      for (auto& call : calls) {
+        if (!done(*call)) return false;
+      }
+      return true;
+    };
+    while (!mu.AwaitWithTimeout(absl::Condition(&all), absl::Milliseconds(20))) {
+      if (context->IsCancelled()) {
+        for (auto& call : calls) call->context.TryCancel();
+      }
+    }
+  };
+  wait_all([](const TargetCall& c) { return c.started || c.ended; });
+
+  // Every target admitted (or gone): one prefill for those that take codes.
+  v1::PrefillRequest prefill;
+  *prefill.mutable_request() = req;
+  std::map<std::string, TargetCall*> by_target;
+  {
+    absl::MutexLock lock(&mu);
+    for (auto& call : calls) {
+      if (!call->started || call->ended || call->started_mode == "local") continue;
+      v1::PrefillTarget* target = prefill.add_targets();
+      target->set_target(call->route.target);
+      target->set_transfer_address(call->route.transfer_address);
+      target->set_consumer_fingerprint(call->route.consumer_fingerprint);
+      target->set_mode(call->started_mode);
+      target->set_artifact_id(call->route.artifact_id);
+      by_target[call->route.target] = call.get();
+    }
+  }
+  if (!by_target.empty()) {
+    grpc::ClientContext prefill_context;
+    prefill_context.set_deadline(Deadline(deadline));
+    v1::PrefillResponse response;
+    auto producer = v1::Producer::NewStub(Channel(route->producer_address));
+    const grpc::Status status = producer->Prefill(&prefill_context, prefill, &response);
+    std::vector<TargetCall*> failed;
+    {
+      absl::MutexLock lock(&mu);
+      if (!status.ok()) {
+        for (auto& [name, call] : by_target) {
+          call->failure =
+              absl::StrCat("producer ", route->producer_name, " at ", route->producer_address,
+                           " failed: ", status.error_message());
+          failed.push_back(call);
+        }
+      } else {
+        for (const v1::PrefillOutcome& outcome : response.outcomes()) {
+          auto it = by_target.find(outcome.target());
+          if (outcome.code() == 0 || it == by_target.end()) continue;
+          it->second->failure =
+              absl::StrCat("producer ", route->producer_name, ": ", outcome.message());
+          failed.push_back(it->second);
+        }
+      }
+    }
+    spdlog::info("[{}] prefill on {}: {} ({} us, {} targets failed)", id, route->producer_name,
+                 status.ok() ? "ok" : status.error_message(), response.prefill_us(), failed.size());
+    // A failed target's consumer ends by itself (Error or local fallback) once its session ended;
+    // one whose session never opened is cancelled after the grace period.
+    const absl::Time grace_end = absl::Now() + options_.failed_target_grace;
+    for (TargetCall* call : failed) {
+      absl::MutexLock lock(&mu);
+      mu.AwaitWithDeadline(absl::Condition(&call->ended), grace_end);
+      if (!call->ended) call->context.TryCancel();
+    }
+  }
+  wait_all([](const TargetCall& c) { return c.ended; });
+  for (auto& call : calls) call->reader.join();
+  --active_;
+  spdlog::info("[{}] done ({} targets)", id, calls.size());
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorInferenceService::ListModels(grpc::ServerContext*,
+                                                     const v1::ListModelsRequest*,
+                                                     v1::ListModelsResponse* response) {
+  for (v1::ModelInfo& model : registry_->Models()) *response->add_models() = std::move(model);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorInferenceService::Health(grpc::ServerContext*, const v1::HealthRequest*,
+                                                 v1::HealthResponse* response) {
+  response->set_status("serving");
+  response->set_role("coordinator");
+  response->set_active_requests(active_.load());
+  return grpc::Status::OK;
+}
+
+}  // namespace scd::coordinator
