@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/exception_guard.h"
+#include "base/file_util.h"
+#include "base/sha256.h"
 #include "base/status_macros.h"
 #include "codec/fingerprint.h"
 #include "model/safetensors.h"
@@ -352,6 +354,11 @@ absl::StatusOr<Artifact> Artifact::LoadFor(const std::string& path, const LlamaM
   SCD_ASSIGN_OR_RETURN(Artifact a, Load(path));
   SCD_RETURN_IF_ERROR(a.CheckModels(producer, consumer));
   return a;
+}
+
+absl::StatusOr<std::string> ArtifactFileId(const std::string& path) {
+  SCD_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
+  return Sha256Hex(bytes).substr(0, 16);
 }
 
 }  // namespace scd

@@ -65,6 +65,10 @@ struct Artifact {
   absl::Status CheckModels(const LlamaModel& producer, const LlamaModel& consumer) const;
 };
 
+// The id an artifact file is known by across nodes (registry, routing, transfer headers): the
+// first 16 hex digits of the file's SHA-256.
+absl::StatusOr<std::string> ArtifactFileId(const std::string& path);
+
 }  // namespace scd
 
 #endif  // SCD_CODEC_ARTIFACT_H_

@@ -53,6 +53,16 @@ absl::StatusOr<ReceiveReport> RebuildFromCodes(const ConsumerModel& consumer,
   if (!context.session) return absl::InternalError("no transfer session source");
   SCD_ASSIGN_OR_RETURN(std::shared_ptr<transport::ReceiveSession> session,
                        context.session(deadline - absl::Now()));
+  // Codes are only meaningful from the producer the artifact was fitted for.
+  if (artifact != nullptr &&
+      session->header().producer_fingerprint() != artifact->producer.fingerprint) {
+    const std::string why = absl::StrCat(
+        "the codes come from producer ", session->header().producer_fingerprint().substr(0, 12),
+        ", the artifact was fitted for ", artifact->producer.name, " (",
+        artifact->producer.fingerprint.substr(0, 12), ")");
+    session->Cancel(why);
+    return absl::PermissionDeniedError(why);
+  }
   return ReceiveIntoCache(*session, decoder, plan, expected, prefix, cache, deadline - absl::Now());
 }
 

@@ -1,9 +1,13 @@
 #include "tools/tool_common.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "base/exception_guard.h"
 #include "base/shared_dir.h"
 
@@ -45,6 +49,39 @@ int RunTool(const char* tool, CLI::App& app, int argc, char** argv, const Common
     return 1;
   }
   return 0;
+}
+
+void BlockTerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+std::string WaitForTerminationSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  int signal = 0;
+  while (sigwait(&set, &signal) != 0) {
+  }
+  return signal == SIGTERM ? "SIGTERM" : "SIGINT";
+}
+
+absl::Status WriteAddressFile(const std::string& path, const std::string& address) {
+  if (path.empty()) return absl::OkStatus();
+  const std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp);
+    out << address << "\n";
+    if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", temp));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot rename ", temp, " to ", path));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace scd

@@ -39,6 +39,15 @@ void AddCommonFlags(CLI::App* command, CommonToolFlags* flags, unsigned which = 
 int RunTool(const char* tool, CLI::App& app, int argc, char** argv, const CommonToolFlags& flags,
             const std::function<absl::Status()>& run);
 
+// Daemons. Blocks SIGTERM and SIGINT in the calling thread and so in every thread started after
+// it (call first in main), so WaitForTerminationSignal can take them synchronously.
+void BlockTerminationSignals();
+// Waits for SIGTERM or SIGINT; returns its name.
+std::string WaitForTerminationSignal();
+// Writes `address` and a newline to `path` (temp file + rename: readers never see half of it);
+// nothing when `path` is empty. Lets scripts and tests find a daemon that listened on port 0.
+absl::Status WriteAddressFile(const std::string& path, const std::string& address);
+
 }  // namespace scd
 
 #endif  // SCD_TOOLS_TOOL_COMMON_H_

@@ -1,0 +1,114 @@
+#include "consumer/consumer_node.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+#include "codec/fingerprint.h"
+
+namespace scd::consumer {
+
+absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
+    const ConsumerNodeOptions& options) {
+  std::unique_ptr<ConsumerNode> node(new ConsumerNode());
+  node->name_ = options.name.empty()
+                    ? std::filesystem::path(options.model_dir).filename().string()
+                    : options.name;
+  SCD_ASSIGN_OR_RETURN(node->model_, LlamaModel::Load(options.model_dir, {}));
+  SCD_ASSIGN_OR_RETURN(node->tokenizer_,
+                       Tokenizer::FromFile(options.model_dir + "/tokenizer.json"));
+  SCD_ASSIGN_OR_RETURN(node->fingerprint_, FingerprintModel(*node->model_));
+  v1::RegisterRequest registration;
+  std::map<std::string, const Artifact*> held;
+  for (const std::string& path : options.artifacts) {
+    SCD_ASSIGN_OR_RETURN(Artifact artifact, Artifact::Load(path));
+    if (artifact.consumer.fingerprint != node->fingerprint_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "artifact ", path, " was fitted for consumer ", artifact.consumer.name, " (",
+          artifact.consumer.fingerprint.substr(0, 12), "), not ", node->name_, " (",
+          node->fingerprint_.substr(0, 12), ")"));
+    }
+    SCD_ASSIGN_OR_RETURN(std::string id, ArtifactFileId(path));
+    v1::ArtifactEntry* entry = registration.add_artifacts();
+    entry->set_id(id);
+    entry->set_producer_fingerprint(artifact.producer.fingerprint);
+    entry->set_consumer_fingerprint(artifact.consumer.fingerprint);
+    node->artifacts_[id] = std::move(artifact);
+    held[id] = &node->artifacts_[id];
+    spdlog::info("artifact {} ({} -> {}) from {}", id, node->artifacts_[id].producer.name,
+                 node->name_, path);
+  }
+  node->admission_ = Admission::Create(options.capacity);
+  transport::TransportOptions transport_options;
+  transport_options.backend = options.transport;
+  SCD_ASSIGN_OR_RETURN(node->transport_, transport::CreateTransport(transport_options));
+  SCD_ASSIGN_OR_RETURN(std::unique_ptr<transport::Listener> listener,
+                       node->transport_->Listen(options.transfer_listen));
+  transport::ConnectionOptions receive_options;
+  receive_options.expected_consumer_fingerprint = node->fingerprint_;
+  node->router_ = std::make_unique<SessionRouter>(
+      std::make_unique<transport::SessionAcceptor>(std::move(listener), receive_options));
+
+  ConsumerModel model{node->model_.get(), node->tokenizer_.get(), node->name_, TransferOptions(),
+                      options.default_max_tokens, absl::Seconds(60)};
+  node->inference_ =
+      std::make_unique<ConsumerInferenceService>(model, node->fingerprint_, node->admission_);
+  node->control_ = std::make_unique<ConsumerControlService>(model, held, node->admission_,
+                                                            node->router_.get());
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(node->inference_.get());
+  builder.RegisterService(node->control_.get());
+  node->server_ = builder.BuildAndStart();
+  if (node->server_ == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  }
+  node->address_ =
+      absl::StrCat(options.listen.substr(0, options.listen.rfind(':')), ":", port);
+  spdlog::info("consumer {} serving on {}, transfers on {} ({})", node->name_, node->address_,
+               node->transfer_address(), options.transport);
+
+  if (!options.coordinator.empty()) {
+    registration.set_role(v1::NODE_ROLE_CONSUMER);
+    registration.set_address(node->address_);
+    registration.set_transfer_address(node->transfer_address());
+    registration.add_transports(options.transport);
+    registration.set_capacity(options.capacity);
+    v1::ModelEntry* entry = registration.add_models();
+    entry->set_name(node->name_);
+    entry->set_fingerprint(node->fingerprint_);
+    Admission* admission = node->admission_.get();
+    node->registration_ = std::make_unique<RegistryClient>(
+        options.coordinator, registration, [admission] { return admission->active(); });
+    node->registration_->Start();
+  }
+  return node;
+}
+
+void ConsumerNode::Drain() {
+  admission_->Drain();
+  if (registration_) registration_->Stop();
+}
+
+void ConsumerNode::Shutdown(absl::Duration grace) {
+  Drain();
+  const absl::Time limit = absl::Now() + grace;
+  while (admission_->active() > 0 && absl::Now() < limit) absl::SleepFor(absl::Milliseconds(20));
+  if (admission_->active() > 0) {
+    spdlog::warn("consumer {}: {} requests still running after the drain grace", name_,
+                 admission_->active());
+  }
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+}
+
+ConsumerNode::~ConsumerNode() {
+  if (server_) Shutdown(absl::ZeroDuration());
+}
+
+}  // namespace scd::consumer

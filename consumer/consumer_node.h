@@ -1,0 +1,70 @@
+// ConsumerNode: everything one scd-consumer process runs, assembled from options: the model and
+// its tokenizer, the translator artifacts it holds (checked against its model at load), the
+// transfer listener producers stream to (SessionRouter), admission, the gRPC server with the
+// public Inference service and the control-plane Consumer service, and the registration with the
+// coordinator. tools/scd_consumer_main.cc is flags -> ConsumerNodeOptions -> Start.
+// Thread-safety: Drain and Shutdown may be called from any one thread.
+#ifndef SCD_CONSUMER_CONSUMER_NODE_H_
+#define SCD_CONSUMER_CONSUMER_NODE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "codec/artifact.h"
+#include "consumer/admission.h"
+#include "consumer/decode_service.h"
+#include "consumer/inference_service.h"
+#include "consumer/session_router.h"
+#include "proto/registry_client.h"
+
+namespace scd::consumer {
+
+struct ConsumerNodeOptions {
+  std::string model_dir;
+  std::string name;                         // routing name; "" = the model directory's name
+  std::string listen = "127.0.0.1:0";       // gRPC services
+  std::string transfer_listen = "127.0.0.1:0";
+  std::string transport = "grpc";           // grpc | ucx (what producers stream over)
+  std::string coordinator;                  // "" = standalone (no registration)
+  std::vector<std::string> artifacts;       // artifact files, one per producer it accepts
+  uint32_t capacity = 4;                    // requests at once
+  uint32_t default_max_tokens = 128;
+};
+
+class ConsumerNode {
+ public:
+  static absl::StatusOr<std::unique_ptr<ConsumerNode>> Start(const ConsumerNodeOptions& options);
+  ~ConsumerNode();
+
+  const std::string& name() const { return name_; }
+  const std::string& address() const { return address_; }
+  const std::string& transfer_address() const { return router_->address(); }
+  const std::string& fingerprint() const { return fingerprint_; }
+  uint32_t active_requests() const { return admission_->active(); }
+  // Takes no new requests and leaves routing; running ones go on.
+  void Drain();
+  // Drain, wait up to `grace` for running requests, then stop serving.
+  void Shutdown(absl::Duration grace);
+
+ private:
+  ConsumerNode() = default;
+
+  std::string name_, address_, fingerprint_;
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::map<std::string, Artifact> artifacts_;  // by id
+  std::shared_ptr<Admission> admission_;
+  std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<SessionRouter> router_;
+  std::unique_ptr<ConsumerInferenceService> inference_;
+  std::unique_ptr<ConsumerControlService> control_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<RegistryClient> registration_;
+};
+
+}  // namespace scd::consumer
+
+#endif  // SCD_CONSUMER_CONSUMER_NODE_H_

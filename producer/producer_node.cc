@@ -1,0 +1,85 @@
+#include "producer/producer_node.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+#include "codec/fingerprint.h"
+
+namespace scd::producer {
+
+absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
+    const ProducerNodeOptions& options) {
+  std::unique_ptr<ProducerNode> node(new ProducerNode());
+  node->name_ = options.name.empty()
+                    ? std::filesystem::path(options.model_dir).filename().string()
+                    : options.name;
+  SCD_ASSIGN_OR_RETURN(node->model_, LlamaModel::Load(options.model_dir, {}));
+  SCD_ASSIGN_OR_RETURN(node->tokenizer_,
+                       Tokenizer::FromFile(options.model_dir + "/tokenizer.json"));
+  SCD_ASSIGN_OR_RETURN(node->fingerprint_, FingerprintModel(*node->model_));
+  ProducerModel model{node->model_.get(), node->tokenizer_.get(), node->name_,
+                      node->fingerprint_, TransferOptions(), {}, absl::Seconds(60)};
+  for (const std::string& path : options.artifacts) {
+    SCD_ASSIGN_OR_RETURN(Artifact artifact, Artifact::Load(path));
+    if (artifact.producer.fingerprint != node->fingerprint_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "artifact ", path, " was fitted for producer ", artifact.producer.name, " (",
+          artifact.producer.fingerprint.substr(0, 12), "), not ", node->name_));
+    }
+    SCD_ASSIGN_OR_RETURN(std::string id, ArtifactFileId(path));
+    node->artifacts_[id] = std::move(artifact);
+    model.artifacts[id] = &node->artifacts_[id];
+    spdlog::info("artifact {} ({} -> {}) from {}", id, node->name_,
+                 node->artifacts_[id].consumer.name, path);
+  }
+  transport::TransportOptions transport_options;
+  transport_options.backend = options.transport;
+  SCD_ASSIGN_OR_RETURN(node->transport_, transport::CreateTransport(transport_options));
+  transport::ConnectionOptions connection;
+  connection.max_inflight_bytes = options.max_inflight_mb << 20;
+  connection.shape.gbps = options.link_gbps;
+  connection.shape.latency = absl::Microseconds(options.link_latency_us);
+  node->service_ =
+      std::make_unique<ProducerControlService>(model, node->transport_.get(), connection);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(node->service_.get());
+  node->server_ = builder.BuildAndStart();
+  if (node->server_ == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  }
+  node->address_ =
+      absl::StrCat(options.listen.substr(0, options.listen.rfind(':')), ":", port);
+  spdlog::info("producer {} serving on {} (codes over {})", node->name_, node->address_,
+               options.transport);
+  if (!options.coordinator.empty()) {
+    v1::RegisterRequest registration;
+    registration.set_role(v1::NODE_ROLE_PRODUCER);
+    registration.set_address(node->address_);
+    registration.add_transports(options.transport);
+    v1::ModelEntry* entry = registration.add_models();
+    entry->set_name(node->name_);
+    entry->set_fingerprint(node->fingerprint_);
+    node->registration_ =
+        std::make_unique<RegistryClient>(options.coordinator, registration, nullptr);
+    node->registration_->Start();
+  }
+  return node;
+}
+
+void ProducerNode::Shutdown(absl::Duration grace) {
+  if (registration_) registration_->Stop();
+  if (server_) server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  server_.reset();
+}
+
+ProducerNode::~ProducerNode() { Shutdown(absl::ZeroDuration()); }
+
+}  // namespace scd::producer

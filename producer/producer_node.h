@@ -1,0 +1,59 @@
+// ProducerNode: everything one scd-producer process runs, assembled from options: the model and
+// tokenizer, the artifacts it encodes for (checked against its model at load), the transport it
+// streams codes over (optionally shaped), the gRPC server with the control-plane Producer
+// service, and the registration with the coordinator. tools/scd_producer_main.cc is flags ->
+// ProducerNodeOptions -> Start.
+// Thread-safety: Shutdown from any one thread.
+#ifndef SCD_PRODUCER_PRODUCER_NODE_H_
+#define SCD_PRODUCER_PRODUCER_NODE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "codec/artifact.h"
+#include "producer/producer_service.h"
+#include "proto/registry_client.h"
+
+namespace scd::producer {
+
+struct ProducerNodeOptions {
+  std::string model_dir;
+  std::string name;                    // "" = the model directory's name
+  std::string listen = "127.0.0.1:0";  // gRPC services
+  std::string transport = "grpc";      // grpc | ucx
+  std::string coordinator;             // "" = standalone
+  std::vector<std::string> artifacts;  // the pairs it encodes for
+  double link_gbps = 0;                // shaper on every session (0 = off)
+  double link_latency_us = 0;
+  size_t max_inflight_mb = 64;         // per session
+};
+
+class ProducerNode {
+ public:
+  static absl::StatusOr<std::unique_ptr<ProducerNode>> Start(const ProducerNodeOptions& options);
+  ~ProducerNode();
+
+  const std::string& name() const { return name_; }
+  const std::string& address() const { return address_; }
+  uint64_t prefills() const { return service_->prefills(); }
+  void Shutdown(absl::Duration grace);
+
+ private:
+  ProducerNode() = default;
+
+  std::string name_, address_, fingerprint_;
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::map<std::string, Artifact> artifacts_;
+  std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<ProducerControlService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<RegistryClient> registration_;
+};
+
+}  // namespace scd::producer
+
+#endif  // SCD_PRODUCER_PRODUCER_NODE_H_

@@ -1,0 +1,114 @@
+#include "proto/registry_client.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <utility>
+
+namespace scd {
+namespace {
+
+void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+}  // namespace
+
+RegistryClient::RegistryClient(std::string coordinator, v1::RegisterRequest registration,
+                               std::function<uint32_t()> active_requests)
+    : coordinator_(std::move(coordinator)),
+      registration_(std::move(registration)),
+      active_requests_(std::move(active_requests)),
+      stub_(v1::Registry::NewStub(
+          grpc::CreateChannel(coordinator_, grpc::InsecureChannelCredentials()))) {}
+
+RegistryClient::~RegistryClient() { Stop(); }
+
+void RegistryClient::Start() {
+  absl::MutexLock lock(&mu_);
+  if (thread_.joinable()) return;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+bool RegistryClient::RegisterOnce() {
+  grpc::ClientContext context;
+  SetDeadline(&context, absl::Seconds(1));
+  v1::RegisterResponse response;
+  const grpc::Status status = stub_->Register(&context, registration_, &response);
+  if (!status.ok()) {
+    spdlog::warn("registry: cannot register at {}: {}", coordinator_, status.error_message());
+    return false;
+  }
+  absl::MutexLock lock(&mu_);
+  node_id_ = response.node_id();
+  interval_ = absl::Milliseconds(std::max<uint32_t>(50, response.heartbeat_interval_ms()));
+  spdlog::info("registry: registered at {} as {} (lease {} ms)", coordinator_, node_id_,
+               response.lease_ms());
+  return true;
+}
+
+void RegistryClient::Loop() {
+  for (;;) {
+    std::string id;
+    absl::Duration wait;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      id = node_id_;
+      wait = id.empty() ? absl::Milliseconds(200) : interval_;
+    }
+    if (id.empty()) {
+      RegisterOnce();
+    } else {
+      grpc::ClientContext context;
+      SetDeadline(&context, absl::Seconds(1));
+      v1::HeartbeatRequest beat;
+      beat.set_node_id(id);
+      beat.set_active_requests(active_requests_ ? active_requests_() : 0);
+      v1::HeartbeatResponse response;
+      const grpc::Status status = stub_->Heartbeat(&context, beat, &response);
+      if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
+        spdlog::warn("registry: lease {} unknown to the coordinator; registering again", id);
+        absl::MutexLock lock(&mu_);
+        node_id_.clear();
+        continue;
+      }
+      if (!status.ok()) spdlog::warn("registry: heartbeat failed: {}", status.error_message());
+    }
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), wait);
+  }
+}
+
+void RegistryClient::Stop() {
+  std::string id;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    id = node_id_;
+  }
+  if (thread_.joinable()) thread_.join();
+  if (id.empty()) return;
+  grpc::ClientContext context;
+  SetDeadline(&context, absl::Seconds(1));
+  v1::DeregisterRequest request;
+  request.set_node_id(id);
+  v1::DeregisterResponse response;
+  const grpc::Status status = stub_->Deregister(&context, request, &response);
+  spdlog::info("registry: deregistered {}: {}", id, status.ok() ? "ok" : status.error_message());
+}
+
+std::string RegistryClient::node_id() const {
+  absl::MutexLock lock(&mu_);
+  return node_id_;
+}
+
+bool RegistryClient::WaitRegistered(absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto registered = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !node_id_.empty(); };
+  return mu_.AwaitWithTimeout(absl::Condition(&registered), timeout);
+}
+
+}  // namespace scd

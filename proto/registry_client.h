@@ -1,0 +1,54 @@
+// RegistryClient: how a producer or consumer stays in the coordinator's routing. Registers (and
+// retries while the coordinator is unreachable), heartbeats every interval the lease asks for
+// (reporting its active requests), registers again when the coordinator no longer knows the lease
+// (it lapsed or the coordinator restarted), and deregisters on Stop, so a drained node leaves
+// routing at once rather than after its lease.
+// Thread-safety: thread-safe; one background thread between Start and Stop.
+#ifndef SCD_PROTO_REGISTRY_CLIENT_H_
+#define SCD_PROTO_REGISTRY_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/scd/v1/registry.grpc.pb.h"
+
+namespace scd {
+
+class RegistryClient {
+ public:
+  // `active_requests` is sampled at every heartbeat.
+  RegistryClient(std::string coordinator, v1::RegisterRequest registration,
+                 std::function<uint32_t()> active_requests);
+  ~RegistryClient();  // Stop()
+
+  void Start();
+  // Deregisters (best effort, 1 s) and stops heartbeating.
+  void Stop();
+  // The current lease's node id ("" while unregistered).
+  std::string node_id() const;
+  // Blocks until registered or `timeout`; false on timeout.
+  bool WaitRegistered(absl::Duration timeout) const;
+
+ private:
+  void Loop();
+  bool RegisterOnce();
+
+  const std::string coordinator_;
+  const v1::RegisterRequest registration_;
+  const std::function<uint32_t()> active_requests_;
+  std::unique_ptr<v1::Registry::Stub> stub_;
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::string node_id_ ABSL_GUARDED_BY(mu_);
+  absl::Duration interval_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(500);
+  std::thread thread_;
+};
+
+}  // namespace scd
+
+#endif  // SCD_PROTO_REGISTRY_CLIENT_H_
