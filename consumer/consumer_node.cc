@@ -16,9 +16,8 @@ namespace scd::consumer {
 absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
     const ConsumerNodeOptions& options) {
   std::unique_ptr<ConsumerNode> node(new ConsumerNode());
-  node->name_ = options.name.empty()
-                    ? std::filesystem::path(options.model_dir).filename().string()
-                    : options.name;
+  node->name_ = options.name.empty() ? std::filesystem::path(options.model_dir).filename().string()
+                                     : options.name;
   SCD_ASSIGN_OR_RETURN(node->model_, LlamaModel::Load(options.model_dir, {}));
   SCD_ASSIGN_OR_RETURN(node->tokenizer_,
                        Tokenizer::FromFile(options.model_dir + "/tokenizer.json"));
@@ -28,10 +27,10 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
   for (const std::string& path : options.artifacts) {
     SCD_ASSIGN_OR_RETURN(Artifact artifact, Artifact::Load(path));
     if (artifact.consumer.fingerprint != node->fingerprint_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "artifact ", path, " was fitted for consumer ", artifact.consumer.name, " (",
-          artifact.consumer.fingerprint.substr(0, 12), "), not ", node->name_, " (",
-          node->fingerprint_.substr(0, 12), ")"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("artifact ", path, " was fitted for consumer ", artifact.consumer.name, " (",
+                       artifact.consumer.fingerprint.substr(0, 12), "), not ", node->name_, " (",
+                       node->fingerprint_.substr(0, 12), ")"));
     }
     SCD_ASSIGN_OR_RETURN(std::string id, ArtifactFileId(path));
     v1::ArtifactEntry* entry = registration.add_artifacts();
@@ -54,12 +53,12 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
   node->router_ = std::make_unique<SessionRouter>(
       std::make_unique<transport::SessionAcceptor>(std::move(listener), receive_options));
 
-  ConsumerModel model{node->model_.get(), node->tokenizer_.get(), node->name_, TransferOptions(),
-                      options.default_max_tokens, absl::Seconds(60)};
+  ConsumerModel model{node->model_.get(), node->tokenizer_.get(),     node->name_,
+                      TransferOptions(),  options.default_max_tokens, absl::Seconds(60)};
   node->inference_ =
       std::make_unique<ConsumerInferenceService>(model, node->fingerprint_, node->admission_);
-  node->control_ = std::make_unique<ConsumerControlService>(model, held, node->admission_,
-                                                            node->router_.get());
+  node->control_ =
+      std::make_unique<ConsumerControlService>(model, held, node->admission_, node->router_.get());
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
@@ -69,8 +68,7 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
   if (node->server_ == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   }
-  node->address_ =
-      absl::StrCat(options.listen.substr(0, options.listen.rfind(':')), ":", port);
+  node->address_ = absl::StrCat(options.listen.substr(0, options.listen.rfind(':')), ":", port);
   spdlog::info("consumer {} serving on {}, transfers on {} ({})", node->name_, node->address_,
                node->transfer_address(), options.transport);
 

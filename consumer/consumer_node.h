@@ -24,13 +24,13 @@ namespace scd::consumer {
 
 struct ConsumerNodeOptions {
   std::string model_dir;
-  std::string name;                         // routing name; "" = the model directory's name
-  std::string listen = "127.0.0.1:0";       // gRPC services
+  std::string name;                    // routing name; "" = the model directory's name
+  std::string listen = "127.0.0.1:0";  // gRPC services
   std::string transfer_listen = "127.0.0.1:0";
-  std::string transport = "grpc";           // grpc | ucx (what producers stream over)
-  std::string coordinator;                  // "" = standalone (no registration)
-  std::vector<std::string> artifacts;       // artifact files, one per producer it accepts
-  uint32_t capacity = 4;                    // requests at once
+  std::string transport = "grpc";      // grpc | ucx (what producers stream over)
+  std::string coordinator;             // "" = standalone (no registration)
+  std::vector<std::string> artifacts;  // artifact files, one per producer it accepts
+  uint32_t capacity = 4;               // requests at once
   uint32_t default_max_tokens = 128;
 };
 

@@ -56,10 +56,10 @@ absl::StatusOr<ReceiveReport> RebuildFromCodes(const ConsumerModel& consumer,
   // Codes are only meaningful from the producer the artifact was fitted for.
   if (artifact != nullptr &&
       session->header().producer_fingerprint() != artifact->producer.fingerprint) {
-    const std::string why = absl::StrCat(
-        "the codes come from producer ", session->header().producer_fingerprint().substr(0, 12),
-        ", the artifact was fitted for ", artifact->producer.name, " (",
-        artifact->producer.fingerprint.substr(0, 12), ")");
+    const std::string why = absl::StrCat("the codes come from producer ",
+                                         session->header().producer_fingerprint().substr(0, 12),
+                                         ", the artifact was fitted for ", artifact->producer.name,
+                                         " (", artifact->producer.fingerprint.substr(0, 12), ")");
     session->Cancel(why);
     return absl::PermissionDeniedError(why);
   }

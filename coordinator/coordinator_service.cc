@@ -109,7 +109,9 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
   const absl::Time deadline =
       absl::Now() +
       (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms()) : options_.default_deadline);
-  absl::Mutex mu;  // guards the calls' flags and the writer
+  absl::Mutex mu;              // guards the calls' flags, the producer's timings and the writer
+  bool prefill_known = false;  // the producer answered (or there is no producer call)
+  uint64_t prefill_us = 0, encode_us = 0;
   std::vector<std::unique_ptr<TargetCall>> calls;
   for (const RouteTarget& target : route->targets) {
     auto call = std::make_unique<TargetCall>();
@@ -136,6 +138,14 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
       while (reader->Read(&event)) {
         event.set_target(call->route.target);
         absl::MutexLock lock(&mu);
+        if (event.has_finished() && event.finished().mode() != "local" &&
+            call->started_mode != "local") {
+          // The producer's side of the breakdown: its Prefill answer normally precedes the
+          // consumer's Finished (it returns at the transfer's ack).
+          mu.AwaitWithTimeout(absl::Condition(&prefill_known), absl::Seconds(2));
+          event.mutable_finished()->mutable_timings()->set_prefill(prefill_us);
+          event.mutable_finished()->mutable_timings()->set_encode(encode_us);
+        }
         if (event.has_started()) {
           call->started = true;
           call->started_mode = event.started().mode();
@@ -198,7 +208,10 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
       by_target[call->route.target] = call.get();
     }
   }
-  if (!by_target.empty()) {
+  if (by_target.empty()) {
+    absl::MutexLock lock(&mu);
+    prefill_known = true;
+  } else {
     grpc::ClientContext prefill_context;
     prefill_context.set_deadline(Deadline(deadline));
     v1::PrefillResponse response;
@@ -207,6 +220,9 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
     std::vector<TargetCall*> failed;
     {
       absl::MutexLock lock(&mu);
+      prefill_known = true;
+      prefill_us = response.prefill_us();
+      encode_us = response.encode_us();
       if (!status.ok()) {
         for (auto& [name, call] : by_target) {
           call->failure =
@@ -226,9 +242,13 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
     }
     spdlog::info("[{}] prefill on {}: {} ({} us, {} targets failed)", id, route->producer_name,
                  status.ok() ? "ok" : status.error_message(), response.prefill_us(), failed.size());
-    // A failed target's consumer ends by itself (Error or local fallback) once its session ended;
-    // one whose session never opened is cancelled after the grace period.
-    const absl::Time grace_end = absl::Now() + options_.failed_target_grace;
+    // A failed target's consumer ends by itself once its session ended (peer lost within the
+    // liveness limit); one whose session never opened would wait for it. Without a fallback the
+    // request is over either way: cancel at once. With one, give the consumer the grace period to
+    // fall back to its own prefill.
+    const absl::Time grace_end =
+        absl::Now() +
+        (req.allow_local_fallback() ? options_.failed_target_grace : absl::ZeroDuration());
     for (TargetCall* call : failed) {
       absl::MutexLock lock(&mu);
       mu.AwaitWithDeadline(absl::Condition(&call->ended), grace_end);

@@ -50,8 +50,8 @@ class RegistryService final : public v1::Registry::Service {
 
 struct CoordinatorOptions {
   absl::Duration default_deadline = absl::Seconds(60);
-  // After a producer reports a target failed, how long its consumer may take to end on its own
-  // (an Error, or a local fallback) before the coordinator cancels it and writes the Error.
+  // After a producer reports a target failed, how long a consumer allowed to fall back may take
+  // to do so before the coordinator cancels it and writes the Error (without fallback: at once).
   absl::Duration failed_target_grace = absl::Seconds(2);
 };
 

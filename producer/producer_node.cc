@@ -16,21 +16,21 @@ namespace scd::producer {
 absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
     const ProducerNodeOptions& options) {
   std::unique_ptr<ProducerNode> node(new ProducerNode());
-  node->name_ = options.name.empty()
-                    ? std::filesystem::path(options.model_dir).filename().string()
-                    : options.name;
+  node->name_ = options.name.empty() ? std::filesystem::path(options.model_dir).filename().string()
+                                     : options.name;
   SCD_ASSIGN_OR_RETURN(node->model_, LlamaModel::Load(options.model_dir, {}));
   SCD_ASSIGN_OR_RETURN(node->tokenizer_,
                        Tokenizer::FromFile(options.model_dir + "/tokenizer.json"));
   SCD_ASSIGN_OR_RETURN(node->fingerprint_, FingerprintModel(*node->model_));
   ProducerModel model{node->model_.get(), node->tokenizer_.get(), node->name_,
-                      node->fingerprint_, TransferOptions(), {}, absl::Seconds(60)};
+                      node->fingerprint_, TransferOptions(),      {},
+                      absl::Seconds(60)};
   for (const std::string& path : options.artifacts) {
     SCD_ASSIGN_OR_RETURN(Artifact artifact, Artifact::Load(path));
     if (artifact.producer.fingerprint != node->fingerprint_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "artifact ", path, " was fitted for producer ", artifact.producer.name, " (",
-          artifact.producer.fingerprint.substr(0, 12), "), not ", node->name_));
+      return absl::FailedPreconditionError(
+          absl::StrCat("artifact ", path, " was fitted for producer ", artifact.producer.name, " (",
+                       artifact.producer.fingerprint.substr(0, 12), "), not ", node->name_));
     }
     SCD_ASSIGN_OR_RETURN(std::string id, ArtifactFileId(path));
     node->artifacts_[id] = std::move(artifact);
@@ -55,8 +55,7 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
   if (node->server_ == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   }
-  node->address_ =
-      absl::StrCat(options.listen.substr(0, options.listen.rfind(':')), ":", port);
+  node->address_ = absl::StrCat(options.listen.substr(0, options.listen.rfind(':')), ":", port);
   spdlog::info("producer {} serving on {} (codes over {})", node->name_, node->address_,
                options.transport);
   if (!options.coordinator.empty()) {

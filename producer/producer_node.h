@@ -28,7 +28,7 @@ struct ProducerNodeOptions {
   std::vector<std::string> artifacts;  // the pairs it encodes for
   double link_gbps = 0;                // shaper on every session (0 = off)
   double link_latency_us = 0;
-  size_t max_inflight_mb = 64;         // per session
+  size_t max_inflight_mb = 64;  // per session
 };
 
 class ProducerNode {

@@ -41,7 +41,8 @@ std::string SessionTag(const std::string& request_id, const std::string& target)
 
 // The header announcing `batch`: mode, tokens, per-layer ranks and dtypes, expected bytes and
 // chunks. `layers` is the producer model's layer count.
-v1::TransferHeader FrameHeader(const CodeBatch& batch, int layers, const TransferIdentity& identity);
+v1::TransferHeader FrameHeader(const CodeBatch& batch, int layers,
+                               const TransferIdentity& identity);
 // The same header before any chunk exists (a streaming producer sends it first), from the chunks
 // the encoder plans (CodeEncoder::PlannedChunks). Equal to the batch's header for that batch.
 v1::TransferHeader FrameHeader(TransferMode mode, int64_t tokens, int layers,

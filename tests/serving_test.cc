@@ -207,6 +207,11 @@ TEST_F(ServingTest, ScdThroughTheCoordinatorEqualsTheBatchTransferPath) {
   EXPECT_EQ(events.front().started().mode(), "scd");
   EXPECT_EQ(events.back().finished().mode(), "scd");
   EXPECT_GT(events.back().finished().payload_bytes(), 0u);
+  const v1::Timings& t = events.back().finished().timings();
+  EXPECT_GT(t.prefill(), 0u);  // the producer's, filled in by the coordinator
+  EXPECT_GT(t.rebuild(), 0u);
+  EXPECT_GT(t.ttft(), 0u);
+  EXPECT_GE(t.total(), t.ttft());
   EXPECT_EQ(reply.ids["xs"], Reference("xs", TransferMode::kScd, Prompt(2), 16));
 }
 

@@ -4,14 +4,12 @@
 //                [--capacity N]
 // SIGTERM/SIGINT: take no new requests, leave routing, finish running ones, exit.
 #include <ATen/Parallel.h>
-
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <string>
 
 #include "base/status_macros.h"
-
 #include "consumer/consumer_node.h"
 #include "tools/tool_common.h"
 

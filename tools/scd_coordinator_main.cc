@@ -8,7 +8,6 @@
 #include <string>
 
 #include "base/status_macros.h"
-
 #include "coordinator/coordinator_node.h"
 #include "tools/tool_common.h"
 

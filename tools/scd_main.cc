@@ -1,5 +1,7 @@
 // `scd`: the model runtime's command line.
 //   scd generate --model DIR --prompt TEXT [sampling flags]   stream a continuation to stdout
+//   scd generate --server HOST:PORT --target NAME [--target NAME2] --prompt TEXT [--mode M]
+//                [--json] [--stats]                          the same through a serving API
 //   scd tokenize --model DIR TEXT                             print token ids (and pieces)
 //   scd info --model DIR|config.json                          config summary, sizes
 // Errors go to stderr as one line and exit with status 1.
@@ -9,10 +11,12 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "google/protobuf/util/json_util.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -23,6 +27,7 @@
 #include "model/llama_model.h"
 #include "model/runtime.h"
 #include "tokenizer/tokenizer.h"
+#include "proto/inference_client.h"
 #include "tools/tool_common.h"
 
 namespace scd {
@@ -38,6 +43,11 @@ struct CommonFlags {
 };
 
 struct GenerateFlags {
+  std::string server;                // client mode: a coordinator's or consumer's Inference API
+  std::vector<std::string> targets;  // client mode: consumer model names (several: fan-out)
+  std::string mode;                  // client mode: auto (default), scd, raw, local, ...
+  bool json = false;                 // client mode: every event as one JSON line
+  bool allow_local_fallback = false;
   std::string prompt;
   std::string prompt_ids;
   GenerationOptions generation;  // sampling, stops and lengths bind straight to it
@@ -79,7 +89,73 @@ void WriteOut(std::string_view text) {
   std::fflush(stdout);
 }
 
+// Client mode: the request through a server; text streams for one target (several: each
+// target's text at its end), --json prints every event, --stats each target's TTFT breakdown.
+absl::Status RunRemoteGenerate(const GenerateFlags& flags) {
+  v1::GenerateRequest request;
+  request.set_prompt(flags.prompt);
+  if (!flags.prompt_ids.empty()) {
+    SCD_ASSIGN_OR_RETURN(std::vector<TokenId> ids, ParseIds(flags.prompt_ids));
+    for (TokenId id : ids) request.add_prompt_ids(id);
+  }
+  for (const std::string& target : flags.targets) request.add_targets(target);
+  request.set_mode(flags.mode);
+  const GenerationOptions& g = flags.generation;
+  request.set_max_tokens(static_cast<uint32_t>(g.max_tokens));
+  request.set_temperature(g.sampling.temperature);
+  request.set_top_k(static_cast<uint32_t>(g.sampling.top_k));
+  request.set_top_p(g.sampling.top_p);
+  request.set_seed(g.sampling.seed);
+  for (const std::string& stop : g.stop_strings) request.add_stop(stop);
+  request.set_allow_local_fallback(flags.allow_local_fallback);
+  const bool single = flags.targets.size() <= 1;
+  std::map<std::string, std::string> texts;
+  absl::Status first_error;
+  SCD_RETURN_IF_ERROR(StreamGenerate(
+      flags.server, request, absl::Minutes(10), [&](const v1::GenerateEvent& event) {
+        if (flags.json) {
+          std::string line;
+          google::protobuf::util::JsonPrintOptions options;
+          options.preserve_proto_field_names = true;
+          (void)google::protobuf::util::MessageToJsonString(event, &line, options);
+          WriteOut(line + "\n");
+          return;
+        }
+        if (event.has_token()) {
+          if (single) WriteOut(event.token().text());
+          texts[event.target()] += event.token().text();
+        } else if (event.has_error()) {
+          if (first_error.ok()) {
+            first_error = absl::Status(static_cast<absl::StatusCode>(event.error().code()),
+                                       absl::StrCat(event.target(), ": ", event.error().message()));
+          }
+        } else if (event.has_finished() && flags.stats) {
+          const v1::Finished& f = event.finished();
+          const v1::Timings& t = f.timings();
+          std::fprintf(stderr,
+                       "[%s] mode %s (%s), %u+%u tokens, %llu payload bytes; ttft %.2f ms = queue "
+                       "%.2f + prefill %.2f + transfer %.2f + rebuild %.2f + first decode %.2f; "
+                       "total %.2f ms\n",
+                       event.target().c_str(), f.mode().c_str(), f.mode_reason().c_str(),
+                       f.prompt_tokens(), f.output_tokens(),
+                       static_cast<unsigned long long>(f.payload_bytes()), t.ttft() / 1e3,
+                       t.queue() / 1e3, t.prefill() / 1e3, t.transfer() / 1e3, t.rebuild() / 1e3,
+                       t.first_decode() / 1e3, t.total() / 1e3);
+        }
+      }));
+  if (!flags.json) {
+    if (single) {
+      WriteOut("\n");
+    } else {
+      for (const auto& [target, text] : texts) WriteOut(absl::StrCat("[", target, "] ", text, "\n"));
+    }
+  }
+  return first_error;
+}
+
 absl::Status RunGenerate(const CommonFlags& common, const GenerateFlags& flags) {
+  if (!flags.server.empty()) return RunRemoteGenerate(flags);
+  if (common.model.empty()) return absl::InvalidArgumentError("give --model DIR or --server");
   SCD_ASSIGN_OR_RETURN(LlamaModel::Options options, RuntimeOptions(common));
   std::unique_ptr<LlamaModel> model;
   if (flags.dummy_weights) {
@@ -178,7 +254,8 @@ int Main(int argc, char** argv) {
   app.require_subcommand(1);
   CommonFlags common;
   auto add_common = [&](CLI::App* cmd, bool runtime) {
-    cmd->add_option("--model", common.model, "Hugging Face model directory")->required();
+    auto* model = cmd->add_option("--model", common.model, "Hugging Face model directory");
+    if (cmd->get_name() != "generate") model->required();  // generate: or --server
     AddCommonFlags(cmd, &common.tool, runtime ? kThreadsFlag | kLogLevelFlag : kLogLevelFlag);
     if (runtime) {
       cmd->add_option("--device", common.device, "cpu, cuda or cuda:N")->capture_default_str();
@@ -211,6 +288,14 @@ int Main(int argc, char** argv) {
   generate->add_option("--layers", gen.layers,
                        "with --dummy-weights: keep only the first N layers");
   generate->add_flag("--stats", gen.stats, "print timing to stderr");
+  generate->add_option("--server", gen.server,
+                       "send the request to a serving API (coordinator or consumer) instead");
+  generate->add_option("--target", gen.targets, "with --server: consumer model (repeat: fan-out)");
+  generate->add_option("--mode", gen.mode, "with --server: auto, scd, reuse, raw, int4, "
+                                           "recompute or local");
+  generate->add_flag("--json", gen.json, "with --server: every event as one JSON line");
+  generate->add_flag("--allow-local-fallback", gen.allow_local_fallback,
+                     "with --server: prefill locally when the transfer fails");
 
   std::string text;
   bool pieces = false, no_special = false;

@@ -3,14 +3,12 @@
 //                [--transport grpc|ucx] [--artifact FILE ...] [--link-gbps G --link-latency-us U]
 // SIGTERM/SIGINT: leave routing, finish running prefills (up to --drain-seconds), exit.
 #include <ATen/Parallel.h>
-
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <string>
 
 #include "base/status_macros.h"
-
 #include "producer/producer_node.h"
 #include "tools/tool_common.h"
 

@@ -1,0 +1,31 @@
+// A client of the public scd.v1.Inference API, for the command line and tests: one Generate call
+// streamed event by event.
+// Thread-safety: reentrant.
+#ifndef SCD_PROTO_INFERENCE_CLIENT_H_
+#define SCD_PROTO_INFERENCE_CLIENT_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/scd/v1/inference.pb.h"
+
+namespace scd {
+
+// Calls Generate on `server` and hands every event to `on_event` as it arrives. Returns the RPC's
+// status (a request refused as a whole: NOT_FOUND, RESOURCE_EXHAUSTED, ...; UNAVAILABLE when the
+// server cannot be reached).
+absl::Status StreamGenerate(const std::string& server, const v1::GenerateRequest& request,
+                            absl::Duration timeout,
+                            const std::function<void(const v1::GenerateEvent&)>& on_event);
+
+// Every model the server routes to (Inference.ListModels).
+absl::StatusOr<std::vector<v1::ModelInfo>> ListModels(const std::string& server,
+                                                      absl::Duration timeout);
+
+}  // namespace scd
+
+#endif  // SCD_PROTO_INFERENCE_CLIENT_H_
