@@ -9,7 +9,8 @@ export SCD_SHARED_DIR := $(abspath $(SHARED))
 
 # The method's showcase on the hard pair (no shared training between the two models): fit once
 # (cached in $(BUILD)/demo; `make clean` or deleting the file refits), evaluate every transfer
-# mode, then let the consumer continue a prompt from SCD codes next to its own prefill.
+# mode, then serve: `scd serve --all-in-one` with the pair, the same prompt through the public API
+# in local, raw and scd modes and as a fan-out, each with its TTFT breakdown (scripts/demo_serve.sh).
 PRODUCER := $(SHARED)/models/stories260k
 CONSUMER := $(SHARED)/models/llama2xs-260k
 DEMO_ARTIFACT := $(BUILD)/demo/stories260k-to-llama2xs-260k.scd
@@ -20,9 +21,8 @@ demo: build $(DEMO_ARTIFACT)
 	./$(BUILD)/bin/scd-calib eval --quiet --producer $(PRODUCER) --consumer $(CONSUMER) \
 	  --artifact $(DEMO_ARTIFACT)
 	@echo
-	@echo "== the consumer continues a prompt: own prefill vs transferred caches"
-	./$(BUILD)/bin/scd-calib generate --producer $(PRODUCER) --consumer $(CONSUMER) \
-	  --artifact $(DEMO_ARTIFACT) --mode scd,raw --max-tokens 48 --prompt "$(DEMO_PROMPT)"
+	@echo "== serving: the consumer continues a prompt through the API, own prefill vs transferred caches"
+	bash scripts/demo_serve.sh $(BUILD) $(PRODUCER) $(CONSUMER) $(DEMO_ARTIFACT) "$(DEMO_PROMPT)"
 
 $(DEMO_ARTIFACT): | build
 	@mkdir -p $(dir $@)

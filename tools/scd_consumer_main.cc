@@ -4,6 +4,7 @@
 //                [--capacity N]
 // SIGTERM/SIGINT: take no new requests, leave routing, finish running ones, exit.
 #include <ATen/Parallel.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
   app.add_option("--address-file", address_file, "write the bound address here once serving");
   scd::AddCommonFlags(&app, &common, scd::kLogLevelFlag | scd::kThreadsFlag);
   return scd::RunTool("scd-consumer", app, argc, argv, common, [&]() -> absl::Status {
+    spdlog::set_default_logger(spdlog::stderr_color_mt("scd-consumer"));
     if (common.threads > 0) at::set_num_threads(common.threads);
     SCD_ASSIGN_OR_RETURN(auto node, scd::consumer::ConsumerNode::Start(options));
     SCD_RETURN_IF_ERROR(scd::WriteAddressFile(address_file, node->address()));

@@ -2,6 +2,7 @@
 // producers and consumers.
 //   scd-coordinator --listen HOST:PORT [--lease-ms 2000] [--address-file PATH]
 // SIGTERM/SIGINT: stop taking requests, finish running ones (up to --drain-seconds), exit.
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
   app.add_option("--address-file", address_file, "write the bound address here once serving");
   scd::AddCommonFlags(&app, &common, scd::kLogLevelFlag);
   return scd::RunTool("scd-coordinator", app, argc, argv, common, [&]() -> absl::Status {
+    spdlog::set_default_logger(spdlog::stderr_color_mt("scd-coordinator"));  // stdout: nothing
     options.registry.lease = absl::Milliseconds(lease_ms);
     options.registry.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
     SCD_ASSIGN_OR_RETURN(auto node, scd::coordinator::CoordinatorNode::Start(options));

@@ -2,10 +2,13 @@
 //   scd generate --model DIR --prompt TEXT [sampling flags]   stream a continuation to stdout
 //   scd generate --server HOST:PORT --target NAME [--target NAME2] --prompt TEXT [--mode M]
 //                [--json] [--stats]                          the same through a serving API
+//   scd serve --all-in-one --producer-model DIR --consumer NAME=DIR[:ARTIFACT] ... --listen H:P
+//        coordinator, producer and consumers in one process, codes over the in-process transport
 //   scd tokenize --model DIR TEXT                             print token ids (and pieces)
 //   scd info --model DIR|config.json                          config summary, sizes
 // Errors go to stderr as one line and exit with status 1.
 #include <ATen/ATen.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -16,18 +19,21 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "google/protobuf/util/json_util.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
+#include "consumer/consumer_node.h"
+#include "coordinator/coordinator_node.h"
+#include "google/protobuf/util/json_util.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/generator.h"
 #include "model/llama_model.h"
 #include "model/runtime.h"
-#include "tokenizer/tokenizer.h"
+#include "producer/producer_node.h"
 #include "proto/inference_client.h"
+#include "tokenizer/tokenizer.h"
 #include "tools/tool_common.h"
 
 namespace scd {
@@ -111,8 +117,8 @@ absl::Status RunRemoteGenerate(const GenerateFlags& flags) {
   const bool single = flags.targets.size() <= 1;
   std::map<std::string, std::string> texts;
   absl::Status first_error;
-  SCD_RETURN_IF_ERROR(StreamGenerate(
-      flags.server, request, absl::Minutes(10), [&](const v1::GenerateEvent& event) {
+  SCD_RETURN_IF_ERROR(
+      StreamGenerate(flags.server, request, absl::Minutes(10), [&](const v1::GenerateEvent& event) {
         if (flags.json) {
           std::string line;
           google::protobuf::util::JsonPrintOptions options;
@@ -147,10 +153,86 @@ absl::Status RunRemoteGenerate(const GenerateFlags& flags) {
     if (single) {
       WriteOut("\n");
     } else {
-      for (const auto& [target, text] : texts) WriteOut(absl::StrCat("[", target, "] ", text, "\n"));
+      for (const auto& [target, text] : texts)
+        WriteOut(absl::StrCat("[", target, "] ", text, "\n"));
     }
   }
   return first_error;
+}
+
+struct ServeFlags {
+  bool all_in_one = false;
+  std::string producer_model;
+  std::vector<std::string> consumers;  // NAME=DIR[:ARTIFACT]
+  std::string listen = "127.0.0.1:0";
+  std::string address_file;
+  uint32_t capacity = 4;
+  double drain_seconds = 30;
+};
+
+// The three roles in one process: each node serves gRPC on loopback (the coordinator's on
+// --listen), codes travel over the in-process transport. SIGTERM/SIGINT drains and exits.
+absl::Status RunServe(const ServeFlags& flags) {
+  if (!flags.all_in_one) {
+    return absl::InvalidArgumentError(
+        "only --all-in-one runs here; separate nodes are scd-coordinator, scd-producer and "
+        "scd-consumer");
+  }
+  BlockTerminationSignals();  // before any node starts a thread
+  spdlog::set_default_logger(spdlog::stderr_color_mt("scd-serve"));  // stdout: nothing
+  coordinator::CoordinatorNodeOptions coordinator_options;
+  coordinator_options.listen = flags.listen;
+  SCD_ASSIGN_OR_RETURN(auto coordinator, coordinator::CoordinatorNode::Start(coordinator_options));
+  producer::ProducerNodeOptions producer_options;
+  producer_options.model_dir = flags.producer_model;
+  producer_options.transport = "inproc";
+  producer_options.coordinator = coordinator->address();
+  std::vector<consumer::ConsumerNodeOptions> consumer_options;
+  for (const std::string& spec : flags.consumers) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--consumer ", spec, ": expected NAME=DIR[:ARTIFACT]"));
+    }
+    consumer::ConsumerNodeOptions options;
+    options.name = spec.substr(0, eq);
+    const std::string rest = spec.substr(eq + 1);
+    const size_t colon = rest.find(':');
+    options.model_dir = rest.substr(0, colon);
+    if (colon != std::string::npos) {
+      options.artifacts.push_back(rest.substr(colon + 1));
+      producer_options.artifacts.push_back(rest.substr(colon + 1));
+    }
+    options.transport = "inproc";
+    options.transfer_listen = options.name + ":0";
+    options.coordinator = coordinator->address();
+    options.capacity = flags.capacity;
+    consumer_options.push_back(options);
+  }
+  SCD_ASSIGN_OR_RETURN(auto producer, producer::ProducerNode::Start(producer_options));
+  std::vector<std::unique_ptr<consumer::ConsumerNode>> consumers;
+  for (const auto& options : consumer_options) {
+    SCD_ASSIGN_OR_RETURN(auto node, consumer::ConsumerNode::Start(options));
+    consumers.push_back(std::move(node));
+  }
+  // Serve once every node is routable.
+  const absl::Time limit = absl::Now() + absl::Seconds(30);
+  for (;;) {
+    auto models = ListModels(coordinator->address(), absl::Seconds(2));
+    if (models.ok() && models->size() == consumers.size() + 1) break;
+    if (absl::Now() > limit) return absl::DeadlineExceededError("nodes did not register");
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  SCD_RETURN_IF_ERROR(WriteAddressFile(flags.address_file, coordinator->address()));
+  spdlog::warn("scd serve: all-in-one serving on {} (producer {}, {} consumers)",
+               coordinator->address(), producer->name(), consumers.size());
+  const std::string signal = WaitForTerminationSignal();
+  spdlog::warn("scd serve: {}: draining", signal);
+  for (auto& node : consumers) node->Drain();
+  for (auto& node : consumers) node->Shutdown(absl::Seconds(flags.drain_seconds));
+  producer->Shutdown(absl::Seconds(1));
+  coordinator->Shutdown(absl::Seconds(1));
+  return absl::OkStatus();
 }
 
 absl::Status RunGenerate(const CommonFlags& common, const GenerateFlags& flags) {
@@ -291,11 +373,30 @@ int Main(int argc, char** argv) {
   generate->add_option("--server", gen.server,
                        "send the request to a serving API (coordinator or consumer) instead");
   generate->add_option("--target", gen.targets, "with --server: consumer model (repeat: fan-out)");
-  generate->add_option("--mode", gen.mode, "with --server: auto, scd, reuse, raw, int4, "
-                                           "recompute or local");
+  generate->add_option("--mode", gen.mode,
+                       "with --server: auto, scd, reuse, raw, int4, "
+                       "recompute or local");
   generate->add_flag("--json", gen.json, "with --server: every event as one JSON line");
   generate->add_flag("--allow-local-fallback", gen.allow_local_fallback,
                      "with --server: prefill locally when the transfer fails");
+
+  ServeFlags serve_flags;
+  CLI::App* serve =
+      app.add_subcommand("serve", "serve the Inference API (all roles in one process)");
+  serve->add_flag("--all-in-one", serve_flags.all_in_one,
+                  "coordinator, producer and consumers here");
+  serve
+      ->add_option("--producer-model", serve_flags.producer_model, "the producer's model directory")
+      ->required();
+  serve
+      ->add_option("--consumer", serve_flags.consumers,
+                   "NAME=DIR[:ARTIFACT]: a consumer model and its artifact (repeatable)")
+      ->required();
+  serve->add_option("--listen", serve_flags.listen, "the public API's address (port 0: any)");
+  serve->add_option("--address-file", serve_flags.address_file, "write the address here");
+  serve->add_option("--capacity", serve_flags.capacity, "requests per consumer at once");
+  serve->add_option("--drain-seconds", serve_flags.drain_seconds, "SIGTERM: wait for requests");
+  AddCommonFlags(serve, &common.tool, kLogLevelFlag);
 
   std::string text;
   bool pieces = false, no_special = false;
@@ -317,6 +418,7 @@ int Main(int argc, char** argv) {
       return RunGenerate(common, gen);
     }
     if (tokenize->parsed()) return RunTokenize(common, text, pieces, no_special);
+    if (serve->parsed()) return RunServe(serve_flags);
     return RunInfo(common);
   });
 }

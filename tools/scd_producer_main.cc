@@ -3,6 +3,7 @@
 //                [--transport grpc|ucx] [--artifact FILE ...] [--link-gbps G --link-latency-us U]
 // SIGTERM/SIGINT: leave routing, finish running prefills (up to --drain-seconds), exit.
 #include <ATen/Parallel.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   app.add_option("--address-file", address_file, "write the bound address here once serving");
   scd::AddCommonFlags(&app, &common, scd::kLogLevelFlag | scd::kThreadsFlag);
   return scd::RunTool("scd-producer", app, argc, argv, common, [&]() -> absl::Status {
+    spdlog::set_default_logger(spdlog::stderr_color_mt("scd-producer"));
     if (common.threads > 0) at::set_num_threads(common.threads);
     SCD_ASSIGN_OR_RETURN(auto node, scd::producer::ProducerNode::Start(options));
     SCD_RETURN_IF_ERROR(scd::WriteAddressFile(address_file, node->address()));
