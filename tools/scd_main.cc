@@ -116,6 +116,7 @@ absl::Status RunRemoteGenerate(const GenerateFlags& flags) {
   request.set_allow_local_fallback(flags.allow_local_fallback);
   const bool single = flags.targets.size() <= 1;
   std::map<std::string, std::string> texts;
+  std::vector<std::string> stats;  // printed after the text
   absl::Status first_error;
   SCD_RETURN_IF_ERROR(
       StreamGenerate(flags.server, request, absl::Minutes(10), [&](const v1::GenerateEvent& event) {
@@ -138,15 +139,14 @@ absl::Status RunRemoteGenerate(const GenerateFlags& flags) {
         } else if (event.has_finished() && flags.stats) {
           const v1::Finished& f = event.finished();
           const v1::Timings& t = f.timings();
-          std::fprintf(stderr,
-                       "[%s] mode %s (%s), %u+%u tokens, %llu payload bytes; ttft %.2f ms = queue "
-                       "%.2f + prefill %.2f + transfer %.2f + rebuild %.2f + first decode %.2f; "
-                       "total %.2f ms\n",
-                       event.target().c_str(), f.mode().c_str(), f.mode_reason().c_str(),
-                       f.prompt_tokens(), f.output_tokens(),
-                       static_cast<unsigned long long>(f.payload_bytes()), t.ttft() / 1e3,
-                       t.queue() / 1e3, t.prefill() / 1e3, t.transfer() / 1e3, t.rebuild() / 1e3,
-                       t.first_decode() / 1e3, t.total() / 1e3);
+          stats.push_back(absl::StrFormat(
+              "[%s] mode %s (%s), %u+%u tokens, %llu payload bytes; ttft %.2f ms = queue "
+              "%.2f + prefill %.2f + transfer %.2f + rebuild %.2f + first decode %.2f; "
+              "total %.2f ms\n",
+              event.target().c_str(), f.mode().c_str(), f.mode_reason().c_str(), f.prompt_tokens(),
+              f.output_tokens(), static_cast<unsigned long long>(f.payload_bytes()), t.ttft() / 1e3,
+              t.queue() / 1e3, t.prefill() / 1e3, t.transfer() / 1e3, t.rebuild() / 1e3,
+              t.first_decode() / 1e3, t.total() / 1e3));
         }
       }));
   if (!flags.json) {
