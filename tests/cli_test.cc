@@ -168,7 +168,14 @@ TEST(CliErrorTest, BadFlagValues) {
   CommandResult usage = RunCommand(Scd() + " generate --prompt hi");
   EXPECT_NE(usage.exit_code, 0);
   EXPECT_EQ(usage.signal, 0);
-  EXPECT_NE(usage.err.find("--model is required"), std::string::npos) << usage.err;
+  EXPECT_NE(usage.err.find("give --model DIR or --server"), std::string::npos) << usage.err;
+  // Client mode against nothing listening: one clean error line, no hang.
+  ExpectCleanError(RunCommand(Scd() + " generate --server 127.0.0.1:1 --target x --prompt hi"),
+                   "127.0.0.1:1");
+  // serve without --all-in-one says where separate nodes are.
+  ExpectCleanError(
+      RunCommand(Scd() + " serve --producer-model " + model + " --consumer a=" + model),
+      "scd-coordinator");
 }
 
 }  // namespace

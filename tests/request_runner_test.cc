@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "codec/code_encoder.h"
+#include "codec/fingerprint.h"
 #include "codec/transfer.h"
 #include "model/generator.h"
 #include "producer/prefill_streamer.h"
@@ -72,7 +73,11 @@ class RequestRunnerTest : public ::testing::Test {
   // `producer_dies`: the producer opens the session and cancels it instead of sending.
   Outcome Serve(const consumer::ConsumerModel& consumer, const v1::GenerateRequest& request,
                 const consumer::TargetRoute& route, bool producer_dies = false,
-                const std::atomic<bool>* cancelled = nullptr) {
+                const std::atomic<bool>* cancelled = nullptr,
+                std::string producer_fingerprint = "") {
+    if (producer_fingerprint.empty()) {
+      producer_fingerprint = testing::Ok(FingerprintModel(*producer_));
+    }
     transport::TransportOptions options;
     options.backend = "inproc";
     auto transport = testing::Ok(transport::CreateTransport(options));
@@ -88,9 +93,9 @@ class RequestRunnerTest : public ::testing::Test {
             testing::Ok(TransferPlan::Make(mode, producer_->config(), used, TransferOptions()));
         CodeEncoder encoder(plan, used, TransferOptions());
         const std::vector<TokenId> prefix(prompt_.begin(), prompt_.end() - 1);
-        auto header = testing::Ok(producer::StreamHeader(encoder, producer_->config(),
-                                                         static_cast<int64_t>(prefix.size()),
-                                                         {"req", "", "", ""}));
+        TransferIdentity identity{"req", producer_fingerprint, "", ""};
+        auto header = testing::Ok(producer::StreamHeader(
+            encoder, producer_->config(), static_cast<int64_t>(prefix.size()), identity));
         auto session = testing::Ok(connection->StartSession(header, absl::Seconds(30)));
         if (producer_dies) {
           session->Cancel("producer process lost");
@@ -178,6 +183,16 @@ TEST_F(RequestRunnerTest, LostProducerEndsInErrorOrFallsBackToLocal) {
   EXPECT_EQ(fallback.last().finished().mode(), "local");
   EXPECT_THAT(fallback.last().finished().mode_reason(), HasSubstr("fallback"));
   EXPECT_EQ(fallback.ids, Reference(TransferMode::kLocal, *consumer_));
+}
+
+TEST_F(RequestRunnerTest, CodesFromAnotherProducerThanTheArtifactsArePermissionDenied) {
+  Outcome run =
+      Serve(Consumer(*consumer_), Request(prompt_), {"scd", "artifact", "stories260k", &artifact_},
+            false, nullptr, "0123456789abcdef-not-the-producer");
+  ASSERT_TRUE(run.last().has_error()) << run.last().DebugString();
+  EXPECT_EQ(run.last().error().code(), static_cast<int>(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(run.last().error().message(), HasSubstr("0123456789ab"));
+  EXPECT_THAT(run.last().error().message(), HasSubstr("fitted for stories260k"));
 }
 
 TEST_F(RequestRunnerTest, OneTokenPromptRunsLocal) {
