@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "codec/fingerprint.h"
+#include "proto/grpc_util.h"
 
 namespace scd::consumer {
 
@@ -68,7 +69,7 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
   if (node->server_ == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   }
-  node->address_ = absl::StrCat(options.listen.substr(0, options.listen.rfind(':')), ":", port);
+  node->address_ = BoundAddress(options.listen, port);
   spdlog::info("consumer {} serving on {}, transfers on {} ({})", node->name_, node->address_,
                node->transfer_address(), options.transport);
 

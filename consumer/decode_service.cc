@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/exception_guard.h"
 #include "codec/transfer_mode.h"
-#include "consumer/inference_service.h"
+#include "proto/grpc_util.h"
 
 namespace scd::consumer {
 

@@ -8,13 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/exception_guard.h"
+#include "proto/grpc_util.h"
 
 namespace scd::consumer {
-
-grpc::Status ToGrpcStatus(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-}
 
 ConsumerInferenceService::ConsumerInferenceService(ConsumerModel consumer, std::string fingerprint,
                                                    std::shared_ptr<Admission> admission)

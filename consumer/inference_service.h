@@ -41,9 +41,6 @@ class ConsumerInferenceService final : public v1::Inference::Service {
   std::atomic<uint64_t> next_request_{1};
 };
 
-// absl::Status -> grpc::Status with the same code and message.
-grpc::Status ToGrpcStatus(const absl::Status& status);
-
 }  // namespace scd::consumer
 
 #endif  // SCD_CONSUMER_INFERENCE_SERVICE_H_

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "proto/grpc_util.h"
 
 namespace scd::coordinator {
 
@@ -23,7 +24,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Start(
   if (node->server_ == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   }
-  node->address_ = absl::StrCat(options.listen.substr(0, options.listen.rfind(':')), ":", port);
+  node->address_ = BoundAddress(options.listen, port);
   spdlog::info("coordinator serving on {}", node->address_);
   return node;
 }

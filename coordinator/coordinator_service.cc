@@ -8,15 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "proto/grpc_util.h"
 
 namespace scd::coordinator {
 namespace {
-
-grpc::Status ToGrpc(const absl::Status& status) {
-  return status.ok() ? grpc::Status::OK
-                     : grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                                    std::string(status.message()));
-}
 
 std::chrono::system_clock::time_point Deadline(absl::Time t) { return absl::ToChronoTime(t); }
 
@@ -56,7 +51,7 @@ RegistryService::~RegistryService() {
 grpc::Status RegistryService::Register(grpc::ServerContext*, const v1::RegisterRequest* request,
                                        v1::RegisterResponse* response) {
   absl::StatusOr<Lease> lease = registry_->Register(*request);
-  if (!lease.ok()) return ToGrpc(lease.status());
+  if (!lease.ok()) return ToGrpcStatus(lease.status());
   response->set_node_id(lease->node_id);
   response->set_lease_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(lease->lease)));
   response->set_heartbeat_interval_ms(
@@ -68,13 +63,13 @@ grpc::Status RegistryService::Register(grpc::ServerContext*, const v1::RegisterR
 
 grpc::Status RegistryService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
                                         v1::HeartbeatResponse*) {
-  return ToGrpc(registry_->Heartbeat(*request));
+  return ToGrpcStatus(registry_->Heartbeat(*request));
 }
 
 grpc::Status RegistryService::Deregister(grpc::ServerContext*, const v1::DeregisterRequest* request,
                                          v1::DeregisterResponse*) {
   spdlog::info("registry: {} deregisters", request->node_id());
-  return ToGrpc(registry_->Deregister(request->node_id()));
+  return ToGrpcStatus(registry_->Deregister(request->node_id()));
 }
 
 CoordinatorInferenceService::CoordinatorInferenceService(NodeRegistry* registry,
@@ -103,7 +98,7 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
       std::vector<std::string>(req.targets().begin(), req.targets().end()), req.mode());
   if (!route.ok()) {
     spdlog::info("[{}] not routed: {}", id, route.status().ToString());
-    return ToGrpc(route.status());
+    return ToGrpcStatus(route.status());
   }
   ++active_;
   const absl::Time deadline =

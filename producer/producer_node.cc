@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "codec/fingerprint.h"
+#include "proto/grpc_util.h"
 
 namespace scd::producer {
 
@@ -55,7 +56,7 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
   if (node->server_ == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   }
-  node->address_ = absl::StrCat(options.listen.substr(0, options.listen.rfind(':')), ":", port);
+  node->address_ = BoundAddress(options.listen, port);
   spdlog::info("producer {} serving on {} (codes over {})", node->name_, node->address_,
                options.transport);
   if (!options.coordinator.empty()) {

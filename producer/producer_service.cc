@@ -12,16 +12,11 @@
 #include "codec/code_encoder.h"
 #include "codec/transfer_mode.h"
 #include "producer/prefill_streamer.h"
+#include "proto/grpc_util.h"
 #include "tokenizer/prompt_ids.h"
 
 namespace scd::producer {
 namespace {
-
-grpc::Status ToGrpc(const absl::Status& status) {
-  return status.ok() ? grpc::Status::OK
-                     : grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                                    std::string(status.message()));
-}
 
 uint64_t Micros(absl::Duration d) { return static_cast<uint64_t>(absl::ToInt64Microseconds(d)); }
 
@@ -63,7 +58,7 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext*,
       *producer_.tokenizer, req.prompt(),
       absl::MakeConstSpan(req.prompt_ids().data(), static_cast<size_t>(req.prompt_ids_size())),
       config.vocab_size, config.max_position_embeddings);
-  if (!ids.ok()) return ToGrpc(ids.status());
+  if (!ids.ok()) return ToGrpcStatus(ids.status());
   const absl::Duration deadline =
       req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms()) : producer_.default_deadline;
   const std::vector<TokenId> prefix(ids->begin(), ids->end() - 1);
@@ -110,7 +105,7 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext*,
     absl::StatusOr<StreamReport> streamed = GuardExceptions("ProducerControlService::Prefill", [&] {
       return StreamPrefill(*producer_.model, prefix, streams);
     });
-    if (!streamed.ok()) return ToGrpc(streamed.status());
+    if (!streamed.ok()) return ToGrpcStatus(streamed.status());
     report = *std::move(streamed);
     prefills_.fetch_add(1);
     for (size_t s = 0; s < streams.size(); ++s) open[stream_index[s]].status = report.targets[s];

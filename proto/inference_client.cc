@@ -2,15 +2,11 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "proto/grpc_util.h"
 #include "proto/scd/v1/inference.grpc.pb.h"
 
 namespace scd {
 namespace {
-
-absl::Status FromGrpc(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-}
 
 std::unique_ptr<v1::Inference::Stub> Stub(const std::string& server) {
   return v1::Inference::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
@@ -27,7 +23,7 @@ absl::Status StreamGenerate(const std::string& server, const v1::GenerateRequest
   auto reader = stub->Generate(&context, request);
   v1::GenerateEvent event;
   while (reader->Read(&event)) on_event(event);
-  return FromGrpc(reader->Finish());
+  return FromGrpcStatus(reader->Finish());
 }
 
 absl::StatusOr<std::vector<v1::ModelInfo>> ListModels(const std::string& server,
@@ -37,7 +33,7 @@ absl::StatusOr<std::vector<v1::ModelInfo>> ListModels(const std::string& server,
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::ListModelsResponse response;
   const grpc::Status status = stub->ListModels(&context, v1::ListModelsRequest(), &response);
-  if (!status.ok()) return FromGrpc(status);
+  if (!status.ok()) return FromGrpcStatus(status);
   return std::vector<v1::ModelInfo>(response.models().begin(), response.models().end());
 }
 
