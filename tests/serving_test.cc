@@ -4,7 +4,10 @@
 // GenerateTokens: what `scd-calib generate` runs) for the same pair and mode; raw between
 // identical models equals the consumer's local generation; a fan-out to two consumers runs one
 // prefill and both streams match their single-target references; 16 concurrent requests all
-// complete, none mixed up; unknown targets are NOT_FOUND naming the known ones.
+// complete, none mixed up; a full consumer refuses before anything is prefilled or sent; a request
+// cancelled mid-transfer leaves the next one on that consumer exact; 1-token and maximum-length
+// prompts complete (one more token is OUT_OF_RANGE); unknown targets are NOT_FOUND naming the
+// known ones.
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
@@ -51,6 +54,7 @@ struct ConsumerNode {
   std::string fingerprint;
   std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<consumer::SessionRouter> router;
+  std::shared_ptr<consumer::Admission> admission;
   std::unique_ptr<consumer::ConsumerControlService> control;
   std::unique_ptr<grpc::Server> server;
   std::string address;
@@ -120,8 +124,9 @@ class ServingTest : public ::testing::Test {
             testing::Ok(node->transport->Listen("127.0.0.1:0")), transport::ConnectionOptions()));
     consumer::ConsumerModel model{node->model.get(), tokenizer_.get(), name, TransferOptions(), 16,
                                   absl::Seconds(30)};
-    node->control = std::make_unique<consumer::ConsumerControlService>(
-        model, held, consumer::Admission::Create(16), node->router.get());
+    node->admission = consumer::Admission::Create(16);
+    node->control = std::make_unique<consumer::ConsumerControlService>(model, held, node->admission,
+                                                                       node->router.get());
     node->server = Serve({node->control.get()}, &node->address);
     request.set_role(v1::NODE_ROLE_CONSUMER);
     request.set_address(node->address);
@@ -178,7 +183,9 @@ class ServingTest : public ::testing::Test {
       int terminal = 0;
       for (const auto& e : events) terminal += e.has_finished() || e.has_error();
       EXPECT_EQ(terminal, 1) << target;
-      EXPECT_TRUE(events.front().has_started()) << target << ": " << events.front().DebugString();
+      // Started first, unless refused before it (then the Error is the only event).
+      EXPECT_TRUE(events.front().has_started() || (events.size() == 1 && events[0].has_error()))
+          << target << ": " << events.front().DebugString();
     }
     return reply;
   }
@@ -257,6 +264,69 @@ TEST_F(ServingTest, SixteenConcurrentRequestsAllCompleteUnmixed) {
                         cases[i].max_tokens))
         << "request " << i;
   }
+}
+
+TEST_F(ServingTest, FullConsumerRefusesBeforeTheProducerSends) {
+  std::vector<std::unique_ptr<consumer::Admission::Slot>> held;
+  for (int i = 0; i < 16; ++i) held.push_back(testing::Ok(consumers_["xs"]->admission->Admit()));
+  const uint64_t before = producer_service_->prefills();
+  Reply reply = Generate({"xs"}, "scd", Prompt(2), 8);
+  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+  ASSERT_EQ(reply.events["xs"].size(), 1u);
+  EXPECT_EQ(reply.events["xs"][0].error().code(),
+            static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED));
+  EXPECT_EQ(producer_service_->prefills(), before);  // nothing was prefilled or sent
+  held.clear();
+  EXPECT_TRUE(Generate({"xs"}, "scd", Prompt(2), 8).events["xs"].back().has_finished());
+}
+
+TEST_F(ServingTest, CancelledRequestLeavesTheNextOneOnTheConsumerExact) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    v1::GenerateRequest request;
+    request.add_targets("xs");
+    request.set_mode("scd");
+    for (TokenId id : Prompt(3)) request.add_prompt_ids(id);
+    request.set_max_tokens(200);
+    grpc::ClientContext context;
+    auto reader = stub_->Generate(&context, request);
+    v1::GenerateEvent event;
+    ASSERT_TRUE(reader->Read(&event));  // Started: admitted, transfer under way
+    context.TryCancel();
+    while (reader->Read(&event)) {
+    }
+    reader->Finish();
+    Reply next = Generate({"xs"}, "scd", Prompt(2), 16);
+    ASSERT_TRUE(next.status.ok()) << next.status.error_message();
+    EXPECT_EQ(next.ids["xs"], Reference("xs", TransferMode::kScd, Prompt(2), 16));
+  }
+  // Every slot comes back.
+  const absl::Time limit = absl::Now() + absl::Seconds(2);
+  while (consumers_["xs"]->admission->active() > 0 && absl::Now() < limit) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(consumers_["xs"]->admission->active(), 0u);
+}
+
+TEST_F(ServingTest, PromptsOfOneTokenAndOfTheMaximumLengthComplete) {
+  Reply one = Generate({"xs"}, "scd", {Prompt(0)[0]}, 8);
+  ASSERT_TRUE(one.events["xs"].back().has_finished()) << one.events["xs"].back().DebugString();
+  EXPECT_EQ(one.events["xs"].front().started().mode(), "local");
+  std::vector<TokenId> longest;
+  const int64_t max = consumers_["xs"]->model->config().max_position_embeddings;
+  while (static_cast<int64_t>(longest.size()) < max) {
+    for (TokenId id : Prompt(1)) {
+      if (static_cast<int64_t>(longest.size()) < max) longest.push_back(id);
+    }
+  }
+  Reply full = Generate({"xs"}, "scd", longest, 8);
+  ASSERT_TRUE(full.status.ok()) << full.status.error_message();
+  ASSERT_TRUE(full.events["xs"].back().has_finished()) << full.events["xs"].back().DebugString();
+  EXPECT_EQ(full.events["xs"].back().finished().prompt_tokens(), static_cast<uint32_t>(max));
+  EXPECT_EQ(full.events["xs"].back().finished().reason(), "length");
+  longest.push_back(longest.back());  // one past the maximum: refused with its own code
+  Reply over = Generate({"xs"}, "scd", longest, 8);
+  EXPECT_EQ(over.events["xs"].back().error().code(),
+            static_cast<int>(grpc::StatusCode::OUT_OF_RANGE));
 }
 
 TEST_F(ServingTest, UnknownTargetIsNotFoundNamingTheKnownOnes) {
