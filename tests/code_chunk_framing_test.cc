@@ -12,6 +12,7 @@
 #include "codec/fingerprint.h"
 #include "codec/transfer_plan.h"
 #include "tests/test_util.h"
+#include "tests/transport_test_util.h"
 #include "transport/transfer_session.h"
 
 namespace scd {
@@ -93,30 +94,23 @@ TEST_F(CodeChunkFramingTest, RealScdBatchCrossesEveryBackendBitExactly) {
                             testing::Ok(FingerprintModel(*consumer_)), "synthetic"};
   for (const std::string& backend : transport::AvailableBackends()) {
     SCOPED_TRACE(backend);
-    transport::TransportOptions options;
-    options.backend = backend;
-    auto transport = testing::Ok(transport::CreateTransport(options));
-    auto listener =
-        testing::Ok(transport->Listen(backend == "inproc" ? "framing:0" : "127.0.0.1:0"));
     transport::ConnectionOptions receiver_options;
     receiver_options.expected_producer_fingerprint = identity.producer_fingerprint;
     receiver_options.expected_consumer_fingerprint = identity.consumer_fingerprint;
-    transport::SessionAcceptor acceptor(std::move(listener), receiver_options);
-    auto connection = transport::TransferConnection::Create(
-        testing::Ok(transport->Connect(acceptor.address(), absl::Seconds(5))), {});
-    auto session = testing::Ok(connection->StartSession(
+    testing::SessionPeers peers = testing::ConnectSessions(backend, receiver_options);
+    auto session = testing::Ok(peers.sender->StartSession(
         FrameHeader(batch, producer_->config().num_layers, identity), absl::Seconds(30)));
     std::thread sender([&] {
       for (const CodeChunk& chunk : batch.chunks) {
         FramedChunk framed = FrameChunk(chunk);
-        ASSERT_TRUE(session
-                        ->SendChunk(framed.meta,
-                                    transport::Payload(framed.data, framed.size, framed.owner))
-                        .ok());
+        ASSERT_TRUE(
+            session
+                ->SendChunk(framed.meta, transport::Payload(framed.data, framed.size, framed.owner))
+                .ok());
       }
       EXPECT_TRUE(session->Finish().ok()) << session->status();
     });
-    auto received = testing::Ok(acceptor.Accept(absl::Seconds(10)));
+    auto received = testing::Ok(peers.acceptor->Accept(absl::Seconds(10)));
     EXPECT_EQ(received->header().mode(), v1::MODE_SCD);
     EXPECT_EQ(received->header().tokens(), static_cast<uint64_t>(batch.tokens));
     size_t i = 0;
@@ -125,9 +119,8 @@ TEST_F(CodeChunkFramingTest, RealScdBatchCrossesEveryBackendBitExactly) {
       ASSERT_TRUE(chunk.ok()) << chunk.status();
       if (!chunk->has_value()) break;
       ASSERT_LT(i, batch.chunks.size());
-      CodeChunk back = testing::Ok(
-          UnframeChunk((*chunk)->meta, (*chunk)->payload.view(),
-                       static_cast<int64_t>(received->header().tokens())));
+      CodeChunk back = testing::Ok(UnframeChunk((*chunk)->meta, (*chunk)->payload.view(),
+                                                static_cast<int64_t>(received->header().tokens())));
       ExpectSameChunk(back, batch.chunks[i], backend);
     }
     sender.join();

@@ -18,6 +18,7 @@
 #include "consumer/code_receiver.h"
 #include "producer/prefill_streamer.h"
 #include "tests/test_util.h"
+#include "tests/transport_test_util.h"
 #include "transport/transfer_session.h"
 
 namespace scd {
@@ -81,25 +82,18 @@ TEST_F(LayerwiseStreamingTest, StreamedScdRebuildsTheBatchDecodersCacheOnEveryBa
   for (const std::string& backend : transport::AvailableBackends()) {
     SCOPED_TRACE(backend);
     {
-      transport::TransportOptions options;
-      options.backend = backend;
-      auto transport = testing::Ok(transport::CreateTransport(options));
-      auto listener =
-          testing::Ok(transport->Listen(backend == "inproc" ? "stream:0" : "127.0.0.1:0"));
       transport::ConnectionOptions receiver_options;
       receiver_options.expected_producer_fingerprint = identity.producer_fingerprint;
       receiver_options.expected_consumer_fingerprint = identity.consumer_fingerprint;
-      transport::SessionAcceptor acceptor(std::move(listener), receiver_options);
-      auto connection = transport::TransferConnection::Create(
-          testing::Ok(transport->Connect(acceptor.address(), absl::Seconds(5))), {});
+      testing::SessionPeers peers = testing::ConnectSessions(backend, receiver_options);
       auto header = testing::Ok(producer::StreamHeader(
           *pair.encoder, producer_->config(), static_cast<int64_t>(prompt_.size()), identity));
-      auto session = testing::Ok(connection->StartSession(header, absl::Seconds(30)));
+      auto session = testing::Ok(peers.sender->StartSession(header, absl::Seconds(30)));
 
       KvCache cache = consumer_->NewCache(64);
       absl::StatusOr<consumer::ReceiveReport> received;
       std::thread receiver([&] {
-        auto incoming = acceptor.Accept(absl::Seconds(10));
+        auto incoming = peers.acceptor->Accept(absl::Seconds(10));
         ASSERT_TRUE(incoming.ok()) << incoming.status();
         received = consumer::ReceiveIntoCache(**incoming, *pair.decoder, pair.plan, pair.expected,
                                               prompt_, &cache, absl::Seconds(30));
@@ -126,17 +120,12 @@ TEST_F(LayerwiseStreamingTest, FanOutRunsOnePrefillForTwoConsumers) {
   Pair raw = MakePair(TransferMode::kRaw, *producer_);
   KvCache scd_reference = Reference(scd, *consumer_);
   KvCache raw_reference = Reference(raw, *producer_);
-  transport::TransportOptions options;
-  options.backend = "inproc";
-  auto transport = testing::Ok(transport::CreateTransport(options));
-  transport::SessionAcceptor acceptor(testing::Ok(transport->Listen("fanout:0")), {});
-  auto connection = transport::TransferConnection::Create(
-      testing::Ok(transport->Connect(acceptor.address(), absl::Seconds(5))), {});
+  testing::SessionPeers peers = testing::ConnectSessions("inproc");
   const int64_t T = static_cast<int64_t>(prompt_.size());
-  auto scd_session = testing::Ok(connection->StartSession(
+  auto scd_session = testing::Ok(peers.sender->StartSession(
       testing::Ok(producer::StreamHeader(*scd.encoder, producer_->config(), T, {"a", "", "", ""})),
       absl::Seconds(30)));
-  auto raw_session = testing::Ok(connection->StartSession(
+  auto raw_session = testing::Ok(peers.sender->StartSession(
       testing::Ok(producer::StreamHeader(*raw.encoder, producer_->config(), T, {"b", "", "", ""})),
       absl::Seconds(30)));
 
@@ -147,7 +136,7 @@ TEST_F(LayerwiseStreamingTest, FanOutRunsOnePrefillForTwoConsumers) {
   std::vector<absl::Status> drained(2);
   std::thread receiver([&] {
     for (int i = 0; i < 2; ++i) {
-      auto incoming = acceptor.Accept(absl::Seconds(10));
+      auto incoming = peers.acceptor->Accept(absl::Seconds(10));
       ASSERT_TRUE(incoming.ok()) << incoming.status();
       const int which = (*incoming)->request_id() == "a" ? 0 : 1;
       drains.emplace_back([&, session = *incoming, which] {
@@ -175,19 +164,14 @@ TEST_F(LayerwiseStreamingTest, FanOutRunsOnePrefillForTwoConsumers) {
 TEST_F(LayerwiseStreamingTest, ConsumerExpectingAnotherModeRefusesAndTheProducerHearsWhy) {
   Pair sent_pair = MakePair(TransferMode::kScd, *consumer_);
   Pair expected_pair = MakePair(TransferMode::kRaw, *consumer_);
-  transport::TransportOptions options;
-  options.backend = "inproc";
-  auto transport = testing::Ok(transport::CreateTransport(options));
-  transport::SessionAcceptor acceptor(testing::Ok(transport->Listen("refuse:0")), {});
-  auto connection = transport::TransferConnection::Create(
-      testing::Ok(transport->Connect(acceptor.address(), absl::Seconds(5))), {});
-  auto session = testing::Ok(connection->StartSession(
+  testing::SessionPeers peers = testing::ConnectSessions("inproc");
+  auto session = testing::Ok(peers.sender->StartSession(
       testing::Ok(producer::StreamHeader(*sent_pair.encoder, producer_->config(),
                                          static_cast<int64_t>(prompt_.size()), {"r", "", "", ""})),
       absl::Seconds(30)));
   absl::Status refused;
   std::thread receiver([&] {
-    auto incoming = acceptor.Accept(absl::Seconds(10));
+    auto incoming = peers.acceptor->Accept(absl::Seconds(10));
     ASSERT_TRUE(incoming.ok()) << incoming.status();
     KvCache cache = consumer_->NewCache(64);
     refused = consumer::ReceiveIntoCache(**incoming, *expected_pair.decoder, expected_pair.plan,

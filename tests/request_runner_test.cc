@@ -20,6 +20,7 @@
 #include "model/generator.h"
 #include "producer/prefill_streamer.h"
 #include "tests/test_util.h"
+#include "tests/transport_test_util.h"
 #include "transport/transfer_session.h"
 
 namespace scd {
@@ -78,12 +79,7 @@ class RequestRunnerTest : public ::testing::Test {
     if (producer_fingerprint.empty()) {
       producer_fingerprint = testing::Ok(FingerprintModel(*producer_));
     }
-    transport::TransportOptions options;
-    options.backend = "inproc";
-    auto transport = testing::Ok(transport::CreateTransport(options));
-    transport::SessionAcceptor acceptor(testing::Ok(transport->Listen("runner:0")), {});
-    auto connection = transport::TransferConnection::Create(
-        testing::Ok(transport->Connect(acceptor.address(), absl::Seconds(5))), {});
+    testing::SessionPeers peers = testing::ConnectSessions("inproc");
     std::thread producer;
     if (route.mode != "local" && request.prompt_ids_size() > 1) {
       producer = std::thread([&] {
@@ -96,7 +92,7 @@ class RequestRunnerTest : public ::testing::Test {
         TransferIdentity identity{"req", producer_fingerprint, "", ""};
         auto header = testing::Ok(producer::StreamHeader(
             encoder, producer_->config(), static_cast<int64_t>(prefix.size()), identity));
-        auto session = testing::Ok(connection->StartSession(header, absl::Seconds(30)));
+        auto session = testing::Ok(peers.sender->StartSession(header, absl::Seconds(30)));
         if (producer_dies) {
           session->Cancel("producer process lost");
           return;
@@ -106,7 +102,7 @@ class RequestRunnerTest : public ::testing::Test {
     }
     consumer::RunContext context;
     context.cancelled = cancelled;
-    context.session = [&](absl::Duration timeout) { return acceptor.Accept(timeout); };
+    context.session = [&](absl::Duration timeout) { return peers.acceptor->Accept(timeout); };
     Outcome run;
     consumer::RunTarget(consumer, request, route, context, [&](const v1::GenerateEvent& e) {
       run.events.push_back(e);

@@ -18,35 +18,15 @@ namespace {
 
 using ::scd::testing::PatternBytes;
 
-struct Peers {
-  std::unique_ptr<Transport> transport;
-  std::unique_ptr<SessionAcceptor> acceptor;
-  std::shared_ptr<TransferConnection> sender;
-  FaultInjectingLink* sender_faults = nullptr;  // owned by `sender`
-};
+using Peers = ::scd::testing::SessionPeers;
 
 class TransferSessionTest : public ::testing::TestWithParam<std::string> {
  protected:
   // A receiver (acceptor) and a sender connection; `policy` wraps the sender's link.
   Peers Connect(ConnectionOptions receiver_options = {}, ConnectionOptions sender_options = {},
                 FaultPolicy policy = {}) {
-    Peers peers;
-    TransportOptions options;
-    options.backend = GetParam();
-    auto transport = CreateTransport(options);
-    EXPECT_TRUE(transport.ok()) << transport.status();
-    peers.transport = *std::move(transport);
-    auto listener =
-        peers.transport->Listen(GetParam() == "inproc" ? "session-test:0" : "127.0.0.1:0");
-    EXPECT_TRUE(listener.ok()) << listener.status();
-    const std::string address = (*listener)->address();
-    peers.acceptor = std::make_unique<SessionAcceptor>(*std::move(listener), receiver_options);
-    auto link = peers.transport->Connect(address, absl::Seconds(5));
-    EXPECT_TRUE(link.ok()) << link.status();
-    auto faulty = std::make_unique<FaultInjectingLink>(*std::move(link), std::move(policy));
-    peers.sender_faults = faulty.get();
-    peers.sender = TransferConnection::Create(std::move(faulty), sender_options);
-    return peers;
+    return ::scd::testing::ConnectSessions(GetParam(), std::move(receiver_options),
+                                           std::move(sender_options), std::move(policy));
   }
 
   void SetUp() override {
@@ -134,8 +114,8 @@ TEST_P(TransferSessionTest, SlowReceiverKeepsSenderWithinInflightLimit) {
   std::atomic<size_t> worst{0};
   std::thread sender([&] {
     for (int i = 0; i < 32; ++i) {
-      ASSERT_TRUE((*session)->SendChunk(ChunkMeta(0), Payload::Copy(block.data(), block.size()))
-                      .ok());
+      ASSERT_TRUE(
+          (*session)->SendChunk(ChunkMeta(0), Payload::Copy(block.data(), block.size())).ok());
       worst = std::max(worst.load(), (*session)->inflight_bytes());
     }
     EXPECT_TRUE((*session)->Finish().ok());
@@ -259,8 +239,8 @@ TEST_P(TransferSessionTest, CorruptedPayloadByteEndsBothSidesCorrupt) {
   ASSERT_TRUE(session.ok());
   const std::string block = PatternBytes(100000, 5);
   for (int i = 0; i < 4; ++i) {
-    ASSERT_TRUE((*session)->SendChunk(ChunkMeta(i), Payload::Copy(block.data(), block.size()))
-                    .ok());
+    ASSERT_TRUE(
+        (*session)->SendChunk(ChunkMeta(i), Payload::Copy(block.data(), block.size())).ok());
   }
   auto received = peers.acceptor->Accept(absl::Seconds(5));
   ASSERT_TRUE(received.ok());
@@ -348,8 +328,8 @@ TEST_P(TransferSessionTest, SixteenConcurrentSessionsOnOneListener) {
       ASSERT_TRUE(session.ok());
       for (int i = 0; i < 8; ++i) {
         const std::string bytes = PatternBytes(50000 + 1000 * s + i, s * 100 + i);
-        ASSERT_TRUE((*session)->SendChunk(ChunkMeta(i), Payload::Copy(bytes.data(), bytes.size()))
-                        .ok());
+        ASSERT_TRUE(
+            (*session)->SendChunk(ChunkMeta(i), Payload::Copy(bytes.data(), bytes.size())).ok());
       }
       EXPECT_TRUE((*session)->Finish().ok()) << (*session)->status();
     });

@@ -1,5 +1,7 @@
 #include "tests/transport_test_util.h"
 
+#include <gtest/gtest.h>
+
 namespace scd::testing {
 
 void FrameRecorder::OnFrame(transport::Frame frame) {
@@ -61,6 +63,33 @@ std::string PatternBytes(size_t n, uint32_t seed) {
     out[i] = static_cast<char>(x >> 24);
   }
   return out;
+}
+
+SessionPeers ConnectSessions(const std::string& backend,
+                             transport::ConnectionOptions receiver_options,
+                             transport::ConnectionOptions sender_options,
+                             transport::FaultPolicy policy) {
+  SessionPeers peers;
+  transport::TransportOptions options;
+  options.backend = backend;
+  auto transport = transport::CreateTransport(options);
+  EXPECT_TRUE(transport.ok()) << transport.status();
+  if (!transport.ok()) return peers;
+  peers.transport = *std::move(transport);
+  auto listener = peers.transport->Listen(backend == "inproc" ? "test:0" : "127.0.0.1:0");
+  EXPECT_TRUE(listener.ok()) << listener.status();
+  if (!listener.ok()) return peers;
+  const std::string address = (*listener)->address();
+  peers.acceptor =
+      std::make_unique<transport::SessionAcceptor>(*std::move(listener), receiver_options);
+  auto link = peers.transport->Connect(address, absl::Seconds(5));
+  EXPECT_TRUE(link.ok()) << link.status();
+  if (!link.ok()) return peers;
+  auto faulty =
+      std::make_unique<transport::FaultInjectingLink>(*std::move(link), std::move(policy));
+  peers.sender_faults = faulty.get();
+  peers.sender = transport::TransferConnection::Create(std::move(faulty), sender_options);
+  return peers;
 }
 
 }  // namespace scd::testing

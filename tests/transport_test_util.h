@@ -1,16 +1,19 @@
-// Shared helpers for transport tests (torch-free): a LinkHandler that records what arrives, and
-// frame builders.
+// Shared helpers for transport tests (torch-free): a LinkHandler that records what arrives, frame
+// builders, and a connected sender/receiver pair of transfer sessions on one backend.
 // Thread-safety: FrameRecorder is thread-safe.
 #ifndef SCD_TESTS_TRANSPORT_TEST_UTIL_H_
 #define SCD_TESTS_TRANSPORT_TEST_UTIL_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "transport/fault_injection.h"
+#include "transport/transfer_session.h"
 #include "transport/transport.h"
 
 namespace scd::testing {
@@ -40,6 +43,20 @@ transport::Frame MakeFrame(transport::FrameType type, uint64_t session, std::str
                            const std::string& bytes = "");
 // `n` bytes of a deterministic pattern seeded by `seed`.
 std::string PatternBytes(size_t n, uint32_t seed);
+
+// A receiver (acceptor) and a sender connection on one backend (loopback, or in-process), the
+// sender's link wrapped in a fault injector with `policy`. Members are destroyed in reverse order:
+// the connection before the acceptor before the transport.
+struct SessionPeers {
+  std::unique_ptr<transport::Transport> transport;
+  std::unique_ptr<transport::SessionAcceptor> acceptor;
+  std::shared_ptr<transport::TransferConnection> sender;
+  transport::FaultInjectingLink* sender_faults = nullptr;  // owned by `sender`
+};
+SessionPeers ConnectSessions(const std::string& backend,
+                             transport::ConnectionOptions receiver_options = {},
+                             transport::ConnectionOptions sender_options = {},
+                             transport::FaultPolicy policy = {});
 
 }  // namespace scd::testing
 

@@ -413,6 +413,35 @@ struct LinkState {
   absl::Time handshake_deadline = absl::InfiniteFuture();
 };
 
+// Links with one kind of work due (delivery, pumping), each listed once while its flag
+// `kQueued` is set. Drain runs the work on every listed link until none is due, including links
+// the work itself makes due again (a handler delivering on another link, a pump after a send).
+template <bool LinkState::*kQueued>
+class LinkWorkList {
+ public:
+  void Add(const std::shared_ptr<LinkState>& link) {
+    if ((*link).*kQueued) return;
+    (*link).*kQueued = true;
+    links_.push_back(link);
+  }
+  template <typename Work>
+  void Drain(const Work& work) {
+    while (!links_.empty()) {
+      std::vector<std::shared_ptr<LinkState>> links = std::move(links_);
+      links_.clear();
+      for (auto& link : links) {
+        (*link).*kQueued = false;
+        work(link);
+      }
+    }
+  }
+  bool empty() const { return links_.empty(); }
+  void clear() { links_.clear(); }
+
+ private:
+  std::vector<std::shared_ptr<LinkState>> links_;
+};
+
 struct ListenerState {
   std::string address;  // host as given, actual port
 
@@ -558,8 +587,8 @@ class Core {
   std::vector<std::shared_ptr<LinkState>> hellos_;
   std::vector<std::shared_ptr<LinkState>> hello_acks_;
   std::vector<std::shared_ptr<LinkState>> handshaking_;
-  std::vector<std::shared_ptr<LinkState>> deliver_list_;
-  std::vector<std::shared_ptr<LinkState>> pump_list_;
+  LinkWorkList<&LinkState::on_deliver_list> deliver_list_;
+  LinkWorkList<&LinkState::on_pump_list> pump_list_;
   struct Closing {
     std::shared_ptr<LinkState> link;
     absl::Time close_at;
@@ -1341,21 +1370,10 @@ void Core::CheckHandshakes(absl::Time now) {
   }
 }
 
-void Core::SchedulePump(const std::shared_ptr<LinkState>& link) {
-  if (link->on_pump_list) return;
-  link->on_pump_list = true;
-  pump_list_.push_back(link);
-}
+void Core::SchedulePump(const std::shared_ptr<LinkState>& link) { pump_list_.Add(link); }
 
 void Core::ProcessPumps() {
-  while (!pump_list_.empty()) {
-    auto links = std::move(pump_list_);
-    pump_list_.clear();
-    for (auto& link : links) {
-      link->on_pump_list = false;
-      Pump(link);
-    }
-  }
+  pump_list_.Drain([this](const std::shared_ptr<LinkState>& link) { Pump(link); });
 }
 
 void Core::Pump(const std::shared_ptr<LinkState>& link) {
@@ -1371,22 +1389,11 @@ void Core::Pump(const std::shared_ptr<LinkState>& link) {
   }
 }
 
-void Core::ScheduleDeliver(const std::shared_ptr<LinkState>& link) {
-  if (link->on_deliver_list) return;
-  link->on_deliver_list = true;
-  deliver_list_.push_back(link);
-}
+void Core::ScheduleDeliver(const std::shared_ptr<LinkState>& link) { deliver_list_.Add(link); }
 
 void Core::DeliverAll() {
-  // Handlers may make more deliveries due (Start on another link, Close), hence the loop.
-  while (!deliver_list_.empty()) {
-    auto links = std::move(deliver_list_);
-    deliver_list_.clear();
-    for (auto& link : links) {
-      link->on_deliver_list = false;
-      Deliver(link);
-    }
-  }
+  // Handlers may make more deliveries due (Start on another link, Close): Drain loops until none.
+  deliver_list_.Drain([this](const std::shared_ptr<LinkState>& link) { Deliver(link); });
 }
 
 void Core::Deliver(const std::shared_ptr<LinkState>& link) {
