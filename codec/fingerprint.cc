@@ -75,4 +75,13 @@ absl::StatusOr<std::string> FingerprintModel(const LlamaModel& model) {
   });
 }
 
+absl::StatusOr<ServedModel> LoadServedModel(const std::string& dir, const std::string& name) {
+  ServedModel served;
+  served.name = name.empty() ? std::filesystem::path(dir).filename().string() : name;
+  SCD_ASSIGN_OR_RETURN(served.model, LlamaModel::Load(dir, {}));
+  SCD_ASSIGN_OR_RETURN(served.tokenizer, Tokenizer::FromFile(dir + "/tokenizer.json"));
+  SCD_ASSIGN_OR_RETURN(served.fingerprint, FingerprintModel(*served.model));
+  return served;
+}
+
 }  // namespace scd

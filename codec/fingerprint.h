@@ -5,11 +5,13 @@
 #ifndef SCD_CODEC_FINGERPRINT_H_
 #define SCD_CODEC_FINGERPRINT_H_
 
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "base/sha256.h"
 #include "model/llama_model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace scd {
 
@@ -20,6 +22,15 @@ std::string CanonicalConfig(const ModelConfig& config);
 absl::StatusOr<std::string> FingerprintModelDir(const std::string& dir);
 // A loaded model: from its directory when it has one, else from its in-memory weights.
 absl::StatusOr<std::string> FingerprintModel(const LlamaModel& model);
+
+// A model as a serving node loads it from its directory: the weights, the tokenizer.json beside
+// them, the fingerprint, and the routing name (`name`, or the directory's name when empty).
+struct ServedModel {
+  std::string name, fingerprint;
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+absl::StatusOr<ServedModel> LoadServedModel(const std::string& dir, const std::string& name);
 
 }  // namespace scd
 

@@ -3,7 +3,6 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
-#include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,12 +16,11 @@ namespace scd::producer {
 absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
     const ProducerNodeOptions& options) {
   std::unique_ptr<ProducerNode> node(new ProducerNode());
-  node->name_ = options.name.empty() ? std::filesystem::path(options.model_dir).filename().string()
-                                     : options.name;
-  SCD_ASSIGN_OR_RETURN(node->model_, LlamaModel::Load(options.model_dir, {}));
-  SCD_ASSIGN_OR_RETURN(node->tokenizer_,
-                       Tokenizer::FromFile(options.model_dir + "/tokenizer.json"));
-  SCD_ASSIGN_OR_RETURN(node->fingerprint_, FingerprintModel(*node->model_));
+  SCD_ASSIGN_OR_RETURN(ServedModel served, LoadServedModel(options.model_dir, options.name));
+  node->name_ = std::move(served.name);
+  node->fingerprint_ = std::move(served.fingerprint);
+  node->model_ = std::move(served.model);
+  node->tokenizer_ = std::move(served.tokenizer);
   ProducerModel model{node->model_.get(), node->tokenizer_.get(), node->name_,
                       node->fingerprint_, TransferOptions(),      {},
                       absl::Seconds(60)};

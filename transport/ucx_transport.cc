@@ -485,6 +485,42 @@ struct RecvOp {
 // ---------------------------------------------------------------------------------------------
 // Core: the context, the worker, the progress thread and everything they own.
 
+// The ops (ucp request contexts) of one kind: every op ever made is owned here (swept at
+// shutdown); idle ones are reused, and after a burst the idle surplus beyond kMaxCachedOps goes.
+// Used on the progress thread only.
+template <typename Op>
+class OpPool {
+ public:
+  Op* Take(Core* core) {
+    if (!idle_.empty()) {
+      Op* op = idle_.back();
+      idle_.pop_back();
+      return op;
+    }
+    all_.push_back(std::make_unique<Op>());
+    all_.back()->core = core;
+    return all_.back().get();
+  }
+  // REQUIRES: `op` was reset by the caller.
+  void Give(Op* op) {
+    idle_.push_back(op);
+    if (idle_.size() <= kMaxCachedOps || all_.size() <= kMaxCachedOps) return;
+    Op* victim = idle_.back();  // linear search, rare
+    idle_.pop_back();
+    auto it = std::find_if(all_.begin(), all_.end(),
+                           [victim](const auto& p) { return p.get() == victim; });
+    if (it != all_.end()) {
+      *it = std::move(all_.back());
+      all_.pop_back();
+    }
+  }
+  const std::vector<std::unique_ptr<Op>>& all() const { return all_; }
+
+ private:
+  std::vector<std::unique_ptr<Op>> all_;
+  std::vector<Op*> idle_;
+};
+
 class Core {
  public:
   static absl::StatusOr<std::shared_ptr<Core>> Create(const TransportOptions& options);
@@ -595,10 +631,8 @@ class Core {
   };
   std::vector<Closing> closing_;
   std::vector<void*> close_requests_;
-  std::vector<std::unique_ptr<SendOp>> send_ops_;  // every op ever made (swept at shutdown)
-  std::vector<SendOp*> free_send_ops_;
-  std::vector<std::unique_ptr<RecvOp>> recv_ops_;
-  std::vector<RecvOp*> free_recv_ops_;
+  OpPool<SendOp> send_ops_;
+  OpPool<RecvOp> recv_ops_;
   int send_ops_in_flight_ = 0;
   int recv_ops_in_flight_ = 0;
   absl::Time next_handshake_check_ = absl::InfinitePast();
@@ -1052,7 +1086,7 @@ void Core::Shutdown() {
   ucp_worker_destroy(worker_);
   worker_ = nullptr;
   // Operations ucp never completed: their requests went with the worker; release what they hold.
-  for (auto& op : send_ops_) {
+  for (auto& op : send_ops_.all()) {
     if (op->in_flight) {
       op->in_flight = false;
       op->frame = Frame();
@@ -1060,7 +1094,7 @@ void Core::Shutdown() {
       op->link.reset();
     }
   }
-  for (auto& op : recv_ops_) {
+  for (auto& op : recv_ops_.all()) {
     if (op->in_flight) {
       op->in_flight = false;
       if (op->buffer != nullptr) pool_->Give(op->buffer);
@@ -1502,16 +1536,7 @@ void Core::CloseEndpoint(const std::shared_ptr<LinkState>& link) {
   }
 }
 
-SendOp* Core::NewSendOp() {
-  if (!free_send_ops_.empty()) {
-    SendOp* op = free_send_ops_.back();
-    free_send_ops_.pop_back();
-    return op;
-  }
-  send_ops_.push_back(std::make_unique<SendOp>());
-  send_ops_.back()->core = this;
-  return send_ops_.back().get();
-}
+SendOp* Core::NewSendOp() { return send_ops_.Take(this); }
 
 void Core::FreeSendOp(SendOp* op) {
   op->link.reset();
@@ -1519,30 +1544,10 @@ void Core::FreeSendOp(SendOp* op) {
   op->bounce.Reset();
   op->in_flight = false;
   if (op->header.capacity() > 4096) std::string().swap(op->header);
-  free_send_ops_.push_back(op);
-  if (free_send_ops_.size() > kMaxCachedOps && send_ops_.size() > kMaxCachedOps) {
-    // Too many idle ops after a burst: drop one (linear search, rare).
-    SendOp* victim = free_send_ops_.back();
-    free_send_ops_.pop_back();
-    auto it = std::find_if(send_ops_.begin(), send_ops_.end(),
-                           [victim](const auto& p) { return p.get() == victim; });
-    if (it != send_ops_.end()) {
-      *it = std::move(send_ops_.back());
-      send_ops_.pop_back();
-    }
-  }
+  send_ops_.Give(op);
 }
 
-RecvOp* Core::NewRecvOp() {
-  if (!free_recv_ops_.empty()) {
-    RecvOp* op = free_recv_ops_.back();
-    free_recv_ops_.pop_back();
-    return op;
-  }
-  recv_ops_.push_back(std::make_unique<RecvOp>());
-  recv_ops_.back()->core = this;
-  return recv_ops_.back().get();
-}
+RecvOp* Core::NewRecvOp() { return recv_ops_.Take(this); }
 
 void Core::FreeRecvOp(RecvOp* op) {
   op->link.reset();
@@ -1550,17 +1555,7 @@ void Core::FreeRecvOp(RecvOp* op) {
   op->buffer = nullptr;
   op->fallback.Reset();
   op->in_flight = false;
-  free_recv_ops_.push_back(op);
-  if (free_recv_ops_.size() > kMaxCachedOps && recv_ops_.size() > kMaxCachedOps) {
-    RecvOp* victim = free_recv_ops_.back();
-    free_recv_ops_.pop_back();
-    auto it = std::find_if(recv_ops_.begin(), recv_ops_.end(),
-                           [victim](const auto& p) { return p.get() == victim; });
-    if (it != recv_ops_.end()) {
-      *it = std::move(recv_ops_.back());
-      recv_ops_.pop_back();
-    }
-  }
+  recv_ops_.Give(op);
 }
 
 void Core::PostAm(const std::shared_ptr<LinkState>& link, WireKind kind, Frame frame, bool data) {
