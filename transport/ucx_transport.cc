@@ -564,6 +564,8 @@ class Core {
   // "ucx <remote> (posix,cma)": the transports of the endpoint's lanes.
   std::string DescribeEndpoint(const LinkState& link);
   void ProcessPumps();
+  // Before the worker goes: progress until ucp has nothing deferred left (bounded).
+  void DrainWorker();
   void Pump(const std::shared_ptr<LinkState>& link);
   void DeliverAll();
   void Deliver(const std::shared_ptr<LinkState>& link);
@@ -1155,6 +1157,7 @@ void Core::Loop() {
         spdlog::warn("ucx: shutdown bound reached with {} sends and {} receives in flight",
                      send_ops_in_flight_, recv_ops_in_flight_);
       }
+      DrainWorker();
       break;
     }
     // Busy (something happened, or transfers are in flight and something happened lately):
@@ -1242,6 +1245,18 @@ void Core::BeginShutdown() {
     LinkDown(link, absl::CancelledError("ucx transport shut down"), /*bye=*/true);
   }
   DeliverAll();
+}
+
+void Core::DrainWorker() {
+  // Our requests are done, but ucp may still hold work it deferred (purging the pending queue of
+  // a force-closed endpoint, a rendezvous completion message): UCX 1.13 asserts in
+  // ucp_worker_destroy when a cma endpoint still has queued work. Progress until ucp reports
+  // nothing for a while (bounded).
+  const absl::Time end = absl::Now() + absl::Milliseconds(200);
+  int quiet_rounds = 0;
+  while (quiet_rounds < 100 && absl::Now() < end) {
+    quiet_rounds = ucp_worker_progress(worker_) > 0 ? 0 : quiet_rounds + 1;
+  }
 }
 
 bool Core::Quiescent() const {
