@@ -1,5 +1,6 @@
 #include "consumer/code_receiver.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -43,7 +44,8 @@ absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& sessio
                                                const CodeDecoder& decoder, const TransferPlan& plan,
                                                const std::vector<PlannedChunk>& expected,
                                                const std::vector<TokenId>& tokens, KvCache* cache,
-                                               absl::Duration timeout) {
+                                               absl::Duration timeout,
+                                               const std::atomic<bool>* cancelled) {
   auto fail = [&](absl::Status status) {
     session.Cancel(std::string(status.message()));
     return status;
@@ -59,9 +61,14 @@ absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& sessio
   ReceiveReport report;
   const absl::Time deadline = absl::Now() + timeout;
   for (;;) {
+    if (cancelled != nullptr && cancelled->load()) {
+      return fail(absl::CancelledError("cancelled by the caller during the transfer"));
+    }
+    const absl::Duration left = deadline - absl::Now();
     absl::StatusOr<std::optional<transport::ReceivedChunk>> next =
-        session.Next(deadline - absl::Now());
+        session.Next(cancelled != nullptr ? std::min(left, kCancelPoll) : left);
     if (!next.ok()) {
+      if (absl::IsDeadlineExceeded(next.status()) && absl::Now() < deadline) continue;
       if (absl::IsDeadlineExceeded(next.status())) {
         return fail(absl::DeadlineExceededError(
             absl::StrCat("no complete transfer within ", absl::FormatDuration(timeout))));

@@ -8,6 +8,7 @@
 #ifndef SCD_CONSUMER_CODE_RECEIVER_H_
 #define SCD_CONSUMER_CODE_RECEIVER_H_
 
+#include <atomic>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -30,12 +31,17 @@ struct ReceiveReport {
 // `expected` are the chunks the producer's plan sends for `tokens` (CodeEncoder::PlannedChunks of
 // the same mode, producer config, artifact and options); `decoder` holds the consumer model and
 // its artifact. REQUIRES: `cache` empty. On any error the session ends (cancelled) and the cache
-// must be discarded.
+// must be discarded. `cancelled` (may be null), once set, ends the session within kCancelPoll
+// (CANCELLED): the producer hears it and stops sending.
 absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& session,
                                                const CodeDecoder& decoder, const TransferPlan& plan,
                                                const std::vector<PlannedChunk>& expected,
                                                const std::vector<TokenId>& tokens, KvCache* cache,
-                                               absl::Duration timeout);
+                                               absl::Duration timeout,
+                                               const std::atomic<bool>* cancelled = nullptr);
+
+// How often waits on the producer look at a caller's cancellation flag.
+inline constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
 
 }  // namespace scd::consumer
 

@@ -5,9 +5,11 @@
 #include <atomic>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "base/exception_guard.h"
 #include "codec/transfer_mode.h"
+#include "proto/call_watch.h"
 #include "proto/grpc_util.h"
 
 namespace scd::consumer {
@@ -63,6 +65,7 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
                admission_->active(), admission_->capacity());
 
   std::atomic<bool> cancelled{false};
+  CallCancellationWatch watch(context, &cancelled);
   RunContext run;
   run.received = received;
   run.cancelled = &cancelled;
@@ -75,7 +78,22 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
                      });
   });
   spdlog::info("[{}] ended: {}{}", id, status.ToString(), cancelled ? " (cancelled)" : "");
+  ended_.Add(cancelled ? "request_cancelled"
+             : status.ok()
+                 ? "request_finished"
+                 : absl::StrCat("request_",
+                                absl::AsciiStrToLower(absl::StatusCodeToString(status.code()))));
   if (cancelled) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the caller");
+  return grpc::Status::OK;
+}
+
+grpc::Status ConsumerControlService::Stats(grpc::ServerContext*, const v1::StatsRequest*,
+                                           v1::NodeStats* stats) {
+  stats->set_role("consumer");
+  stats->set_running(admission_->active());
+  stats->set_capacity(admission_->capacity());
+  stats->set_open_sessions(static_cast<uint32_t>(router_->open_sessions()));
+  for (const auto& [name, count] : ended_.Snapshot()) (*stats->mutable_ended())[name] = count;
   return grpc::Status::OK;
 }
 

@@ -2,7 +2,9 @@
 // admit the routed request (capacity reserved before the producer sends; RESOURCE_EXHAUSTED when
 // full), expect its transfer session at the SessionRouter, then run it (RunTarget): rebuild the
 // prefix layer by layer from the producer's codes, decode, stream events. A mode that needs an
-// artifact the consumer does not hold is FAILED_PRECONDITION, naming the artifact.
+// artifact the consumer does not hold is FAILED_PRECONDITION, naming the artifact. A caller that
+// goes away (the coordinator cancels: its client left) ends the transfer within ~30 ms, which
+// tells the producer to stop sending.
 // Thread-safety: thread-safe; gRPC's sync server runs each call on its own thread.
 #ifndef SCD_CONSUMER_DECODE_SERVICE_H_
 #define SCD_CONSUMER_DECODE_SERVICE_H_
@@ -11,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "base/tally.h"
 #include "codec/artifact.h"
 #include "consumer/admission.h"
 #include "consumer/request_runner.h"
@@ -27,12 +30,17 @@ class ConsumerControlService final : public v1::Consumer::Service {
 
   grpc::Status Decode(grpc::ServerContext* context, const v1::DecodeRequest* request,
                       grpc::ServerWriter<v1::GenerateEvent>* writer) override;
+  // Admitted requests, capacity, open transfer sessions, and how requests ended ("request_" +
+  // finished / cancelled / the error code's name).
+  grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest* request,
+                     v1::NodeStats* stats) override;
 
  private:
   const ConsumerModel consumer_;
   const std::map<std::string, const Artifact*> artifacts_;
   const std::shared_ptr<Admission> admission_;
   SessionRouter* const router_;
+  Tally ended_;
 };
 
 }  // namespace scd::consumer

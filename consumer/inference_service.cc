@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/exception_guard.h"
+#include "proto/call_watch.h"
 #include "proto/grpc_util.h"
 
 namespace scd::consumer {
@@ -55,6 +56,7 @@ grpc::Status ConsumerInferenceService::Generate(grpc::ServerContext* context,
                admission_->capacity());
 
   std::atomic<bool> cancelled{false};
+  CallCancellationWatch watch(context, &cancelled);
   RunContext run;
   run.received = received;
   run.cancelled = &cancelled;

@@ -51,8 +51,21 @@ absl::StatusOr<ReceiveReport> RebuildFromCodes(const ConsumerModel& consumer,
                        planner.PlannedChunks(config, static_cast<int64_t>(prefix.size())));
   CodeDecoder decoder(*consumer.model, artifact);
   if (!context.session) return absl::InternalError("no transfer session source");
-  SCD_ASSIGN_OR_RETURN(std::shared_ptr<transport::ReceiveSession> session,
-                       context.session(deadline - absl::Now()));
+  // Waits for the producer's session in short slices, so a cancelled request stops waiting.
+  absl::StatusOr<std::shared_ptr<transport::ReceiveSession>> opened;
+  for (;;) {
+    if (context.cancelled != nullptr && context.cancelled->load()) {
+      return absl::CancelledError("cancelled by the caller before the transfer began");
+    }
+    const absl::Duration left = deadline - absl::Now();
+    opened = context.session(std::min(left, kCancelPoll));
+    if (opened.ok() || !absl::IsDeadlineExceeded(opened.status()) || left <= kCancelPoll) break;
+  }
+  if (absl::IsDeadlineExceeded(opened.status())) {
+    return absl::DeadlineExceededError(
+        "the producer opened no transfer session before the request's deadline");
+  }
+  SCD_ASSIGN_OR_RETURN(std::shared_ptr<transport::ReceiveSession> session, std::move(opened));
   // Codes are only meaningful from the producer the artifact was fitted for.
   if (artifact != nullptr &&
       session->header().producer_fingerprint() != artifact->producer.fingerprint) {
@@ -63,7 +76,8 @@ absl::StatusOr<ReceiveReport> RebuildFromCodes(const ConsumerModel& consumer,
     session->Cancel(why);
     return absl::PermissionDeniedError(why);
   }
-  return ReceiveIntoCache(*session, decoder, plan, expected, prefix, cache, deadline - absl::Now());
+  return ReceiveIntoCache(*session, decoder, plan, expected, prefix, cache, deadline - absl::Now(),
+                          context.cancelled);
 }
 
 absl::StatusOr<GenerationOptions> GenerationOptionsFor(const ConsumerModel& consumer,
@@ -100,7 +114,8 @@ absl::StatusOr<PrefixOutcome> PreparePrefix(const ConsumerModel& consumer,
     outcome.rebuild = received->rebuild;
     return outcome;
   }
-  if (!request.allow_local_fallback()) return received.status();
+  const bool cancelled = context.cancelled != nullptr && context.cancelled->load();
+  if (!request.allow_local_fallback() || cancelled) return received.status();
   *cache = consumer.model->NewCache(cache->capacity());  // drop what was half rebuilt
   outcome.mode = "local";
   outcome.reason = absl::StrCat("fallback: the ", route.mode, " transfer failed (",

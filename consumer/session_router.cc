@@ -78,6 +78,8 @@ void SessionRouter::Forget(const std::string& tag) {
   }
 }
 
+size_t SessionRouter::open_sessions() const { return acceptor_->open_sessions(); }
+
 int64_t SessionRouter::refused() const {
   absl::MutexLock lock(&mu_);
   return refused_;

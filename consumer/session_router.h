@@ -48,6 +48,8 @@ class SessionRouter {
   // ALREADY_EXISTS when the tag is expected already.
   absl::StatusOr<std::unique_ptr<Ticket>> Expect(const std::string& tag);
   int64_t refused() const;
+  // Transfer sessions producers have open to this consumer (not yet ended).
+  size_t open_sessions() const;
 
  private:
   struct Slot {

@@ -207,11 +207,14 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
     absl::MutexLock lock(&mu);
     prefill_known = true;
   } else {
-    grpc::ClientContext prefill_context;
-    prefill_context.set_deadline(Deadline(deadline));
+    // A child of the client's call: a client that goes away cancels the prefill (and so every
+    // session it streams) while it runs, not after.
+    std::unique_ptr<grpc::ClientContext> prefill_context =
+        grpc::ClientContext::FromServerContext(*context);
+    prefill_context->set_deadline(Deadline(deadline));
     v1::PrefillResponse response;
     auto producer = v1::Producer::NewStub(Channel(route->producer_address));
-    const grpc::Status status = producer->Prefill(&prefill_context, prefill, &response);
+    const grpc::Status status = producer->Prefill(prefill_context.get(), prefill, &response);
     std::vector<TargetCall*> failed;
     {
       absl::MutexLock lock(&mu);
@@ -242,8 +245,9 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
     // request is over either way: cancel at once. With one, give the consumer the grace period to
     // fall back to its own prefill.
     const absl::Time grace_end =
-        absl::Now() +
-        (req.allow_local_fallback() ? options_.failed_target_grace : absl::ZeroDuration());
+        absl::Now() + (req.allow_local_fallback() && !context->IsCancelled()
+                           ? options_.failed_target_grace
+                           : absl::ZeroDuration());
     for (TargetCall* call : failed) {
       absl::MutexLock lock(&mu);
       mu.AwaitWithDeadline(absl::Condition(&call->ended), grace_end);

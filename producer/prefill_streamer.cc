@@ -30,6 +30,23 @@ CaptureSpec MergedCapture(const std::vector<StreamTarget>& targets) {
   return merged;
 }
 
+// Keeps a chunk's bytes alive while the transport holds them, counted in `held`.
+class HeldChunk {
+ public:
+  HeldChunk(std::shared_ptr<const void> owner, uint64_t size, std::atomic<uint64_t>* held)
+      : owner_(std::move(owner)), size_(size), held_(held) {
+    held_->fetch_add(size_);
+  }
+  ~HeldChunk() { held_->fetch_sub(size_); }
+  HeldChunk(const HeldChunk&) = delete;
+  HeldChunk& operator=(const HeldChunk&) = delete;
+
+ private:
+  std::shared_ptr<const void> owner_;
+  const uint64_t size_;
+  std::atomic<uint64_t>* const held_;
+};
+
 }  // namespace
 
 absl::StatusOr<v1::TransferHeader> StreamHeader(const CodeEncoder& encoder,
@@ -42,7 +59,8 @@ absl::StatusOr<v1::TransferHeader> StreamHeader(const CodeEncoder& encoder,
 
 absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
                                            absl::Span<const TokenId> tokens,
-                                           const std::vector<StreamTarget>& targets) {
+                                           const std::vector<StreamTarget>& targets,
+                                           std::atomic<uint64_t>* held_payload_bytes) {
   StreamReport report;
   report.start = absl::Now();
   report.first_chunk = absl::InfinitePast();
@@ -66,6 +84,10 @@ absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
         if (report.chunks == 0) report.first_chunk = absl::Now();
         report.bytes += static_cast<int64_t>(framed.size);
         ++report.chunks;
+        if (held_payload_bytes != nullptr) {
+          framed.owner =
+              std::make_shared<HeldChunk>(std::move(framed.owner), framed.size, held_payload_bytes);
+        }
         status = targets[i].session->SendChunk(
             std::move(framed.meta),
             transport::Payload(framed.data, framed.size, std::move(framed.owner)));

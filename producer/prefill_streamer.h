@@ -10,6 +10,7 @@
 #ifndef SCD_PRODUCER_PREFILL_STREAMER_H_
 #define SCD_PRODUCER_PREFILL_STREAMER_H_
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -48,10 +49,13 @@ struct StreamReport {
 
 // Runs `producer` over `tokens` once, streaming to every target, then finishes each live session
 // (trailer, ack). Returns an error only when the prefill itself fails (then every session is
-// cancelled with that reason); per-target outcomes are in the report.
+// cancelled with that reason); per-target outcomes are in the report. `held_payload_bytes` (may be
+// null) counts the code bytes handed to the transport and not yet released by it (up while a
+// chunk waits or travels, down once the transport lets go of it).
 absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
                                            absl::Span<const TokenId> tokens,
-                                           const std::vector<StreamTarget>& targets);
+                                           const std::vector<StreamTarget>& targets,
+                                           std::atomic<uint64_t>* held_payload_bytes = nullptr);
 
 }  // namespace scd::producer
 

@@ -12,6 +12,7 @@
 #include "codec/code_encoder.h"
 #include "codec/transfer_mode.h"
 #include "producer/prefill_streamer.h"
+#include "proto/call_watch.h"
 #include "proto/grpc_util.h"
 #include "tokenizer/prompt_ids.h"
 
@@ -48,7 +49,25 @@ absl::StatusOr<std::shared_ptr<transport::TransferConnection>> ProducerControlSe
   return connection;
 }
 
-grpc::Status ProducerControlService::Prefill(grpc::ServerContext*,
+size_t ProducerControlService::open_sessions() const {
+  absl::MutexLock lock(&mu_);
+  size_t open = 0;
+  for (const auto& [address, connection] : connections_) open += connection->open_sessions();
+  return open;
+}
+
+grpc::Status ProducerControlService::Stats(grpc::ServerContext*, const v1::StatsRequest*,
+                                           v1::NodeStats* stats) {
+  stats->set_role("producer");
+  stats->set_running(running_.load());
+  stats->set_open_sessions(static_cast<uint32_t>(open_sessions()));
+  stats->set_held_payload_bytes(held_payload_bytes_.load());
+  stats->set_prefills(prefills_.load());
+  for (const auto& [name, count] : ended_.Snapshot()) (*stats->mutable_ended())[name] = count;
+  return grpc::Status::OK;
+}
+
+grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
                                              const v1::PrefillRequest* request,
                                              v1::PrefillResponse* response) {
   const v1::GenerateRequest& req = request->request();
@@ -102,9 +121,19 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext*,
 
   StreamReport report;
   if (!streams.empty()) {
-    absl::StatusOr<StreamReport> streamed = GuardExceptions("ProducerControlService::Prefill", [&] {
-      return StreamPrefill(*producer_.model, prefix, streams);
+    ++running_;
+    std::atomic<bool> cancelled{false};
+    CallCancellationWatch watch(context, &cancelled, [&streams] {
+      for (const StreamTarget& stream : streams)
+        stream.session->Cancel("the request was cancelled");
     });
+    absl::StatusOr<StreamReport> streamed = GuardExceptions("ProducerControlService::Prefill", [&] {
+      return StreamPrefill(*producer_.model, prefix, streams, &held_payload_bytes_);
+    });
+    --running_;
+    for (const StreamTarget& stream : streams) {
+      ended_.Add(transport::SessionStateName(stream.session->state()));
+    }
     if (!streamed.ok()) return ToGrpcStatus(streamed.status());
     report = *std::move(streamed);
     prefills_.fetch_add(1);

@@ -3,7 +3,8 @@
 // transfer session per target at its consumer's transfer address (tagged "<request id>#<target>",
 // connections reused per address), run the prefill once and stream each target its codes layer by
 // layer (StreamPrefill). Per-target failures (consumer gone, refused header, no artifact) are
-// outcomes, not RPC errors; a prompt that cannot be tokenized is INVALID_ARGUMENT.
+// outcomes, not RPC errors; a prompt that cannot be tokenized is INVALID_ARGUMENT. A cancelled
+// call (the coordinator's client went away) cancels every session of the request at once.
 // Thread-safety: thread-safe; concurrent Prefill calls share the model read-only.
 #ifndef SCD_PRODUCER_PRODUCER_SERVICE_H_
 #define SCD_PRODUCER_PRODUCER_SERVICE_H_
@@ -15,6 +16,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "base/tally.h"
 #include "codec/artifact.h"
 #include "codec/transfer_plan.h"
 #include "model/llama_model.h"
@@ -43,8 +45,13 @@ class ProducerControlService final : public v1::Producer::Service {
 
   grpc::Status Prefill(grpc::ServerContext* context, const v1::PrefillRequest* request,
                        v1::PrefillResponse* response) override;
+  // Prefills running, open sessions, held code bytes, sessions ended by terminal state.
+  grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest* request,
+                     v1::NodeStats* stats) override;
   // Prefills run so far (a fan-out request runs one).
   uint64_t prefills() const { return prefills_.load(); }
+  // Transfer sessions not yet ended, over every connection.
+  size_t open_sessions() const;
 
  private:
   // An open connection to `address`, reused while alive.
@@ -55,7 +62,10 @@ class ProducerControlService final : public v1::Producer::Service {
   transport::Transport* const transport_;
   const transport::ConnectionOptions connection_options_;
   std::atomic<uint64_t> prefills_{0};
-  absl::Mutex mu_;
+  std::atomic<uint32_t> running_{0};
+  std::atomic<uint64_t> held_payload_bytes_{0};
+  Tally ended_;  // sessions, by terminal state
+  mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<transport::TransferConnection>> connections_
       ABSL_GUARDED_BY(mu_);
 };

@@ -12,7 +12,7 @@ PACKAGES=(
   libtorch-dev libopenblas0-pthread
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libucx-dev ucx-utils
-  libspdlog-dev libfmt-dev libabsl-dev libcli11-dev nlohmann-json3-dev
+  libspdlog-dev libfmt-dev libabsl-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev libutf8proc-dev libssl-dev
 )

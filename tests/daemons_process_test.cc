@@ -1,25 +1,36 @@
 // The three daemons as separate processes (scd-coordinator, scd-producer, two scd-consumers) over
-// loopback, codes over the gRPC and over the UCX transport, driven through the coordinator's
-// public API with the library client: greedy scd tokens on the hard pair equal the batch transfer
-// path in this process; raw between identical models equals local generation; a consumer killed
-// with SIGKILL leaves routing within 3 s and its target becomes NOT_FOUND; a producer killed before
-// a request ends it in one Error within 1 s; SIGTERM drains and every daemon exits 0.
+// loopback (the coordinator configured by a TOML file), codes over the gRPC and over the UCX
+// transport, driven through the coordinator's public API with the library client: greedy scd tokens
+// on the hard pair equal the batch transfer path in this process; raw between identical models
+// equals local generation; a consumer killed with SIGKILL leaves routing within 3 s and its target
+// becomes NOT_FOUND; a producer killed before a request ends it in one Error within 1 s; SIGTERM
+// drains and every daemon exits 0. Faults in the middle of a (shaped, slow) transfer: producer
+// killed -> one Error within 1 s, or a local fallback when allowed; consumer killed -> the producer
+// frees the session and its buffers within 1 s; client cancel -> both free everything (counted by
+// their Stats) and the next request on that consumer is exact.
 #include <ATen/ATen.h>
 #include <fcntl.h>
 #include <gmock/gmock.h>
+#include <grpcpp/create_channel.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "codec/transfer.h"
 #include "model/generator.h"
+#include "proto/grpc_util.h"
 #include "proto/inference_client.h"
+#include "proto/scd/v1/control.grpc.pb.h"
+#include "proto/scd/v1/inference.grpc.pb.h"
 #include "tests/test_util.h"
 
 namespace scd {
@@ -35,6 +46,7 @@ class Daemon {
       : log_(dir + "/" + name + ".log"), address_file_(dir + "/" + name + ".addr") {
     argv.push_back("--address-file");
     argv.push_back(address_file_);
+    std::remove(address_file_.c_str());  // a failed earlier test keeps its directory
     pid_ = fork();
     if (pid_ == 0) {
       const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -91,6 +103,9 @@ std::string Bin(const std::string& name) { return testing::BuildDir() + "/bin/" 
 
 class DaemonsProcessTest : public ::testing::TestWithParam<std::string> {
  protected:
+  // Extra scd-producer flags (the fault tests slow its link down).
+  virtual std::vector<std::string> ProducerFlags() const { return {}; }
+
   void SetUp() override {
     dir_ =
         fs::temp_directory_path() / ("scd-daemons-" + std::to_string(getpid()) + "-" + GetParam());
@@ -102,18 +117,21 @@ class DaemonsProcessTest : public ::testing::TestWithParam<std::string> {
     artifact_path_ = dir_ + "/pair.scd";
     ASSERT_TRUE(artifact_.Save(artifact_path_).ok());
 
-    coordinator_ =
-        std::make_unique<Daemon>(dir_, "coordinator",
-                                 std::vector<std::string>{Bin("scd-coordinator"), "--listen",
-                                                          "127.0.0.1:0", "--lease-ms", "2000"});
+    // The coordinator takes its settings from a TOML file (--config), as deployments do.
+    testing::WriteFile(dir_ + "/coordinator.toml",
+                       "# scd-coordinator\nlisten = \"127.0.0.1:0\"\nlease_ms = 2000\n");
+    coordinator_ = std::make_unique<Daemon>(
+        dir_, "coordinator",
+        std::vector<std::string>{Bin("scd-coordinator"), "--config", dir_ + "/coordinator.toml"});
     server_ = coordinator_->Address();
     ASSERT_FALSE(server_.empty());
     const std::string transport = GetParam();
-    producer_daemon_ = std::make_unique<Daemon>(
-        dir_, "producer",
-        std::vector<std::string>{Bin("scd-producer"), "--model", testing::ModelDir("stories260k"),
-                                 "--coordinator", server_, "--transport", transport, "--artifact",
-                                 artifact_path_});
+    std::vector<std::string> producer_argv{
+        Bin("scd-producer"), "--model",    testing::ModelDir("stories260k"),
+        "--coordinator",     server_,      "--transport",
+        transport,           "--artifact", artifact_path_};
+    for (const std::string& flag : ProducerFlags()) producer_argv.push_back(flag);
+    producer_daemon_ = std::make_unique<Daemon>(dir_, "producer", producer_argv);
     xs_daemon_ = std::make_unique<Daemon>(
         dir_, "xs",
         std::vector<std::string>{Bin("scd-consumer"), "--model", testing::ModelDir("llama2xs-260k"),
@@ -227,6 +245,231 @@ TEST_P(DaemonsProcessTest, DeadProducerEndsTheRequestInOneErrorWithinOneSecond) 
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, DaemonsProcessTest, ::testing::Values("grpc", "ucx"),
+                         [](const auto& info) { return info.param; });
+
+// Faults in the middle of a transfer: the producer's link is shaped to 1 Mbit/s, so a long raw
+// prompt's codes take seconds to arrive and there is time to kill or cancel while they travel.
+// What is held is read from outside the processes, through each node's Stats.
+class DaemonsFaultTest : public DaemonsProcessTest {
+ protected:
+  static constexpr double kLinkGbps = 0.001;
+  std::vector<std::string> ProducerFlags() const override {
+    return {"--link-gbps", absl::StrCat(kLinkGbps)};
+  }
+
+  template <typename Service>
+  v1::NodeStats StatsOf(Daemon& daemon) {
+    auto stub =
+        Service::NewStub(grpc::CreateChannel(daemon.Address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::NodeStats stats;
+    const grpc::Status status = stub->Stats(&context, v1::StatsRequest(), &stats);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return stats;
+  }
+  v1::NodeStats ProducerStats() { return StatsOf<v1::Producer>(*producer_daemon_); }
+  v1::NodeStats CopyStats() { return StatsOf<v1::Consumer>(*copy_daemon_); }
+
+  // A prompt whose raw transfer takes seconds on the shaped link.
+  static std::vector<TokenId> LongPrompt() {
+    std::vector<TokenId> prompt;
+    while (prompt.size() < 450) {
+      for (TokenId id : Prompt(2)) prompt.push_back(id);
+    }
+    prompt.resize(450);
+    return prompt;
+  }
+
+  // A Generate running on its own thread, its events collected as they come.
+  class Call {
+   public:
+    Call(const std::string& server, v1::GenerateRequest request) {
+      stub_ =
+          v1::Inference::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
+      context_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+      thread_ = std::thread([this, request] {
+        auto reader = stub_->Generate(&context_, request);
+        v1::GenerateEvent event;
+        while (reader->Read(&event)) {
+          absl::MutexLock lock(&mu_);
+          if (event.has_finished() || event.has_error()) terminal_at_ = absl::Now();
+          events_.push_back(event);
+        }
+        const grpc::Status status = reader->Finish();
+        absl::MutexLock lock(&mu_);
+        status_ = FromGrpcStatus(status);
+        done_ = true;
+      });
+    }
+    ~Call() {
+      context_.TryCancel();
+      thread_.join();
+    }
+    void Cancel() { context_.TryCancel(); }
+    // Waits until `ready` holds for the events so far (false after `timeout`).
+    bool WaitFor(std::function<bool(const std::vector<v1::GenerateEvent>&)> ready,
+                 absl::Duration timeout) {
+      absl::MutexLock lock(&mu_);
+      auto holds = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ || ready(events_); };
+      return mu_.AwaitWithTimeout(absl::Condition(&holds), timeout) && ready(events_);
+    }
+    bool WaitDone(absl::Duration timeout) {
+      absl::MutexLock lock(&mu_);
+      return mu_.AwaitWithTimeout(absl::Condition(&done_), timeout);
+    }
+    std::vector<v1::GenerateEvent> events() {
+      absl::MutexLock lock(&mu_);
+      return events_;
+    }
+    absl::Time terminal_at() {
+      absl::MutexLock lock(&mu_);
+      return terminal_at_;
+    }
+    absl::Status status() {
+      absl::MutexLock lock(&mu_);
+      return status_;
+    }
+
+   private:
+    std::unique_ptr<v1::Inference::Stub> stub_;
+    grpc::ClientContext context_;
+    absl::Mutex mu_;
+    std::vector<v1::GenerateEvent> events_ ABSL_GUARDED_BY(mu_);
+    absl::Time terminal_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+    absl::Status status_ ABSL_GUARDED_BY(mu_);
+    bool done_ ABSL_GUARDED_BY(mu_) = false;
+    std::thread thread_;
+  };
+
+  v1::GenerateRequest LongRawRequest(bool allow_local_fallback = false) {
+    v1::GenerateRequest request;
+    request.add_targets("base-copy");
+    for (TokenId id : LongPrompt()) request.add_prompt_ids(id);
+    request.set_max_tokens(8);
+    request.set_allow_local_fallback(allow_local_fallback);
+    return request;
+  }
+
+  // Started, and the producer is streaming (a session open, code bytes held by the transport);
+  // checks the transfer would still take long enough for the fault to land in its middle.
+  void WaitUntilTransferring(Call& call) {
+    ASSERT_TRUE(
+        call.WaitFor([](const auto& events) { return !events.empty(); }, absl::Seconds(30)));
+    const v1::GenerateEvent first = call.events().front();
+    ASSERT_TRUE(first.has_started()) << first.DebugString();
+    ASSERT_EQ(first.started().mode(), "raw");
+    const absl::Time limit = absl::Now() + absl::Seconds(10);
+    v1::NodeStats stats;
+    do {
+      stats = ProducerStats();
+      if (stats.open_sessions() > 0 && SecondsOnLink(stats) > 1.0) break;
+      absl::SleepFor(absl::Milliseconds(10));
+    } while (absl::Now() < limit);
+    ASSERT_GT(stats.open_sessions(), 0u) << "no transfer in progress";
+    ASSERT_GT(SecondsOnLink(stats), 1.0) << stats.DebugString() << " (the fault would land late)";
+  }
+
+  // How long the code bytes the producer still holds take on the shaped link.
+  static double SecondsOnLink(const v1::NodeStats& stats) {
+    return static_cast<double>(stats.held_payload_bytes()) * 8 / (kLinkGbps * 1e9);
+  }
+
+  static int Terminals(const std::vector<v1::GenerateEvent>& events) {
+    int terminal = 0;
+    for (const auto& e : events) terminal += e.has_finished() || e.has_error();
+    return terminal;
+  }
+};
+
+TEST_P(DaemonsFaultTest, ProducerKilledMidTransferEndsInOneErrorWithinOneSecond) {
+  Call call(server_, LongRawRequest());
+  WaitUntilTransferring(call);
+  producer_daemon_->Kill(SIGKILL);
+  const absl::Time killed = absl::Now();
+  ASSERT_TRUE(call.WaitDone(absl::Seconds(10)));
+  EXPECT_LT(call.terminal_at() - killed, absl::Seconds(1));
+  const std::vector<v1::GenerateEvent> events = call.events();
+  ASSERT_TRUE(events.back().has_error()) << events.back().DebugString();
+  EXPECT_EQ(Terminals(events), 1);
+  // The consumer freed the request: nothing admitted, no session open.
+  const v1::NodeStats consumer = CopyStats();
+  EXPECT_EQ(consumer.running(), 0u);
+  EXPECT_EQ(consumer.open_sessions(), 0u);
+}
+
+TEST_P(DaemonsFaultTest, ProducerKilledMidTransferFallsBackToLocalWhenAllowed) {
+  Call call(server_, LongRawRequest(/*allow_local_fallback=*/true));
+  WaitUntilTransferring(call);
+  producer_daemon_->Kill(SIGKILL);
+  ASSERT_TRUE(call.WaitDone(absl::Seconds(30)));
+  const std::vector<v1::GenerateEvent> events = call.events();
+  ASSERT_TRUE(events.back().has_finished()) << events.back().DebugString();
+  EXPECT_EQ(Terminals(events), 1);
+  EXPECT_EQ(events.back().finished().mode(), "local");
+  EXPECT_THAT(events.back().finished().mode_reason(), HasSubstr("fallback"));
+  std::vector<TokenId> ids;
+  for (const auto& e : events)
+    ids.insert(ids.end(), e.token().ids().begin(), e.token().ids().end());
+  EXPECT_EQ(ids, Reference(*producer_, TransferMode::kLocal, LongPrompt(), 8));
+}
+
+TEST_P(DaemonsFaultTest, ConsumerKilledMidTransferFreesTheProducersSessionWithinOneSecond) {
+  Call call(server_, LongRawRequest());
+  WaitUntilTransferring(call);
+  const uint64_t peer_lost_before = ProducerStats().ended().count("peer_lost");
+  copy_daemon_->Kill(SIGKILL);
+  const absl::Time killed = absl::Now();
+  v1::NodeStats stats;
+  for (;;) {
+    stats = ProducerStats();
+    if (stats.open_sessions() == 0 && stats.held_payload_bytes() == 0 && stats.running() == 0)
+      break;
+    ASSERT_LT(absl::Now() - killed, absl::Seconds(1)) << "still held: " << stats.DebugString();
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_GT(stats.ended().at("peer_lost") + stats.ended().count("cancelled"), peer_lost_before)
+      << stats.DebugString();
+  ASSERT_TRUE(call.WaitDone(absl::Seconds(10)));
+  const std::vector<v1::GenerateEvent> events = call.events();
+  ASSERT_TRUE(events.back().has_error()) << events.back().DebugString();
+  EXPECT_EQ(Terminals(events), 1);
+}
+
+TEST_P(DaemonsFaultTest, ClientCancelMidTransferFreesEverythingAndTheNextRequestIsExact) {
+  {
+    Call call(server_, LongRawRequest());
+    WaitUntilTransferring(call);
+    call.Cancel();
+    const absl::Time cancelled = absl::Now();
+    v1::NodeStats producer, consumer;
+    for (;;) {
+      producer = ProducerStats();
+      consumer = CopyStats();
+      if (producer.open_sessions() == 0 && producer.held_payload_bytes() == 0 &&
+          producer.running() == 0 && consumer.running() == 0 && consumer.open_sessions() == 0) {
+        break;
+      }
+      ASSERT_LT(absl::Now() - cancelled, absl::Seconds(1))
+          << "still held:\n"
+          << producer.DebugString() << consumer.DebugString();
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    EXPECT_EQ(producer.ended().at("cancelled"), 1u) << producer.DebugString();
+    EXPECT_EQ(consumer.ended().at("request_cancelled"), 1u) << consumer.DebugString();
+    EXPECT_EQ(producer.ended().count("completed"), 0u);
+  }
+  // The same consumer, next request: exactly its local reference (raw between identical weights),
+  // so nothing of the cancelled transfer reached its cache.
+  Reply next = Generate("base-copy", "", Prompt(1), 16);
+  ASSERT_TRUE(next.status.ok()) << next.status;
+  ASSERT_TRUE(next.events.back().has_finished()) << next.events.back().DebugString();
+  EXPECT_EQ(next.events.back().finished().mode(), "raw");
+  EXPECT_EQ(next.ids, Reference(*producer_, TransferMode::kLocal, Prompt(1), 16));
+  EXPECT_EQ(ProducerStats().ended().at("completed"), 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, DaemonsFaultTest, ::testing::Values("grpc", "ucx"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

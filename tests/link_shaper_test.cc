@@ -1,10 +1,12 @@
 // The link shaper: measured goodput of 64 MiB through a shaped in-process link is within 5 % of
 // the setting at 0.1, 1 and 10 Gbit/s; latency delays every frame by the setting; control frames
-// overtake queued data frames.
+// overtake queued data frames; a dropped session's queued frames are released at once and the
+// frames behind them move up.
 #include "transport/link_shaper.h"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 
 #include "tests/transport_test_util.h"
@@ -23,17 +25,17 @@ double MeasuredGoodput(double gbps, size_t total) {
   SessionAcceptor acceptor(std::move(listener), {});
   ConnectionOptions options;
   options.shape.gbps = gbps;
-  auto connection =
-      TransferConnection::Create(*transport->Connect(acceptor.address(), absl::Seconds(1)),
-                                 options);
+  auto connection = TransferConnection::Create(
+      *transport->Connect(acceptor.address(), absl::Seconds(1)), options);
   auto session = *connection->StartSession(v1::TransferHeader(), absl::Seconds(60));
   const std::string block(1 << 20, 'x');
   std::thread sender([&] {
     for (size_t sent = 0; sent < total; sent += block.size()) {
-      EXPECT_TRUE(session->SendChunk(v1::CodeChunk(), Payload(reinterpret_cast<const uint8_t*>(
-                                                                  block.data()),
-                                                              block.size(), nullptr))
-                      .ok());
+      EXPECT_TRUE(
+          session
+              ->SendChunk(v1::CodeChunk(), Payload(reinterpret_cast<const uint8_t*>(block.data()),
+                                                   block.size(), nullptr))
+              .ok());
     }
     EXPECT_TRUE(session->Finish().ok());
   });
@@ -92,6 +94,48 @@ TEST(LinkShaperTest, LatencyDelaysEveryFrameAndControlOvertakesData) {
   // 1 MB at 10 MB/s = 100 ms, less the 64 KiB burst (~6.5 ms), plus 30 ms latency.
   EXPECT_GE(all, absl::Milliseconds(115));
   EXPECT_LE(all, absl::Milliseconds(200));
+}
+
+TEST(LinkShaperTest, DroppedSessionReleasesItsQueuedFramesAndLaterFramesMoveUp) {
+  FrameRecorder recorder, unused;
+  auto transport = *CreateTransport({});
+  auto listener = *transport->Listen("shaper-drop:0");
+  LinkShape shape;
+  shape.gbps = 0.008;  // 1 MB/s: each 100 KB frame takes 100 ms of the bucket
+  auto sender = ShapeLink(*transport->Connect(listener->address(), absl::Seconds(1)), shape);
+  auto receiver = *listener->Accept(absl::Seconds(1));
+  receiver->Start(&recorder);
+  sender->Start(&unused);
+  std::atomic<int> released{0};
+  auto frame = [&](uint64_t session) {
+    Frame f;
+    f.type = FrameType::kChunk;
+    f.session_id = session;
+    static const std::string bytes(100000, 'd');
+    f.payload = Payload::Adopt(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                               [&released] { ++released; });
+    return f;
+  };
+  // Session 1 queues 10 frames (1 s of bucket), then session 2 one frame behind them.
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(sender->Send(frame(1)).ok());
+  ASSERT_TRUE(sender->Send(frame(2)).ok());
+  sender->DropSession(1);
+  // At most the frame already leaving (inside the burst) was sent; the rest were released now.
+  EXPECT_GE(released.load(), 9);
+  ASSERT_TRUE(recorder.WaitForFrames(1, absl::Seconds(2)));
+  std::vector<Frame> frames;
+  const absl::Time limit = absl::Now() + absl::Seconds(2);
+  while (absl::Now() < limit) {
+    for (Frame& f : recorder.TakeFrames()) frames.push_back(std::move(f));
+    if (!frames.empty() && frames.back().session_id == 2) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_FALSE(frames.empty());
+  EXPECT_EQ(frames.back().session_id, 2u);
+  EXPECT_LE(frames.size(), 2u);
+  // Session 2's frame did not wait for the dropped second of session 1's frames.
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(500));
 }
 
 }  // namespace

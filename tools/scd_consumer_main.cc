@@ -1,5 +1,6 @@
 // scd-consumer: rebuilds its own cache from a producer's codes (or prefills locally) and decodes.
-//   scd-consumer --model DIR [--name NAME] --listen HOST:PORT --coordinator HOST:PORT
+//   scd-consumer [--config FILE.toml] --model DIR [--name NAME] --listen HOST:PORT --coordinator
+//   HOST:PORT
 //                [--transfer-listen HOST:PORT] [--transport grpc|ucx] [--artifact FILE ...]
 //                [--capacity N]
 // SIGTERM/SIGINT: take no new requests, leave routing, finish running ones, exit.
@@ -12,6 +13,7 @@
 
 #include "base/status_macros.h"
 #include "consumer/consumer_node.h"
+#include "tools/toml_config.h"
 #include "tools/tool_common.h"
 
 int main(int argc, char** argv) {
@@ -36,6 +38,7 @@ int main(int argc, char** argv) {
   app.add_option("--drain-seconds", drain_seconds, "how long SIGTERM waits for running requests");
   app.add_option("--address-file", address_file, "write the bound address here once serving");
   scd::AddCommonFlags(&app, &common, scd::kLogLevelFlag | scd::kThreadsFlag);
+  scd::AddConfigFileFlag(&app);
   return scd::RunTool("scd-consumer", app, argc, argv, common, [&]() -> absl::Status {
     spdlog::set_default_logger(spdlog::stderr_color_mt("scd-consumer"));
     if (common.threads > 0) at::set_num_threads(common.threads);

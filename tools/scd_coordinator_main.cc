@@ -1,6 +1,6 @@
 // scd-coordinator: the registry (leases) and the public Inference API, routing requests to
 // producers and consumers.
-//   scd-coordinator --listen HOST:PORT [--lease-ms 2000] [--address-file PATH]
+//   scd-coordinator [--config FILE.toml] --listen HOST:PORT [--lease-ms 2000] [--address-file PATH]
 // SIGTERM/SIGINT: stop taking requests, finish running ones (up to --drain-seconds), exit.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -10,6 +10,7 @@
 
 #include "base/status_macros.h"
 #include "coordinator/coordinator_node.h"
+#include "tools/toml_config.h"
 #include "tools/tool_common.h"
 
 int main(int argc, char** argv) {
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
   app.add_option("--drain-seconds", drain_seconds, "how long SIGTERM waits for running requests");
   app.add_option("--address-file", address_file, "write the bound address here once serving");
   scd::AddCommonFlags(&app, &common, scd::kLogLevelFlag);
+  scd::AddConfigFileFlag(&app);
   return scd::RunTool("scd-coordinator", app, argc, argv, common, [&]() -> absl::Status {
     spdlog::set_default_logger(spdlog::stderr_color_mt("scd-coordinator"));  // stdout: nothing
     options.registry.lease = absl::Milliseconds(lease_ms);

@@ -1,5 +1,6 @@
 // scd-producer: runs prefill and streams each layer's codes to the consumers a request names.
-//   scd-producer --model DIR [--name NAME] --listen HOST:PORT --coordinator HOST:PORT
+//   scd-producer [--config FILE.toml] --model DIR [--name NAME] --listen HOST:PORT --coordinator
+//   HOST:PORT
 //                [--transport grpc|ucx] [--artifact FILE ...] [--link-gbps G --link-latency-us U]
 // SIGTERM/SIGINT: leave routing, finish running prefills (up to --drain-seconds), exit.
 #include <ATen/Parallel.h>
@@ -11,6 +12,7 @@
 
 #include "base/status_macros.h"
 #include "producer/producer_node.h"
+#include "tools/toml_config.h"
 #include "tools/tool_common.h"
 
 int main(int argc, char** argv) {
@@ -34,6 +36,7 @@ int main(int argc, char** argv) {
   app.add_option("--drain-seconds", drain_seconds, "how long SIGTERM waits for running work");
   app.add_option("--address-file", address_file, "write the bound address here once serving");
   scd::AddCommonFlags(&app, &common, scd::kLogLevelFlag | scd::kThreadsFlag);
+  scd::AddConfigFileFlag(&app);
   return scd::RunTool("scd-producer", app, argc, argv, common, [&]() -> absl::Status {
     spdlog::set_default_logger(spdlog::stderr_color_mt("scd-producer"));
     if (common.threads > 0) at::set_num_threads(common.threads);

@@ -49,6 +49,29 @@ class ShapedLink : public Link {
     return absl::OkStatus();
   }
 
+  // Removes the session's queued data frames and moves every later data frame earlier by the time
+  // the removed ones would have taken, as if they had never entered the bucket.
+  void DropSession(uint64_t session_id) override {
+    std::deque<Due> dropped;  // declared first: its payloads are released after the unlock
+    absl::MutexLock lock(&mu_);
+    const double seconds_per_byte = shape_.gbps > 0 ? 8.0 / (shape_.gbps * 1e9) : 0;
+    absl::Duration saved = absl::ZeroDuration();
+    std::deque<Due> kept;
+    for (Due& due : data_) {
+      if (due.frame.session_id == session_id) {
+        saved += absl::Seconds(static_cast<double>(due.frame.wire_bytes()) * seconds_per_byte);
+        dropped.push_back(std::move(due));
+      } else {
+        due.at -= saved;
+        kept.push_back(std::move(due));
+      }
+    }
+    if (dropped.empty()) return;
+    data_.swap(kept);
+    free_at_ -= saved;
+    changed_ = true;
+  }
+
   void Close() override {
     {
       absl::MutexLock lock(&mu_);
@@ -60,9 +83,8 @@ class ShapedLink : public Link {
   }
 
   std::string Describe() const override {
-    return absl::StrCat(inner_->Describe(),
-                        absl::StrFormat(" shaped %.3g Gbit/s +%s", shape_.gbps,
-                                        absl::FormatDuration(shape_.latency)));
+    return absl::StrCat(inner_->Describe(), absl::StrFormat(" shaped %.3g Gbit/s +%s", shape_.gbps,
+                                                            absl::FormatDuration(shape_.latency)));
   }
 
  private:

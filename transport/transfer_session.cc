@@ -18,29 +18,47 @@ namespace {
 
 v1::ErrorCode ErrorCodeFor(SessionState state) {
   switch (state) {
-    case SessionState::kCancelled: return v1::ERROR_CANCELLED;
-    case SessionState::kDeadlineExceeded: return v1::ERROR_DEADLINE_EXCEEDED;
-    case SessionState::kPeerLost: return v1::ERROR_PEER_LOST;
-    case SessionState::kCorrupt: return v1::ERROR_CORRUPT;
-    case SessionState::kVersionMismatch: return v1::ERROR_VERSION_MISMATCH;
-    case SessionState::kFingerprintMismatch: return v1::ERROR_FINGERPRINT_MISMATCH;
-    case SessionState::kResourceExhausted: return v1::ERROR_RESOURCE_EXHAUSTED;
-    case SessionState::kProtocolError: return v1::ERROR_PROTOCOL;
-    default: return v1::ERROR_INTERNAL;
+    case SessionState::kCancelled:
+      return v1::ERROR_CANCELLED;
+    case SessionState::kDeadlineExceeded:
+      return v1::ERROR_DEADLINE_EXCEEDED;
+    case SessionState::kPeerLost:
+      return v1::ERROR_PEER_LOST;
+    case SessionState::kCorrupt:
+      return v1::ERROR_CORRUPT;
+    case SessionState::kVersionMismatch:
+      return v1::ERROR_VERSION_MISMATCH;
+    case SessionState::kFingerprintMismatch:
+      return v1::ERROR_FINGERPRINT_MISMATCH;
+    case SessionState::kResourceExhausted:
+      return v1::ERROR_RESOURCE_EXHAUSTED;
+    case SessionState::kProtocolError:
+      return v1::ERROR_PROTOCOL;
+    default:
+      return v1::ERROR_INTERNAL;
   }
 }
 
 SessionState StateFor(v1::ErrorCode code) {
   switch (code) {
-    case v1::ERROR_CANCELLED: return SessionState::kCancelled;
-    case v1::ERROR_DEADLINE_EXCEEDED: return SessionState::kDeadlineExceeded;
-    case v1::ERROR_PEER_LOST: return SessionState::kPeerLost;
-    case v1::ERROR_CORRUPT: return SessionState::kCorrupt;
-    case v1::ERROR_VERSION_MISMATCH: return SessionState::kVersionMismatch;
-    case v1::ERROR_FINGERPRINT_MISMATCH: return SessionState::kFingerprintMismatch;
-    case v1::ERROR_RESOURCE_EXHAUSTED: return SessionState::kResourceExhausted;
-    case v1::ERROR_PROTOCOL: return SessionState::kProtocolError;
-    default: return SessionState::kInternal;
+    case v1::ERROR_CANCELLED:
+      return SessionState::kCancelled;
+    case v1::ERROR_DEADLINE_EXCEEDED:
+      return SessionState::kDeadlineExceeded;
+    case v1::ERROR_PEER_LOST:
+      return SessionState::kPeerLost;
+    case v1::ERROR_CORRUPT:
+      return SessionState::kCorrupt;
+    case v1::ERROR_VERSION_MISMATCH:
+      return SessionState::kVersionMismatch;
+    case v1::ERROR_FINGERPRINT_MISMATCH:
+      return SessionState::kFingerprintMismatch;
+    case v1::ERROR_RESOURCE_EXHAUSTED:
+      return SessionState::kResourceExhausted;
+    case v1::ERROR_PROTOCOL:
+      return SessionState::kProtocolError;
+    default:
+      return SessionState::kInternal;
   }
 }
 
@@ -54,17 +72,28 @@ std::string Hex32(uint32_t v) { return absl::StrFormat("0x%08x", v); }
 
 const char* SessionStateName(SessionState state) {
   switch (state) {
-    case SessionState::kOpen: return "open";
-    case SessionState::kCompleted: return "completed";
-    case SessionState::kCancelled: return "cancelled";
-    case SessionState::kDeadlineExceeded: return "deadline exceeded";
-    case SessionState::kPeerLost: return "peer lost";
-    case SessionState::kCorrupt: return "corrupt";
-    case SessionState::kVersionMismatch: return "version mismatch";
-    case SessionState::kFingerprintMismatch: return "fingerprint mismatch";
-    case SessionState::kResourceExhausted: return "resource exhausted";
-    case SessionState::kProtocolError: return "protocol error";
-    case SessionState::kInternal: return "internal error";
+    case SessionState::kOpen:
+      return "open";
+    case SessionState::kCompleted:
+      return "completed";
+    case SessionState::kCancelled:
+      return "cancelled";
+    case SessionState::kDeadlineExceeded:
+      return "deadline exceeded";
+    case SessionState::kPeerLost:
+      return "peer lost";
+    case SessionState::kCorrupt:
+      return "corrupt";
+    case SessionState::kVersionMismatch:
+      return "version mismatch";
+    case SessionState::kFingerprintMismatch:
+      return "fingerprint mismatch";
+    case SessionState::kResourceExhausted:
+      return "resource exhausted";
+    case SessionState::kProtocolError:
+      return "protocol error";
+    case SessionState::kInternal:
+      return "internal error";
   }
   return "unknown";
 }
@@ -72,16 +101,26 @@ const char* SessionStateName(SessionState state) {
 absl::StatusCode SessionStateCode(SessionState state) {
   switch (state) {
     case SessionState::kOpen:
-    case SessionState::kCompleted: return absl::StatusCode::kOk;
-    case SessionState::kCancelled: return absl::StatusCode::kCancelled;
-    case SessionState::kDeadlineExceeded: return absl::StatusCode::kDeadlineExceeded;
-    case SessionState::kPeerLost: return absl::StatusCode::kUnavailable;
-    case SessionState::kCorrupt: return absl::StatusCode::kDataLoss;
-    case SessionState::kVersionMismatch: return absl::StatusCode::kFailedPrecondition;
-    case SessionState::kFingerprintMismatch: return absl::StatusCode::kPermissionDenied;
-    case SessionState::kResourceExhausted: return absl::StatusCode::kResourceExhausted;
-    case SessionState::kProtocolError: return absl::StatusCode::kInvalidArgument;
-    case SessionState::kInternal: return absl::StatusCode::kInternal;
+    case SessionState::kCompleted:
+      return absl::StatusCode::kOk;
+    case SessionState::kCancelled:
+      return absl::StatusCode::kCancelled;
+    case SessionState::kDeadlineExceeded:
+      return absl::StatusCode::kDeadlineExceeded;
+    case SessionState::kPeerLost:
+      return absl::StatusCode::kUnavailable;
+    case SessionState::kCorrupt:
+      return absl::StatusCode::kDataLoss;
+    case SessionState::kVersionMismatch:
+      return absl::StatusCode::kFailedPrecondition;
+    case SessionState::kFingerprintMismatch:
+      return absl::StatusCode::kPermissionDenied;
+    case SessionState::kResourceExhausted:
+      return absl::StatusCode::kResourceExhausted;
+    case SessionState::kProtocolError:
+      return absl::StatusCode::kInvalidArgument;
+    case SessionState::kInternal:
+      return absl::StatusCode::kInternal;
   }
   return absl::StatusCode::kInternal;
 }
@@ -107,8 +146,8 @@ absl::Status SessionCore::StatusLocked() const {
   if (state_ == SessionState::kOpen) return absl::UnknownError("session still open");
   if (state_ == SessionState::kCompleted) return absl::OkStatus();
   return absl::Status(SessionStateCode(state_),
-                      absl::StrCat("transfer session ", request_id_, " ",
-                                   SessionStateName(state_), ": ", message_));
+                      absl::StrCat("transfer session ", request_id_, " ", SessionStateName(state_),
+                                   ": ", message_));
 }
 
 SessionStats SessionCore::stats() const {
@@ -118,9 +157,8 @@ SessionStats SessionCore::stats() const {
 
 bool SessionCore::WaitForEnd(absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
-  auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return state_ != SessionState::kOpen;
-  };
+  auto ended = [this]()
+                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return state_ != SessionState::kOpen; };
   return mu_.AwaitWithTimeout(absl::Condition(&ended), timeout);
 }
 
@@ -188,9 +226,8 @@ absl::Status SendSession::Finish() {
                         SessionState::kPeerLost, std::string(sent.message()), false);
   }
   absl::MutexLock lock(&mu_);
-  auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return state_ != SessionState::kOpen;
-  };
+  auto ended = [this]()
+                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return state_ != SessionState::kOpen; };
   mu_.Await(absl::Condition(&ended));  // deadline, liveness and link loss all end it
   return StatusLocked();
 }
@@ -223,8 +260,8 @@ absl::StatusOr<std::optional<ReceivedChunk>> ReceiveSession::Next(absl::Duration
       return state_ != SessionState::kOpen || !queue_.empty() || trailer_.has_value();
     };
     if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
-      return absl::DeadlineExceededError(absl::StrCat("no chunk within ",
-                                                      absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(
+          absl::StrCat("no chunk within ", absl::FormatDuration(timeout)));
     }
     if (state_ == SessionState::kCompleted) return std::optional<ReceivedChunk>();
     if (state_ != SessionState::kOpen) return StatusLocked();
@@ -233,21 +270,20 @@ absl::StatusOr<std::optional<ReceivedChunk>> ReceiveSession::Next(absl::Duration
       std::string mismatch;
       if (trailer_->chunk_count() != stats_.chunks || trailer_->byte_count() != stats_.bytes) {
         mismatch = absl::StrCat("trailer says ", trailer_->chunk_count(), " chunks / ",
-                                trailer_->byte_count(), " bytes, received ", stats_.chunks,
-                                " / ", stats_.bytes);
+                                trailer_->byte_count(), " bytes, received ", stats_.chunks, " / ",
+                                stats_.bytes);
       } else if (header_.expected_bytes() != 0 && header_.expected_bytes() != stats_.bytes) {
         mismatch = absl::StrCat("header expected ", header_.expected_bytes(), " bytes, received ",
                                 stats_.bytes);
       } else if (header_.expected_chunks() != 0 && header_.expected_chunks() != stats_.chunks) {
-        mismatch = absl::StrCat("header expected ", header_.expected_chunks(),
-                                " chunks, received ", stats_.chunks);
+        mismatch = absl::StrCat("header expected ", header_.expected_chunks(), " chunks, received ",
+                                stats_.chunks);
       }
       mu_.Unlock();
       if (connection != nullptr) {
-        connection->EndReceive(self,
-                               mismatch.empty() ? SessionState::kCompleted
-                                                : SessionState::kProtocolError,
-                               mismatch, true);
+        connection->EndReceive(
+            self, mismatch.empty() ? SessionState::kCompleted : SessionState::kProtocolError,
+            mismatch, true);
       }
       mu_.Lock();
       if (state_ == SessionState::kCompleted) return std::optional<ReceivedChunk>();
@@ -261,8 +297,7 @@ absl::StatusOr<std::optional<ReceivedChunk>> ReceiveSession::Next(absl::Duration
   std::string problem;
   SessionState bad = SessionState::kProtocolError;
   if (chunk.meta.index() != next_index_) {
-    problem = absl::StrCat("chunk index ", chunk.meta.index(), " where ", next_index_,
-                           " was due");
+    problem = absl::StrCat("chunk index ", chunk.meta.index(), " where ", next_index_, " was due");
   } else if (chunk.payload.size() != chunk.meta.payload_bytes()) {
     problem = absl::StrCat("chunk ", chunk.meta.index(), " carries ", chunk.payload.size(),
                            " payload bytes, its header says ", chunk.meta.payload_bytes());
@@ -270,8 +305,8 @@ absl::StatusOr<std::optional<ReceivedChunk>> ReceiveSession::Next(absl::Duration
     const uint32_t crc = ChunkCrc(chunk.payload, chunk.meta.scales());
     if (crc != chunk.meta.crc32c()) {
       bad = SessionState::kCorrupt;
-      problem = absl::StrCat("chunk ", chunk.meta.index(), " (layer ", chunk.meta.layer(),
-                             ", ", chunk.meta.payload_bytes(), " bytes): CRC-32C ", Hex32(crc),
+      problem = absl::StrCat("chunk ", chunk.meta.index(), " (layer ", chunk.meta.layer(), ", ",
+                             chunk.meta.payload_bytes(), " bytes): CRC-32C ", Hex32(crc),
                              ", sender's ", Hex32(chunk.meta.crc32c()));
     }
   }
@@ -368,8 +403,8 @@ absl::StatusOr<std::shared_ptr<SendSession>> TransferConnection::StartSession(
                                                          : header.protocol_major());
   header.set_protocol_minor(kProtocolMinor);
   if (timeout < absl::InfiniteDuration()) {
-    header.set_deadline_ms(static_cast<uint32_t>(
-        std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout))));
+    header.set_deadline_ms(
+        static_cast<uint32_t>(std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout))));
   }
   std::shared_ptr<SendSession> session;
   {
@@ -383,8 +418,8 @@ absl::StatusOr<std::shared_ptr<SendSession>> TransferConnection::StartSession(
   {
     absl::MutexLock lock(&session->mu_);
     session->stats_.start = absl::Now();
-    session->deadline_ = timeout < absl::InfiniteDuration() ? absl::Now() + timeout
-                                                            : absl::InfiniteFuture();
+    session->deadline_ =
+        timeout < absl::InfiniteDuration() ? absl::Now() + timeout : absl::InfiniteFuture();
   }
   v1::TransferFrame message;
   message.set_session_id(session->id());
@@ -406,6 +441,8 @@ void TransferConnection::EndSend(const std::shared_ptr<SendSession>& session, Se
     if (!session->EndLocked(state, message)) return;
   }
   const bool up = Forget(session->id(), /*sending=*/true);
+  // Chunks of an unfinished session still queued (a shaped link holds them for seconds) go now.
+  if (up && state != SessionState::kCompleted) link_->DropSession(session->id());
   if (notify_peer && up) {
     v1::TransferFrame cancel;
     cancel.set_session_id(session->id());
@@ -495,10 +532,16 @@ void TransferConnection::HandleFrame(Frame frame) {
   }
   const uint64_t id = message.session_id();
   switch (frame.type) {
-    case FrameType::kHeader: HandleHeader(id, std::move(*message.mutable_header())); break;
+    case FrameType::kHeader:
+      HandleHeader(id, std::move(*message.mutable_header()));
+      break;
     case FrameType::kChunk:
-    case FrameType::kTrailer: HandleData(id, std::move(message), std::move(frame.payload)); break;
-    default: HandleControl(id, message); break;
+    case FrameType::kTrailer:
+      HandleData(id, std::move(message), std::move(frame.payload));
+      break;
+    default:
+      HandleControl(id, message);
+      break;
   }
 }
 
@@ -520,15 +563,15 @@ void TransferConnection::HandleHeader(uint64_t id, v1::TransferHeader header) {
   SessionState state = SessionState::kOpen;
   if (h.protocol_major() != kProtocolMajor) {
     state = SessionState::kVersionMismatch;
-    refusal = absl::StrCat("sender speaks scd.v1 transfer protocol ", h.protocol_major(), ".",
-                           h.protocol_minor(), ", this receiver ", kProtocolMajor, ".",
-                           kProtocolMinor);
+    refusal =
+        absl::StrCat("sender speaks scd.v1 transfer protocol ", h.protocol_major(), ".",
+                     h.protocol_minor(), ", this receiver ", kProtocolMajor, ".", kProtocolMinor);
   } else if (!options_.expected_producer_fingerprint.empty() &&
              h.producer_fingerprint() != options_.expected_producer_fingerprint) {
     state = SessionState::kFingerprintMismatch;
-    refusal = absl::StrCat("producer fingerprint '", h.producer_fingerprint(),
-                           "', this receiver expects '", options_.expected_producer_fingerprint,
-                           "'");
+    refusal =
+        absl::StrCat("producer fingerprint '", h.producer_fingerprint(),
+                     "', this receiver expects '", options_.expected_producer_fingerprint, "'");
   } else if (!options_.expected_consumer_fingerprint.empty() &&
              h.consumer_fingerprint() != options_.expected_consumer_fingerprint) {
     state = SessionState::kFingerprintMismatch;
@@ -580,9 +623,10 @@ void TransferConnection::HandleControl(uint64_t id, const v1::TransferFrame& mes
         const bool match = message.ack().chunk_count() == stats.chunks &&
                            message.ack().byte_count() == stats.bytes;
         EndSend(session, match ? SessionState::kCompleted : SessionState::kProtocolError,
-                match ? "" : absl::StrCat("receiver acked ", message.ack().chunk_count(),
-                                          " chunks / ", message.ack().byte_count(),
-                                          " bytes, sent ", stats.chunks, " / ", stats.bytes),
+                match ? ""
+                      : absl::StrCat("receiver acked ", message.ack().chunk_count(), " chunks / ",
+                                     message.ack().byte_count(), " bytes, sent ", stats.chunks,
+                                     " / ", stats.bytes),
                 !match);
       }
       break;
@@ -604,7 +648,8 @@ void TransferConnection::HandleControl(uint64_t id, const v1::TransferFrame& mes
       }
       break;
     }
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -643,10 +688,9 @@ void TransferConnection::TimerLoop() {
   while (!stopping_) {
     const absl::Time now = absl::Now();
     if (!down_ && now - last_receive_ >= options_.liveness_timeout) {
-      const std::string why = absl::StrCat("nothing from the peer for ",
-                                           absl::FormatDuration(now - last_receive_),
-                                           " (liveness timeout ",
-                                           absl::FormatDuration(options_.liveness_timeout), ")");
+      const std::string why =
+          absl::StrCat("nothing from the peer for ", absl::FormatDuration(now - last_receive_),
+                       " (liveness timeout ", absl::FormatDuration(options_.liveness_timeout), ")");
       mu_.Unlock();
       LinkLost(why);
       mu_.Lock();
@@ -687,9 +731,8 @@ void TransferConnection::TimerLoop() {
     absl::Time wake = std::min(next_deadline, next_heartbeat_);
     if (!down_) wake = std::min(wake, last_receive_ + options_.liveness_timeout);
     deadline_changed_ = false;
-    auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stopping_ || deadline_changed_;
-    };
+    auto woken = [this]()
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || deadline_changed_; };
     mu_.AwaitWithDeadline(absl::Condition(&woken), wake);
   }
 }
@@ -697,12 +740,11 @@ void TransferConnection::TimerLoop() {
 absl::StatusOr<std::shared_ptr<ReceiveSession>> TransferConnection::AcceptSession(
     absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
-  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return down_ || !accept_queue_.empty();
-  };
+  auto ready = [this]()
+                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return down_ || !accept_queue_.empty(); };
   if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
-    return absl::DeadlineExceededError(absl::StrCat("no session opened on ", describe_,
-                                                    " within ", absl::FormatDuration(timeout)));
+    return absl::DeadlineExceededError(absl::StrCat("no session opened on ", describe_, " within ",
+                                                    absl::FormatDuration(timeout)));
   }
   if (accept_queue_.empty()) return absl::UnavailableError(absl::StrCat(describe_, " is down"));
   auto session = std::move(accept_queue_.front());
@@ -766,8 +808,7 @@ void SessionAcceptor::AcceptLoop() {
     if (!link.ok()) {
       if (absl::IsDeadlineExceeded(link.status())) continue;
       if (!absl::IsCancelled(link.status())) {
-        spdlog::warn("accepting on {} failed: {}", listener_->address(),
-                     link.status().ToString());
+        spdlog::warn("accepting on {} failed: {}", listener_->address(), link.status().ToString());
       }
       absl::MutexLock lock(&ready_->mu);
       if (ready_->closed || absl::IsCancelled(link.status())) return;
@@ -826,6 +867,13 @@ void SessionAcceptor::Close() {
 size_t SessionAcceptor::connections() const {
   absl::MutexLock lock(&mu_);
   return connections_.size();
+}
+
+size_t SessionAcceptor::open_sessions() const {
+  absl::MutexLock lock(&mu_);
+  size_t open = 0;
+  for (const auto& connection : connections_) open += connection->open_sessions();
+  return open;
 }
 
 }  // namespace scd::transport

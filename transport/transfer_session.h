@@ -266,6 +266,8 @@ class SessionAcceptor {
   std::string address() const { return listener_->address(); }
   void Close();
   size_t connections() const;
+  // Sessions not yet ended on every accepted connection.
+  size_t open_sessions() const;
 
  private:
   struct ReadyQueue;

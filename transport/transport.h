@@ -31,12 +31,12 @@ namespace scd::transport {
 
 // What a backend can do; callers pick behaviour from this, never from the backend's name.
 struct Capabilities {
-  std::string backend;          // "inproc", "grpc", "ucx"
-  bool cross_process = false;   // peers may live in other processes / hosts
-  bool zero_copy_send = false;  // the sender's payload bytes are not copied by the transport
-  bool rdma = false;            // one-sided remote memory access is available (UCX with RDMA)
-  bool gpu_memory = false;      // payloads may point into GPU memory
-  size_t max_message_bytes = 0; // the backend splits larger payloads itself; 0 = no limit
+  std::string backend;               // "inproc", "grpc", "ucx"
+  bool cross_process = false;        // peers may live in other processes / hosts
+  bool zero_copy_send = false;       // the sender's payload bytes are not copied by the transport
+  bool rdma = false;                 // one-sided remote memory access is available (UCX with RDMA)
+  bool gpu_memory = false;           // payloads may point into GPU memory
+  size_t max_message_bytes = 0;      // the backend splits larger payloads itself; 0 = no limit
   std::vector<std::string> devices;  // e.g. UCX transports in use ("tcp", "posix", "cma", ...)
 };
 
@@ -59,6 +59,10 @@ class Link {
   virtual absl::Status Send(Frame frame) = 0;
   // Closes the link (idempotent). The peer sees OnLinkDown(Unavailable).
   virtual void Close() = 0;
+  // Session `session_id` ended early (cancelled, failed): data frames of it still queued here and
+  // not yet handed to the wire may be dropped, releasing their payloads. Control frames are kept.
+  // Backends that hand frames to the wire at once have nothing to drop (the default).
+  virtual void DropSession(uint64_t /*session_id*/) {}
   // "ucx 127.0.0.1:40123 (tcp)" and the like, for logs.
   virtual std::string Describe() const = 0;
 };
@@ -94,7 +98,7 @@ class Transport {
   // `address` is "host:port" (port 0 picks a free one) for grpc/ucx, any name for inproc.
   virtual absl::StatusOr<std::unique_ptr<Listener>> Listen(const std::string& address) = 0;
   virtual absl::StatusOr<std::unique_ptr<Link>> Connect(const std::string& address,
-                                                         absl::Duration timeout) = 0;
+                                                        absl::Duration timeout) = 0;
 };
 
 // The backends this build has ("inproc", "grpc", "ucx").
