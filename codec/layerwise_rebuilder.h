@@ -50,6 +50,9 @@ class LayerwiseRebuilder {
   absl::Status Finish() const;
   // Wall time spent rebuilding so far (Timings.rebuild).
   absl::Duration rebuild_time() const { return rebuild_time_; }
+  // The part of it spent on patch layers (aligner + the consumer's own K/V projection;
+  // Timings.patch).
+  absl::Duration patch_time() const { return patch_time_; }
 
  private:
   // What a layer waits for before it can be rebuilt.
@@ -69,6 +72,7 @@ class LayerwiseRebuilder {
   std::vector<LayerState> layers_;
   int remaining_ = 0;  // layers of the cache not yet filled
   absl::Duration rebuild_time_;
+  absl::Duration patch_time_;
 };
 
 }  // namespace scd

@@ -92,6 +92,8 @@ absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& sessio
     }
   }
   report.rebuild = (*rebuilder)->rebuild_time();
+  report.patch = (*rebuilder)->patch_time();
+  report.last_rebuild = absl::Now() - report.last_chunk;
   SCD_RETURN_IF_ERROR((*rebuilder)->Finish());
   return report;
 }

@@ -24,6 +24,10 @@ struct ReceiveReport {
   absl::Time last_chunk = absl::InfinitePast();
   absl::Time first_layer_ready = absl::InfinitePast();  // first cache layer rebuilt
   absl::Duration rebuild;                               // summed time rebuilding
+  absl::Duration patch;                                 // of which patch layers
+  // From the last chunk's arrival to the cache being complete: the rebuilding the transfer could
+  // not hide (the last layer's).
+  absl::Duration last_rebuild;
   int64_t bytes = 0;
   int64_t chunks = 0;
 };

@@ -28,7 +28,26 @@ struct PrefixOutcome {
   int64_t payload_bytes = 0;
   absl::Duration transfer = absl::ZeroDuration();
   absl::Duration rebuild = absl::ZeroDuration();
+  absl::Duration patch = absl::ZeroDuration();
+  absl::Duration last_rebuild = absl::ZeroDuration();
 };
+
+// The code bytes the producer's plan sends for a prefix of `tokens` positions (Started).
+absl::StatusOr<int64_t> ExpectedPayloadBytes(const ConsumerModel& consumer,
+                                             const TargetRoute& route, int64_t tokens) {
+  SCD_ASSIGN_OR_RETURN(TransferMode mode, ParseTransferMode(route.mode));
+  const Artifact* artifact = ModeNeedsArtifact(mode) ? route.artifact : nullptr;
+  if (ModeNeedsArtifact(mode) && artifact == nullptr) return 0;  // refused later, with the reason
+  const ModelConfig& config = consumer.model->config();
+  SCD_ASSIGN_OR_RETURN(TransferPlan plan,
+                       TransferPlan::Make(mode, config, artifact, consumer.transfer_options));
+  SCD_ASSIGN_OR_RETURN(std::vector<PlannedChunk> chunks,
+                       CodeEncoder(plan, artifact, consumer.transfer_options)
+                           .PlannedChunks(config, tokens));
+  int64_t bytes = 0;
+  for (const PlannedChunk& chunk : chunks) bytes += chunk.bytes;
+  return bytes;
+}
 
 // Rebuilds the prefix `ids[0, T)` into `cache` from the producer's transfer session.
 absl::StatusOr<ReceiveReport> RebuildFromCodes(const ConsumerModel& consumer,
@@ -112,6 +131,8 @@ absl::StatusOr<PrefixOutcome> PreparePrefix(const ConsumerModel& consumer,
     outcome.payload_bytes = received->bytes;
     outcome.transfer = received->last_chunk - received->first_chunk;
     outcome.rebuild = received->rebuild;
+    outcome.patch = received->patch;
+    outcome.last_rebuild = received->last_rebuild;
     return outcome;
   }
   const bool cancelled = context.cancelled != nullptr && context.cancelled->load();
@@ -169,6 +190,12 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
   started.mutable_started()->set_consumer(consumer.name);
   started.mutable_started()->set_mode(route.mode);
   started.mutable_started()->set_mode_reason(route.mode_reason);
+  if (route.mode != "local") {
+    absl::StatusOr<int64_t> expected =
+        ExpectedPayloadBytes(consumer, route, static_cast<int64_t>(ids->size()) - 1);
+    if (!expected.ok()) return fail(expected.status());
+    started.mutable_started()->set_expected_payload_bytes(static_cast<uint64_t>(*expected));
+  }
   emit(started);
 
   const int64_t capacity =
@@ -234,6 +261,8 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
   }
   t->set_transfer(Micros(prefix->transfer));
   t->set_rebuild(Micros(prefix->rebuild));
+  t->set_patch(Micros(prefix->patch));
+  t->set_last_rebuild(Micros(prefix->last_rebuild));
   t->set_ttft(first_token == absl::InfinitePast() ? 0 : Micros(first_token - context.received));
   t->set_total(Micros(end - context.received));
   emit(finished);

@@ -209,11 +209,14 @@ absl::StatusOr<at::Tensor> LlamaModel::RunLayersOwned(int begin, int end, at::Te
                                                   capture->layers.end();
     if (on_layer != nullptr) {
       LayerCapture layer_capture;
-      RunLayer(l, h, step, cache, wanted ? &layer_capture : nullptr, capture);
-      SCD_RETURN_IF_ERROR((*on_layer)(l, std::move(layer_capture)));
+      const std::function<absl::Status()> hand_off = [&] {
+        return (*on_layer)(l, std::move(layer_capture));
+      };
+      SCD_RETURN_IF_ERROR(
+          RunLayer(l, h, step, cache, wanted ? &layer_capture : nullptr, capture, &hand_off));
       continue;
     }
-    RunLayer(l, h, step, cache, wanted ? &(*captures)[l] : nullptr, capture);
+    RunLayer(l, h, step, cache, wanted ? &(*captures)[l] : nullptr, capture).IgnoreError();
   }
   return h;
 }
@@ -266,8 +269,9 @@ LlamaModel::StepContext LlamaModel::PlanStep(int64_t p0, int64_t tokens, const a
   return step;
 }
 
-void LlamaModel::RunLayer(int layer, at::Tensor& h, const StepContext& step, KvCache* cache,
-                          LayerCapture* capture, const CaptureSpec* spec) const {
+absl::Status LlamaModel::RunLayer(int layer, at::Tensor& h, const StepContext& step,
+                                  KvCache* cache, LayerCapture* capture, const CaptureSpec* spec,
+                                  const std::function<absl::Status()>* captured) const {
   const LayerWeights& w = weights_.layers[layer];
   const int64_t T = h.size(0), Hkv = config_.num_kv_heads, g = config_.group_size(),
                 hd = config_.head_dim, qd = config_.q_dim(), kvd = config_.kv_dim();
@@ -286,6 +290,8 @@ void LlamaModel::RunLayer(int layer, at::Tensor& h, const StepContext& step, KvC
     if (spec->key_prerope) capture->key_prerope = k.contiguous();
     if (spec->value) capture->value = v.contiguous();
   }
+  // Everything a capture holds exists now: hand it off before attention and the MLP run.
+  if (captured != nullptr) SCD_RETURN_IF_ERROR((*captured)());
   at::Tensor q_rot = RotaryEmbedding::Rotate(q, step.q_cos, step.q_sin).view({Hkv, T * g, hd});
   at::Tensor k_rot = RotaryEmbedding::Rotate(k, step.k_cos, step.k_sin);  // [Hkv, T, hd]
   cache->Append(layer, k_rot, v);
@@ -300,6 +306,7 @@ void LlamaModel::RunLayer(int layer, at::Tensor& h, const StepContext& step, KvC
   const int64_t f = config_.intermediate_size;
   at::Tensor act = at::silu(gate_up.narrow(1, 0, f)).mul_(gate_up.narrow(1, f, f));  // [T, f]
   h.add_(Linear(act, w.w_down, w.b_down));
+  return absl::OkStatus();
 }
 
 at::Tensor LlamaModel::Attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,

@@ -59,10 +59,12 @@ enum class LogitsMode {
 
 class DecodeWorkspace;
 
-// Called by Forward after each layer has run, in layer order, with what that layer captured (empty
-// tensors when the capture spec does not name it); the callback owns the capture. This is how a
-// producer encodes and sends layer l while layers l+1.. compute. A non-OK status stops the pass and
-// Forward returns it; the cache then holds K/V for the layers already run only (discard it).
+// Called by Forward for each layer, in layer order, as soon as everything a capture can hold for
+// that layer exists: after the layer's K/V projection, before its attention and MLP (every capture
+// kind -- residual, attention input, pre-RoPE keys, values -- is taken there). The capture holds
+// empty tensors when the spec does not name it; the callback owns it. This is how a producer
+// encodes and sends layer l while layer l's attention and MLP and layers l+1.. compute. A non-OK
+// status stops the pass and Forward returns it; the cache is then partial (discard it).
 using LayerCallback = std::function<absl::Status(int layer, LayerCapture capture)>;
 
 struct ForwardOptions {
@@ -195,8 +197,11 @@ class LlamaModel {
                                             const LayerCallback* on_layer = nullptr) const;
   at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
   // One decoder layer in place on `h` [T, hidden].
-  void RunLayer(int layer, at::Tensor& h, const StepContext& step, KvCache* cache,
-                LayerCapture* capture, const CaptureSpec* spec) const;
+  // `captured` (may be null) runs once the layer's captures are taken; an error from it stops the
+  // layer there and is returned.
+  absl::Status RunLayer(int layer, at::Tensor& h, const StepContext& step, KvCache* cache,
+                        LayerCapture* capture, const CaptureSpec* spec,
+                        const std::function<absl::Status()>* captured = nullptr) const;
   // Causal (optionally sliding-window) attention of grouped queries against the cache layer.
   at::Tensor Attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                     const StepContext& step) const;

@@ -97,7 +97,8 @@ TEST(InferenceContractTest, EventBodies) {
                                            {"patch", 6, kUint64, false},
                                            {"first_decode", 7, kUint64, false},
                                            {"ttft", 8, kUint64, false},
-                                           {"total", 9, kUint64, false}});
+                                           {"total", 9, kUint64, false},
+                                           {"last_rebuild", 10, kUint64, false}});
   ExpectFields(v1::Error::descriptor(),
                {{"code", 1, kInt32, false}, {"message", 2, kString, false}});
 }

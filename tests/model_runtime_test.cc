@@ -264,9 +264,9 @@ TEST(RuntimeTest, LayerRangeEqualsSameLayersInsideFullForward) {
   EXPECT_FALSE(model->RunLayers(3, 2, *h, &cache).ok());
 }
 
-// The producer's per-layer hand-off: every layer reaches the callback in order, with exactly the
-// activations a plain capture records (same ops, same order: bit-identical), and the logits and
-// cache are unchanged; a callback error stops the pass at that layer and is returned.
+// The producer's per-layer hand-off: every layer reaches the callback in order, before its
+// attention and MLP run, with exactly the activations a plain capture records (same ops, same
+// order: bit-identical), and the logits and cache are unchanged; a callback error stops the pass at that layer and is returned.
 TEST(RuntimeTest, LayerCallbackSeesEachLayerInOrderWithTheSameCaptures) {
   auto model = LoadShared("tinystories-4m");
   const std::vector<TokenId> tokens = testing::LoadGolden("tinystories-4m").prompts[2].ids;
@@ -282,10 +282,11 @@ TEST(RuntimeTest, LayerCallbackSeesEachLayerInOrderWithTheSameCaptures) {
   ForwardOptions options{.capture = &spec};
   options.on_layer = [&](int layer, LayerCapture capture) {
     order.push_back(layer);
-    // When the callback runs, this layer's K/V is in the cache and the next layer's is not.
-    EXPECT_EQ(cache.length(layer), static_cast<int64_t>(tokens.size()));
-    if (layer + 1 < model->config().num_layers) {
-      EXPECT_EQ(cache.length(layer + 1), 0);
+    // The callback runs as soon as the layer's K/V are projected, before its attention: the
+    // previous layer is complete (its K/V in the cache), this one's are not appended yet.
+    EXPECT_EQ(cache.length(layer), 0);
+    if (layer > 0) {
+      EXPECT_EQ(cache.length(layer - 1), static_cast<int64_t>(tokens.size()));
     }
     if (capture.key_prerope.defined()) handed[layer] = std::move(capture);
     return absl::OkStatus();

@@ -214,7 +214,12 @@ TEST_F(ServingTest, ScdThroughTheCoordinatorEqualsTheBatchTransferPath) {
   EXPECT_EQ(events.front().started().mode(), "scd");
   EXPECT_EQ(events.back().finished().mode(), "scd");
   EXPECT_GT(events.back().finished().payload_bytes(), 0u);
+  EXPECT_EQ(events.front().started().expected_payload_bytes(),
+            events.back().finished().payload_bytes());
   const v1::Timings& t = events.back().finished().timings();
+  EXPECT_LE(t.last_rebuild(), t.rebuild());
+  EXPECT_GT(t.patch(), 0u);  // the synthetic artifact has patch layers
+  EXPECT_LE(t.patch(), t.rebuild());
   EXPECT_GT(t.prefill(), 0u);  // the producer's, filled in by the coordinator
   EXPECT_GT(t.rebuild(), 0u);
   EXPECT_GT(t.ttft(), 0u);
