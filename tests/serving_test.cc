@@ -14,17 +14,14 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "codec/fingerprint.h"
 #include "codec/transfer.h"
-#include "consumer/decode_service.h"
-#include "consumer/inference_service.h"
-#include "coordinator/coordinator_service.h"
 #include "model/generator.h"
-#include "producer/producer_service.h"
+#include "tests/serving_stack.h"
 #include "tests/test_util.h"
 
 namespace scd {
@@ -32,176 +29,54 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::unique_ptr<grpc::Server> Serve(std::vector<grpc::Service*> services, std::string* address) {
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  for (grpc::Service* service : services) builder.RegisterService(service);
-  auto server = builder.BuildAndStart();
-  *address = absl::StrCat("127.0.0.1:", port);
-  return server;
-}
-
-std::unique_ptr<transport::Transport> GrpcTransport() {
-  transport::TransportOptions options;
-  options.backend = "grpc";
-  return testing::Ok(transport::CreateTransport(options));
-}
-
-struct ConsumerNode {
-  std::string name;
-  std::unique_ptr<LlamaModel> model;
-  std::string fingerprint;
-  std::unique_ptr<transport::Transport> transport;
-  std::unique_ptr<consumer::SessionRouter> router;
-  std::shared_ptr<consumer::Admission> admission;
-  std::unique_ptr<consumer::ConsumerControlService> control;
-  std::unique_ptr<grpc::Server> server;
-  std::string address;
-};
-
 class ServingTest : public ::testing::Test {
  protected:
+  using Reply = testing::ServingReply;
+
   void SetUp() override {
     producer_ = testing::Ok(LlamaModel::Load(testing::ModelDir("stories260k"), {}));
-    producer_fp_ = testing::Ok(FingerprintModel(*producer_));
     tokenizer_ =
         testing::Ok(Tokenizer::FromFile(testing::ModelDir("stories260k") + "/tokenizer.json"));
+    stack_ = std::make_unique<testing::ServingStack>(
+        producer_.get(), tokenizer_.get(), "stories260k", testing::ServingStack::Options());
     AddConsumer("xs", "llama2xs-260k", true);
     AddConsumer("fables", "stories260k-fables", true);
     AddConsumer("base-copy", "stories260k", false);
-
-    producer_transport_ = GrpcTransport();
-    producer::ProducerModel model{producer_.get(),  tokenizer_.get(),  "stories260k",
-                                  producer_fp_,     TransferOptions(), {},
-                                  absl::Seconds(30)};
-    for (auto& [id, artifact] : artifacts_) model.artifacts[id] = &artifact;
-    producer_service_ =
-        std::make_unique<producer::ProducerControlService>(model, producer_transport_.get());
-    std::string producer_address;
-    producer_server_ = Serve({producer_service_.get()}, &producer_address);
-    v1::RegisterRequest producer;
-    producer.set_role(v1::NODE_ROLE_PRODUCER);
-    producer.set_address(producer_address);
-    auto* entry = producer.add_models();
-    entry->set_name("stories260k");
-    entry->set_fingerprint(producer_fp_);
-    ASSERT_TRUE(registry_.Register(producer).ok());
-
-    coordinator_ = std::make_unique<coordinator::CoordinatorInferenceService>(&registry_);
-    std::string coordinator_address;
-    coordinator_server_ = Serve({coordinator_.get()}, &coordinator_address);
-    stub_ = v1::Inference::NewStub(
-        grpc::CreateChannel(coordinator_address, grpc::InsecureChannelCredentials()));
-  }
-  void TearDown() override {
-    coordinator_server_->Shutdown();
-    producer_server_->Shutdown();
-    for (auto& [name, node] : consumers_) node->server->Shutdown();
+    stack_->Start();
   }
 
   void AddConsumer(const std::string& name, const std::string& dir, bool with_artifact) {
-    auto node = std::make_unique<ConsumerNode>();
-    node->name = name;
-    node->model = testing::Ok(LlamaModel::Load(testing::ModelDir(dir), {}));
-    node->fingerprint = testing::Ok(FingerprintModel(*node->model));
-    std::map<std::string, const Artifact*> held;
-    v1::RegisterRequest request;
-    if (with_artifact) {
-      Artifact artifact = testing::SyntheticArtifact(*producer_);
-      artifact.consumer = testing::Ok(ModelIdentity::Of(*node->model));
-      const std::string id = "art-" + name;
-      artifacts_[id] = std::move(artifact);
-      held[id] = &artifacts_[id];
-      auto* entry = request.add_artifacts();
-      entry->set_id(id);
-      entry->set_producer_fingerprint(producer_fp_);
-      entry->set_consumer_fingerprint(node->fingerprint);
-    }
-    node->transport = GrpcTransport();
-    node->router =
-        std::make_unique<consumer::SessionRouter>(std::make_unique<transport::SessionAcceptor>(
-            testing::Ok(node->transport->Listen("127.0.0.1:0")), transport::ConnectionOptions()));
-    consumer::ConsumerModel model{node->model.get(), tokenizer_.get(), name, TransferOptions(), 16,
-                                  absl::Seconds(30)};
-    node->admission = consumer::Admission::Create(16);
-    node->control = std::make_unique<consumer::ConsumerControlService>(model, held, node->admission,
-                                                                       node->router.get());
-    node->server = Serve({node->control.get()}, &node->address);
-    request.set_role(v1::NODE_ROLE_CONSUMER);
-    request.set_address(node->address);
-    request.set_transfer_address(node->router->address());
-    auto* entry = request.add_models();
-    entry->set_name(name);
-    entry->set_fingerprint(node->fingerprint);
-    ASSERT_TRUE(registry_.Register(request).ok());
-    consumers_[name] = std::move(node);
+    std::optional<Artifact> artifact;
+    if (with_artifact) artifact = testing::SyntheticArtifact(*producer_);
+    stack_->AddConsumer(name, testing::Ok(LlamaModel::Load(testing::ModelDir(dir), {})),
+                        std::move(artifact));
   }
 
   // Greedy continuation of `prompt` on consumer `name` via the batch path.
   std::vector<TokenId> Reference(const std::string& name, TransferMode mode,
                                  const std::vector<TokenId>& prompt, int max_tokens) {
-    const LlamaModel& model = *consumers_[name]->model;
-    KvCache cache = model.NewCache(64);
+    const testing::ServedConsumer& node = stack_->consumer(name);
+    KvCache cache = node.model->NewCache(64);
     if (mode != TransferMode::kLocal) {
-      const Artifact* artifact = ModeNeedsArtifact(mode) ? &artifacts_["art-" + name] : nullptr;
-      TransferPath path =
-          testing::Ok(TransferPath::Create(mode, *producer_, model, artifact, TransferOptions()));
+      const Artifact* artifact = ModeNeedsArtifact(mode) ? node.artifact : nullptr;
+      TransferPath path = testing::Ok(
+          TransferPath::Create(mode, *producer_, *node.model, artifact, TransferOptions()));
       const std::vector<TokenId> prefix(prompt.begin(), prompt.end() - 1);
       EXPECT_TRUE(path.Run(prefix, &cache, InProcessHandOff()).ok());
     }
     GenerationOptions options;
     options.max_tokens = max_tokens;
-    return testing::Ok(GenerateTokens(model, prompt, &cache, options)).output_ids;
+    return testing::Ok(GenerateTokens(*node.model, prompt, &cache, options)).output_ids;
   }
 
-  struct Reply {
-    grpc::Status status;
-    std::map<std::string, std::vector<TokenId>> ids;
-    std::map<std::string, std::vector<v1::GenerateEvent>> events;
-  };
   Reply Generate(const std::vector<std::string>& targets, const std::string& mode,
                  const std::vector<TokenId>& prompt, int max_tokens) {
-    v1::GenerateRequest request;
-    for (const auto& t : targets) request.add_targets(t);
-    request.set_mode(mode);
-    for (TokenId id : prompt) request.add_prompt_ids(id);
-    request.set_max_tokens(max_tokens);
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    auto reader = stub_->Generate(&context, request);
-    Reply reply;
-    v1::GenerateEvent event;
-    while (reader->Read(&event)) {
-      reply.events[event.target()].push_back(event);
-      if (event.has_token()) {
-        for (int32_t id : event.token().ids()) reply.ids[event.target()].push_back(id);
-      }
-    }
-    reply.status = reader->Finish();
-    for (const auto& [target, events] : reply.events) {
-      int terminal = 0;
-      for (const auto& e : events) terminal += e.has_finished() || e.has_error();
-      EXPECT_EQ(terminal, 1) << target;
-      // Started first, unless refused before it (then the Error is the only event).
-      EXPECT_TRUE(events.front().has_started() || (events.size() == 1 && events[0].has_error()))
-          << target << ": " << events.front().DebugString();
-    }
-    return reply;
+    return stack_->Generate(targets, mode, prompt, max_tokens);
   }
 
   std::unique_ptr<LlamaModel> producer_;
-  std::string producer_fp_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::map<std::string, Artifact> artifacts_;
-  std::map<std::string, std::unique_ptr<ConsumerNode>> consumers_;
-  coordinator::NodeRegistry registry_{coordinator::RegistryOptions{absl::Seconds(3600)}};
-  std::unique_ptr<transport::Transport> producer_transport_;
-  std::unique_ptr<producer::ProducerControlService> producer_service_;
-  std::unique_ptr<grpc::Server> producer_server_;
-  std::unique_ptr<coordinator::CoordinatorInferenceService> coordinator_;
-  std::unique_ptr<grpc::Server> coordinator_server_;
-  std::unique_ptr<v1::Inference::Stub> stub_;
+  std::unique_ptr<testing::ServingStack> stack_;
 };
 
 std::vector<TokenId> Prompt(int i) { return testing::LoadGolden("stories260k").prompts[i].ids; }
@@ -235,10 +110,10 @@ TEST_F(ServingTest, RawBetweenIdenticalModelsEqualsLocalGeneration) {
 }
 
 TEST_F(ServingTest, FanOutRunsOnePrefillAndMatchesBothSingleTargetReferences) {
-  const uint64_t before = producer_service_->prefills();
+  const uint64_t before = stack_->producer_service().prefills();
   Reply reply = Generate({"fables", "xs"}, "scd", Prompt(3), 16);
   ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
-  EXPECT_EQ(producer_service_->prefills(), before + 1);
+  EXPECT_EQ(stack_->producer_service().prefills(), before + 1);
   EXPECT_EQ(reply.ids["fables"], Reference("fables", TransferMode::kScd, Prompt(3), 16));
   EXPECT_EQ(reply.ids["xs"], Reference("xs", TransferMode::kScd, Prompt(3), 16));
 }
@@ -273,14 +148,15 @@ TEST_F(ServingTest, SixteenConcurrentRequestsAllCompleteUnmixed) {
 
 TEST_F(ServingTest, FullConsumerRefusesBeforeTheProducerSends) {
   std::vector<std::unique_ptr<consumer::Admission::Slot>> held;
-  for (int i = 0; i < 16; ++i) held.push_back(testing::Ok(consumers_["xs"]->admission->Admit()));
-  const uint64_t before = producer_service_->prefills();
+  for (int i = 0; i < 16; ++i)
+    held.push_back(testing::Ok(stack_->consumer("xs").admission->Admit()));
+  const uint64_t before = stack_->producer_service().prefills();
   Reply reply = Generate({"xs"}, "scd", Prompt(2), 8);
   ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
   ASSERT_EQ(reply.events["xs"].size(), 1u);
   EXPECT_EQ(reply.events["xs"][0].error().code(),
             static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED));
-  EXPECT_EQ(producer_service_->prefills(), before);  // nothing was prefilled or sent
+  EXPECT_EQ(stack_->producer_service().prefills(), before);  // nothing was prefilled or sent
   held.clear();
   EXPECT_TRUE(Generate({"xs"}, "scd", Prompt(2), 8).events["xs"].back().has_finished());
 }
@@ -293,7 +169,7 @@ TEST_F(ServingTest, CancelledRequestLeavesTheNextOneOnTheConsumerExact) {
     for (TokenId id : Prompt(3)) request.add_prompt_ids(id);
     request.set_max_tokens(200);
     grpc::ClientContext context;
-    auto reader = stub_->Generate(&context, request);
+    auto reader = stack_->stub().Generate(&context, request);
     v1::GenerateEvent event;
     ASSERT_TRUE(reader->Read(&event));  // Started: admitted, transfer under way
     context.TryCancel();
@@ -306,10 +182,10 @@ TEST_F(ServingTest, CancelledRequestLeavesTheNextOneOnTheConsumerExact) {
   }
   // Every slot comes back.
   const absl::Time limit = absl::Now() + absl::Seconds(2);
-  while (consumers_["xs"]->admission->active() > 0 && absl::Now() < limit) {
+  while (stack_->consumer("xs").admission->active() > 0 && absl::Now() < limit) {
     absl::SleepFor(absl::Milliseconds(10));
   }
-  EXPECT_EQ(consumers_["xs"]->admission->active(), 0u);
+  EXPECT_EQ(stack_->consumer("xs").admission->active(), 0u);
 }
 
 TEST_F(ServingTest, PromptsOfOneTokenAndOfTheMaximumLengthComplete) {
@@ -317,7 +193,7 @@ TEST_F(ServingTest, PromptsOfOneTokenAndOfTheMaximumLengthComplete) {
   ASSERT_TRUE(one.events["xs"].back().has_finished()) << one.events["xs"].back().DebugString();
   EXPECT_EQ(one.events["xs"].front().started().mode(), "local");
   std::vector<TokenId> longest;
-  const int64_t max = consumers_["xs"]->model->config().max_position_embeddings;
+  const int64_t max = stack_->consumer("xs").model->config().max_position_embeddings;
   while (static_cast<int64_t>(longest.size()) < max) {
     for (TokenId id : Prompt(1)) {
       if (static_cast<int64_t>(longest.size()) < max) longest.push_back(id);

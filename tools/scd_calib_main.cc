@@ -2,6 +2,7 @@
 //   scd-calib fit  --producer DIR --consumer DIR --out FILE [options]
 //   scd-calib eval --producer DIR --consumer DIR --artifact FILE [options]
 //   scd-calib generate --producer DIR --consumer DIR --artifact FILE --prompt TEXT [--mode scd]
+//   scd-calib synth --producer CONFIG --consumer CONFIG --out FILE [--layers N --rank-k R ...]
 // A thin shell: flags bind straight to calib/'s options structs, the work is library calls.
 // Tables go to stdout, progress and logs to stderr; errors are one line and exit status 1.
 #include <spdlog/spdlog.h>
@@ -25,6 +26,7 @@
 #include "calib/evaluation.h"
 #include "calib/model_pair.h"
 #include "calib/report_json.h"
+#include "calib/synthetic_artifact.h"
 #include "model/runtime.h"
 #include "tools/tool_common.h"
 
@@ -255,6 +257,51 @@ struct GenerateCommand {
   }
 };
 
+// synth: an artifact of random orthonormal translators for two (dummy-weight) configs.
+struct SynthCommand {
+  SyntheticArtifactOptions options;
+  std::string producer, consumer, out;
+  uint64_t producer_seed = 1, consumer_seed = 2;
+  int64_t layers = 0;
+
+  void Register(CLI::App* cmd) {
+    cmd->add_option("--producer", producer, "producer config.json (or a directory holding one)")
+        ->required();
+    cmd->add_option("--consumer", consumer, "consumer config.json (or a directory holding one)")
+        ->required();
+    cmd->add_option("--out", out, "artifact file to write")->required();
+    cmd->add_option("--layers", layers, "keep only the first N layers of both (0: all)");
+    cmd->add_option("--producer-seed", producer_seed, "producer's dummy-weight seed")
+        ->capture_default_str();
+    cmd->add_option("--consumer-seed", consumer_seed, "consumer's dummy-weight seed")
+        ->capture_default_str();
+    cmd->add_option("--rank-k", options.key_rank, "key code rank")->capture_default_str();
+    cmd->add_option("--rank-v", options.value_rank, "value code rank")->capture_default_str();
+    cmd->add_option("--rank-h", options.patch_rank, "hidden-state code rank (patch layers)")
+        ->capture_default_str();
+    cmd->add_option("--patch-layers", options.patch_layers, "layers sent as hidden-state codes")
+        ->delimiter(',');
+    cmd->add_option("--recompute-layers", options.recompute_layers,
+                    "layers the recompute baseline recomputes")
+        ->delimiter(',');
+    cmd->add_option("--seed", options.seed, "translator seed")->capture_default_str();
+  }
+
+  absl::Status Run(const CommonToolFlags& tool) {
+    spdlog::info("threads: {}", ConfigureThreads(tool.threads).ToString());
+    SCD_ASSIGN_OR_RETURN(auto p, LoadDummyModel(producer, producer_seed, layers));
+    SCD_ASSIGN_OR_RETURN(auto c, LoadDummyModel(consumer, consumer_seed, layers));
+    SCD_ASSIGN_OR_RETURN(Artifact artifact, SynthesizeArtifact(*p, *c, options));
+    SCD_RETURN_IF_ERROR(artifact.Save(out));
+    std::printf("wrote %s: %lld layers, ranks k/v %lld/%lld, %zu patch layers (rank %lld)\n",
+                out.c_str(), static_cast<long long>(p->config().num_layers),
+                static_cast<long long>(options.key_rank),
+                static_cast<long long>(options.value_rank), options.patch_layers.size(),
+                static_cast<long long>(options.patch_rank));
+    return absl::OkStatus();
+  }
+};
+
 int Main(int argc, char** argv) {
   CLI::App app{"scd-calib: fit and evaluate SCD translators for a producer -> consumer pair"};
   app.require_subcommand(1);
@@ -276,9 +323,15 @@ int Main(int argc, char** argv) {
   CLI::App* gen_cmd =
       add("generate", "continue a prompt with the consumer: own prefill vs a transferred cache");
   generate.Register(gen_cmd);
+  SynthCommand synth;
+  CLI::App* synth_cmd = app.add_subcommand(
+      "synth", "random orthonormal translators for two dummy-weight configs (no calibration)");
+  synth.Register(synth_cmd);
+  AddCommonFlags(synth_cmd, &common.tool, kThreadsFlag | kLogLevelFlag);
   return RunTool("scd-calib", app, argc, argv, common.tool, [&]() -> absl::Status {
     if (fit_cmd->parsed()) return fit.Run(common);
     if (eval_cmd->parsed()) return eval.Run(common);
+    if (synth_cmd->parsed()) return synth.Run(common.tool);
     return generate.Run(common);
   });
 }

@@ -1,0 +1,146 @@
+#include "tests/serving_stack.h"
+
+#include <gtest/gtest.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "codec/fingerprint.h"
+#include "tests/test_files.h"
+
+namespace scd::testing {
+namespace {
+
+std::unique_ptr<transport::Transport> Backend(const std::string& backend) {
+  transport::TransportOptions options;
+  options.backend = backend;
+  return Ok(transport::CreateTransport(options));
+}
+
+}  // namespace
+
+std::unique_ptr<grpc::Server> ServeGrpc(const std::vector<grpc::Service*>& services,
+                                        std::string* address) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  auto server = builder.BuildAndStart();
+  *address = absl::StrCat("127.0.0.1:", port);
+  return server;
+}
+
+ServingStack::ServingStack(const LlamaModel* producer, const Tokenizer* tokenizer,
+                           std::string producer_name, Options options)
+    : producer_(producer),
+      tokenizer_(tokenizer),
+      producer_name_(std::move(producer_name)),
+      options_(std::move(options)),
+      producer_fp_(Ok(FingerprintModel(*producer))) {}
+
+ServingStack::~ServingStack() {
+  if (coordinator_server_) coordinator_server_->Shutdown();
+  if (producer_server_) producer_server_->Shutdown();
+  for (auto& [name, node] : consumers_) node->server->Shutdown();
+}
+
+void ServingStack::AddConsumer(const std::string& name, std::unique_ptr<LlamaModel> model,
+                               std::optional<Artifact> artifact) {
+  auto node = std::make_unique<ServedConsumer>();
+  node->name = name;
+  node->model = std::move(model);
+  node->fingerprint = Ok(FingerprintModel(*node->model));
+  std::map<std::string, const Artifact*> held;
+  v1::RegisterRequest request;
+  if (artifact) {
+    artifact->consumer = Ok(ModelIdentity::Of(*node->model));
+    const std::string id = "art-" + name;
+    artifacts_[id] = *std::move(artifact);
+    node->artifact = held[id] = &artifacts_[id];
+    auto* entry = request.add_artifacts();
+    entry->set_id(id);
+    entry->set_producer_fingerprint(producer_fp_);
+    entry->set_consumer_fingerprint(node->fingerprint);
+  }
+  node->transport = Backend(options_.backend);
+  node->router =
+      std::make_unique<consumer::SessionRouter>(std::make_unique<transport::SessionAcceptor>(
+          Ok(node->transport->Listen("127.0.0.1:0")), transport::ConnectionOptions()));
+  consumer::ConsumerModel served{node->model.get(), tokenizer_, name,
+                                 TransferOptions(), 16,         options_.deadline};
+  node->admission = consumer::Admission::Create(options_.consumer_capacity);
+  node->control = std::make_unique<consumer::ConsumerControlService>(served, held, node->admission,
+                                                                     node->router.get());
+  node->server = ServeGrpc({node->control.get()}, &node->address);
+  request.set_role(v1::NODE_ROLE_CONSUMER);
+  request.set_address(node->address);
+  request.set_transfer_address(node->router->address());
+  auto* entry = request.add_models();
+  entry->set_name(name);
+  entry->set_fingerprint(node->fingerprint);
+  ASSERT_TRUE(registry_.Register(request).ok());
+  consumers_[name] = std::move(node);
+}
+
+void ServingStack::Start() {
+  producer_transport_ = Backend(options_.backend);
+  producer::ProducerModel model{producer_,         tokenizer_, producer_name_,   producer_fp_,
+                                TransferOptions(), {},         options_.deadline};
+  for (auto& [id, artifact] : artifacts_) model.artifacts[id] = &artifact;
+  transport::ConnectionOptions connection;
+  connection.shape = options_.producer_link;
+  producer_service_ = std::make_unique<producer::ProducerControlService>(
+      model, producer_transport_.get(), connection);
+  std::string producer_address;
+  producer_server_ = ServeGrpc({producer_service_.get()}, &producer_address);
+  v1::RegisterRequest producer;
+  producer.set_role(v1::NODE_ROLE_PRODUCER);
+  producer.set_address(producer_address);
+  auto* entry = producer.add_models();
+  entry->set_name(producer_name_);
+  entry->set_fingerprint(producer_fp_);
+  ASSERT_TRUE(registry_.Register(producer).ok());
+
+  coordinator_ = std::make_unique<coordinator::CoordinatorInferenceService>(&registry_);
+  std::string coordinator_address;
+  coordinator_server_ = ServeGrpc({coordinator_.get()}, &coordinator_address);
+  stub_ = v1::Inference::NewStub(
+      grpc::CreateChannel(coordinator_address, grpc::InsecureChannelCredentials()));
+}
+
+ServingReply ServingStack::Generate(const v1::GenerateRequest& request) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  auto reader = stub_->Generate(&context, request);
+  ServingReply reply;
+  v1::GenerateEvent event;
+  while (reader->Read(&event)) {
+    reply.events[event.target()].push_back(event);
+    if (event.has_token()) {
+      for (int32_t id : event.token().ids()) reply.ids[event.target()].push_back(id);
+    }
+  }
+  reply.status = reader->Finish();
+  for (const auto& [target, events] : reply.events) {
+    int terminal = 0;
+    for (const auto& e : events) terminal += e.has_finished() || e.has_error();
+    EXPECT_EQ(terminal, 1) << target;
+    // Started first, unless refused before it (then the Error is the only event).
+    EXPECT_TRUE(events.front().has_started() || (events.size() == 1 && events[0].has_error()))
+        << target << ": " << events.front().DebugString();
+  }
+  return reply;
+}
+
+ServingReply ServingStack::Generate(const std::vector<std::string>& targets,
+                                    const std::string& mode, const std::vector<TokenId>& prompt,
+                                    int max_tokens) {
+  v1::GenerateRequest request;
+  for (const auto& t : targets) request.add_targets(t);
+  request.set_mode(mode);
+  for (TokenId id : prompt) request.add_prompt_ids(id);
+  request.set_max_tokens(max_tokens);
+  return Generate(request);
+}
+
+}  // namespace scd::testing

@@ -1,0 +1,100 @@
+// The serving path in one process for tests, every hop real: a coordinator (registry + public
+// Inference API), a producer and consumers, each a gRPC server on loopback, codes over a real
+// transport backend (optionally shaped). Tests add consumers (each with the pair's artifact or
+// none), Start, then call the coordinator's API as a client would.
+// Thread-safety: Generate may be called from several threads once started; set-up is not.
+#ifndef SCD_TESTS_SERVING_STACK_H_
+#define SCD_TESTS_SERVING_STACK_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "codec/artifact.h"
+#include "consumer/decode_service.h"
+#include "coordinator/coordinator_service.h"
+#include "producer/producer_service.h"
+#include "proto/scd/v1/inference.grpc.pb.h"
+#include "tokenizer/tokenizer.h"
+#include "transport/link_shaper.h"
+
+namespace scd::testing {
+
+// A gRPC server on 127.0.0.1:<any> with `services`; its address in `*address`.
+std::unique_ptr<grpc::Server> ServeGrpc(const std::vector<grpc::Service*>& services,
+                                        std::string* address);
+
+struct ServedConsumer {
+  std::string name;
+  std::unique_ptr<LlamaModel> model;
+  std::string fingerprint;
+  const Artifact* artifact = nullptr;  // the pair's (owned by the stack), or none
+  std::unique_ptr<transport::Transport> transport;
+  std::unique_ptr<consumer::SessionRouter> router;
+  std::shared_ptr<consumer::Admission> admission;
+  std::unique_ptr<consumer::ConsumerControlService> control;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+
+// One Generate's events and token ids, by target.
+struct ServingReply {
+  grpc::Status status;
+  std::map<std::string, std::vector<TokenId>> ids;
+  std::map<std::string, std::vector<v1::GenerateEvent>> events;
+};
+
+class ServingStack {
+ public:
+  struct Options {
+    std::string backend = "grpc";        // what codes travel over
+    transport::LinkShape producer_link;  // shapes what the producer sends (off by default)
+    uint32_t consumer_capacity = 16;
+    absl::Duration deadline = absl::Seconds(30);
+  };
+
+  // REQUIRES: `producer` and `tokenizer` outlive the stack.
+  ServingStack(const LlamaModel* producer, const Tokenizer* tokenizer, std::string producer_name,
+               Options options);
+  ~ServingStack();
+
+  // Before Start. `artifact`: the pair's (its consumer identity is set here), or none.
+  void AddConsumer(const std::string& name, std::unique_ptr<LlamaModel> model,
+                   std::optional<Artifact> artifact);
+  // Starts the producer and the coordinator and registers every node.
+  void Start();
+
+  // Streams one request through the coordinator; checks every target got exactly one terminal
+  // event and Started first (unless refused before it).
+  ServingReply Generate(const v1::GenerateRequest& request);
+  ServingReply Generate(const std::vector<std::string>& targets, const std::string& mode,
+                        const std::vector<TokenId>& prompt, int max_tokens);
+
+  ServedConsumer& consumer(const std::string& name) { return *consumers_.at(name); }
+  producer::ProducerControlService& producer_service() { return *producer_service_; }
+  v1::Inference::Stub& stub() { return *stub_; }
+
+ private:
+  const LlamaModel* const producer_;
+  const Tokenizer* const tokenizer_;
+  const std::string producer_name_;
+  const Options options_;
+  std::string producer_fp_;
+  std::map<std::string, Artifact> artifacts_;  // by artifact id
+  std::map<std::string, std::unique_ptr<ServedConsumer>> consumers_;
+  coordinator::NodeRegistry registry_{coordinator::RegistryOptions{absl::Seconds(3600)}};
+  std::unique_ptr<transport::Transport> producer_transport_;
+  std::unique_ptr<producer::ProducerControlService> producer_service_;
+  std::unique_ptr<grpc::Server> producer_server_;
+  std::unique_ptr<coordinator::CoordinatorInferenceService> coordinator_;
+  std::unique_ptr<grpc::Server> coordinator_server_;
+  std::unique_ptr<v1::Inference::Stub> stub_;
+};
+
+}  // namespace scd::testing
+
+#endif  // SCD_TESTS_SERVING_STACK_H_
