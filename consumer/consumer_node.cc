@@ -73,8 +73,9 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
 
   if (!options.coordinator.empty()) {
     registration.set_role(v1::NODE_ROLE_CONSUMER);
-    registration.set_address(node->address_);
-    registration.set_transfer_address(node->transfer_address());
+    registration.set_address(AdvertisedAddress(node->address_, options.advertise));
+    registration.set_transfer_address(
+        AdvertisedAddress(node->transfer_address(), options.advertise));
     registration.add_transports(options.transport);
     registration.set_capacity(options.capacity);
     v1::ModelEntry* entry = registration.add_models();

@@ -26,6 +26,9 @@ struct ConsumerNodeOptions {
   std::string model_dir;
   std::string name;                    // routing name; "" = the model directory's name
   std::string listen = "127.0.0.1:0";  // gRPC services
+  // Host other nodes dial (registered with the coordinator); "" = the listen host, or the
+  // machine's host name when listening on a wildcard (0.0.0.0).
+  std::string advertise;
   std::string transfer_listen = "127.0.0.1:0";
   std::string transport = "grpc";      // grpc | ucx (what producers stream over)
   std::string coordinator;             // "" = standalone (no registration)

@@ -60,7 +60,7 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
   if (!options.coordinator.empty()) {
     v1::RegisterRequest registration;
     registration.set_role(v1::NODE_ROLE_PRODUCER);
-    registration.set_address(node->address_);
+    registration.set_address(AdvertisedAddress(node->address_, options.advertise));
     registration.add_transports(options.transport);
     v1::ModelEntry* entry = registration.add_models();
     entry->set_name(node->name_);

@@ -23,6 +23,9 @@ struct ProducerNodeOptions {
   std::string model_dir;
   std::string name;                    // "" = the model directory's name
   std::string listen = "127.0.0.1:0";  // gRPC services
+  // Host other nodes dial (registered with the coordinator); "" = the listen host, or the
+  // machine's host name when listening on a wildcard (0.0.0.0).
+  std::string advertise;
   std::string transport = "grpc";      // grpc | ucx
   std::string coordinator;             // "" = standalone
   std::vector<std::string> artifacts;  // the pairs it encodes for

@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
   app.add_option("--name", options.name, "routing name (default: the directory's name)");
   app.add_option("--listen", options.listen, "gRPC address (port 0: any free port)");
   app.add_option("--transfer-listen", options.transfer_listen, "where producers send codes");
+  app.add_option("--advertise", options.advertise,
+                 "host other nodes dial (default: the listen host; a wildcard: the host name)");
   app.add_option("--coordinator", options.coordinator, "coordinator address (none: standalone)");
   app.add_option("--transport", options.transport, "what codes travel over")
       ->check(CLI::IsMember({"grpc", "ucx"}));

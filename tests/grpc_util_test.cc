@@ -1,0 +1,37 @@
+// The shared gRPC helpers: status conversion keeps code and message both ways; a server bound on
+// HOST:0 reports HOST:PORT; nodes advertise a dialable address (the --advertise host, the host
+// name for a wildcard listener, else the bound address).
+#include "proto/grpc_util.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+namespace scd {
+namespace {
+
+TEST(GrpcUtilTest, StatusConversionKeepsCodeAndMessage) {
+  const absl::Status status = absl::ResourceExhaustedError("4 of 4 running");
+  const grpc::Status converted = ToGrpcStatus(status);
+  EXPECT_EQ(converted.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(converted.error_message(), "4 of 4 running");
+  EXPECT_EQ(FromGrpcStatus(converted), status);
+  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+}
+
+TEST(GrpcUtilTest, BoundAddressTakesThePortTheServerGot) {
+  EXPECT_EQ(BoundAddress("127.0.0.1:0", 40123), "127.0.0.1:40123");
+  EXPECT_EQ(BoundAddress("0.0.0.0:7000", 7000), "0.0.0.0:7000");
+}
+
+TEST(GrpcUtilTest, AdvertisedAddressIsDialable) {
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
+  EXPECT_EQ(AdvertisedAddress("0.0.0.0:7000", "node-3.cluster"), "node-3.cluster:7000");
+  EXPECT_EQ(AdvertisedAddress("127.0.0.1:7000", "10.0.0.5"), "10.0.0.5:7000");
+  EXPECT_EQ(AdvertisedAddress("0.0.0.0:7000", ""), std::string(host) + ":7000");
+  EXPECT_EQ(AdvertisedAddress("[::]:7001", ""), std::string(host) + ":7001");
+  EXPECT_EQ(AdvertisedAddress("10.1.2.3:7002", ""), "10.1.2.3:7002");
+}
+
+}  // namespace
+}  // namespace scd
