@@ -1,13 +1,16 @@
-// The three daemons as separate processes (scd-coordinator, scd-producer, two scd-consumers) over
-// loopback (the coordinator configured by a TOML file), codes over the gRPC and over the UCX
-// transport, driven through the coordinator's public API with the library client: greedy scd tokens
-// on the hard pair equal the batch transfer path in this process; raw between identical models
-// equals local generation; a consumer killed with SIGKILL leaves routing within 3 s and its target
-// becomes NOT_FOUND; a producer killed before a request ends it in one Error within 1 s; SIGTERM
-// drains and every daemon exits 0. Faults in the middle of a (shaped, slow) transfer: producer
-// killed -> one Error within 1 s, or a local fallback when allowed; consumer killed -> the producer
-// frees the session and its buffers within 1 s; client cancel -> both free everything (counted by
-// their Stats) and the next request on that consumer is exact.
+// The three daemons as separate processes (scd-coordinator configured by a TOML file, scd-producer,
+// scd-consumers) over loopback, codes over the gRPC and over the UCX transport, driven through the
+// coordinator's public API with the library client: greedy scd tokens on the hard pair equal the
+// batch transfer path in this process, the all-in-one server (`scd serve --all-in-one`) and
+// `scd-calib generate`; raw between identical models equals local generation; 16 concurrent
+// requests all complete unmixed; a fan-out to the fine-tune and the independent model runs one
+// prefill (the producer's Stats) and both streams equal their references; a consumer killed with
+// SIGKILL leaves routing within 3 s and its target becomes NOT_FOUND; a producer killed before a
+// request ends it in one Error within 1 s; SIGTERM drains and every daemon exits 0. Faults in the
+// middle of a (shaped, slow) transfer: producer killed -> one Error within 1 s, or a local
+// fallback when allowed; consumer killed -> the producer frees the session and its buffers within
+// 1 s; client cancel -> both free everything (counted by their Stats) and the next request on
+// that consumer is exact.
 #include <ATen/ATen.h>
 #include <fcntl.h>
 #include <gmock/gmock.h>
@@ -21,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -136,12 +140,12 @@ class DaemonsProcessTest : public ::testing::TestWithParam<std::string> {
         dir_, "xs",
         std::vector<std::string>{Bin("scd-consumer"), "--model", testing::ModelDir("llama2xs-260k"),
                                  "--name", "xs", "--coordinator", server_, "--transport", transport,
-                                 "--artifact", artifact_path_});
+                                 "--artifact", artifact_path_, "--capacity", "16"});
     copy_daemon_ = std::make_unique<Daemon>(
         dir_, "copy",
         std::vector<std::string>{Bin("scd-consumer"), "--model", testing::ModelDir("stories260k"),
                                  "--name", "base-copy", "--coordinator", server_, "--transport",
-                                 transport});
+                                 transport, "--capacity", "16"});
     // Registered: all three models routable.
     const absl::Time limit = absl::Now() + absl::Seconds(60);
     while (absl::Now() < limit) {
@@ -161,26 +165,41 @@ class DaemonsProcessTest : public ::testing::TestWithParam<std::string> {
     std::vector<TokenId> ids;
     std::vector<v1::GenerateEvent> events;
   };
-  Reply Generate(const std::string& target, const std::string& mode,
-                 const std::vector<TokenId>& prompt, int max_tokens) {
+  static v1::GenerateRequest Request(const std::vector<std::string>& targets,
+                                     const std::string& mode, const std::vector<TokenId>& prompt,
+                                     int max_tokens) {
     v1::GenerateRequest request;
-    request.add_targets(target);
+    for (const std::string& target : targets) request.add_targets(target);
     request.set_mode(mode);
     for (TokenId id : prompt) request.add_prompt_ids(id);
     request.set_max_tokens(max_tokens);
+    return request;
+  }
+  // `request` on `server`; ids and events of every target together (one target: its own).
+  static Reply GenerateOn(const std::string& server, const v1::GenerateRequest& request,
+                          std::map<std::string, std::vector<TokenId>>* ids_by_target = nullptr) {
     Reply reply;
-    reply.status = StreamGenerate(server_, request, absl::Seconds(60), [&](const auto& event) {
+    reply.status = StreamGenerate(server, request, absl::Seconds(60), [&](const auto& event) {
       reply.events.push_back(event);
-      for (int32_t id : event.token().ids()) reply.ids.push_back(id);
+      for (int32_t id : event.token().ids()) {
+        reply.ids.push_back(id);
+        if (ids_by_target != nullptr) (*ids_by_target)[event.target()].push_back(id);
+      }
     });
     return reply;
   }
+  Reply Generate(const std::string& target, const std::string& mode,
+                 const std::vector<TokenId>& prompt, int max_tokens) {
+    return GenerateOn(server_, Request({target}, mode, prompt, max_tokens));
+  }
   std::vector<TokenId> Reference(const LlamaModel& consumer, TransferMode mode,
-                                 const std::vector<TokenId>& prompt, int max_tokens) {
+                                 const std::vector<TokenId>& prompt, int max_tokens,
+                                 const Artifact* artifact = nullptr) {
+    if (artifact == nullptr) artifact = &artifact_;
     KvCache cache = consumer.NewCache(64);
     if (mode != TransferMode::kLocal) {
       TransferPath path = testing::Ok(TransferPath::Create(
-          mode, *producer_, consumer, ModeNeedsArtifact(mode) ? &artifact_ : nullptr, {}));
+          mode, *producer_, consumer, ModeNeedsArtifact(mode) ? artifact : nullptr, {}));
       const std::vector<TokenId> prefix(prompt.begin(), prompt.end() - 1);
       EXPECT_TRUE(path.Run(prefix, &cache, InProcessHandOff()).ok());
     }
@@ -213,6 +232,113 @@ TEST_P(DaemonsProcessTest, ScdAndRawMatchTheirReferencesAndSigtermDrains) {
   EXPECT_EQ(copy_daemon_->Terminate(absl::Seconds(10)), 0);
   EXPECT_EQ(producer_daemon_->Terminate(absl::Seconds(10)), 0);
   EXPECT_EQ(coordinator_->Terminate(absl::Seconds(10)), 0);
+}
+
+TEST_P(DaemonsProcessTest, SixteenConcurrentRequestsAllCompleteUnmixed) {
+  struct Case {
+    std::string target, mode;
+    int prompt, max_tokens;
+  };
+  std::vector<Case> cases;
+  for (int i = 0; i < 16; ++i) {
+    cases.push_back({i % 2 ? "xs" : "base-copy", i % 2 ? "scd" : "raw", i % 4, 6 + i});
+  }
+  std::vector<Reply> replies(cases.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    clients.emplace_back([&, i] {
+      replies[i] =
+          Generate(cases[i].target, cases[i].mode, Prompt(cases[i].prompt), cases[i].max_tokens);
+    });
+  }
+  for (auto& client : clients) client.join();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE(replies[i].status.ok()) << i << ": " << replies[i].status;
+    ASSERT_TRUE(replies[i].events.back().has_finished())
+        << i << ": " << replies[i].events.back().DebugString();
+    const bool scd = cases[i].mode == "scd";
+    EXPECT_EQ(replies[i].ids,
+              Reference(scd ? *xs_ : *producer_, scd ? TransferMode::kScd : TransferMode::kLocal,
+                        Prompt(cases[i].prompt), cases[i].max_tokens))
+        << "request " << i;
+  }
+}
+
+TEST_P(DaemonsProcessTest, FanOutRunsOnePrefillAndMatchesBothSingleTargetReferences) {
+  // A third consumer, the fine-tune, with its own artifact for the producer.
+  auto fables = testing::Ok(LlamaModel::Load(testing::ModelDir("stories260k-fables"), {}));
+  Artifact fables_artifact = testing::SyntheticArtifact(*producer_);
+  fables_artifact.consumer = testing::Ok(ModelIdentity::Of(*fables));
+  ASSERT_TRUE(fables_artifact.Save(dir_ + "/fables.scd").ok());
+  Daemon fables_daemon(
+      dir_, "fables",
+      {Bin("scd-consumer"), "--model", testing::ModelDir("stories260k-fables"), "--name", "fables",
+       "--coordinator", server_, "--transport", GetParam(), "--artifact", dir_ + "/fables.scd"});
+  Daemon producer_with_both(dir_, "producer2",
+                            {Bin("scd-producer"), "--model", testing::ModelDir("stories260k"),
+                             "--coordinator", server_, "--transport", GetParam(), "--artifact",
+                             artifact_path_, "--artifact", dir_ + "/fables.scd"});
+  producer_daemon_->Kill(SIGKILL);  // the producer that holds both artifacts takes over
+  const std::string producer_address = producer_with_both.Address();
+  const absl::Time limit = absl::Now() + absl::Seconds(30);
+  Reply probe;
+  do {  // routed once fables is registered and the old producer's lease has lapsed
+    absl::SleepFor(absl::Milliseconds(100));
+    probe = Generate("fables", "scd", Prompt(0), 2);
+  } while ((!probe.status.ok() || !probe.events.back().has_finished()) && absl::Now() < limit);
+  ASSERT_TRUE(probe.events.back().has_finished()) << probe.events.back().DebugString();
+
+  auto prefills = [&] {
+    auto stub = v1::Producer::NewStub(
+        grpc::CreateChannel(producer_address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    v1::NodeStats stats;
+    EXPECT_TRUE(stub->Stats(&context, v1::StatsRequest(), &stats).ok());
+    return stats.prefills();
+  };
+  const uint64_t before = prefills();
+  std::map<std::string, std::vector<TokenId>> ids;
+  Reply reply = GenerateOn(server_, Request({"fables", "xs"}, "scd", Prompt(3), 16), &ids);
+  ASSERT_TRUE(reply.status.ok()) << reply.status;
+  EXPECT_EQ(prefills(), before + 1);
+  EXPECT_EQ(ids["fables"], Reference(*fables, TransferMode::kScd, Prompt(3), 16, &fables_artifact));
+  EXPECT_EQ(ids["xs"], Reference(*xs_, TransferMode::kScd, Prompt(3), 16));
+}
+
+TEST_P(DaemonsProcessTest, TheAllInOneServerAndScdCalibGenerateGiveTheSameTokens) {
+  Daemon all_in_one(
+      dir_, "all-in-one",
+      {Bin("scd"), "serve", "--all-in-one", "--producer-model", testing::ModelDir("stories260k"),
+       "--consumer", "xs=" + testing::ModelDir("llama2xs-260k") + ":" + artifact_path_, "--listen",
+       "127.0.0.1:0"});
+  const std::string embedded = all_in_one.Address();
+  ASSERT_FALSE(embedded.empty());
+  v1::GenerateRequest request = Request({"xs"}, "scd", {}, 24);
+  request.set_prompt("Once upon a time, a little fox");
+  Reply routed = GenerateOn(server_, request);
+  Reply local = GenerateOn(embedded, request);
+  ASSERT_TRUE(routed.status.ok()) << routed.status;
+  ASSERT_TRUE(local.status.ok()) << local.status;
+  ASSERT_TRUE(routed.events.back().has_finished()) << routed.events.back().DebugString();
+  EXPECT_EQ(routed.events.back().finished().mode(), "scd");
+  EXPECT_EQ(local.events.back().finished().mode(), "scd");
+  EXPECT_EQ(routed.ids, local.ids);
+
+  // scd-calib generate, same pair, artifact, mode and prompt: the same text.
+  std::string text;
+  for (const auto& event : routed.events) text += event.token().text();
+  const testing::CommandResult calib = testing::RunCommand(
+      Bin("scd-calib") + " generate --producer " + testing::ModelDir("stories260k") +
+      " --consumer " + testing::ModelDir("llama2xs-260k") + " --artifact " + artifact_path_ +
+      " --mode scd --max-tokens 24 --prompt 'Once upon a time, a little fox'");
+  ASSERT_EQ(calib.exit_code, 0) << calib.err;
+  const std::string marker = "from a scd transfer";
+  const size_t block = calib.out.find(marker);
+  ASSERT_NE(block, std::string::npos) << calib.out;
+  const size_t begin = calib.out.find('\n', block) + 1;
+  // It prints the prompt, then the continuation.
+  const std::string expected = request.prompt() + text;
+  EXPECT_EQ(calib.out.substr(begin, expected.size()), expected) << calib.out;
 }
 
 TEST_P(DaemonsProcessTest, KilledConsumerLeavesRoutingWithinThreeSeconds) {
