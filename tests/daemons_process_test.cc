@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -339,6 +340,23 @@ TEST_P(DaemonsProcessTest, TheAllInOneServerAndScdCalibGenerateGiveTheSameTokens
   // It prints the prompt, then the continuation.
   const std::string expected = request.prompt() + text;
   EXPECT_EQ(calib.out.substr(begin, expected.size()), expected) << calib.out;
+
+  // The command-line client streams the same text, its TTFT breakdown on stderr; --json prints
+  // every event as one JSON line (Started, the deltas, Finished).
+  const std::string client = Bin("scd") + " generate --server " + embedded +
+                             " --target xs --mode scd --max-tokens 24 --prompt '" +
+                             request.prompt() + "'";
+  const testing::CommandResult streamed = testing::RunCommand(client + " --stats");
+  ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
+  EXPECT_EQ(streamed.out, text + "\n");
+  EXPECT_THAT(streamed.err, HasSubstr("[xs] mode scd"));
+  EXPECT_THAT(streamed.err, HasSubstr("payload bytes; ttft"));
+  const testing::CommandResult json = testing::RunCommand(client + " --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_EQ(std::count(json.out.begin(), json.out.end(), '\n'),
+            static_cast<long>(local.events.size()));
+  EXPECT_THAT(json.out, HasSubstr("\"started\""));
+  EXPECT_THAT(json.out, HasSubstr("\"finished\""));
 }
 
 TEST_P(DaemonsProcessTest, KilledConsumerLeavesRoutingWithinThreeSeconds) {

@@ -23,19 +23,22 @@ struct DaemonFlags {
   std::string serve_name;
 };
 
+// A daemon-like command line bound to `flags`, with --config.
+void RegisterFlags(CLI::App* app, DaemonFlags* flags) {
+  app->add_option("--model", flags->model)->required();
+  app->add_option("--listen", flags->listen);
+  app->add_option("--link-gbps", flags->link_gbps);
+  app->add_option("--port-base", flags->port_base);
+  app->add_flag("--verbose", flags->verbose);
+  app->add_option("--artifact", flags->artifacts);
+  CLI::App* serve = app->add_subcommand("serve");
+  serve->add_option("--name", flags->serve_name);
+  AddConfigFileFlag(app);
+}
+
 class TomlConfigTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    app_.add_option("--model", flags_.model)->required();
-    app_.add_option("--listen", flags_.listen);
-    app_.add_option("--link-gbps", flags_.link_gbps);
-    app_.add_option("--port-base", flags_.port_base);
-    app_.add_flag("--verbose", flags_.verbose);
-    app_.add_option("--artifact", flags_.artifacts);
-    CLI::App* serve = app_.add_subcommand("serve");
-    serve->add_option("--name", flags_.serve_name);
-    AddConfigFileFlag(&app_);
-  }
+  void SetUp() override { RegisterFlags(&app_, &flags_); }
 
   std::string WriteConfig(const std::string& text) {
     const std::string path = dir_.path() + "/node.toml";
@@ -133,13 +136,7 @@ TEST_F(TomlConfigTest, WrittenConfigReadsBackToTheSameValues) {
 
   CLI::App second{"second"};
   DaemonFlags reread;
-  second.add_option("--model", reread.model)->required();
-  second.add_option("--listen", reread.listen);
-  second.add_option("--link-gbps", reread.link_gbps);
-  second.add_option("--port-base", reread.port_base);
-  second.add_flag("--verbose", reread.verbose);
-  second.add_option("--artifact", reread.artifacts);
-  AddConfigFileFlag(&second);
+  RegisterFlags(&second, &reread);
   std::vector<std::string> args = {"second", "--config", path};
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());

@@ -139,14 +139,15 @@ absl::Status RunRemoteGenerate(const GenerateFlags& flags) {
         } else if (event.has_finished() && flags.stats) {
           const v1::Finished& f = event.finished();
           const v1::Timings& t = f.timings();
+          // Layer-wise streaming overlaps prefill, transfer and rebuild: the parts do not add up.
           stats.push_back(absl::StrFormat(
-              "[%s] mode %s (%s), %u+%u tokens, %llu payload bytes; ttft %.2f ms = queue "
-              "%.2f + prefill %.2f + transfer %.2f + rebuild %.2f + first decode %.2f; "
-              "total %.2f ms\n",
+              "[%s] mode %s (%s), %u+%u tokens, %llu payload bytes; ttft %.2f ms (queue %.2f, "
+              "prefill %.2f, encode %.2f, transfer %.2f, rebuild %.2f of which %.2f after the "
+              "last chunk, first decode %.2f: overlapped); total %.2f ms\n",
               event.target().c_str(), f.mode().c_str(), f.mode_reason().c_str(), f.prompt_tokens(),
               f.output_tokens(), static_cast<unsigned long long>(f.payload_bytes()), t.ttft() / 1e3,
-              t.queue() / 1e3, t.prefill() / 1e3, t.transfer() / 1e3, t.rebuild() / 1e3,
-              t.first_decode() / 1e3, t.total() / 1e3));
+              t.queue() / 1e3, t.prefill() / 1e3, t.encode() / 1e3, t.transfer() / 1e3,
+              t.rebuild() / 1e3, t.last_rebuild() / 1e3, t.first_decode() / 1e3, t.total() / 1e3));
         }
       }));
   if (!flags.json) {
@@ -156,6 +157,7 @@ absl::Status RunRemoteGenerate(const GenerateFlags& flags) {
       for (const auto& [target, text] : texts)
         WriteOut(absl::StrCat("[", target, "] ", text, "\n"));
     }
+    for (const std::string& line : stats) std::fputs(line.c_str(), stderr);
   }
   return first_error;
 }
