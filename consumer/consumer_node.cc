@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "codec/fingerprint.h"
+#include "proto/grpc_server.h"
 #include "proto/grpc_util.h"
 
 namespace scd::consumer {
@@ -58,16 +59,11 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
       std::make_unique<ConsumerInferenceService>(model, node->fingerprint_, node->admission_);
   node->control_ =
       std::make_unique<ConsumerControlService>(model, held, node->admission_, node->router_.get());
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(node->inference_.get());
-  builder.RegisterService(node->control_.get());
-  node->server_ = builder.BuildAndStart();
-  if (node->server_ == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
-  }
-  node->address_ = BoundAddress(options.listen, port);
+  SCD_ASSIGN_OR_RETURN(
+      GrpcServer grpc_server,
+      StartGrpcServer(options.listen, {node->inference_.get(), node->control_.get()}));
+  node->server_ = std::move(grpc_server.server);
+  node->address_ = grpc_server.address;
   spdlog::info("consumer {} serving on {}, transfers on {} ({})", node->name_, node->address_,
                node->transfer_address(), options.transport);
 

@@ -4,7 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "proto/grpc_util.h"
+#include "base/status_macros.h"
+#include "proto/grpc_server.h"
 
 namespace scd::coordinator {
 
@@ -15,16 +16,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Start(
   node->registry_service_ = std::make_unique<RegistryService>(node->registry_.get());
   node->inference_ =
       std::make_unique<CoordinatorInferenceService>(node->registry_.get(), options.routing);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(node->registry_service_.get());
-  builder.RegisterService(node->inference_.get());
-  node->server_ = builder.BuildAndStart();
-  if (node->server_ == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
-  }
-  node->address_ = BoundAddress(options.listen, port);
+  SCD_ASSIGN_OR_RETURN(
+      GrpcServer grpc_server,
+      StartGrpcServer(options.listen, {node->registry_service_.get(), node->inference_.get()}));
+  node->server_ = std::move(grpc_server.server);
+  node->address_ = grpc_server.address;
   spdlog::info("coordinator serving on {}", node->address_);
   return node;
 }

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "codec/fingerprint.h"
+#include "proto/grpc_server.h"
 #include "proto/grpc_util.h"
 
 namespace scd::producer {
@@ -46,15 +47,10 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
   connection.shape.latency = absl::Microseconds(options.link_latency_us);
   node->service_ =
       std::make_unique<ProducerControlService>(model, node->transport_.get(), connection);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(node->service_.get());
-  node->server_ = builder.BuildAndStart();
-  if (node->server_ == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
-  }
-  node->address_ = BoundAddress(options.listen, port);
+  SCD_ASSIGN_OR_RETURN(GrpcServer grpc_server,
+                       StartGrpcServer(options.listen, {node->service_.get()}));
+  node->server_ = std::move(grpc_server.server);
+  node->address_ = grpc_server.address;
   spdlog::info("producer {} serving on {} (codes over {})", node->name_, node->address_,
                options.transport);
   if (!options.coordinator.empty()) {

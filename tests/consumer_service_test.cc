@@ -12,6 +12,7 @@
 
 #include "consumer/inference_service.h"
 #include "model/generator.h"
+#include "proto/grpc_server.h"
 #include "tests/test_util.h"
 
 namespace scd::consumer {
@@ -29,14 +30,10 @@ class ConsumerServiceTest : public ::testing::Test {
         ConsumerModel{model_.get(), tokenizer_.get(), "fables", TransferOptions(), 16,
                       absl::Seconds(30)},
         "fp-fables", Admission::Create(1));
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
-    ASSERT_GT(port, 0);
+    GrpcServer served = testing::Ok(StartGrpcServer("127.0.0.1:0", {service_.get()}));
+    server_ = std::move(served.server);
     stub_ = v1::Inference::NewStub(
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+        grpc::CreateChannel(served.address, grpc::InsecureChannelCredentials()));
   }
   void TearDown() override { server_->Shutdown(); }
 

@@ -1,10 +1,14 @@
 // The shared gRPC helpers: status conversion keeps code and message both ways; a server bound on
 // HOST:0 reports HOST:PORT; nodes advertise a dialable address (the --advertise host, the host
-// name for a wildcard listener, else the bound address).
+// name for a wildcard listener, else the bound address); a server starts on any port or says where
+// it cannot listen.
 #include "proto/grpc_util.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
+
+#include "proto/grpc_server.h"
+#include "proto/scd/v1/registry.grpc.pb.h"
 
 namespace scd {
 namespace {
@@ -31,6 +35,18 @@ TEST(GrpcUtilTest, AdvertisedAddressIsDialable) {
   EXPECT_EQ(AdvertisedAddress("0.0.0.0:7000", ""), std::string(host) + ":7000");
   EXPECT_EQ(AdvertisedAddress("[::]:7001", ""), std::string(host) + ":7001");
   EXPECT_EQ(AdvertisedAddress("10.1.2.3:7002", ""), "10.1.2.3:7002");
+}
+
+TEST(GrpcServerTest, StartsOnAnyPortOrSaysWhereItCannotListen) {
+  v1::Registry::Service service;  // every method UNIMPLEMENTED: enough to serve
+  absl::StatusOr<GrpcServer> served = StartGrpcServer("127.0.0.1:0", {&service});
+  ASSERT_TRUE(served.ok()) << served.status();
+  EXPECT_EQ(served->address.rfind("127.0.0.1:", 0), 0u);
+  EXPECT_NE(served->address, "127.0.0.1:0");
+  served->server->Shutdown();
+  absl::StatusOr<GrpcServer> bad = StartGrpcServer("256.0.0.1:0", {&service});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(bad.status().message(), "cannot listen on 256.0.0.1:0");
 }
 
 }  // namespace

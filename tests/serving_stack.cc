@@ -4,8 +4,8 @@
 
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "codec/fingerprint.h"
+#include "proto/grpc_server.h"
 #include "tests/test_files.h"
 
 namespace scd::testing {
@@ -17,18 +17,15 @@ std::unique_ptr<transport::Transport> Backend(const std::string& backend) {
   return Ok(transport::CreateTransport(options));
 }
 
-}  // namespace
-
-std::unique_ptr<grpc::Server> ServeGrpc(const std::vector<grpc::Service*>& services,
-                                        std::string* address) {
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  for (grpc::Service* service : services) builder.RegisterService(service);
-  auto server = builder.BuildAndStart();
-  *address = absl::StrCat("127.0.0.1:", port);
-  return server;
+// A gRPC server on 127.0.0.1:<any> with `services`; its address in `*address`.
+std::unique_ptr<grpc::Server> Serve(const std::vector<grpc::Service*>& services,
+                                    std::string* address) {
+  GrpcServer served = Ok(StartGrpcServer("127.0.0.1:0", services));
+  *address = served.address;
+  return std::move(served.server);
 }
+
+}  // namespace
 
 ServingStack::ServingStack(const LlamaModel* producer, const Tokenizer* tokenizer,
                            std::string producer_name, Options options)
@@ -71,7 +68,7 @@ void ServingStack::AddConsumer(const std::string& name, std::unique_ptr<LlamaMod
   node->admission = consumer::Admission::Create(options_.consumer_capacity);
   node->control = std::make_unique<consumer::ConsumerControlService>(served, held, node->admission,
                                                                      node->router.get());
-  node->server = ServeGrpc({node->control.get()}, &node->address);
+  node->server = Serve({node->control.get()}, &node->address);
   request.set_role(v1::NODE_ROLE_CONSUMER);
   request.set_address(node->address);
   request.set_transfer_address(node->router->address());
@@ -92,7 +89,7 @@ void ServingStack::Start() {
   producer_service_ = std::make_unique<producer::ProducerControlService>(
       model, producer_transport_.get(), connection);
   std::string producer_address;
-  producer_server_ = ServeGrpc({producer_service_.get()}, &producer_address);
+  producer_server_ = Serve({producer_service_.get()}, &producer_address);
   v1::RegisterRequest producer;
   producer.set_role(v1::NODE_ROLE_PRODUCER);
   producer.set_address(producer_address);
@@ -103,7 +100,7 @@ void ServingStack::Start() {
 
   coordinator_ = std::make_unique<coordinator::CoordinatorInferenceService>(&registry_);
   std::string coordinator_address;
-  coordinator_server_ = ServeGrpc({coordinator_.get()}, &coordinator_address);
+  coordinator_server_ = Serve({coordinator_.get()}, &coordinator_address);
   stub_ = v1::Inference::NewStub(
       grpc::CreateChannel(coordinator_address, grpc::InsecureChannelCredentials()));
 }

@@ -24,10 +24,6 @@
 
 namespace scd::testing {
 
-// A gRPC server on 127.0.0.1:<any> with `services`; its address in `*address`.
-std::unique_ptr<grpc::Server> ServeGrpc(const std::vector<grpc::Service*>& services,
-                                        std::string* address);
-
 struct ServedConsumer {
   std::string name;
   std::unique_ptr<LlamaModel> model;
