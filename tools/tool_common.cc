@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/exception_guard.h"
 #include "base/shared_dir.h"
+#include "tools/toml_config.h"
 
 namespace scd {
 
@@ -68,6 +70,32 @@ std::string WaitForTerminationSignal() {
   while (sigwait(&set, &signal) != 0) {
   }
   return signal == SIGTERM ? "SIGTERM" : "SIGINT";
+}
+
+void AddDaemonFlags(CLI::App* app, DaemonFlags* flags, unsigned common_flags) {
+  app->add_option("--drain-seconds", flags->drain_seconds,
+                  "how long SIGTERM waits for running requests")
+      ->capture_default_str();
+  app->add_option("--address-file", flags->address_file,
+                  "write the bound address here once serving");
+  AddCommonFlags(app, &flags->common, common_flags);
+  AddConfigFileFlag(app);
+}
+
+int RunDaemon(const char* tool, CLI::App& app, int argc, char** argv, const DaemonFlags& flags,
+              const std::function<absl::StatusOr<DaemonHandle>()>& start) {
+  BlockTerminationSignals();  // before any thread starts, so every thread inherits the mask
+  return RunTool(tool, app, argc, argv, flags.common, [&]() -> absl::Status {
+    spdlog::set_default_logger(spdlog::stderr_color_mt(tool));  // stdout: nothing
+    absl::StatusOr<DaemonHandle> node = start();
+    if (!node.ok()) return node.status();
+    absl::Status written = WriteAddressFile(flags.address_file, node->address);
+    if (!written.ok()) return written;
+    const std::string signal = WaitForTerminationSignal();
+    spdlog::info("{}: draining", signal);
+    node->shutdown(absl::Seconds(flags.drain_seconds));
+    return absl::OkStatus();
+  });
 }
 
 absl::Status WriteAddressFile(const std::string& path, const std::string& address) {

@@ -7,9 +7,12 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace scd {
 
@@ -38,6 +41,51 @@ void AddCommonFlags(CLI::App* command, CommonToolFlags* flags, unsigned which = 
 // throws) into the exit code. Returns the process exit status.
 int RunTool(const char* tool, CLI::App& app, int argc, char** argv, const CommonToolFlags& flags,
             const std::function<absl::Status()>& run);
+
+// ---- Daemons (scd-coordinator, scd-producer, scd-consumer) ----
+
+// The flags every daemon has besides its own: the common ones, --config FILE.toml,
+// --drain-seconds, --address-file.
+struct DaemonFlags {
+  DaemonFlags() { common.log_level = "info"; }
+  CommonToolFlags common;
+  double drain_seconds = 30;
+  std::string address_file;
+};
+void AddDaemonFlags(CLI::App* app, DaemonFlags* flags, unsigned common_flags);
+
+// A started node as the daemon's life cycle sees it: where it serves and how it drains.
+struct DaemonHandle {
+  std::string address;
+  std::function<void(absl::Duration grace)> shutdown;
+
+  // Keeps `node` (anything with address() and Shutdown(absl::Duration)) alive in the handle.
+  template <typename Node>
+  static DaemonHandle Of(std::unique_ptr<Node> node) {
+    std::shared_ptr<Node> owned = std::move(node);
+    return {owned->address(), [owned](absl::Duration grace) { owned->Shutdown(grace); }};
+  }
+};
+
+// A daemon's main after its flags are declared: blocks SIGTERM/SIGINT, parses (RunTool), logs to
+// stderr as `tool`, starts the node with `start`, writes --address-file, waits for SIGTERM or
+// SIGINT, then drains for up to --drain-seconds and exits 0.
+int RunDaemon(const char* tool, CLI::App& app, int argc, char** argv, const DaemonFlags& flags,
+              const std::function<absl::StatusOr<DaemonHandle>()>& start);
+
+// The flags the producer and the consumer share, bound to their options structs.
+template <typename NodeOptions>
+void AddServingNodeFlags(CLI::App* app, NodeOptions* options, const char* artifact_help) {
+  app->add_option("--model", options->model_dir, "Hugging Face model directory")->required();
+  app->add_option("--name", options->name, "routing name (default: the directory's name)");
+  app->add_option("--listen", options->listen, "gRPC address (port 0: any free port)");
+  app->add_option("--advertise", options->advertise,
+                  "host other nodes dial (default: the listen host; a wildcard: the host name)");
+  app->add_option("--coordinator", options->coordinator, "coordinator address (none: standalone)");
+  app->add_option("--transport", options->transport, "what codes travel over")
+      ->check(CLI::IsMember({"grpc", "ucx"}));
+  app->add_option("--artifact", options->artifacts, artifact_help);
+}
 
 // Daemons. Blocks SIGTERM and SIGINT in the calling thread and so in every thread started after
 // it (call first in main), so WaitForTerminationSignal can take them synchronously.
