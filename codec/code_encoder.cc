@@ -77,12 +77,18 @@ absl::StatusOr<std::vector<CodeChunk>> CodeEncoder::EncodeLayer(int layer,
       });
 }
 
+int64_t TotalBytes(const std::vector<PlannedChunk>& chunks) {
+  int64_t bytes = 0;
+  for (const PlannedChunk& chunk : chunks) bytes += chunk.bytes;
+  return bytes;
+}
+
 absl::StatusOr<std::vector<PlannedChunk>> CodeEncoder::PlannedChunks(const ModelConfig& producer,
                                                                      int64_t tokens) const {
   const int layers = static_cast<int>(plan_.layers.size());
   if (producer.num_layers != layers) {
-    return absl::InvalidArgumentError(absl::StrCat("the plan has ", layers, " layers, the model ",
-                                                   producer.num_layers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the plan has ", layers, " layers, the model ", producer.num_layers));
   }
   std::vector<PlannedChunk> chunks;
   auto add = [&](int layer, PayloadKind kind, WireDtype dtype,
@@ -108,8 +114,8 @@ absl::StatusOr<std::vector<PlannedChunk>> CodeEncoder::PlannedChunks(const Model
       case LayerPayload::kCodes:
         SCD_RETURN_IF_ERROR(
             add(l, PayloadKind::kKeyCode, options_.code_dtype, {heads, tokens, plan_.rank_k[l]}));
-        SCD_RETURN_IF_ERROR(add(l, PayloadKind::kValueCode, options_.code_dtype,
-                                {heads, tokens, plan_.rank_v[l]}));
+        SCD_RETURN_IF_ERROR(
+            add(l, PayloadKind::kValueCode, options_.code_dtype, {heads, tokens, plan_.rank_v[l]}));
         break;
       case LayerPayload::kPatch:
         SCD_RETURN_IF_ERROR(

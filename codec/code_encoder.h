@@ -23,6 +23,8 @@ struct PlannedChunk {
   std::vector<int64_t> shape;
   int64_t bytes = 0;  // data + scales on the wire
 };
+// What a plan's chunks put on the wire, in all.
+int64_t TotalBytes(const std::vector<PlannedChunk>& chunks);
 
 class CodeEncoder {
  public:

@@ -27,8 +27,7 @@ std::string HeaderMismatch(const v1::TransferHeader& header, const TransferPlan&
     return absl::StrCat("the producer sends ", header.tokens(), " positions, the prompt has ",
                         tokens);
   }
-  int64_t bytes = 0;
-  for (const PlannedChunk& chunk : expected) bytes += chunk.bytes;
+  const int64_t bytes = TotalBytes(expected);
   if (header.expected_chunks() != expected.size() ||
       header.expected_bytes() != static_cast<uint64_t>(bytes)) {
     return absl::StrCat("the producer announces ", header.expected_chunks(), " chunks / ",

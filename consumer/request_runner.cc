@@ -32,42 +32,39 @@ struct PrefixOutcome {
   absl::Duration last_rebuild = absl::ZeroDuration();
 };
 
-// The code bytes the producer's plan sends for a prefix of `tokens` positions (Started).
-absl::StatusOr<int64_t> ExpectedPayloadBytes(const ConsumerModel& consumer,
-                                             const TargetRoute& route, int64_t tokens) {
-  SCD_ASSIGN_OR_RETURN(TransferMode mode, ParseTransferMode(route.mode));
-  const Artifact* artifact = ModeNeedsArtifact(mode) ? route.artifact : nullptr;
-  if (ModeNeedsArtifact(mode) && artifact == nullptr) return 0;  // refused later, with the reason
-  const ModelConfig& config = consumer.model->config();
-  SCD_ASSIGN_OR_RETURN(TransferPlan plan,
-                       TransferPlan::Make(mode, config, artifact, consumer.transfer_options));
-  SCD_ASSIGN_OR_RETURN(std::vector<PlannedChunk> chunks,
-                       CodeEncoder(plan, artifact, consumer.transfer_options)
-                           .PlannedChunks(config, tokens));
-  int64_t bytes = 0;
-  for (const PlannedChunk& chunk : chunks) bytes += chunk.bytes;
-  return bytes;
-}
+// What the producer's plan sends for this route and prefix, as this consumer expects it (same
+// architecture on both sides: the consumer's config makes the producer's plan).
+struct ExpectedTransfer {
+  TransferPlan plan;
+  const Artifact* artifact = nullptr;  // for modes that need one
+  std::vector<PlannedChunk> chunks;
+};
 
-// Rebuilds the prefix `ids[0, T)` into `cache` from the producer's transfer session.
-absl::StatusOr<ReceiveReport> RebuildFromCodes(const ConsumerModel& consumer,
-                                               const TargetRoute& route,
-                                               const std::vector<TokenId>& prefix,
-                                               const RunContext& context, absl::Time deadline,
-                                               KvCache* cache) {
+absl::StatusOr<ExpectedTransfer> PlanTransfer(const ConsumerModel& consumer,
+                                              const TargetRoute& route, int64_t tokens) {
   SCD_ASSIGN_OR_RETURN(TransferMode mode, ParseTransferMode(route.mode));
   if (ModeNeedsArtifact(mode) && route.artifact == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("mode ", route.mode, " needs the pair's artifact; this consumer has none"));
   }
-  const Artifact* artifact = ModeNeedsArtifact(mode) ? route.artifact : nullptr;
-  // Same architecture on both sides: the consumer's config makes the producer's plan.
+  ExpectedTransfer expected;
+  expected.artifact = ModeNeedsArtifact(mode) ? route.artifact : nullptr;
   const ModelConfig& config = consumer.model->config();
-  SCD_ASSIGN_OR_RETURN(TransferPlan plan,
-                       TransferPlan::Make(mode, config, artifact, consumer.transfer_options));
-  CodeEncoder planner(plan, artifact, consumer.transfer_options);
-  SCD_ASSIGN_OR_RETURN(std::vector<PlannedChunk> expected,
-                       planner.PlannedChunks(config, static_cast<int64_t>(prefix.size())));
+  SCD_ASSIGN_OR_RETURN(expected.plan, TransferPlan::Make(mode, config, expected.artifact,
+                                                         consumer.transfer_options));
+  SCD_ASSIGN_OR_RETURN(expected.chunks,
+                       CodeEncoder(expected.plan, expected.artifact, consumer.transfer_options)
+                           .PlannedChunks(config, tokens));
+  return expected;
+}
+
+// Rebuilds the prefix `ids[0, T)` into `cache` from the producer's transfer session.
+absl::StatusOr<ReceiveReport> RebuildFromCodes(const ConsumerModel& consumer,
+                                               const ExpectedTransfer& expected,
+                                               const std::vector<TokenId>& prefix,
+                                               const RunContext& context, absl::Time deadline,
+                                               KvCache* cache) {
+  const Artifact* artifact = expected.artifact;
   CodeDecoder decoder(*consumer.model, artifact);
   if (!context.session) return absl::InternalError("no transfer session source");
   // Waits for the producer's session in short slices, so a cancelled request stops waiting.
@@ -95,8 +92,8 @@ absl::StatusOr<ReceiveReport> RebuildFromCodes(const ConsumerModel& consumer,
     session->Cancel(why);
     return absl::PermissionDeniedError(why);
   }
-  return ReceiveIntoCache(*session, decoder, plan, expected, prefix, cache, deadline - absl::Now(),
-                          context.cancelled);
+  return ReceiveIntoCache(*session, decoder, expected.plan, expected.chunks, prefix, cache,
+                          deadline - absl::Now(), context.cancelled);
 }
 
 absl::StatusOr<GenerationOptions> GenerationOptionsFor(const ConsumerModel& consumer,
@@ -113,20 +110,19 @@ absl::StatusOr<GenerationOptions> GenerationOptionsFor(const ConsumerModel& cons
   return options;
 }
 
-// The prefix's cache: rebuilt from codes, or left empty for the consumer's own prefill.
-absl::StatusOr<PrefixOutcome> PreparePrefix(const ConsumerModel& consumer,
-                                            const v1::GenerateRequest& request,
-                                            const TargetRoute& route,
-                                            const std::vector<TokenId>& ids,
-                                            const RunContext& context, absl::Time deadline,
-                                            KvCache* cache) {
+// The prefix's cache: rebuilt from codes (`planned`: the route's expected transfer; null for
+// local), or left empty for the consumer's own prefill.
+absl::StatusOr<PrefixOutcome> PreparePrefix(
+    const ConsumerModel& consumer, const v1::GenerateRequest& request, const TargetRoute& route,
+    const ExpectedTransfer* planned, const std::vector<TokenId>& ids, const RunContext& context,
+    absl::Time deadline, KvCache* cache) {
   PrefixOutcome outcome;
   outcome.mode = route.mode;
   outcome.reason = route.mode_reason;
-  if (route.mode == "local") return outcome;
+  if (planned == nullptr) return outcome;
   const std::vector<TokenId> prefix(ids.begin(), ids.end() - 1);
   absl::StatusOr<ReceiveReport> received =
-      RebuildFromCodes(consumer, route, prefix, context, deadline, cache);
+      RebuildFromCodes(consumer, *planned, prefix, context, deadline, cache);
   if (received.ok()) {
     outcome.payload_bytes = received->bytes;
     outcome.transfer = received->last_chunk - received->first_chunk;
@@ -190,11 +186,14 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
   started.mutable_started()->set_consumer(consumer.name);
   started.mutable_started()->set_mode(route.mode);
   started.mutable_started()->set_mode_reason(route.mode_reason);
+  std::optional<ExpectedTransfer> planned;
   if (route.mode != "local") {
-    absl::StatusOr<int64_t> expected =
-        ExpectedPayloadBytes(consumer, route, static_cast<int64_t>(ids->size()) - 1);
-    if (!expected.ok()) return fail(expected.status());
-    started.mutable_started()->set_expected_payload_bytes(static_cast<uint64_t>(*expected));
+    absl::StatusOr<ExpectedTransfer> plan =
+        PlanTransfer(consumer, route, static_cast<int64_t>(ids->size()) - 1);
+    if (!plan.ok()) return fail(plan.status());
+    planned = *std::move(plan);
+    started.mutable_started()->set_expected_payload_bytes(
+        static_cast<uint64_t>(TotalBytes(planned->chunks)));
   }
   emit(started);
 
@@ -202,8 +201,8 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
       std::min<int64_t>(consumer.model->config().max_position_embeddings,
                         static_cast<int64_t>(ids->size()) + options->max_tokens);
   KvCache cache = consumer.model->NewCache(capacity);
-  absl::StatusOr<PrefixOutcome> prefix =
-      PreparePrefix(consumer, request, route, *ids, context, deadline, &cache);
+  absl::StatusOr<PrefixOutcome> prefix = PreparePrefix(
+      consumer, request, route, planned ? &*planned : nullptr, *ids, context, deadline, &cache);
   if (!prefix.ok()) return fail(prefix.status());
 
   // Decode, streaming a TokenDelta per token (text held back only inside a UTF-8 character or a

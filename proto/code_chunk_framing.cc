@@ -41,7 +41,6 @@ v1::TransferHeader FrameHeader(TransferMode mode, int64_t tokens, int layers,
   header.set_tokens(static_cast<uint64_t>(tokens));
   header.set_layers(static_cast<uint32_t>(layers));
   std::map<int, v1::LayerPlan> plans;
-  uint64_t bytes = 0;
   for (const PlannedChunk& chunk : chunks) {
     v1::LayerPlan& plan = plans[chunk.layer];
     plan.set_layer(static_cast<uint32_t>(chunk.layer));
@@ -50,10 +49,9 @@ v1::TransferHeader FrameHeader(TransferMode mode, int64_t tokens, int layers,
     if (chunk.kind == PayloadKind::kKeyCode) plan.set_rank_k(rank);
     if (chunk.kind == PayloadKind::kValueCode) plan.set_rank_v(rank);
     if (chunk.kind == PayloadKind::kHiddenCode) plan.set_rank_h(rank);
-    bytes += static_cast<uint64_t>(chunk.bytes);
   }
   for (auto& [layer, plan] : plans) *header.add_layer_plan() = plan;
-  header.set_expected_bytes(bytes);
+  header.set_expected_bytes(static_cast<uint64_t>(TotalBytes(chunks)));
   header.set_expected_chunks(chunks.size());
   return header;
 }
