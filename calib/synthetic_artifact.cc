@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -99,18 +98,6 @@ absl::StatusOr<Artifact> SynthesizeArtifact(const LlamaModel& producer, const Ll
         {"patch_layers",
          options.patch_layers}}.dump();
     return artifact;
-  });
-}
-
-absl::StatusOr<std::unique_ptr<LlamaModel>> LoadDummyModel(const std::string& config, uint64_t seed,
-                                                           int64_t layers) {
-  const std::string path = std::filesystem::is_directory(config)
-                               ? (std::filesystem::path(config) / "config.json").string()
-                               : config;
-  SCD_ASSIGN_OR_RETURN(ModelConfig parsed, ModelConfig::FromFile(path));
-  if (layers > 0) parsed.num_layers = std::min<int64_t>(parsed.num_layers, layers);
-  return GuardExceptions("LoadDummyModel", [&]() -> absl::StatusOr<std::unique_ptr<LlamaModel>> {
-    return LlamaModel::Dummy(parsed, seed, {});
   });
 }
 

@@ -33,11 +33,6 @@ struct SyntheticArtifactOptions {
 absl::StatusOr<Artifact> SynthesizeArtifact(const LlamaModel& producer, const LlamaModel& consumer,
                                             const SyntheticArtifactOptions& options);
 
-// A dummy-weight model from `config` (a config.json, or a directory holding one), keeping the
-// first `layers` layers when > 0, weights drawn from `seed`.
-absl::StatusOr<std::unique_ptr<LlamaModel>> LoadDummyModel(const std::string& config, uint64_t seed,
-                                                           int64_t layers);
-
 }  // namespace scd
 
 #endif  // SCD_CALIB_SYNTHETIC_ARTIFACT_H_

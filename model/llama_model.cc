@@ -67,6 +67,19 @@ std::unique_ptr<LlamaModel> LlamaModel::Dummy(const ModelConfig& config, uint64_
                      options);
 }
 
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::DummyFromConfig(
+    const std::string& config_path, uint64_t seed, int64_t layers, const Options& options) {
+  const std::string path = std::filesystem::is_directory(config_path)
+                               ? (std::filesystem::path(config_path) / "config.json").string()
+                               : config_path;
+  SCD_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromFile(path));
+  if (layers > 0) config.num_layers = std::min<int64_t>(config.num_layers, layers);
+  return GuardExceptions("LlamaModel::DummyFromConfig",
+                         [&]() -> absl::StatusOr<std::unique_ptr<LlamaModel>> {
+                           return Dummy(config, seed, options);
+                         });
+}
+
 std::unique_ptr<LlamaModel> LlamaModel::FromWeights(ModelConfig config, ModelWeights weights,
                                                     const Options& options) {
   return std::unique_ptr<LlamaModel>(
@@ -204,9 +217,9 @@ absl::StatusOr<at::Tensor> LlamaModel::RunLayersOwned(int begin, int end, at::Te
                                                       const LayerCallback* on_layer) const {
   const StepContext step = PlanStep(cache->length(begin), h.size(0), h, workspace);
   for (int l = begin; l < end; ++l) {
-    const bool wanted = capture != nullptr && std::find(capture->layers.begin(),
-                                                        capture->layers.end(), l) !=
-                                                  capture->layers.end();
+    const bool wanted =
+        capture != nullptr &&
+        std::find(capture->layers.begin(), capture->layers.end(), l) != capture->layers.end();
     if (on_layer != nullptr) {
       LayerCapture layer_capture;
       const std::function<absl::Status()> hand_off = [&] {
@@ -269,8 +282,8 @@ LlamaModel::StepContext LlamaModel::PlanStep(int64_t p0, int64_t tokens, const a
   return step;
 }
 
-absl::Status LlamaModel::RunLayer(int layer, at::Tensor& h, const StepContext& step,
-                                  KvCache* cache, LayerCapture* capture, const CaptureSpec* spec,
+absl::Status LlamaModel::RunLayer(int layer, at::Tensor& h, const StepContext& step, KvCache* cache,
+                                  LayerCapture* capture, const CaptureSpec* spec,
                                   const std::function<absl::Status()>* captured) const {
   const LayerWeights& w = weights_.layers[layer];
   const int64_t T = h.size(0), Hkv = config_.num_kv_heads, g = config_.group_size(),

@@ -120,6 +120,11 @@ class LlamaModel {
   // Seeded random weights for `config` (speed work on configs without weights).
   static std::unique_ptr<LlamaModel> Dummy(const ModelConfig& config, uint64_t seed,
                                            const Options& options);
+  // Dummy weights for the config at `config_path` (a config.json, or a directory holding one),
+  // keeping its first `layers` layers when > 0.
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> DummyFromConfig(const std::string& config_path,
+                                                                     uint64_t seed, int64_t layers,
+                                                                     const Options& options);
   // Wraps weights built by the caller (tests, conversion tools).
   // REQUIRES: tensor shapes match `config`; dtype and device match `options`.
   static std::unique_ptr<LlamaModel> FromWeights(ModelConfig config, ModelWeights weights,

@@ -38,7 +38,8 @@ std::vector<TokenId> LongPrompt(int64_t vocab) {
 class LayerOverlapTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    producer_ = testing::Ok(LoadDummyModel(TinyLlamaConfig(), /*seed=*/1, kLayers)).release();
+    producer_ = testing::Ok(LlamaModel::DummyFromConfig(TinyLlamaConfig(), /*seed=*/1, kLayers, {}))
+                    .release();
     // Ids stream through a tokenizer as text; any tokenizer covering the 32000 ids does.
     tokenizer_ = testing::Ok(Tokenizer::FromFile(testing::SharedDir() +
                                                  "/tokenizers/gpt2-style-bytelevel.tokenizer.json"))
@@ -49,9 +50,11 @@ class LayerOverlapTest : public ::testing::Test {
     delete tokenizer_;
   }
 
-  // The unshaped prefill of the prompt's prefix (what the shaper is matched to), best of 2.
-  static absl::Duration UnshapedPrefill(const std::vector<TokenId>& prefix) {
-    const CaptureSpec capture = CaptureSpec::All(producer_->config());
+  // The unshaped prefill of the prompt's prefix capturing what `plan` encodes (what the shaper is
+  // matched to), best of 2.
+  static absl::Duration UnshapedPrefill(const std::vector<TokenId>& prefix,
+                                        const TransferPlan& plan) {
+    const CaptureSpec& capture = plan.capture;
     absl::Duration best = absl::InfiniteDuration();
     for (int i = 0; i < 2; ++i) {
       KvCache cache = producer_->NewCache(kPromptTokens);
@@ -64,15 +67,9 @@ class LayerOverlapTest : public ::testing::Test {
     return best;
   }
 
-  static int64_t PlannedBytes(TransferMode mode, const Artifact* artifact, int64_t tokens) {
-    TransferPlan plan =
-        testing::Ok(TransferPlan::Make(mode, producer_->config(), artifact, TransferOptions()));
-    int64_t bytes = 0;
-    for (const PlannedChunk& chunk : testing::Ok(CodeEncoder(plan, artifact, TransferOptions())
-                                                     .PlannedChunks(producer_->config(), tokens))) {
-      bytes += chunk.bytes;
-    }
-    return bytes;
+  static int64_t PlannedBytes(const TransferPlan& plan, const Artifact* artifact, int64_t tokens) {
+    return TotalBytes(testing::Ok(
+        CodeEncoder(plan, artifact, TransferOptions()).PlannedChunks(producer_->config(), tokens)));
   }
 
   // Serves `mode` to `consumer` with the producer's link matched to the prefill, then checks the
@@ -81,10 +78,11 @@ class LayerOverlapTest : public ::testing::Test {
                      std::optional<Artifact> artifact) {
     const std::vector<TokenId> prompt = LongPrompt(producer_->config().vocab_size);
     const std::vector<TokenId> prefix(prompt.begin(), prompt.end() - 1);
-    const int64_t bytes =
-        PlannedBytes(testing::Ok(ParseTransferMode(mode)), artifact ? &*artifact : nullptr,
-                     static_cast<int64_t>(prefix.size()));
-    const absl::Duration prefill = UnshapedPrefill(prefix);
+    const Artifact* held = artifact ? &*artifact : nullptr;
+    const TransferPlan plan = testing::Ok(TransferPlan::Make(
+        testing::Ok(ParseTransferMode(mode)), producer_->config(), held, TransferOptions()));
+    const int64_t bytes = PlannedBytes(plan, held, static_cast<int64_t>(prefix.size()));
+    const absl::Duration prefill = UnshapedPrefill(prefix, plan);
     testing::ServingStack::Options options;
     options.producer_link.gbps =
         static_cast<double>(bytes) * 8 / absl::ToDoubleSeconds(prefill) / 1e9;
@@ -129,7 +127,8 @@ LlamaModel* LayerOverlapTest::producer_ = nullptr;
 Tokenizer* LayerOverlapTest::tokenizer_ = nullptr;
 
 TEST_F(LayerOverlapTest, ScdTtftIsBoundedByTheSlowerOfPrefillAndTransfer) {
-  auto consumer = testing::Ok(LoadDummyModel(TinyLlamaConfig(), /*seed=*/2, kLayers));
+  auto consumer =
+      testing::Ok(LlamaModel::DummyFromConfig(TinyLlamaConfig(), /*seed=*/2, kLayers, {}));
   SyntheticArtifactOptions synth;
   synth.key_rank = 32;
   synth.value_rank = 32;
@@ -140,8 +139,9 @@ TEST_F(LayerOverlapTest, ScdTtftIsBoundedByTheSlowerOfPrefillAndTransfer) {
 }
 
 TEST_F(LayerOverlapTest, RawTtftIsBoundedByTheSlowerOfPrefillAndTransfer) {
-  ExpectOverlap("raw", testing::Ok(LoadDummyModel(TinyLlamaConfig(), /*seed=*/1, kLayers)),
-                std::nullopt);
+  ExpectOverlap(
+      "raw", testing::Ok(LlamaModel::DummyFromConfig(TinyLlamaConfig(), /*seed=*/1, kLayers, {})),
+      std::nullopt);
 }
 
 }  // namespace

@@ -26,8 +26,8 @@ double OrthonormalityError(const at::Tensor& w) {
 }
 
 TEST(SyntheticArtifactTest, OrthonormalTranslatorsAtTheRequestedRanksDriveTheScdPath) {
-  auto producer = testing::Ok(LoadDummyModel(Config("smollm2-135m"), 1, 3));
-  auto consumer = testing::Ok(LoadDummyModel(Config("smollm2-135m"), 2, 3));
+  auto producer = testing::Ok(LlamaModel::DummyFromConfig(Config("smollm2-135m"), 1, 3, {}));
+  auto consumer = testing::Ok(LlamaModel::DummyFromConfig(Config("smollm2-135m"), 2, 3, {}));
   SyntheticArtifactOptions options;
   options.key_rank = 8;
   options.value_rank = 12;
@@ -61,19 +61,18 @@ TEST(SyntheticArtifactTest, OrthonormalTranslatorsAtTheRequestedRanksDriveTheScd
 }
 
 TEST(SyntheticArtifactTest, RefusesPairsAndRanksThatCannotWork) {
-  auto tiny = testing::Ok(LoadDummyModel(Config("smollm2-135m"), 1, 2));
-  auto other = testing::Ok(LoadDummyModel(Config("qwen2.5-0.5b"), 1, 2));
+  auto tiny = testing::Ok(LlamaModel::DummyFromConfig(Config("smollm2-135m"), 1, 2, {}));
+  auto other = testing::Ok(LlamaModel::DummyFromConfig(Config("qwen2.5-0.5b"), 1, 2, {}));
   EXPECT_THAT(SynthesizeArtifact(*tiny, *other, {}).status().message(),
               HasSubstr("must share layers, kv heads and head dim"));
   SyntheticArtifactOptions too_wide;
   too_wide.key_rank = tiny->config().head_dim + 1;
-  EXPECT_THAT(SynthesizeArtifact(*tiny, *tiny, too_wide).status().message(),
-              HasSubstr("key rank"));
+  EXPECT_THAT(SynthesizeArtifact(*tiny, *tiny, too_wide).status().message(), HasSubstr("key rank"));
   SyntheticArtifactOptions bad_layer;
   bad_layer.patch_layers = {2};
   EXPECT_THAT(SynthesizeArtifact(*tiny, *tiny, bad_layer).status().message(),
               HasSubstr("patch layer 2 is outside [0, 2)"));
-  EXPECT_FALSE(LoadDummyModel(Config("no-such-model"), 1, 0).ok());
+  EXPECT_FALSE(LlamaModel::DummyFromConfig(Config("no-such-model"), 1, 0, {}).ok());
 }
 
 }  // namespace

@@ -289,8 +289,8 @@ struct SynthCommand {
 
   absl::Status Run(const CommonToolFlags& tool) {
     spdlog::info("threads: {}", ConfigureThreads(tool.threads).ToString());
-    SCD_ASSIGN_OR_RETURN(auto p, LoadDummyModel(producer, producer_seed, layers));
-    SCD_ASSIGN_OR_RETURN(auto c, LoadDummyModel(consumer, consumer_seed, layers));
+    SCD_ASSIGN_OR_RETURN(auto p, LlamaModel::DummyFromConfig(producer, producer_seed, layers, {}));
+    SCD_ASSIGN_OR_RETURN(auto c, LlamaModel::DummyFromConfig(consumer, consumer_seed, layers, {}));
     SCD_ASSIGN_OR_RETURN(Artifact artifact, SynthesizeArtifact(*p, *c, options));
     SCD_RETURN_IF_ERROR(artifact.Save(out));
     std::printf("wrote %s: %lld layers, ranks k/v %lld/%lld, %zu patch layers (rank %lld)\n",

@@ -243,9 +243,9 @@ absl::Status RunGenerate(const CommonFlags& common, const GenerateFlags& flags) 
   SCD_ASSIGN_OR_RETURN(LlamaModel::Options options, RuntimeOptions(common));
   std::unique_ptr<LlamaModel> model;
   if (flags.dummy_weights) {
-    SCD_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromFile(ConfigPath(common.model)));
-    if (flags.layers > 0) config.num_layers = std::min<int64_t>(config.num_layers, flags.layers);
-    model = LlamaModel::Dummy(config, flags.generation.sampling.seed, options);
+    SCD_ASSIGN_OR_RETURN(model,
+                         LlamaModel::DummyFromConfig(common.model, flags.generation.sampling.seed,
+                                                     flags.layers, options));
   } else {
     if (flags.layers > 0) return absl::InvalidArgumentError("--layers needs --dummy-weights");
     SCD_ASSIGN_OR_RETURN(model, LlamaModel::Load(common.model, options));
