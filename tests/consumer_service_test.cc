@@ -120,6 +120,7 @@ TEST_F(ConsumerServiceTest, RequestsItCannotServeAreRefusedWithTheirOwnCodes) {
   service_->admission()->Drain();
   EXPECT_EQ(Generate(request).status.error_code(), grpc::StatusCode::UNAVAILABLE);
   grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   v1::HealthResponse health;
   ASSERT_TRUE(stub_->Health(&context, v1::HealthRequest(), &health).ok());
   EXPECT_EQ(health.status(), "draining");
@@ -130,6 +131,7 @@ TEST_F(ConsumerServiceTest, ClientCancelFreesTheSlot) {
   request.set_prompt("Once upon a time");
   request.set_max_tokens(400);
   grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   auto reader = stub_->Generate(&context, request);
   v1::GenerateEvent event;
   ASSERT_TRUE(reader->Read(&event));  // Started: admitted and running

@@ -293,6 +293,7 @@ TEST_P(DaemonsProcessTest, FanOutRunsOnePrefillAndMatchesBothSingleTargetReferen
     auto stub = v1::Producer::NewStub(
         grpc::CreateChannel(producer_address, grpc::InsecureChannelCredentials()));
     grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     v1::NodeStats stats;
     EXPECT_TRUE(stub->Stats(&context, v1::StatsRequest(), &stats).ok());
     return stats.prefills();

@@ -170,6 +170,7 @@ TEST_F(ServingTest, CancelledRequestLeavesTheNextOneOnTheConsumerExact) {
     for (TokenId id : Prompt(3)) request.add_prompt_ids(id);
     request.set_max_tokens(200);
     grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     auto reader = stack_->stub().Generate(&context, request);
     v1::GenerateEvent event;
     ASSERT_TRUE(reader->Read(&event));  // Started: admitted, transfer under way
