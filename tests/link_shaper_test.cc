@@ -1,11 +1,12 @@
-// The link shaper: measured goodput of 64 MiB through a shaped in-process link is within 5 % of
-// the setting at 0.1, 1 and 10 Gbit/s; latency delays every frame by the setting; control frames
+// The link shaper: measured goodput through a shaped in-process link is within 5 % of the setting
+// at 0.1, 1 and 10 Gbit/s; latency delays every frame by the setting; control frames
 // overtake queued data frames; a dropped session's queued frames are released at once and the
 // frames behind them move up.
 #include "transport/link_shaper.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -50,7 +51,10 @@ double MeasuredGoodput(double gbps, size_t total) {
   return received->stats().goodput_gbps();
 }
 
-TEST(LinkShaperTest, GoodputOf64MiBIsWithinFivePercentOfTheSetting) {
+// Each setting moves at least 64 MiB and at least half a second of traffic: a 64 MiB transfer at
+// 10 Gbit/s lasts 54 ms, where one late wake-up of the receiver's thread on a loaded 2-core
+// machine (3 ms, seen in CI) is already 6 %; over 0.5 s it is under 1 %.
+TEST(LinkShaperTest, GoodputOverHalfASecondIsWithinFivePercentOfTheSetting) {
 #if defined(__SANITIZE_ADDRESS__)
   // Under AddressSanitizer (`make asan`) the instrumented code itself cannot move 10 Gbit/s.
   const std::vector<double> settings = {0.1, 1.0};
@@ -58,9 +62,11 @@ TEST(LinkShaperTest, GoodputOf64MiBIsWithinFivePercentOfTheSetting) {
   const std::vector<double> settings = {0.1, 1.0, 10.0};
 #endif
   for (double gbps : settings) {
-    const double measured = MeasuredGoodput(gbps, size_t{64} << 20);
-    std::printf("shaped %.1f Gbit/s: measured %.4f Gbit/s (%.2f %%)\n", gbps, measured,
-                100.0 * (measured / gbps - 1));
+    const size_t half_second = static_cast<size_t>(gbps * 1e9 / 8 * 0.5) >> 20 << 20;
+    const size_t total = std::max(size_t{64} << 20, half_second);
+    const double measured = MeasuredGoodput(gbps, total);
+    std::printf("shaped %.1f Gbit/s, %zu MiB: measured %.4f Gbit/s (%.2f %%)\n", gbps, total >> 20,
+                measured, 100.0 * (measured / gbps - 1));
     EXPECT_NEAR(measured, gbps, 0.05 * gbps);
   }
 }
