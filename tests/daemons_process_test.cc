@@ -392,12 +392,14 @@ TEST_P(DaemonsProcessTest, DeadProducerEndsTheRequestInOneErrorWithinOneSecond) 
 INSTANTIATE_TEST_SUITE_P(Transports, DaemonsProcessTest, ::testing::Values("grpc", "ucx"),
                          [](const auto& info) { return info.param; });
 
-// Faults in the middle of a transfer: the producer's link is shaped to 1 Mbit/s, so a long raw
-// prompt's codes take seconds to arrive and there is time to kill or cancel while they travel.
+// Faults in the middle of a transfer: the producer's link is shaped to 250 kbit/s, so a long raw
+// prompt's codes (288 KB) take 9 s to arrive and there is time to kill or cancel while they travel.
+// Every test here interrupts the transfer, so the slow link costs no test time; at 1 Mbit/s a
+// machine slowed 3x by other load let the transfer finish before the fault could land.
 // What is held is read from outside the processes, through each node's Stats.
 class DaemonsFaultTest : public DaemonsProcessTest {
  protected:
-  static constexpr double kLinkGbps = 0.001;
+  static constexpr double kLinkGbps = 0.00025;
   std::vector<std::string> ProducerFlags() const override {
     return {"--link-gbps", absl::StrCat(kLinkGbps)};
   }
