@@ -68,15 +68,12 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
                node->transfer_address(), options.transport);
 
   if (!options.coordinator.empty()) {
-    registration.set_role(v1::NODE_ROLE_CONSUMER);
-    registration.set_address(AdvertisedAddress(node->address_, options.advertise));
+    SetNodeIdentity(v1::NODE_ROLE_CONSUMER, AdvertisedAddress(node->address_, options.advertise),
+                    node->name_, node->fingerprint_, &registration);
     registration.set_transfer_address(
         AdvertisedAddress(node->transfer_address(), options.advertise));
     registration.add_transports(options.transport);
     registration.set_capacity(options.capacity);
-    v1::ModelEntry* entry = registration.add_models();
-    entry->set_name(node->name_);
-    entry->set_fingerprint(node->fingerprint_);
     Admission* admission = node->admission_.get();
     node->registration_ = std::make_unique<RegistryClient>(
         options.coordinator, registration, [admission] { return admission->active(); });

@@ -55,12 +55,9 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
                options.transport);
   if (!options.coordinator.empty()) {
     v1::RegisterRequest registration;
-    registration.set_role(v1::NODE_ROLE_PRODUCER);
-    registration.set_address(AdvertisedAddress(node->address_, options.advertise));
+    SetNodeIdentity(v1::NODE_ROLE_PRODUCER, AdvertisedAddress(node->address_, options.advertise),
+                    node->name_, node->fingerprint_, &registration);
     registration.add_transports(options.transport);
-    v1::ModelEntry* entry = registration.add_models();
-    entry->set_name(node->name_);
-    entry->set_fingerprint(node->fingerprint_);
     node->registration_ =
         std::make_unique<RegistryClient>(options.coordinator, registration, nullptr);
     node->registration_->Start();

@@ -15,6 +15,15 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
 
 }  // namespace
 
+void SetNodeIdentity(v1::NodeRole role, const std::string& address, const std::string& model_name,
+                     const std::string& fingerprint, v1::RegisterRequest* registration) {
+  registration->set_role(role);
+  registration->set_address(address);
+  v1::ModelEntry* model = registration->add_models();
+  model->set_name(model_name);
+  model->set_fingerprint(fingerprint);
+}
+
 RegistryClient::RegistryClient(std::string coordinator, v1::RegisterRequest registration,
                                std::function<uint32_t()> active_requests)
     : coordinator_(std::move(coordinator)),

@@ -19,6 +19,12 @@
 
 namespace scd {
 
+// Fills what every registration says of its node: its role, the address its gRPC services answer
+// on, and the one model it serves (name, fingerprint). Callers add the rest (transports, transfer
+// address, capacity, artifacts).
+void SetNodeIdentity(v1::NodeRole role, const std::string& address, const std::string& model_name,
+                     const std::string& fingerprint, v1::RegisterRequest* registration);
+
 class RegistryClient {
  public:
   // `active_requests` is sampled at every heartbeat.

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "proto/registry_client.h"
+
 namespace scd::coordinator {
 namespace {
 
@@ -22,11 +24,7 @@ class NodeRegistryTest : public ::testing::Test {
   static v1::RegisterRequest Producer(const std::string& name, const std::string& fingerprint,
                                       const std::string& address = "10.0.0.1:7000") {
     v1::RegisterRequest request;
-    request.set_role(v1::NODE_ROLE_PRODUCER);
-    request.set_address(address);
-    auto* model = request.add_models();
-    model->set_name(name);
-    model->set_fingerprint(fingerprint);
+    SetNodeIdentity(v1::NODE_ROLE_PRODUCER, address, name, fingerprint, &request);
     request.add_transports("ucx");
     return request;
   }
@@ -35,12 +33,8 @@ class NodeRegistryTest : public ::testing::Test {
                                       const std::vector<std::string>& producers,
                                       const std::string& address = "10.0.0.2:7001") {
     v1::RegisterRequest request;
-    request.set_role(v1::NODE_ROLE_CONSUMER);
-    request.set_address(address);
+    SetNodeIdentity(v1::NODE_ROLE_CONSUMER, address, name, fingerprint, &request);
     request.set_transfer_address(address + "1");
-    auto* model = request.add_models();
-    model->set_name(name);
-    model->set_fingerprint(fingerprint);
     for (const std::string& producer : producers) {
       auto* artifact = request.add_artifacts();
       artifact->set_id("art-" + producer.substr(0, 4) + "-" + fingerprint.substr(0, 4));

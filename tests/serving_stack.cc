@@ -6,6 +6,7 @@
 
 #include "codec/fingerprint.h"
 #include "proto/grpc_server.h"
+#include "proto/registry_client.h"
 #include "tests/test_files.h"
 
 namespace scd::testing {
@@ -69,12 +70,8 @@ void ServingStack::AddConsumer(const std::string& name, std::unique_ptr<LlamaMod
   node->control = std::make_unique<consumer::ConsumerControlService>(served, held, node->admission,
                                                                      node->router.get());
   node->server = Serve({node->control.get()}, &node->address);
-  request.set_role(v1::NODE_ROLE_CONSUMER);
-  request.set_address(node->address);
+  SetNodeIdentity(v1::NODE_ROLE_CONSUMER, node->address, name, node->fingerprint, &request);
   request.set_transfer_address(node->router->address());
-  auto* entry = request.add_models();
-  entry->set_name(name);
-  entry->set_fingerprint(node->fingerprint);
   ASSERT_TRUE(registry_.Register(request).ok());
   consumers_[name] = std::move(node);
 }
@@ -91,11 +88,8 @@ void ServingStack::Start() {
   std::string producer_address;
   producer_server_ = Serve({producer_service_.get()}, &producer_address);
   v1::RegisterRequest producer;
-  producer.set_role(v1::NODE_ROLE_PRODUCER);
-  producer.set_address(producer_address);
-  auto* entry = producer.add_models();
-  entry->set_name(producer_name_);
-  entry->set_fingerprint(producer_fp_);
+  SetNodeIdentity(v1::NODE_ROLE_PRODUCER, producer_address, producer_name_, producer_fp_,
+                  &producer);
   ASSERT_TRUE(registry_.Register(producer).ok());
 
   coordinator_ = std::make_unique<coordinator::CoordinatorInferenceService>(&registry_);

@@ -3,12 +3,14 @@
 //                --coordinator HOST:PORT [--advertise HOST] [--transfer-listen HOST:PORT]
 //                [--transport grpc|ucx] [--artifact FILE ...] [--capacity N]
 // SIGTERM/SIGINT: take no new requests, leave routing, finish running ones, exit.
-#include <ATen/Parallel.h>
+
+#include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 
 #include "base/status_macros.h"
 #include "consumer/consumer_node.h"
+#include "model/runtime.h"
 #include "tools/tool_common.h"
 
 int main(int argc, char** argv) {
@@ -23,7 +25,8 @@ int main(int argc, char** argv) {
   scd::AddDaemonFlags(&app, &daemon, scd::kLogLevelFlag | scd::kThreadsFlag);
   return scd::RunDaemon(
       "scd-consumer", app, argc, argv, daemon, [&]() -> absl::StatusOr<scd::DaemonHandle> {
-        if (daemon.common.threads > 0) at::set_num_threads(daemon.common.threads);
+        // The project's one thread policy (BLAS pool vs libtorch's pool), as every tool uses.
+        spdlog::info("threads: {}", scd::ConfigureThreads(daemon.common.threads).ToString());
         SCD_ASSIGN_OR_RETURN(auto node, scd::consumer::ConsumerNode::Start(options));
         return scd::DaemonHandle::Of(std::move(node));
       });

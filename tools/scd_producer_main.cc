@@ -3,11 +3,13 @@
 //                --coordinator HOST:PORT [--advertise HOST] [--transport grpc|ucx]
 //                [--artifact FILE ...] [--link-gbps G --link-latency-us U]
 // SIGTERM/SIGINT: leave routing, finish running prefills (up to --drain-seconds), exit.
-#include <ATen/Parallel.h>
+
+#include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 
 #include "base/status_macros.h"
+#include "model/runtime.h"
 #include "producer/producer_node.h"
 #include "tools/tool_common.h"
 
@@ -22,7 +24,8 @@ int main(int argc, char** argv) {
   scd::AddDaemonFlags(&app, &daemon, scd::kLogLevelFlag | scd::kThreadsFlag);
   return scd::RunDaemon(
       "scd-producer", app, argc, argv, daemon, [&]() -> absl::StatusOr<scd::DaemonHandle> {
-        if (daemon.common.threads > 0) at::set_num_threads(daemon.common.threads);
+        // The project's one thread policy (BLAS pool vs libtorch's pool), as every tool uses.
+        spdlog::info("threads: {}", scd::ConfigureThreads(daemon.common.threads).ToString());
         SCD_ASSIGN_OR_RETURN(auto node, scd::producer::ProducerNode::Start(options));
         return scd::DaemonHandle::Of(std::move(node));
       });
