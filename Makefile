@@ -5,7 +5,7 @@ BUILD ?= build
 export SCD_BUILD_DIR := $(BUILD)
 export SCD_SHARED_DIR := $(abspath $(SHARED))
 
-.PHONY: demo story test build bench bench-transport asan format clean
+.PHONY: demo story test numeric-kernels build bench bench-transport asan format clean
 
 # The method's showcase on the hard pair (no shared training between the two models): fit once
 # (cached in $(BUILD)/demo; `make clean` or deleting the file refits), evaluate every transfer
@@ -35,10 +35,15 @@ story: build
 	./$(BUILD)/bin/scd generate --model $(PRODUCER) \
 	  --prompt "Once upon a time" --max-tokens 256 --temperature 0.8 --top-p 0.9 --seed 42 --stats
 
-# Every test, then the transport tests again under AddressSanitizer + LeakSanitizer (`make asan`).
+# Every test; the floating-point ones again under other BLAS kernels and ATen's portable code
+# (`make numeric-kernels`); the transport tests under AddressSanitizer + LeakSanitizer (`make asan`).
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j2
+	$(MAKE) numeric-kernels
 	$(MAKE) asan
+
+numeric-kernels: build
+	bash scripts/numeric_kernels.sh $(BUILD)
 
 build:
 	bash scripts/setup.sh

@@ -25,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "base/shared_dir.h"
 #include "bench/flops.h"
+#include "model/blas_kernel.h"
 #include "model/llama_model.h"
 #include "model/runtime.h"
 
@@ -248,6 +249,7 @@ int DecodeReport(const std::string& configs) {
 }
 
 int Main(int argc, char** argv) {
+  SelectBlasKernel(argc, argv);  // first: it may run the program again on better kernels
   std::string configs = ResolveSharedDir() + "/configs";
   int threads = 0, aten_threads = 0;
   bool quick = false, decode_report = false;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/exception_guard.h"
 #include "base/status_macros.h"
+#include "model/compute_steps.h"
 
 namespace scd {
 namespace {
@@ -59,6 +60,7 @@ absl::StatusOr<std::vector<CodeChunk>> CodeEncoder::EncodeLayer(int layer,
                                                                 int64_t tokens) const {
   return GuardExceptions(
       "CodeEncoder::EncodeLayer", [&]() -> absl::StatusOr<std::vector<CodeChunk>> {
+        ComputeStep step;  // model work beside other requests' steps (model/compute_steps.h)
         if (layer < 0 || layer >= static_cast<int>(plan_.layers.size())) {
           return absl::InvalidArgumentError(absl::StrCat("layer ", layer, " is not in the plan's ",
                                                          plan_.layers.size(), " layers"));

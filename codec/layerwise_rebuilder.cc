@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "model/compute_steps.h"
 
 namespace scd {
 namespace {
@@ -107,6 +108,7 @@ absl::StatusOr<std::vector<int>> LayerwiseRebuilder::Add(CodeChunk chunk) {
 }
 
 absl::Status LayerwiseRebuilder::Rebuild(int layer, std::vector<int>* filled) {
+  ComputeStep step;  // model work beside other requests' steps (model/compute_steps.h)
   const absl::Time start = absl::Now();
   LayerState& state = layers_[layer];
   int end = layer + 1;

@@ -11,6 +11,7 @@
 #include "base/exception_guard.h"
 #include "base/status_macros.h"
 #include "model/checkpoint.h"
+#include "model/compute_steps.h"
 
 namespace scd {
 namespace {
@@ -143,6 +144,7 @@ absl::StatusOr<at::Tensor> LlamaModel::Embed(absl::Span<const TokenId> tokens) c
 absl::StatusOr<ForwardOutput> LlamaModel::Forward(absl::Span<const TokenId> tokens, KvCache* cache,
                                                   const ForwardOptions& options) const {
   return GuardExceptions("LlamaModel::Forward", [&]() -> absl::StatusOr<ForwardOutput> {
+    ComputeStep step;  // shares the BLAS pool with concurrent steps (model/compute_steps.h)
     SCD_RETURN_IF_ERROR(CheckCache(*cache));
     if (!cache->uniform()) {
       return absl::FailedPreconditionError(
@@ -178,6 +180,7 @@ absl::StatusOr<at::Tensor> LlamaModel::RunLayers(int begin, int end, const at::T
                                                  KvCache* cache, const CaptureSpec* capture,
                                                  Captures* captures) const {
   return GuardExceptions("LlamaModel::RunLayers", [&]() -> absl::StatusOr<at::Tensor> {
+    ComputeStep step;
     SCD_RETURN_IF_ERROR(CheckCache(*cache));
     if (begin < 0 || end > config_.num_layers || begin >= end) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -223,6 +226,8 @@ absl::StatusOr<at::Tensor> LlamaModel::RunLayersOwned(int begin, int end, at::Te
     if (on_layer != nullptr) {
       LayerCapture layer_capture;
       const std::function<absl::Status()> hand_off = [&] {
+        // The callback may block (a transfer waiting for credit): not counted as computing.
+        ComputeStep::Paused paused;
         return (*on_layer)(l, std::move(layer_capture));
       };
       SCD_RETURN_IF_ERROR(

@@ -8,6 +8,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "model/blas_kernel.h"
+#include "model/compute_steps.h"
 
 namespace scd {
 
@@ -31,8 +33,8 @@ OpenBlasControls FindOpenBlas() {
 }  // namespace
 
 std::string ThreadSettings::ToString() const {
-  return absl::StrCat("blas=", blas, " blas_threads=", blas_threads,
-                      " aten_threads=", aten_threads);
+  return absl::StrCat("blas=", blas, " blas_threads=", blas_threads, " aten_threads=", aten_threads,
+                      kernel.empty() ? "" : "; ", kernel);
 }
 
 ThreadSettings ConfigureThreads(int threads, int aten_threads) {
@@ -47,13 +49,20 @@ ThreadSettings ConfigureThreads(int threads, int aten_threads) {
     at::set_num_threads(1);
     settings.blas = "openblas-pthreads";
     settings.blas_threads = threads;
+    // Concurrent model steps (model/compute_steps.h): each on one BLAS thread while more than one
+    // runs; a step alone gets the pool. The pool keeps its threads either way (lowering the count
+    // only changes how many a call uses), so the switch is a store OpenBLAS reads as a call starts.
+    SetBlasSharing(
+        [set = openblas.set_num_threads, threads](bool shared) { set(shared ? 1 : threads); });
   } else {
     if (openblas.set_num_threads != nullptr) openblas.set_num_threads(threads);
     at::set_num_threads(threads);
     settings.blas = parallel == 2 ? "openblas-openmp" : parallel == 0 ? "openblas-serial" : "other";
   }
+  if (parallel != 1) SetBlasSharing(nullptr);  // no separate pool to share
   if (aten_threads > 0) at::set_num_threads(aten_threads);
   settings.aten_threads = at::get_num_threads();
+  settings.kernel = BlasKernelReport();
   return settings;
 }
 

@@ -16,6 +16,7 @@ struct ThreadSettings {
   int blas_threads = 0;  // threads of the BLAS library's own pool (GEMMs), 0 if it has none
   int aten_threads = 0;  // libtorch's intra-op (OpenMP) pool: elementwise ops, softmax, copies
   std::string blas;      // e.g. "openblas-pthreads", "openblas-openmp", "other"
+  std::string kernel;    // the BLAS kernel in use and why (model/blas_kernel.h)
   std::string ToString() const;
 };
 

@@ -36,6 +36,7 @@
 #include "proto/inference_client.h"
 #include "proto/scd/v1/control.grpc.pb.h"
 #include "proto/scd/v1/inference.grpc.pb.h"
+#include "tests/test_daemon.h"
 #include "tests/test_util.h"
 
 namespace scd {
@@ -44,67 +45,8 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-// One daemon: its stderr goes to DIR/NAME.log; it writes its address to DIR/NAME.addr.
-class Daemon {
- public:
-  Daemon(const std::string& dir, const std::string& name, std::vector<std::string> argv)
-      : log_(dir + "/" + name + ".log"), address_file_(dir + "/" + name + ".addr") {
-    argv.push_back("--address-file");
-    argv.push_back(address_file_);
-    std::remove(address_file_.c_str());  // a failed earlier test keeps its directory
-    pid_ = fork();
-    if (pid_ == 0) {
-      const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 2);
-      std::vector<char*> args;
-      for (auto& a : argv) args.push_back(a.data());
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-  }
-  ~Daemon() {
-    if (pid_ > 0 && !reaped_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  // The address once it serves ("" after `timeout`: see the log).
-  std::string Address(absl::Duration timeout = absl::Seconds(30)) {
-    const absl::Time limit = absl::Now() + timeout;
-    while (absl::Now() < limit) {
-      std::ifstream in(address_file_);
-      std::string address;
-      if (in >> address) return address;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    ADD_FAILURE() << "no address from " << log_ << ":\n" << testing::ReadFile(log_);
-    return "";
-  }
-  void Kill(int signal) { kill(pid_, signal); }
-  // Exit status after SIGTERM (-1: killed or timed out).
-  int Terminate(absl::Duration timeout) {
-    kill(pid_, SIGTERM);
-    const absl::Time limit = absl::Now() + timeout;
-    int status = 0;
-    while (absl::Now() < limit) {
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        reaped_ = true;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return -1;
-  }
-  const std::string& log() const { return log_; }
-
- private:
-  std::string log_, address_file_;
-  pid_t pid_ = -1;
-  bool reaped_ = false;
-};
-
-std::string Bin(const std::string& name) { return testing::BuildDir() + "/bin/" + name; }
+using testing::Bin;
+using testing::Daemon;
 
 class DaemonsProcessTest : public ::testing::TestWithParam<std::string> {
  protected:

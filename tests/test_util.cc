@@ -54,6 +54,21 @@ double MaxRelDiff(const at::Tensor& actual, const at::Tensor& expected) {
   return scale > 0 ? diff / scale : diff;
 }
 
+double Float32Gamma(int64_t n) {
+  const double u = kFloat32Epsilon / 2;
+  return static_cast<double>(n) * u / (1 - static_cast<double>(n) * u);
+}
+
+double MaxBoundRatio(const at::Tensor& actual, const at::Tensor& expected,
+                     const at::Tensor& bound) {
+  EXPECT_EQ(actual.sizes(), expected.sizes());
+  if (actual.sizes() != expected.sizes()) return 1e30;
+  at::Tensor b = bound.to(at::kCPU, at::kDouble);
+  EXPECT_TRUE((b > 0).all().item<bool>()) << "an error bound must be positive";
+  at::Tensor diff = (actual.to(at::kCPU, at::kDouble) - expected.to(at::kCPU, at::kDouble)).abs();
+  return (diff / b).max().item<double>();
+}
+
 Artifact SyntheticArtifact(const LlamaModel& model) {
   at::Generator gen = at::detail::createCPUGenerator(10);
   const ModelConfig& c = model.config();

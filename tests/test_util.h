@@ -44,6 +44,15 @@ double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b);
 double MaxRelDiff(const at::Tensor& actual, const at::Tensor& expected);
 inline constexpr double kFloat32Epsilon = 1.1920929e-7;
 
+// gamma_n = n u / (1 - n u) with u = 2^-24 (float32 unit roundoff): the bound on the relative
+// error of an n-term float32 sum or dot product in ANY summation order, blocked, vectorised,
+// with or without FMA (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed., (3.4)):
+// |fl(x.y) - x.y| <= gamma_n |x|.|y|. Differences between BLAS kernels live inside it.
+double Float32Gamma(int64_t n);
+// max over elements of |actual - expected| / bound, with `bound` (broadcastable, > 0) the
+// element-wise error bound derived beside the comparison: <= 1 when every element is within it.
+double MaxBoundRatio(const at::Tensor& actual, const at::Tensor& expected, const at::Tensor& bound);
+
 // A random but well-formed artifact for a model shaped like stories260k (fitted "for" the model
 // with itself): ranks (r_K, r_V) = (2, 3) everywhere, patch layers 1 and 3 with r_H = 5 and a
 // one-hidden-layer aligner, recompute plan {2, 3}.

@@ -27,6 +27,7 @@
 #include "calib/model_pair.h"
 #include "calib/report_json.h"
 #include "calib/synthetic_artifact.h"
+#include "model/blas_kernel.h"
 #include "model/runtime.h"
 #include "tools/tool_common.h"
 
@@ -303,6 +304,7 @@ struct SynthCommand {
 };
 
 int Main(int argc, char** argv) {
+  SelectBlasKernel(argc, argv);  // first: it may run the program again on better kernels
   CLI::App app{"scd-calib: fit and evaluate SCD translators for a producer -> consumer pair"};
   app.require_subcommand(1);
   Common common;

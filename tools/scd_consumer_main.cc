@@ -10,10 +10,12 @@
 
 #include "base/status_macros.h"
 #include "consumer/consumer_node.h"
+#include "model/blas_kernel.h"
 #include "model/runtime.h"
 #include "tools/tool_common.h"
 
 int main(int argc, char** argv) {
+  scd::SelectBlasKernel(argc, argv);  // first: it may run the program again on better kernels
   scd::DaemonFlags daemon;
   scd::consumer::ConsumerNodeOptions options;
   CLI::App app{"SCD Serve consumer: cache rebuild from semantic codes, decoding"};

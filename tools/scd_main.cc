@@ -6,6 +6,7 @@
 //        coordinator, producer and consumers in one process, codes over the in-process transport
 //   scd tokenize --model DIR TEXT                             print token ids (and pieces)
 //   scd info --model DIR|config.json                          config summary, sizes
+//   scd kernels [--others]                                    BLAS kernels: in use, runnable
 // Errors go to stderr as one line and exit with status 1.
 #include <ATen/ATen.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -21,11 +22,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "consumer/consumer_node.h"
 #include "coordinator/coordinator_node.h"
 #include "google/protobuf/util/json_util.h"
+#include "model/blas_kernel.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/generator.h"
@@ -174,7 +177,7 @@ struct ServeFlags {
 
 // The three roles in one process: each node serves gRPC on loopback (the coordinator's on
 // --listen), codes travel over the in-process transport. SIGTERM/SIGINT drains and exits.
-absl::Status RunServe(const ServeFlags& flags) {
+absl::Status RunServe(const ServeFlags& flags, int threads) {
   if (!flags.all_in_one) {
     return absl::InvalidArgumentError(
         "only --all-in-one runs here; separate nodes are scd-coordinator, scd-producer and "
@@ -182,6 +185,7 @@ absl::Status RunServe(const ServeFlags& flags) {
   }
   BlockTerminationSignals();  // before any node starts a thread
   spdlog::set_default_logger(spdlog::stderr_color_mt("scd-serve"));  // stdout: nothing
+  spdlog::info("threads: {}", ConfigureThreads(threads).ToString());
   coordinator::CoordinatorNodeOptions coordinator_options;
   coordinator_options.listen = flags.listen;
   SCD_ASSIGN_OR_RETURN(auto coordinator, coordinator::CoordinatorNode::Start(coordinator_options));
@@ -333,7 +337,27 @@ absl::Status RunInfo(const CommonFlags& common) {
   return absl::OkStatus();
 }
 
+absl::Status RunKernels(bool others_only) {
+  const CpuFeatures cpu = DetectCpuFeatures();
+  const std::string in_use = OpenBlasCoreInUse();
+  const std::optional<IsaLevel> in_use_level = OpenBlasCoreLevel(in_use);
+  std::vector<std::string> others;
+  for (const std::string& core : RunnableOpenBlasCores(cpu)) {
+    if (OpenBlasCoreLevel(core) != in_use_level) others.push_back(core);
+  }
+  if (others_only) {
+    for (const std::string& core : others) WriteOut(core + "\n");
+    return absl::OkStatus();
+  }
+  WriteOut(absl::StrCat(
+      "in use:   ", BlasKernelReport(), "\n", "cpu:      ", IsaLevelName(cpu.level()), "; ",
+      cpu.brand, " (", cpu.vendor, ", family ", cpu.family, " model ", cpu.model, ")\n",
+      "runnable: ", absl::StrJoin(RunnableOpenBlasCores(cpu), " "), " (OPENBLAS_CORETYPE=...)\n"));
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
+  SelectBlasKernel(argc, argv);  // first: it may run the program again on better kernels
   CLI::App app{"SCD Serve model runtime: generate, tokenize, inspect Llama-family checkpoints"};
   app.require_subcommand(1);
   CommonFlags common;
@@ -398,7 +422,7 @@ int Main(int argc, char** argv) {
   serve->add_option("--address-file", serve_flags.address_file, "write the address here");
   serve->add_option("--capacity", serve_flags.capacity, "requests per consumer at once");
   serve->add_option("--drain-seconds", serve_flags.drain_seconds, "SIGTERM: wait for requests");
-  AddCommonFlags(serve, &common.tool, kLogLevelFlag);
+  AddCommonFlags(serve, &common.tool, kLogLevelFlag | kThreadsFlag);
 
   std::string text;
   bool pieces = false, no_special = false;
@@ -412,7 +436,15 @@ int Main(int argc, char** argv) {
       app.add_subcommand("info", "config summary, parameter count, KV bytes per token");
   add_common(info, false);
 
+  bool other_kernels = false;
+  CLI::App* kernels = app.add_subcommand(
+      "kernels", "the BLAS kernels in use and the ones this CPU can run (model/blas_kernel.h)");
+  kernels->add_flag("--others", other_kernels,
+                    "only the runnable OpenBLAS cores of another ISA level than the one in use, "
+                    "one per line (scripts/numeric_kernels.sh)");
+
   return RunTool("scd", app, argc, argv, common.tool, [&]() -> absl::Status {
+    if (kernels->parsed()) return RunKernels(other_kernels);
     if (generate->parsed()) {
       if (gen.prompt.empty() && gen.prompt_ids.empty()) {
         return absl::InvalidArgumentError("give --prompt TEXT or --prompt-ids IDS");
@@ -420,7 +452,7 @@ int Main(int argc, char** argv) {
       return RunGenerate(common, gen);
     }
     if (tokenize->parsed()) return RunTokenize(common, text, pieces, no_special);
-    if (serve->parsed()) return RunServe(serve_flags);
+    if (serve->parsed()) return RunServe(serve_flags, common.tool.threads);
     return RunInfo(common);
   });
 }

@@ -9,11 +9,13 @@
 #include <CLI/CLI.hpp>
 
 #include "base/status_macros.h"
+#include "model/blas_kernel.h"
 #include "model/runtime.h"
 #include "producer/producer_node.h"
 #include "tools/tool_common.h"
 
 int main(int argc, char** argv) {
+  scd::SelectBlasKernel(argc, argv);  // first: it may run the program again on better kernels
   scd::DaemonFlags daemon;
   scd::producer::ProducerNodeOptions options;
   CLI::App app{"SCD Serve producer: shared prefill, layer-wise code streaming"};

@@ -1,0 +1,92 @@
+// One process-wide counter under a mutex; the BLAS switch is made under the same lock when the
+// count crosses one, so the pool's setting always matches what runs. Each thread counts how deep
+// it is in steps (nesting).
+#include "model/compute_steps.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace scd {
+namespace {
+
+struct Counter {
+  absl::Mutex mu;
+  int running ABSL_GUARDED_BY(mu) = 0;
+  bool shared ABSL_GUARDED_BY(mu) = false;
+  std::function<void(bool)> share ABSL_GUARDED_BY(mu);
+  ComputeStepStats stats ABSL_GUARDED_BY(mu);
+
+  void Update() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const bool now_shared = running > 1;
+    if (now_shared == shared) return;
+    shared = now_shared;
+    if (shared) ++stats.shared;
+    if (share) share(shared);
+  }
+};
+
+Counter& TheCounter() {
+  static Counter* counter = new Counter();  // never destroyed: steps may run at exit
+  return *counter;
+}
+
+thread_local int depth = 0;  // steps this thread is in (nested)
+
+void Begin() {
+  Counter& c = TheCounter();
+  absl::MutexLock lock(&c.mu);
+  ++c.stats.steps;
+  ++c.running;
+  c.stats.max_running = std::max(c.stats.max_running, c.running);
+  c.Update();
+}
+
+void End() {
+  Counter& c = TheCounter();
+  absl::MutexLock lock(&c.mu);
+  --c.running;
+  c.Update();
+}
+
+}  // namespace
+
+ComputeStep::ComputeStep() {
+  if (depth++ == 0) Begin();
+}
+
+ComputeStep::~ComputeStep() {
+  if (--depth == 0) End();
+}
+
+ComputeStep::Paused::Paused() : depth_(depth) {
+  if (depth_ == 0) return;
+  depth = 0;
+  End();
+}
+
+ComputeStep::Paused::~Paused() {
+  if (depth_ == 0) return;
+  Begin();
+  depth = depth_;
+}
+
+void SetBlasSharing(std::function<void(bool shared)> share) {
+  Counter& c = TheCounter();
+  absl::MutexLock lock(&c.mu);
+  c.share = std::move(share);
+  c.shared = false;  // the caller set the pool up for one step
+  c.Update();        // steps running already (unusual): match them
+}
+
+ComputeStepStats GetComputeStepStats() {
+  Counter& c = TheCounter();
+  absl::MutexLock lock(&c.mu);
+  ComputeStepStats stats = c.stats;
+  stats.running = c.running;
+  return stats;
+}
+
+}  // namespace scd

@@ -1,0 +1,44 @@
+// A daemon (or any long-running binary of the build) as a child process of a test: stderr to
+// DIR/NAME.log, its serving address read from DIR/NAME.addr (--address-file), killed on
+// destruction. Torch-free.
+// Thread-safety: use from the test's thread.
+#ifndef SCD_TESTS_TEST_DAEMON_H_
+#define SCD_TESTS_TEST_DAEMON_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace scd::testing {
+
+class Daemon {
+ public:
+  // Starts argv[0] with argv[1..] and `--address-file DIR/NAME.addr`.
+  Daemon(const std::string& dir, const std::string& name, std::vector<std::string> argv);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // The address once it serves ("" after `timeout`, with a test failure showing the log).
+  std::string Address(absl::Duration timeout = absl::Seconds(30));
+  void Kill(int signal);
+  // Exit status after SIGTERM (-1: killed by a signal or still running after `timeout`).
+  int Terminate(absl::Duration timeout);
+  const std::string& log() const { return log_; }
+  pid_t pid() const { return pid_; }
+
+ private:
+  std::string log_, address_file_;
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+};
+
+// BuildDir()/bin/NAME.
+std::string Bin(const std::string& name);
+
+}  // namespace scd::testing
+
+#endif  // SCD_TESTS_TEST_DAEMON_H_
