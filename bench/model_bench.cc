@@ -7,6 +7,11 @@
 //   build/bin/scd_model_bench --decode-report   read bandwidth, then decode before/after the
 //                                               GEMV + workspace decode path, in one run
 //
+// Against the machine, not only against itself: before the benchmarks it prints the CPU's FP32
+// peak estimate and the speed of each prefill's dominant GEMM under every OpenBLAS kernel this CPU
+// can run (each in a child process: --gemm-probe), and the summary shows prefill as a share of
+// the best kernel's GEMM as well as of the GEMM of the kernel in use ("% of mm").
+//
 // DIR defaults to ../shared/configs. Shapes: tinyllama-1.1b cut to 4 layers, mistral-7b-v0.1 cut to
 // 2 layers; T = 128, 512, 2048. --quick runs only T = 128 and 512 (for smoke tests).
 #include <ATen/ATen.h>
@@ -22,9 +27,12 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "base/shared_dir.h"
 #include "bench/flops.h"
+#include "bench/machine_limits.h"
 #include "model/blas_kernel.h"
 #include "model/llama_model.h"
 #include "model/runtime.h"
@@ -41,6 +49,8 @@ struct Shape {
 struct Row {
   double mm_gflops = 0, prefill_gflops = 0, pct_of_mm = 0, prefill_tps = 0, decode_tps = 0,
          decode_gflops = 0;
+  double best_gflops = 0;  // the dominant GEMM under the best kernel this CPU runs (child process)
+  std::string best_core;
 };
 std::map<std::pair<std::string, int64_t>, Row>& Results() {
   static std::map<std::pair<std::string, int64_t>, Row> results;
@@ -248,11 +258,64 @@ int DecodeReport(const std::string& configs) {
   return 0;
 }
 
+// The machine's limits, printed before the benchmarks: the FP32 peak estimate, then each
+// prefill's dominant GEMM ([T, d] x [d, 2f]) under every OpenBLAS kernel this CPU runs (child
+// processes); the best of them goes into the summary rows.
+void MeasureMachine(const std::vector<Shape>& shapes, const std::vector<int64_t>& lengths,
+                    const std::vector<std::unique_ptr<LlamaModel>>& models, int threads) {
+  const PeakEstimate peak = EstimateFp32Peak();
+  std::printf("CPU FP32 peak estimate: %s\n", peak.Describe().c_str());
+  std::printf(
+      "  (cores: CPUs this process may use / SMT siblings; units: 2 FMA units per core "
+      "assumed for AVX2/AVX-512; clock: measured with a chain of dependent adds)\n");
+  const std::string in_use = OpenBlasCoreInUse();
+  std::printf("BLAS kernel: %s\n", BlasKernelReport().c_str());
+  if (in_use.empty()) return;
+  std::vector<GemmShape> gemms;
+  std::map<std::string, std::pair<std::string, int64_t>> rows;  // gemm key -> summary row
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const ModelConfig& c = models[i]->config();
+    for (int64_t T : lengths) {
+      GemmShape g{T, c.hidden_size, models[i]->weights().layers[0].w_gate_up.size(0)};
+      gemms.push_back(g);
+      rows[g.Key()] = {shapes[i].name, T};
+    }
+  }
+  std::vector<std::string> cores = RunnableOpenBlasCores(DetectCpuFeatures());
+  if (std::find(cores.begin(), cores.end(), in_use) == cores.end())
+    cores.insert(cores.begin(), in_use);
+  std::printf("dominant prefill GEMM by OpenBLAS kernel (GF/s, best of 5, child processes):\n");
+  std::printf("%-14s", "kernel");
+  for (const GemmShape& g : gemms) std::printf(" %16s", g.Key().c_str());
+  std::printf(" %10s\n", "% of peak");
+  for (const std::string& core : cores) {
+    const std::map<std::string, double> speeds = ProbeGemm(core, threads, gemms, 5);
+    std::printf("%-14s", absl::StrCat(core, core == in_use ? "*" : "").c_str());
+    double best_here = 0;
+    for (const GemmShape& g : gemms) {
+      auto it = speeds.find(g.Key());
+      const double gf = it == speeds.end() ? 0 : it->second;
+      std::printf(" %16.1f", gf);
+      best_here = std::max(best_here, gf);
+      Row& row = Results()[rows[g.Key()]];
+      if (gf > row.best_gflops) {
+        row.best_gflops = gf;
+        row.best_core = core;
+      }
+    }
+    std::printf(" %9.0f%%\n", peak.gflops() > 0 ? 100 * best_here / peak.gflops() : 0.0);
+  }
+  std::printf("(* = the kernel this process runs)\n\n");
+  std::fflush(stdout);
+}
+
 int Main(int argc, char** argv) {
   SelectBlasKernel(argc, argv);  // first: it may run the program again on better kernels
   std::string configs = ResolveSharedDir() + "/configs";
   int threads = 0, aten_threads = 0;
   bool quick = false, decode_report = false;
+  std::string gemm_probe;  // child mode (machine_limits.h)
+  int gemm_reps = 3;
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--configs") && i + 1 < argc) {
@@ -265,6 +328,10 @@ int Main(int argc, char** argv) {
       quick = true;
     } else if (!std::strcmp(argv[i], "--decode-report")) {
       decode_report = true;
+    } else if (!std::strcmp(argv[i], "--gemm-probe") && i + 1 < argc) {
+      gemm_probe = argv[++i];
+    } else if (!std::strcmp(argv[i], "--gemm-reps") && i + 1 < argc) {
+      gemm_reps = std::atoi(argv[++i]);
     } else {
       rest.push_back(argv[i]);
     }
@@ -272,6 +339,7 @@ int Main(int argc, char** argv) {
   int rest_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_argc, rest.data());
   const ThreadSettings thread_settings = ConfigureThreads(threads, aten_threads);
+  if (!gemm_probe.empty()) return RunGemmProbe(gemm_probe, gemm_reps);
   if (decode_report) {
     std::printf("threads: %s\n", thread_settings.ToString().c_str());
     return DecodeReport(configs);
@@ -308,17 +376,26 @@ int Main(int argc, char** argv) {
           ->MinTime(1.0);
     }
   }
+  MeasureMachine(shapes, lengths, models, threads);
   SummaryReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
 
   std::printf("\nSummary (%s; GFLOP/s counts GEMM and attention FLOPs):\n",
               thread_settings.ToString().c_str());
-  std::printf("%-20s %6s %10s %12s %10s %8s %12s %12s\n", "model", "T", "mm GF/s", "prefill GF/s",
-              "% of mm", "tok/s", "decode tok/s", "decode GF/s");
-  std::printf("(medians over iterations; %% of mm is the median of per-iteration ratios)\n");
+  std::printf("%-20s %6s %10s %12s %10s %14s %10s %8s %12s %12s\n", "model", "T", "mm GF/s",
+              "prefill GF/s", "% of mm", "best mm GF/s", "% of best", "tok/s", "decode tok/s",
+              "decode GF/s");
+  std::printf(
+      "(medians over iterations; %% of mm is the median of per-iteration ratios to the kernel in "
+      "use; best mm: the same GEMM under the fastest kernel this CPU runs, in a child process)\n");
   for (const auto& [key, row] : Results()) {
-    std::printf("%-20s %6ld %10.1f %12.1f %9.1f%% %8.0f %12.2f %12.1f\n", key.first.c_str(),
-                static_cast<long>(key.second), row.mm_gflops, row.prefill_gflops, row.pct_of_mm,
+    if (row.prefill_gflops == 0 && row.decode_tps == 0) continue;  // filtered out
+    const std::string best =
+        row.best_gflops > 0 ? absl::StrFormat("%.1f %s", row.best_gflops, row.best_core) : "-";
+    std::printf("%-20s %6ld %10.1f %12.1f %9.1f%% %14s %9.1f%% %8.0f %12.2f %12.1f\n",
+                key.first.c_str(), static_cast<long>(key.second), row.mm_gflops, row.prefill_gflops,
+                row.pct_of_mm, best.c_str(),
+                row.best_gflops > 0 ? 100 * row.prefill_gflops / row.best_gflops : 0.0,
                 row.prefill_tps, row.decode_tps, row.decode_gflops);
   }
   benchmark::Shutdown();

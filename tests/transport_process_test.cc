@@ -4,12 +4,12 @@
 // veth pair, the link set down mid-transfer; needs root, skipped with the reason otherwise).
 // The other process is tests/transport_test_peer.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <memory>
@@ -125,8 +125,12 @@ class TransportProcessTest : public ::testing::TestWithParam<std::string> {
   }
   std::vector<std::string> PeerArgs(const std::string& role, const std::string& address,
                                     int interval_ms, size_t chunk_bytes = 65536) {
-    return {PeerBinary(), "--role=" + role, "--backend=" + GetParam(), "--address=" + address,
-            "--chunks=100000", absl::StrCat("--chunk-bytes=", chunk_bytes),
+    return {PeerBinary(),
+            "--role=" + role,
+            "--backend=" + GetParam(),
+            "--address=" + address,
+            "--chunks=100000",
+            absl::StrCat("--chunk-bytes=", chunk_bytes),
             absl::StrCat("--interval-ms=", interval_ms)};
   }
   std::unique_ptr<Transport> transport_;
@@ -176,9 +180,9 @@ TEST_P(TransportProcessTest, KillingTheReceiverEndsTheSendersSessionAndReleasesI
     absl::Time killed = absl::InfiniteFuture();
     absl::Status last;
     for (int i = 0; i < 100000; ++i) {
-      last = (*session)->SendChunk(v1::CodeChunk(),
-                                   Payload(reinterpret_cast<const uint8_t*>(bytes->data()),
-                                           bytes->size(), bytes));
+      last = (*session)->SendChunk(
+          v1::CodeChunk(),
+          Payload(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(), bytes));
       if (!last.ok()) break;
       if (i == 8) {
         ASSERT_TRUE(peer.WaitFor("CHUNK 2", absl::Seconds(5)).has_value());
@@ -231,6 +235,48 @@ TEST_P(TransportProcessTest, AFrozenSenderEndsTheReceiversSessionWithinTheLivene
       << (*session)->status();
   std::printf("%s: frozen sender detected after %s\n", GetParam().c_str(),
               absl::FormatDuration(ended - stopped).c_str());
+}
+
+// CPU time this process used in `window` of wall time, as a share of one core.
+double CoreShare(absl::Duration window) {
+  auto cpu = [] {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return absl::DurationFromTimeval(usage.ru_utime) + absl::DurationFromTimeval(usage.ru_stime);
+  };
+  const absl::Duration before = cpu();
+  absl::SleepFor(window);
+  return absl::FDivDuration(cpu() - before, window);
+}
+
+TEST_P(TransportProcessTest, AfterAStalledPeerTheTransportsThreadsIdle) {
+  // Issue 14: once a stalled peer had been declared dead, the connection's timer thread found its
+  // heartbeat due forever (never advanced on a down link) and spun a core.
+  TransportOptions options;
+  options.backend = GetParam();
+  options.grpc_keepalive_interval = absl::Seconds(5);  // the application heartbeat must tell
+  options.grpc_keepalive_timeout = absl::Seconds(10);
+  options.ucx_keepalive_interval = absl::Seconds(5);
+  auto transport = CreateTransport(options);
+  ASSERT_TRUE(transport.ok()) << transport.status();
+  transport_ = *std::move(transport);
+  auto acceptor = Listen();
+  PeerProcess peer(PeerArgs("send", acceptor->address(), 10));
+  auto session = acceptor->Accept(absl::Seconds(10));
+  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_TRUE((*session)->Next(absl::Seconds(5)).ok());
+  peer.Signal(SIGSTOP);  // stalls past the liveness limit
+  DrainUntilEnd(**session, absl::Seconds(5));
+  ASSERT_EQ((*session)->state(), SessionState::kPeerLost) << (*session)->status();
+  // The dead connection is still held by the acceptor: its threads must sleep.
+  absl::SleepFor(absl::Milliseconds(200));
+  const double share = CoreShare(absl::Seconds(1));
+  peer.Signal(SIGKILL);
+  peer.Signal(SIGCONT);
+  peer.Reap();
+  EXPECT_LT(share, 0.05) << "the idle transport used " << 100 * share << " % of a core";
+  std::printf("%s: %.2f %% of a core while idle after the stall\n", GetParam().c_str(),
+              100 * share);
 }
 
 // ---- silent link: veth pair between this namespace and a new one --------------------------------

@@ -4,6 +4,7 @@
 // tokens may go into debt by one frame.
 #include "transport/link_shaper.h"
 
+#include <algorithm>
 #include <deque>
 #include <thread>
 
@@ -54,6 +55,12 @@ class ShapedLink : public Link {
   void DropSession(uint64_t session_id) override {
     std::deque<Due> dropped;  // declared first: its payloads are released after the unlock
     absl::MutexLock lock(&mu_);
+    // Nothing of the session queued: leave the queue alone (moving every frame into `kept` and
+    // then not swapping it back emptied every other session's frames: issue 14's cancel storm).
+    if (std::none_of(data_.begin(), data_.end(),
+                     [session_id](const Due& due) { return due.frame.session_id == session_id; })) {
+      return;
+    }
     const double seconds_per_byte = shape_.gbps > 0 ? 8.0 / (shape_.gbps * 1e9) : 0;
     absl::Duration saved = absl::ZeroDuration();
     std::deque<Due> kept;

@@ -728,8 +728,12 @@ void TransferConnection::TimerLoop() {
       }
     }
     mu_.Lock();
-    absl::Time wake = std::min(next_deadline, next_heartbeat_);
-    if (!down_) wake = std::min(wake, last_receive_ + options_.liveness_timeout);
+    // A down link sends no heartbeats and checks no liveness: only deadlines wake the timer (a
+    // heartbeat time never advanced once down made the wait return at once, a spinning core).
+    absl::Time wake = next_deadline;
+    if (!down_) {
+      wake = std::min({wake, next_heartbeat_, last_receive_ + options_.liveness_timeout});
+    }
     deadline_changed_ = false;
     auto woken = [this]()
                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || deadline_changed_; };
