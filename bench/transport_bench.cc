@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "transport/frame_message.h"
+#include "transport/session_acceptor.h"
 #include "transport/transfer_session.h"
 
 namespace scd::transport {

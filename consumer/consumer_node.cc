@@ -11,6 +11,7 @@
 #include "codec/fingerprint.h"
 #include "proto/grpc_server.h"
 #include "proto/grpc_util.h"
+#include "transport/session_acceptor.h"
 
 namespace scd::consumer {
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "transport/session_acceptor.h"
 
 namespace scd::consumer {
 

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/code_chunk_framing.h"
+#include "transport/session_acceptor.h"
 #include "transport/transfer_session.h"
 
 namespace scd::consumer {

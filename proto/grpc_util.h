@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/host_port.h"
 
 namespace scd {
 
@@ -27,21 +28,23 @@ inline absl::Status FromGrpcStatus(const grpc::Status& status) {
 
 // "HOST:PORT" for a server asked to listen on `listen` ("HOST:0" or "HOST:N") that bound `port`.
 inline std::string BoundAddress(const std::string& listen, int port) {
-  return absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+  absl::StatusOr<HostPort> hp = ParseHostPort(listen);
+  if (!hp.ok()) return absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+  hp->port = static_cast<uint16_t>(port);
+  return hp->ToString();
 }
 
 // The address other nodes should dial for a server bound at `bound` ("HOST:PORT"): the port with
 // `advertise_host` when given; else, when HOST is a wildcard (0.0.0.0, ::, [::], empty), the
 // machine's host name; else `bound` itself.
 inline std::string AdvertisedAddress(const std::string& bound, const std::string& advertise_host) {
-  const size_t colon = bound.rfind(':');
-  const std::string host = colon == std::string::npos ? "" : bound.substr(0, colon);
-  const std::string port = colon == std::string::npos ? bound : bound.substr(colon + 1);
-  if (!advertise_host.empty()) return absl::StrCat(advertise_host, ":", port);
-  if (host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]") {
+  absl::StatusOr<HostPort> hp = ParseHostPort(bound);
+  if (!hp.ok()) return bound;
+  if (!advertise_host.empty()) return HostPort{advertise_host, hp->port}.ToString();
+  if (hp->wildcard()) {
     char name[256] = {};
     if (gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') {
-      return absl::StrCat(name, ":", port);
+      return HostPort{name, hp->port}.ToString();
     }
   }
   return bound;

@@ -35,6 +35,12 @@ ALLOWED = {
     "tests": None,
 }
 TORCH_FREE = {"base", "tokenizer", "transport", "coordinator"}
+# transport/ holds the interface, sessions and shared mechanisms; each backend its own subfolder.
+# A backend sees the core and itself, never another backend; the core sees no backend except in
+# the factory; the services see no backend at all (they pick one through CreateTransport).
+TRANSPORT_BACKENDS = {"inproc", "grpc", "ucx"}
+TRANSPORT_FACTORY = "transport/transport_factory.cc"
+SERVICES = {"producer", "consumer", "coordinator"}
 TORCH_PREFIXES = ("torch/", "ATen/", "c10/", "caffe2/")
 SOURCE_SUFFIXES = (".h", ".cc", ".hpp", ".cpp")
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
@@ -71,11 +77,43 @@ def violations(root):
                     if folder == "transport" and top == "proto" and not target.endswith(".pb.h"):
                         out.append(f"{rel}:{lineno}: transport/ may include only generated "
                                    f"proto/*.pb.h, not {target}")
+                    out.extend(transport_violations(folder, rel, lineno, target))
                     if allowed is None or "/" not in target or top not in project:
                         continue
                     if top != folder and top not in allowed:
                         out.append(f"{rel}:{lineno}: {folder}/ may not include {target} "
                                    f"({folder}/ may use: {', '.join(allowed) or 'nothing'})")
+    return out
+
+
+def transport_backend(path):
+    """The backend subfolder of a transport/ path ("ucx" for transport/ucx/x.h), "" for the core,
+    None outside transport/."""
+    parts = path.replace(os.sep, "/").split("/")
+    if parts[0] != "transport":
+        return None
+    return parts[1] if len(parts) > 2 else ""
+
+
+def transport_violations(folder, rel, lineno, target):
+    out = []
+    to_backend = transport_backend(target)
+    from_backend = transport_backend(rel)
+    if from_backend and from_backend not in TRANSPORT_BACKENDS:
+        out.append(f"{rel}:{lineno}: transport/{from_backend}/ is no backend folder the layering "
+                   f"check knows ({', '.join(sorted(TRANSPORT_BACKENDS))})")
+    if not to_backend:
+        return out
+    where = f"{rel}:{lineno}: "
+    if from_backend and to_backend != from_backend:
+        out.append(where + f"backend transport/{from_backend}/ may not include another backend's "
+                   f"{target}")
+    elif from_backend == "" and rel.replace(os.sep, "/") != TRANSPORT_FACTORY:
+        out.append(where + f"the transport core may not include the backend header {target} "
+                   f"(only {TRANSPORT_FACTORY} picks backends)")
+    elif folder in SERVICES:
+        out.append(where + f"{folder}/ may not include the backend header {target} (choose a "
+                   f"backend with transport/transport.h's CreateTransport)")
     return out
 
 
@@ -89,6 +127,13 @@ def self_test():
         ({"weird/w.cc": "int x;\n"}, 1),
         ({"codec/c.cc": '#include "model/m.h"\n#include "base/b.h"\n#include <ATen/ATen.h>\n',
           "tools/t.cc": '#include "calib/c.h"\n'}, 0),
+        ({"transport/ucx/u.cc": '#include "transport/grpc/g.h"\n'}, 1),
+        ({"transport/ucx/u.cc": '#include "transport/ucx/c.h"\n#include "transport/lane_queue.h"\n',
+          "transport/transport_factory.cc": '#include "transport/ucx/ucx_transport.h"\n'}, 0),
+        ({"transport/link_shaper.cc": '#include "transport/grpc/grpc_link.h"\n'}, 1),
+        ({"producer/p.cc": '#include "transport/ucx/ucx_transport.h"\n'}, 1),
+        ({"transport/rdma/r.cc": '#include "transport/frame.h"\n'}, 1),
+        ({"tests/t.cc": '#include "transport/grpc/chunk_codec.h"\n'}, 0),
     ]
     for files, expected in cases:
         with tempfile.TemporaryDirectory() as root:

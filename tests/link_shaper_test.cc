@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "tests/transport_test_util.h"
+#include "transport/session_acceptor.h"
 #include "transport/transfer_session.h"
 
 namespace scd::transport {

@@ -8,6 +8,7 @@
 #include "proto/grpc_server.h"
 #include "proto/registry_client.h"
 #include "tests/test_files.h"
+#include "transport/session_acceptor.h"
 
 namespace scd::testing {
 namespace {

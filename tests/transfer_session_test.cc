@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -168,6 +169,35 @@ TEST_P(TransferSessionTest, CancelFromSenderReachesReceiverAndReleasesEverything
     EXPECT_EQ(peers.sender->open_sessions(), 0u);
   }
   EXPECT_EQ(LiveTransportBuffers(), 0);
+}
+
+// A session cancelled while its header still waits behind another session's data (a slow shaped
+// link): the Cancel overtakes the header on the control lane, DropSession keeps the header, and
+// the receiver hands the session out already cancelled, naming why, instead of opening a session
+// that will never get a byte.
+TEST_P(TransferSessionTest, ASessionCancelledBeforeItsHeaderArrivedComesOutCancelled) {
+  ConnectionOptions sender_options;
+  sender_options.shape.gbps = 0.05;  // 2 MiB take about 0.34 s
+  Peers peers = Connect({}, sender_options);
+  SenderBytes bytes{std::make_shared<std::string>(PatternBytes(2 << 20, 4))};
+  auto first = peers.sender->StartSession(Header("req-first"), absl::Seconds(30));
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE((*first)->SendChunk(ChunkMeta(0), bytes.View()).ok());
+  auto second = peers.sender->StartSession(Header("req-second"), absl::Seconds(30));
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE((*second)->SendChunk(ChunkMeta(0), bytes.View()).ok());
+  (*second)->Cancel("the producer gave up");
+  std::map<std::string, std::shared_ptr<ReceiveSession>> got;
+  for (int i = 0; i < 2; ++i) {
+    auto received = peers.acceptor->Accept(absl::Seconds(5));
+    ASSERT_TRUE(received.ok()) << received.status();
+    got[(*received)->header().request_id()] = *received;
+  }
+  ASSERT_EQ(got.count("req-second"), 1u);
+  EXPECT_EQ(got["req-second"]->state(), SessionState::kCancelled);
+  EXPECT_NE(got["req-second"]->status().message().find("the producer gave up"), std::string::npos)
+      << got["req-second"]->status();
+  (*first)->Cancel("done");
 }
 
 TEST_P(TransferSessionTest, CancelFromReceiverReachesSenderAndReleasesEverything) {

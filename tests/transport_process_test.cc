@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "tests/transport_test_util.h"
+#include "transport/session_acceptor.h"
 #include "transport/transfer_session.h"
 
 namespace scd::transport {
@@ -133,6 +134,19 @@ class TransportProcessTest : public ::testing::TestWithParam<std::string> {
             absl::StrCat("--chunk-bytes=", chunk_bytes),
             absl::StrCat("--interval-ms=", interval_ms)};
   }
+  // The backends' own keepalives (gRPC pings, UCX endpoint keepalive) are tuned to notice a dead
+  // peer within about the same second and could win the race; slowed down, the application
+  // heartbeat alone must tell (their own tests cover them).
+  void UseSlowBackendKeepalives() {
+    TransportOptions options;
+    options.backend = GetParam();
+    options.grpc_keepalive_interval = absl::Seconds(5);
+    options.grpc_keepalive_timeout = absl::Seconds(10);
+    options.ucx_keepalive_interval = absl::Seconds(5);
+    auto transport = CreateTransport(options);
+    ASSERT_TRUE(transport.ok()) << transport.status();
+    transport_ = *std::move(transport);
+  }
   std::unique_ptr<Transport> transport_;
 };
 
@@ -206,17 +220,7 @@ TEST_P(TransportProcessTest, KillingTheReceiverEndsTheSendersSessionAndReleasesI
 }
 
 TEST_P(TransportProcessTest, AFrozenSenderEndsTheReceiversSessionWithinTheLivenessLimit) {
-  // The backends' own keepalives (gRPC pings, UCX endpoint keepalive) are tuned to notice a dead
-  // peer within about the same second and could win the race; here they are slowed down so that
-  // the application heartbeat alone must tell (their own tests cover them).
-  TransportOptions options;
-  options.backend = GetParam();
-  options.grpc_keepalive_interval = absl::Seconds(5);
-  options.grpc_keepalive_timeout = absl::Seconds(10);
-  options.ucx_keepalive_interval = absl::Seconds(5);
-  auto transport = CreateTransport(options);
-  ASSERT_TRUE(transport.ok()) << transport.status();
-  transport_ = *std::move(transport);
+  UseSlowBackendKeepalives();
   auto acceptor = Listen();
   PeerProcess peer(PeerArgs("send", acceptor->address(), 10));
   auto session = acceptor->Accept(absl::Seconds(10));
@@ -252,14 +256,7 @@ double CoreShare(absl::Duration window) {
 TEST_P(TransportProcessTest, AfterAStalledPeerTheTransportsThreadsIdle) {
   // Issue 14: once a stalled peer had been declared dead, the connection's timer thread found its
   // heartbeat due forever (never advanced on a down link) and spun a core.
-  TransportOptions options;
-  options.backend = GetParam();
-  options.grpc_keepalive_interval = absl::Seconds(5);  // the application heartbeat must tell
-  options.grpc_keepalive_timeout = absl::Seconds(10);
-  options.ucx_keepalive_interval = absl::Seconds(5);
-  auto transport = CreateTransport(options);
-  ASSERT_TRUE(transport.ok()) << transport.status();
-  transport_ = *std::move(transport);
+  UseSlowBackendKeepalives();
   auto acceptor = Listen();
   PeerProcess peer(PeerArgs("send", acceptor->address(), 10));
   auto session = acceptor->Accept(absl::Seconds(10));

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
+#include "transport/session_acceptor.h"
 #include "transport/transfer_session.h"
 
 namespace scd::transport {

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "transport/fault_injection.h"
+#include "transport/session_acceptor.h"
 #include "transport/transfer_session.h"
 #include "transport/transport.h"
 
@@ -43,6 +44,32 @@ transport::Frame MakeFrame(transport::FrameType type, uint64_t session, std::str
                            const std::string& bytes = "");
 // `n` bytes of a deterministic pattern seeded by `seed`.
 std::string PatternBytes(size_t n, uint32_t seed);
+
+// Frames every backend can carry (their meta a TransferFrame of their type, as the gRPC backend
+// requires). A header for `chunks` chunks whose request id is `id_bytes` long (UCX sends a meta
+// too large for an AM header inside the AM data).
+transport::Frame ValidHeader(uint64_t session, uint64_t chunks, size_t id_bytes = 8);
+transport::Frame ValidChunk(uint64_t session, uint32_t index, transport::Payload payload);
+transport::Frame ValidTrailer(uint64_t session, uint64_t chunks, uint64_t bytes);
+// A control frame of `type` whose meta carries `value`, so that every one is distinct.
+transport::Frame ValidControl(transport::FrameType type, uint64_t session, uint64_t value);
+
+// What one direction of a link sends in the contract tests: 4 sessions of a header, 48 chunks of
+// 0 B .. 8 MiB (around UCX's eager/rendezvous threshold and gRPC's message limit) and a trailer,
+// plus 40 control frames of every kind, with the payload bytes kept for checking.
+struct FrameScript {
+  std::vector<transport::Frame> data;
+  std::vector<std::string> payloads;  // per data frame, "" for non-chunks
+  std::vector<transport::Frame> control;
+  size_t frames() const { return data.size() + control.size(); }
+};
+FrameScript MakeFrameScript(uint32_t seed);
+// Sends copies of the script's frames, a control frame after every 5 data frames.
+void SendFrameScript(transport::Link* link, const FrameScript& script);
+// Data frames in order with exact meta and bytes; every control frame once, in any place.
+void CheckFrameScript(std::vector<transport::Frame> got, const FrameScript& script);
+// LiveTransportBuffers() once backends' threads let go of the last buffers (bounded wait).
+int64_t SettledLiveBuffers();
 
 // A receiver (acceptor) and a sender connection on one backend (loopback, or in-process), the
 // sender's link wrapped in a fault injector with `policy`. Members are destroyed in reverse order:

@@ -30,7 +30,7 @@ struct Decision {
 }  // namespace
 
 FaultInjectingLink::FaultInjectingLink(std::unique_ptr<Link> inner, FaultPolicy policy)
-    : inner_(std::move(inner)), state_(std::make_shared<State>()) {
+    : LinkWrapper(std::move(inner)), state_(std::make_shared<State>()) {
   absl::MutexLock lock(&state_->mu);
   state_->seen.assign(policy.rules.size(), 0);
   state_->policy = std::move(policy);
@@ -46,10 +46,9 @@ FaultInjectingLink::~FaultInjectingLink() {
   };
   state_->mu.AwaitWithTimeout(absl::Condition(&idle), absl::Seconds(10));
   state_->mu.Unlock();
-  inner_.reset();  // joins its delivery, which calls back into this object: before members go
+  DestroyInner();  // joins its delivery, which calls back into this object: before members go
   state_->mu.Lock();
 }
-
 
 namespace {
 Decision DecideLocked(FaultPolicy& policy, std::vector<int64_t>& seen, bool& frozen,
@@ -62,14 +61,22 @@ Decision DecideLocked(FaultPolicy& policy, std::vector<int64_t>& seen, bool& fro
     const int64_t n = seen[i]++;
     if (n < rule.nth || n >= rule.nth + rule.count) continue;
     switch (rule.action) {
-      case FaultAction::kDrop: d.drop = true; break;
-      case FaultAction::kDelay: d.delay = std::max(d.delay, rule.delay); break;
+      case FaultAction::kDrop:
+        d.drop = true;
+        break;
+      case FaultAction::kDelay:
+        d.delay = std::max(d.delay, rule.delay);
+        break;
       case FaultAction::kCorrupt:
         d.corrupt = !frame.payload.empty();
         d.corrupt_offset = rule.corrupt_offset;
         break;
-      case FaultAction::kDisconnect: d.disconnect = true; break;
-      case FaultAction::kFreeze: frozen = true; break;
+      case FaultAction::kDisconnect:
+        d.disconnect = true;
+        break;
+      case FaultAction::kFreeze:
+        frozen = true;
+        break;
     }
   }
   if (frozen) {
@@ -96,7 +103,7 @@ void FaultInjectingLink::Start(LinkHandler* handler) {
     absl::MutexLock lock(&state_->mu);
     state_->handler = handler;
   }
-  inner_->Start(this);
+  LinkWrapper::Start(this);
 }
 
 absl::Status FaultInjectingLink::Send(Frame frame) {
@@ -108,13 +115,13 @@ absl::Status FaultInjectingLink::Send(Frame frame) {
     if (d.delay > absl::ZeroDuration() && !d.drop) ++state_->delayed_in_flight;
   }
   if (d.disconnect) {
-    inner_->Close();
+    inner().Close();
     return absl::OkStatus();
   }
   if (d.drop) return absl::OkStatus();
   if (d.corrupt) frame = Corrupted(std::move(frame), d.corrupt_offset);
   if (d.delay > absl::ZeroDuration()) {
-    Link* inner = inner_.get();
+    Link* inner = &this->inner();
     std::shared_ptr<State> state = state_;
     std::thread([state, inner, delay = d.delay, frame = std::move(frame)]() mutable {
       absl::SleepFor(delay);
@@ -124,7 +131,7 @@ absl::Status FaultInjectingLink::Send(Frame frame) {
     }).detach();
     return absl::OkStatus();
   }
-  return inner_->Send(std::move(frame));
+  return LinkWrapper::Send(std::move(frame));
 }
 
 void FaultInjectingLink::OnFrame(Frame frame) {
@@ -137,7 +144,7 @@ void FaultInjectingLink::OnFrame(Frame frame) {
     handler = state_->handler;
   }
   if (d.disconnect) {
-    inner_->Close();
+    inner().Close();
     return;
   }
   if (d.drop || handler == nullptr) return;
@@ -162,11 +169,11 @@ void FaultInjectingLink::Close() {
     absl::MutexLock lock(&state_->mu);
     state_->closing = true;
   }
-  inner_->Close();
+  LinkWrapper::Close();
 }
 
 std::string FaultInjectingLink::Describe() const {
-  return absl::StrCat(inner_->Describe(), " (fault injection)");
+  return absl::StrCat(LinkWrapper::Describe(), " (fault injection)");
 }
 
 FaultCounters FaultInjectingLink::counters() const {

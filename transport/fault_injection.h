@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "transport/link_wrapper.h"
 #include "transport/transport.h"
 
 namespace scd::transport {
@@ -34,7 +35,7 @@ struct FaultRule {
   int64_t nth = 0;                // the rule fires on the nth matching frame (0-based)...
   int64_t count = 1;              // ...and the next count-1 (kFreeze/kDisconnect: once is enough)
   absl::Duration delay = absl::ZeroDuration();
-  size_t corrupt_offset = 0;      // byte of the payload to flip (modulo its size)
+  size_t corrupt_offset = 0;  // byte of the payload to flip (modulo its size)
 };
 
 struct FaultPolicy {
@@ -46,7 +47,8 @@ struct FaultCounters {
   int64_t dropped = 0, delayed = 0, corrupted = 0, disconnects = 0, frozen_frames = 0;
 };
 
-class FaultInjectingLink : public Link, private LinkHandler {
+// A LinkWrapper: what it does not change (DropSession) reaches the wrapped link.
+class FaultInjectingLink : public LinkWrapper, private LinkHandler {
  public:
   FaultInjectingLink(std::unique_ptr<Link> inner, FaultPolicy policy);
   ~FaultInjectingLink() override;
@@ -65,7 +67,6 @@ class FaultInjectingLink : public Link, private LinkHandler {
   void OnFrame(Frame frame) override;
   void OnLinkDown(absl::Status status) override;
 
-  std::unique_ptr<Link> inner_;
   std::shared_ptr<State> state_;
 };
 

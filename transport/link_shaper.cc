@@ -1,24 +1,26 @@
 // One thread per shaped link releases frames at their due time. The bucket is kept as the time
 // at which it is next empty ("free_at"): a data frame of n bytes leaves at
 // max(now - burst time, free_at) + n / rate, which is a token bucket of depth `burst_bytes` whose
-// tokens may go into debt by one frame.
+// tokens may go into debt by one frame. Frames wait in a LaneQueue: control frames skip the bucket
+// and never wait behind data.
 #include "transport/link_shaper.h"
 
-#include <algorithm>
 #include <deque>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "transport/lane_queue.h"
+#include "transport/link_wrapper.h"
 
 namespace scd::transport {
 namespace {
 
-class ShapedLink : public Link {
+class ShapedLink : public LinkWrapper {
  public:
   ShapedLink(std::unique_ptr<Link> inner, LinkShape shape)
-      : inner_(std::move(inner)), shape_(shape), thread_([this] { Loop(); }) {}
+      : LinkWrapper(std::move(inner)), shape_(shape), thread_([this] { Loop(); }) {}
 
   ~ShapedLink() override {
     {
@@ -26,10 +28,8 @@ class ShapedLink : public Link {
       stopping_ = true;
     }
     thread_.join();
-    inner_->Close();
+    inner().Close();
   }
-
-  void Start(LinkHandler* handler) override { inner_->Start(handler); }
 
   absl::Status Send(Frame frame) override {
     absl::MutexLock lock(&mu_);
@@ -37,61 +37,49 @@ class ShapedLink : public Link {
     const absl::Time now = absl::Now();
     absl::Time due = now;
     if (!IsControl(frame.type) && shape_.gbps > 0) {
-      const double seconds_per_byte = 8.0 / (shape_.gbps * 1e9);
-      const absl::Time earliest = now - absl::Seconds(shape_.burst_bytes * seconds_per_byte);
-      free_at_ = std::max(free_at_, earliest) +
-                 absl::Seconds(static_cast<double>(frame.wire_bytes()) * seconds_per_byte);
+      const absl::Time earliest = now - ByteTime(shape_.burst_bytes);
+      free_at_ = std::max(free_at_, earliest) + ByteTime(frame.wire_bytes());
       due = std::max(now, free_at_);
     }
-    due += shape_.latency;
-    // Control frames have their own queue, so they never wait behind data frames.
-    (IsControl(frame.type) ? control_ : data_).push_back({due, std::move(frame)});
+    queue_.Push({due + shape_.latency, std::move(frame)});
     changed_ = true;
     return absl::OkStatus();
   }
 
   // Removes the session's queued data frames and moves every later data frame earlier by the time
-  // the removed ones would have taken, as if they had never entered the bucket.
+  // the removed ones would have taken, as if they had never entered the bucket; then lets the
+  // backend drop what it still holds of the session.
   void DropSession(uint64_t session_id) override {
-    std::deque<Due> dropped;  // declared first: its payloads are released after the unlock
-    absl::MutexLock lock(&mu_);
-    // Nothing of the session queued: leave the queue alone (moving every frame into `kept` and
-    // then not swapping it back emptied every other session's frames: issue 14's cancel storm).
-    if (std::none_of(data_.begin(), data_.end(),
-                     [session_id](const Due& due) { return due.frame.session_id == session_id; })) {
-      return;
-    }
-    const double seconds_per_byte = shape_.gbps > 0 ? 8.0 / (shape_.gbps * 1e9) : 0;
-    absl::Duration saved = absl::ZeroDuration();
-    std::deque<Due> kept;
-    for (Due& due : data_) {
-      if (due.frame.session_id == session_id) {
-        saved += absl::Seconds(static_cast<double>(due.frame.wire_bytes()) * seconds_per_byte);
-        dropped.push_back(std::move(due));
-      } else {
-        due.at -= saved;
-        kept.push_back(std::move(due));
+    std::deque<Due> dropped;  // released after the unlock
+    {
+      absl::MutexLock lock(&mu_);
+      dropped = queue_.DropSession(
+          session_id, [](const Due&) { return false; },
+          [this](Due& kept, size_t dropped_bytes) { kept.at -= ByteTime(dropped_bytes); });
+      if (!dropped.empty()) {
+        size_t bytes = 0;
+        for (const Due& due : dropped) bytes += due.frame.wire_bytes();
+        free_at_ -= ByteTime(bytes);
+        changed_ = true;
       }
     }
-    if (dropped.empty()) return;
-    data_.swap(kept);
-    free_at_ -= saved;
-    changed_ = true;
+    LinkWrapper::DropSession(session_id);
   }
 
   void Close() override {
+    std::deque<Due> queued;
     {
       absl::MutexLock lock(&mu_);
       closed_ = true;
-      data_.clear();
-      control_.clear();
+      queued = queue_.TakeAll();
     }
-    inner_->Close();
+    LinkWrapper::Close();
   }
 
   std::string Describe() const override {
-    return absl::StrCat(inner_->Describe(), absl::StrFormat(" shaped %.3g Gbit/s +%s", shape_.gbps,
-                                                            absl::FormatDuration(shape_.latency)));
+    return absl::StrCat(LinkWrapper::Describe(),
+                        absl::StrFormat(" shaped %.3g Gbit/s +%s", shape_.gbps,
+                                        absl::FormatDuration(shape_.latency)));
   }
 
  private:
@@ -100,38 +88,46 @@ class ShapedLink : public Link {
     Frame frame;
   };
 
+  // How long `bytes` take at the shaped rate (zero when the rate is unlimited).
+  absl::Duration ByteTime(size_t bytes) const {
+    if (shape_.gbps <= 0) return absl::ZeroDuration();
+    return absl::Seconds(static_cast<double>(bytes) * 8.0 / (shape_.gbps * 1e9));
+  }
+
   void Loop() {
     absl::MutexLock lock(&mu_);
     for (;;) {
       if (stopping_) return;
       absl::Time next = absl::InfiniteFuture();
-      if (!data_.empty()) next = data_.front().at;
-      if (!control_.empty()) next = std::min(next, control_.front().at);
-      if (next > absl::Now()) {
+      if (!queue_.data().empty()) next = queue_.data().front().at;
+      if (!queue_.control().empty()) next = std::min(next, queue_.control().front().at);
+      const absl::Time now = absl::Now();
+      if (next > now) {
         auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || changed_; };
         changed_ = false;
         mu_.AwaitWithDeadline(absl::Condition(&wake), next);
         continue;
       }
-      std::deque<Due>& queue =
-          (!control_.empty() && control_.front().at <= absl::Now()) ? control_ : data_;
-      Frame frame = std::move(queue.front().frame);
-      queue.pop_front();
+      // The control lane's front when due (it may have a later due time than the data front only
+      // through the latency both share), else the data front.
+      std::deque<Due>& lane = (!queue_.control().empty() && queue_.control().front().at <= now)
+                                  ? queue_.control()
+                                  : queue_.data();
+      Frame frame = std::move(lane.front().frame);
+      lane.pop_front();
       mu_.Unlock();
-      inner_->Send(std::move(frame)).IgnoreError();  // a down link reports itself to the handler
+      inner().Send(std::move(frame)).IgnoreError();  // a down link reports itself to the handler
       mu_.Lock();
     }
   }
 
-  std::unique_ptr<Link> inner_;
   const LinkShape shape_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool changed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time free_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  std::deque<Due> data_ ABSL_GUARDED_BY(mu_);
-  std::deque<Due> control_ ABSL_GUARDED_BY(mu_);
+  LaneQueue<Due> queue_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;  // last: starts after every member is ready
 };
 

@@ -12,8 +12,8 @@
 //   - exactly one terminal state per session, reported to both sides.
 //
 // A TransferConnection owns one Link and multiplexes sessions over it (sessions this side sends
-// and sessions the peer sends). A SessionAcceptor turns a Listener's links into connections and
-// hands out the sessions peers open.
+// and sessions the peer sends). SessionAcceptor (session_acceptor.h) turns a Listener's links into
+// connections and hands out the sessions peers open; session_state.h has the states and counters.
 //
 // Thread-safety: every class here is thread-safe. One thread at a time should drive a given
 // SendSession (SendChunk/Finish) or ReceiveSession (Next); Cancel may come from any thread.
@@ -36,42 +36,10 @@
 #include "absl/time/time.h"
 #include "proto/scd/v1/transfer.pb.h"
 #include "transport/link_shaper.h"
+#include "transport/session_state.h"
 #include "transport/transport.h"
 
 namespace scd::transport {
-
-constexpr uint32_t kProtocolMajor = 1;
-constexpr uint32_t kProtocolMinor = 0;
-
-enum class SessionState {
-  kOpen,
-  kCompleted,
-  kCancelled,
-  kDeadlineExceeded,
-  kPeerLost,
-  kCorrupt,
-  kVersionMismatch,
-  kFingerprintMismatch,
-  kResourceExhausted,
-  kProtocolError,
-  kInternal,
-};
-const char* SessionStateName(SessionState state);
-// The absl code each terminal state maps to (Cancelled, DeadlineExceeded, Unavailable, DataLoss,
-// FailedPrecondition, PermissionDenied, ResourceExhausted, InvalidArgument, Internal).
-absl::StatusCode SessionStateCode(SessionState state);
-
-struct SessionStats {
-  uint64_t bytes = 0;   // chunk payload + scale bytes
-  uint64_t chunks = 0;
-  absl::Time start;     // header sent / received
-  absl::Time first_byte = absl::InfinitePast();  // first chunk sent / received
-  absl::Time last_byte = absl::InfinitePast();   // last chunk sent / received
-  absl::Time end = absl::InfinitePast();         // terminal state reached
-  size_t max_inflight_bytes = 0;  // sender: the most unconsumed bytes it ever had out
-  // bytes / (last_byte - start), in Gbit/s; 0 before any byte.
-  double goodput_gbps() const;
-};
 
 class ReceiveSession;
 
@@ -89,37 +57,6 @@ struct ConnectionOptions {
   // Receiving side: called (from the link's thread) with each session a peer opens, instead of
   // queueing it for AcceptSession. SessionAcceptor uses this.
   std::function<void(std::shared_ptr<ReceiveSession>)> on_session;
-};
-
-class TransferConnection;
-
-// The state both session kinds share: terminal state, stats, waiting.
-class SessionCore : public std::enable_shared_from_this<SessionCore> {
- public:
-  virtual ~SessionCore() = default;
-  SessionCore(uint64_t id, std::string request_id) : id_(id), request_id_(std::move(request_id)) {}
-  uint64_t id() const { return id_; }
-  const std::string& request_id() const { return request_id_; }
-  SessionState state() const;
-  // OK when completed, else the terminal state's status (its message names what happened).
-  absl::Status status() const;
-  SessionStats stats() const;
-  // Waits for a terminal state; false on timeout.
-  bool WaitForEnd(absl::Duration timeout) const;
-
- protected:
-  friend class TransferConnection;
-  absl::Status StatusLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Moves to `state` unless already terminal; true when this call ended the session.
-  bool EndLocked(SessionState state, std::string message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  const uint64_t id_;
-  const std::string request_id_;
-  mutable absl::Mutex mu_;
-  SessionState state_ ABSL_GUARDED_BY(mu_) = SessionState::kOpen;
-  std::string message_ ABSL_GUARDED_BY(mu_);
-  SessionStats stats_ ABSL_GUARDED_BY(mu_);
-  absl::Time deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
 };
 
 class SendSession : public SessionCore {
@@ -167,7 +104,8 @@ class ReceiveSession : public SessionCore {
   // The next chunk in order (CRC checked), or nullopt once the trailer arrived and matched (the
   // session is then completed and the sender acked). Blocks up to `timeout` (DeadlineExceeded
   // when nothing came, the session stays open); the terminal status once the session ended.
-  absl::StatusOr<std::optional<ReceivedChunk>> Next(absl::Duration timeout = absl::InfiniteDuration());
+  absl::StatusOr<std::optional<ReceivedChunk>> Next(
+      absl::Duration timeout = absl::InfiniteDuration());
   // Ends the session kCancelled and tells the sender.
   void Cancel(const std::string& reason);
   size_t queued_chunks() const;
@@ -222,6 +160,8 @@ class TransferConnection : public LinkHandler,
                   const std::string& message, bool notify_peer);
   void HandleFrame(Frame frame);
   void HandleHeader(uint64_t id, v1::TransferHeader header);
+  // Hands a session the peer opened to on_session or the accept queue.
+  void Offer(const std::shared_ptr<ReceiveSession>& session);
   void HandleData(uint64_t id, v1::TransferFrame message, Payload payload);
   void HandleControl(uint64_t id, const v1::TransferFrame& message);
   void LinkLost(const std::string& why);
@@ -253,33 +193,11 @@ class TransferConnection : public LinkHandler,
   std::map<uint64_t, std::shared_ptr<SendSession>> sending_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::shared_ptr<ReceiveSession>> receiving_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<ReceiveSession>> accept_queue_ ABSL_GUARDED_BY(mu_);
+  // Receiving: sessions the sender cancelled before their header arrived (id -> why), and the
+  // highest header id seen (ids only grow, and headers keep their order).
+  std::map<uint64_t, std::string> cancelled_before_header_ ABSL_GUARDED_BY(mu_);
+  uint64_t last_header_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread timer_;
-};
-
-// Accepts links on a listener and the sessions peers open on them.
-class SessionAcceptor {
- public:
-  SessionAcceptor(std::unique_ptr<Listener> listener, ConnectionOptions options);
-  ~SessionAcceptor();
-  // The next session any peer opened; DeadlineExceeded on timeout, Cancelled after Close.
-  absl::StatusOr<std::shared_ptr<ReceiveSession>> Accept(absl::Duration timeout);
-  std::string address() const { return listener_->address(); }
-  void Close();
-  size_t connections() const;
-  // Sessions not yet ended on every accepted connection.
-  size_t open_sessions() const;
-
- private:
-  struct ReadyQueue;
-  void AcceptLoop();
-
-  std::unique_ptr<Listener> listener_;
-  const ConnectionOptions options_;
-  // Shared with the connections' callbacks, which may outlive a call into this object.
-  std::shared_ptr<ReadyQueue> ready_;
-  mutable absl::Mutex mu_;
-  std::vector<std::shared_ptr<TransferConnection>> connections_ ABSL_GUARDED_BY(mu_);
-  std::thread accept_thread_;
 };
 
 }  // namespace scd::transport

@@ -8,12 +8,16 @@
 //
 // A Link is bidirectional. Link::Send never blocks on the network: it queues the frame and
 // returns. Data frames (header/chunk/trailer) are delivered to the peer's LinkHandler in the order
-// they were sent; control frames never queue behind data frames. When the link fails or either
-// side closes it, the handler gets exactly one OnLinkDown and no OnFrame after it, and every
-// queued payload is released.
+// they were sent; control frames never queue behind data frames (they may overtake them). When the
+// link fails or either side closes it, the handler gets exactly one OnLinkDown and no OnFrame
+// after it, and every queued payload is released. tests/link_contract_test.cc holds every backend
+// to this; the mechanisms every backend shares: lane_queue.h (the two lanes, DropSession),
+// delivery_gate.h (Start, one OnLinkDown, no exception escaping), receive_pool.h, link_wrapper.h.
 //
 // Thread-safety: Transport, Listener and Link methods are thread-safe. A LinkHandler is called
-// from one backend thread at a time per link and must not block for long (it queues work).
+// from one backend thread at a time per link and must not block for long (it queues work). It may
+// Send on and Close its own link from inside a call; OnLinkDown then comes after that call
+// returns, on the same thread.
 #ifndef SCD_TRANSPORT_TRANSPORT_H_
 #define SCD_TRANSPORT_TRANSPORT_H_
 
@@ -57,11 +61,13 @@ class Link {
   virtual void Start(LinkHandler* handler) = 0;
   // Queues `frame`. FailedPrecondition once the link is down.
   virtual absl::Status Send(Frame frame) = 0;
-  // Closes the link (idempotent). The peer sees OnLinkDown(Unavailable).
+  // Closes the link (idempotent); this side's handler has heard OnLinkDown(Cancelled) when it
+  // returns (unless called from inside that handler). The peer sees OnLinkDown(Unavailable).
   virtual void Close() = 0;
-  // Session `session_id` ended early (cancelled, failed): data frames of it still queued here and
-  // not yet handed to the wire may be dropped, releasing their payloads. Control frames are kept.
-  // Backends that hand frames to the wire at once have nothing to drop (the default).
+  // Session `session_id` ended early (cancelled, failed): its chunks and trailer still queued here
+  // and not yet handed to the wire are dropped, releasing their payloads. Its header and every
+  // control frame still go (the peer learns of the session, then of its end). Decorators pass the
+  // call on to the link they wrap (LinkWrapper); a backend with nothing queued ignores it.
   virtual void DropSession(uint64_t /*session_id*/) {}
   // "ucx 127.0.0.1:40123 (tcp)" and the like, for logs.
   virtual std::string Describe() const = 0;

@@ -1,13 +1,13 @@
 // The one place that knows which backends this build has (the #if lives here and nowhere else).
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "transport/inproc_transport.h"
+#include "transport/inproc/inproc_transport.h"
 #include "transport/transport.h"
 #if SCD_HAVE_GRPC
-#include "transport/grpc_transport.h"
+#include "transport/grpc/grpc_transport.h"
 #endif
 #if SCD_HAVE_UCX
-#include "transport/ucx_transport.h"
+#include "transport/ucx/ucx_transport.h"
 #endif
 
 namespace scd::transport {
@@ -32,13 +32,13 @@ absl::StatusOr<std::unique_ptr<Transport>> CreateTransport(const TransportOption
   if (options.backend == "ucx") return NewUcxTransport(options);
 #endif
   if (options.backend == "grpc" || options.backend == "ucx") {
-    return absl::UnimplementedError(
-        absl::StrCat("transport backend '", options.backend, "' is not in this build (have: ",
-                     absl::StrJoin(AvailableBackends(), ", "), ")"));
+    return absl::UnimplementedError(absl::StrCat(
+        "transport backend '", options.backend,
+        "' is not in this build (have: ", absl::StrJoin(AvailableBackends(), ", "), ")"));
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown transport backend '", options.backend,
-                                                 "' (have: ",
-                                                 absl::StrJoin(AvailableBackends(), ", "), ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown transport backend '", options.backend,
+                   "' (have: ", absl::StrJoin(AvailableBackends(), ", "), ")"));
 }
 
 }  // namespace scd::transport

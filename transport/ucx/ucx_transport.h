@@ -1,7 +1,7 @@
 // The UCX (ucp) backend: a Link is one ucp endpoint; frames travel as active messages.
 // Thread-safety: see transport/transport.h.
-#ifndef SCD_TRANSPORT_UCX_TRANSPORT_H_
-#define SCD_TRANSPORT_UCX_TRANSPORT_H_
+#ifndef SCD_TRANSPORT_UCX_UCX_TRANSPORT_H_
+#define SCD_TRANSPORT_UCX_UCX_TRANSPORT_H_
 
 #include <memory>
 
@@ -14,4 +14,4 @@ absl::StatusOr<std::unique_ptr<Transport>> NewUcxTransport(const TransportOption
 
 }  // namespace scd::transport
 
-#endif  // SCD_TRANSPORT_UCX_TRANSPORT_H_
+#endif  // SCD_TRANSPORT_UCX_UCX_TRANSPORT_H_

@@ -1,7 +1,9 @@
-// Both ends of an in-process link share one Pipe: two queues (one per direction) and a delivery
-// thread per end, so a handler never runs on the sender's stack (no re-entrancy between the two
-// ends' locks). Payloads move as they are: the receiver gets the sender's view and owner.
-#include "transport/inproc_transport.h"
+// Both ends of an in-process link share one Pipe: a LaneQueue per direction (control frames ahead
+// of queued data, a cancelled session's data droppable) and a delivery thread per end, so a
+// handler never runs on the sender's stack (no re-entrancy between the two ends' locks). Each end
+// delivers through a DeliveryGate (held until Start, one link-down, no exception escapes).
+// Payloads move as they are: the receiver gets the sender's view and owner.
+#include "transport/inproc/inproc_transport.h"
 
 #include <deque>
 #include <map>
@@ -10,61 +12,68 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "transport/delivery_gate.h"
+#include "transport/lane_queue.h"
 
 namespace scd::transport {
 namespace {
 
 struct Pipe {
+  explicit Pipe(std::string pipe_name) : name(std::move(pipe_name)) {}
   absl::Mutex mu;
-  std::deque<Frame> queue[2] ABSL_GUARDED_BY(mu);  // frames waiting for end i's handler
-  LinkHandler* handler[2] ABSL_GUARDED_BY(mu) = {nullptr, nullptr};
+  LaneQueue<Frame> queue[2] ABSL_GUARDED_BY(mu);  // frames waiting for end i's handler
   bool closed ABSL_GUARDED_BY(mu) = false;
   int closed_by ABSL_GUARDED_BY(mu) = -1;
-  std::string name;
+  const std::string name;
 };
 
 class InProcessLink : public Link {
  public:
-  InProcessLink(std::shared_ptr<Pipe> pipe, int side) : pipe_(std::move(pipe)), side_(side) {}
+  InProcessLink(std::shared_ptr<Pipe> pipe, int side)
+      : pipe_(std::move(pipe)),
+        side_(side),
+        gate_(absl::StrCat("inproc ", pipe_->name)),
+        thread_([this] { DeliveryLoop(); }) {}
   ~InProcessLink() override {
     Close();
-    if (thread_.joinable()) thread_.join();
+    thread_.join();
   }
 
-  void Start(LinkHandler* handler) override {
-    {
-      absl::MutexLock lock(&pipe_->mu);
-      if (pipe_->handler[side_] != nullptr) return;
-      pipe_->handler[side_] = handler;
-    }
-    thread_ = std::thread([this] { DeliveryLoop(); });
-  }
+  void Start(LinkHandler* handler) override { gate_.Start(handler); }
 
   absl::Status Send(Frame frame) override {
     absl::MutexLock lock(&pipe_->mu);
     if (pipe_->closed) return absl::FailedPreconditionError("in-process link is closed");
-    pipe_->queue[1 - side_].push_back(std::move(frame));
+    pipe_->queue[1 - side_].Push(std::move(frame));
     return absl::OkStatus();
   }
 
   void Close() override {
-    absl::MutexLock lock(&pipe_->mu);
-    if (pipe_->closed) return;
-    pipe_->closed = true;
-    pipe_->closed_by = side_;
-    pipe_->queue[0].clear();  // releases every queued payload
-    pipe_->queue[1].clear();
+    std::deque<Frame> released[2];  // payloads go after the unlock
+    {
+      absl::MutexLock lock(&pipe_->mu);
+      if (!pipe_->closed) {
+        pipe_->closed = true;
+        pipe_->closed_by = side_;
+        released[0] = pipe_->queue[0].TakeAll();
+        released[1] = pipe_->queue[1].TakeAll();
+      }
+    }
+    // This end's handler hears it before Close returns (after the handler call in progress, when
+    // a handler closes its own link).
+    gate_.Down(absl::CancelledError("link closed"), /*drop_held=*/true);
   }
 
-  std::string Describe() const override { return absl::StrCat("inproc ", pipe_->name); }
+  void DropSession(uint64_t session_id) override {
+    std::deque<Frame> dropped;  // declared first: released after the unlock
+    absl::MutexLock lock(&pipe_->mu);
+    dropped = pipe_->queue[1 - side_].DropSession(session_id);
+  }
+
+  std::string Describe() const override { return gate_.description(); }
 
  private:
   void DeliveryLoop() {
-    LinkHandler* handler;
-    {
-      absl::MutexLock lock(&pipe_->mu);
-      handler = pipe_->handler[side_];
-    }
     for (;;) {
       Frame frame;
       {
@@ -74,23 +83,24 @@ class InProcessLink : public Link {
         };
         pipe_->mu.Await(absl::Condition(&ready));
         if (pipe_->closed) {
-          bool by_me = pipe_->closed_by == side_;
+          const bool by_me = pipe_->closed_by == side_;
           pipe_->mu.Unlock();
-          handler->OnLinkDown(by_me ? absl::CancelledError("link closed")
-                                    : absl::UnavailableError("peer closed the link"));
+          gate_.Down(by_me ? absl::CancelledError("link closed")
+                           : absl::UnavailableError("peer closed the link"),
+                     /*drop_held=*/by_me);
           pipe_->mu.Lock();
           return;
         }
-        frame = std::move(pipe_->queue[side_].front());
-        pipe_->queue[side_].pop_front();
+        frame = *pipe_->queue[side_].Pop();
       }
-      handler->OnFrame(std::move(frame));
+      gate_.Deliver(std::move(frame));
     }
   }
 
   std::shared_ptr<Pipe> pipe_;
   const int side_;
-  std::thread thread_;
+  DeliveryGate gate_;
+  std::thread thread_;  // last: starts once everything else is ready
 };
 
 class InProcessListener;
@@ -113,9 +123,8 @@ class InProcessListener : public Listener {
 
   absl::StatusOr<std::unique_ptr<Link>> Accept(absl::Duration timeout) override {
     absl::MutexLock lock(&mu_);
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return closed_ || !pending_.empty();
-    };
+    auto ready = [this]()
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closed_ || !pending_.empty(); };
     if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
       return absl::DeadlineExceededError(absl::StrCat("no connection on ", name_));
     }
@@ -134,9 +143,10 @@ class InProcessListener : public Listener {
       auto it = registry.listeners.find(name_);
       if (it != registry.listeners.end() && it->second == this) registry.listeners.erase(it);
     }
+    std::deque<std::unique_ptr<Link>> unaccepted;  // declared first: closed after the unlock
     absl::MutexLock lock(&mu_);
     closed_ = true;
-    pending_.clear();
+    unaccepted.swap(pending_);
   }
 
   // Called with the registry lock held, so the listener cannot go away meanwhile.
@@ -184,11 +194,10 @@ class InProcessTransport : public Transport {
     absl::MutexLock lock(&registry.mu);
     auto it = registry.listeners.find(address);
     if (it == registry.listeners.end()) {
-      return absl::UnavailableError(absl::StrCat("nothing listens on in-process address '",
-                                                 address, "'"));
+      return absl::UnavailableError(
+          absl::StrCat("nothing listens on in-process address '", address, "'"));
     }
-    auto pipe = std::make_shared<Pipe>();
-    pipe->name = address;
+    auto pipe = std::make_shared<Pipe>(address);
     if (!it->second->Offer(std::make_unique<InProcessLink>(pipe, 1))) {
       return absl::UnavailableError(absl::StrCat("listener '", address, "' closed"));
     }

@@ -1,7 +1,7 @@
 // The gRPC backend: a Link is one bidirectional `scd.v1.Transfer/Transfer` stream.
 // Thread-safety: see transport/transport.h.
-#ifndef SCD_TRANSPORT_GRPC_TRANSPORT_H_
-#define SCD_TRANSPORT_GRPC_TRANSPORT_H_
+#ifndef SCD_TRANSPORT_GRPC_GRPC_TRANSPORT_H_
+#define SCD_TRANSPORT_GRPC_GRPC_TRANSPORT_H_
 
 #include <memory>
 
@@ -14,4 +14,4 @@ absl::StatusOr<std::unique_ptr<Transport>> NewGrpcTransport(const TransportOptio
 
 }  // namespace scd::transport
 
-#endif  // SCD_TRANSPORT_GRPC_TRANSPORT_H_
+#endif  // SCD_TRANSPORT_GRPC_GRPC_TRANSPORT_H_

@@ -1,0 +1,42 @@
+#include "base/host_port.h"
+
+#include <gtest/gtest.h>
+
+namespace scd {
+namespace {
+
+TEST(HostPortTest, ParsesNamesAddressesAndBracketedIpv6) {
+  struct Case {
+    const char* address;
+    const char* host;
+    uint16_t port;
+    const char* written;
+  };
+  for (const Case& c :
+       {Case{"127.0.0.1:80", "127.0.0.1", 80, "127.0.0.1:80"},
+        Case{"node-1:0", "node-1", 0, "node-1:0"}, Case{"[::1]:9000", "::1", 9000, "[::1]:9000"},
+        Case{":65535", "", 65535, ":65535"}, Case{"[::]:1", "::", 1, "[::]:1"}}) {
+    absl::StatusOr<HostPort> hp = ParseHostPort(c.address);
+    ASSERT_TRUE(hp.ok()) << c.address << ": " << hp.status();
+    EXPECT_EQ(hp->host, c.host);
+    EXPECT_EQ(hp->port, c.port);
+    EXPECT_EQ(hp->ToString(), c.written);
+  }
+  EXPECT_TRUE(ParseHostPort("0.0.0.0:1")->wildcard());
+  EXPECT_TRUE(ParseHostPort("[::]:1")->wildcard());
+  EXPECT_TRUE(ParseHostPort(":1")->wildcard());
+  EXPECT_FALSE(ParseHostPort("10.0.0.1:1")->wildcard());
+}
+
+TEST(HostPortTest, RefusesWhatIsNotHostPortNamingIt) {
+  for (const char* bad : {"localhost", "host:", "host:http", "host:65536", "host:-1", "::1:80",
+                          "[::1:80", "::1]:80", "[]x:80"}) {
+    absl::StatusOr<HostPort> hp = ParseHostPort(bad);
+    EXPECT_FALSE(hp.ok()) << bad;
+    EXPECT_EQ(hp.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(hp.status().message().find(bad), std::string::npos) << hp.status();
+  }
+}
+
+}  // namespace
+}  // namespace scd

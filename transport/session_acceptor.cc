@@ -1,0 +1,107 @@
+#include "transport/session_acceptor.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <deque>
+
+#include "absl/strings/str_cat.h"
+
+namespace scd::transport {
+
+// ---- SessionAcceptor ---------------------------------------------------------------------------
+
+struct SessionAcceptor::ReadyQueue {
+  absl::Mutex mu;
+  bool closed ABSL_GUARDED_BY(mu) = false;
+  std::deque<std::shared_ptr<ReceiveSession>> sessions ABSL_GUARDED_BY(mu);
+};
+
+SessionAcceptor::SessionAcceptor(std::unique_ptr<Listener> listener, ConnectionOptions options)
+    : listener_(std::move(listener)),
+      options_(std::move(options)),
+      ready_(std::make_shared<ReadyQueue>()) {
+  accept_thread_ = std::thread([this] { AcceptLoop(); });
+}
+
+SessionAcceptor::~SessionAcceptor() { Close(); }
+
+void SessionAcceptor::AcceptLoop() {
+  for (;;) {
+    {
+      absl::MutexLock lock(&ready_->mu);
+      if (ready_->closed) return;
+    }
+    absl::StatusOr<std::unique_ptr<Link>> link = listener_->Accept(absl::Milliseconds(100));
+    if (!link.ok()) {
+      if (absl::IsDeadlineExceeded(link.status())) continue;
+      if (!absl::IsCancelled(link.status())) {
+        spdlog::warn("accepting on {} failed: {}", listener_->address(), link.status().ToString());
+      }
+      absl::MutexLock lock(&ready_->mu);
+      if (ready_->closed || absl::IsCancelled(link.status())) return;
+      continue;
+    }
+    ConnectionOptions options = options_;
+    std::weak_ptr<ReadyQueue> queue = ready_;
+    options.on_session = [queue](std::shared_ptr<ReceiveSession> session) {
+      if (auto q = queue.lock()) {
+        absl::MutexLock lock(&q->mu);
+        if (!q->closed) q->sessions.push_back(std::move(session));
+      }
+    };
+    auto connection = TransferConnection::Create(*std::move(link), std::move(options));
+    absl::MutexLock lock(&mu_);
+    // Forget connections whose links are gone (their sessions have ended).
+    connections_.erase(std::remove_if(connections_.begin(), connections_.end(),
+                                      [](const auto& c) { return !c->alive(); }),
+                       connections_.end());
+    connections_.push_back(std::move(connection));
+  }
+}
+
+absl::StatusOr<std::shared_ptr<ReceiveSession>> SessionAcceptor::Accept(absl::Duration timeout) {
+  absl::MutexLock lock(&ready_->mu);
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ready_->mu) {
+    return ready_->closed || !ready_->sessions.empty();
+  };
+  if (!ready_->mu.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
+    return absl::DeadlineExceededError(absl::StrCat("no session on ", listener_->address(),
+                                                    " within ", absl::FormatDuration(timeout)));
+  }
+  if (ready_->closed) return absl::CancelledError("session acceptor closed");
+  auto session = std::move(ready_->sessions.front());
+  ready_->sessions.pop_front();
+  return session;
+}
+
+void SessionAcceptor::Close() {
+  {
+    absl::MutexLock lock(&ready_->mu);
+    if (ready_->closed && !accept_thread_.joinable()) return;
+    ready_->closed = true;
+    ready_->sessions.clear();
+  }
+  listener_->Close();
+  if (accept_thread_.joinable()) accept_thread_.join();
+  std::vector<std::shared_ptr<TransferConnection>> connections;
+  {
+    absl::MutexLock lock(&mu_);
+    connections.swap(connections_);
+  }
+  connections.clear();  // each destructor ends its sessions and joins its threads
+}
+
+size_t SessionAcceptor::connections() const {
+  absl::MutexLock lock(&mu_);
+  return connections_.size();
+}
+
+size_t SessionAcceptor::open_sessions() const {
+  absl::MutexLock lock(&mu_);
+  size_t open = 0;
+  for (const auto& connection : connections_) open += connection->open_sessions();
+  return open;
+}
+
+}  // namespace scd::transport

@@ -1,0 +1,225 @@
+#include "transport/ucx/ucx_config.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "base/host_port.h"
+
+namespace scd::transport::ucx_internal {
+namespace {
+
+absl::StatusOr<SockAddr> Resolve(const std::string& host, uint16_t port, bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  if (passive) hints.ai_flags = AI_PASSIVE;
+  addrinfo* result = nullptr;
+  std::string service = std::to_string(port);
+  int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &result);
+  if (rc != 0 || result == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resolve '", host, "': ", gai_strerror(rc)));
+  }
+  SockAddr out;
+  std::memcpy(&out.storage, result->ai_addr, result->ai_addrlen);
+  out.length = result->ai_addrlen;
+  freeaddrinfo(result);
+  return out;
+}
+
+}  // namespace
+
+std::string FormatSockAddr(const sockaddr* addr) {
+  char host[INET6_ADDRSTRLEN] = {0};
+  if (addr->sa_family == AF_INET) {
+    auto* in = reinterpret_cast<const sockaddr_in*>(addr);
+    inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+    return absl::StrCat(host, ":", ntohs(in->sin_port));
+  }
+  if (addr->sa_family == AF_INET6) {
+    auto* in6 = reinterpret_cast<const sockaddr_in6*>(addr);
+    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+    return absl::StrCat("[", host, "]:", ntohs(in6->sin6_port));
+  }
+  return "?";
+}
+
+uint16_t SockAddrPort(const sockaddr* addr) {
+  if (addr->sa_family == AF_INET)
+    return ntohs(reinterpret_cast<const sockaddr_in*>(addr)->sin_port);
+  if (addr->sa_family == AF_INET6) {
+    return ntohs(reinterpret_cast<const sockaddr_in6*>(addr)->sin6_port);
+  }
+  return 0;
+}
+
+std::string UcsError(ucs_status_t status) { return ucs_status_string(status); }
+
+absl::StatusOr<SockAddr> ResolveAddress(const std::string& address, bool passive) {
+  absl::StatusOr<HostPort> host_port = ParseHostPort(address);
+  if (!host_port.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("ucx: ", host_port.status().message()));
+  }
+  absl::StatusOr<SockAddr> resolved = Resolve(host_port->host, host_port->port, passive);
+  if (resolved.ok()) resolved->host = host_port->host;
+  return resolved;
+}
+
+void ConfigureContext(ucp_config_t* config, const TransportOptions& options) {
+  ucs_status_t status = UCS_OK;
+  // ucp's client-server setup (sockaddr CM) needs a transport on the network device the address
+  // resolves to, and error mode PEER needs an AM lane with peer-failure support (posix and self
+  // have none): in UCX 1.13 a shared-memory-only UCX_TLS (posix,cma,self) fails to connect with
+  // "Destination is unreachable". Add tcp then: it carries connection setup and the AM lane, while
+  // bulk data still moves by cma on a same-host link.
+  if (const char* tls = std::getenv("UCX_TLS"); tls != nullptr && LacksNetworkTransport(tls)) {
+    const std::string value = absl::StrCat(tls, ",tcp");
+    status = ucp_config_modify(config, "TLS", value.c_str());
+    static std::atomic<bool> said{false};
+    if (status == UCS_OK && !said.exchange(true)) {
+      spdlog::info(
+          "ucx: UCX_TLS={} has no transport for connection setup and peer-failure "
+          "detection; using {}",
+          tls, value);
+    }
+  }
+  // Error mode PEER makes ucp 1.13 require memory-invalidation support from rendezvous lanes, which
+  // the cma memory domain only advertises when asked to (its invalidation is a no-op), so without
+  // this a same-host link loses cma and falls back to tcp for bulk data. The cost: after a link
+  // fails with a rendezvous send in flight, a still-running peer could read that payload's memory
+  // after the transport released it (reads only; get scheme).
+  // (ucp hands unknown keys to the UCT components without their prefix; an unused key draws a
+  // warning, hence only when cma may be in use.)
+  if (std::getenv("UCX_CMA_MEMORY_INVALIDATE") == nullptr && MayUseCma(std::getenv("UCX_TLS"))) {
+    status = ucp_config_modify(config, "MEMORY_INVALIDATE", "y");
+    if (status != UCS_OK) {
+      spdlog::warn("ucx: cannot set CMA_MEMORY_INVALIDATE=y: {}", UcsError(status));
+    }
+  }
+  // Endpoint keepalive detects a dead peer below the application heartbeat; the user's own
+  // UCX_KEEPALIVE_* settings win.
+  if (std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
+    const int64_t us =
+        std::max<int64_t>(1, absl::ToInt64Microseconds(options.ucx_keepalive_interval));
+    std::string value = absl::StrCat(us, "us");
+    status = ucp_config_modify(config, "KEEPALIVE_INTERVAL", value.c_str());
+    if (status != UCS_OK) {
+      spdlog::warn("ucx: cannot set KEEPALIVE_INTERVAL={}: {}", value, UcsError(status));
+    }
+  }
+  if (std::getenv("UCX_KEEPALIVE_NUM_EPS") == nullptr) {
+    // Check every endpoint each round, so detection time does not grow with the link count.
+    status = ucp_config_modify(config, "KEEPALIVE_NUM_EPS", "inf");
+    if (status != UCS_OK) {
+      spdlog::warn("ucx: cannot set KEEPALIVE_NUM_EPS=inf: {}", UcsError(status));
+    }
+  }
+}
+
+// The transports the context uses, from ucp_context_print_info's "resource" lines
+// ("#      resource 1  :  md 1  dev 1  flags -- tcp/lo"); ucp 1.13 has no query for them.
+std::vector<std::string> ContextTransports(ucp_context_h context) {
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* stream = open_memstream(&text, &size);
+  if (stream == nullptr) return {};
+  ucp_context_print_info(context, stream);
+  fclose(stream);
+  std::vector<std::string> out;
+  for (absl::string_view line : absl::StrSplit(absl::string_view(text, size), '\n')) {
+    if (!absl::StrContains(line, "resource")) continue;
+    size_t dashes = line.find("-- ");
+    if (dashes == absl::string_view::npos) continue;
+    absl::string_view resource = line.substr(dashes + 3);
+    absl::string_view tl = resource.substr(0, resource.find('/'));
+    while (!tl.empty() && tl.back() == ' ') tl.remove_suffix(1);
+    if (!tl.empty() && std::find(out.begin(), out.end(), tl) == out.end()) out.emplace_back(tl);
+  }
+  free(text);
+  return out;
+}
+
+// True for a UCX_TLS list that names no transport ucp's sockaddr connection manager can resolve
+// an IP address to (an exclusion list "^..." or "all" keeps the network transports).
+bool LacksNetworkTransport(absl::string_view tls) {
+  static const char* const kNetwork[] = {
+      "all", "tcp",  "ib",   "rc",       "rc_v",    "rc_x", "rc_verbs", "rc_mlx5",
+      "ud",  "ud_v", "ud_x", "ud_verbs", "ud_mlx5", "dc",   "dc_x",     "dc_mlx5"};
+  if (absl::StartsWith(tls, "^")) return false;
+  for (absl::string_view tl : absl::StrSplit(tls, ',')) {
+    tl = absl::StripAsciiWhitespace(tl);
+    absl::ConsumePrefix(&tl, "\\");  // "\tcp": the same transport, without its aliases
+    for (const char* network : kNetwork) {
+      if (tl == network) return false;
+    }
+  }
+  return true;
+}
+
+// Whether a UCX_TLS value (null: unset) may enable the cma transport.
+bool MayUseCma(const char* tls) {
+  if (tls == nullptr) return true;
+  absl::string_view list = tls;
+  const bool exclude = absl::ConsumePrefix(&list, "^");
+  bool named = false;
+  for (absl::string_view tl : absl::StrSplit(list, ',')) {
+    tl = absl::StripAsciiWhitespace(tl);
+    absl::ConsumePrefix(&tl, "\\");
+    named |= tl == "cma" || tl == "sm" || tl == "shm" || tl == "scopy" || tl == "all";
+  }
+  return exclude ? !named : named;
+}
+
+std::vector<std::string> EndpointLanes(ucp_ep_h ep) {
+  std::vector<std::string> lanes;
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* stream = open_memstream(&text, &size);
+  if (stream != nullptr) {
+    // Lines like "#   lane[1]:  1:tcp/lo.0 md[0] -> ..." ("lane[0]: cm tcp" for the CM lane).
+    ucp_ep_print_info(ep, stream);
+    fclose(stream);
+    for (absl::string_view line : absl::StrSplit(absl::string_view(text, size), '\n')) {
+      size_t at = line.find("lane[");
+      if (at == absl::string_view::npos) continue;
+      at = line.find("]:", at);
+      if (at == absl::string_view::npos) continue;
+      absl::string_view rest = line.substr(at + 2);
+      while (!rest.empty() && (rest.front() == ' ' || absl::ascii_isdigit(rest.front()))) {
+        rest.remove_prefix(1);
+      }
+      if (!absl::ConsumePrefix(&rest, ":")) continue;  // the CM lane has no resource
+      absl::string_view tl = rest.substr(0, rest.find('/'));
+      if (!tl.empty() && std::find(lanes.begin(), lanes.end(), tl) == lanes.end()) {
+        lanes.emplace_back(tl);
+      }
+    }
+    free(text);
+  }
+  return lanes;
+}
+
+void FillCapabilities(const std::vector<std::string>& transports, Capabilities* capabilities) {
+  static const char* const kRdma[] = {"rc", "rc_verbs", "rc_mlx5", "dc",  "dc_mlx5",
+                                      "ud", "ud_verbs", "ud_mlx5", "srd", "gga"};
+  for (const std::string& tl : transports) {
+    for (const char* rdma : kRdma) capabilities->rdma |= tl == rdma;
+    capabilities->gpu_memory |=
+        absl::StartsWith(tl, "cuda") || absl::StartsWith(tl, "rocm") || absl::StartsWith(tl, "gdr");
+  }
+}
+
+}  // namespace scd::transport::ucx_internal
