@@ -6,23 +6,24 @@
 //
 //   scd-transport-bench --backend ucx --bytes 4194304 --iters 256 [--sessions 1000] [--json]
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "transport/frame_message.h"
 #include "transport/session_acceptor.h"
@@ -39,10 +40,26 @@ struct BenchOptions {
   size_t bytes = size_t{1} << 20;
   int iters = 64;
   int sessions = 1000;
-  size_t max_inflight_mb = 256;
-  double link_gbps = 0;        // shaper (0 = off)
+  size_t max_inflight_mb = 64;  // the services' default (--max-inflight-mb)
+  double link_gbps = 0;         // shaper (0 = off)
   double link_latency_us = 0;
   bool json = false;
+};
+
+// `n` bytes of a pattern in memory backed by transparent huge pages: 2 MiB-aligned, rounded up to
+// whole huge pages (as UCX's "thp" allocator does for ucx_perftest's buffers), advised, touched.
+struct HugeBlock {
+  explicit HugeBlock(size_t n) {
+    constexpr size_t kHugePage = size_t{2} << 20;
+    const size_t rounded = (std::max(n, size_t{1}) + kHugePage - 1) / kHugePage * kHugePage;
+    if (posix_memalign(&data, kHugePage, rounded) != 0) std::abort();
+    madvise(data, rounded, MADV_HUGEPAGE);
+    std::memset(data, 'g', rounded);
+  }
+  ~HugeBlock() { std::free(data); }
+  HugeBlock(const HugeBlock&) = delete;
+  HugeBlock& operator=(const HugeBlock&) = delete;
+  void* data = nullptr;
 };
 
 // The receiving side: drains every session it is given until killed / closed.
@@ -65,9 +82,15 @@ Frame BenchFrame(uint64_t session, FrameType type, Payload payload = Payload()) 
   v1::TransferFrame message;
   message.set_session_id(session);
   switch (type) {
-    case FrameType::kChunk: message.mutable_chunk()->set_payload_bytes(payload.size()); break;
-    case FrameType::kTrailer: message.mutable_trailer(); break;
-    default: message.mutable_ack(); break;
+    case FrameType::kChunk:
+      message.mutable_chunk()->set_payload_bytes(payload.size());
+      break;
+    case FrameType::kTrailer:
+      message.mutable_trailer();
+      break;
+    default:
+      message.mutable_ack();
+      break;
   }
   return *FrameFromMessage(message, std::move(payload));  // every body above has a frame type
 }
@@ -124,7 +147,7 @@ void ServeLinks(Listener& listener, std::vector<std::unique_ptr<LinkSink>>* sink
 
 // Link level: `chunks` frames of the block, a trailer, and the time until the receiver's ack.
 absl::StatusOr<double> SendOverLink(Link& link, AckCounter& acks, int round, int chunks,
-                                    const std::string& block) {
+                                    absl::string_view block) {
   const absl::Time start = absl::Now();
   for (int i = 0; i < chunks; ++i) {
     SCD_RETURN_IF_ERROR(link.Send(BenchFrame(
@@ -201,8 +224,8 @@ int Run(const BenchOptions& options) {
     std::fprintf(stderr, "scd-transport-bench: --level link needs a cross-process backend\n");
     return 2;
   } else {
-    local = std::make_unique<SessionAcceptor>(*(*transport)->Listen("bench:0"),
-                                              ConnectionOptions{});
+    local =
+        std::make_unique<SessionAcceptor>(*(*transport)->Listen("bench:0"), ConnectionOptions{});
     address = local->address();
     local_thread = std::thread([&] { Serve(*local, &stop); });
   }
@@ -211,7 +234,11 @@ int Run(const BenchOptions& options) {
     std::fprintf(stderr, "scd-transport-bench: %s\n", link.status().ToString().c_str());
     return 2;
   }
-  const std::string block(options.bytes, 'g');
+  // The bytes every chunk is a view of: 2 MiB-aligned and advised for transparent huge pages, as
+  // ucx_perftest's own buffers are (its "thp" allocation), so cma pins one page per 2 MiB on both
+  // sides of the comparison.
+  const HugeBlock hugeblock(options.bytes);
+  const absl::string_view block(static_cast<const char*>(hugeblock.data), options.bytes);
   if (options.level == "link") {
     AckCounter acks;
     (*link)->Start(&acks);
@@ -224,12 +251,12 @@ int Run(const BenchOptions& options) {
     }
     const double total = static_cast<double>(options.bytes) * options.iters;
     const char* tls = std::getenv("UCX_TLS");
-    std::printf("%s{\"backend\": \"%s\", \"level\": \"link\", \"ucx_tls\": \"%s\", "
-                "\"bytes\": %zu, \"iters\": %d, \"goodput_gbps\": %.4f, "
-                "\"goodput_mib_s\": %.1f}\n",
-                options.json ? "" : "link level: ", options.backend.c_str(), tls ? tls : "",
-                options.bytes, options.iters, total * 8 / *seconds / 1e9,
-                total / *seconds / (1 << 20));
+    std::printf(
+        "%s{\"backend\": \"%s\", \"level\": \"link\", \"ucx_tls\": \"%s\", "
+        "\"bytes\": %zu, \"iters\": %d, \"goodput_gbps\": %.4f, "
+        "\"goodput_mib_s\": %.1f}\n",
+        options.json ? "" : "link level: ", options.backend.c_str(), tls ? tls : "", options.bytes,
+        options.iters, total * 8 / *seconds / 1e9, total / *seconds / (1 << 20));
     (*link).reset();
     kill(child, SIGKILL);
     waitpid(child, nullptr, 0);
@@ -276,8 +303,8 @@ int Run(const BenchOptions& options) {
     auto session = connection->StartSession(v1::TransferHeader(), absl::Seconds(10));
     if (!session.ok()) break;
     (*session)
-        ->SendChunk(v1::CodeChunk(), Payload(reinterpret_cast<const uint8_t*>(small.data()),
-                                             small.size(), nullptr))
+        ->SendChunk(v1::CodeChunk(),
+                    Payload(reinterpret_cast<const uint8_t*>(small.data()), small.size(), nullptr))
         .IgnoreError();
     if (!(*session)->Finish().ok()) break;
     micros.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
@@ -285,18 +312,20 @@ int Run(const BenchOptions& options) {
   const char* tls = std::getenv("UCX_TLS");
   if (options.json) {
     std::printf(
-        "{\"backend\": \"%s\", \"level\": \"session\", \"ucx_tls\": \"%s\", \"bytes\": %zu, \"iters\": %d, "
+        "{\"backend\": \"%s\", \"level\": \"session\", \"ucx_tls\": \"%s\", \"bytes\": %zu, "
+        "\"iters\": %d, "
         "\"goodput_gbps\": %.4f, \"goodput_mib_s\": %.1f, \"sessions\": %zu, "
         "\"session_p50_us\": %.1f, \"session_p99_us\": %.1f}\n",
         options.backend.c_str(), tls ? tls : "", options.bytes, options.iters, goodput_gbps,
         total / *seconds / (1 << 20), micros.size(), Percentile(micros, 0.5),
         Percentile(micros, 0.99));
   } else {
-    std::printf("%s%s%s: %d x %zu B: %.2f Gbit/s (%.0f MiB/s); session with one 640 B chunk: "
-                "p50 %.1f us, p99 %.1f us over %zu sessions\n",
-                options.backend.c_str(), tls ? " UCX_TLS=" : "", tls ? tls : "", options.iters,
-                options.bytes, goodput_gbps, total / *seconds / (1 << 20), Percentile(micros, 0.5),
-                Percentile(micros, 0.99), micros.size());
+    std::printf(
+        "%s%s%s: %d x %zu B: %.2f Gbit/s (%.0f MiB/s); session with one 640 B chunk: "
+        "p50 %.1f us, p99 %.1f us over %zu sessions\n",
+        options.backend.c_str(), tls ? " UCX_TLS=" : "", tls ? tls : "", options.iters,
+        options.bytes, goodput_gbps, total / *seconds / (1 << 20), Percentile(micros, 0.5),
+        Percentile(micros, 0.99), micros.size());
   }
   connection->Close();
   connection.reset();

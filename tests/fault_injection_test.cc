@@ -70,6 +70,22 @@ TEST(FaultInjectionTest, CorruptsACopyNotTheSendersBytes) {
   EXPECT_EQ(arrived.substr(0, 2) + arrived.substr(3), "abdef");
 }
 
+// A corruption after the backend (incoming) voids the checksum the backend took as the bytes
+// landed (Frame::payload_crc), so the session computes it again and sees the damage.
+TEST(FaultInjectionTest, IncomingCorruptionClearsTheBackendsChecksum) {
+  Pair pair;
+  FaultRule rule = Rule(FaultAction::kCorrupt, 0, FrameType::kChunk);
+  rule.direction = FaultDirection::kIncoming;
+  Open(pair, {{rule}});
+  Frame frame = MakeFrame(FrameType::kChunk, 1, "", "abcdef");
+  frame.payload_crc = 0x1234u;  // as a receiving backend would have set it
+  ASSERT_TRUE(pair.receiver->Send(std::move(frame)).ok());
+  ASSERT_TRUE(pair.sent_back.WaitForFrames(1, absl::Seconds(1)));
+  const Frame arrived = pair.sent_back.TakeFrames()[0];
+  EXPECT_NE(arrived.payload.view(), "abcdef");
+  EXPECT_FALSE(arrived.payload_crc.has_value());
+}
+
 TEST(FaultInjectionTest, DelayHoldsTheFrame) {
   Pair pair;
   FaultRule rule = Rule(FaultAction::kDelay, 0);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "base/crc32c.h"
 #include "proto/scd/v1/transfer.pb.h"
 #include "tests/transport_test_util.h"
 #include "transport/grpc/chunk_codec.h"
@@ -65,6 +66,10 @@ TEST(GrpcChunkCodecTest, EveryFrameRoundTripsThroughMessagesAtTheLimit) {
     }
     ASSERT_TRUE(result.has_value());
     ExpectSame(*result, frame);
+    if (frame.type == FrameType::kChunk) {  // checksummed in the copy out of the messages
+      ASSERT_TRUE(result->payload_crc.has_value());
+      EXPECT_EQ(*result->payload_crc, Crc32cSoftware(frame.payload.data(), frame.payload.size()));
+    }
   }
 }
 

@@ -94,6 +94,7 @@ Frame Corrupted(Frame frame, size_t offset) {
   Payload copy = Payload::Copy(frame.payload.data(), frame.payload.size());
   const_cast<uint8_t*>(copy.data())[offset % copy.size()] ^= 0x5A;
   frame.payload = std::move(copy);
+  frame.payload_crc.reset();  // damaged after any checksum the backend took
   return frame;
 }
 }  // namespace

@@ -1,6 +1,6 @@
 // Frame: the unit every transport backend moves. `meta` is a serialized scd.v1.TransferFrame
-// (proto/scd/v1/transfer.proto) without chunk payload bytes; `payload` is the chunk's bulk bytes, carried
-// beside it so that backends can move them without copying (in-process) or out of band (UCX
+// (proto/scd/v1/transfer.proto) without chunk payload bytes; `payload` is the chunk's bulk bytes,
+// carried beside it so that backends can move them without copying (in-process) or out of band (UCX
 // rendezvous). Backends never parse `meta`, except gRPC, which must put the bytes into messages.
 //
 // Two lanes: data frames (header, chunk, trailer) arrive in the order they were sent on a link;
@@ -11,6 +11,7 @@
 #define SCD_TRANSPORT_FRAME_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "transport/payload.h"
@@ -37,6 +38,11 @@ struct Frame {
   uint64_t session_id = 0;  // 0: the link itself
   std::string meta;         // serialized scd.v1.TransferFrame
   Payload payload;          // chunk bytes (kChunk only)
+  // CRC-32C of `payload`, when the receiving backend computed it as the bytes landed (in the same
+  // pass as the copy it made anyway, or right after a zero-copy receive while they were hot), so
+  // the session layer need not read them again. Never sent; a fault injector that alters the
+  // payload clears it.
+  std::optional<uint32_t> payload_crc;
 
   // Bytes this frame puts on the wire (meta + payload), for shaping and accounting.
   size_t wire_bytes() const { return meta.size() + payload.size(); }

@@ -97,9 +97,13 @@ class LaneQueue {
 
   // Everything, both lanes (a link going down releases it).
   std::deque<Item> TakeAll() {
-    std::deque<Item> all = std::move(control_);
+    std::deque<Item> all;
+    if (control_.empty()) {
+      all.swap(data_);  // the common case: nothing to merge, nothing allocated
+      return all;
+    }
+    all.swap(control_);
     for (Item& item : data_) all.push_back(std::move(item));
-    control_.clear();
     data_.clear();
     return all;
   }

@@ -211,7 +211,7 @@ void TransferConnection::HandleFrame(Frame frame) {
       break;
     case FrameType::kChunk:
     case FrameType::kTrailer:
-      HandleData(id, std::move(message), std::move(frame.payload));
+      HandleData(id, std::move(message), std::move(frame.payload), frame.payload_crc);
       break;
     default:
       HandleControl(id, message);
@@ -287,7 +287,8 @@ void TransferConnection::Offer(const std::shared_ptr<ReceiveSession>& session) {
   }
 }
 
-void TransferConnection::HandleData(uint64_t id, v1::TransferFrame message, Payload payload) {
+void TransferConnection::HandleData(uint64_t id, v1::TransferFrame message, Payload payload,
+                                    std::optional<uint32_t> payload_crc) {
   std::shared_ptr<ReceiveSession> session = FindReceive(id);
   if (session == nullptr) return;  // a session that already ended: drop (releases the payload)
   absl::MutexLock lock(&session->mu_);
@@ -302,7 +303,7 @@ void TransferConnection::HandleData(uint64_t id, v1::TransferFrame message, Payl
   session->stats_.last_byte = now;
   session->stats_.bytes += bytes;
   ++session->stats_.chunks;
-  session->queue_.push_back({std::move(*message.mutable_chunk()), std::move(payload)});
+  session->queue_.push_back({std::move(*message.mutable_chunk()), std::move(payload), payload_crc});
 }
 
 void TransferConnection::HandleControl(uint64_t id, const v1::TransferFrame& message) {

@@ -17,8 +17,13 @@
 namespace scd::transport {
 namespace {
 
-uint32_t ChunkCrc(const Payload& payload, const std::string& scales) {
-  return Crc32c(scales.data(), scales.size(), Crc32c(payload.data(), payload.size()));
+// The chunk's CRC-32C: its payload, then its scales. `payload_crc`: the payload's, when the
+// backend already took it as the bytes landed.
+uint32_t ChunkCrc(const Payload& payload, const std::string& scales,
+                  std::optional<uint32_t> payload_crc = std::nullopt) {
+  const uint32_t of_payload =
+      payload_crc.has_value() ? *payload_crc : Crc32c(payload.data(), payload.size());
+  return Crc32c(scales.data(), scales.size(), of_payload);
 }
 
 std::string Hex32(uint32_t v) { return absl::StrFormat("0x%08x", v); }
@@ -157,7 +162,7 @@ absl::StatusOr<std::optional<ReceivedChunk>> ReceiveSession::Next(absl::Duration
     problem = absl::StrCat("chunk ", chunk.meta.index(), " carries ", chunk.payload.size(),
                            " payload bytes, its header says ", chunk.meta.payload_bytes());
   } else {
-    const uint32_t crc = ChunkCrc(chunk.payload, chunk.meta.scales());
+    const uint32_t crc = ChunkCrc(chunk.payload, chunk.meta.scales(), chunk.payload_crc);
     if (crc != chunk.meta.crc32c()) {
       bad = SessionState::kCorrupt;
       problem = absl::StrCat("chunk ", chunk.meta.index(), " (layer ", chunk.meta.layer(), ", ",

@@ -90,6 +90,7 @@ class SendSession : public SessionCore {
 struct ReceivedChunk {
   v1::CodeChunk meta;  // payload field empty; payload_bytes, crc32c as sent
   Payload payload;
+  std::optional<uint32_t> payload_crc;  // the backend's checksum of `payload`, when it took one
 };
 
 class ReceiveSession : public SessionCore {
@@ -162,7 +163,8 @@ class TransferConnection : public LinkHandler,
   void HandleHeader(uint64_t id, v1::TransferHeader header);
   // Hands a session the peer opened to on_session or the accept queue.
   void Offer(const std::shared_ptr<ReceiveSession>& session);
-  void HandleData(uint64_t id, v1::TransferFrame message, Payload payload);
+  void HandleData(uint64_t id, v1::TransferFrame message, Payload payload,
+                  std::optional<uint32_t> payload_crc);
   void HandleControl(uint64_t id, const v1::TransferFrame& message);
   void LinkLost(const std::string& why);
   // Drops an ended session from its map; true while the link is up (the peer can be told).

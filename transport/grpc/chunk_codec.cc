@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/crc32c.h"
 #include "proto/scd/v1/transfer.pb.h"
 #include "transport/frame_message.h"
 
@@ -89,9 +90,10 @@ class SliceReader {
   bool Skip(size_t n) {
     return Consume(n, [](const uint8_t*, size_t) {});
   }
-  bool CopyTo(uint8_t* out, size_t n) {
-    return Consume(n, [&out](const uint8_t* p, size_t k) {
-      std::memcpy(out, p, k);
+  // Copies the next `n` bytes to `out`, extending `*crc` with them in the same pass.
+  bool CopyTo(uint8_t* out, size_t n, uint32_t* crc) {
+    return Consume(n, [&out, crc](const uint8_t* p, size_t k) {
+      *crc = Crc32cCopy(out, p, k, *crc);
       out += k;
     });
   }
@@ -372,12 +374,20 @@ absl::StatusOr<std::optional<Frame>> Reassembler::TakeChunk(uint64_t session_id,
   frame.type = FrameType::kChunk;
   frame.session_id = session_id;
   frame.meta = meta.SerializeAsString();
-  if (total == 0) return std::optional<Frame>(std::move(frame));
+  if (total == 0) {
+    frame.payload_crc = 0;  // of no bytes
+    return std::optional<Frame>(std::move(frame));
+  }
   uint8_t* bytes = nullptr;
   frame.payload = pool_->Get(total, &bytes);
-  if (payload_size > 0) payload_at->CopyTo(bytes, payload_size);
-  if (payload_size == total) return std::optional<Frame>(std::move(frame));
-  pending_ = Pending{std::move(frame), bytes, payload_size};
+  // The one copy out of gRPC's slices also takes the payload's checksum (the session's CRC pass).
+  uint32_t crc = 0;
+  if (payload_size > 0) payload_at->CopyTo(bytes, payload_size, &crc);
+  if (payload_size == total) {
+    frame.payload_crc = crc;
+    return std::optional<Frame>(std::move(frame));
+  }
+  pending_ = Pending{std::move(frame), bytes, payload_size, crc};
   return std::optional<Frame>();
 }
 
@@ -411,7 +421,7 @@ absl::StatusOr<std::optional<Frame>> Reassembler::TakePiece(uint64_t session_id,
     return Malformed(absl::StrCat("size mismatch: piece of ", data_size, " bytes after ",
                                   pending_->filled, " of ", total));
   }
-  if (data_size > 0) data_at->CopyTo(pending_->bytes + pending_->filled, data_size);
+  if (data_size > 0) data_at->CopyTo(pending_->bytes + pending_->filled, data_size, &pending_->crc);
   pending_->filled += data_size;
   const bool complete = pending_->filled == total;
   if (complete != (last != 0)) {
@@ -420,6 +430,7 @@ absl::StatusOr<std::optional<Frame>> Reassembler::TakePiece(uint64_t session_id,
   }
   if (!complete) return std::optional<Frame>();
   Frame frame = std::move(pending_->frame);
+  frame.payload_crc = pending_->crc;
   pending_.reset();
   return std::optional<Frame>(std::move(frame));
 }

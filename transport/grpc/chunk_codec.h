@@ -8,7 +8,8 @@
 //
 // A chunk whose payload exceeds the message limit leaves as a CodeChunk carrying the first part,
 // then CodeChunkPieces (control messages may go between them); the Reassembler puts it back
-// together into a ReceivePool buffer. Anything else inside a chunk's pieces is malformed.
+// together into a ReceivePool buffer, taking the payload's CRC-32C in the same pass as that copy
+// (Frame::payload_crc). Anything else inside a chunk's pieces is malformed.
 // Thread-safety: plain values and functions; a Reassembler is used by one reader at a time.
 #ifndef SCD_TRANSPORT_GRPC_CHUNK_CODEC_H_
 #define SCD_TRANSPORT_GRPC_CHUNK_CODEC_H_
@@ -67,6 +68,7 @@ class Reassembler {
     Frame frame;
     uint8_t* bytes = nullptr;
     size_t filled = 0;
+    uint32_t crc = 0;  // CRC-32C of the bytes filled so far
   };
   absl::StatusOr<std::optional<Frame>> TakeChunk(uint64_t session_id, SliceReader* body);
   absl::StatusOr<std::optional<Frame>> TakePiece(uint64_t session_id, SliceReader* body);

@@ -55,7 +55,11 @@ constexpr absl::Duration kHandshakeBound = absl::Seconds(10);
 constexpr absl::Duration kCommandBound = absl::Seconds(5);
 constexpr absl::Duration kShutdownBound = absl::Seconds(2);
 constexpr int kIdlePollMs = 100;
-constexpr absl::Duration kSpinWindow = absl::Milliseconds(2);
+// After the last event, how long the progress thread keeps polling before it sleeps on the event
+// fd (while transfers are in flight). Short: on 2 cores a thread spinning on a cma rendezvous the
+// peer pulls, or on a socket with nothing to read, takes the core the peer's copy or the CRC needs
+// (bench/README.md: 2 ms of spin cost 20-30 % of session goodput; 50 us kept latency and more).
+constexpr absl::Duration kSpinWindow = absl::Microseconds(50);
 constexpr int kTimerPollMs = 10;
 // A reorder window this far ahead of the next expected data frame means a broken peer.
 constexpr uint64_t kMaxReorderWindow = uint64_t{1} << 20;

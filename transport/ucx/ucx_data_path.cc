@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/crc32c.h"
 #include "transport/ucx/ucx_config.h"
 #include "transport/ucx/ucx_core.h"
 
@@ -346,7 +347,16 @@ ucs_status_t Core::HandleAm(const void* header_bytes, size_t header_length, void
   } else {
     frame.meta.assign(inline_meta, header.meta_len);
   }
-  if (length > 0) frame.payload = Payload::Copy(bytes, length);
+  if (length > 0) {
+    // The one copy out of ucp's buffer also takes the checksum (the session layer's CRC pass).
+    uint8_t* out = nullptr;
+    frame.payload = Payload::Allocate(length, &out);
+    if (frame.type == FrameType::kChunk) {
+      frame.payload_crc = Crc32cCopy(out, bytes, length);
+    } else {
+      std::memcpy(out, bytes, length);
+    }
+  }
   Accept(link, control, header.seq, std::move(frame));
   return UCS_OK;
 }
