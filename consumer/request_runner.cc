@@ -137,6 +137,7 @@ absl::StatusOr<PrefixOutcome> PreparePrefix(
   outcome.mode = "local";
   outcome.reason = absl::StrCat("fallback: the ", route.mode, " transfer failed (",
                                 received.status().ToString(), ")");
+  if (context.on_fallback) context.on_fallback(outcome.reason);
   return outcome;
 }
 

@@ -22,6 +22,7 @@ struct TargetCall {
   std::thread reader;
   // Guarded by the run's mutex.
   bool started = false, ended = false, terminal = false;
+  bool fell_back = false;  // the consumer announced its fallback to its own prefill
   std::string started_mode;
   std::string failure;  // why the coordinator gave up on it (for the Error it writes)
 };
@@ -141,6 +142,11 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
           event.mutable_finished()->mutable_timings()->set_prefill(prefill_us);
           event.mutable_finished()->mutable_timings()->set_encode(encode_us);
         }
+        if (event.has_started() && call->started) {
+          // The consumer fell back to its own prefill (control.proto): noted, not forwarded.
+          call->fell_back = true;
+          continue;
+        }
         if (event.has_started()) {
           call->started = true;
           call->started_mode = event.started().mode();
@@ -243,15 +249,19 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
     // A failed target's consumer ends by itself once its session ended (peer lost within the
     // liveness limit); one whose session never opened would wait for it. Without a fallback the
     // request is over either way: cancel at once. With one, give the consumer the grace period to
-    // fall back to its own prefill.
+    // announce that it fell back to its own prefill; after that it runs to its end (its local
+    // prefill and decode may take longer than any grace).
     const absl::Time grace_end =
         absl::Now() + (req.allow_local_fallback() && !context->IsCancelled()
                            ? options_.failed_target_grace
                            : absl::ZeroDuration());
     for (TargetCall* call : failed) {
       absl::MutexLock lock(&mu);
-      mu.AwaitWithDeadline(absl::Condition(&call->ended), grace_end);
-      if (!call->ended) call->context.TryCancel();
+      auto settled = [call]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+        return call->ended || call->fell_back;
+      };
+      mu.AwaitWithDeadline(absl::Condition(&settled), grace_end);
+      if (!settled()) call->context.TryCancel();
     }
   }
   wait_all([](const TargetCall& c) { return c.ended; });

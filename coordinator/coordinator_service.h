@@ -51,7 +51,8 @@ class RegistryService final : public v1::Registry::Service {
 struct CoordinatorOptions {
   absl::Duration default_deadline = absl::Seconds(60);
   // After a producer reports a target failed, how long a consumer allowed to fall back may take
-  // to do so before the coordinator cancels it and writes the Error (without fallback: at once).
+  // to announce it (a second Started on Consumer.Decode) before the coordinator cancels it and
+  // writes the Error (without fallback: at once). Once announced, the fallback runs to its end.
   absl::Duration failed_target_grace = absl::Seconds(2);
 };
 

@@ -111,7 +111,8 @@ TEST(FaultInjectionTest, DisconnectClosesTheLinkForBothSides) {
 TEST(FaultInjectionTest, FreezeSilencesBothDirectionsButKeepsTheLinkUp) {
   Pair pair;
   Open(pair, {{Rule(FaultAction::kFreeze, 1)}});
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(pair.sender->Send(MakeFrame(FrameType::kChunk, i, "")).ok());
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(pair.sender->Send(MakeFrame(FrameType::kChunk, i, "")).ok());
   ASSERT_TRUE(pair.receiver->Send(MakeFrame(FrameType::kCredit, 9, "")).ok());
   absl::SleepFor(absl::Milliseconds(100));
   EXPECT_EQ(pair.received.frame_count(), 1u);

@@ -32,6 +32,8 @@ struct Outcome {
   std::vector<v1::GenerateEvent> events;
   std::vector<TokenId> ids;
   std::string text;
+  std::vector<std::string> fallbacks;  // RunContext::on_fallback's reasons
+  size_t events_before_fallback = 0;
   const v1::GenerateEvent& last() const { return events.back(); }
 };
 
@@ -104,6 +106,10 @@ class RequestRunnerTest : public ::testing::Test {
     context.cancelled = cancelled;
     context.session = [&](absl::Duration timeout) { return peers.acceptor->Accept(timeout); };
     Outcome run;
+    context.on_fallback = [&](const std::string& reason) {
+      run.fallbacks.push_back(reason);
+      run.events_before_fallback = run.events.size();
+    };
     consumer::RunTarget(consumer, request, route, context, [&](const v1::GenerateEvent& e) {
       run.events.push_back(e);
       if (e.has_token()) {
@@ -171,6 +177,7 @@ TEST_F(RequestRunnerTest, LostProducerEndsInErrorOrFallsBackToLocal) {
   ASSERT_TRUE(failed.last().has_error());
   EXPECT_THAT(failed.last().error().message(), HasSubstr("producer process lost"));
   EXPECT_TRUE(failed.ids.empty());
+  EXPECT_TRUE(failed.fallbacks.empty());
 
   v1::GenerateRequest request = Request(prompt_);
   request.set_allow_local_fallback(true);
@@ -179,6 +186,11 @@ TEST_F(RequestRunnerTest, LostProducerEndsInErrorOrFallsBackToLocal) {
   EXPECT_EQ(fallback.last().finished().mode(), "local");
   EXPECT_THAT(fallback.last().finished().mode_reason(), HasSubstr("fallback"));
   EXPECT_EQ(fallback.ids, Reference(TransferMode::kLocal, *consumer_));
+  // Announced once, with Finished's reason, before the fallback's prefill (only Started before
+  // it): what lets the coordinator stop waiting to cancel this consumer.
+  ASSERT_EQ(fallback.fallbacks.size(), 1u);
+  EXPECT_EQ(fallback.fallbacks[0], fallback.last().finished().mode_reason());
+  EXPECT_EQ(fallback.events_before_fallback, 1u);
 }
 
 TEST_F(RequestRunnerTest, CodesFromAnotherProducerThanTheArtifactsArePermissionDenied) {

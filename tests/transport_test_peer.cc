@@ -87,8 +87,8 @@ int Receive(Transport& transport, const std::map<std::string, std::string>& flag
 }  // namespace scd::transport
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> flags = {{"backend", "grpc"}, {"chunks", "1000"},
-                                              {"chunk-bytes", "65536"}, {"interval-ms", "0"},
+  std::map<std::string, std::string> flags = {{"backend", "grpc"},        {"chunks", "1000"},
+                                              {"chunk-bytes", "65536"},   {"interval-ms", "0"},
                                               {"address", "127.0.0.1:0"}, {"role", "recv"}};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
