@@ -66,25 +66,36 @@ uint32_t Crc32cSoftware(const void* data, size_t size, uint32_t crc) {
 }
 
 #if defined(__x86_64__)
-// Not instrumented by AddressSanitizer (`make asan`): it reads exactly [data, data + size), and an
-// instrumented CRC is slow enough to distort the transport's timing tests.
-__attribute__((target("sse4.2"), no_sanitize_address)) uint32_t Crc32cHardware(const void* data,
-                                                                               size_t size,
-                                                                               uint32_t crc) {
-  const auto* p = static_cast<const uint8_t*>(data);
+// Not instrumented by AddressSanitizer (`make asan`): they read exactly [src, src + size) (and
+// write [dst, dst + size)), and an instrumented CRC is slow enough to distort the transport's
+// timing tests.
+//
+// Large inputs: three independent streams over consecutive lanes hide the instruction's 3-cycle
+// latency (about 3x one stream); the lanes' registers are then joined with the shift factor,
+// because the raw register is linear: crc(s, A B) = shift(crc(s, A), |B|) ^ crc(0, B).
+// kCopy: the copy rides along the three streams, every word read once, into both the store and
+// the crc32 instruction (`dst` unused otherwise).
+template <bool kCopy>
+__attribute__((target("sse4.2"), no_sanitize_address)) uint32_t ThreeStreams(uint8_t* dst,
+                                                                             const uint8_t* src,
+                                                                             size_t size,
+                                                                             uint32_t crc) {
   uint64_t c = ~crc;
-  // Large inputs: three independent streams over consecutive lanes hide the instruction's 3-cycle
-  // latency (about 3x one stream); the lanes' registers are then joined with the shift factor,
-  // because the raw register is linear: crc(s, A B) = shift(crc(s, A), |B|) ^ crc(0, B).
   constexpr size_t kLane = 8192;
   static const uint32_t kLaneShift = ShiftFactor(kLane);
-  for (; size >= 3 * kLane; size -= 3 * kLane, p += 3 * kLane) {
+  size_t at = 0;
+  for (; size - at >= 3 * kLane; at += 3 * kLane) {
     uint64_t c0 = c, c1 = 0, c2 = 0;
-    for (size_t i = 0; i < kLane; i += 8) {
+    for (size_t i = at; i < at + kLane; i += 8) {
       uint64_t w0, w1, w2;
-      std::memcpy(&w0, p + i, 8);
-      std::memcpy(&w1, p + kLane + i, 8);
-      std::memcpy(&w2, p + 2 * kLane + i, 8);
+      std::memcpy(&w0, src + i, 8);  // unaligned-safe
+      std::memcpy(&w1, src + kLane + i, 8);
+      std::memcpy(&w2, src + 2 * kLane + i, 8);
+      if constexpr (kCopy) {
+        std::memcpy(dst + i, &w0, 8);
+        std::memcpy(dst + kLane + i, &w1, 8);
+        std::memcpy(dst + 2 * kLane + i, &w2, 8);
+      }
       c0 = _mm_crc32_u64(c0, w0);
       c1 = _mm_crc32_u64(c1, w1);
       c2 = _mm_crc32_u64(c2, w2);
@@ -93,14 +104,22 @@ __attribute__((target("sse4.2"), no_sanitize_address)) uint32_t Crc32cHardware(c
         MultiplyModP(kLaneShift, static_cast<uint32_t>(c0)) ^ static_cast<uint32_t>(c1);
     c = MultiplyModP(kLaneShift, joined) ^ static_cast<uint32_t>(c2);
   }
-  for (; size >= 8; size -= 8, p += 8) {
+  for (; size - at >= 8; at += 8) {
     uint64_t word;
-    std::memcpy(&word, p, 8);  // unaligned-safe
+    std::memcpy(&word, src + at, 8);
+    if constexpr (kCopy) std::memcpy(dst + at, &word, 8);
     c = _mm_crc32_u64(c, word);
   }
   uint32_t c32 = static_cast<uint32_t>(c);
-  for (; size > 0; --size, ++p) c32 = _mm_crc32_u8(c32, *p);
+  for (; at < size; ++at) {
+    if constexpr (kCopy) dst[at] = src[at];
+    c32 = _mm_crc32_u8(c32, src[at]);
+  }
   return ~c32;
+}
+
+uint32_t Crc32cHardware(const void* data, size_t size, uint32_t crc) {
+  return ThreeStreams<false>(nullptr, static_cast<const uint8_t*>(data), size, crc);
 }
 // Wider: three crc32 streams and two 256-bit carry-less-multiply accumulators in one loop, on
 // separate execution ports (the crc32 instruction and VPCLMULQDQ do not compete), each over its own
@@ -189,47 +208,9 @@ __attribute__((target("sse4.2,pclmul,avx2,vpclmulqdq"), no_sanitize_address)) ui
   return Crc32cHardware(p, size, ~static_cast<uint32_t>(c));
 }
 
-// The copy rides along the CRC's three streams: every word is read once, into both the store and
-// the crc32 instruction.
-__attribute__((target("sse4.2"), no_sanitize_address)) uint32_t Crc32cCopyHardware(void* dst,
-                                                                                   const void* src,
-                                                                                   size_t size,
-                                                                                   uint32_t crc) {
-  const auto* p = static_cast<const uint8_t*>(src);
-  auto* d = static_cast<uint8_t*>(dst);
-  uint64_t c = ~crc;
-  constexpr size_t kLane = 8192;
-  static const uint32_t kLaneShift = ShiftFactor(kLane);
-  for (; size >= 3 * kLane; size -= 3 * kLane, p += 3 * kLane, d += 3 * kLane) {
-    uint64_t c0 = c, c1 = 0, c2 = 0;
-    for (size_t i = 0; i < kLane; i += 8) {
-      uint64_t w0, w1, w2;
-      std::memcpy(&w0, p + i, 8);
-      std::memcpy(&w1, p + kLane + i, 8);
-      std::memcpy(&w2, p + 2 * kLane + i, 8);
-      std::memcpy(d + i, &w0, 8);
-      std::memcpy(d + kLane + i, &w1, 8);
-      std::memcpy(d + 2 * kLane + i, &w2, 8);
-      c0 = _mm_crc32_u64(c0, w0);
-      c1 = _mm_crc32_u64(c1, w1);
-      c2 = _mm_crc32_u64(c2, w2);
-    }
-    uint32_t joined =
-        MultiplyModP(kLaneShift, static_cast<uint32_t>(c0)) ^ static_cast<uint32_t>(c1);
-    c = MultiplyModP(kLaneShift, joined) ^ static_cast<uint32_t>(c2);
-  }
-  for (; size >= 8; size -= 8, p += 8, d += 8) {
-    uint64_t word;
-    std::memcpy(&word, p, 8);
-    std::memcpy(d, &word, 8);
-    c = _mm_crc32_u64(c, word);
-  }
-  uint32_t c32 = static_cast<uint32_t>(c);
-  for (; size > 0; --size, ++p, ++d) {
-    *d = *p;
-    c32 = _mm_crc32_u8(c32, *p);
-  }
-  return ~c32;
+uint32_t Crc32cCopyHardware(void* dst, const void* src, size_t size, uint32_t crc) {
+  return ThreeStreams<true>(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), size,
+                            crc);
 }
 #else
 uint32_t Crc32cHardware(const void* data, size_t size, uint32_t crc) {
