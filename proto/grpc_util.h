@@ -40,7 +40,14 @@ inline std::string BoundAddress(const std::string& listen, int port) {
 inline std::string AdvertisedAddress(const std::string& bound, const std::string& advertise_host) {
   absl::StatusOr<HostPort> hp = ParseHostPort(bound);
   if (!hp.ok()) return bound;
-  if (!advertise_host.empty()) return HostPort{advertise_host, hp->port}.ToString();
+  if (!advertise_host.empty()) {
+    // "[::1]" or "::1": ToString puts the brackets back.
+    absl::string_view host = advertise_host;
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+      host = host.substr(1, host.size() - 2);
+    }
+    return HostPort{std::string(host), hp->port}.ToString();
+  }
   if (hp->wildcard()) {
     char name[256] = {};
     if (gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -71,6 +72,23 @@ TEST(DeliveryGateTest, APeersCloseDeliversWhatCameBeforeALocalCloseDropsIt) {
     gate.Start(&got);
     EXPECT_EQ(got.frame_count(), 0u);
     EXPECT_EQ(got.link_down_calls(), 1);
+  }
+  {
+    // The peer closed, then a Close here before Start: what was held goes (buffers released),
+    // and the handler hears the peer's reason.
+    DeliveryGate gate("peer then local");
+    auto owner = std::make_shared<int>(0);
+    Frame held = MakeFrame(FrameType::kChunk, 1, "held");
+    held.payload = Payload(reinterpret_cast<const uint8_t*>(owner.get()), sizeof(int), owner);
+    gate.Deliver(std::move(held));
+    gate.Down(absl::UnavailableError("peer closed the link"), /*drop_held=*/false);
+    gate.Down(absl::CancelledError("link closed"), /*drop_held=*/true);
+    EXPECT_EQ(owner.use_count(), 1) << "the held frame's payload is still referenced";
+    FrameRecorder got;
+    gate.Start(&got);
+    EXPECT_EQ(got.frame_count(), 0u);
+    EXPECT_EQ(got.link_down_calls(), 1);
+    EXPECT_TRUE(absl::IsUnavailable(*got.WaitForLinkDown(absl::ZeroDuration())));
   }
 }
 

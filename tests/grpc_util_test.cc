@@ -32,6 +32,8 @@ TEST(GrpcUtilTest, AdvertisedAddressIsDialable) {
   ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
   EXPECT_EQ(AdvertisedAddress("0.0.0.0:7000", "node-3.cluster"), "node-3.cluster:7000");
   EXPECT_EQ(AdvertisedAddress("127.0.0.1:7000", "10.0.0.5"), "10.0.0.5:7000");
+  EXPECT_EQ(AdvertisedAddress("[::]:7000", "[::1]"), "[::1]:7000");
+  EXPECT_EQ(AdvertisedAddress("[::]:7000", "::1"), "[::1]:7000");
   EXPECT_EQ(AdvertisedAddress("0.0.0.0:7000", ""), std::string(host) + ":7000");
   EXPECT_EQ(AdvertisedAddress("[::]:7001", ""), std::string(host) + ":7001");
   EXPECT_EQ(AdvertisedAddress("10.1.2.3:7002", ""), "10.1.2.3:7002");

@@ -304,6 +304,26 @@ TEST_P(TransferSessionTest, UnknownMajorVersionIsRefusedWithItsOwnCode) {
   EXPECT_TRUE(absl::IsDeadlineExceeded(peers.acceptor->Accept(absl::Milliseconds(50)).status()));
 }
 
+TEST_P(TransferSessionTest, MoreBytesThanTheHeaderAnnouncedAreRefusedAsTheyArrive) {
+  Peers peers = Connect();
+  v1::TransferHeader header = Header("req-overflow");
+  header.set_expected_bytes(1000);
+  auto session = peers.sender->StartSession(header, absl::Seconds(30));
+  ASSERT_TRUE(session.ok());
+  auto received = peers.acceptor->Accept(absl::Seconds(5));
+  ASSERT_TRUE(received.ok()) << received.status();
+  SenderBytes bytes{std::make_shared<std::string>(PatternBytes(800, 1))};
+  ASSERT_TRUE((*session)->SendChunk(ChunkMeta(0), bytes.View()).ok());
+  // 1,600 of 1,000 announced: the receiver ends the session without waiting for the trailer.
+  (*session)->SendChunk(ChunkMeta(1), bytes.View()).IgnoreError();
+  ASSERT_TRUE((*session)->WaitForEnd(absl::Seconds(2)));
+  EXPECT_EQ((*session)->state(), SessionState::kProtocolError);
+  EXPECT_NE((*session)->status().message().find("announced 1000"), std::string::npos)
+      << (*session)->status();
+  ASSERT_TRUE((*received)->WaitForEnd(absl::Seconds(2)));
+  EXPECT_EQ((*received)->state(), SessionState::kProtocolError);
+}
+
 TEST_P(TransferSessionTest, WrongFingerprintIsRefusedWithItsOwnCode) {
   ConnectionOptions receiver_options;
   receiver_options.expected_consumer_fingerprint = "the-real-consumer";

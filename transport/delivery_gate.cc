@@ -2,8 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include <exception>
 #include <utility>
+
+#include "base/exception_guard.h"
 
 namespace scd::transport {
 
@@ -76,32 +77,31 @@ bool DeliveryGate::down() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
 }
 
 void DeliveryGate::RecordDownLocked(absl::Status status, bool drop_held) {
-  if (down_.has_value()) return;
-  down_ = std::move(status);
+  // A link the peer closed and then closed here too drops what it held: the end it reports
+  // stays the first one.
   if (drop_held) held_.clear();
+  if (!down_.has_value()) down_ = std::move(status);
 }
 
 void DeliveryGate::FlushDownLocked() {
   // Frames the peer sent before it closed reach a handler that starts late, ahead of the end.
   if (!down_.has_value() || down_delivered_ || handler_ == nullptr || !held_.empty()) return;
   down_delivered_ = true;
-  try {
+  LogIfThrew(GuardExceptions("LinkHandler::OnLinkDown", [&] {
     handler_->OnLinkDown(*down_);
-  } catch (const std::exception& e) {
-    spdlog::error("{}: LinkHandler::OnLinkDown threw: {}", description_, e.what());
-  } catch (...) {
-    spdlog::error("{}: LinkHandler::OnLinkDown threw", description_);
-  }
+    return absl::OkStatus();
+  }));
 }
 
 void DeliveryGate::CallOnFrameLocked(Frame frame) {
-  try {
+  LogIfThrew(GuardExceptions("LinkHandler::OnFrame", [&] {
     handler_->OnFrame(std::move(frame));
-  } catch (const std::exception& e) {
-    spdlog::error("{}: LinkHandler::OnFrame threw: {}", description_, e.what());
-  } catch (...) {
-    spdlog::error("{}: LinkHandler::OnFrame threw", description_);
-  }
+    return absl::OkStatus();
+  }));
+}
+
+void DeliveryGate::LogIfThrew(const absl::Status& status) const {
+  if (!status.ok()) spdlog::error("{}: {}", description_, std::string(status.message()));
 }
 
 }  // namespace scd::transport

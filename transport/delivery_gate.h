@@ -39,7 +39,9 @@ class DeliveryGate {
   // One arriving frame: to the handler now, or held until Start; dropped once the link is down.
   void Deliver(Frame frame);
   // The link is down because of `status`: the handler's one OnLinkDown (now, at Start, or after
-  // the handler call running on this thread returns). `drop_held`: frames held for Start go too.
+  // the handler call running on this thread returns). `drop_held`: frames held for Start go too,
+  // also when the link was down already (a peer's close, then a Close here); the first status is
+  // the one reported.
   void Down(absl::Status status, bool drop_held);
   bool down() const;
   // True on the thread inside a handler call of this gate.
@@ -51,6 +53,7 @@ class DeliveryGate {
   void CallOnFrameLocked(Frame frame) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FlushDownLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecordDownLocked(absl::Status status, bool drop_held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LogIfThrew(const absl::Status& status) const;  // what GuardExceptions made of a throw
 
   const std::string description_;
   mutable absl::Mutex mu_;  // held across handler calls

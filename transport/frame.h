@@ -29,6 +29,9 @@ enum class FrameType : uint8_t {
   kHeartbeat = 8,
 };
 constexpr uint8_t kMaxFrameType = 8;
+// The largest payload a peer may announce for one frame. Every backend refuses a larger one (the
+// link goes down with DataLoss) before it allocates anything for it.
+constexpr uint64_t kMaxFramePayloadBytes = uint64_t{4} << 30;
 
 inline bool IsControl(FrameType type) { return static_cast<uint8_t>(type) >= 4; }
 const char* FrameTypeName(FrameType type);

@@ -87,6 +87,10 @@ ReceivePool::Buffer* ReceivePool::Take(size_t n) {
     return nullptr;
   }
   all_.insert(buffer.get());
+  if (shut_down_) {  // shut down while this buffer was mapped: no registration may outlive it
+    Free(buffer.release());
+    return nullptr;
+  }
   return buffer.release();
 }
 

@@ -15,6 +15,12 @@
 #include "transport/transfer_session.h"
 
 namespace scd::transport {
+namespace {
+// Cancels remembered ahead of their header: ids at most this far from the newest header, and at
+// most this many of them.
+constexpr uint64_t kEarlyCancelWindow = 1024;
+constexpr size_t kMaxReasonBytes = 512;  // of a remembered Cancel's reason
+}  // namespace
 
 // ---- TransferConnection ------------------------------------------------------------------------
 
@@ -230,13 +236,20 @@ void TransferConnection::HandleHeader(uint64_t id, v1::TransferHeader header) {
   std::optional<std::string> cancelled;  // the sender's Cancel overtook this header
   {
     absl::MutexLock lock(&mu_);
-    if (down_ || receiving_.count(id) > 0) return;  // a duplicate header is ignored
+    if (down_ || id == 0 || receiving_.count(id) > 0) return;  // a duplicate header is ignored
     last_header_id_ = std::max(last_header_id_, id);
     auto it = cancelled_before_header_.find(id);
-    if (it != cancelled_before_header_.end()) cancelled = it->second;
-    // Headers arrive in order (data lane), so an earlier id's header will never come now.
-    cancelled_before_header_.erase(cancelled_before_header_.begin(),
-                                   cancelled_before_header_.upper_bound(id));
+    if (it != cancelled_before_header_.end()) {
+      cancelled = it->second;
+      cancelled_before_header_.erase(it);
+    }
+    // Ids are taken in order but headers of concurrent sessions may leave slightly out of it;
+    // a Cancel far behind the newest header will find no header any more.
+    if (last_header_id_ > kEarlyCancelWindow) {
+      cancelled_before_header_.erase(
+          cancelled_before_header_.begin(),
+          cancelled_before_header_.lower_bound(last_header_id_ - kEarlyCancelWindow));
+    }
     if (!cancelled.has_value()) {
       receiving_[id] = session;
       deadline_changed_ = true;
@@ -291,19 +304,33 @@ void TransferConnection::HandleData(uint64_t id, v1::TransferFrame message, Payl
                                     std::optional<uint32_t> payload_crc) {
   std::shared_ptr<ReceiveSession> session = FindReceive(id);
   if (session == nullptr) return;  // a session that already ended: drop (releases the payload)
-  absl::MutexLock lock(&session->mu_);
-  if (session->state_ != SessionState::kOpen) return;
-  if (message.has_trailer()) {
-    session->trailer_ = message.trailer();
-    return;
+  std::string overflow;
+  {
+    absl::MutexLock lock(&session->mu_);
+    if (session->state_ != SessionState::kOpen) return;
+    if (message.has_trailer()) {
+      session->trailer_ = message.trailer();
+      return;
+    }
+    const size_t bytes = payload.size() + message.chunk().scales().size();
+    const uint64_t expected = session->header_.expected_bytes();
+    if (expected != 0 && session->stats_.bytes + bytes > expected) {
+      // More than the header announced: refused as it arrives, not queued until the trailer.
+      overflow =
+          absl::StrCat("chunk ", session->stats_.chunks, " brings the session to ",
+                       session->stats_.bytes + bytes, " bytes; the header announced ", expected);
+    } else {
+      const absl::Time now = absl::Now();
+      if (session->stats_.chunks == 0) session->stats_.first_byte = now;
+      session->stats_.last_byte = now;
+      session->stats_.bytes += bytes;
+      ++session->stats_.chunks;
+      session->queue_.push_back(
+          {std::move(*message.mutable_chunk()), std::move(payload), payload_crc});
+      return;
+    }
   }
-  const size_t bytes = payload.size() + message.chunk().scales().size();
-  const absl::Time now = absl::Now();
-  if (session->stats_.chunks == 0) session->stats_.first_byte = now;
-  session->stats_.last_byte = now;
-  session->stats_.bytes += bytes;
-  ++session->stats_.chunks;
-  session->queue_.push_back({std::move(*message.mutable_chunk()), std::move(payload), payload_crc});
+  EndReceive(session, SessionState::kProtocolError, overflow, true);
 }
 
 void TransferConnection::HandleControl(uint64_t id, const v1::TransferFrame& message) {
@@ -347,8 +374,14 @@ void TransferConnection::HandleControl(uint64_t id, const v1::TransferFrame& mes
       } else {
         // Control frames may overtake the session's header (still queued behind other data, or
         // dropped with the session's data by DropSession): remember, so a late header is refused.
+        // Bounded: only ids near the newest header, a bounded number of them, and a bounded
+        // reason, so a peer's Cancels cannot grow this map.
         absl::MutexLock lock(&mu_);
-        if (id > last_header_id_) cancelled_before_header_.emplace(id, why);
+        const bool near =
+            id + kEarlyCancelWindow > last_header_id_ && id <= last_header_id_ + kEarlyCancelWindow;
+        if (id != 0 && near && cancelled_before_header_.size() < kEarlyCancelWindow) {
+          cancelled_before_header_.emplace(id, why.substr(0, kMaxReasonBytes));
+        }
       }
       break;
     }

@@ -195,8 +195,9 @@ class TransferConnection : public LinkHandler,
   std::map<uint64_t, std::shared_ptr<SendSession>> sending_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::shared_ptr<ReceiveSession>> receiving_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<ReceiveSession>> accept_queue_ ABSL_GUARDED_BY(mu_);
-  // Receiving: sessions the sender cancelled before their header arrived (id -> why), and the
-  // highest header id seen (ids only grow, and headers keep their order).
+  // Receiving: sessions the sender cancelled before their header arrived (id -> why; bounded,
+  // transfer_connection.cc), and the highest header id seen (concurrent sessions' headers may
+  // come slightly out of id order).
   std::map<uint64_t, std::string> cancelled_before_header_ ABSL_GUARDED_BY(mu_);
   uint64_t last_header_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread timer_;

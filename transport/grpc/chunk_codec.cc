@@ -363,7 +363,7 @@ absl::StatusOr<std::optional<Frame>> Reassembler::TakeChunk(uint64_t session_id,
   CodeChunk* chunk = meta.mutable_chunk();
   if (!chunk->ParseFromString(fields)) return Malformed("unparsable CodeChunk");
   const uint64_t total = chunk->payload_bytes();
-  if (total > kMaxChunkPayloadBytes) {
+  if (total > kMaxFramePayloadBytes) {
     return Malformed(absl::StrCat("chunk announces ", total, " payload bytes"));
   }
   if (payload_size > total) {

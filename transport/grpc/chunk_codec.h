@@ -31,8 +31,6 @@ namespace scd::transport::grpc_internal {
 // Room for a message's meta beside up to the limit of payload (the CodeChunk's other fields,
 // scales included, travel in the chunk's first message).
 constexpr size_t kMetaAllowance = size_t{1} << 20;
-// A peer announcing a larger chunk is treated as malformed rather than trusted with an allocation.
-constexpr uint64_t kMaxChunkPayloadBytes = uint64_t{4} << 30;
 
 // A frame on its way out: validated, its meta ready for the messages it becomes. For chunks
 // `frame.meta` holds the CodeChunk's fields without payload (the messages wrap them around the

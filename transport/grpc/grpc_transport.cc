@@ -118,7 +118,10 @@ class ServerState {
   absl::Status Start(const std::string& address, HostPort host_port) {
     grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+    // ":9000" (every interface) in the form gRPC takes; otherwise the address as parsed.
+    const std::string listen =
+        host_port.host.empty() ? absl::StrCat("[::]:", host_port.port) : host_port.ToString();
+    builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
     builder.RegisterService(&service_);
     for (const auto& [name, value] : CommonArgs(options_)) builder.AddChannelArgument(name, value);
     const int interval =
@@ -299,9 +302,9 @@ class GrpcTransport final : public Transport {
   absl::StatusOr<std::unique_ptr<Link>> DoConnect(const std::string& address,
                                                   absl::Duration timeout) {
     SCD_ASSIGN_OR_RETURN(HostPort host_port, ParseAddress(address));
-    if (host_port.port == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("grpc: cannot connect to port 0 (", address, ")"));
+    if (host_port.port == 0 || host_port.host.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("grpc: cannot connect to ", address, ": ",
+                                                     host_port.port == 0 ? "port 0" : "no host"));
     }
     EmptyGraveyard();
     const absl::Time deadline = absl::Now() + timeout;

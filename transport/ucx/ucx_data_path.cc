@@ -269,18 +269,30 @@ ucs_status_t Core::HandleAm(const void* header_bytes, size_t header_length, void
     default:
       return UCS_OK;
   }
-  if (header.frame_type < 1 || header.frame_type > kMaxFrameType) {
-    spdlog::warn("ucx: {}: dropping a frame of unknown type {}", link->description,
-                 header.frame_type);
+  // A malformed frame ends the link before anything is allocated for it: dropping it instead
+  // would leave a hole in the data sequence that every later frame waits behind.
+  auto malformed = [&](const std::string& why) {
+    LinkDown(link, absl::DataLossError(absl::StrCat("ucx: malformed frame from peer: ", why)),
+             false);
     return UCS_OK;
+  };
+  if (header.frame_type < 1 || header.frame_type > kMaxFrameType) {
+    return malformed(absl::StrCat("unknown frame type ", header.frame_type));
   }
   const auto type = static_cast<FrameType>(header.frame_type);
   const bool control = IsControl(type);
   const bool meta_in_data = header.flags & kFlagMetaInData;
   const char* inline_meta = static_cast<const char*>(header_bytes) + sizeof(WireHeader);
   if (!meta_in_data && header_length - sizeof(WireHeader) != header.meta_len) {
-    LinkDown(link, absl::InternalError("ucx: malformed frame header from peer"), false);
-    return UCS_OK;
+    return malformed("header length does not match its meta");
+  }
+  if (meta_in_data && length < header.meta_len) {
+    return malformed(
+        absl::StrCat(length, " data bytes cannot hold ", header.meta_len, " bytes of meta"));
+  }
+  if (length > kMaxFramePayloadBytes + header.meta_len) {
+    return malformed(
+        absl::StrCat("a payload of ", length, " bytes (limit ", kMaxFramePayloadBytes, ")"));
   }
   if (!control) {
     if (header.seq < link->recv_base || header.seq - link->recv_base > kMaxReorderWindow) {
@@ -337,10 +349,6 @@ ucs_status_t Core::HandleAm(const void* header_bytes, size_t header_length, void
   frame.session_id = header.session_id;
   const auto* bytes = static_cast<const uint8_t*>(data);
   if (meta_in_data) {
-    if (length < header.meta_len) {
-      LinkDown(link, absl::InternalError("ucx: malformed frame from peer"), false);
-      return UCS_OK;
-    }
     frame.meta.assign(reinterpret_cast<const char*>(bytes), header.meta_len);
     bytes += header.meta_len;
     length -= header.meta_len;
@@ -371,8 +379,7 @@ void Core::RecvDone(RecvOp* op, ucs_status_t status) {
   if (!op->in_flight) return;  // swept at shutdown already
   --recv_ops_in_flight_;
   std::shared_ptr<LinkState> link = std::move(op->link);
-  if (status != UCS_OK || link->phase == LinkState::Phase::kDown ||
-      (op->meta_in_data && op->length < op->meta_len)) {
+  if (status != UCS_OK || link->phase == LinkState::Phase::kDown) {
     if (op->buffer != nullptr) pool_->Give(op->buffer);
     FreeRecvOp(op);
     if (status != UCS_OK) {

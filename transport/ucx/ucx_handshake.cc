@@ -307,7 +307,16 @@ void Core::CheckHandshakes(absl::Time now) {
 }
 
 void Core::LinkDown(const std::shared_ptr<LinkState>& link, absl::Status status, bool bye) {
-  if (link->phase == LinkState::Phase::kDown) return;
+  if (link->phase == LinkState::Phase::kDown) {
+    // Down already (the peer closed); a Close here still drops what was held for Start, and the
+    // receive buffers with it, while the handler hears the peer's reason.
+    if (bye && !link->closed_here) {
+      link->closed_here = true;
+      link->ready.clear();
+      if (link->down_reported) link->gate->Down(link->down_status, /*drop_held=*/true);
+    }
+    return;
+  }
   const bool could_bye =
       link->phase == LinkState::Phase::kUp || link->phase == LinkState::Phase::kHandshaking;
   if (link->phase == LinkState::Phase::kHandshaking) {
