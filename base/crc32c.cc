@@ -9,7 +9,8 @@
 
 namespace scd {
 
-uint32_t Crc32cCopyHardware(void* dst, const void* src, size_t size, uint32_t crc);
+// Crc32cCopy on the crc32 instruction (below).
+static uint32_t Crc32cCopyHardware(void* dst, const void* src, size_t size, uint32_t crc);
 
 namespace {
 
@@ -208,7 +209,7 @@ __attribute__((target("sse4.2,pclmul,avx2,vpclmulqdq"), no_sanitize_address)) ui
   return Crc32cHardware(p, size, ~static_cast<uint32_t>(c));
 }
 
-uint32_t Crc32cCopyHardware(void* dst, const void* src, size_t size, uint32_t crc) {
+static uint32_t Crc32cCopyHardware(void* dst, const void* src, size_t size, uint32_t crc) {
   return ThreeStreams<true>(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), size,
                             crc);
 }
@@ -216,7 +217,7 @@ uint32_t Crc32cCopyHardware(void* dst, const void* src, size_t size, uint32_t cr
 uint32_t Crc32cHardware(const void* data, size_t size, uint32_t crc) {
   return Crc32cSoftware(data, size, crc);
 }
-uint32_t Crc32cCopyHardware(void* dst, const void* src, size_t size, uint32_t crc) {
+static uint32_t Crc32cCopyHardware(void* dst, const void* src, size_t size, uint32_t crc) {
   std::memcpy(dst, src, size);
   return Crc32cSoftware(src, size, crc);
 }

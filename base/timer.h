@@ -3,7 +3,9 @@
 #ifndef SCD_BASE_TIMER_H_
 #define SCD_BASE_TIMER_H_
 
+#include <algorithm>
 #include <chrono>
+#include <vector>
 
 namespace scd {
 
@@ -29,6 +31,13 @@ class Stopwatch {
  private:
   SteadyTime start_;
 };
+
+// The q-quantile (0..1, nearest rank from below) of timing samples; 0 when there are none.
+inline double Percentile(std::vector<double> samples, double q) {
+  if (samples.empty()) return 0;
+  std::sort(samples.begin(), samples.end());
+  return samples[std::min(samples.size() - 1, static_cast<size_t>(q * samples.size()))];
+}
 
 }  // namespace scd
 

@@ -100,10 +100,9 @@ std::map<std::string, double> ProbeGemm(const std::string& core, int threads,
   char self[4096] = {};
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) return {};
-  const std::string command =
-      absl::StrCat("env -u SCD_BLAS_SIMULATE_FALLBACK -u SCD_BLAS_REEXEC OPENBLAS_CORETYPE=", core,
-                   " '", std::string(self, static_cast<size_t>(n)), "' --threads ", threads,
-                   " --gemm-probe ", absl::StrJoin(keys, ","), " --gemm-reps ", reps);
+  const std::string command = absl::StrCat(
+      "env OPENBLAS_CORETYPE=", core, " '", std::string(self, static_cast<size_t>(n)),
+      "' --threads ", threads, " --gemm-probe ", absl::StrJoin(keys, ","), " --gemm-reps ", reps);
   std::map<std::string, double> out;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) {

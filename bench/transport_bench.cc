@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "base/timer.h"
 #include "transport/frame_message.h"
 #include "transport/session_acceptor.h"
 #include "transport/transfer_session.h"
@@ -180,11 +181,6 @@ absl::StatusOr<double> SendOverLink(Link& link, AckCounter& acks, int round, int
   const bool stop = false;
   Serve(acceptor, &stop);
   _exit(0);
-}
-
-double Percentile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
 }
 
 int Run(const BenchOptions& options) {

@@ -70,26 +70,18 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
   run.received = received;
   run.cancelled = &cancelled;
   run.session = [&](absl::Duration timeout) { return ticket->Wait(timeout); };
-  // A second Started (mode local) on this control stream tells the coordinator the consumer fell
-  // back to its own prefill; the coordinator does not forward it (control.proto).
-  run.on_fallback = [&](const std::string& reason) {
-    v1::GenerateEvent event;
-    event.set_target(consumer_.name);
-    v1::Started* started = event.mutable_started();
-    started->set_request_id(id);
-    started->set_producer(route.producer);
-    started->set_consumer(consumer_.name);
-    started->set_mode("local");
-    started->set_mode_reason(reason);
-    spdlog::info("[{}] falling back to local prefill: {}", id, reason);
+  auto write = [&](const v1::GenerateEvent& event) {
+    if (context->IsCancelled()) cancelled = true;
     if (!cancelled && !writer->Write(event)) cancelled = true;
   };
+  // A second Started (mode local) on this control stream tells the coordinator the consumer fell
+  // back to its own prefill; the coordinator does not forward it (control.proto).
+  run.on_fallback = [&](const v1::GenerateEvent& started) {
+    spdlog::info("[{}] falling back: {}", id, started.started().mode_reason());
+    write(started);
+  };
   absl::Status status = GuardExceptions("ConsumerControlService::Decode", [&] {
-    return RunTarget(consumer_, request->request(), route, run,
-                     [&](const v1::GenerateEvent& event) {
-                       if (context->IsCancelled()) cancelled = true;
-                       if (!cancelled && !writer->Write(event)) cancelled = true;
-                     });
+    return RunTarget(consumer_, request->request(), route, run, write);
   });
   spdlog::info("[{}] ended: {}{}", id, status.ToString(), cancelled ? " (cancelled)" : "");
   ended_.Add(cancelled ? "request_cancelled"

@@ -137,7 +137,6 @@ absl::StatusOr<PrefixOutcome> PreparePrefix(
   outcome.mode = "local";
   outcome.reason = absl::StrCat("fallback: the ", route.mode, " transfer failed (",
                                 received.status().ToString(), ")");
-  if (context.on_fallback) context.on_fallback(outcome.reason);
   return outcome;
 }
 
@@ -205,6 +204,14 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
   absl::StatusOr<PrefixOutcome> prefix = PreparePrefix(
       consumer, request, route, planned ? &*planned : nullptr, *ids, context, deadline, &cache);
   if (!prefix.ok()) return fail(prefix.status());
+  if (prefix->mode != route.mode && context.on_fallback) {
+    // The transfer failed and this target runs its own prefill: announced before it runs.
+    v1::GenerateEvent notice = started;
+    notice.mutable_started()->set_mode(prefix->mode);
+    notice.mutable_started()->set_mode_reason(prefix->reason);
+    notice.mutable_started()->clear_expected_payload_bytes();
+    context.on_fallback(notice);
+  }
 
   // Decode, streaming a TokenDelta per token (text held back only inside a UTF-8 character or a
   // possible stop string).

@@ -59,10 +59,11 @@ struct RunContext {
   const std::atomic<bool>* cancelled = nullptr;  // set by the caller: ends with "cancelled"
   SessionSource session;                         // required unless the route is local
   // Optional: called once, on the calling thread, when the transfer failed and the target falls
-  // back to its own prefill (request.allow_local_fallback), before that prefill runs, with the
-  // reason Finished.mode_reason will carry. The coordinator learns from it that a consumer is
-  // serving the request on its own and must not be cancelled (Consumer.Decode, control.proto).
-  std::function<void(const std::string& reason)> on_fallback;
+  // back to its own prefill (request.allow_local_fallback), before that prefill runs, with a
+  // Started event saying so (mode local, the mode_reason Finished will carry). The coordinator
+  // learns from it that a consumer serves the request on its own and must not be cancelled
+  // (Consumer.Decode, control.proto); it is not part of the public event stream.
+  std::function<void(const v1::GenerateEvent& started)> on_fallback;
 };
 
 // Runs one target; returns the status the terminal event carries (OK for Finished), for logs.

@@ -199,7 +199,9 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
   {
     absl::MutexLock lock(&mu);
     for (auto& call : calls) {
-      if (!call->started || call->ended || call->started_mode == "local") continue;
+      if (!call->started || call->ended || call->fell_back || call->started_mode == "local") {
+        continue;
+      }
       v1::PrefillTarget* target = prefill.add_targets();
       target->set_target(call->route.target);
       target->set_transfer_address(call->route.transfer_address);

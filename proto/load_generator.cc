@@ -7,19 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/timer.h"
 #include "proto/inference_client.h"
 
 namespace scd {
-namespace {
-
-double Percentile(std::vector<double> values, double q) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t at = std::min(values.size() - 1, static_cast<size_t>(q * values.size()));
-  return values[at];
-}
-
-}  // namespace
 
 absl::StatusOr<LoadReport> RunClosedLoop(const LoadOptions& options) {
   if (options.concurrency < 1) {

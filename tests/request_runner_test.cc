@@ -32,7 +32,7 @@ struct Outcome {
   std::vector<v1::GenerateEvent> events;
   std::vector<TokenId> ids;
   std::string text;
-  std::vector<std::string> fallbacks;  // RunContext::on_fallback's reasons
+  std::vector<std::string> fallbacks;  // RunContext::on_fallback's mode reasons
   size_t events_before_fallback = 0;
   const v1::GenerateEvent& last() const { return events.back(); }
 };
@@ -106,8 +106,9 @@ class RequestRunnerTest : public ::testing::Test {
     context.cancelled = cancelled;
     context.session = [&](absl::Duration timeout) { return peers.acceptor->Accept(timeout); };
     Outcome run;
-    context.on_fallback = [&](const std::string& reason) {
-      run.fallbacks.push_back(reason);
+    context.on_fallback = [&](const v1::GenerateEvent& notice) {
+      EXPECT_EQ(notice.started().mode(), "local");
+      run.fallbacks.push_back(notice.started().mode_reason());
       run.events_before_fallback = run.events.size();
     };
     consumer::RunTarget(consumer, request, route, context, [&](const v1::GenerateEvent& e) {

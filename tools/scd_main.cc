@@ -346,7 +346,10 @@ absl::Status RunKernels(bool others_only) {
     if (OpenBlasCoreLevel(core) != in_use_level) others.push_back(core);
   }
   if (others_only) {
-    for (const std::string& core : others) WriteOut(core + "\n");
+    // Without OpenBLAS there is no other kernel to run under (OPENBLAS_CORETYPE means nothing).
+    if (!in_use.empty()) {
+      for (const std::string& core : others) WriteOut(core + "\n");
+    }
     return absl::OkStatus();
   }
   WriteOut(absl::StrCat(

@@ -60,9 +60,11 @@ class LaneQueue {
   // `keep(item)` (gRPC keeps a chunk it already began to write), and calls `kept(item,
   // dropped_bytes)` for every data item kept after the first dropped one, with the wire bytes
   // dropped ahead of it (the shaper moves it earlier by their time). Returns the dropped items: the
-  // caller releases their payloads after unlocking.
+  // caller releases their payloads after unlocking; `total_bytes`, when given, gets their wire
+  // bytes.
   template <typename Keep, typename Kept>
-  std::deque<Item> DropSession(uint64_t session_id, Keep keep, Kept kept) {
+  std::deque<Item> DropSession(uint64_t session_id, Keep keep, Kept kept,
+                               size_t* total_bytes = nullptr) {
     std::deque<Item> dropped;
     size_t dropped_bytes = 0;
     std::deque<Item> remaining;
@@ -88,6 +90,7 @@ class LaneQueue {
       }
     }
     data_.swap(remaining);
+    if (total_bytes != nullptr) *total_bytes = dropped_bytes;
     return dropped;
   }
   std::deque<Item> DropSession(uint64_t session_id) {

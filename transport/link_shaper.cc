@@ -53,12 +53,11 @@ class ShapedLink : public LinkWrapper {
     std::deque<Due> dropped;  // released after the unlock
     {
       absl::MutexLock lock(&mu_);
+      size_t bytes = 0;
       dropped = queue_.DropSession(
           session_id, [](const Due&) { return false; },
-          [this](Due& kept, size_t dropped_bytes) { kept.at -= ByteTime(dropped_bytes); });
+          [this](Due& kept, size_t dropped_bytes) { kept.at -= ByteTime(dropped_bytes); }, &bytes);
       if (!dropped.empty()) {
-        size_t bytes = 0;
-        for (const Due& due : dropped) bytes += due.frame.wire_bytes();
         free_at_ -= ByteTime(bytes);
         changed_ = true;
       }
