@@ -17,6 +17,7 @@ namespace scd::consumer {
 
 absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
     const ConsumerNodeOptions& options) {
+  SCD_ASSIGN_OR_RETURN(ClusterSecret secret, ClusterSecret::Of(options.cluster_secret));
   std::unique_ptr<ConsumerNode> node(new ConsumerNode());
   SCD_ASSIGN_OR_RETURN(ServedModel served, LoadServedModel(options.model_dir, options.name));
   node->name_ = std::move(served.name);
@@ -56,28 +57,31 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
 
   ConsumerModel model{node->model_.get(), node->tokenizer_.get(),     node->name_,
                       TransferOptions(),  options.default_max_tokens, absl::Seconds(60)};
-  node->inference_ =
-      std::make_unique<ConsumerInferenceService>(model, node->fingerprint_, node->admission_);
-  node->control_ =
-      std::make_unique<ConsumerControlService>(model, held, node->admission_, node->router_.get());
-  SCD_ASSIGN_OR_RETURN(
-      GrpcServer grpc_server,
-      StartGrpcServer(options.listen, {node->inference_.get(), node->control_.get()}));
-  node->server_ = std::move(grpc_server.server);
-  node->address_ = grpc_server.address;
-  spdlog::info("consumer {} serving on {}, transfers on {} ({})", node->name_, node->address_,
-               node->transfer_address(), options.transport);
+  node->control_ = std::make_unique<ConsumerControlService>(model, held, node->admission_,
+                                                            node->router_.get(), secret);
+  node->inference_ = std::make_unique<ConsumerInferenceService>(
+      model, node->fingerprint_, node->admission_, node->control_->tally());
+  node->checked_ = std::make_unique<CheckedInferenceService>(
+      node->inference_.get(), RequestLimits(), /*require_target=*/false, node->control_->tally());
+  SCD_ASSIGN_OR_RETURN(node->control_server_,
+                       StartGrpcServer(options.control_listen, {node->control_.get()}));
+  SCD_ASSIGN_OR_RETURN(node->public_, StartGrpcServer(options.listen, {node->checked_.get()}));
+  spdlog::info("consumer {} serving the public API on {}, control on {}, transfers on {} ({})",
+               node->name_, node->address(), node->control_address(), node->transfer_address(),
+               options.transport);
 
   if (!options.coordinator.empty()) {
-    SetNodeIdentity(v1::NODE_ROLE_CONSUMER, AdvertisedAddress(node->address_, options.advertise),
-                    node->name_, node->fingerprint_, &registration);
+    SetNodeIdentity(v1::NODE_ROLE_CONSUMER,
+                    AdvertisedAddress(node->control_address(), options.advertise), node->name_,
+                    node->fingerprint_, &registration);
+    registration.set_public_address(AdvertisedAddress(node->address(), options.advertise));
     registration.set_transfer_address(
         AdvertisedAddress(node->transfer_address(), options.advertise));
     registration.add_transports(options.transport);
     registration.set_capacity(options.capacity);
     Admission* admission = node->admission_.get();
     node->registration_ = std::make_unique<RegistryClient>(
-        options.coordinator, registration, [admission] { return admission->active(); });
+        options.coordinator, registration, [admission] { return admission->active(); }, secret);
     node->registration_->Start();
   }
   return node;
@@ -96,11 +100,12 @@ void ConsumerNode::Shutdown(absl::Duration grace) {
     spdlog::warn("consumer {}: {} requests still running after the drain grace", name_,
                  admission_->active());
   }
-  server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  public_.Shutdown(absl::Now() + absl::Seconds(1));
+  control_server_.Shutdown(absl::Now() + absl::Seconds(1));
 }
 
 ConsumerNode::~ConsumerNode() {
-  if (server_) Shutdown(absl::ZeroDuration());
+  if (public_.server) Shutdown(absl::ZeroDuration());
 }
 
 }  // namespace scd::consumer

@@ -1,8 +1,9 @@
 // ConsumerNode: everything one scd-consumer process runs, assembled from options: the model and
 // its tokenizer, the translator artifacts it holds (checked against its model at load), the
-// transfer listener producers stream to (SessionRouter), admission, the gRPC server with the
-// public Inference service and the control-plane Consumer service, and the registration with the
-// coordinator. tools/scd_consumer_main.cc is flags -> ConsumerNodeOptions -> Start.
+// transfer listener producers stream to (SessionRouter), admission, two gRPC servers, one per
+// plane: the public Inference API (checked in front) on `listen` and the control-plane Consumer
+// service (cluster secret on every call) on `control_listen`, and the registration with the
+// coordinator (its control address). tools/scd_consumer_main.cc is flags -> ConsumerNodeOptions -> Start.
 // Thread-safety: Drain and Shutdown may be called from any one thread.
 #ifndef SCD_CONSUMER_CONSUMER_NODE_H_
 #define SCD_CONSUMER_CONSUMER_NODE_H_
@@ -18,6 +19,8 @@
 #include "consumer/decode_service.h"
 #include "consumer/inference_service.h"
 #include "consumer/session_router.h"
+#include "proto/checked_inference.h"
+#include "proto/grpc_server.h"
 #include "proto/registry_client.h"
 
 namespace scd::consumer {
@@ -25,13 +28,15 @@ namespace scd::consumer {
 struct ConsumerNodeOptions {
   std::string model_dir;
   std::string name;                    // routing name; "" = the model directory's name
-  std::string listen = "127.0.0.1:0";  // gRPC services
+  std::string listen = "127.0.0.1:0";          // public Inference API
+  std::string control_listen = "127.0.0.1:0";  // Consumer control (the coordinator calls it)
+  std::string cluster_secret;                  // required (proto/cluster_secret.h)
   // Host other nodes dial (registered with the coordinator); "" = the listen host, or the
   // machine's host name when listening on a wildcard (0.0.0.0).
   std::string advertise;
   std::string transfer_listen = "127.0.0.1:0";
   std::string transport = "grpc";      // grpc | ucx (what producers stream over)
-  std::string coordinator;             // "" = standalone (no registration)
+  std::string coordinator;             // its control address; "" = standalone (no registration)
   std::vector<std::string> artifacts;  // artifact files, one per producer it accepts
   uint32_t capacity = 4;               // requests at once
   uint32_t default_max_tokens = 128;
@@ -43,7 +48,8 @@ class ConsumerNode {
   ~ConsumerNode();
 
   const std::string& name() const { return name_; }
-  const std::string& address() const { return address_; }
+  const std::string& address() const { return public_.address; }
+  const std::string& control_address() const { return control_server_.address; }
   const std::string& transfer_address() const { return router_->address(); }
   const std::string& fingerprint() const { return fingerprint_; }
   uint32_t active_requests() const { return admission_->active(); }
@@ -55,7 +61,7 @@ class ConsumerNode {
  private:
   ConsumerNode() = default;
 
-  std::string name_, address_, fingerprint_;
+  std::string name_, fingerprint_;
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::map<std::string, Artifact> artifacts_;  // by id
@@ -64,7 +70,8 @@ class ConsumerNode {
   std::unique_ptr<SessionRouter> router_;
   std::unique_ptr<ConsumerInferenceService> inference_;
   std::unique_ptr<ConsumerControlService> control_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<CheckedInferenceService> checked_;
+  GrpcServer public_, control_server_;
   std::unique_ptr<RegistryClient> registration_;
 };
 

@@ -8,8 +8,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "base/exception_guard.h"
+#include "base/log_text.h"
 #include "codec/transfer_mode.h"
 #include "proto/call_watch.h"
+#include "proto/checked_inference.h"
 #include "proto/grpc_util.h"
 
 namespace scd::consumer {
@@ -17,51 +19,67 @@ namespace scd::consumer {
 ConsumerControlService::ConsumerControlService(ConsumerModel consumer,
                                                std::map<std::string, const Artifact*> artifacts,
                                                std::shared_ptr<Admission> admission,
-                                               SessionRouter* router)
+                                               SessionRouter* router, ClusterSecret secret)
     : consumer_(std::move(consumer)),
       artifacts_(std::move(artifacts)),
       admission_(std::move(admission)),
-      router_(router) {}
+      router_(router),
+      secret_(std::move(secret)) {}
+
+grpc::Status ConsumerControlService::Refuse(const std::string& id, const absl::Status& status) {
+  CountRefusal(&ended_, status);
+  spdlog::info("[{}] refused: {}", id, ForLog(status.ToString(), 300));
+  return ToGrpcStatus(status);
+}
 
 grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
                                             const v1::DecodeRequest* request,
                                             grpc::ServerWriter<v1::GenerateEvent>* writer) {
   const absl::Time received = absl::Now();
-  const std::string& id = request->request().request_id();
+  if (grpc::Status auth = secret_.Check(*context); !auth.ok()) {
+    spdlog::warn("Decode from {} refused: no cluster secret", ForLog(context->peer()));
+    CountRefusal(&ended_, FromGrpcStatus(auth));
+    return auth;
+  }
+  const std::string id = ForLog(request->request().request_id(), 40);  // for logs
   if (request->target() != consumer_.name) {
-    return grpc::Status(
-        grpc::StatusCode::NOT_FOUND,
-        absl::StrCat("this consumer serves '", consumer_.name, "', not '", request->target(), "'"));
+    return Refuse(id, absl::NotFoundError(absl::StrCat("this consumer serves '", consumer_.name,
+                                                       "', not '", ForLog(request->target()),
+                                                       "'")));
   }
   TargetRoute route;
   route.mode = request->mode().empty() ? "local" : request->mode();
   route.mode_reason = request->mode_reason();
   route.producer = request->producer();
   absl::StatusOr<TransferMode> mode = ParseTransferMode(route.mode);
-  if (!mode.ok()) return ToGrpcStatus(mode.status());
+  if (!mode.ok()) return Refuse(id, mode.status());
   if (ModeNeedsArtifact(*mode)) {
     auto it = artifacts_.find(request->artifact_id());
     if (it == artifacts_.end()) {
-      return grpc::Status(
-          grpc::StatusCode::FAILED_PRECONDITION,
-          absl::StrCat("mode ", route.mode, " needs artifact '", request->artifact_id(),
-                       "', which this consumer does not hold"));
+      return Refuse(id, absl::FailedPreconditionError(absl::StrCat(
+                            "mode ", route.mode, " needs artifact '",
+                            ForLog(request->artifact_id()),
+                            "', which this consumer does not hold")));
     }
     route.artifact = it->second;
   }
-  absl::StatusOr<std::unique_ptr<Admission::Slot>> slot = admission_->Admit();
-  if (!slot.ok()) {
-    spdlog::info("[{}] refused: {}", id, slot.status().ToString());
-    return ToGrpcStatus(slot.status());
+  if (route.mode != "local" && request->session_id().empty()) {
+    return Refuse(id, absl::InvalidArgumentError("session_id: empty (the coordinator sets it)"));
   }
+  if (absl::Status valid = CheckRequest(consumer_, request->request()); !valid.ok()) {
+    return Refuse(id, valid);
+  }
+  absl::StatusOr<std::unique_ptr<Admission::Slot>> slot = admission_->Admit();
+  if (!slot.ok()) return Refuse(id, slot.status());
   std::unique_ptr<SessionRouter::Ticket> ticket;
   if (route.mode != "local") {
     absl::StatusOr<std::unique_ptr<SessionRouter::Ticket>> expected =
-        router_->Expect(SessionTag(id, consumer_.name));
-    if (!expected.ok()) return ToGrpcStatus(expected.status());
+        router_->Expect(SessionTag(request->session_id(), consumer_.name));
+    if (!expected.ok()) return Refuse(id, expected.status());
     ticket = *std::move(expected);
   }
-  spdlog::info("[{}] admitted for {} from {} ({} of {} running)", id, route.mode, route.producer,
+  spdlog::info("[{}] admitted for {} from {} ({} of {} running)", id, route.mode,
+               ForLog(route.producer),
                admission_->active(), admission_->capacity());
 
   std::atomic<bool> cancelled{false};
@@ -77,13 +95,14 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
   // A second Started (mode local) on this control stream tells the coordinator the consumer fell
   // back to its own prefill; the coordinator does not forward it (control.proto).
   run.on_fallback = [&](const v1::GenerateEvent& started) {
-    spdlog::info("[{}] falling back: {}", id, started.started().mode_reason());
+    spdlog::info("[{}] falling back: {}", id, ForLog(started.started().mode_reason(), 300));
     write(started);
   };
   absl::Status status = GuardExceptions("ConsumerControlService::Decode", [&] {
     return RunTarget(consumer_, request->request(), route, run, write);
   });
-  spdlog::info("[{}] ended: {}{}", id, status.ToString(), cancelled ? " (cancelled)" : "");
+  spdlog::info("[{}] ended: {}{}", id, ForLog(status.ToString(), 300),
+               cancelled ? " (cancelled)" : "");
   ended_.Add(cancelled ? "request_cancelled"
              : status.ok()
                  ? "request_finished"
@@ -93,8 +112,9 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status ConsumerControlService::Stats(grpc::ServerContext*, const v1::StatsRequest*,
+grpc::Status ConsumerControlService::Stats(grpc::ServerContext* context, const v1::StatsRequest*,
                                            v1::NodeStats* stats) {
+  if (grpc::Status auth = secret_.Check(*context); !auth.ok()) return auth;
   stats->set_role("consumer");
   stats->set_running(admission_->active());
   stats->set_capacity(admission_->capacity());

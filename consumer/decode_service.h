@@ -4,7 +4,10 @@
 // prefix layer by layer from the producer's codes, decode, stream events. A mode that needs an
 // artifact the consumer does not hold is FAILED_PRECONDITION, naming the artifact. A caller that
 // goes away (the coordinator cancels: its client left) ends the transfer within ~30 ms, which
-// tells the producer to stop sending.
+// tells the producer to stop sending. Every call must carry the cluster secret (UNAUTHENTICATED
+// otherwise); the transfer session is expected under the coordinator's session_id (random), never
+// the client's request_id. The model-dependent checks (CheckRequest) run before admission: a
+// refusal ends the call with its status and no event.
 // Thread-safety: thread-safe; gRPC's sync server runs each call on its own thread.
 #ifndef SCD_CONSUMER_DECODE_SERVICE_H_
 #define SCD_CONSUMER_DECODE_SERVICE_H_
@@ -18,6 +21,7 @@
 #include "consumer/admission.h"
 #include "consumer/request_runner.h"
 #include "consumer/session_router.h"
+#include "proto/cluster_secret.h"
 #include "proto/scd/v1/control.grpc.pb.h"
 
 namespace scd::consumer {
@@ -26,20 +30,27 @@ class ConsumerControlService final : public v1::Consumer::Service {
  public:
   // REQUIRES: everything pointed to outlives the service. `artifacts`: by artifact id.
   ConsumerControlService(ConsumerModel consumer, std::map<std::string, const Artifact*> artifacts,
-                         std::shared_ptr<Admission> admission, SessionRouter* router);
+                         std::shared_ptr<Admission> admission, SessionRouter* router,
+                         ClusterSecret secret);
 
   grpc::Status Decode(grpc::ServerContext* context, const v1::DecodeRequest* request,
                       grpc::ServerWriter<v1::GenerateEvent>* writer) override;
-  // Admitted requests, capacity, open transfer sessions, and how requests ended ("request_" +
-  // finished / cancelled / the error code's name).
+  // Admitted requests, capacity, open transfer sessions, how requests ended ("request_" +
+  // finished / cancelled / the error code's name) and how many were refused before any work
+  // ("refused_" + the code's name, on either plane).
   grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest* request,
                      v1::NodeStats* stats) override;
+  // Where the node's public API counts its refusals too (reported by Stats).
+  Tally* tally() { return &ended_; }
 
  private:
+  grpc::Status Refuse(const std::string& id, const absl::Status& status);
+
   const ConsumerModel consumer_;
   const std::map<std::string, const Artifact*> artifacts_;
   const std::shared_ptr<Admission> admission_;
   SessionRouter* const router_;
+  const ClusterSecret secret_;
   Tally ended_;
 };
 

@@ -8,33 +8,45 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/exception_guard.h"
+#include "base/log_text.h"
+#include "base/random_id.h"
 #include "proto/call_watch.h"
+#include "proto/checked_inference.h"
 #include "proto/grpc_util.h"
 
 namespace scd::consumer {
 
 ConsumerInferenceService::ConsumerInferenceService(ConsumerModel consumer, std::string fingerprint,
-                                                   std::shared_ptr<Admission> admission)
+                                                   std::shared_ptr<Admission> admission,
+                                                   Tally* refusals)
     : consumer_(std::move(consumer)),
       fingerprint_(std::move(fingerprint)),
-      admission_(std::move(admission)) {}
+      admission_(std::move(admission)),
+      refusals_(refusals) {}
 
 grpc::Status ConsumerInferenceService::Generate(grpc::ServerContext* context,
                                                 const v1::GenerateRequest* request,
                                                 grpc::ServerWriter<v1::GenerateEvent>* writer) {
   const absl::Time received = absl::Now();
-  v1::GenerateRequest req = *request;
-  if (req.request_id().empty()) {
-    req.set_request_id(absl::StrCat(consumer_.name, "-", next_request_.fetch_add(1)));
+  // Validated in front (proto/checked_inference.h) when served; checked again for direct callers.
+  if (absl::Status valid = ValidateGenerateRequest(*request, RequestLimits(), false); !valid.ok()) {
+    CountRefusal(refusals_, valid);
+    return ToGrpcStatus(valid);
   }
-  const std::string& id = req.request_id();
+  v1::GenerateRequest req = *request;
+  if (req.request_id().empty()) req.set_request_id(RandomId128());
+  const std::string id = ForLog(req.request_id(), 40);  // for logs
+  auto refuse = [&](const absl::Status& status) {
+    CountRefusal(refusals_, status);
+    spdlog::info("[{}] refused: {}", id, ForLog(status.ToString(), 300));
+    return ToGrpcStatus(status);
+  };
   // Refusals of the request as a whole: a non-OK RPC status, no event.
   for (const std::string& target : req.targets()) {
     if (target != consumer_.name) {
-      return grpc::Status(
-          grpc::StatusCode::NOT_FOUND,
-          absl::StrCat("unknown target '", target, "'; this consumer serves '", consumer_.name,
-                       "' (send fan-out requests to the coordinator)"));
+      return refuse(absl::NotFoundError(
+          absl::StrCat("unknown target '", ForLog(target), "'; this consumer serves '",
+                       consumer_.name, "' (send fan-out requests to the coordinator)")));
     }
   }
   TargetRoute route;
@@ -42,16 +54,13 @@ grpc::Status ConsumerInferenceService::Generate(grpc::ServerContext* context,
   if (mode == "auto") {
     route.mode_reason = "a consumer called directly has no producer: local prefill";
   } else if (mode != "local") {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrCat("mode ", mode,
-                                     " needs a producer: send the request "
-                                     "through the coordinator"));
+    return refuse(absl::FailedPreconditionError(
+        absl::StrCat("mode ", ForLog(mode),
+                     " needs a producer: send the request through the coordinator")));
   }
+  if (absl::Status valid = CheckRequest(consumer_, req); !valid.ok()) return refuse(valid);
   absl::StatusOr<std::unique_ptr<Admission::Slot>> slot = admission_->Admit();
-  if (!slot.ok()) {
-    spdlog::info("[{}] refused: {}", id, slot.status().ToString());
-    return ToGrpcStatus(slot.status());
-  }
+  if (!slot.ok()) return refuse(slot.status());
   spdlog::info("[{}] admitted ({} of {} running)", id, admission_->active(),
                admission_->capacity());
 
@@ -66,7 +75,8 @@ grpc::Status ConsumerInferenceService::Generate(grpc::ServerContext* context,
       if (!cancelled && !writer->Write(event)) cancelled = true;  // the client went away
     });
   });
-  spdlog::info("[{}] ended: {}{}", id, status.ToString(), cancelled ? " (client cancelled)" : "");
+  spdlog::info("[{}] ended: {}{}", id, ForLog(status.ToString(), 300),
+               cancelled ? " (client cancelled)" : "");
   if (cancelled) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
   return grpc::Status::OK;  // the terminal event carries the outcome
 }

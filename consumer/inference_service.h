@@ -4,7 +4,9 @@
 // NOT_FOUND (naming this one), a mode that needs a producer FAILED_PRECONDITION. Requests are
 // admitted first (RESOURCE_EXHAUSTED when full, UNAVAILABLE while draining); every admitted
 // request ends in exactly one terminal event, and a client that cancels ends it "cancelled" with
-// its slot released. Logs carry the request id.
+// its slot released. Logs carry the request id (escaped, cut); an id the client left empty is a
+// random one. The model-dependent checks (CheckRequest) run before admission; every refusal is
+// counted in `refusals` ("refused_<code>").
 // Thread-safety: thread-safe; gRPC's sync server runs each call on its own thread.
 #ifndef SCD_CONSUMER_INFERENCE_SERVICE_H_
 #define SCD_CONSUMER_INFERENCE_SERVICE_H_
@@ -13,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "base/tally.h"
 #include "consumer/admission.h"
 #include "consumer/request_runner.h"
 #include "proto/scd/v1/inference.grpc.pb.h"
@@ -22,8 +25,9 @@ namespace scd::consumer {
 class ConsumerInferenceService final : public v1::Inference::Service {
  public:
   // REQUIRES: the model and tokenizer in `consumer` outlive the service.
+  // `refusals` (may be null) outlives the service.
   ConsumerInferenceService(ConsumerModel consumer, std::string fingerprint,
-                           std::shared_ptr<Admission> admission);
+                           std::shared_ptr<Admission> admission, Tally* refusals = nullptr);
 
   grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
                         grpc::ServerWriter<v1::GenerateEvent>* writer) override;
@@ -38,7 +42,7 @@ class ConsumerInferenceService final : public v1::Inference::Service {
   const ConsumerModel consumer_;
   const std::string fingerprint_;
   const std::shared_ptr<Admission> admission_;
-  std::atomic<uint64_t> next_request_{1};
+  Tally* const refusals_;
 };
 
 }  // namespace scd::consumer

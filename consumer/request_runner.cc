@@ -13,6 +13,7 @@
 #include "codec/transfer_mode.h"
 #include "consumer/code_receiver.h"
 #include "model/generator.h"
+#include "proto/request_validation.h"
 #include "tokenizer/prompt_ids.h"
 
 namespace scd::consumer {
@@ -98,6 +99,11 @@ absl::StatusOr<ReceiveReport> RebuildFromCodes(const ConsumerModel& consumer,
 
 absl::StatusOr<GenerationOptions> GenerationOptionsFor(const ConsumerModel& consumer,
                                                        const v1::GenerateRequest& request) {
+  // The API's bounds (proto/request_validation.h) again: RunTarget may be called directly, and
+  // nothing may wrap past int.
+  if (absl::Status valid = ValidateGenerateRequest(request, RequestLimits(), false); !valid.ok()) {
+    return valid;
+  }
   GenerationOptions options;
   options.max_tokens = static_cast<int>(request.max_tokens() > 0 ? request.max_tokens()
                                                                  : consumer.default_max_tokens);
@@ -149,6 +155,20 @@ absl::StatusOr<std::vector<TokenId>> PromptIds(const ConsumerModel& consumer,
                         absl::MakeConstSpan(request.prompt_ids().data(),
                                             static_cast<size_t>(request.prompt_ids_size())),
                         config.vocab_size, config.max_position_embeddings);
+}
+
+absl::Status CheckRequest(const ConsumerModel& consumer, const v1::GenerateRequest& request) {
+  SCD_ASSIGN_OR_RETURN(std::vector<TokenId> ids, PromptIds(consumer, request));
+  SCD_RETURN_IF_ERROR(GenerationOptionsFor(consumer, request).status());
+  const int64_t positions = consumer.model->config().max_position_embeddings;
+  const int64_t room = positions - static_cast<int64_t>(ids.size());
+  if (request.max_tokens() > 0 && static_cast<int64_t>(request.max_tokens()) > room) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "max_tokens: the prompt's ", ids.size(), " tokens and max_tokens ", request.max_tokens(),
+        " exceed the ", positions, " positions of ", consumer.name, " (at most ", room,
+        " more tokens)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest& request,

@@ -70,6 +70,11 @@ struct RunContext {
 absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest& request,
                        const TargetRoute& route, const RunContext& context, const EventSink& emit);
 
+// The checks that need the model, done before the request is admitted (a refusal then ends the
+// call as a whole, before any work): the prompt's ids (PromptIds), the sampling values, and the
+// room: OUT_OF_RANGE "max_tokens" when the prompt plus max_tokens exceed the model's positions.
+absl::Status CheckRequest(const ConsumerModel& consumer, const v1::GenerateRequest& request);
+
 // The prompt's token ids as the consumer sees them (prompt_ids, or the prompt tokenized with the
 // model's special tokens). INVALID_ARGUMENT: neither or both given, empty, ids out of vocabulary;
 // OUT_OF_RANGE: longer than the model's maximum positions.

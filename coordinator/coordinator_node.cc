@@ -5,29 +5,31 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
-#include "proto/grpc_server.h"
 
 namespace scd::coordinator {
 
 absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Start(
     const CoordinatorNodeOptions& options) {
+  SCD_ASSIGN_OR_RETURN(ClusterSecret secret, ClusterSecret::Of(options.cluster_secret));
   std::unique_ptr<CoordinatorNode> node(new CoordinatorNode());
   node->registry_ = std::make_unique<NodeRegistry>(options.registry);
-  node->registry_service_ = std::make_unique<RegistryService>(node->registry_.get());
-  node->inference_ =
-      std::make_unique<CoordinatorInferenceService>(node->registry_.get(), options.routing);
-  SCD_ASSIGN_OR_RETURN(
-      GrpcServer grpc_server,
-      StartGrpcServer(options.listen, {node->registry_service_.get(), node->inference_.get()}));
-  node->server_ = std::move(grpc_server.server);
-  node->address_ = grpc_server.address;
-  spdlog::info("coordinator serving on {}", node->address_);
+  node->registry_service_ =
+      std::make_unique<RegistryService>(node->registry_.get(), secret, &node->counters_);
+  node->inference_ = std::make_unique<CoordinatorInferenceService>(
+      node->registry_.get(), secret, &node->counters_, options.routing);
+  node->checked_ = std::make_unique<CheckedInferenceService>(
+      node->inference_.get(), options.limits, /*require_target=*/true, &node->counters_);
+  SCD_ASSIGN_OR_RETURN(node->control_,
+                       StartGrpcServer(options.control_listen, {node->registry_service_.get()}));
+  SCD_ASSIGN_OR_RETURN(node->public_, StartGrpcServer(options.listen, {node->checked_.get()}));
+  spdlog::info("coordinator serving the public API on {}, the control plane on {}",
+               node->public_.address, node->control_.address);
   return node;
 }
 
 void CoordinatorNode::Shutdown(absl::Duration grace) {
-  if (server_) server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
-  server_.reset();
+  public_.Shutdown(absl::Now() + grace);
+  control_.Shutdown(absl::Now() + absl::Seconds(1));
 }
 
 CoordinatorNode::~CoordinatorNode() { Shutdown(absl::ZeroDuration()); }

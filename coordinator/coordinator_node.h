@@ -1,5 +1,7 @@
-// CoordinatorNode: what one scd-coordinator process runs: the node registry (leases), the
-// Registry service and the public Inference service on one gRPC server.
+// CoordinatorNode: what one scd-coordinator process runs: the node registry (leases) and two
+// gRPC servers, one per plane: the public Inference API (checked in front, CheckedInferenceService)
+// on `listen`, and the control plane (Registry, Stats; cluster secret on every call) on
+// `control_listen`, which only the cluster's nodes should reach.
 // tools/scd_coordinator_main.cc is flags -> CoordinatorNodeOptions -> Start.
 // Thread-safety: Shutdown from any one thread.
 #ifndef SCD_COORDINATOR_COORDINATOR_NODE_H_
@@ -11,13 +13,18 @@
 #include "absl/status/statusor.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/node_registry.h"
+#include "proto/checked_inference.h"
+#include "proto/grpc_server.h"
 
 namespace scd::coordinator {
 
 struct CoordinatorNodeOptions {
-  std::string listen = "127.0.0.1:0";
+  std::string listen = "127.0.0.1:0";          // public Inference API
+  std::string control_listen = "127.0.0.1:0";  // Registry (nodes register here)
+  std::string cluster_secret;                  // required (proto/cluster_secret.h)
   RegistryOptions registry;
   CoordinatorOptions routing;
+  RequestLimits limits;
 };
 
 class CoordinatorNode {
@@ -25,17 +32,19 @@ class CoordinatorNode {
   static absl::StatusOr<std::unique_ptr<CoordinatorNode>> Start(
       const CoordinatorNodeOptions& options);
   ~CoordinatorNode();
-  const std::string& address() const { return address_; }
+  const std::string& address() const { return public_.address; }
+  const std::string& control_address() const { return control_.address; }
   NodeRegistry& registry() { return *registry_; }
   void Shutdown(absl::Duration grace);
 
  private:
   CoordinatorNode() = default;
-  std::string address_;
+  Tally counters_;
   std::unique_ptr<NodeRegistry> registry_;
   std::unique_ptr<RegistryService> registry_service_;
   std::unique_ptr<CoordinatorInferenceService> inference_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<CheckedInferenceService> checked_;
+  GrpcServer public_, control_;
 };
 
 }  // namespace scd::coordinator

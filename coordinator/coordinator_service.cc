@@ -2,12 +2,17 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/log_text.h"
+#include "base/random_id.h"
+#include "proto/checked_inference.h"
 #include "proto/grpc_util.h"
 
 namespace scd::coordinator {
@@ -25,11 +30,14 @@ struct TargetCall {
   bool fell_back = false;  // the consumer announced its fallback to its own prefill
   std::string started_mode;
   std::string failure;  // why the coordinator gave up on it (for the Error it writes)
+  grpc::Status status;  // how the Decode call ended (once `ended`)
 };
 
 }  // namespace
 
-RegistryService::RegistryService(NodeRegistry* registry) : registry_(registry) {
+RegistryService::RegistryService(NodeRegistry* registry, ClusterSecret secret,
+                                 const Tally* counters)
+    : registry_(registry), secret_(std::move(secret)), counters_(counters) {
   sweeper_ = std::thread([this] {
     absl::MutexLock lock(&mu_);
     while (
@@ -49,33 +57,64 @@ RegistryService::~RegistryService() {
   sweeper_.join();
 }
 
-grpc::Status RegistryService::Register(grpc::ServerContext*, const v1::RegisterRequest* request,
+// The secret first: an unauthenticated caller learns nothing else (and is logged, cut).
+#define SCD_CHECK_SECRET(context, what)                                                       \
+  do {                                                                                        \
+    if (grpc::Status auth = secret_.Check(*(context)); !auth.ok()) {                          \
+      spdlog::warn("registry: {} from {} refused: no cluster secret", what,                  \
+                   ForLog((context)->peer()));                                                \
+      return auth;                                                                            \
+    }                                                                                         \
+  } while (0)
+
+grpc::Status RegistryService::Register(grpc::ServerContext* context,
+                                       const v1::RegisterRequest* request,
                                        v1::RegisterResponse* response) {
+  SCD_CHECK_SECRET(context, "Register");
   absl::StatusOr<Lease> lease = registry_->Register(*request);
   if (!lease.ok()) return ToGrpcStatus(lease.status());
   response->set_node_id(lease->node_id);
   response->set_lease_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(lease->lease)));
   response->set_heartbeat_interval_ms(
       static_cast<uint32_t>(absl::ToInt64Milliseconds(lease->heartbeat_interval)));
-  spdlog::info("registry: {} registered at {} ({} models)", lease->node_id, request->address(),
-               request->models_size());
+  spdlog::info("registry: {} registered at {} ({} models)", ShortNodeId(lease->node_id),
+               ForLog(request->address()), request->models_size());
   return grpc::Status::OK;
 }
 
-grpc::Status RegistryService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
+grpc::Status RegistryService::Heartbeat(grpc::ServerContext* context,
+                                        const v1::HeartbeatRequest* request,
                                         v1::HeartbeatResponse*) {
+  SCD_CHECK_SECRET(context, "Heartbeat");
   return ToGrpcStatus(registry_->Heartbeat(*request));
 }
 
-grpc::Status RegistryService::Deregister(grpc::ServerContext*, const v1::DeregisterRequest* request,
+grpc::Status RegistryService::Deregister(grpc::ServerContext* context,
+                                         const v1::DeregisterRequest* request,
                                          v1::DeregisterResponse*) {
-  spdlog::info("registry: {} deregisters", request->node_id());
+  SCD_CHECK_SECRET(context, "Deregister");
+  spdlog::info("registry: {} deregisters", ShortNodeId(request->node_id()));
   return ToGrpcStatus(registry_->Deregister(request->node_id()));
 }
 
+grpc::Status RegistryService::Stats(grpc::ServerContext* context, const v1::StatsRequest*,
+                                    v1::NodeStats* stats) {
+  SCD_CHECK_SECRET(context, "Stats");
+  stats->set_role("coordinator");
+  stats->set_running(static_cast<uint32_t>(registry_->size()));
+  for (const auto& [name, count] : counters_->Snapshot()) (*stats->mutable_ended())[name] = count;
+  return grpc::Status::OK;
+}
+
+#undef SCD_CHECK_SECRET
+
 CoordinatorInferenceService::CoordinatorInferenceService(NodeRegistry* registry,
+                                                         ClusterSecret secret, Tally* counters,
                                                          CoordinatorOptions options)
-    : registry_(registry), options_(options) {}
+    : registry_(registry),
+      secret_(std::move(secret)),
+      counters_(counters),
+      options_(options) {}
 
 std::shared_ptr<grpc::Channel> CoordinatorInferenceService::Channel(const std::string& address) {
   absl::MutexLock lock(&mu_);
@@ -89,18 +128,23 @@ std::shared_ptr<grpc::Channel> CoordinatorInferenceService::Channel(const std::s
 grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
                                                    const v1::GenerateRequest* request,
                                                    grpc::ServerWriter<v1::GenerateEvent>* writer) {
-  v1::GenerateRequest req = *request;
-  if (req.request_id().empty()) req.set_request_id(absl::StrCat("req-", next_request_++));
-  const std::string id = req.request_id();
-  if (req.targets().empty()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "name at least one target");
+  // Validated in front (proto/checked_inference.h) when served; checked again for direct callers.
+  if (absl::Status valid = ValidateGenerateRequest(*request); !valid.ok()) {
+    CountRefusal(counters_, valid);
+    return ToGrpcStatus(valid);
   }
+  v1::GenerateRequest req = *request;
+  if (req.request_id().empty()) req.set_request_id(RandomId128());
+  const std::string session_id = RandomId128();
+  const std::string id = ForLog(req.request_id(), 40);  // for logs
   absl::StatusOr<Route> route = registry_->Resolve(
       std::vector<std::string>(req.targets().begin(), req.targets().end()), req.mode());
   if (!route.ok()) {
-    spdlog::info("[{}] not routed: {}", id, route.status().ToString());
+    spdlog::info("[{}] not routed: {}", id, ForLog(route.status().ToString(), 300));
+    CountRefusal(counters_, route.status());
     return ToGrpcStatus(route.status());
   }
+  counters_->Add("routed");
   ++active_;
   const absl::Time deadline =
       absl::Now() +
@@ -117,6 +161,23 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
   }
   auto write_locked = [&](const v1::GenerateEvent& event)
                           ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { writer->Write(event); };
+  // The Error a target gets when its Decode call ended without a terminal event.
+  auto end_without_terminal = [&](TargetCall* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    call->terminal = true;
+    const grpc::Status& status = call->status;
+    v1::GenerateEvent error;
+    error.set_target(call->route.target);
+    const bool quiet = status.ok() || status.error_code() == grpc::StatusCode::CANCELLED;
+    error.mutable_error()->set_code(quiet && !call->failure.empty()
+                                        ? static_cast<int>(grpc::StatusCode::UNAVAILABLE)
+                                        : static_cast<int>(status.error_code()));
+    error.mutable_error()->set_message(
+        !call->failure.empty()
+            ? call->failure
+            : absl::StrCat("consumer ", call->route.target, " at ", call->route.consumer_address,
+                           ": ", status.ok() ? "ended without a result" : status.error_message()));
+    write_locked(error);
+  };
   for (auto& owned : calls) {
     TargetCall* call = owned.get();
     v1::DecodeRequest decode;
@@ -127,6 +188,8 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
     decode.set_producer(route->producer_name);
     decode.set_producer_fingerprint(route->producer_fingerprint);
     decode.set_artifact_id(call->route.artifact_id);
+    decode.set_session_id(session_id);
+    secret_.Attach(&call->context);
     auto stub = v1::Consumer::NewStub(Channel(call->route.consumer_address));
     call->reader = std::thread([&, call, decode, stub = std::move(stub)] {
       auto reader = stub->Decode(&call->context, decode);
@@ -157,21 +220,10 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
       const grpc::Status status = reader->Finish();
       absl::MutexLock lock(&mu);
       call->ended = true;
-      if (call->terminal) return;
-      call->terminal = true;
-      v1::GenerateEvent error;
-      error.set_target(call->route.target);
-      const bool quiet = status.ok() || status.error_code() == grpc::StatusCode::CANCELLED;
-      error.mutable_error()->set_code(quiet && !call->failure.empty()
-                                          ? static_cast<int>(grpc::StatusCode::UNAVAILABLE)
-                                          : static_cast<int>(status.error_code()));
-      error.mutable_error()->set_message(
-          !call->failure.empty()
-              ? call->failure
-              : absl::StrCat("consumer ", call->route.target, " at ", call->route.consumer_address,
-                             ": ",
-                             status.ok() ? "ended without a result" : status.error_message()));
-      write_locked(error);
+      call->status = status;
+      // Refused before starting: the main thread decides (the whole call's status, or an Error).
+      if (call->terminal || !call->started) return;
+      end_without_terminal(call);
     });
   }
 
@@ -191,10 +243,37 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
     }
   };
   wait_all([](const TargetCall& c) { return c.started || c.ended; });
+  // Every target refused before starting (its consumer's own checks, full, gone): the request is
+  // refused as a whole, with the first refusal's status and no event.
+  std::optional<grpc::Status> refused;
+  {
+    absl::MutexLock lock(&mu);
+    if (std::none_of(calls.begin(), calls.end(), [](const auto& c) { return c->started; })) {
+      refused = calls.front()->status;
+      if (refused->ok()) {
+        refused = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                               absl::StrCat("consumer ", calls.front()->route.target,
+                                            " ended the request without starting it"));
+      }
+      for (auto& call : calls) call->terminal = true;
+    } else {
+      for (auto& call : calls) {
+        if (call->ended && !call->terminal) end_without_terminal(call.get());
+      }
+    }
+  }
+  if (refused.has_value()) {
+    for (auto& call : calls) call->reader.join();
+    --active_;
+    CountRefusal(counters_, FromGrpcStatus(*refused));
+    spdlog::info("[{}] refused by the consumers: {}", id, ForLog(refused->error_message(), 300));
+    return *refused;
+  }
 
   // Every target admitted (or gone): one prefill for those that take codes.
   v1::PrefillRequest prefill;
   *prefill.mutable_request() = req;
+  prefill.set_session_id(session_id);
   std::map<std::string, TargetCall*> by_target;
   {
     absl::MutexLock lock(&mu);
@@ -220,6 +299,7 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
     std::unique_ptr<grpc::ClientContext> prefill_context =
         grpc::ClientContext::FromServerContext(*context);
     prefill_context->set_deadline(Deadline(deadline));
+    secret_.Attach(prefill_context.get());
     v1::PrefillResponse response;
     auto producer = v1::Producer::NewStub(Channel(route->producer_address));
     const grpc::Status status = producer->Prefill(prefill_context.get(), prefill, &response);
@@ -247,7 +327,8 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
       }
     }
     spdlog::info("[{}] prefill on {}: {} ({} us, {} targets failed)", id, route->producer_name,
-                 status.ok() ? "ok" : status.error_message(), response.prefill_us(), failed.size());
+                 status.ok() ? "ok" : ForLog(status.error_message(), 300), response.prefill_us(),
+                 failed.size());
     // A failed target's consumer ends by itself once its session ended (peer lost within the
     // liveness limit); one whose session never opened would wait for it. Without a fallback the
     // request is over either way: cancel at once. With one, give the consumer the grace period to

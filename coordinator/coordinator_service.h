@@ -7,6 +7,12 @@
 // tagged by target. Each target ends in exactly one terminal event: the consumer's, or an Error
 // the coordinator writes when the consumer's stream ends without one (consumer lost, or a producer
 // that never opened the target's session). A client that cancels cancels every consumer call.
+// Control plane: the Registry service checks the cluster secret on every call (UNAUTHENTICATED
+// without it); the Inference service attaches it to every call it makes to the nodes. A request
+// is tagged for the nodes with a fresh random session id, never the client's request_id; a
+// request_id the client left empty is a random one too. Client values reach logs escaped and cut
+// (base/log_text.h). When every target refuses before starting (bad input for its model, full),
+// the call ends with that refusal's status and no event (a request refused as a whole).
 // Thread-safety: thread-safe; gRPC's sync server runs each call on its own thread.
 #ifndef SCD_COORDINATOR_COORDINATOR_SERVICE_H_
 #define SCD_COORDINATOR_COORDINATOR_SERVICE_H_
@@ -21,7 +27,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "base/tally.h"
 #include "coordinator/node_registry.h"
+#include "proto/cluster_secret.h"
 #include "proto/scd/v1/control.grpc.pb.h"
 #include "proto/scd/v1/inference.grpc.pb.h"
 #include "proto/scd/v1/registry.grpc.pb.h"
@@ -30,8 +38,8 @@ namespace scd::coordinator {
 
 class RegistryService final : public v1::Registry::Service {
  public:
-  // Starts the sweep thread; REQUIRES: `registry` outlives the service.
-  explicit RegistryService(NodeRegistry* registry);
+  // Starts the sweep thread; REQUIRES: `registry` and `counters` outlive the service.
+  RegistryService(NodeRegistry* registry, ClusterSecret secret, const Tally* counters);
   ~RegistryService() override;
 
   grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest* request,
@@ -40,9 +48,13 @@ class RegistryService final : public v1::Registry::Service {
                          v1::HeartbeatResponse*) override;
   grpc::Status Deregister(grpc::ServerContext*, const v1::DeregisterRequest* request,
                           v1::DeregisterResponse*) override;
+  // Live nodes and the coordinator's counters (refusals, routed requests).
+  grpc::Status Stats(grpc::ServerContext*, const v1::StatsRequest*, v1::NodeStats*) override;
 
  private:
   NodeRegistry* const registry_;
+  const ClusterSecret secret_;
+  const Tally* const counters_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread sweeper_;
@@ -58,8 +70,10 @@ struct CoordinatorOptions {
 
 class CoordinatorInferenceService final : public v1::Inference::Service {
  public:
-  // REQUIRES: `registry` outlives the service.
-  CoordinatorInferenceService(NodeRegistry* registry, CoordinatorOptions options = {});
+  // REQUIRES: `registry` and `counters` outlive the service. `secret`: what the nodes' control
+  // planes expect. `counters` gets "refused_<code>" and "routed".
+  CoordinatorInferenceService(NodeRegistry* registry, ClusterSecret secret, Tally* counters,
+                              CoordinatorOptions options = {});
 
   grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
                         grpc::ServerWriter<v1::GenerateEvent>* writer) override;
@@ -72,8 +86,9 @@ class CoordinatorInferenceService final : public v1::Inference::Service {
   std::shared_ptr<grpc::Channel> Channel(const std::string& address);
 
   NodeRegistry* const registry_;
+  const ClusterSecret secret_;
+  Tally* const counters_;
   const CoordinatorOptions options_;
-  std::atomic<uint64_t> next_request_{1};
   std::atomic<uint32_t> active_{0};
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);

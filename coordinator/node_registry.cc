@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/log_text.h"
+#include "base/random_id.h"
 #include "codec/transfer_mode.h"
 
 namespace scd::coordinator {
@@ -31,7 +33,7 @@ absl::Status CheckMode(const std::string& mode) {
   absl::StatusOr<TransferMode> parsed = ParseTransferMode(mode);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown mode '", mode, "' (auto, local, raw, int4, recompute, reuse, scd)"));
+        absl::StrCat("unknown mode '", ForLog(mode), "' (auto, local, raw, int4, recompute, reuse, scd)"));
   }
   return absl::OkStatus();
 }
@@ -42,6 +44,11 @@ bool NeedsArtifact(const std::string& mode) {
 }
 
 }  // namespace
+
+std::string ShortNodeId(const std::string& node_id) {
+  const size_t dash = node_id.find('-');
+  return ForLog(node_id.substr(0, dash == std::string::npos ? 8 : dash + 9), 24);
+}
 
 NodeRegistry::NodeRegistry(RegistryOptions options, Clock clock)
     : options_(options), clock_(std::move(clock)) {}
@@ -71,7 +78,10 @@ absl::StatusOr<Lease> NodeRegistry::Register(const v1::RegisterRequest& request)
   }
   absl::MutexLock lock(&mu_);
   Node node;
-  node.id = absl::StrCat(RoleName(request.role()), "-", next_id_++);
+  node.id = absl::StrCat(RoleName(request.role()), "-", RandomId128());
+  if (request.role() == v1::NODE_ROLE_CONSUMER) {
+    for (const v1::ModelEntry& model : request.models()) known_targets_.insert(model.name());
+  }
   node.info = request;
   node.last_heartbeat = clock_();
   const std::string id = node.id;
@@ -84,8 +94,9 @@ absl::Status NodeRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
   auto it = nodes_.find(request.node_id());
   const absl::Time now = clock_();
   if (it == nodes_.end() || !Live(it->second, now)) {
-    return absl::NotFoundError(absl::StrCat("heartbeat: no lease '", request.node_id(),
-                                            "' (lapsed or unknown): register"));
+    return absl::NotFoundError(absl::StrCat("heartbeat: no lease '",
+                                            ShortNodeId(request.node_id()),
+                                            "...' (lapsed or unknown): register"));
   }
   it->second.last_heartbeat = now;
   it->second.active_requests = request.active_requests();
@@ -95,7 +106,8 @@ absl::Status NodeRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
 absl::Status NodeRegistry::Deregister(const std::string& node_id) {
   absl::MutexLock lock(&mu_);
   if (nodes_.erase(node_id) == 0) {
-    return absl::NotFoundError(absl::StrCat("deregister: no node '", node_id, "'"));
+    return absl::NotFoundError(
+        absl::StrCat("deregister: no node '", ShortNodeId(node_id), "...'"));
   }
   return absl::OkStatus();
 }
@@ -109,8 +121,8 @@ std::vector<std::string> NodeRegistry::ExpireLapsed() {
       ++it;
       continue;
     }
-    dropped.push_back(absl::StrCat(it->first, " (", RoleName(it->second.info.role()), " ",
-                                   it->second.info.address(), ")"));
+    dropped.push_back(absl::StrCat(ShortNodeId(it->first), " (", RoleName(it->second.info.role()),
+                                   " ", ForLog(it->second.info.address()), ")"));
     it = nodes_.erase(it);
   }
   return dropped;
@@ -195,6 +207,19 @@ absl::StatusOr<RouteTarget> NodeRegistry::ResolveTarget(const Node& consumer,
   }
   target.mode = mode;
   target.mode_reason = "requested";
+  // Raw or int4 caches, and reuse's translated ones, are the producer's own keys and values: only
+  // faithful between identical weights (scd's aligners and recompute are not limited so).
+  const bool crosses_weights = !identical && (mode == "raw" || mode == "int4" || mode == "reuse");
+  if (crosses_weights) {
+    if (options_.strict_modes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "mode ", mode, " cannot serve ", pair,
+          " faithfully: the weights differ (this coordinator runs with --strict-modes; use scd, "
+          "recompute, local or auto)"));
+    }
+    target.mode_reason = absl::StrCat("requested; the weights differ (", pair,
+                                      "): quality degraded");
+  }
   if (artifact != nullptr && NeedsArtifact(mode)) target.artifact_id = artifact->id();
   return target;
 }
@@ -214,12 +239,18 @@ absl::StatusOr<Route> NodeRegistry::Resolve(const std::vector<std::string>& targ
   for (const std::string& name : targets) {
     const Node* consumer = PickConsumer(name, now);
     if (consumer == nullptr) {
+      if (known_targets_.count(name) > 0) {
+        return absl::UnavailableError(absl::StrCat(
+            "target '", ForLog(name), "' has no live consumer right now (its nodes stopped "
+            "heartbeating or are draining); retry later"));
+      }
       std::set<std::string> known;
       for (const auto& [id, node] : nodes_) {
         if (node.info.role() != v1::NODE_ROLE_CONSUMER || !Live(node, now)) continue;
         for (const v1::ModelEntry& m : node.info.models()) known.insert(m.name());
       }
-      return absl::NotFoundError(absl::StrCat("unknown target '", name, "'; known targets: ",
+      return absl::NotFoundError(absl::StrCat("unknown target '", ForLog(name),
+                                              "'; known targets: ",
                                               known.empty() ? "none" : absl::StrJoin(known, ", ")));
     }
     consumers.push_back(consumer);
@@ -283,7 +314,8 @@ std::vector<v1::ModelInfo> NodeRegistry::Models() const {
       info.set_name(entry.name());
       info.set_role(RoleName(node.info.role()));
       info.set_fingerprint(entry.fingerprint());
-      info.set_address(node.info.address());
+      // The public API where the node has one (consumers); never the control address.
+      info.set_address(node.info.public_address());
       for (const std::string& transport : node.info.transports()) info.add_transports(transport);
       for (const v1::ArtifactEntry& artifact : node.info.artifacts()) {
         if (artifact.consumer_fingerprint() == entry.fingerprint()) {

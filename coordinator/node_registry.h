@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,10 +30,16 @@
 
 namespace scd::coordinator {
 
+// A node id cut for logs: its role and the first 8 of its 32 random hex digits.
+std::string ShortNodeId(const std::string& node_id);
+
 struct RegistryOptions {
   absl::Duration lease = absl::Seconds(2);  // silent this long: dropped
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   absl::Duration sweep_interval = absl::Milliseconds(100);  // how often the service expires
+  // Refuse raw / int4 / reuse between different weights (FAILED_PRECONDITION) instead of serving
+  // them with a mode_reason that says the quality is degraded.
+  bool strict_modes = false;
 };
 
 struct Lease {
@@ -65,7 +72,8 @@ class NodeRegistry {
   explicit NodeRegistry(RegistryOptions options = {}, Clock clock = &absl::Now);
 
   // INVALID_ARGUMENT for a request without role, address or models, a consumer without a transfer
-  // address, or an artifact whose consumer fingerprint is none of the node's models'.
+  // address, or an artifact whose consumer fingerprint is none of the node's models'. The lease's
+  // node id is "<role>-" and 32 random hex digits: only the node it was given to knows it.
   absl::StatusOr<Lease> Register(const v1::RegisterRequest& request);
   // NOT_FOUND when the lease is unknown or lapsed (the node registers again).
   absl::Status Heartbeat(const v1::HeartbeatRequest& request);
@@ -74,9 +82,10 @@ class NodeRegistry {
   std::vector<std::string> ExpireLapsed();
 
   // Routes `targets` (consumer model names, at least one, no duplicates) in `mode` ("" = auto).
-  // INVALID_ARGUMENT: no target, a duplicate, or an unknown mode. NOT_FOUND: a target no live
-  // consumer serves (the message names the known ones). UNAVAILABLE: codes needed but no live
-  // producer. FAILED_PRECONDITION: an explicit mode no producer/consumer pair can serve (names the
+  // INVALID_ARGUMENT: no target, a duplicate, or an unknown mode. NOT_FOUND: a target no consumer
+  // ever registered (the message names the live ones; a long name is cut). UNAVAILABLE: a target
+  // known from an earlier registration whose nodes are all out of routing (stalled, lapsed), or
+  // codes needed but no live producer. FAILED_PRECONDITION: an explicit mode no producer/consumer pair can serve (names the
   // artifacts held). Nodes with leases lapsed but not yet swept are not routed to.
   absl::StatusOr<Route> Resolve(const std::vector<std::string>& targets,
                                 const std::string& mode) const;
@@ -106,7 +115,8 @@ class NodeRegistry {
   const Clock clock_;
   mutable absl::Mutex mu_;
   std::map<std::string, Node> nodes_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Target names consumers have registered, live or not (UNAVAILABLE rather than NOT_FOUND).
+  std::set<std::string> known_targets_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace scd::coordinator

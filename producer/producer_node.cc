@@ -16,6 +16,7 @@ namespace scd::producer {
 
 absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
     const ProducerNodeOptions& options) {
+  SCD_ASSIGN_OR_RETURN(ClusterSecret secret, ClusterSecret::Of(options.cluster_secret));
   std::unique_ptr<ProducerNode> node(new ProducerNode());
   SCD_ASSIGN_OR_RETURN(ServedModel served, LoadServedModel(options.model_dir, options.name));
   node->name_ = std::move(served.name);
@@ -45,21 +46,19 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
   connection.max_inflight_bytes = options.max_inflight_mb << 20;
   connection.shape.gbps = options.link_gbps;
   connection.shape.latency = absl::Microseconds(options.link_latency_us);
-  node->service_ =
-      std::make_unique<ProducerControlService>(model, node->transport_.get(), connection);
-  SCD_ASSIGN_OR_RETURN(GrpcServer grpc_server,
-                       StartGrpcServer(options.listen, {node->service_.get()}));
-  node->server_ = std::move(grpc_server.server);
-  node->address_ = grpc_server.address;
-  spdlog::info("producer {} serving on {} (codes over {})", node->name_, node->address_,
+  node->service_ = std::make_unique<ProducerControlService>(model, node->transport_.get(),
+                                                            secret, connection);
+  SCD_ASSIGN_OR_RETURN(node->server_,
+                       StartGrpcServer(options.control_listen, {node->service_.get()}));
+  spdlog::info("producer {} serving control on {} (codes over {})", node->name_, node->address(),
                options.transport);
   if (!options.coordinator.empty()) {
     v1::RegisterRequest registration;
-    SetNodeIdentity(v1::NODE_ROLE_PRODUCER, AdvertisedAddress(node->address_, options.advertise),
+    SetNodeIdentity(v1::NODE_ROLE_PRODUCER, AdvertisedAddress(node->address(), options.advertise),
                     node->name_, node->fingerprint_, &registration);
     registration.add_transports(options.transport);
     node->registration_ =
-        std::make_unique<RegistryClient>(options.coordinator, registration, nullptr);
+        std::make_unique<RegistryClient>(options.coordinator, registration, nullptr, secret);
     node->registration_->Start();
   }
   return node;
@@ -67,8 +66,7 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
 
 void ProducerNode::Shutdown(absl::Duration grace) {
   if (registration_) registration_->Stop();
-  if (server_) server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
-  server_.reset();
+  server_.Shutdown(absl::Now() + grace);
 }
 
 ProducerNode::~ProducerNode() { Shutdown(absl::ZeroDuration()); }

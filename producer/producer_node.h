@@ -1,7 +1,8 @@
 // ProducerNode: everything one scd-producer process runs, assembled from options: the model and
 // tokenizer, the artifacts it encodes for (checked against its model at load), the transport it
 // streams codes over (optionally shaped), the gRPC server with the control-plane Producer
-// service, and the registration with the coordinator. tools/scd_producer_main.cc is flags ->
+// service (cluster secret on every call; a producer has no public API), and the registration
+// with the coordinator. tools/scd_producer_main.cc is flags ->
 // ProducerNodeOptions -> Start.
 // Thread-safety: Shutdown from any one thread.
 #ifndef SCD_PRODUCER_PRODUCER_NODE_H_
@@ -15,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "codec/artifact.h"
 #include "producer/producer_service.h"
+#include "proto/grpc_server.h"
 #include "proto/registry_client.h"
 
 namespace scd::producer {
@@ -22,12 +24,13 @@ namespace scd::producer {
 struct ProducerNodeOptions {
   std::string model_dir;
   std::string name;                    // "" = the model directory's name
-  std::string listen = "127.0.0.1:0";  // gRPC services
+  std::string control_listen = "127.0.0.1:0";  // Producer control (the coordinator calls it)
+  std::string cluster_secret;                  // required (proto/cluster_secret.h)
   // Host other nodes dial (registered with the coordinator); "" = the listen host, or the
   // machine's host name when listening on a wildcard (0.0.0.0).
   std::string advertise;
   std::string transport = "grpc";      // grpc | ucx
-  std::string coordinator;             // "" = standalone
+  std::string coordinator;             // its control address; "" = standalone
   std::vector<std::string> artifacts;  // the pairs it encodes for
   double link_gbps = 0;                // shaper on every session (0 = off)
   double link_latency_us = 0;
@@ -40,20 +43,21 @@ class ProducerNode {
   ~ProducerNode();
 
   const std::string& name() const { return name_; }
-  const std::string& address() const { return address_; }
+  const std::string& address() const { return server_.address; }
+  const std::string& control_address() const { return server_.address; }
   uint64_t prefills() const { return service_->prefills(); }
   void Shutdown(absl::Duration grace);
 
  private:
   ProducerNode() = default;
 
-  std::string name_, address_, fingerprint_;
+  std::string name_, fingerprint_;
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::map<std::string, Artifact> artifacts_;
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<ProducerControlService> service_;
-  std::unique_ptr<grpc::Server> server_;
+  GrpcServer server_;
   std::unique_ptr<RegistryClient> registration_;
 };
 

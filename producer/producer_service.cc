@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/exception_guard.h"
+#include "base/log_text.h"
 #include "base/status_macros.h"
 #include "codec/code_encoder.h"
 #include "codec/transfer_mode.h"
@@ -32,9 +33,11 @@ struct OpenTarget {
 
 ProducerControlService::ProducerControlService(ProducerModel producer,
                                                transport::Transport* transport,
+                                               ClusterSecret secret,
                                                transport::ConnectionOptions connection_options)
     : producer_(std::move(producer)),
       transport_(transport),
+      secret_(std::move(secret)),
       connection_options_(std::move(connection_options)) {}
 
 absl::StatusOr<std::shared_ptr<transport::TransferConnection>> ProducerControlService::Connection(
@@ -56,8 +59,9 @@ size_t ProducerControlService::open_sessions() const {
   return open;
 }
 
-grpc::Status ProducerControlService::Stats(grpc::ServerContext*, const v1::StatsRequest*,
+grpc::Status ProducerControlService::Stats(grpc::ServerContext* context, const v1::StatsRequest*,
                                            v1::NodeStats* stats) {
+  if (grpc::Status auth = secret_.Check(*context); !auth.ok()) return auth;
   stats->set_role("producer");
   stats->set_running(running_.load());
   stats->set_open_sessions(static_cast<uint32_t>(open_sessions()));
@@ -70,14 +74,27 @@ grpc::Status ProducerControlService::Stats(grpc::ServerContext*, const v1::Stats
 grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
                                              const v1::PrefillRequest* request,
                                              v1::PrefillResponse* response) {
+  if (grpc::Status auth = secret_.Check(*context); !auth.ok()) {
+    spdlog::warn("Prefill from {} refused: no cluster secret", ForLog(context->peer()));
+    ended_.Add("refused_unauthenticated");
+    return auth;
+  }
   const v1::GenerateRequest& req = request->request();
-  const std::string& id = req.request_id();
+  const std::string id = ForLog(req.request_id(), 40);  // for logs
+  if (request->session_id().empty()) {
+    ended_.Add("refused_invalid_argument");
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "session_id: empty (the coordinator sets it)");
+  }
   const ModelConfig& config = producer_.model->config();
   absl::StatusOr<std::vector<TokenId>> ids = PromptTokenIds(
       *producer_.tokenizer, req.prompt(),
       absl::MakeConstSpan(req.prompt_ids().data(), static_cast<size_t>(req.prompt_ids_size())),
       config.vocab_size, config.max_position_embeddings);
-  if (!ids.ok()) return ToGrpcStatus(ids.status());
+  if (!ids.ok()) {
+    ended_.Add("refused_invalid_argument");
+    return ToGrpcStatus(ids.status());
+  }
   const absl::Duration deadline =
       req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms()) : producer_.default_deadline;
   const std::vector<TokenId> prefix(ids->begin(), ids->end() - 1);
@@ -103,7 +120,7 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
       SCD_ASSIGN_OR_RETURN(TransferPlan plan,
                            TransferPlan::Make(mode, config, artifact, producer_.transfer_options));
       o.encoder = std::make_unique<CodeEncoder>(plan, artifact, producer_.transfer_options);
-      TransferIdentity identity{SessionTag(id, target.target()), producer_.fingerprint,
+      TransferIdentity identity{SessionTag(request->session_id(), target.target()), producer_.fingerprint,
                                 target.consumer_fingerprint(), target.artifact_id()};
       SCD_ASSIGN_OR_RETURN(
           v1::TransferHeader header,

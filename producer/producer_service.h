@@ -4,7 +4,9 @@
 // connections reused per address), run the prefill once and stream each target its codes layer by
 // layer (StreamPrefill). Per-target failures (consumer gone, refused header, no artifact) are
 // outcomes, not RPC errors; a prompt that cannot be tokenized is INVALID_ARGUMENT. A cancelled
-// call (the coordinator's client went away) cancels every session of the request at once.
+// call (the coordinator's client went away) cancels every session of the request at once. Every
+// call must carry the cluster secret (UNAUTHENTICATED otherwise: nobody else makes the producer
+// work or dial an address); sessions are tagged with the request's session_id.
 // Thread-safety: thread-safe; concurrent Prefill calls share the model read-only.
 #ifndef SCD_PRODUCER_PRODUCER_SERVICE_H_
 #define SCD_PRODUCER_PRODUCER_SERVICE_H_
@@ -20,6 +22,7 @@
 #include "codec/artifact.h"
 #include "codec/transfer_plan.h"
 #include "model/llama_model.h"
+#include "proto/cluster_secret.h"
 #include "proto/scd/v1/control.grpc.pb.h"
 #include "tokenizer/tokenizer.h"
 #include "transport/transfer_session.h"
@@ -41,6 +44,7 @@ class ProducerControlService final : public v1::Producer::Service {
  public:
   // REQUIRES: `transport` and everything in `producer` outlive the service.
   ProducerControlService(ProducerModel producer, transport::Transport* transport,
+                         ClusterSecret secret,
                          transport::ConnectionOptions connection_options = {});
 
   grpc::Status Prefill(grpc::ServerContext* context, const v1::PrefillRequest* request,
@@ -60,6 +64,7 @@ class ProducerControlService final : public v1::Producer::Service {
 
   const ProducerModel producer_;
   transport::Transport* const transport_;
+  const ClusterSecret secret_;
   const transport::ConnectionOptions connection_options_;
   std::atomic<uint64_t> prefills_{0};
   std::atomic<uint32_t> running_{0};

@@ -2,24 +2,38 @@
 
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
+#include <grpcpp/server_posix.h>
 
 #include "absl/strings/str_cat.h"
-#include "proto/grpc_util.h"
+#include "absl/time/clock.h"
 
 namespace scd {
 
+void GrpcServer::Shutdown(absl::Time deadline) {
+  if (gate) gate->Stop();
+  if (server) server->Shutdown(absl::ToChronoTime(deadline));
+  server.reset();
+}
+
 absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
-                                           const std::vector<grpc::Service*>& services) {
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
-  for (grpc::Service* service : services) builder.RegisterService(service);
+                                           const std::vector<grpc::Service*>& services,
+                                           ConnectionGateOptions gate_options) {
+  if (gate_options.preface.empty()) gate_options.preface = kHttp2Preface;
   GrpcServer started;
+  absl::StatusOr<std::unique_ptr<ConnectionGate>> gate =
+      ConnectionGate::Listen(listen, std::move(gate_options));
+  if (!gate.ok()) return gate.status();
+  started.gate = *std::move(gate);
+  grpc::ServerBuilder builder;  // no listening port of its own: the gate hands it connections
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  for (grpc::Service* service : services) builder.RegisterService(service);
   started.server = builder.BuildAndStart();
-  if (started.server == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
+  if (started.server == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot start the gRPC server for ", listen));
   }
-  started.address = BoundAddress(listen, port);
+  started.address = started.gate->address();
+  grpc::Server* server = started.server.get();
+  started.gate->Start([server](int fd) { grpc::AddInsecureChannelFromFd(server, fd); });
   return started;
 }
 

@@ -1,6 +1,10 @@
-// Starting a gRPC server the way every node does: insecure credentials on `listen` ("HOST:PORT";
-// port 0 picks a free one), the given services, and the address it actually bound.
-// Thread-safety: stateless function.
+// Starting a gRPC server the way every node does: the given services behind a ConnectionGate on
+// `listen` ("HOST:PORT"; port 0 picks a free one) that cannot be locked out by half-open
+// connections, never shares its port (no SO_REUSEPORT: a port in use is an error), and hands gRPC
+// a connection only once its HTTP/2 preface arrived (base/connection_gate.h); the address it
+// actually bound. Insecure transport credentials: the control plane authenticates its calls with
+// the cluster secret (proto/cluster_secret.h); mutual TLS is the operations issue's.
+// Thread-safety: StartGrpcServer is stateless; a GrpcServer is used from one thread.
 #ifndef SCD_PROTO_GRPC_SERVER_H_
 #define SCD_PROTO_GRPC_SERVER_H_
 
@@ -11,18 +15,31 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "base/connection_gate.h"
 
 namespace scd {
 
 struct GrpcServer {
   std::unique_ptr<grpc::Server> server;
   std::string address;  // HOST:PORT as bound
+  // Declared after `server`, so destroyed (stopped) first: no connection reaches a server that is
+  // going away.
+  std::unique_ptr<ConnectionGate> gate;
+
+  // Stops accepting, then shuts the server down (running calls get until `deadline`) and frees
+  // it. Idempotent.
+  void Shutdown(absl::Time deadline);
 };
 
-// UNAVAILABLE naming `listen` when it cannot listen there. REQUIRES: the services outlive the
-// server.
+// The HTTP/2 client preface every gRPC connection starts with (RFC 9113 §3.4).
+inline constexpr char kHttp2Preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+// UNAVAILABLE naming `listen` when it cannot listen there (in use: "address already in use").
+// REQUIRES: the services outlive the server.
 absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
-                                           const std::vector<grpc::Service*>& services);
+                                           const std::vector<grpc::Service*>& services,
+                                           ConnectionGateOptions gate_options = {});
 
 }  // namespace scd
 

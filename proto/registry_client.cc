@@ -25,10 +25,11 @@ void SetNodeIdentity(v1::NodeRole role, const std::string& address, const std::s
 }
 
 RegistryClient::RegistryClient(std::string coordinator, v1::RegisterRequest registration,
-                               std::function<uint32_t()> active_requests)
+                               std::function<uint32_t()> active_requests, ClusterSecret secret)
     : coordinator_(std::move(coordinator)),
       registration_(std::move(registration)),
       active_requests_(std::move(active_requests)),
+      secret_(std::move(secret)),
       stub_(v1::Registry::NewStub(
           grpc::CreateChannel(coordinator_, grpc::InsecureChannelCredentials()))) {}
 
@@ -43,6 +44,7 @@ void RegistryClient::Start() {
 bool RegistryClient::RegisterOnce() {
   grpc::ClientContext context;
   SetDeadline(&context, absl::Seconds(1));
+  secret_.Attach(&context);
   v1::RegisterResponse response;
   const grpc::Status status = stub_->Register(&context, registration_, &response);
   if (!status.ok()) {
@@ -52,7 +54,8 @@ bool RegistryClient::RegisterOnce() {
   absl::MutexLock lock(&mu_);
   node_id_ = response.node_id();
   interval_ = absl::Milliseconds(std::max<uint32_t>(50, response.heartbeat_interval_ms()));
-  spdlog::info("registry: registered at {} as {} (lease {} ms)", coordinator_, node_id_,
+  spdlog::info("registry: registered at {} as {}... (lease {} ms)", coordinator_,
+               node_id_.substr(0, node_id_.find('-') + 9),
                response.lease_ms());
   return true;
 }
@@ -72,13 +75,15 @@ void RegistryClient::Loop() {
     } else {
       grpc::ClientContext context;
       SetDeadline(&context, absl::Seconds(1));
+      secret_.Attach(&context);
       v1::HeartbeatRequest beat;
       beat.set_node_id(id);
       beat.set_active_requests(active_requests_ ? active_requests_() : 0);
       v1::HeartbeatResponse response;
       const grpc::Status status = stub_->Heartbeat(&context, beat, &response);
       if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
-        spdlog::warn("registry: lease {} unknown to the coordinator; registering again", id);
+        spdlog::warn("registry: lease {}... unknown to the coordinator; registering again",
+                     id.substr(0, id.find('-') + 9));
         absl::MutexLock lock(&mu_);
         node_id_.clear();
         continue;
@@ -102,11 +107,13 @@ void RegistryClient::Stop() {
   if (id.empty()) return;
   grpc::ClientContext context;
   SetDeadline(&context, absl::Seconds(1));
+  secret_.Attach(&context);
   v1::DeregisterRequest request;
   request.set_node_id(id);
   v1::DeregisterResponse response;
   const grpc::Status status = stub_->Deregister(&context, request, &response);
-  spdlog::info("registry: deregistered {}: {}", id, status.ok() ? "ok" : status.error_message());
+  spdlog::info("registry: deregistered {}...: {}", id.substr(0, id.find('-') + 9),
+               status.ok() ? "ok" : status.error_message());
 }
 
 std::string RegistryClient::node_id() const {

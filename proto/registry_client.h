@@ -15,6 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "proto/cluster_secret.h"
 #include "proto/scd/v1/registry.grpc.pb.h"
 
 namespace scd {
@@ -27,9 +28,10 @@ void SetNodeIdentity(v1::NodeRole role, const std::string& address, const std::s
 
 class RegistryClient {
  public:
-  // `active_requests` is sampled at every heartbeat.
+  // `coordinator`: its control address. `active_requests` is sampled at every heartbeat. Every
+  // call carries `secret`.
   RegistryClient(std::string coordinator, v1::RegisterRequest registration,
-                 std::function<uint32_t()> active_requests);
+                 std::function<uint32_t()> active_requests, ClusterSecret secret);
   ~RegistryClient();  // Stop()
 
   void Start();
@@ -47,6 +49,7 @@ class RegistryClient {
   const std::string coordinator_;
   const v1::RegisterRequest registration_;
   const std::function<uint32_t()> active_requests_;
+  const ClusterSecret secret_;
   std::unique_ptr<v1::Registry::Stub> stub_;
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -12,6 +12,7 @@
 
 #include "consumer/inference_service.h"
 #include "model/generator.h"
+#include "proto/checked_inference.h"
 #include "proto/grpc_server.h"
 #include "tests/test_util.h"
 
@@ -29,13 +30,15 @@ class ConsumerServiceTest : public ::testing::Test {
     service_ = std::make_unique<ConsumerInferenceService>(
         ConsumerModel{model_.get(), tokenizer_.get(), "fables", TransferOptions(), 16,
                       absl::Seconds(30)},
-        "fp-fables", Admission::Create(1));
-    GrpcServer served = testing::Ok(StartGrpcServer("127.0.0.1:0", {service_.get()}));
-    server_ = std::move(served.server);
+        "fp-fables", Admission::Create(1), &refusals_);
+    // Served as a node serves it: the checked front first (proto/checked_inference.h).
+    checked_ = std::make_unique<CheckedInferenceService>(service_.get(), RequestLimits(),
+                                                         /*require_target=*/false, &refusals_);
+    server_ = testing::Ok(StartGrpcServer("127.0.0.1:0", {checked_.get()}));
     stub_ = v1::Inference::NewStub(
-        grpc::CreateChannel(served.address, grpc::InsecureChannelCredentials()));
+        grpc::CreateChannel(server_.address, grpc::InsecureChannelCredentials()));
   }
-  void TearDown() override { server_->Shutdown(); }
+  void TearDown() override { server_.Shutdown(absl::Now()); }
 
   struct Call {
     grpc::Status status;
@@ -54,8 +57,10 @@ class ConsumerServiceTest : public ::testing::Test {
 
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  Tally refusals_;
   std::unique_ptr<ConsumerInferenceService> service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<CheckedInferenceService> checked_;
+  GrpcServer server_;
   std::unique_ptr<v1::Inference::Stub> stub_;
 };
 
@@ -111,11 +116,29 @@ TEST_F(ConsumerServiceTest, RequestsItCannotServeAreRefusedWithTheirOwnCodes) {
   }
   EXPECT_TRUE(Generate(request).status.ok());  // the slot came back
 
-  // Bad input (no prompt) is admitted and ends in one Error event (the stream itself is OK).
+  // Bad input is refused as a whole before admission: a non-OK call, no event, counted.
   v1::GenerateRequest empty;
   Call bad = Generate(empty);
-  ASSERT_EQ(bad.events.size(), 1u);
-  EXPECT_EQ(bad.events[0].error().code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.status.error_message(), HasSubstr("prompt"));
+  EXPECT_TRUE(bad.events.empty());
+  v1::GenerateRequest both = request;
+  both.add_prompt_ids(1);
+  Call twice = Generate(both);
+  EXPECT_EQ(twice.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(twice.status.error_message(), HasSubstr("prompt and prompt_ids"));
+  EXPECT_TRUE(twice.events.empty());
+  // Past the model's room (512 positions): OUT_OF_RANGE naming max_tokens, before any work.
+  v1::GenerateRequest long_output = request;
+  long_output.set_max_tokens(510);
+  Call too_long = Generate(long_output);
+  EXPECT_EQ(too_long.status.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_THAT(too_long.status.error_message(), HasSubstr("max_tokens"));
+  EXPECT_TRUE(too_long.events.empty());
+  EXPECT_EQ(refusals_.Get("refused_invalid_argument"), 2u);
+  EXPECT_EQ(refusals_.Get("refused_out_of_range"), 1u);
+  EXPECT_EQ(refusals_.Get("refused_not_found"), 1u);
+  EXPECT_EQ(refusals_.Get("refused_resource_exhausted"), 1u);
 
   service_->admission()->Drain();
   EXPECT_EQ(Generate(request).status.error_code(), grpc::StatusCode::UNAVAILABLE);
@@ -124,6 +147,8 @@ TEST_F(ConsumerServiceTest, RequestsItCannotServeAreRefusedWithTheirOwnCodes) {
   v1::HealthResponse health;
   ASSERT_TRUE(stub_->Health(&context, v1::HealthRequest(), &health).ok());
   EXPECT_EQ(health.status(), "draining");
+  EXPECT_EQ(health.version(), BuildVersion());
+  EXPECT_FALSE(health.version().empty());
 }
 
 TEST_F(ConsumerServiceTest, ClientCancelFreesTheSlot) {

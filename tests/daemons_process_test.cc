@@ -5,7 +5,7 @@
 // `scd-calib generate`; raw between identical models equals local generation; 16 concurrent
 // requests all complete unmixed; a fan-out to the fine-tune and the independent model runs one
 // prefill (the producer's Stats) and both streams equal their references; a consumer killed with
-// SIGKILL leaves routing within 3 s and its target becomes NOT_FOUND; a producer killed before a
+// SIGKILL leaves routing within 3 s and its target becomes UNAVAILABLE; a producer killed before a
 // request ends it in one Error within 1 s; SIGTERM drains and every daemon exits 0. Faults in the
 // middle of a (shaped, slow) transfer: producer killed -> one Error within 1 s, or a local
 // fallback when allowed; consumer killed -> the producer frees the session and its buffers within
@@ -72,22 +72,23 @@ class DaemonsProcessTest : public ::testing::TestWithParam<std::string> {
         std::vector<std::string>{Bin("scd-coordinator"), "--config", dir_ + "/coordinator.toml"});
     server_ = coordinator_->Address();
     ASSERT_FALSE(server_.empty());
+    control_ = coordinator_->ControlAddress();  // where the nodes register
     const std::string transport = GetParam();
     std::vector<std::string> producer_argv{
         Bin("scd-producer"), "--model",    testing::ModelDir("stories260k"),
-        "--coordinator",     server_,      "--transport",
+        "--coordinator",     control_,     "--transport",
         transport,           "--artifact", artifact_path_};
     for (const std::string& flag : ProducerFlags()) producer_argv.push_back(flag);
     producer_daemon_ = std::make_unique<Daemon>(dir_, "producer", producer_argv);
     xs_daemon_ = std::make_unique<Daemon>(
         dir_, "xs",
         std::vector<std::string>{Bin("scd-consumer"), "--model", testing::ModelDir("llama2xs-260k"),
-                                 "--name", "xs", "--coordinator", server_, "--transport", transport,
+                                 "--name", "xs", "--coordinator", control_, "--transport", transport,
                                  "--artifact", artifact_path_, "--capacity", "16"});
     copy_daemon_ = std::make_unique<Daemon>(
         dir_, "copy",
         std::vector<std::string>{Bin("scd-consumer"), "--model", testing::ModelDir("stories260k"),
-                                 "--name", "base-copy", "--coordinator", server_, "--transport",
+                                 "--name", "base-copy", "--coordinator", control_, "--transport",
                                  transport, "--capacity", "16"});
     // Registered: all three models routable.
     const absl::Time limit = absl::Now() + absl::Seconds(60);
@@ -151,7 +152,7 @@ class DaemonsProcessTest : public ::testing::TestWithParam<std::string> {
     return testing::Ok(GenerateTokens(consumer, prompt, &cache, options)).output_ids;
   }
 
-  std::string dir_, server_, artifact_path_;
+  std::string dir_, server_, control_, artifact_path_;
   std::unique_ptr<LlamaModel> producer_, xs_;
   Artifact artifact_;
   std::unique_ptr<Daemon> coordinator_, producer_daemon_, xs_daemon_, copy_daemon_;
@@ -216,10 +217,10 @@ TEST_P(DaemonsProcessTest, FanOutRunsOnePrefillAndMatchesBothSingleTargetReferen
   Daemon fables_daemon(
       dir_, "fables",
       {Bin("scd-consumer"), "--model", testing::ModelDir("stories260k-fables"), "--name", "fables",
-       "--coordinator", server_, "--transport", GetParam(), "--artifact", dir_ + "/fables.scd"});
+       "--coordinator", control_, "--transport", GetParam(), "--artifact", dir_ + "/fables.scd"});
   Daemon producer_with_both(dir_, "producer2",
                             {Bin("scd-producer"), "--model", testing::ModelDir("stories260k"),
-                             "--coordinator", server_, "--transport", GetParam(), "--artifact",
+                             "--coordinator", control_, "--transport", GetParam(), "--artifact",
                              artifact_path_, "--artifact", dir_ + "/fables.scd"});
   producer_daemon_->Kill(SIGKILL);  // the producer that holds both artifacts takes over
   const std::string producer_address = producer_with_both.Address();
@@ -236,6 +237,7 @@ TEST_P(DaemonsProcessTest, FanOutRunsOnePrefillAndMatchesBothSingleTargetReferen
         grpc::CreateChannel(producer_address, grpc::InsecureChannelCredentials()));
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    context.AddMetadata("x-scd-cluster-secret", testing::kTestClusterSecret);
     v1::NodeStats stats;
     EXPECT_TRUE(stub->Stats(&context, v1::StatsRequest(), &stats).ok());
     return stats.prefills();
@@ -312,9 +314,13 @@ TEST_P(DaemonsProcessTest, KilledConsumerLeavesRoutingWithinThreeSeconds) {
     ASSERT_LT(absl::Now() - killed, absl::Seconds(3)) << "still routed after 3 s";
     absl::SleepFor(absl::Milliseconds(20));
   }
+  // Known, but no live node: UNAVAILABLE (retry later); a name never served stays NOT_FOUND.
   Reply gone = Generate("base-copy", "", Prompt(1), 4);
-  EXPECT_EQ(gone.status.code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(std::string(gone.status.message()), HasSubstr("known targets: xs"));
+  EXPECT_EQ(gone.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(gone.status.message()), HasSubstr("no live consumer"));
+  Reply never = Generate("never-served", "", Prompt(1), 4);
+  EXPECT_EQ(never.status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(never.status.message()), HasSubstr("known targets: xs"));
 }
 
 TEST_P(DaemonsProcessTest, DeadProducerEndsTheRequestInOneErrorWithinOneSecond) {
@@ -348,10 +354,11 @@ class DaemonsFaultTest : public DaemonsProcessTest {
 
   template <typename Service>
   v1::NodeStats StatsOf(Daemon& daemon) {
-    auto stub =
-        Service::NewStub(grpc::CreateChannel(daemon.Address(), grpc::InsecureChannelCredentials()));
+    auto stub = Service::NewStub(
+        grpc::CreateChannel(daemon.ControlAddress(), grpc::InsecureChannelCredentials()));
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    context.AddMetadata("x-scd-cluster-secret", testing::kTestClusterSecret);
     v1::NodeStats stats;
     const grpc::Status status = stub->Stats(&context, v1::StatsRequest(), &stats);
     EXPECT_TRUE(status.ok()) << status.error_message();

@@ -89,7 +89,9 @@ TEST_F(NodeRegistryTest, SilentNodeLeavesRoutingWithinThreeSeconds) {
   ASSERT_TRUE(registry_.Resolve({"fables"}, "").ok());
   now_ += absl::Milliseconds(1);  // lapsed: no longer routed, even before the sweep
   absl::Status status = registry_.Resolve({"fables"}, "").status();
-  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
+  // A known target without a live node is UNAVAILABLE (retry later), not NOT_FOUND.
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_THAT(status.message(), HasSubstr("no live consumer"));
   // The sweep drops it (and the producer, silent even longer); a late heartbeat must re-register.
   std::vector<std::string> dropped = registry_.ExpireLapsed();
   EXPECT_EQ(dropped.size(), 2u);
@@ -102,7 +104,8 @@ TEST_F(NodeRegistryTest, SilentNodeLeavesRoutingWithinThreeSeconds) {
 TEST_F(NodeRegistryTest, DeregisterRemovesAtOnce) {
   const std::string id = Add(Consumer("fables", kFablesFp, {}));
   ASSERT_TRUE(registry_.Deregister(id).ok());
-  EXPECT_EQ(registry_.Resolve({"fables"}, "local").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_.Resolve({"fables"}, "local").status().code(),
+            absl::StatusCode::kUnavailable);
   EXPECT_EQ(registry_.Deregister(id).code(), absl::StatusCode::kNotFound);
 }
 
@@ -150,13 +153,53 @@ TEST_F(NodeRegistryTest, ExplicitModesNeedWhatTheyNeed) {
   EXPECT_THAT(status.message(), HasSubstr("holds none"));
   EXPECT_EQ(registry_.Resolve({"xs"}, "reuse").status().code(),
             absl::StatusCode::kFailedPrecondition);
-  // raw/int4/recompute/local need none.
+  // raw/int4/recompute/local need none; raw and int4 across different weights say the quality
+  // is degraded (served as asked: the benchmark's baselines).
   for (const char* mode : {"raw", "int4", "recompute", "local"}) {
     absl::StatusOr<Route> route = registry_.Resolve({"xs"}, mode);
     ASSERT_TRUE(route.ok()) << mode << ": " << route.status();
     EXPECT_EQ(route->targets[0].mode, mode);
     EXPECT_EQ(route->producer_name.empty(), std::string(mode) == "local") << mode;
+    const bool degraded = std::string(mode) == "raw" || std::string(mode) == "int4";
+    EXPECT_EQ(route->targets[0].mode_reason.find("quality degraded") != std::string::npos,
+              degraded)
+        << mode << ": " << route->targets[0].mode_reason;
   }
+}
+
+TEST_F(NodeRegistryTest, StrictModesRefuseCachesAcrossDifferentWeights) {
+  NodeRegistry strict(RegistryOptions{absl::Seconds(2), absl::Milliseconds(500),
+                                      absl::Milliseconds(100), /*strict_modes=*/true},
+                      [this] { return now_; });
+  ASSERT_TRUE(strict.Register(Producer("base", kBaseFp)).ok());
+  ASSERT_TRUE(strict.Register(Consumer("fables", kFablesFp, {kBaseFp})).ok());
+  ASSERT_TRUE(strict.Register(Consumer("base-copy", kBaseFp, {})).ok());
+  for (const char* mode : {"raw", "int4", "reuse"}) {
+    absl::Status status = strict.Resolve({"fables"}, mode).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << mode;
+    EXPECT_THAT(status.message(), HasSubstr("weights differ")) << mode;
+    // Identical weights stay faithful: served, reason "requested".
+    absl::StatusOr<Route> same = strict.Resolve({"base-copy"}, mode == std::string("reuse")
+                                                                   ? "raw"
+                                                                   : mode);
+    ASSERT_TRUE(same.ok()) << mode << ": " << same.status();
+    EXPECT_EQ(same->targets[0].mode_reason, "requested");
+  }
+  EXPECT_TRUE(strict.Resolve({"fables"}, "scd").ok());
+  EXPECT_TRUE(strict.Resolve({"fables"}, "recompute").ok());
+}
+
+TEST_F(NodeRegistryTest, NodeIdsAreRandomAndUnguessable) {
+  const std::string a = Add(Consumer("fables", kFablesFp, {}));
+  const std::string b = Add(Consumer("fables", kFablesFp, {}));
+  ASSERT_EQ(a.rfind("consumer-", 0), 0u);
+  EXPECT_EQ(a.size(), std::string("consumer-").size() + 32);
+  EXPECT_NE(a, b);
+  // The sequential ids of before (consumer-1, consumer-2, ...) name nothing.
+  for (const char* guess : {"consumer-1", "consumer-2", "producer-1", "producer-3"}) {
+    EXPECT_EQ(registry_.Deregister(guess).code(), absl::StatusCode::kNotFound);
+  }
+  EXPECT_EQ(registry_.size(), 2u);
 }
 
 TEST_F(NodeRegistryTest, WithoutProducerAutoRunsLocalAndCodeModesAreUnavailable) {

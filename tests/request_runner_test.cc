@@ -8,6 +8,8 @@
 
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
+
+#include <cmath>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -222,10 +224,27 @@ TEST_F(RequestRunnerTest, BadRequestsEndInOneErrorWithTheirCode) {
   v1::GenerateRequest outside = Request({1, 999999});
   EXPECT_EQ(Serve(Consumer(*consumer_), outside, {}).last().error().code(),
             static_cast<int>(absl::StatusCode::kInvalidArgument));
+  // Values past their bounds (inference.proto) are OUT_OF_RANGE; before, top_p -1 or NaN was
+  // silently "off" and max_tokens / top_k >= 2^31 wrapped negative.
   v1::GenerateRequest hot = Request(prompt_);
   hot.set_temperature(-1);
   EXPECT_EQ(Serve(Consumer(*consumer_), hot, {}).last().error().code(),
-            static_cast<int>(absl::StatusCode::kInvalidArgument));
+            static_cast<int>(absl::StatusCode::kOutOfRange));
+  for (float top_p : {-1.0f, std::nanf(""), 5.0f}) {
+    v1::GenerateRequest bad = Request(prompt_);
+    bad.set_top_p(top_p);
+    Outcome out = Serve(Consumer(*consumer_), bad, {});
+    EXPECT_EQ(out.last().error().code(), static_cast<int>(absl::StatusCode::kOutOfRange)) << top_p;
+    EXPECT_THAT(out.last().error().message(), HasSubstr("top_p")) << top_p;
+  }
+  v1::GenerateRequest many = Request(prompt_);
+  many.set_max_tokens(1u << 31);
+  EXPECT_EQ(Serve(Consumer(*consumer_), many, {}).last().error().code(),
+            static_cast<int>(absl::StatusCode::kOutOfRange));
+  v1::GenerateRequest wide = Request(prompt_);
+  wide.set_top_k(1u << 31);
+  EXPECT_EQ(Serve(Consumer(*consumer_), wide, {}).last().error().code(),
+            static_cast<int>(absl::StatusCode::kOutOfRange));
 }
 
 TEST_F(RequestRunnerTest, CancelledRequestFinishesCancelled) {

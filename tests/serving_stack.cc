@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "codec/fingerprint.h"
-#include "proto/grpc_server.h"
 #include "proto/registry_client.h"
 #include "tests/test_files.h"
 #include "transport/session_acceptor.h"
@@ -20,11 +19,10 @@ std::unique_ptr<transport::Transport> Backend(const std::string& backend) {
 }
 
 // A gRPC server on 127.0.0.1:<any> with `services`; its address in `*address`.
-std::unique_ptr<grpc::Server> Serve(const std::vector<grpc::Service*>& services,
-                                    std::string* address) {
+GrpcServer Serve(const std::vector<grpc::Service*>& services, std::string* address) {
   GrpcServer served = Ok(StartGrpcServer("127.0.0.1:0", services));
   *address = served.address;
-  return std::move(served.server);
+  return served;
 }
 
 }  // namespace
@@ -38,9 +36,9 @@ ServingStack::ServingStack(const LlamaModel* producer, const Tokenizer* tokenize
       producer_fp_(Ok(FingerprintModel(*producer))) {}
 
 ServingStack::~ServingStack() {
-  if (coordinator_server_) coordinator_server_->Shutdown();
-  if (producer_server_) producer_server_->Shutdown();
-  for (auto& [name, node] : consumers_) node->server->Shutdown();
+  coordinator_server_.Shutdown(absl::Now());
+  producer_server_.Shutdown(absl::Now());
+  for (auto& [name, node] : consumers_) node->server.Shutdown(absl::Now());
 }
 
 void ServingStack::AddConsumer(const std::string& name, std::unique_ptr<LlamaModel> model,
@@ -68,8 +66,8 @@ void ServingStack::AddConsumer(const std::string& name, std::unique_ptr<LlamaMod
   consumer::ConsumerModel served{node->model.get(), tokenizer_, name,
                                  TransferOptions(), 16,         options_.deadline};
   node->admission = consumer::Admission::Create(options_.consumer_capacity);
-  node->control = std::make_unique<consumer::ConsumerControlService>(served, held, node->admission,
-                                                                     node->router.get());
+  node->control = std::make_unique<consumer::ConsumerControlService>(
+      served, held, node->admission, node->router.get(), secret_);
   node->server = Serve({node->control.get()}, &node->address);
   SetNodeIdentity(v1::NODE_ROLE_CONSUMER, node->address, name, node->fingerprint, &request);
   request.set_transfer_address(node->router->address());
@@ -85,7 +83,7 @@ void ServingStack::Start() {
   transport::ConnectionOptions connection;
   connection.shape = options_.producer_link;
   producer_service_ = std::make_unique<producer::ProducerControlService>(
-      model, producer_transport_.get(), connection);
+      model, producer_transport_.get(), secret_, connection);
   std::string producer_address;
   producer_server_ = Serve({producer_service_.get()}, &producer_address);
   v1::RegisterRequest producer;
@@ -93,9 +91,12 @@ void ServingStack::Start() {
                   &producer);
   ASSERT_TRUE(registry_.Register(producer).ok());
 
-  coordinator_ = std::make_unique<coordinator::CoordinatorInferenceService>(&registry_);
+  coordinator_ = std::make_unique<coordinator::CoordinatorInferenceService>(&registry_, secret_,
+                                                                           &counters_);
+  checked_ = std::make_unique<CheckedInferenceService>(coordinator_.get(), RequestLimits(),
+                                                       /*require_target=*/true, &counters_);
   std::string coordinator_address;
-  coordinator_server_ = Serve({coordinator_.get()}, &coordinator_address);
+  coordinator_server_ = Serve({checked_.get()}, &coordinator_address);
   stub_ = v1::Inference::NewStub(
       grpc::CreateChannel(coordinator_address, grpc::InsecureChannelCredentials()));
 }

@@ -18,6 +18,9 @@
 #include "consumer/decode_service.h"
 #include "coordinator/coordinator_service.h"
 #include "producer/producer_service.h"
+#include "proto/checked_inference.h"
+#include "proto/cluster_secret.h"
+#include "proto/grpc_server.h"
 #include "proto/scd/v1/inference.grpc.pb.h"
 #include "tokenizer/tokenizer.h"
 #include "transport/link_shaper.h"
@@ -33,7 +36,7 @@ struct ServedConsumer {
   std::unique_ptr<consumer::SessionRouter> router;
   std::shared_ptr<consumer::Admission> admission;
   std::unique_ptr<consumer::ConsumerControlService> control;
-  std::unique_ptr<grpc::Server> server;
+  GrpcServer server;
   std::string address;
 };
 
@@ -73,6 +76,8 @@ class ServingStack {
   ServedConsumer& consumer(const std::string& name) { return *consumers_.at(name); }
   producer::ProducerControlService& producer_service() { return *producer_service_; }
   v1::Inference::Stub& stub() { return *stub_; }
+  const ClusterSecret& secret() const { return secret_; }
+  const Tally& coordinator_counters() const { return counters_; }
 
  private:
   const LlamaModel* const producer_;
@@ -82,12 +87,15 @@ class ServingStack {
   std::string producer_fp_;
   std::map<std::string, Artifact> artifacts_;  // by artifact id
   std::map<std::string, std::unique_ptr<ServedConsumer>> consumers_;
+  const ClusterSecret secret_ = ClusterSecret::Random();
+  Tally counters_;  // the coordinator's refusals
   coordinator::NodeRegistry registry_{coordinator::RegistryOptions{absl::Seconds(3600)}};
   std::unique_ptr<transport::Transport> producer_transport_;
   std::unique_ptr<producer::ProducerControlService> producer_service_;
-  std::unique_ptr<grpc::Server> producer_server_;
+  GrpcServer producer_server_;
   std::unique_ptr<coordinator::CoordinatorInferenceService> coordinator_;
-  std::unique_ptr<grpc::Server> coordinator_server_;
+  std::unique_ptr<CheckedInferenceService> checked_;
+  GrpcServer coordinator_server_;
   std::unique_ptr<v1::Inference::Stub> stub_;
 };
 

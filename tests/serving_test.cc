@@ -153,10 +153,9 @@ TEST_F(ServingTest, FullConsumerRefusesBeforeTheProducerSends) {
     held.push_back(testing::Ok(stack_->consumer("xs").admission->Admit()));
   const uint64_t before = stack_->producer_service().prefills();
   Reply reply = Generate({"xs"}, "scd", Prompt(2), 8);
-  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
-  ASSERT_EQ(reply.events["xs"].size(), 1u);
-  EXPECT_EQ(reply.events["xs"][0].error().code(),
-            static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED));
+  // Refused as a whole (inference.proto): the call's status, no event.
+  EXPECT_EQ(reply.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(reply.events["xs"].empty());
   EXPECT_EQ(stack_->producer_service().prefills(), before);  // nothing was prefilled or sent
   held.clear();
   EXPECT_TRUE(Generate({"xs"}, "scd", Prompt(2), 8).events["xs"].back().has_finished());
@@ -201,15 +200,23 @@ TEST_F(ServingTest, PromptsOfOneTokenAndOfTheMaximumLengthComplete) {
       if (static_cast<int64_t>(longest.size()) < max) longest.push_back(id);
     }
   }
-  Reply full = Generate({"xs"}, "scd", longest, 8);
+  // The server's default output length fits what room is left (none): it ends by length.
+  Reply full = Generate({"xs"}, "scd", longest, 0);
   ASSERT_TRUE(full.status.ok()) << full.status.error_message();
   ASSERT_TRUE(full.events["xs"].back().has_finished()) << full.events["xs"].back().DebugString();
   EXPECT_EQ(full.events["xs"].back().finished().prompt_tokens(), static_cast<uint32_t>(max));
   EXPECT_EQ(full.events["xs"].back().finished().reason(), "length");
-  longest.push_back(longest.back());  // one past the maximum: refused with its own code
+  // An explicit max_tokens past the room, and a prompt past the maximum, are refused as a whole
+  // with OUT_OF_RANGE before any work.
+  const uint64_t before = stack_->producer_service().prefills();
+  Reply no_room = Generate({"xs"}, "scd", longest, 8);
+  EXPECT_EQ(no_room.status.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_THAT(no_room.status.error_message(), HasSubstr("max_tokens"));
+  longest.push_back(longest.back());
   Reply over = Generate({"xs"}, "scd", longest, 8);
-  EXPECT_EQ(over.events["xs"].back().error().code(),
-            static_cast<int>(grpc::StatusCode::OUT_OF_RANGE));
+  EXPECT_EQ(over.status.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_TRUE(over.events["xs"].empty());
+  EXPECT_EQ(stack_->producer_service().prefills(), before);
 }
 
 TEST_F(ServingTest, UnknownTargetIsNotFoundNamingTheKnownOnes) {

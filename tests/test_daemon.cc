@@ -14,13 +14,28 @@
 
 namespace scd::testing {
 
-Daemon::Daemon(const std::string& dir, const std::string& name, std::vector<std::string> argv)
-    : log_(dir + "/" + name + ".log"), address_file_(dir + "/" + name + ".addr") {
+Daemon::Daemon(const std::string& dir, const std::string& name, std::vector<std::string> argv,
+               std::vector<std::string> env)
+    : log_(dir + "/" + name + ".log"),
+      address_file_(dir + "/" + name + ".addr"),
+      control_address_file_(dir + "/" + name + ".control.addr") {
   argv.push_back("--address-file");
   argv.push_back(address_file_);
+  argv.push_back("--control-address-file");
+  argv.push_back(control_address_file_);
   std::remove(address_file_.c_str());  // a failed earlier test keeps its directory
+  std::remove(control_address_file_.c_str());
   pid_ = fork();
   if (pid_ == 0) {
+    setenv("SCD_CLUSTER_SECRET", kTestClusterSecret, 1);
+    for (const std::string& entry : env) {
+      const size_t eq = entry.find('=');
+      if (eq == entry.size() - 1) {
+        unsetenv(entry.substr(0, eq).c_str());
+      } else {
+        setenv(entry.substr(0, eq).c_str(), entry.substr(eq + 1).c_str(), 1);
+      }
+    }
     const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 2);
     std::vector<char*> args;
@@ -38,10 +53,16 @@ Daemon::~Daemon() {
   }
 }
 
-std::string Daemon::Address(absl::Duration timeout) {
+std::string Daemon::Address(absl::Duration timeout) { return ReadAddress(address_file_, timeout); }
+
+std::string Daemon::ControlAddress(absl::Duration timeout) {
+  return ReadAddress(control_address_file_, timeout);
+}
+
+std::string Daemon::ReadAddress(const std::string& file, absl::Duration timeout) {
   const absl::Time limit = absl::Now() + timeout;
   while (absl::Now() < limit) {
-    std::ifstream in(address_file_);
+    std::ifstream in(file);
     std::string address;
     if (in >> address) return address;
     absl::SleepFor(absl::Milliseconds(20));

@@ -1,6 +1,10 @@
 // scd-consumer: rebuilds its own cache from a producer's codes (or prefills locally) and decodes.
+// Three listeners: the public API (--listen), the control plane the coordinator calls
+// (--control-listen, cluster secret required) and the transfer listener producers send codes to.
 //   scd-consumer [--config FILE.toml] --model DIR [--name NAME] --listen HOST:PORT
-//                --coordinator HOST:PORT [--advertise HOST] [--transfer-listen HOST:PORT]
+//                --control-listen HOST:PORT --coordinator HOST:PORT
+//                [--cluster-secret-file FILE | $SCD_CLUSTER_SECRET]
+//                [--advertise HOST] [--transfer-listen HOST:PORT]
 //                [--transport grpc|ucx] [--artifact FILE ...] [--capacity N]
 // SIGTERM/SIGINT: take no new requests, leave routing, finish running ones, exit.
 
@@ -20,15 +24,18 @@ int main(int argc, char** argv) {
   scd::consumer::ConsumerNodeOptions options;
   CLI::App app{"SCD Serve consumer: cache rebuild from semantic codes, decoding"};
   scd::AddServingNodeFlags(&app, &options, "translator artifact(s), one per producer");
+  app.add_option("--listen", options.listen, "public API gRPC address (port 0: any free port)");
   app.add_option("--transfer-listen", options.transfer_listen, "where producers send codes");
   app.add_option("--capacity", options.capacity, "requests served at once")
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--max-tokens", options.default_max_tokens, "default output length");
+      ->check(CLI::TypeValidator<uint32_t>())->check(CLI::Range(1, 4096));
+  app.add_option("--max-tokens", options.default_max_tokens, "default output length")
+      ->check(CLI::TypeValidator<uint32_t>())->check(CLI::Range(1, 1 << 20));
   scd::AddDaemonFlags(&app, &daemon, scd::kLogLevelFlag | scd::kThreadsFlag);
   return scd::RunDaemon(
       "scd-consumer", app, argc, argv, daemon, [&]() -> absl::StatusOr<scd::DaemonHandle> {
         // The project's one thread policy (BLAS pool vs libtorch's pool), as every tool uses.
         spdlog::info("threads: {}", scd::ConfigureThreads(daemon.common.threads).ToString());
+        SCD_ASSIGN_OR_RETURN(options.cluster_secret, daemon.ClusterSecret());
         SCD_ASSIGN_OR_RETURN(auto node, scd::consumer::ConsumerNode::Start(options));
         return scd::DaemonHandle::Of(std::move(node));
       });

@@ -1,6 +1,9 @@
 // scd-coordinator: the registry (leases) and the public Inference API, routing requests to
-// producers and consumers.
-//   scd-coordinator [--config FILE.toml] --listen HOST:PORT [--lease-ms 2000] [--address-file PATH]
+// producers and consumers. Two planes: the public API on --listen, the registry (nodes register
+// with --coordinator naming this address) on --control-listen, cluster secret required.
+//   scd-coordinator [--config FILE.toml] --listen HOST:PORT --control-listen HOST:PORT
+//                   [--cluster-secret-file FILE | $SCD_CLUSTER_SECRET] [--lease-ms 2000]
+//                   [--strict-modes] [--address-file PATH] [--control-address-file PATH]
 // SIGTERM/SIGINT: stop taking requests, finish running ones (up to --drain-seconds), exit.
 #include <CLI/CLI.hpp>
 
@@ -13,16 +16,21 @@ int main(int argc, char** argv) {
   scd::coordinator::CoordinatorNodeOptions options;
   int lease_ms = 2000, heartbeat_ms = 500;
   CLI::App app{"SCD Serve coordinator: registry and request routing"};
-  app.add_option("--listen", options.listen, "gRPC address (port 0: any free port)");
+  app.add_option("--listen", options.listen, "public API gRPC address (port 0: any free port)");
+  app.add_option("--control-listen", options.control_listen,
+                 "control-plane gRPC address the nodes register at (port 0: any free port)");
   app.add_option("--lease-ms", lease_ms, "a node silent this long leaves routing")
-      ->check(CLI::Range(100, 600000));
+      ->check(CLI::TypeValidator<int>())->check(CLI::Range(100, 600000));
   app.add_option("--heartbeat-ms", heartbeat_ms, "how often nodes are asked to heartbeat")
-      ->check(CLI::Range(20, 60000));
+      ->check(CLI::TypeValidator<int>())->check(CLI::Range(20, 60000));
+  app.add_flag("--strict-modes", options.registry.strict_modes,
+               "refuse raw/int4/reuse between different weights instead of serving them degraded");
   scd::AddDaemonFlags(&app, &daemon, scd::kLogLevelFlag);
   return scd::RunDaemon(
       "scd-coordinator", app, argc, argv, daemon, [&]() -> absl::StatusOr<scd::DaemonHandle> {
         options.registry.lease = absl::Milliseconds(lease_ms);
         options.registry.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
+        SCD_ASSIGN_OR_RETURN(options.cluster_secret, daemon.ClusterSecret());
         SCD_ASSIGN_OR_RETURN(auto node, scd::coordinator::CoordinatorNode::Start(options));
         return scd::DaemonHandle::Of(std::move(node));
       });

@@ -14,6 +14,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -24,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/connection_gate.h"
 #include "base/status_macros.h"
 #include "consumer/consumer_node.h"
 #include "coordinator/coordinator_node.h"
@@ -35,6 +37,7 @@
 #include "model/llama_model.h"
 #include "model/runtime.h"
 #include "producer/producer_node.h"
+#include "proto/cluster_secret.h"
 #include "proto/inference_client.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/tool_common.h"
@@ -171,12 +174,16 @@ struct ServeFlags {
   std::vector<std::string> consumers;  // NAME=DIR[:ARTIFACT]
   std::string listen = "127.0.0.1:0";
   std::string address_file;
+  std::string control_address_file;
+  std::string cluster_secret_file;  // "" = $SCD_CLUSTER_SECRET, else a random one
   uint32_t capacity = 4;
   double drain_seconds = 30;
+  bool strict_modes = false;
 };
 
-// The three roles in one process: each node serves gRPC on loopback (the coordinator's on
-// --listen), codes travel over the in-process transport. SIGTERM/SIGINT drains and exits.
+// The three roles in one process: the coordinator's public API on --listen, every control plane
+// on loopback (a random cluster secret unless one is given), codes over the in-process
+// transport. SIGTERM/SIGINT drains and exits.
 absl::Status RunServe(const ServeFlags& flags, int threads) {
   if (!flags.all_in_one) {
     return absl::InvalidArgumentError(
@@ -186,13 +193,24 @@ absl::Status RunServe(const ServeFlags& flags, int threads) {
   BlockTerminationSignals();  // before any node starts a thread
   spdlog::set_default_logger(spdlog::stderr_color_mt("scd-serve"));  // stdout: nothing
   spdlog::info("threads: {}", ConfigureThreads(threads).ToString());
+  spdlog::info("open files: up to {}", RaiseOpenFileLimit());
+  std::string secret;
+  if (!flags.cluster_secret_file.empty() || std::getenv(kClusterSecretEnv) != nullptr) {
+    SCD_ASSIGN_OR_RETURN(ClusterSecret given, ClusterSecret::Load(flags.cluster_secret_file));
+    secret = given.value();
+  } else {
+    secret = ClusterSecret::Random().value();  // only this process's nodes know it
+  }
   coordinator::CoordinatorNodeOptions coordinator_options;
   coordinator_options.listen = flags.listen;
+  coordinator_options.cluster_secret = secret;
+  coordinator_options.registry.strict_modes = flags.strict_modes;
   SCD_ASSIGN_OR_RETURN(auto coordinator, coordinator::CoordinatorNode::Start(coordinator_options));
   producer::ProducerNodeOptions producer_options;
   producer_options.model_dir = flags.producer_model;
   producer_options.transport = "inproc";
-  producer_options.coordinator = coordinator->address();
+  producer_options.coordinator = coordinator->control_address();
+  producer_options.cluster_secret = secret;
   std::vector<consumer::ConsumerNodeOptions> consumer_options;
   for (const std::string& spec : flags.consumers) {
     const size_t eq = spec.find('=');
@@ -211,7 +229,8 @@ absl::Status RunServe(const ServeFlags& flags, int threads) {
     }
     options.transport = "inproc";
     options.transfer_listen = options.name + ":0";
-    options.coordinator = coordinator->address();
+    options.coordinator = coordinator->control_address();
+    options.cluster_secret = secret;
     options.capacity = flags.capacity;
     consumer_options.push_back(options);
   }
@@ -230,6 +249,8 @@ absl::Status RunServe(const ServeFlags& flags, int threads) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   SCD_RETURN_IF_ERROR(WriteAddressFile(flags.address_file, coordinator->address()));
+  SCD_RETURN_IF_ERROR(
+      WriteAddressFile(flags.control_address_file, coordinator->control_address()));
   spdlog::warn("scd serve: all-in-one serving on {} (producer {}, {} consumers)",
                coordinator->address(), producer->name(), consumers.size());
   const std::string signal = WaitForTerminationSignal();
@@ -423,8 +444,17 @@ int Main(int argc, char** argv) {
       ->required();
   serve->add_option("--listen", serve_flags.listen, "the public API's address (port 0: any)");
   serve->add_option("--address-file", serve_flags.address_file, "write the address here");
-  serve->add_option("--capacity", serve_flags.capacity, "requests per consumer at once");
-  serve->add_option("--drain-seconds", serve_flags.drain_seconds, "SIGTERM: wait for requests");
+  serve->add_option("--control-address-file", serve_flags.control_address_file,
+                    "write the (loopback) control plane's address here");
+  serve->add_option("--cluster-secret-file", serve_flags.cluster_secret_file,
+                    "the control plane's secret (default: $SCD_CLUSTER_SECRET, else a random one)")
+      ->check(CLI::ExistingFile);
+  serve->add_option("--capacity", serve_flags.capacity, "requests per consumer at once")
+      ->check(CLI::TypeValidator<uint32_t>())->check(CLI::Range(1, 4096));
+  serve->add_option("--drain-seconds", serve_flags.drain_seconds, "SIGTERM: wait for requests")
+      ->check(CLI::Number)->check(CLI::Range(0.0, 86400.0));
+  serve->add_flag("--strict-modes", serve_flags.strict_modes,
+                  "refuse raw/int4/reuse between different weights instead of serving them");
   AddCommonFlags(serve, &common.tool, kLogLevelFlag | kThreadsFlag);
 
   std::string text;

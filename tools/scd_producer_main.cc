@@ -1,6 +1,8 @@
 // scd-producer: runs prefill and streams each layer's codes to the consumers a request names.
-//   scd-producer [--config FILE.toml] --model DIR [--name NAME] --listen HOST:PORT
-//                --coordinator HOST:PORT [--advertise HOST] [--transport grpc|ucx]
+// It has only a control plane: the coordinator calls it with the cluster secret.
+//   scd-producer [--config FILE.toml] --model DIR [--name NAME] --control-listen HOST:PORT
+//                --coordinator HOST:PORT [--cluster-secret-file FILE | $SCD_CLUSTER_SECRET]
+//                [--advertise HOST] [--transport grpc|ucx]
 //                [--artifact FILE ...] [--link-gbps G --link-latency-us U]
 // SIGTERM/SIGINT: leave routing, finish running prefills (up to --drain-seconds), exit.
 
@@ -20,14 +22,18 @@ int main(int argc, char** argv) {
   scd::producer::ProducerNodeOptions options;
   CLI::App app{"SCD Serve producer: shared prefill, layer-wise code streaming"};
   scd::AddServingNodeFlags(&app, &options, "translator artifact(s) it encodes for");
-  app.add_option("--link-gbps", options.link_gbps, "shape every session (0: off)");
-  app.add_option("--link-latency-us", options.link_latency_us, "one-way latency per frame");
-  app.add_option("--max-inflight-mb", options.max_inflight_mb, "unacknowledged bytes per session");
+  app.add_option("--link-gbps", options.link_gbps, "shape every session (0: off)")
+      ->check(CLI::Number)->check(CLI::Range(0.0, 1.0e6));
+  app.add_option("--link-latency-us", options.link_latency_us, "one-way latency per frame")
+      ->check(CLI::Number)->check(CLI::Range(0.0, 1.0e8));
+  app.add_option("--max-inflight-mb", options.max_inflight_mb, "unacknowledged bytes per session")
+      ->check(CLI::TypeValidator<size_t>())->check(CLI::Range(1, 1 << 16));
   scd::AddDaemonFlags(&app, &daemon, scd::kLogLevelFlag | scd::kThreadsFlag);
   return scd::RunDaemon(
       "scd-producer", app, argc, argv, daemon, [&]() -> absl::StatusOr<scd::DaemonHandle> {
         // The project's one thread policy (BLAS pool vs libtorch's pool), as every tool uses.
         spdlog::info("threads: {}", scd::ConfigureThreads(daemon.common.threads).ToString());
+        SCD_ASSIGN_OR_RETURN(options.cluster_secret, daemon.ClusterSecret());
         SCD_ASSIGN_OR_RETURN(auto node, scd::producer::ProducerNode::Start(options));
         return scd::DaemonHandle::Of(std::move(node));
       });

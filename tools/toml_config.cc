@@ -101,7 +101,8 @@ std::string TomlConfig::to_config(const CLI::App* app, bool default_also, bool w
 
 void AddConfigFileFlag(CLI::App* app) {
   app->config_formatter(std::make_shared<TomlConfig>(app));
-  app->set_config("--config", "", "TOML file with any of these flags as keys (flags win)");
+  app->set_config("--config", "", "TOML file with any of these flags as keys (flags win)")
+      ->check(CLI::ExistingFile);  // a directory or a missing file: said so, by name
   app->allow_config_extras(CLI::config_extras_mode::error);
 }
 

@@ -9,8 +9,10 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/connection_gate.h"
 #include "base/exception_guard.h"
 #include "base/shared_dir.h"
+#include "proto/cluster_secret.h"
 #include "tools/toml_config.h"
 
 namespace scd {
@@ -75,9 +77,15 @@ std::string WaitForTerminationSignal() {
 void AddDaemonFlags(CLI::App* app, DaemonFlags* flags, unsigned common_flags) {
   app->add_option("--drain-seconds", flags->drain_seconds,
                   "how long SIGTERM waits for running requests")
+      ->check(CLI::Number)->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
   app->add_option("--address-file", flags->address_file,
                   "write the bound address here once serving");
+  app->add_option("--control-address-file", flags->control_address_file,
+                  "write the control plane's bound address here once serving");
+  app->add_option("--cluster-secret-file", flags->cluster_secret_file,
+                  "the cluster secret every node shares (default: $SCD_CLUSTER_SECRET)")
+      ->check(CLI::ExistingFile);
   AddCommonFlags(app, &flags->common, common_flags);
   AddConfigFileFlag(app);
 }
@@ -87,15 +95,24 @@ int RunDaemon(const char* tool, CLI::App& app, int argc, char** argv, const Daem
   BlockTerminationSignals();  // before any thread starts, so every thread inherits the mask
   return RunTool(tool, app, argc, argv, flags.common, [&]() -> absl::Status {
     spdlog::set_default_logger(spdlog::stderr_color_mt(tool));  // stdout: nothing
+    spdlog::info("open files: up to {}", RaiseOpenFileLimit());
     absl::StatusOr<DaemonHandle> node = start();
     if (!node.ok()) return node.status();
     absl::Status written = WriteAddressFile(flags.address_file, node->address);
+    if (!written.ok()) return written;
+    written = WriteAddressFile(flags.control_address_file, node->control_address);
     if (!written.ok()) return written;
     const std::string signal = WaitForTerminationSignal();
     spdlog::info("{}: draining", signal);
     node->shutdown(absl::Seconds(flags.drain_seconds));
     return absl::OkStatus();
   });
+}
+
+absl::StatusOr<std::string> DaemonFlags::ClusterSecret() const {
+  absl::StatusOr<scd::ClusterSecret> secret = ClusterSecret::Load(cluster_secret_file);
+  if (!secret.ok()) return secret.status();
+  return secret->value();
 }
 
 absl::Status WriteAddressFile(const std::string& path, const std::string& address) {

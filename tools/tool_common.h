@@ -45,31 +45,41 @@ int RunTool(const char* tool, CLI::App& app, int argc, char** argv, const Common
 // ---- Daemons (scd-coordinator, scd-producer, scd-consumer) ----
 
 // The flags every daemon has besides its own: the common ones, --config FILE.toml,
-// --drain-seconds, --address-file.
+// --drain-seconds, --address-file, --control-address-file, --cluster-secret-file.
 struct DaemonFlags {
   DaemonFlags() { common.log_level = "info"; }
   CommonToolFlags common;
   double drain_seconds = 30;
   std::string address_file;
+  std::string control_address_file;
+  std::string cluster_secret_file;  // "" = $SCD_CLUSTER_SECRET
+
+  // The cluster secret (proto/cluster_secret.h): the file, else the environment; an error that
+  // says how to give one.
+  absl::StatusOr<std::string> ClusterSecret() const;
 };
 void AddDaemonFlags(CLI::App* app, DaemonFlags* flags, unsigned common_flags);
 
 // A started node as the daemon's life cycle sees it: where it serves and how it drains.
 struct DaemonHandle {
-  std::string address;
+  std::string address;          // public API (a producer: its control address)
+  std::string control_address;  // control plane
   std::function<void(absl::Duration grace)> shutdown;
 
-  // Keeps `node` (anything with address() and Shutdown(absl::Duration)) alive in the handle.
+  // Keeps `node` (anything with address(), control_address() and Shutdown(absl::Duration)) alive
+  // in the handle.
   template <typename Node>
   static DaemonHandle Of(std::unique_ptr<Node> node) {
     std::shared_ptr<Node> owned = std::move(node);
-    return {owned->address(), [owned](absl::Duration grace) { owned->Shutdown(grace); }};
+    return {owned->address(), owned->control_address(),
+            [owned](absl::Duration grace) { owned->Shutdown(grace); }};
   }
 };
 
 // A daemon's main after its flags are declared: blocks SIGTERM/SIGINT, parses (RunTool), logs to
-// stderr as `tool`, starts the node with `start`, writes --address-file, waits for SIGTERM or
-// SIGINT, then drains for up to --drain-seconds and exits 0.
+// stderr as `tool`, raises the open-file limit (base/connection_gate.h), starts the node with
+// `start`, writes --address-file and --control-address-file, waits for SIGTERM or SIGINT, then
+// drains for up to --drain-seconds and exits 0.
 int RunDaemon(const char* tool, CLI::App& app, int argc, char** argv, const DaemonFlags& flags,
               const std::function<absl::StatusOr<DaemonHandle>()>& start);
 
@@ -78,10 +88,12 @@ template <typename NodeOptions>
 void AddServingNodeFlags(CLI::App* app, NodeOptions* options, const char* artifact_help) {
   app->add_option("--model", options->model_dir, "Hugging Face model directory")->required();
   app->add_option("--name", options->name, "routing name (default: the directory's name)");
-  app->add_option("--listen", options->listen, "gRPC address (port 0: any free port)");
+  app->add_option("--control-listen", options->control_listen,
+                  "control-plane gRPC address, for the coordinator only (port 0: any free port)");
   app->add_option("--advertise", options->advertise,
                   "host other nodes dial (default: the listen host; a wildcard: the host name)");
-  app->add_option("--coordinator", options->coordinator, "coordinator address (none: standalone)");
+  app->add_option("--coordinator", options->coordinator,
+                  "the coordinator's control address (none: standalone)");
   app->add_option("--transport", options->transport, "what codes travel over")
       ->check(CLI::IsMember({"grpc", "ucx"}));
   app->add_option("--artifact", options->artifacts, artifact_help);

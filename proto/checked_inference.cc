@@ -1,0 +1,137 @@
+#include "proto/checked_inference.h"
+
+#include <google/protobuf/unknown_field_set.h>
+#include <grpcpp/impl/rpc_service_method.h>
+#include <grpcpp/support/method_handler.h>
+#include <spdlog/spdlog.h>
+
+#include <map>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "base/log_text.h"
+#include "proto/grpc_util.h"
+
+#ifndef SCD_VERSION
+#define SCD_VERSION "unknown"
+#endif
+
+namespace scd {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::UnknownField;
+using google::protobuf::UnknownFieldSet;
+
+std::optional<std::string> FindIn(const Descriptor& type, std::string_view bytes, int depth) {
+  UnknownFieldSet fields;
+  if (depth > 16 || !fields.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return std::nullopt;
+  }
+  std::map<int, int> index;  // repeated fields: the element's position
+  for (int i = 0; i < fields.field_count(); ++i) {
+    const UnknownField& field = fields.field(i);
+    const FieldDescriptor* descriptor = type.FindFieldByNumber(field.number());
+    if (descriptor == nullptr || field.type() != UnknownField::TYPE_LENGTH_DELIMITED) continue;
+    std::string name = descriptor->name();
+    if (descriptor->is_repeated()) name = absl::StrCat(name, "[", index[field.number()]++, "]");
+    const std::string& value = field.length_delimited();
+    if (descriptor->type() == FieldDescriptor::TYPE_STRING && !IsValidUtf8(value)) return name;
+    if (descriptor->type() == FieldDescriptor::TYPE_MESSAGE) {
+      if (auto inner = FindIn(*descriptor->message_type(), value, depth + 1)) {
+        return absl::StrCat(name, ".", *inner);
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+const char* BuildVersion() { return SCD_VERSION; }
+
+void CountRefusal(Tally* refusals, const absl::Status& status) {
+  if (refusals == nullptr || status.ok()) return;
+  refusals->Add(
+      absl::StrCat("refused_", absl::AsciiStrToLower(absl::StatusCodeToString(status.code()))));
+}
+
+std::optional<std::string> FindInvalidUtf8(const Descriptor& type, std::string_view bytes) {
+  return FindIn(type, bytes, 0);
+}
+
+CheckedInferenceService::CheckedInferenceService(v1::Inference::Service* service,
+                                                 RequestLimits limits, bool require_target,
+                                                 Tally* refusals)
+    : service_(service), limits_(limits), require_target_(require_target), refusals_(refusals) {
+  using grpc::internal::RpcMethod;
+  using grpc::internal::RpcServiceMethod;
+  using Self = CheckedInferenceService;
+  AddMethod(new RpcServiceMethod(
+      "/scd.v1.Inference/Generate", RpcMethod::SERVER_STREAMING,
+      new grpc::internal::ServerStreamingHandler<Self, grpc::ByteBuffer, v1::GenerateEvent>(
+          [](Self* self, grpc::ServerContext* context, const grpc::ByteBuffer* raw,
+             grpc::ServerWriter<v1::GenerateEvent>* writer) {
+            return self->Generate(context, raw, writer);
+          },
+          this)));
+  AddMethod(new RpcServiceMethod(
+      "/scd.v1.Inference/ListModels", RpcMethod::NORMAL_RPC,
+      new grpc::internal::RpcMethodHandler<Self, v1::ListModelsRequest, v1::ListModelsResponse,
+                                           grpc::protobuf::MessageLite,
+                                           grpc::protobuf::MessageLite>(
+          [](Self* self, grpc::ServerContext* context, const v1::ListModelsRequest* request,
+             v1::ListModelsResponse* response) {
+            return self->service_->ListModels(context, request, response);
+          },
+          this)));
+  AddMethod(new RpcServiceMethod(
+      "/scd.v1.Inference/Health", RpcMethod::NORMAL_RPC,
+      new grpc::internal::RpcMethodHandler<Self, v1::HealthRequest, v1::HealthResponse,
+                                           grpc::protobuf::MessageLite,
+                                           grpc::protobuf::MessageLite>(
+          [](Self* self, grpc::ServerContext* context, const v1::HealthRequest* request,
+             v1::HealthResponse* response) {
+            grpc::Status status = self->service_->Health(context, request, response);
+            if (response->version().empty()) response->set_version(BuildVersion());
+            return status;
+          },
+          this)));
+}
+
+grpc::Status CheckedInferenceService::Refuse(grpc::ServerContext* context,
+                                             const absl::Status& status,
+                                             const std::string& request_id) {
+  CountRefusal(refusals_, status);
+  spdlog::info("[{}] refused from {}: {}", ForLog(request_id, 40), ForLog(context->peer()),
+               ForLog(status.ToString(), 300));
+  return ToGrpcStatus(status);
+}
+
+grpc::Status CheckedInferenceService::Generate(grpc::ServerContext* context,
+                                               const grpc::ByteBuffer* raw,
+                                               grpc::ServerWriter<v1::GenerateEvent>* writer) {
+  grpc::Slice slice;
+  if (!raw->DumpToSingleSlice(&slice).ok()) {
+    return Refuse(context, absl::InternalError("cannot read the request"), "");
+  }
+  const std::string_view bytes(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  if (std::optional<std::string> field = FindInvalidUtf8(*v1::GenerateRequest::descriptor(),
+                                                         bytes)) {
+    return Refuse(context,
+                  absl::InvalidArgumentError(absl::StrCat(*field, ": not valid UTF-8")), "");
+  }
+  v1::GenerateRequest request;
+  if (!request.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return Refuse(context,
+                  absl::InvalidArgumentError("the request is not a scd.v1.GenerateRequest"), "");
+  }
+  if (absl::Status valid = ValidateGenerateRequest(request, limits_, require_target_);
+      !valid.ok()) {
+    return Refuse(context, valid, request.request_id());
+  }
+  return service_->Generate(context, &request, writer);
+}
+
+}  // namespace scd

@@ -1,0 +1,61 @@
+// CheckedInferenceService: how every node serves the public scd.v1.Inference API. It stands in
+// front of the node's own implementation (a v1::Inference::Service: the coordinator's routing or
+// a consumer's model) and takes Generate's request as raw bytes, so that before any work:
+//  - a string field that is not valid UTF-8 is refused with INVALID_ARGUMENT naming the field
+//    (gRPC's own parsing would end the call with an empty INTERNAL), and bytes that are no
+//    GenerateRequest at all likewise;
+//  - the request passes ValidateGenerateRequest (proto/request_validation.h) or is refused as a
+//    whole with its status (INVALID_ARGUMENT / OUT_OF_RANGE naming the field);
+// every refusal is logged once with the client's values escaped and counted in `refusals` as
+// "refused_<code>" (the node's Stats report it). Health answers carry the build's version.
+// ListModels and Health are passed on.
+// Thread-safety: thread-safe as the wrapped service is.
+#ifndef SCD_PROTO_CHECKED_INFERENCE_H_
+#define SCD_PROTO_CHECKED_INFERENCE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "base/tally.h"
+#include "google/protobuf/descriptor.h"
+#include "proto/request_validation.h"
+#include "proto/scd/v1/inference.grpc.pb.h"
+
+namespace scd {
+
+// The build's version ("0.1.0+g<commit>"), as Health reports it.
+const char* BuildVersion();
+
+// Counts a refusal of `status`'s code in `refusals` ("refused_invalid_argument", ...).
+void CountRefusal(Tally* refusals, const absl::Status& status);
+
+// The first string field (a path such as "targets[1]" or "request.prompt") of a `type` message
+// encoded in `bytes` whose value is not valid UTF-8; nullopt when every one is (or the bytes do not
+// parse as a message at all). Unknown fields are skipped.
+std::optional<std::string> FindInvalidUtf8(const google::protobuf::Descriptor& type,
+                                           std::string_view bytes);
+
+class CheckedInferenceService final : public grpc::Service {
+ public:
+  // REQUIRES: `service` and `refusals` (may be null) outlive this one.
+  CheckedInferenceService(v1::Inference::Service* service, RequestLimits limits,
+                          bool require_target, Tally* refusals);
+
+ private:
+  grpc::Status Generate(grpc::ServerContext* context, const grpc::ByteBuffer* raw,
+                        grpc::ServerWriter<v1::GenerateEvent>* writer);
+  grpc::Status Refuse(grpc::ServerContext* context, const absl::Status& status,
+                      const std::string& request_id);
+
+  v1::Inference::Service* const service_;
+  const RequestLimits limits_;
+  const bool require_target_;
+  Tally* const refusals_;
+};
+
+}  // namespace scd
+
+#endif  // SCD_PROTO_CHECKED_INFERENCE_H_
