@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Fuzzes one parser (or all of them in turn) with libFuzzer + AddressSanitizer/LeakSanitizer.
+#   bash scripts/fuzz.sh TARGET|all SECONDS [BUILD_DIR]
+# TARGET: safetensors artifact code_batch tokenizer transfer_frame toml_config generate_request.
+# Builds the fuzz tree (clang, -DSCD_FUZZ=ON, default build-fuzz/) on first use, seeds each
+# target's corpus from ../shared (models' safetensors and tokenizer.json files, the tokenizers) and
+# from tests/fuzz/seeds/, keeps what it finds in BUILD_DIR/corpus/TARGET (reused by the next run),
+# and fails on the first crash, leak, or input that takes over 10 s; the input that failed is kept
+# in BUILD_DIR/crashes/TARGET/ and its path printed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TARGET=${1:?usage: fuzz.sh TARGET|all SECONDS [BUILD_DIR]}
+SECONDS_EACH=${2:?usage: fuzz.sh TARGET|all SECONDS [BUILD_DIR]}
+BUILD=${3:-build-fuzz}
+SHARED=${SCD_SHARED_DIR:-../shared}
+ALL="safetensors artifact code_batch tokenizer transfer_frame toml_config generate_request"
+
+if [ ! -f "$BUILD/build.ninja" ]; then
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+    -DSCD_FUZZ=ON -DSCD_BUILD_TESTS=OFF -DSCD_BUILD_BENCH=OFF \
+    $(command -v ccache > /dev/null && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache) > /dev/null
+fi
+if [ "$TARGET" = all ]; then targets=$ALL; else targets=$TARGET; fi
+names=()
+for t in $targets; do names+=("fuzz_$t"); done
+cmake --build "$BUILD" --target "${names[@]}"
+
+seed() {  # seed DIR TARGET: what ../shared and tests/fuzz/seeds hold for TARGET
+  local dir=$1 target=$2
+  mkdir -p "$dir"
+  case $target in
+    safetensors)  # the small models' weights, and an artifact (a safetensors file too)
+      for f in "$SHARED"/models/*/*.safetensors; do
+        [ -f "$f" ] && [ "$(stat -c %s "$f")" -lt 2000000 ] && cp -n "$f" "$dir/$(basename "$(dirname "$f")").safetensors"
+      done
+      cp -n tests/fuzz/seeds/artifact/* "$dir"/ ;;
+    tokenizer)
+      for f in "$SHARED"/models/*/tokenizer.json "$SHARED"/tokenizers/*/tokenizer.json "$SHARED"/tokenizers/*.json; do
+        [ -f "$f" ] && cp -n "$f" "$dir/$(echo "$f" | tr / _)"
+      done ;;
+  esac
+  if [ -d "tests/fuzz/seeds/$target" ]; then cp -n tests/fuzz/seeds/"$target"/* "$dir"/ 2> /dev/null || true; fi
+}
+
+status=0
+for t in $targets; do
+  corpus="$BUILD/corpus/$t" seeds="$BUILD/seeds/$t" crashes="$BUILD/crashes/$t"
+  mkdir -p "$corpus" "$crashes"
+  seed "$seeds" "$t"
+  case $t in  # the largest input worth mutating: a small model file, a real tokenizer.json
+    safetensors|artifact) max_len=1200000 ;;
+    tokenizer) max_len=262144 ;;
+    *) max_len=65536 ;;
+  esac
+  echo "== fuzz_$t for ${SECONDS_EACH} s (corpus $corpus)"
+  if ! ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:allocator_may_return_null=1 \
+      LSAN_OPTIONS=suppressions="$PWD/tests/lsan.supp" \
+      "$BUILD/bin/fuzz_$t" "$corpus" "$seeds" -max_total_time="$SECONDS_EACH" -timeout=10 \
+      -rss_limit_mb=4096 -malloc_limit_mb=2048 -max_len=$max_len -print_final_stats=1 \
+      -artifact_prefix="$crashes/" 2> "$BUILD/fuzz_$t.log"; then
+    echo "fuzz_$t FAILED: see $BUILD/fuzz_$t.log; the input is in $crashes/"
+    tail -40 "$BUILD/fuzz_$t.log"
+    status=1
+  else
+    grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$BUILD/fuzz_$t.log" | tr '\n' ' '
+    echo
+  fi
+done
+exit $status
