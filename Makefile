@@ -5,7 +5,7 @@ BUILD ?= build
 export SCD_BUILD_DIR := $(BUILD)
 export SCD_SHARED_DIR := $(abspath $(SHARED))
 
-.PHONY: demo story test numeric-kernels build bench bench-transport asan format clean
+.PHONY: demo story test numeric-kernels build bench bench-transport asan fuzz-smoke format clean
 
 # The method's showcase on the hard pair (no shared training between the two models): fit once
 # (cached in $(BUILD)/demo; `make clean` or deleting the file refits), evaluate every transfer
@@ -36,11 +36,13 @@ story: build
 	  --prompt "Once upon a time" --max-tokens 256 --temperature 0.8 --top-p 0.9 --seed 42 --stats
 
 # Every test; the floating-point ones again under other BLAS kernels and ATen's portable code
-# (`make numeric-kernels`); the transport tests under AddressSanitizer + LeakSanitizer (`make asan`).
+# (`make numeric-kernels`); the transport tests under AddressSanitizer + LeakSanitizer (`make asan`);
+# every parser's libFuzzer target for 30 s (`make fuzz-smoke`).
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j2
 	$(MAKE) numeric-kernels
 	$(MAKE) asan
+	$(MAKE) fuzz-smoke
 
 numeric-kernels: build
 	bash scripts/numeric_kernels.sh $(BUILD)
@@ -65,6 +67,13 @@ asan:
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
 	  LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \
 	  ctest -L transport --output-on-failure -j2
+
+# Each fuzz target for 30 s in build-fuzz/ (clang, libFuzzer + ASan); longer runs:
+# `bash scripts/fuzz.sh TARGET SECONDS`.
+FUZZ_SECONDS ?= 30
+fuzz-smoke:
+	SCD_SKIP_BUILD=1 bash scripts/setup.sh
+	bash scripts/fuzz.sh all $(FUZZ_SECONDS)
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cc')

@@ -15,6 +15,8 @@ PACKAGES=(
   libspdlog-dev libfmt-dev libabsl-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev libutf8proc-dev libssl-dev
+  clang libclang-rt-14-dev   # the libFuzzer targets (scripts/fuzz.sh, build-fuzz/)
+  util-linux                 # prlimit: the lock-out test limits a daemon's descriptors
 )
 
 missing=()

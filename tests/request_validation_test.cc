@@ -1,0 +1,127 @@
+// proto/request_validation.h: every bound inference.proto states, at and one past its edge, and
+// the code and field each refusal names.
+#include "proto/request_validation.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+
+namespace scd {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::GenerateRequest Valid() {
+  v1::GenerateRequest request;
+  request.set_prompt("Once upon a time");
+  request.add_targets("xs");
+  return request;
+}
+
+struct Case {
+  const char* name;
+  std::function<void(v1::GenerateRequest*)> change;
+  absl::StatusCode code;  // kOk: accepted (the bound itself)
+  const char* field;
+};
+
+TEST(RequestValidationTest, EveryBoundAtAndPastItsEdge) {
+  const RequestLimits limits;
+  const std::vector<Case> cases = {
+      {"valid", [](auto*) {}, absl::StatusCode::kOk, ""},
+      {"ids instead of text", [](auto* r) { r->clear_prompt(), r->add_prompt_ids(5); },
+       absl::StatusCode::kOk, ""},
+      {"both", [](auto* r) { r->add_prompt_ids(5); }, absl::StatusCode::kInvalidArgument,
+       "prompt and prompt_ids"},
+      {"neither", [](auto* r) { r->clear_prompt(); }, absl::StatusCode::kInvalidArgument,
+       "prompt"},
+      {"negative id", [](auto* r) { r->clear_prompt(), r->add_prompt_ids(-3); },
+       absl::StatusCode::kInvalidArgument, "prompt_ids[0]"},
+      {"prompt at 1 MiB", [](auto* r) { r->set_prompt(std::string(1 << 20, 'a')); },
+       absl::StatusCode::kOk, ""},
+      {"prompt past 1 MiB", [](auto* r) { r->set_prompt(std::string((1 << 20) + 1, 'a')); },
+       absl::StatusCode::kOutOfRange, "prompt"},
+      {"bad UTF-8 prompt", [](auto* r) { r->set_prompt("a\xffz"); },
+       absl::StatusCode::kInvalidArgument, "prompt: not valid UTF-8"},
+      {"no target", [](auto* r) { r->clear_targets(); }, absl::StatusCode::kInvalidArgument,
+       "targets"},
+      {"16 targets",
+       [](auto* r) {
+         for (int i = 1; i < 16; ++i) r->add_targets("t" + std::to_string(i));
+       },
+       absl::StatusCode::kOk, ""},
+      {"17 targets",
+       [](auto* r) {
+         for (int i = 1; i < 17; ++i) r->add_targets("t" + std::to_string(i));
+       },
+       absl::StatusCode::kOutOfRange, "targets"},
+      {"twice", [](auto* r) { r->add_targets("xs"); }, absl::StatusCode::kInvalidArgument,
+       "targets[1]"},
+      {"empty target", [](auto* r) { r->set_targets(0, ""); }, absl::StatusCode::kInvalidArgument,
+       "targets[0]"},
+      {"target of 129 bytes", [](auto* r) { r->set_targets(0, std::string(129, 't')); },
+       absl::StatusCode::kOutOfRange, "targets[0]"},
+      {"unknown mode", [](auto* r) { r->set_mode("telepathy"); },
+       absl::StatusCode::kInvalidArgument, "mode"},
+      {"every mode", [](auto* r) { r->set_mode("recompute"); }, absl::StatusCode::kOk, ""},
+      {"max_tokens at 2^20", [](auto* r) { r->set_max_tokens(1 << 20); }, absl::StatusCode::kOk,
+       ""},
+      {"max_tokens 2^31", [](auto* r) { r->set_max_tokens(1u << 31); },
+       absl::StatusCode::kOutOfRange, "max_tokens"},
+      {"temperature 100", [](auto* r) { r->set_temperature(100); }, absl::StatusCode::kOk, ""},
+      {"temperature -0.5", [](auto* r) { r->set_temperature(-0.5f); },
+       absl::StatusCode::kOutOfRange, "temperature"},
+      {"temperature NaN", [](auto* r) { r->set_temperature(std::nanf("")); },
+       absl::StatusCode::kOutOfRange, "temperature"},
+      {"top_p 1", [](auto* r) { r->set_top_p(1); }, absl::StatusCode::kOk, ""},
+      {"top_p -1", [](auto* r) { r->set_top_p(-1); }, absl::StatusCode::kOutOfRange, "top_p"},
+      {"top_p NaN", [](auto* r) { r->set_top_p(std::nanf("")); }, absl::StatusCode::kOutOfRange,
+       "top_p"},
+      {"top_p 5", [](auto* r) { r->set_top_p(5); }, absl::StatusCode::kOutOfRange, "top_p"},
+      {"top_k 2^31", [](auto* r) { r->set_top_k(1u << 31); }, absl::StatusCode::kOutOfRange,
+       "top_k"},
+      {"16 stops",
+       [](auto* r) {
+         for (int i = 0; i < 16; ++i) r->add_stop(std::string(256, 's'));
+       },
+       absl::StatusCode::kOk, ""},
+      {"17 stops",
+       [](auto* r) {
+         for (int i = 0; i < 17; ++i) r->add_stop("s");
+       },
+       absl::StatusCode::kOutOfRange, "stop"},
+      {"stop of 257 bytes", [](auto* r) { r->add_stop(std::string(257, 's')); },
+       absl::StatusCode::kOutOfRange, "stop[0]"},
+      {"empty stop", [](auto* r) { r->add_stop(""); }, absl::StatusCode::kInvalidArgument,
+       "stop[0]"},
+      {"deadline past an hour", [](auto* r) { r->set_deadline_ms(3600 * 1000 + 1); },
+       absl::StatusCode::kOutOfRange, "deadline_ms"},
+      {"request_id of 128", [](auto* r) { r->set_request_id(std::string(128, 'r')); },
+       absl::StatusCode::kOk, ""},
+      {"request_id of 129", [](auto* r) { r->set_request_id(std::string(129, 'r')); },
+       absl::StatusCode::kInvalidArgument, "request_id"},
+      {"request_id with a newline", [](auto* r) { r->set_request_id("a\n[error] b"); },
+       absl::StatusCode::kInvalidArgument, "request_id"},
+  };
+  for (const Case& c : cases) {
+    v1::GenerateRequest request = Valid();
+    c.change(&request);
+    const absl::Status status = ValidateGenerateRequest(request, limits);
+    EXPECT_EQ(status.code(), c.code) << c.name << ": " << status;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(c.field)) << c.name;
+    EXPECT_LT(status.message().size(), 300u) << c.name;  // the client's bytes never come back
+    EXPECT_EQ(status.message().find('\n'), std::string::npos) << c.name;
+  }
+}
+
+TEST(RequestValidationTest, AConsumerCalledDirectlyNeedsNoTarget) {
+  v1::GenerateRequest request = Valid();
+  request.clear_targets();
+  EXPECT_TRUE(ValidateGenerateRequest(request, RequestLimits(), /*require_target=*/false).ok());
+}
+
+}  // namespace
+}  // namespace scd
