@@ -34,6 +34,9 @@
 
 namespace scd {
 
+// The HTTP/2 client preface every gRPC connection starts with (RFC 9113 §3.4).
+inline constexpr char kHttp2ClientPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
 struct ConnectionGateOptions {
   std::string preface;  // bytes every accepted connection must start with ("" = hand over at once)
   absl::Duration handshake_timeout = absl::Seconds(5);

@@ -18,7 +18,7 @@ void GrpcServer::Shutdown(absl::Time deadline) {
 absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
                                            const std::vector<grpc::Service*>& services,
                                            ConnectionGateOptions gate_options) {
-  if (gate_options.preface.empty()) gate_options.preface = kHttp2Preface;
+  if (gate_options.preface.empty()) gate_options.preface = kHttp2ClientPreface;
   GrpcServer started;
   absl::StatusOr<std::unique_ptr<ConnectionGate>> gate =
       ConnectionGate::Listen(listen, std::move(gate_options));

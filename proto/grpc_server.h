@@ -32,9 +32,6 @@ struct GrpcServer {
   void Shutdown(absl::Time deadline);
 };
 
-// The HTTP/2 client preface every gRPC connection starts with (RFC 9113 §3.4).
-inline constexpr char kHttp2Preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
 // UNAVAILABLE naming `listen` when it cannot listen there (in use: "address already in use").
 // REQUIRES: the services outlive the server.
 absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,

@@ -149,6 +149,83 @@ TEST_F(CoordinatorHardeningTest, WithoutTheSecretNobodyRegistersHeartbeatsOrDere
   EXPECT_THAT(testing::ReadFile(coordinator.log()), Not(HasSubstr(testing::kTestClusterSecret)));
 }
 
+TEST_F(CoordinatorHardeningTest, WithoutTheSecretNobodyCallsPrefillOrDecode) {
+  const std::string model = testing::ModelDir("stories260k");
+  Daemon producer(dir_, "producer", {Bin("scd-producer"), "--model", model});
+  Daemon consumer(dir_, "consumer", {Bin("scd-consumer"), "--model", model, "--name", "c"});
+  const std::string producer_control = producer.ControlAddress();
+  const std::string consumer_public = consumer.Address();
+  const std::string consumer_control = consumer.ControlAddress();
+  ASSERT_FALSE(producer_control.empty() || consumer_control.empty());
+  // What the attacker sent: a prefill that dials an address of its choosing.
+  v1::PrefillRequest prefill;
+  prefill.set_session_id("0123456789abcdef0123456789abcdef");
+  prefill.mutable_request()->set_prompt("Once upon a time");
+  v1::PrefillTarget* target = prefill.add_targets();
+  target->set_target("c");
+  target->set_transfer_address("127.0.0.1:9");
+  target->set_mode("raw");
+  v1::DecodeRequest decode;
+  decode.set_target("c");
+  decode.set_mode("local");
+  decode.mutable_request()->set_prompt("Once upon a time");
+  for (const char* secret : {"", "not-the-cluster-secret-at-all"}) {
+    auto context = [&](grpc::ClientContext* c) {
+      Deadline(c);
+      if (*secret) c->AddMetadata("x-scd-cluster-secret", secret);
+    };
+    {
+      grpc::ClientContext c;
+      context(&c);
+      v1::PrefillResponse response;
+      EXPECT_EQ(v1::Producer::NewStub(Channel(producer_control))
+                    ->Prefill(&c, prefill, &response)
+                    .error_code(),
+                grpc::StatusCode::UNAUTHENTICATED);
+    }
+    {
+      grpc::ClientContext c;
+      context(&c);
+      v1::NodeStats stats;
+      EXPECT_EQ(v1::Producer::NewStub(Channel(producer_control))
+                    ->Stats(&c, v1::StatsRequest(), &stats)
+                    .error_code(),
+                grpc::StatusCode::UNAUTHENTICATED);
+    }
+    for (const std::string& address : {consumer_control, consumer_public}) {
+      grpc::ClientContext c;
+      context(&c);
+      auto reader = v1::Consumer::NewStub(Channel(address))->Decode(&c, decode);
+      v1::GenerateEvent event;
+      EXPECT_FALSE(reader->Read(&event)) << address;
+      EXPECT_EQ(reader->Finish().error_code(), address == consumer_control
+                                                   ? grpc::StatusCode::UNAUTHENTICATED
+                                                   : grpc::StatusCode::UNIMPLEMENTED)
+          << address;
+    }
+  }
+  // With the secret, Decode runs (the refusals above were the secret's).
+  grpc::ClientContext c;
+  Deadline(&c, 30);
+  c.AddMetadata("x-scd-cluster-secret", testing::kTestClusterSecret);
+  decode.mutable_request()->set_max_tokens(2);
+  auto reader = v1::Consumer::NewStub(Channel(consumer_control))->Decode(&c, decode);
+  v1::GenerateEvent event, last;
+  while (reader->Read(&event)) last = event;
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_TRUE(last.has_finished()) << last.DebugString();
+  // The producer did no work for the unauthenticated prefills.
+  grpc::ClientContext s;
+  Deadline(&s);
+  s.AddMetadata("x-scd-cluster-secret", testing::kTestClusterSecret);
+  v1::NodeStats stats;
+  ASSERT_TRUE(v1::Producer::NewStub(Channel(producer_control))
+                  ->Stats(&s, v1::StatsRequest(), &stats)
+                  .ok());
+  EXPECT_EQ(stats.prefills(), 0u);
+  EXPECT_EQ(stats.ended().at("refused_unauthenticated"), 2u);
+}
+
 TEST_F(CoordinatorHardeningTest, DaemonsRefuseToStartWithoutASecret) {
   testing::CommandResult run = testing::RunCommand(
       "env -u SCD_CLUSTER_SECRET " + Bin("scd-coordinator") + " --listen 127.0.0.1:0");

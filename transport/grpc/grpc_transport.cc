@@ -6,6 +6,7 @@
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/server_posix.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "base/connection_gate.h"
 #include "base/exception_guard.h"
 #include "base/host_port.h"
 #include "base/status_macros.h"
@@ -116,12 +118,20 @@ class ServerState {
   ~ServerState() { Shutdown(); }
 
   absl::Status Start(const std::string& address, HostPort host_port) {
-    grpc::ServerBuilder builder;
-    int port = 0;
-    // ":9000" (every interface) in the form gRPC takes; otherwise the address as parsed.
-    const std::string listen =
-        host_port.host.empty() ? absl::StrCat("[::]:", host_port.port) : host_port.ToString();
-    builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+    // The listening socket is a ConnectionGate's (base/connection_gate.h): no SO_REUSEPORT (a
+    // busy port is an error), and half-open connections cannot exhaust descriptors and stop
+    // gRPC's own accept loop for good; gRPC gets each connection once its preface arrived.
+    ConnectionGateOptions gate_options;
+    gate_options.preface = kHttp2ClientPreface;
+    if (host_port.host.empty()) host_port.host = "::";  // ":9000": every interface, "[::]:9000"
+    const std::string listen = host_port.ToString();
+    absl::StatusOr<std::unique_ptr<ConnectionGate>> gate =
+        ConnectionGate::Listen(listen, gate_options);
+    if (!gate.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("grpc: cannot listen on ", address, ": ", gate.status().message()));
+    }
+    grpc::ServerBuilder builder;  // no listening port of its own
     builder.RegisterService(&service_);
     for (const auto& [name, value] : CommonArgs(options_)) builder.AddChannelArgument(name, value);
     const int interval =
@@ -129,18 +139,17 @@ class ServerState {
     // The clients ping every keepalive interval; the server must not count that as abuse.
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, interval);
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-    // Linux gRPC sets SO_REUSEPORT by default: a second Listen on a busy port would succeed.
-    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     builder.SetMaxReceiveMessageSize(MessageLimit(options_));
     builder.SetMaxSendMessageSize(MessageLimit(options_));
     server_ = builder.BuildAndStart();
-    if (server_ == nullptr || port == 0) {
-      server_.reset();
-      return absl::UnavailableError(
-          absl::StrCat("grpc: cannot listen on ", address, " (in use or not a local address)"));
+    if (server_ == nullptr) {
+      return absl::UnavailableError(absl::StrCat("grpc: cannot start a server for ", address));
     }
-    host_port.port = static_cast<uint16_t>(port);
+    gate_ = *std::move(gate);
+    host_port.port = static_cast<uint16_t>(gate_->port());
     address_ = host_port.ToString();
+    grpc::Server* server = server_.get();
+    gate_->Start([server](int fd) { grpc::AddInsecureChannelFromFd(server, fd); });
     spdlog::debug("grpc: listening on {}", address_);
     return absl::OkStatus();
   }
@@ -203,6 +212,7 @@ class ServerState {
 
   // Stops the server; its links should be closed first (what is left is cancelled).
   void Shutdown() {
+    if (gate_) gate_->Stop();  // first: no connection reaches a server going away
     if (server_ == nullptr) return;
     server_->Shutdown(absl::ToChronoTime(absl::Now() + kServerShutdownGrace));
     server_.reset();
@@ -218,6 +228,7 @@ class ServerState {
   std::vector<std::weak_ptr<LinkCore>> links_ ABSL_GUARDED_BY(mu_);
   TransferService service_;               // outlives server_
   std::unique_ptr<grpc::Server> server_;  // set by Start, reset by Shutdown (user threads)
+  std::unique_ptr<ConnectionGate> gate_;  // hands server_ its connections
 };
 
 grpc::ServerBidiReactor<ByteBuffer, ByteBuffer>* TransferService::Transfer(
