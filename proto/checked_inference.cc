@@ -24,9 +24,11 @@ using google::protobuf::FieldDescriptor;
 using google::protobuf::UnknownField;
 using google::protobuf::UnknownFieldSet;
 
-std::optional<std::string> FindIn(const Descriptor& type, std::string_view bytes, int depth) {
+std::optional<std::string> FindIn(const Descriptor& type, std::string_view bytes, int depth,
+                                  bool* malformed) {
   UnknownFieldSet fields;
   if (depth > 16 || !fields.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    *malformed = true;
     return std::nullopt;
   }
   std::map<int, int> index;  // repeated fields: the element's position
@@ -39,9 +41,10 @@ std::optional<std::string> FindIn(const Descriptor& type, std::string_view bytes
     const std::string& value = field.length_delimited();
     if (descriptor->type() == FieldDescriptor::TYPE_STRING && !IsValidUtf8(value)) return name;
     if (descriptor->type() == FieldDescriptor::TYPE_MESSAGE) {
-      if (auto inner = FindIn(*descriptor->message_type(), value, depth + 1)) {
+      if (auto inner = FindIn(*descriptor->message_type(), value, depth + 1, malformed)) {
         return absl::StrCat(name, ".", *inner);
       }
+      if (*malformed) return std::nullopt;
     }
   }
   return std::nullopt;
@@ -57,8 +60,12 @@ void CountRefusal(Tally* refusals, const absl::Status& status) {
       absl::StrCat("refused_", absl::AsciiStrToLower(absl::StatusCodeToString(status.code()))));
 }
 
-std::optional<std::string> FindInvalidUtf8(const Descriptor& type, std::string_view bytes) {
-  return FindIn(type, bytes, 0);
+std::optional<std::string> FindInvalidUtf8(const Descriptor& type, std::string_view bytes,
+                                           bool* malformed) {
+  bool ignored = false;
+  if (malformed == nullptr) malformed = &ignored;
+  *malformed = false;
+  return FindIn(type, bytes, 0, malformed);
 }
 
 CheckedInferenceService::CheckedInferenceService(v1::Inference::Service* service,
@@ -117,13 +124,15 @@ grpc::Status CheckedInferenceService::Generate(grpc::ServerContext* context,
     return Refuse(context, absl::InternalError("cannot read the request"), "");
   }
   const std::string_view bytes(reinterpret_cast<const char*>(slice.begin()), slice.size());
-  if (std::optional<std::string> field = FindInvalidUtf8(*v1::GenerateRequest::descriptor(),
-                                                         bytes)) {
+  bool malformed = false;
+  if (std::optional<std::string> field =
+          FindInvalidUtf8(*v1::GenerateRequest::descriptor(), bytes, &malformed)) {
     return Refuse(context,
                   absl::InvalidArgumentError(absl::StrCat(*field, ": not valid UTF-8")), "");
   }
   v1::GenerateRequest request;
-  if (!request.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+  // Malformed bytes never reach protobuf's parser (which logs a line for some of them).
+  if (malformed || !request.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return Refuse(context,
                   absl::InvalidArgumentError("the request is not a scd.v1.GenerateRequest"), "");
   }

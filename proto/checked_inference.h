@@ -33,10 +33,11 @@ const char* BuildVersion();
 void CountRefusal(Tally* refusals, const absl::Status& status);
 
 // The first string field (a path such as "targets[1]" or "request.prompt") of a `type` message
-// encoded in `bytes` whose value is not valid UTF-8; nullopt when every one is (or the bytes do not
-// parse as a message at all). Unknown fields are skipped.
+// encoded in `bytes` whose value is not valid UTF-8; nullopt when every one is, or when the bytes
+// are no well-formed message (then `*malformed`, when given, is set: protobuf's own parser would
+// fail on them too). Unknown fields are skipped.
 std::optional<std::string> FindInvalidUtf8(const google::protobuf::Descriptor& type,
-                                           std::string_view bytes);
+                                           std::string_view bytes, bool* malformed = nullptr);
 
 class CheckedInferenceService final : public grpc::Service {
  public:

@@ -26,6 +26,9 @@ absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
   started.gate = *std::move(gate);
   grpc::ServerBuilder builder;  // no listening port of its own: the gate hands it connections
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // A connection without a call for this long is closed (GOAWAY; a client's channel reconnects
+  // on its next call): connections held open doing nothing do not pile up.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, kMaxConnectionIdleMs);
   for (grpc::Service* service : services) builder.RegisterService(service);
   started.server = builder.BuildAndStart();
   if (started.server == nullptr) {

@@ -32,6 +32,10 @@ struct GrpcServer {
   void Shutdown(absl::Time deadline);
 };
 
+// How long a connection without any call stays open (established connections are bounded by
+// this and by the descriptor ceiling; waiting ones by the gate).
+inline constexpr int kMaxConnectionIdleMs = 5 * 60 * 1000;
+
 // UNAVAILABLE naming `listen` when it cannot listen there (in use: "address already in use").
 // REQUIRES: the services outlive the server.
 absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,

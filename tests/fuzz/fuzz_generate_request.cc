@@ -7,15 +7,22 @@
 #include <string_view>
 
 #include "base/log_text.h"
+#include "google/protobuf/stubs/logging.h"
 #include "proto/checked_inference.h"
 #include "proto/request_validation.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  google::protobuf::LogSilencer quiet;  // protobuf's parser logs bad UTF-8 it meets
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
+  bool malformed = false;
   const bool bad_utf8 =
-      scd::FindInvalidUtf8(*scd::v1::GenerateRequest::descriptor(), bytes).has_value();
+      scd::FindInvalidUtf8(*scd::v1::GenerateRequest::descriptor(), bytes, &malformed)
+          .has_value();
   scd::v1::GenerateRequest request;
-  if (bad_utf8 || !request.ParseFromArray(data, static_cast<int>(size))) return 0;
+  const bool parsed = request.ParseFromArray(data, static_cast<int>(size));
+  // The scan and protobuf agree on what is a message: the checked front may refuse on the scan.
+  if (malformed && parsed) std::abort();
+  if (bad_utf8 || !parsed) return 0;
   if (!scd::ValidateGenerateRequest(request).ok()) return 0;
   if (!scd::IsValidUtf8(request.prompt()) || request.request_id().size() > 128 ||
       !scd::IsPrintableAscii(request.request_id())) {
