@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/exception_guard.h"
 #include "base/file_util.h"
+#include "base/fuzzing.h"
 #include "base/sha256.h"
 #include "base/status_macros.h"
 #include "codec/fingerprint.h"
@@ -195,7 +196,7 @@ class ArtifactReader {
       checksum.Update(name);
       checksum.Update(e->data, static_cast<size_t>(e->size_bytes));
     }
-    if (checksum.HexDigest() != *Meta("scd.tensors_sha256")) {
+    if (kChecksumsChecked && checksum.HexDigest() != *Meta("scd.tensors_sha256")) {
       return Corrupt(path_, "tensor data does not match its checksum (corrupted file)");
     }
     return std::stoi(*version);
