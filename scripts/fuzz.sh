@@ -3,8 +3,9 @@
 #   bash scripts/fuzz.sh TARGET|all SECONDS [BUILD_DIR]
 # TARGET: safetensors artifact code_batch tokenizer transfer_frame toml_config generate_request.
 # Builds the fuzz tree (clang, -DSCD_FUZZ=ON, default build-fuzz/) on first use, seeds each
-# target's corpus from ../shared (models' safetensors and tokenizer.json files, the tokenizers) and
-# from tests/fuzz/seeds/, keeps what it finds in BUILD_DIR/corpus/TARGET (reused by the next run),
+# target's corpus from ../shared (models' safetensors and tokenizer.json files, the tokenizers)
+# and from what the tools make (a small safetensors file, a synthetic artifact, a code batch;
+# nothing is stored in git), keeps what it finds in BUILD_DIR/corpus/TARGET (reused next run),
 # and fails on the first crash, leak, or input that takes over 10 s; the input that failed is kept
 # in BUILD_DIR/crashes/TARGET/ and its path printed.
 set -euo pipefail
@@ -25,21 +26,52 @@ names=()
 for t in $targets; do names+=("fuzz_$t"); done
 cmake --build "$BUILD" --target "${names[@]}"
 
-seed() {  # seed DIR TARGET: what ../shared and tests/fuzz/seeds hold for TARGET
+# A small safetensors file of every dtype class, written by hand (the format: 8-byte header
+# length, JSON header, data).
+small_safetensors() {
+  python3 - "$1" <<'PY'
+import json, struct, sys
+tensors = {"a": ("F32", [2, 3], struct.pack("<6f", *range(6))), "b": ("BF16", [4], b"\x80\x3f" * 4),
+           "c": ("F16", [2, 2], b"\x00\x3c" * 4), "d": ("I64", [1], struct.pack("<q", 7)),
+           "e": ("U8", [3], b"abc")}
+header, data = {"__metadata__": {"format": "pt"}}, b""
+for name, (dtype, shape, raw) in tensors.items():
+    header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+    data += raw
+text = json.dumps(header).encode()
+text += b" " * (-len(text) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(text)) + text + data)
+PY
+}
+
+# A 2-layer synthetic artifact for the small pair (scd-calib synth of the main build), if built.
+small_artifact() {
+  local calib=${SCD_BUILD_DIR:-build}/bin/scd-calib
+  [ -x "$calib" ] || { echo "(no $calib: the artifact seed is skipped)"; return 0; }
+  "$calib" synth --producer "$SHARED/models/stories260k" --consumer "$SHARED/models/llama2xs-260k" \
+    --layers 2 --rank-k 2 --rank-v 2 --rank-h 4 --patch-layers 1 --recompute-layers 0 \
+    --out "$1" > /dev/null
+}
+
+seed() {  # seed DIR TARGET: seeds made from ../shared and by the tools, never stored in git
   local dir=$1 target=$2
   mkdir -p "$dir"
   case $target in
-    safetensors)  # the small models' weights, and an artifact (a safetensors file too)
+    safetensors)  # the small models' weights, a hand-made file, and an artifact
       for f in "$SHARED"/models/*/*.safetensors; do
         [ -f "$f" ] && [ "$(stat -c %s "$f")" -lt 2000000 ] && cp -n "$f" "$dir/$(basename "$(dirname "$f")").safetensors"
       done
-      cp -n tests/fuzz/seeds/artifact/* "$dir"/ ;;
+      [ -f "$dir/small.safetensors" ] || small_safetensors "$dir/small.safetensors"
+      [ -f "$dir/synth.scd" ] || small_artifact "$dir/synth.scd" ;;
+    artifact)
+      [ -f "$dir/synth.scd" ] || small_artifact "$dir/synth.scd" ;;
+    code_batch)
+      [ -f "$dir/raw.batch" ] || SCD_FUZZ_WRITE_SEED="$dir/raw.batch" "$BUILD/bin/fuzz_code_batch" ;;
     tokenizer)
       for f in "$SHARED"/models/*/tokenizer.json "$SHARED"/tokenizers/*/tokenizer.json "$SHARED"/tokenizers/*.json; do
         [ -f "$f" ] && cp -n "$f" "$dir/$(echo "$f" | tr / _)"
       done ;;
   esac
-  if [ -d "tests/fuzz/seeds/$target" ]; then cp -n tests/fuzz/seeds/"$target"/* "$dir"/ 2> /dev/null || true; fi
 }
 
 status=0
