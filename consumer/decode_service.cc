@@ -37,7 +37,6 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
                                             grpc::ServerWriter<v1::GenerateEvent>* writer) {
   const absl::Time received = absl::Now();
   if (grpc::Status auth = secret_.Check(*context); !auth.ok()) {
-    spdlog::warn("Decode from {} refused: no cluster secret", ForLog(context->peer()));
     CountRefusal(&ended_, FromGrpcStatus(auth));
     return auth;
   }
@@ -66,9 +65,8 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
   if (route.mode != "local" && request->session_id().empty()) {
     return Refuse(id, absl::InvalidArgumentError("session_id: empty (the coordinator sets it)"));
   }
-  if (absl::Status valid = CheckRequest(consumer_, request->request()); !valid.ok()) {
-    return Refuse(id, valid);
-  }
+  absl::StatusOr<std::vector<TokenId>> prompt_ids = CheckRequest(consumer_, request->request());
+  if (!prompt_ids.ok()) return Refuse(id, prompt_ids.status());
   absl::StatusOr<std::unique_ptr<Admission::Slot>> slot = admission_->Admit();
   if (!slot.ok()) return Refuse(id, slot.status());
   std::unique_ptr<SessionRouter::Ticket> ticket;
@@ -87,6 +85,7 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
   RunContext run;
   run.received = received;
   run.cancelled = &cancelled;
+  run.prompt_ids = *std::move(prompt_ids);
   run.session = [&](absl::Duration timeout) { return ticket->Wait(timeout); };
   auto write = [&](const v1::GenerateEvent& event) {
     if (context->IsCancelled()) cancelled = true;

@@ -28,11 +28,6 @@ grpc::Status ConsumerInferenceService::Generate(grpc::ServerContext* context,
                                                 const v1::GenerateRequest* request,
                                                 grpc::ServerWriter<v1::GenerateEvent>* writer) {
   const absl::Time received = absl::Now();
-  // Validated in front (proto/checked_inference.h) when served; checked again for direct callers.
-  if (absl::Status valid = ValidateGenerateRequest(*request, RequestLimits(), false); !valid.ok()) {
-    CountRefusal(refusals_, valid);
-    return ToGrpcStatus(valid);
-  }
   v1::GenerateRequest req = *request;
   if (req.request_id().empty()) req.set_request_id(RandomId128());
   const std::string id = ForLog(req.request_id(), 40);  // for logs
@@ -58,7 +53,8 @@ grpc::Status ConsumerInferenceService::Generate(grpc::ServerContext* context,
         absl::StrCat("mode ", ForLog(mode),
                      " needs a producer: send the request through the coordinator")));
   }
-  if (absl::Status valid = CheckRequest(consumer_, req); !valid.ok()) return refuse(valid);
+  absl::StatusOr<std::vector<TokenId>> prompt_ids = CheckRequest(consumer_, req);
+  if (!prompt_ids.ok()) return refuse(prompt_ids.status());
   absl::StatusOr<std::unique_ptr<Admission::Slot>> slot = admission_->Admit();
   if (!slot.ok()) return refuse(slot.status());
   spdlog::info("[{}] admitted ({} of {} running)", id, admission_->active(),
@@ -69,6 +65,7 @@ grpc::Status ConsumerInferenceService::Generate(grpc::ServerContext* context,
   RunContext run;
   run.received = received;
   run.cancelled = &cancelled;
+  run.prompt_ids = *std::move(prompt_ids);
   absl::Status status = GuardExceptions("ConsumerInferenceService::Generate", [&] {
     return RunTarget(consumer_, req, route, run, [&](const v1::GenerateEvent& event) {
       if (context->IsCancelled()) cancelled = true;

@@ -6,7 +6,8 @@
 // request ends in exactly one terminal event, and a client that cancels ends it "cancelled" with
 // its slot released. Logs carry the request id (escaped, cut); an id the client left empty is a
 // random one. The model-dependent checks (CheckRequest) run before admission; every refusal is
-// counted in `refusals` ("refused_<code>").
+// counted in `refusals` ("refused_<code>"). Served behind CheckedInferenceService, which
+// validates the request (proto/request_validation.h) before it gets here.
 // Thread-safety: thread-safe; gRPC's sync server runs each call on its own thread.
 #ifndef SCD_CONSUMER_INFERENCE_SERVICE_H_
 #define SCD_CONSUMER_INFERENCE_SERVICE_H_

@@ -99,11 +99,9 @@ absl::StatusOr<ReceiveReport> RebuildFromCodes(const ConsumerModel& consumer,
 
 absl::StatusOr<GenerationOptions> GenerationOptionsFor(const ConsumerModel& consumer,
                                                        const v1::GenerateRequest& request) {
-  // The API's bounds (proto/request_validation.h) again: RunTarget may be called directly, and
-  // nothing may wrap past int.
-  if (absl::Status valid = ValidateGenerateRequest(request, RequestLimits(), false); !valid.ok()) {
-    return valid;
-  }
+  // The generation values' bounds (proto/request_validation.h) again, cheaply: RunTarget may be
+  // called directly, and nothing may wrap past int.
+  SCD_RETURN_IF_ERROR(ValidateGenerationValues(request));
   GenerationOptions options;
   options.max_tokens = static_cast<int>(request.max_tokens() > 0 ? request.max_tokens()
                                                                  : consumer.default_max_tokens);
@@ -157,7 +155,8 @@ absl::StatusOr<std::vector<TokenId>> PromptIds(const ConsumerModel& consumer,
                         config.vocab_size, config.max_position_embeddings);
 }
 
-absl::Status CheckRequest(const ConsumerModel& consumer, const v1::GenerateRequest& request) {
+absl::StatusOr<std::vector<TokenId>> CheckRequest(const ConsumerModel& consumer,
+                                                  const v1::GenerateRequest& request) {
   SCD_ASSIGN_OR_RETURN(std::vector<TokenId> ids, PromptIds(consumer, request));
   SCD_RETURN_IF_ERROR(GenerationOptionsFor(consumer, request).status());
   const int64_t positions = consumer.model->config().max_position_embeddings;
@@ -168,7 +167,7 @@ absl::Status CheckRequest(const ConsumerModel& consumer, const v1::GenerateReque
         " exceed the ", positions, " positions of ", consumer.name, " (at most ", room,
         " more tokens)"));
   }
-  return absl::OkStatus();
+  return ids;
 }
 
 absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest& request,
@@ -187,7 +186,8 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
     emit(e);
     return status;
   };
-  absl::StatusOr<std::vector<TokenId>> ids = PromptIds(consumer, request);
+  absl::StatusOr<std::vector<TokenId>> ids =
+      context.prompt_ids.has_value() ? *context.prompt_ids : PromptIds(consumer, request);
   if (!ids.ok()) return fail(ids.status());
   absl::StatusOr<GenerationOptions> options = GenerationOptionsFor(consumer, request);
   if (!options.ok()) return fail(options.status());

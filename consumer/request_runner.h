@@ -16,6 +16,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -58,6 +59,8 @@ struct RunContext {
   absl::Time received = absl::Now();             // request arrival (Timings.queue, ttft, total)
   const std::atomic<bool>* cancelled = nullptr;  // set by the caller: ends with "cancelled"
   SessionSource session;                         // required unless the route is local
+  // The prompt's ids when the caller has them already (CheckRequest); else RunTarget tokenizes.
+  std::optional<std::vector<TokenId>> prompt_ids;
   // Optional: called once, on the calling thread, when the transfer failed and the target falls
   // back to its own prefill (request.allow_local_fallback), before that prefill runs, with a
   // Started event saying so (mode local, the mode_reason Finished will carry). The coordinator
@@ -73,7 +76,9 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
 // The checks that need the model, done before the request is admitted (a refusal then ends the
 // call as a whole, before any work): the prompt's ids (PromptIds), the sampling values, and the
 // room: OUT_OF_RANGE "max_tokens" when the prompt plus max_tokens exceed the model's positions.
-absl::Status CheckRequest(const ConsumerModel& consumer, const v1::GenerateRequest& request);
+// Returns the prompt's ids (RunContext::prompt_ids, so RunTarget does not tokenize again).
+absl::StatusOr<std::vector<TokenId>> CheckRequest(const ConsumerModel& consumer,
+                                                  const v1::GenerateRequest& request);
 
 // The prompt's token ids as the consumer sees them (prompt_ids, or the prompt tokenized with the
 // model's special tokens). INVALID_ARGUMENT: neither or both given, empty, ids out of vocabulary;

@@ -12,7 +12,8 @@
 // is tagged for the nodes with a fresh random session id, never the client's request_id; a
 // request_id the client left empty is a random one too. Client values reach logs escaped and cut
 // (base/log_text.h). When every target refuses before starting (bad input for its model, full),
-// the call ends with that refusal's status and no event (a request refused as a whole).
+// the call ends with that refusal's status and no event (a request refused as a whole). Served
+// behind CheckedInferenceService, which validates the request before it gets here.
 // Thread-safety: thread-safe; gRPC's sync server runs each call on its own thread.
 #ifndef SCD_COORDINATOR_COORDINATOR_SERVICE_H_
 #define SCD_COORDINATOR_COORDINATOR_SERVICE_H_

@@ -45,11 +45,6 @@ bool NeedsArtifact(const std::string& mode) {
 
 }  // namespace
 
-std::string ShortNodeId(const std::string& node_id) {
-  const size_t dash = node_id.find('-');
-  return ForLog(node_id.substr(0, dash == std::string::npos ? 8 : dash + 9), 24);
-}
-
 NodeRegistry::NodeRegistry(RegistryOptions options, Clock clock)
     : options_(options), clock_(std::move(clock)) {}
 

@@ -26,12 +26,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/scd/v1/inference.pb.h"
+#include "proto/registry_client.h"
 #include "proto/scd/v1/registry.pb.h"
 
 namespace scd::coordinator {
-
-// A node id cut for logs: its role and the first 8 of its 32 random hex digits.
-std::string ShortNodeId(const std::string& node_id);
 
 struct RegistryOptions {
   absl::Duration lease = absl::Seconds(2);  // silent this long: dropped

@@ -75,7 +75,6 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
                                              const v1::PrefillRequest* request,
                                              v1::PrefillResponse* response) {
   if (grpc::Status auth = secret_.Check(*context); !auth.ok()) {
-    spdlog::warn("Prefill from {} refused: no cluster secret", ForLog(context->peer()));
     ended_.Add("refused_unauthenticated");
     return auth;
   }

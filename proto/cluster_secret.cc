@@ -1,5 +1,7 @@
 #include "proto/cluster_secret.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -71,6 +73,7 @@ grpc::Status ClusterSecret::Check(const grpc::ServerContext& context) const {
   auto it = metadata.find(kClusterSecretMetadata);
   if (it == metadata.end() ||
       !SameSecret(std::string(it->second.data(), it->second.size()), value_)) {
+    spdlog::warn("control-plane call from {} refused: no cluster secret", ForLog(context.peer()));
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "control-plane call without the cluster secret");
   }

@@ -35,7 +35,8 @@ class ClusterSecret {
   // INVALID_ARGUMENT as Load.
   static absl::StatusOr<ClusterSecret> Of(std::string value);
 
-  // OK when the call carries this secret; UNAUTHENTICATED otherwise.
+  // OK when the call carries this secret; UNAUTHENTICATED otherwise, logged once as a warning
+  // naming the caller (escaped).
   grpc::Status Check(const grpc::ServerContext& context) const;
   void Attach(grpc::ClientContext* context) const;
   const std::string& value() const { return value_; }

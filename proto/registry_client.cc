@@ -6,6 +6,8 @@
 #include <chrono>
 #include <utility>
 
+#include "base/log_text.h"
+
 namespace scd {
 namespace {
 
@@ -14,6 +16,11 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
 }
 
 }  // namespace
+
+std::string ShortNodeId(const std::string& node_id) {
+  const size_t dash = node_id.find('-');
+  return ForLog(node_id.substr(0, dash == std::string::npos ? 8 : dash + 9), 24);
+}
 
 void SetNodeIdentity(v1::NodeRole role, const std::string& address, const std::string& model_name,
                      const std::string& fingerprint, v1::RegisterRequest* registration) {
@@ -55,7 +62,7 @@ bool RegistryClient::RegisterOnce() {
   node_id_ = response.node_id();
   interval_ = absl::Milliseconds(std::max<uint32_t>(50, response.heartbeat_interval_ms()));
   spdlog::info("registry: registered at {} as {}... (lease {} ms)", coordinator_,
-               node_id_.substr(0, node_id_.find('-') + 9),
+               ShortNodeId(node_id_),
                response.lease_ms());
   return true;
 }
@@ -83,7 +90,7 @@ void RegistryClient::Loop() {
       const grpc::Status status = stub_->Heartbeat(&context, beat, &response);
       if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
         spdlog::warn("registry: lease {}... unknown to the coordinator; registering again",
-                     id.substr(0, id.find('-') + 9));
+                     ShortNodeId(id));
         absl::MutexLock lock(&mu_);
         node_id_.clear();
         continue;
@@ -112,7 +119,7 @@ void RegistryClient::Stop() {
   request.set_node_id(id);
   v1::DeregisterResponse response;
   const grpc::Status status = stub_->Deregister(&context, request, &response);
-  spdlog::info("registry: deregistered {}...: {}", id.substr(0, id.find('-') + 9),
+  spdlog::info("registry: deregistered {}...: {}", ShortNodeId(id),
                status.ok() ? "ok" : status.error_message());
 }
 

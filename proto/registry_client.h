@@ -20,6 +20,10 @@
 
 namespace scd {
 
+// A node id ("<role>-" and 32 random hex digits) cut for logs: the role and the first 8 digits,
+// escaped. Logs never hold a whole lease id.
+std::string ShortNodeId(const std::string& node_id);
+
 // Fills what every registration says of its node: its role, the address its gRPC services answer
 // on, and the one model it serves (name, fingerprint). Callers add the rest (transports, transfer
 // address, capacity, artifacts).

@@ -91,6 +91,11 @@ absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
                                                    "' (auto, local, raw, int4, recompute, reuse, "
                                                    "scd)"));
   }
+  return ValidateGenerationValues(request, limits);
+}
+
+absl::Status ValidateGenerationValues(const v1::GenerateRequest& request,
+                                      const RequestLimits& limits) {
   if (request.max_tokens() > limits.max_tokens) {
     return absl::OutOfRangeError(absl::StrCat("max_tokens: ", request.max_tokens(),
                                               " is more than the limit of ", limits.max_tokens));

@@ -34,6 +34,11 @@ struct RequestLimits {
   uint32_t max_deadline_ms = 3600 * 1000;
 };
 
+// The generation values alone (max_tokens, temperature, top_p, top_k, stop): what a consumer
+// re-checks cheaply where it turns them into sampling options (no prompt scan).
+absl::Status ValidateGenerationValues(const v1::GenerateRequest& request,
+                                      const RequestLimits& limits = {});
+
 // OK, or the first field out of bounds (see the header comment). `require_target`: the
 // coordinator needs at least one target; a consumer called directly serves its own model.
 absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
