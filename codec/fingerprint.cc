@@ -10,6 +10,7 @@
 #include "base/exception_guard.h"
 #include "base/status_macros.h"
 #include "model/checkpoint.h"
+#include "model/runtime.h"
 
 namespace scd {
 
@@ -75,11 +76,33 @@ absl::StatusOr<std::string> FingerprintModel(const LlamaModel& model) {
   });
 }
 
-absl::StatusOr<ServedModel> LoadServedModel(const std::string& dir, const std::string& name) {
+absl::StatusOr<ServedModel> LoadServedModel(const ServedModelSpec& spec) {
+  namespace fs = std::filesystem;
+  if (spec.model_dir.empty() == spec.dummy_config.empty()) {
+    return absl::InvalidArgumentError(
+        "give exactly one of --model DIR and --dummy-weights CONFIG");
+  }
+  const bool dummy = !spec.dummy_config.empty();
   ServedModel served;
-  served.name = name.empty() ? std::filesystem::path(dir).filename().string() : name;
-  SCD_ASSIGN_OR_RETURN(served.model, LlamaModel::Load(dir, {}));
-  SCD_ASSIGN_OR_RETURN(served.tokenizer, Tokenizer::FromFile(dir + "/tokenizer.json"));
+  fs::path path = fs::path(dummy ? spec.dummy_config : spec.model_dir).lexically_normal();
+  if (!path.has_filename()) path = path.parent_path();  // "dir/" -> "dir"
+  const bool directory = fs::is_directory(path);
+  served.name = !spec.name.empty() ? spec.name
+                                   : (directory ? path.filename() : path.stem()).string();
+  LlamaModel::Options runtime;
+  SCD_ASSIGN_OR_RETURN(runtime.device, ParseDevice(spec.device));
+  SCD_ASSIGN_OR_RETURN(runtime.dtype, ParseDtype(spec.dtype, runtime.device));
+  if (dummy) {
+    SCD_ASSIGN_OR_RETURN(served.model, LlamaModel::DummyFromConfig(path.string(), spec.seed,
+                                                                   spec.layers, runtime));
+  } else {
+    if (spec.layers > 0) return absl::InvalidArgumentError("--layers needs --dummy-weights");
+    SCD_ASSIGN_OR_RETURN(served.model, LlamaModel::Load(path.string(), runtime));
+  }
+  const fs::path tokenizer = path / "tokenizer.json";
+  if (!dummy || (directory && fs::exists(tokenizer))) {
+    SCD_ASSIGN_OR_RETURN(served.tokenizer, Tokenizer::FromFile(tokenizer.string()));
+  }
   SCD_ASSIGN_OR_RETURN(served.fingerprint, FingerprintModel(*served.model));
   return served;
 }

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/sha256.h"
+#include "codec/served_model_spec.h"
 #include "model/llama_model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -23,14 +24,15 @@ absl::StatusOr<std::string> FingerprintModelDir(const std::string& dir);
 // A loaded model: from its directory when it has one, else from its in-memory weights.
 absl::StatusOr<std::string> FingerprintModel(const LlamaModel& model);
 
-// A model as a serving node loads it from its directory: the weights, the tokenizer.json beside
-// them, the fingerprint, and the routing name (`name`, or the directory's name when empty).
+// A model as a serving node loads it: the weights, the tokenizer.json beside them (required for
+// a model directory; dummy weights without one serve token ids only: `tokenizer` null), the
+// fingerprint, and the routing name.
 struct ServedModel {
   std::string name, fingerprint;
   std::unique_ptr<LlamaModel> model;
   std::unique_ptr<Tokenizer> tokenizer;
 };
-absl::StatusOr<ServedModel> LoadServedModel(const std::string& dir, const std::string& name);
+absl::StatusOr<ServedModel> LoadServedModel(const ServedModelSpec& spec);
 
 }  // namespace scd
 

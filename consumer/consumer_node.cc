@@ -19,7 +19,7 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
     const ConsumerNodeOptions& options) {
   SCD_ASSIGN_OR_RETURN(ClusterSecret secret, ClusterSecret::Of(options.cluster_secret));
   std::unique_ptr<ConsumerNode> node(new ConsumerNode());
-  SCD_ASSIGN_OR_RETURN(ServedModel served, LoadServedModel(options.model_dir, options.name));
+  SCD_ASSIGN_OR_RETURN(ServedModel served, LoadServedModel(options.model));
   node->name_ = std::move(served.name);
   node->fingerprint_ = std::move(served.fingerprint);
   node->model_ = std::move(served.model);

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "codec/artifact.h"
+#include "codec/served_model_spec.h"
 #include "consumer/admission.h"
 #include "consumer/decode_service.h"
 #include "consumer/inference_service.h"
@@ -26,8 +27,7 @@
 namespace scd::consumer {
 
 struct ConsumerNodeOptions {
-  std::string model_dir;
-  std::string name;                    // routing name; "" = the model directory's name
+  ServedModelSpec model;  // a model directory or dummy weights, and the routing name
   std::string listen = "127.0.0.1:0";          // public Inference API
   std::string control_listen = "127.0.0.1:0";  // Consumer control (the coordinator calls it)
   std::string cluster_secret;                  // required (proto/cluster_secret.h)

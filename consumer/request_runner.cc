@@ -110,6 +110,11 @@ absl::StatusOr<GenerationOptions> GenerationOptionsFor(const ConsumerModel& cons
   options.sampling.top_p = request.top_p() > 0 ? request.top_p() : 1.0f;
   options.sampling.seed = request.seed();
   options.stop_strings.assign(request.stop().begin(), request.stop().end());
+  if (!options.stop_strings.empty() && consumer.tokenizer == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stop: ", consumer.name, " is served without a tokenizer (dummy weights): no stop strings"));
+  }
+  options.top_logprobs = static_cast<int>(request.logprobs());
   SCD_RETURN_IF_ERROR(options.sampling.Validate());
   return options;
 }
@@ -149,7 +154,7 @@ absl::StatusOr<PrefixOutcome> PreparePrefix(
 absl::StatusOr<std::vector<TokenId>> PromptIds(const ConsumerModel& consumer,
                                                const v1::GenerateRequest& request) {
   const ModelConfig& config = consumer.model->config();
-  return PromptTokenIds(*consumer.tokenizer, request.prompt(),
+  return PromptTokenIds(consumer.tokenizer, request.prompt(),
                         absl::MakeConstSpan(request.prompt_ids().data(),
                                             static_cast<size_t>(request.prompt_ids_size())),
                         config.vocab_size, config.max_position_embeddings);
@@ -235,24 +240,41 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
 
   // Decode, streaming a TokenDelta per token (text held back only inside a UTF-8 character or a
   // possible stop string).
-  StreamingDetokenizer detok(*consumer.tokenizer, /*skip_special_tokens=*/true);
-  for (TokenId id : *ids) detok.Push(id);
+  // No tokenizer (dummy weights): ids only, no text.
+  std::optional<StreamingDetokenizer> detok;
+  if (consumer.tokenizer != nullptr) {
+    detok.emplace(*consumer.tokenizer, /*skip_special_tokens=*/true);
+    for (TokenId id : *ids) detok->Push(id);
+  }
   StopStringMatcher stops(options->stop_strings);
   bool stop_string = false, cancelled = false, late = false;
   absl::Time first_token = absl::InfinitePast();
-  auto delta = [&](std::string text, std::optional<TokenId> id) {
+  auto delta = [&](std::string text, std::optional<TokenId> id, const TokenLogprobs* logprobs) {
     if (text.empty() && !id.has_value()) return;
     v1::GenerateEvent e = event();
     e.mutable_token()->set_text(std::move(text));
     if (id.has_value()) e.mutable_token()->add_ids(*id);
+    if (logprobs != nullptr && options->top_logprobs > 0) {
+      v1::TokenLogprobs* lp = e.mutable_token()->add_logprobs();
+      lp->set_id(logprobs->id);
+      lp->set_logprob(logprobs->logprob);
+      for (const TopLogprob& top : logprobs->top) {
+        v1::TopLogprob* t = lp->add_top();
+        t->set_id(top.id);
+        t->set_logprob(top.logprob);
+      }
+    }
     if (first_token == absl::InfinitePast()) first_token = absl::Now();
     emit(e);
   };
   absl::StatusOr<GenerationResult> result =
-      GenerateTokens(*consumer.model, *ids, &cache, *options, [&](TokenId id) {
+      GenerateTokensWithLogprobs(*consumer.model, *ids, &cache, *options,
+                                 [&](TokenId id, const TokenLogprobs& logprobs) {
         std::string piece;
-        stop_string = stops.Add(detok.Push(id), [&](std::string_view p) { piece.append(p); });
-        delta(std::move(piece), id);
+        if (detok.has_value()) {
+          stop_string = stops.Add(detok->Push(id), [&](std::string_view p) { piece.append(p); });
+        }
+        delta(std::move(piece), id, &logprobs);
         cancelled = context.cancelled != nullptr && context.cancelled->load();
         late = absl::Now() > deadline;
         return !stop_string && !cancelled && !late;
@@ -264,9 +286,9 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
   }
   if (!stop_string && !cancelled) {
     std::string rest;
-    stops.Add(detok.Flush(), [&](std::string_view p) { rest.append(p); });
+    if (detok.has_value()) stops.Add(detok->Flush(), [&](std::string_view p) { rest.append(p); });
     stops.Finish([&](std::string_view p) { rest.append(p); });
-    delta(std::move(rest), std::nullopt);
+    delta(std::move(rest), std::nullopt, nullptr);
   }
 
   const absl::Time end = absl::Now();

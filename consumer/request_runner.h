@@ -34,7 +34,7 @@ namespace scd::consumer {
 // The consumer's model, as every request on it sees it.
 struct ConsumerModel {
   const LlamaModel* model = nullptr;     // not owned
-  const Tokenizer* tokenizer = nullptr;  // not owned
+  const Tokenizer* tokenizer = nullptr;  // not owned; null: ids only (dummy weights)
   std::string name;                      // routing name (GenerateEvent.target)
   TransferOptions transfer_options;      // as the producer's (same plan on both sides)
   uint32_t default_max_tokens = 128;

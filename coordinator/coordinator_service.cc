@@ -14,6 +14,8 @@
 #include "base/random_id.h"
 #include "proto/checked_inference.h"
 #include "proto/grpc_util.h"
+#include "proto/registry_client.h"
+#include "proto/request_validation.h"
 
 namespace scd::coordinator {
 namespace {
@@ -96,6 +98,57 @@ grpc::Status RegistryService::Stats(grpc::ServerContext* context, const v1::Stat
   return grpc::Status::OK;
 }
 
+grpc::Status RegistryService::SetLinkShape(grpc::ServerContext* context,
+                                           const v1::SetLinkShapeRequest* request,
+                                           v1::SetLinkShapeResponse* response) {
+  if (grpc::Status auth = secret_.Check(*context); !auth.ok()) return auth;
+  if (request->has_shape()) {
+    if (absl::Status valid = ValidateLinkShape(request->shape()); !valid.ok()) {
+      return ToGrpcStatus(valid);
+    }
+  }
+  const std::vector<NodeRegistry::ProducerNode> producers =
+      registry_->Producers(request->producer());
+  if (producers.empty()) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        request->producer().empty()
+                            ? "no live producer"
+                            : absl::StrCat("no live producer named '",
+                                           ForLog(request->producer(), 128), "'"));
+  }
+  // One call per producer, all at once; each answers on its own row.
+  std::vector<std::thread> calls;
+  for (const NodeRegistry::ProducerNode& producer : producers) {
+    v1::ProducerLink* row = response->add_producers();
+    row->set_node_id(producer.node_id);
+    row->set_name(producer.name);
+    row->set_address(producer.control_address);
+    calls.emplace_back([this, request, row] {
+      auto stub = v1::Producer::NewStub(
+          grpc::CreateChannel(row->address(), grpc::InsecureChannelCredentials()));
+      grpc::ClientContext call;
+      secret_.Attach(&call);
+      call.set_deadline(Deadline(absl::Now() + absl::Seconds(5)));
+      const grpc::Status status = stub->SetLinkShape(&call, *request, row->mutable_shape());
+      if (!status.ok()) {
+        row->clear_shape();
+        row->set_code(status.error_code());
+        row->set_message(status.error_message());
+      }
+    });
+  }
+  for (std::thread& call : calls) call.join();
+  for (const v1::ProducerLink& row : response->producers()) {
+    if (request->has_shape()) {
+      spdlog::info("link shape of producer {} ({}): {}", row.name(), ShortNodeId(row.node_id()),
+                   row.code() == 0 ? absl::StrCat(row.shape().gbps(), " Gbit/s, ",
+                                                  row.shape().latency_us(), " us")
+                                   : absl::StrCat("not set: ", ForLog(row.message(), 200)));
+    }
+  }
+  return grpc::Status::OK;
+}
+
 CoordinatorInferenceService::CoordinatorInferenceService(NodeRegistry* registry,
                                                          ClusterSecret secret, Tally* counters,
                                                          CoordinatorOptions options)
@@ -135,6 +188,7 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
   absl::Mutex mu;              // guards the calls' flags, the producer's timings and the writer
   bool prefill_known = false;  // the producer answered (or there is no producer call)
   uint64_t prefill_us = 0, encode_us = 0;
+  std::optional<v1::LinkShape> link;  // the shape the producer's sessions travelled under
   std::vector<std::unique_ptr<TargetCall>> calls;
   for (const RouteTarget& target : route->targets) {
     auto call = std::make_unique<TargetCall>();
@@ -187,6 +241,7 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
           mu.AwaitWithTimeout(absl::Condition(&prefill_known), absl::Seconds(2));
           event.mutable_finished()->mutable_timings()->set_prefill(prefill_us);
           event.mutable_finished()->mutable_timings()->set_encode(encode_us);
+          if (link.has_value()) *event.mutable_finished()->mutable_link() = *link;
         }
         if (event.has_started() && call->started) {
           // The consumer fell back to its own prefill (control.proto): noted, not forwarded.
@@ -292,6 +347,7 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
       prefill_known = true;
       prefill_us = response.prefill_us();
       encode_us = response.encode_us();
+      if (response.has_link()) link = response.link();
       if (!status.ok()) {
         for (auto& [name, call] : by_target) {
           call->failure =

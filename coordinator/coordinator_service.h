@@ -51,6 +51,10 @@ class RegistryService final : public v1::Registry::Service {
                           v1::DeregisterResponse*) override;
   // Live nodes and the coordinator's counters (refusals, routed requests).
   grpc::Status Stats(grpc::ServerContext*, const v1::StatsRequest*, v1::NodeStats*) override;
+  // Sets or reads the link shape of the matched producers (registry.proto): one
+  // Producer.SetLinkShape per producer, in parallel, each within 5 s.
+  grpc::Status SetLinkShape(grpc::ServerContext*, const v1::SetLinkShapeRequest* request,
+                            v1::SetLinkShapeResponse* response) override;
 
  private:
   NodeRegistry* const registry_;

@@ -322,6 +322,20 @@ std::vector<v1::ModelInfo> NodeRegistry::Models() const {
   return models;
 }
 
+std::vector<NodeRegistry::ProducerNode> NodeRegistry::Producers(const std::string& match) const {
+  std::vector<ProducerNode> producers;
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_();
+  for (const auto& [id, node] : nodes_) {
+    if (node.info.role() != v1::NODE_ROLE_PRODUCER || !Live(node, now)) continue;
+    const std::string name = node.info.models_size() > 0 ? node.info.models(0).name() : "";
+    bool matched = match.empty() || match == id;
+    for (const v1::ModelEntry& entry : node.info.models()) matched |= entry.name() == match;
+    if (matched) producers.push_back({id, name, node.info.address()});
+  }
+  return producers;
+}
+
 size_t NodeRegistry::size() const {
   absl::MutexLock lock(&mu_);
   return nodes_.size();

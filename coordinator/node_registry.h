@@ -88,6 +88,13 @@ class NodeRegistry {
   absl::StatusOr<Route> Resolve(const std::vector<std::string>& targets,
                                 const std::string& mode) const;
 
+  // A live producer as the control plane reaches it.
+  struct ProducerNode {
+    std::string node_id, name, control_address;
+  };
+  // Live producers whose node id or a model name equals `match` ("" = every one).
+  std::vector<ProducerNode> Producers(const std::string& match) const;
+
   // Every live model, for Inference.ListModels.
   std::vector<v1::ModelInfo> Models() const;
   size_t size() const;

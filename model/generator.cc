@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "base/exception_guard.h"
@@ -13,13 +15,48 @@
 
 namespace scd {
 
+TokenLogprobs LogprobsOf(const at::Tensor& logits, TokenId chosen, int k) {
+  at::Tensor row = logits.reshape({-1}).to(at::kCPU, at::kFloat).contiguous();
+  const float* data = row.data_ptr<float>();
+  const int64_t n = row.numel();
+  // log p_i = x_i - (max + log sum exp(x - max)), the sum in double.
+  const float max_logit = *std::max_element(data, data + n);
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += std::exp(static_cast<double>(data[i] - max_logit));
+  const double log_norm = static_cast<double>(max_logit) + std::log(total);
+  auto logprob = [&](int64_t i) { return static_cast<float>(data[i] - log_norm); };
+  TokenLogprobs out;
+  out.id = chosen;
+  out.logprob = chosen >= 0 && chosen < n ? logprob(chosen) : -INFINITY;
+  const int64_t keep = std::clamp<int64_t>(k, 0, n);
+  std::vector<int32_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + keep, order.end(), [data](int32_t a, int32_t b) {
+    return data[a] > data[b] || (data[a] == data[b] && a < b);
+  });
+  out.top.reserve(static_cast<size_t>(keep));
+  for (int64_t i = 0; i < keep; ++i) out.top.push_back({order[i], logprob(order[i])});
+  return out;
+}
+
 absl::StatusOr<GenerationResult> GenerateTokens(const LlamaModel& model,
                                                 absl::Span<const TokenId> prompt_ids,
                                                 KvCache* cache, const GenerationOptions& options,
                                                 const TokenCallback& on_token) {
+  TokenLogprobsCallback forward;
+  if (on_token) forward = [&on_token](TokenId id, const TokenLogprobs&) { return on_token(id); };
+  return GenerateTokensWithLogprobs(model, prompt_ids, cache, options, forward);
+}
+
+absl::StatusOr<GenerationResult> GenerateTokensWithLogprobs(
+    const LlamaModel& model, absl::Span<const TokenId> prompt_ids, KvCache* cache,
+    const GenerationOptions& options, const TokenLogprobsCallback& on_token) {
   return GuardExceptions("GenerateTokens", [&]() -> absl::StatusOr<GenerationResult> {
     SCD_RETURN_IF_ERROR(options.sampling.Validate());
     if (options.max_tokens < 0) return absl::InvalidArgumentError("max_tokens must be >= 0");
+    if (options.top_logprobs < 0) {
+      return absl::InvalidArgumentError("top_logprobs must be >= 0");
+    }
     const int64_t cached = cache->length();
     if (!cache->uniform() || cached >= static_cast<int64_t>(prompt_ids.size())) {
       return absl::InvalidArgumentError(
@@ -58,7 +95,10 @@ absl::StatusOr<GenerationResult> GenerateTokens(const LlamaModel& model,
         break;
       }
       result.output_ids.push_back(next);
-      if (on_token && !on_token(next)) {
+      const TokenLogprobs logprobs = options.top_logprobs > 0
+                                         ? LogprobsOf(out.logits, next, options.top_logprobs)
+                                         : TokenLogprobs{next, 0, {}};
+      if (on_token && !on_token(next, logprobs)) {
         result.finish_reason = "stop";
         break;
       }

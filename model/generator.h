@@ -29,7 +29,28 @@ struct GenerationOptions {
   // Text-level: stop when the output contains one of these; the text ends before it. Streamed
   // text never shows a partial match (a possible start of a stop string is held back).
   std::vector<std::string> stop_strings;
+  // > 0: per generated token, its log-probability and the `top_logprobs` most likely tokens at
+  // that position (the model's own distribution: log_softmax of the logits, before temperature,
+  // top-k and top-p), handed to a TokenLogprobsCallback.
+  int top_logprobs = 0;
 };
+
+// One candidate at a generated position.
+struct TopLogprob {
+  TokenId id = 0;
+  float logprob = 0;  // natural log
+};
+
+// The log-probabilities at one generated position (options.top_logprobs > 0).
+struct TokenLogprobs {
+  TokenId id = 0;                // the token generated
+  float logprob = 0;             // its log-probability
+  std::vector<TopLogprob> top;   // top_logprobs entries, most likely first, ties by lower id
+};
+
+// The log-probabilities of `logits` ([vocab] or [1, vocab], any device or dtype) for `chosen`
+// and the `k` most likely tokens (computed in float32, then double for the normaliser).
+TokenLogprobs LogprobsOf(const at::Tensor& logits, TokenId chosen, int k);
 
 struct GenerationResult {
   std::vector<TokenId> prompt_ids;
@@ -42,6 +63,9 @@ struct GenerationResult {
 
 // Called per new token; return false to stop early ("stop").
 using TokenCallback = std::function<bool(TokenId)>;
+// Called per new token with its log-probabilities (empty `top` and 0 when options.top_logprobs
+// is 0); return false to stop early ("stop").
+using TokenLogprobsCallback = std::function<bool(TokenId, const TokenLogprobs&)>;
 // Called per text piece (never half a UTF-8 character).
 using TextCallback = std::function<void(std::string_view)>;
 
@@ -67,6 +91,10 @@ absl::StatusOr<GenerationResult> GenerateTokens(const LlamaModel& model,
                                                 absl::Span<const TokenId> prompt_ids,
                                                 KvCache* cache, const GenerationOptions& options,
                                                 const TokenCallback& on_token = nullptr);
+// The same, handing each token's log-probabilities to `on_token`.
+absl::StatusOr<GenerationResult> GenerateTokensWithLogprobs(
+    const LlamaModel& model, absl::Span<const TokenId> prompt_ids, KvCache* cache,
+    const GenerationOptions& options, const TokenLogprobsCallback& on_token);
 
 // Tokenizes `prompt`, generates and streams decoded text.
 absl::StatusOr<GenerationResult> GenerateText(const LlamaModel& model, const Tokenizer& tokenizer,

@@ -18,7 +18,7 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
     const ProducerNodeOptions& options) {
   SCD_ASSIGN_OR_RETURN(ClusterSecret secret, ClusterSecret::Of(options.cluster_secret));
   std::unique_ptr<ProducerNode> node(new ProducerNode());
-  SCD_ASSIGN_OR_RETURN(ServedModel served, LoadServedModel(options.model_dir, options.name));
+  SCD_ASSIGN_OR_RETURN(ServedModel served, LoadServedModel(options.model));
   node->name_ = std::move(served.name);
   node->fingerprint_ = std::move(served.fingerprint);
   node->model_ = std::move(served.model);

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "codec/artifact.h"
+#include "codec/served_model_spec.h"
 #include "producer/producer_service.h"
 #include "proto/grpc_server.h"
 #include "proto/registry_client.h"
@@ -22,8 +23,7 @@
 namespace scd::producer {
 
 struct ProducerNodeOptions {
-  std::string model_dir;
-  std::string name;                    // "" = the model directory's name
+  ServedModelSpec model;  // a model directory or dummy weights, and the routing name
   std::string control_listen = "127.0.0.1:0";  // Producer control (the coordinator calls it)
   std::string cluster_secret;                  // required (proto/cluster_secret.h)
   // Host other nodes dial (registered with the coordinator); "" = the listen host, or the

@@ -15,6 +15,7 @@
 #include "producer/prefill_streamer.h"
 #include "proto/call_watch.h"
 #include "proto/grpc_util.h"
+#include "proto/request_validation.h"
 #include "tokenizer/prompt_ids.h"
 
 namespace scd::producer {
@@ -27,6 +28,7 @@ struct OpenTarget {
   std::unique_ptr<CodeEncoder> encoder;
   std::shared_ptr<transport::SendSession> session;
   absl::Status status;
+  transport::LinkShape shape;  // the link its session travels on
 };
 
 }  // namespace
@@ -38,25 +40,60 @@ ProducerControlService::ProducerControlService(ProducerModel producer,
     : producer_(std::move(producer)),
       transport_(transport),
       secret_(std::move(secret)),
-      connection_options_(std::move(connection_options)) {}
+      connection_options_(std::move(connection_options)),
+      shape_(connection_options_.shape) {}
+
+namespace {
+
+bool SameShape(const transport::LinkShape& a, const transport::LinkShape& b) {
+  return a.gbps == b.gbps && a.latency == b.latency && a.burst_bytes == b.burst_bytes;
+}
+
+}  // namespace
 
 absl::StatusOr<std::shared_ptr<transport::TransferConnection>> ProducerControlService::Connection(
-    const std::string& address) {
+    const std::string& address, transport::LinkShape* shape) {
   absl::MutexLock lock(&mu_);
   auto it = connections_.find(address);
-  if (it != connections_.end() && it->second->alive()) return it->second;
+  if (it != connections_.end() && it->second.connection->alive() &&
+      SameShape(it->second.shape, shape_)) {
+    *shape = it->second.shape;
+    return it->second.connection;
+  }
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<transport::Link> link,
                        transport_->Connect(address, absl::Seconds(5)));
-  auto connection = transport::TransferConnection::Create(std::move(link), connection_options_);
-  connections_[address] = connection;
+  transport::ConnectionOptions options = connection_options_;
+  options.shape = shape_;
+  auto connection = transport::TransferConnection::Create(std::move(link), options);
+  connections_[address] = {connection, shape_};
+  *shape = shape_;
   return connection;
 }
 
 size_t ProducerControlService::open_sessions() const {
   absl::MutexLock lock(&mu_);
   size_t open = 0;
-  for (const auto& [address, connection] : connections_) open += connection->open_sessions();
+  for (const auto& [address, cached] : connections_) open += cached.connection->open_sessions();
   return open;
+}
+
+grpc::Status ProducerControlService::SetLinkShape(grpc::ServerContext* context,
+                                                  const v1::SetLinkShapeRequest* request,
+                                                  v1::LinkShape* shape) {
+  if (grpc::Status auth = secret_.Check(*context); !auth.ok()) return auth;
+  absl::MutexLock lock(&mu_);
+  if (request->has_shape()) {
+    if (absl::Status valid = ValidateLinkShape(request->shape()); !valid.ok()) {
+      return ToGrpcStatus(valid);
+    }
+    shape_.gbps = request->shape().gbps();
+    shape_.latency = absl::Microseconds(request->shape().latency_us());
+    spdlog::info("link shape set: {} Gbit/s (0: unlimited), {} us", shape_.gbps,
+                 request->shape().latency_us());
+  }
+  shape->set_gbps(shape_.gbps);
+  shape->set_latency_us(absl::ToDoubleMicroseconds(shape_.latency));
+  return grpc::Status::OK;
 }
 
 grpc::Status ProducerControlService::Stats(grpc::ServerContext* context, const v1::StatsRequest*,
@@ -87,7 +124,7 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
   }
   const ModelConfig& config = producer_.model->config();
   absl::StatusOr<std::vector<TokenId>> ids = PromptTokenIds(
-      *producer_.tokenizer, req.prompt(),
+      producer_.tokenizer, req.prompt(),
       absl::MakeConstSpan(req.prompt_ids().data(), static_cast<size_t>(req.prompt_ids_size())),
       config.vocab_size, config.max_position_embeddings);
   if (!ids.ok()) {
@@ -125,7 +162,7 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
           v1::TransferHeader header,
           StreamHeader(*o.encoder, config, static_cast<int64_t>(prefix.size()), identity));
       SCD_ASSIGN_OR_RETURN(std::shared_ptr<transport::TransferConnection> connection,
-                           Connection(target.transfer_address()));
+                           Connection(target.transfer_address(), &o.shape));
       SCD_ASSIGN_OR_RETURN(o.session, connection->StartSession(std::move(header), deadline));
       return absl::OkStatus();
     }();
@@ -165,6 +202,14 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
     outcome->set_code(static_cast<int32_t>(open[i].status.code()));
     outcome->set_message(std::string(open[i].status.message()));
     if (open[i].session) outcome->set_payload_bytes(open[i].session->stats().bytes);
+  }
+  for (const OpenTarget& o : open) {
+    if (o.session == nullptr) continue;
+    if (o.shape.enabled()) {
+      response->mutable_link()->set_gbps(o.shape.gbps);
+      response->mutable_link()->set_latency_us(absl::ToDoubleMicroseconds(o.shape.latency));
+    }
+    break;
   }
   response->set_prefill_us(Micros(report.prefill_end - report.start));
   response->set_encode_us(Micros(report.encode));

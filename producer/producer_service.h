@@ -2,7 +2,9 @@
 // once every target consumer has admitted the request): tokenize the request's prompt, open one
 // transfer session per target at its consumer's transfer address (tagged "<request id>#<target>",
 // connections reused per address), run the prefill once and stream each target its codes layer by
-// layer (StreamPrefill). Per-target failures (consumer gone, refused header, no artifact) are
+// layer (StreamPrefill). The link shape (transport/link_shaper.h) is set at start and may be
+// changed at run time (SetLinkShape, the coordinator's bandwidth sweep); PrefillResponse.link
+// says which shape a request's codes travelled under. Per-target failures (consumer gone, refused header, no artifact) are
 // outcomes, not RPC errors; a prompt that cannot be tokenized is INVALID_ARGUMENT. A cancelled
 // call (the coordinator's client went away) cancels every session of the request at once. Every
 // call must carry the cluster secret (UNAUTHENTICATED otherwise: nobody else makes the producer
@@ -32,7 +34,7 @@ namespace scd::producer {
 
 struct ProducerModel {
   const LlamaModel* model = nullptr;     // not owned
-  const Tokenizer* tokenizer = nullptr;  // not owned
+  const Tokenizer* tokenizer = nullptr;  // not owned; null: ids only (dummy weights)
   std::string name;
   std::string fingerprint;
   TransferOptions transfer_options;                  // as every consumer's
@@ -52,15 +54,24 @@ class ProducerControlService final : public v1::Producer::Service {
   // Prefills running, open sessions, held code bytes, sessions ended by terminal state.
   grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest* request,
                      v1::NodeStats* stats) override;
+  // Sets (or reads) the shape of the links sessions are opened on from now on (control.proto).
+  grpc::Status SetLinkShape(grpc::ServerContext* context, const v1::SetLinkShapeRequest* request,
+                            v1::LinkShape* shape) override;
   // Prefills run so far (a fan-out request runs one).
   uint64_t prefills() const { return prefills_.load(); }
   // Transfer sessions not yet ended, over every connection.
   size_t open_sessions() const;
 
  private:
-  // An open connection to `address`, reused while alive.
+  // An open connection to `address` shaped as the link shape now set, reused while alive and
+  // shaped so (after SetLinkShape the next session opens a new one; running sessions keep the
+  // old). `shape`: the shape it travels under.
   absl::StatusOr<std::shared_ptr<transport::TransferConnection>> Connection(
-      const std::string& address);
+      const std::string& address, transport::LinkShape* shape);
+  struct CachedConnection {
+    std::shared_ptr<transport::TransferConnection> connection;
+    transport::LinkShape shape;
+  };
 
   const ProducerModel producer_;
   transport::Transport* const transport_;
@@ -71,8 +82,8 @@ class ProducerControlService final : public v1::Producer::Service {
   std::atomic<uint64_t> held_payload_bytes_{0};
   Tally ended_;  // sessions, by terminal state
   mutable absl::Mutex mu_;
-  std::map<std::string, std::shared_ptr<transport::TransferConnection>> connections_
-      ABSL_GUARDED_BY(mu_);
+  transport::LinkShape shape_ ABSL_GUARDED_BY(mu_);  // for connections opened from now on
+  std::map<std::string, CachedConnection> connections_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace scd::producer

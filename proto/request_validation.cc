@@ -94,6 +94,18 @@ absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
   return ValidateGenerationValues(request, limits);
 }
 
+absl::Status ValidateLinkShape(const v1::LinkShape& shape) {
+  if (!std::isfinite(shape.gbps()) || shape.gbps() < 0 || shape.gbps() > 1e6) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shape.gbps: ", shape.gbps(), " is not in [0, 1e6] Gbit/s (0: unlimited)"));
+  }
+  if (!std::isfinite(shape.latency_us()) || shape.latency_us() < 0 || shape.latency_us() > 1e7) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shape.latency_us: ", shape.latency_us(), " is not in [0, 1e7] us"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateGenerationValues(const v1::GenerateRequest& request,
                                       const RequestLimits& limits) {
   if (request.max_tokens() > limits.max_tokens) {
@@ -113,6 +125,11 @@ absl::Status ValidateGenerationValues(const v1::GenerateRequest& request,
   if (request.top_k() > limits.max_top_k) {
     return absl::OutOfRangeError(absl::StrCat("top_k: ", request.top_k(),
                                               " is more than the limit of ", limits.max_top_k));
+  }
+  if (request.logprobs() > limits.max_logprobs) {
+    return absl::OutOfRangeError(absl::StrCat("logprobs: ", request.logprobs(),
+                                              " is more than the limit of ",
+                                              limits.max_logprobs));
   }
   if (absl::Status s = Length("stop", static_cast<size_t>(request.stop_size()), limits.max_stops,
                               "strings");

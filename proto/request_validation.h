@@ -30,14 +30,19 @@ struct RequestLimits {
   size_t max_stop_bytes = 256;
   uint32_t max_tokens = uint32_t{1} << 20;
   uint32_t max_top_k = uint32_t{1} << 20;
+  uint32_t max_logprobs = 20;
   float max_temperature = 100;
   uint32_t max_deadline_ms = 3600 * 1000;
 };
 
-// The generation values alone (max_tokens, temperature, top_p, top_k, stop): what a consumer
+// The generation values alone (max_tokens, temperature, top_p, top_k, logprobs, stop): what a consumer
 // re-checks cheaply where it turns them into sampling options (no prompt scan).
 absl::Status ValidateGenerationValues(const v1::GenerateRequest& request,
                                       const RequestLimits& limits = {});
+
+// A link shape (control.proto): gbps finite in [0, 1e6], latency_us finite in [0, 1e7];
+// INVALID_ARGUMENT naming the field otherwise.
+absl::Status ValidateLinkShape(const v1::LinkShape& shape);
 
 // OK, or the first field out of bounds (see the header comment). `require_target`: the
 // coordinator needs at least one target; a consumer called directly serves its own model.

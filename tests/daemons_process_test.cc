@@ -36,6 +36,7 @@
 #include "proto/inference_client.h"
 #include "proto/scd/v1/control.grpc.pb.h"
 #include "proto/scd/v1/inference.grpc.pb.h"
+#include "proto/scd/v1/registry.grpc.pb.h"
 #include "tests/test_daemon.h"
 #include "tests/test_util.h"
 
@@ -302,6 +303,129 @@ TEST_P(DaemonsProcessTest, TheAllInOneServerAndScdCalibGenerateGiveTheSameTokens
             static_cast<long>(local.events.size()));
   EXPECT_THAT(json.out, HasSubstr("\"started\""));
   EXPECT_THAT(json.out, HasSubstr("\"finished\""));
+}
+
+// The bandwidth sweep's knob (issue 16): Registry.SetLinkShape on the coordinator's control plane
+// reaches the producer daemon at run time; the next request's codes travel under the new shape
+// (Finished.link says so, and the transfer takes at least bytes / rate); a read-only call reports
+// it; bad calls are refused whole.
+TEST_P(DaemonsProcessTest, LinkShapeSetThroughTheCoordinatorShapesTheNextRequest) {
+  auto registry = v1::Registry::NewStub(
+      grpc::CreateChannel(control_, grpc::InsecureChannelCredentials()));
+  auto set = [&](const v1::SetLinkShapeRequest& request, v1::SetLinkShapeResponse* response,
+                 const char* secret = testing::kTestClusterSecret) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    context.AddMetadata("x-scd-cluster-secret", secret);
+    return registry->SetLinkShape(&context, request, response);
+  };
+  v1::SetLinkShapeRequest request;
+  request.mutable_shape()->set_gbps(0.02);  // 2.5 MB/s
+  request.mutable_shape()->set_latency_us(2000);
+  v1::SetLinkShapeResponse response;
+  grpc::Status status = set(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.producers_size(), 1);
+  EXPECT_EQ(response.producers(0).name(), "stories260k");
+  EXPECT_EQ(response.producers(0).code(), 0) << response.producers(0).message();
+  EXPECT_EQ(response.producers(0).shape().gbps(), 0.02);
+  EXPECT_EQ(response.producers(0).shape().latency_us(), 2000);
+
+  // A long prompt: its raw cache (~500 KB) is well past the shaper's 64 KiB burst.
+  std::vector<TokenId> prompt;
+  for (int i = 0; i < 400; ++i) prompt.push_back(static_cast<TokenId>(5 + (i * 37) % 500));
+  Reply shaped = Generate("base-copy", "raw", prompt, 4);
+  ASSERT_TRUE(shaped.status.ok()) << shaped.status;
+  ASSERT_TRUE(shaped.events.back().has_finished()) << shaped.events.back().DebugString();
+  const v1::Finished& f = shaped.events.back().finished();
+  EXPECT_EQ(f.link().gbps(), 0.02);
+  EXPECT_EQ(f.link().latency_us(), 2000);
+  // bytes / rate, less the shaper's 64 KiB burst, plus the one-way latency is a lower bound on
+  // the time to the first token (the transfer timing starts at the first chunk's arrival).
+  const double floor_us =
+      (static_cast<double>(f.payload_bytes()) - 65536) * 8 / (0.02 * 1e9) * 1e6 + 2000;
+  EXPECT_GE(static_cast<double>(f.timings().ttft()), floor_us) << f.DebugString();
+  EXPECT_GT(f.payload_bytes(), 65536u * 3);
+
+  // Read only: no shape in the request.
+  v1::SetLinkShapeResponse read;
+  ASSERT_TRUE(set(v1::SetLinkShapeRequest(), &read).ok());
+  ASSERT_EQ(read.producers_size(), 1);
+  EXPECT_EQ(read.producers(0).shape().gbps(), 0.02);
+
+  // Refused whole: a rate out of bounds, an unknown producer, no secret.
+  v1::SetLinkShapeRequest bad;
+  bad.mutable_shape()->set_gbps(-1);
+  v1::SetLinkShapeResponse ignored;
+  status = set(bad, &ignored);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("gbps"));
+  v1::SetLinkShapeRequest unknown;
+  unknown.set_producer("no-such-producer");
+  EXPECT_EQ(set(unknown, &ignored).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(set(request, &ignored, "wrong-secret-0123456789").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+
+  // Back to unshaped, by the producer's name: the next request records no shape.
+  v1::SetLinkShapeRequest clear;
+  clear.mutable_shape();
+  clear.set_producer("stories260k");
+  ASSERT_TRUE(set(clear, &response).ok());
+  Reply plain = Generate("base-copy", "raw", prompt, 4);
+  ASSERT_TRUE(plain.status.ok()) << plain.status;
+  EXPECT_FALSE(plain.events.back().finished().has_link());
+  EXPECT_EQ(plain.ids, shaped.ids);
+}
+
+// Dummy weights at a real config's shapes (issue 16): scd-calib synth writes the pair's artifact
+// for the daemons' default seeds; the all-in-one server serves token-id prompts in scd mode and
+// refuses a text prompt (no tokenizer beside a bare config), naming prompt_ids.
+TEST(DummyWeightsServingTest, AllInOneServesIdsOnARealConfigAndRefusesText) {
+  testing::TempDir temp;
+  const std::string dir = temp.path();
+  const std::string config = testing::SharedDir() + "/configs/smollm2-135m.json";
+  const testing::CommandResult synth = testing::RunCommand(
+      Bin("scd-calib") + " synth --producer " + config + " --consumer " + config +
+      " --layers 2 --patch-layers 1 --out " + dir + "/pair.scd");
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  Daemon server(dir, "all-in-one",
+                {Bin("scd"), "serve", "--all-in-one", "--dummy-weights", config, "--layers", "2",
+                 "--consumer", "b=" + config + ":" + dir + "/pair.scd", "--listen", "127.0.0.1:0"});
+  const std::string address = server.Address(absl::Seconds(120));
+  ASSERT_FALSE(address.empty());
+  v1::GenerateRequest request;
+  request.add_targets("b");
+  request.set_mode("scd");
+  request.set_max_tokens(6);
+  request.set_logprobs(2);
+  for (int i = 0; i < 40; ++i) request.add_prompt_ids(100 + 37 * i);
+  std::vector<v1::GenerateEvent> events;
+  absl::Status status = StreamGenerate(address, request, absl::Seconds(60),
+                                       [&](const v1::GenerateEvent& e) { events.push_back(e); });
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_FALSE(events.empty());
+  ASSERT_TRUE(events.back().has_finished()) << events.back().DebugString();
+  EXPECT_EQ(events.back().finished().mode(), "scd");
+  EXPECT_EQ(events.back().finished().prompt_tokens(), 40u);
+  EXPECT_GT(events.back().finished().payload_bytes(), 0u);
+  int positions = 0;
+  for (const v1::GenerateEvent& e : events) {
+    if (!e.has_token()) continue;
+    EXPECT_EQ(e.token().text(), "");
+    for (int i = 0; i < e.token().ids_size(); ++i, ++positions) {
+      ASSERT_EQ(e.token().logprobs(i).top_size(), 2);
+      EXPECT_EQ(e.token().logprobs(i).top(0).id(), e.token().ids(i));
+    }
+  }
+  EXPECT_EQ(static_cast<uint32_t>(positions), events.back().finished().output_tokens());
+
+  v1::GenerateRequest text;
+  text.add_targets("b");
+  text.set_prompt("Once upon a time");
+  status = StreamGenerate(address, text, absl::Seconds(30), [](const v1::GenerateEvent&) {});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("prompt_ids"));
+  EXPECT_EQ(server.Terminate(absl::Seconds(30)), 0);
 }
 
 TEST_P(DaemonsProcessTest, KilledConsumerLeavesRoutingWithinThreeSeconds) {

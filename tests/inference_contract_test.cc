@@ -39,6 +39,8 @@ constexpr auto kInt32 = FieldDescriptor::TYPE_INT32;
 constexpr auto kUint32 = FieldDescriptor::TYPE_UINT32;
 constexpr auto kUint64 = FieldDescriptor::TYPE_UINT64;
 constexpr auto kFloat = FieldDescriptor::TYPE_FLOAT;
+constexpr auto kDouble = FieldDescriptor::TYPE_DOUBLE;
+constexpr auto kBool = FieldDescriptor::TYPE_BOOL;
 constexpr auto kMessage = FieldDescriptor::TYPE_MESSAGE;
 
 TEST(InferenceContractTest, GenerateRequestFields) {
@@ -53,7 +55,9 @@ TEST(InferenceContractTest, GenerateRequestFields) {
                                                    {"seed", 9, kUint64, false},
                                                    {"stop", 10, kString, true},
                                                    {"deadline_ms", 11, kUint32, false},
-                                                   {"request_id", 12, kString, false}});
+                                                   {"request_id", 12, kString, false},
+                                                   {"allow_local_fallback", 13, kBool, false},
+                                                   {"logprobs", 14, kUint32, false}});
 }
 
 TEST(InferenceContractTest, GenerateEventIsATargetAndOneOfFourEvents) {
@@ -82,13 +86,24 @@ TEST(InferenceContractTest, EventBodies) {
                                            {"mode", 4, kString, false},
                                            {"mode_reason", 5, kString, false},
                                            {"expected_payload_bytes", 6, kUint64, false}});
-  ExpectFields(v1::TokenDelta::descriptor(),
-               {{"text", 1, kString, false}, {"ids", 2, kInt32, true}});
+  ExpectFields(v1::TokenDelta::descriptor(), {{"text", 1, kString, false},
+                                              {"ids", 2, kInt32, true},
+                                              {"logprobs", 3, kMessage, true}});
+  ExpectFields(v1::TokenLogprobs::descriptor(), {{"id", 1, kInt32, false},
+                                                 {"logprob", 2, kFloat, false},
+                                                 {"top", 3, kMessage, true}});
+  ExpectFields(v1::TopLogprob::descriptor(),
+               {{"id", 1, kInt32, false}, {"logprob", 2, kFloat, false}});
   ExpectFields(v1::Finished::descriptor(), {{"reason", 1, kString, false},
                                             {"prompt_tokens", 2, kUint32, false},
                                             {"output_tokens", 3, kUint32, false},
                                             {"payload_bytes", 4, kUint64, false},
-                                            {"timings", 5, kMessage, false}});
+                                            {"timings", 5, kMessage, false},
+                                            {"mode", 6, kString, false},
+                                            {"mode_reason", 7, kString, false},
+                                            {"link", 8, kMessage, false}});
+  ExpectFields(v1::LinkShape::descriptor(),
+               {{"gbps", 1, kDouble, false}, {"latency_us", 2, kDouble, false}});
   ExpectFields(v1::Timings::descriptor(), {{"queue", 1, kUint64, false},
                                            {"prefill", 2, kUint64, false},
                                            {"encode", 3, kUint64, false},

@@ -103,6 +103,41 @@ TEST_F(ServingTest, ScdThroughTheCoordinatorEqualsTheBatchTransferPath) {
   EXPECT_EQ(reply.ids["xs"], Reference("xs", TransferMode::kScd, Prompt(2), 16));
 }
 
+// The API's logprobs (issue 16): every generated position carries k candidates, the first of
+// which is the greedy token, and the tokens are those of a request without logprobs.
+TEST_F(ServingTest, LogprobsTopOneIsTheGreedyTokenAtEveryPosition) {
+  v1::GenerateRequest request;
+  for (TokenId id : Prompt(3)) request.add_prompt_ids(id);
+  request.add_targets("xs");
+  request.set_mode("scd");
+  request.set_max_tokens(20);
+  request.set_logprobs(4);
+  Reply reply = stack_->Generate(request);
+  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+  size_t positions = 0;
+  for (const v1::GenerateEvent& e : reply.events["xs"]) {
+    if (!e.has_token()) continue;
+    ASSERT_EQ(e.token().logprobs_size(), e.token().ids_size());
+    for (int i = 0; i < e.token().ids_size(); ++i) {
+      const v1::TokenLogprobs& lp = e.token().logprobs(i);
+      EXPECT_EQ(lp.id(), e.token().ids(i));
+      ASSERT_EQ(lp.top_size(), 4);
+      EXPECT_EQ(lp.top(0).id(), e.token().ids(i)) << "position " << positions;
+      EXPECT_EQ(lp.top(0).logprob(), lp.logprob());
+      for (int j = 1; j < 4; ++j) EXPECT_LE(lp.top(j).logprob(), lp.top(j - 1).logprob());
+      ++positions;
+    }
+  }
+  EXPECT_EQ(positions, reply.ids["xs"].size());
+  EXPECT_GT(positions, 0u);
+  EXPECT_EQ(reply.ids["xs"], Reference("xs", TransferMode::kScd, Prompt(3), 20));
+  // Past the bound of 20: refused as a whole, naming the field.
+  request.set_logprobs(21);
+  Reply refused = stack_->Generate(request);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("logprobs"));
+}
+
 TEST_F(ServingTest, RawBetweenIdenticalModelsEqualsLocalGeneration) {
   Reply reply = Generate({"base-copy"}, "", Prompt(1), 16);  // auto: identical weights -> raw
   ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();

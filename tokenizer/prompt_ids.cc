@@ -5,7 +5,7 @@
 
 namespace scd {
 
-absl::StatusOr<std::vector<TokenId>> PromptTokenIds(const Tokenizer& tokenizer,
+absl::StatusOr<std::vector<TokenId>> PromptTokenIds(const Tokenizer* tokenizer,
                                                     std::string_view text,
                                                     absl::Span<const int32_t> ids, int64_t vocab,
                                                     int64_t max_positions) {
@@ -14,7 +14,11 @@ absl::StatusOr<std::vector<TokenId>> PromptTokenIds(const Tokenizer& tokenizer,
   }
   std::vector<TokenId> out;
   if (!text.empty()) {
-    SCD_ASSIGN_OR_RETURN(out, tokenizer.Encode(text));
+    if (tokenizer == nullptr) {
+      return absl::InvalidArgumentError(
+          "prompt: this model is served without a tokenizer (dummy weights): send prompt_ids");
+    }
+    SCD_ASSIGN_OR_RETURN(out, tokenizer->Encode(text));
   } else {
     for (int32_t id : ids) {
       if (id < 0 || id >= vocab) {

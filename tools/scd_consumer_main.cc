@@ -1,7 +1,8 @@
 // scd-consumer: rebuilds its own cache from a producer's codes (or prefills locally) and decodes.
 // Three listeners: the public API (--listen), the control plane the coordinator calls
 // (--control-listen, cluster secret required) and the transfer listener producers send codes to.
-//   scd-consumer [--config FILE.toml] --model DIR [--name NAME] --listen HOST:PORT
+//   scd-consumer [--config FILE.toml] --model DIR|--dummy-weights CONFIG [--layers N] [--seed S]
+//                [--name NAME] [--device D] [--dtype T] --listen HOST:PORT
 //                --control-listen HOST:PORT --coordinator HOST:PORT
 //                [--cluster-secret-file FILE | $SCD_CLUSTER_SECRET]
 //                [--advertise HOST] [--transfer-listen HOST:PORT]
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   scd::SelectBlasKernel(argc, argv);  // first: it may run the program again on better kernels
   scd::DaemonFlags daemon;
   scd::consumer::ConsumerNodeOptions options;
+  options.model.seed = 2;  // scd-calib synth's --consumer-seed default
   CLI::App app{"SCD Serve consumer: cache rebuild from semantic codes, decoding"};
   scd::AddServingNodeFlags(&app, &options, "translator artifact(s), one per producer");
   app.add_option("--listen", options.listen, "public API gRPC address (port 0: any free port)");

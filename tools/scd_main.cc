@@ -4,6 +4,7 @@
 //                [--json] [--stats]                          the same through a serving API
 //   scd serve --all-in-one --producer-model DIR --consumer NAME=DIR[:ARTIFACT] ... --listen H:P
 //        coordinator, producer and consumers in one process, codes over the in-process transport
+//        (--dummy-weights CONFIG / NAME=CONFIG.json [--layers N]: seeded random weights)
 //   scd tokenize --model DIR TEXT                             print token ids (and pieces)
 //   scd info --model DIR|config.json                          config summary, sizes
 //   scd kernels [--others]                                    BLAS kernels: in use, runnable
@@ -171,6 +172,11 @@ absl::Status RunRemoteGenerate(const GenerateFlags& flags) {
 struct ServeFlags {
   bool all_in_one = false;
   std::string producer_model;
+  std::string producer_dummy;          // --dummy-weights CONFIG
+  int64_t layers = 0;                  // dummy weights: keep the first N layers
+  uint64_t producer_seed = 1;          // dummy weights' seeds (scd-calib synth's defaults)
+  uint64_t consumer_seed = 2;
+  std::string device = "cpu", dtype = "f32";
   std::vector<std::string> consumers;  // NAME=DIR[:ARTIFACT]
   std::string listen = "127.0.0.1:0";
   std::string address_file;
@@ -190,6 +196,9 @@ absl::Status RunServe(const ServeFlags& flags, int threads) {
         "only --all-in-one runs here; separate nodes are scd-coordinator, scd-producer and "
         "scd-consumer");
   }
+  if (flags.producer_model.empty() == flags.producer_dummy.empty()) {
+    return absl::InvalidArgumentError("give --producer-model DIR or --dummy-weights CONFIG");
+  }
   BlockTerminationSignals();  // before any node starts a thread
   spdlog::set_default_logger(spdlog::stderr_color_mt("scd-serve"));  // stdout: nothing
   spdlog::info("threads: {}", ConfigureThreads(threads).ToString());
@@ -206,8 +215,20 @@ absl::Status RunServe(const ServeFlags& flags, int threads) {
   coordinator_options.cluster_secret = secret;
   coordinator_options.registry.strict_modes = flags.strict_modes;
   SCD_ASSIGN_OR_RETURN(auto coordinator, coordinator::CoordinatorNode::Start(coordinator_options));
+  // A path that is a file (config.json) rather than a model directory: seeded dummy weights.
+  auto spec_of = [&](const std::string& path, uint64_t seed) {
+    ServedModelSpec spec;
+    (fs::is_regular_file(path) ? spec.dummy_config : spec.model_dir) = path;
+    spec.layers = flags.layers;
+    spec.seed = seed;
+    spec.device = flags.device;
+    spec.dtype = flags.dtype;
+    return spec;
+  };
   producer::ProducerNodeOptions producer_options;
-  producer_options.model_dir = flags.producer_model;
+  producer_options.model = spec_of(
+      flags.producer_dummy.empty() ? flags.producer_model : flags.producer_dummy,
+      flags.producer_seed);
   producer_options.transport = "inproc";
   producer_options.coordinator = coordinator->control_address();
   producer_options.cluster_secret = secret;
@@ -219,16 +240,16 @@ absl::Status RunServe(const ServeFlags& flags, int threads) {
           absl::StrCat("--consumer ", spec, ": expected NAME=DIR[:ARTIFACT]"));
     }
     consumer::ConsumerNodeOptions options;
-    options.name = spec.substr(0, eq);
     const std::string rest = spec.substr(eq + 1);
     const size_t colon = rest.find(':');
-    options.model_dir = rest.substr(0, colon);
+    options.model = spec_of(rest.substr(0, colon), flags.consumer_seed);
+    options.model.name = spec.substr(0, eq);
     if (colon != std::string::npos) {
       options.artifacts.push_back(rest.substr(colon + 1));
       producer_options.artifacts.push_back(rest.substr(colon + 1));
     }
     options.transport = "inproc";
-    options.transfer_listen = options.name + ":0";
+    options.transfer_listen = options.model.name + ":0";
     options.coordinator = coordinator->control_address();
     options.cluster_secret = secret;
     options.capacity = flags.capacity;
@@ -435,12 +456,28 @@ int Main(int argc, char** argv) {
       app.add_subcommand("serve", "serve the Inference API (all roles in one process)");
   serve->add_flag("--all-in-one", serve_flags.all_in_one,
                   "coordinator, producer and consumers here");
-  serve
-      ->add_option("--producer-model", serve_flags.producer_model, "the producer's model directory")
-      ->required();
+  CLI::Option* producer_model = serve->add_option(
+      "--producer-model", serve_flags.producer_model,
+      "the producer's model directory (a config.json: dummy weights)");
+  CLI::Option* producer_dummy = serve->add_option(
+      "--dummy-weights", serve_flags.producer_dummy,
+      "the producer: seeded random weights for this config.json (timings at real sizes, no "
+      "fidelity)");
+  producer_model->excludes(producer_dummy);
+  serve->add_option("--layers", serve_flags.layers,
+                    "dummy weights: keep only the first N layers of every model")
+      ->check(CLI::NonNegativeNumber);
+  serve->add_option("--seed", serve_flags.producer_seed, "the producer's dummy-weight seed")
+      ->capture_default_str();
+  serve->add_option("--consumer-seed", serve_flags.consumer_seed,
+                    "the consumers' dummy-weight seed")
+      ->capture_default_str();
+  serve->add_option("--device", serve_flags.device, "cpu, cuda or cuda:N")->capture_default_str();
+  serve->add_option("--dtype", serve_flags.dtype, "f32, bf16 or f16")->capture_default_str();
   serve
       ->add_option("--consumer", serve_flags.consumers,
-                   "NAME=DIR[:ARTIFACT]: a consumer model and its artifact (repeatable)")
+                   "NAME=DIR|CONFIG[:ARTIFACT]: a consumer model (a config.json: dummy weights) "
+                   "and its artifact (repeatable)")
       ->required();
   serve->add_option("--listen", serve_flags.listen, "the public API's address (port 0: any)");
   serve->add_option("--address-file", serve_flags.address_file, "write the address here");

@@ -74,6 +74,23 @@ std::string WaitForTerminationSignal() {
   return signal == SIGTERM ? "SIGTERM" : "SIGINT";
 }
 
+void AddServedModelFlags(CLI::App* app, ServedModelSpec* spec) {
+  CLI::Option* model = app->add_option("--model", spec->model_dir, "Hugging Face model directory");
+  CLI::Option* dummy = app->add_option(
+      "--dummy-weights", spec->dummy_config,
+      "serve seeded random weights for this config.json instead (timings at real sizes, no "
+      "fidelity; token ids only unless a tokenizer.json is beside it)");
+  model->excludes(dummy);
+  app->add_option("--layers", spec->layers, "with --dummy-weights: keep only the first N layers")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--seed", spec->seed,
+                  "with --dummy-weights: the weights' seed (as given to scd-calib synth)");
+  app->add_option("--name", spec->name,
+                  "routing name (default: the directory's name, or the config file's stem)");
+  app->add_option("--device", spec->device, "cpu, cuda or cuda:N")->capture_default_str();
+  app->add_option("--dtype", spec->dtype, "f32, bf16 or f16")->capture_default_str();
+}
+
 void AddDaemonFlags(CLI::App* app, DaemonFlags* flags, unsigned common_flags) {
   app->add_option("--drain-seconds", flags->drain_seconds,
                   "how long SIGTERM waits for running requests")

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "codec/served_model_spec.h"
 
 namespace scd {
 
@@ -83,11 +84,13 @@ struct DaemonHandle {
 int RunDaemon(const char* tool, CLI::App& app, int argc, char** argv, const DaemonFlags& flags,
               const std::function<absl::StatusOr<DaemonHandle>()>& start);
 
+// --model DIR | --dummy-weights CONFIG [--layers N] [--seed S], --name, --device, --dtype.
+void AddServedModelFlags(CLI::App* app, ServedModelSpec* spec);
+
 // The flags the producer and the consumer share, bound to their options structs.
 template <typename NodeOptions>
 void AddServingNodeFlags(CLI::App* app, NodeOptions* options, const char* artifact_help) {
-  app->add_option("--model", options->model_dir, "Hugging Face model directory")->required();
-  app->add_option("--name", options->name, "routing name (default: the directory's name)");
+  AddServedModelFlags(app, &options->model);
   app->add_option("--control-listen", options->control_listen,
                   "control-plane gRPC address, for the coordinator only (port 0: any free port)");
   app->add_option("--advertise", options->advertise,
