@@ -17,6 +17,8 @@ PACKAGES=(
   libpcre2-dev libutf8proc-dev libssl-dev
   clang libclang-rt-14-dev   # the libFuzzer targets (scripts/fuzz.sh, build-fuzz/)
   util-linux                 # prlimit: the lock-out test limits a daemon's descriptors
+  python3-matplotlib         # scd-bench's plots (Debian's /usr/bin/python3)
+  iproute2                   # scd-bench sweep --link netns: ip netns, veth, tc
 )
 
 missing=()

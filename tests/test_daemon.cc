@@ -25,33 +25,16 @@ Daemon::Daemon(const std::string& dir, const std::string& name, std::vector<std:
   argv.push_back(control_address_file_);
   std::remove(address_file_.c_str());  // a failed earlier test keeps its directory
   std::remove(control_address_file_.c_str());
-  pid_ = fork();
-  if (pid_ == 0) {
-    setenv("SCD_CLUSTER_SECRET", kTestClusterSecret, 1);
-    for (const std::string& entry : env) {
-      const size_t eq = entry.find('=');
-      if (eq == entry.size() - 1) {
-        unsetenv(entry.substr(0, eq).c_str());
-      } else {
-        setenv(entry.substr(0, eq).c_str(), entry.substr(eq + 1).c_str(), 1);
-      }
-    }
-    const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 2);
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
+  env.insert(env.begin(), std::string("SCD_CLUSTER_SECRET=") + kTestClusterSecret);
+  absl::StatusOr<ChildProcess> child = ChildProcess::Start(std::move(argv), log_, env);
+  if (!child.ok()) {
+    ADD_FAILURE() << child.status();
+    return;
   }
+  child_ = *std::move(child);
 }
 
-Daemon::~Daemon() {
-  if (pid_ > 0 && !reaped_) {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-  }
-}
+Daemon::~Daemon() = default;  // the child is killed and reaped unless it ended
 
 std::string Daemon::Address(absl::Duration timeout) { return ReadAddress(address_file_, timeout); }
 
@@ -60,32 +43,15 @@ std::string Daemon::ControlAddress(absl::Duration timeout) {
 }
 
 std::string Daemon::ReadAddress(const std::string& file, absl::Duration timeout) {
-  const absl::Time limit = absl::Now() + timeout;
-  while (absl::Now() < limit) {
-    std::ifstream in(file);
-    std::string address;
-    if (in >> address) return address;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ADD_FAILURE() << "no address from " << log_ << ":\n" << ReadFile(log_);
+  absl::StatusOr<std::string> address = child_.WaitForFile(file, timeout);
+  if (address.ok()) return *address;
+  ADD_FAILURE() << "no address from " << log_ << ": " << address.status().message();
   return "";
 }
 
-void Daemon::Kill(int signal) { kill(pid_, signal); }
+void Daemon::Kill(int signal) { child_.Signal(signal); }
 
-int Daemon::Terminate(absl::Duration timeout) {
-  kill(pid_, SIGTERM);
-  const absl::Time limit = absl::Now() + timeout;
-  int status = 0;
-  while (absl::Now() < limit) {
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      reaped_ = true;
-      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return -1;
-}
+int Daemon::Terminate(absl::Duration timeout) { return child_.Terminate(timeout); }
 
 std::string Bin(const std::string& name) { return BuildDir() + "/bin/" + name; }
 

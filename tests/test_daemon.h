@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "base/child_process.h"
 
 namespace scd::testing {
 
@@ -37,13 +38,12 @@ class Daemon {
   // Exit status after SIGTERM (-1: killed by a signal or still running after `timeout`).
   int Terminate(absl::Duration timeout);
   const std::string& log() const { return log_; }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_.pid(); }
 
  private:
   std::string ReadAddress(const std::string& file, absl::Duration timeout);
   std::string log_, address_file_, control_address_file_;
-  pid_t pid_ = -1;
-  bool reaped_ = false;
+  ChildProcess child_;
 };
 
 // BuildDir()/bin/NAME.

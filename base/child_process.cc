@@ -1,0 +1,146 @@
+#include "base/child_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace scd {
+
+absl::StatusOr<ChildProcess> ChildProcess::Start(std::vector<std::string> argv,
+                                                 const std::string& log,
+                                                 const std::vector<std::string>& env,
+                                                 bool stdout_to_log) {
+  if (argv.empty()) return absl::InvalidArgumentError("ChildProcess: empty argv");
+  // Everything the child needs is prepared before fork (no allocation after it).
+  std::vector<char*> args;
+  for (std::string& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  // The child's environment: ours with `env` applied ("NAME=" removes NAME).
+  std::vector<std::string> environment;
+  for (char** e = environ; *e != nullptr; ++e) environment.emplace_back(*e);
+  for (const std::string& entry : env) {
+    const size_t eq = entry.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string prefix = entry.substr(0, eq + 1);
+    std::vector<std::string> kept;
+    for (std::string& e : environment) {
+      if (e.compare(0, prefix.size(), prefix) != 0) kept.push_back(std::move(e));
+    }
+    environment = std::move(kept);
+    if (eq != entry.size() - 1) environment.push_back(entry);
+  }
+  std::vector<char*> envp;
+  for (std::string& e : environment) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+  if (pid == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 2);
+      if (stdout_to_log) dup2(fd, 1);
+    }
+    execvpe(args[0], args.data(), envp.data());  // a name without '/' is searched on PATH
+    _exit(127);
+  }
+  ChildProcess child;
+  child.pid_ = pid;
+  child.log_ = log;
+  return child;
+}
+
+ChildProcess::ChildProcess(ChildProcess&& other) noexcept { *this = std::move(other); }
+
+ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
+  if (this != &other) {
+    this->~ChildProcess();
+    pid_ = std::exchange(other.pid_, -1);
+    reaped_ = std::exchange(other.reaped_, false);
+    status_ = other.status_;
+    log_ = std::move(other.log_);
+  }
+  return *this;
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0 && !reaped_) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    reaped_ = true;
+  }
+}
+
+bool ChildProcess::running() {
+  if (pid_ <= 0 || reaped_) return false;
+  if (waitpid(pid_, &status_, WNOHANG) == pid_) reaped_ = true;
+  return !reaped_;
+}
+
+std::string ChildProcess::LogTail(size_t bytes) const {
+  std::ifstream in(log_);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string all = text.str();
+  return all.size() > bytes ? all.substr(all.size() - bytes) : all;
+}
+
+absl::StatusOr<std::string> ChildProcess::WaitForFile(const std::string& file,
+                                                      absl::Duration timeout) {
+  const absl::Time limit = absl::Now() + timeout;
+  for (;;) {
+    std::ifstream in(file);
+    std::string word;
+    if (in >> word) return word;
+    if (!running()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the child process ended before writing ", file, "; its log (", log_, ") ends:\n",
+          LogTail()));
+    }
+    if (absl::Now() > limit) {
+      return absl::DeadlineExceededError(absl::StrCat("nothing in ", file, " after ",
+                                                      absl::FormatDuration(timeout), "; log (",
+                                                      log_, ") ends:\n", LogTail()));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+void ChildProcess::Signal(int signal) {
+  if (pid_ > 0 && !reaped_) kill(pid_, signal);
+}
+
+int ChildProcess::Terminate(absl::Duration timeout) {
+  if (pid_ <= 0) return -1;
+  if (!reaped_) {
+    kill(pid_, SIGTERM);
+    const absl::Time limit = absl::Now() + timeout;
+    while (!reaped_ && absl::Now() < limit) {
+      if (waitpid(pid_, &status_, WNOHANG) == pid_) {
+        reaped_ = true;
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    if (!reaped_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      reaped_ = true;
+      return -1;
+    }
+  }
+  return WIFEXITED(status_) ? WEXITSTATUS(status_) : -1;
+}
+
+}  // namespace scd

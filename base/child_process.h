@@ -1,0 +1,56 @@
+// ChildProcess: a long-running program of ours (a daemon, a server a harness starts) as a child:
+// argv run directly (no shell), stderr to a log file, optional environment changes, killed
+// (SIGKILL) and reaped on destruction unless it already ended. WaitForFile reads a line the child
+// writes when ready (an --address-file). Used by the tests' daemons and by scd-bench.
+// Thread-safety: use from one thread.
+#ifndef SCD_BASE_CHILD_PROCESS_H_
+#define SCD_BASE_CHILD_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace scd {
+
+class ChildProcess {
+ public:
+  // Starts argv[0] (a path; not searched on PATH unless it has no '/') with argv[1..]; its
+  // stderr (and stdout when `stdout_to_log`) goes to `log`. `env`: "NAME=VALUE" entries set in
+  // the child, "NAME=" unsets. INTERNAL when fork fails; a program that cannot be run exits 127.
+  static absl::StatusOr<ChildProcess> Start(std::vector<std::string> argv, const std::string& log,
+                                            const std::vector<std::string>& env = {},
+                                            bool stdout_to_log = false);
+  ChildProcess() = default;
+  ChildProcess(ChildProcess&& other) noexcept;
+  ChildProcess& operator=(ChildProcess&& other) noexcept;
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  ~ChildProcess();
+
+  // The first whitespace-delimited word of `file` once the child wrote it. DEADLINE_EXCEEDED
+  // after `timeout`, FAILED_PRECONDITION when the child exited first (both quote the log's tail).
+  absl::StatusOr<std::string> WaitForFile(const std::string& file, absl::Duration timeout);
+  void Signal(int signal);
+  // SIGTERM, then waits up to `timeout`: the exit status (-1: killed by a signal, or still
+  // running at the timeout, then SIGKILLed).
+  int Terminate(absl::Duration timeout);
+  bool running();
+  pid_t pid() const { return pid_; }
+  const std::string& log() const { return log_; }
+  // The last `bytes` of the log, for error messages.
+  std::string LogTail(size_t bytes = 2000) const;
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  int status_ = 0;
+  std::string log_;
+};
+
+}  // namespace scd
+
+#endif  // SCD_BASE_CHILD_PROCESS_H_

@@ -1,0 +1,382 @@
+#include "bench/serve_benchmark.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "proto/inference_client.h"
+
+namespace scd::bench {
+namespace {
+
+double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+// Linear interpolation between closest ranks (numpy's default), as vLLM reports.
+double Percentile(std::vector<double> sorted, double p) {
+  if (sorted.empty()) return 0;
+  const double rank = p / 100.0 * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(rank));
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - static_cast<double>(lo));
+}
+
+MetricSummary Summarize(std::vector<double> values_s, const std::vector<double>& percentiles) {
+  MetricSummary s;
+  s.count = static_cast<int64_t>(values_s.size());
+  if (values_s.empty()) return s;
+  for (double& v : values_s) v *= 1e3;
+  std::sort(values_s.begin(), values_s.end());
+  const double n = static_cast<double>(values_s.size());
+  s.mean = std::accumulate(values_s.begin(), values_s.end(), 0.0) / n;
+  double sq = 0;
+  for (double v : values_s) sq += (v - s.mean) * (v - s.mean);
+  s.std = std::sqrt(sq / n);
+  s.median = Percentile(values_s, 50);
+  for (double p : percentiles) s.percentiles[p] = Percentile(values_s, p);
+  return s;
+}
+
+std::string CodeName(int code) {
+  static const char* const kNames[] = {
+      "OK",        "CANCELLED",         "UNKNOWN",          "INVALID_ARGUMENT",
+      "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",   "PERMISSION_DENIED",
+      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+      "UNIMPLEMENTED", "INTERNAL",      "UNAVAILABLE",      "DATA_LOSS",
+      "UNAUTHENTICATED"};
+  if (code >= 0 && code < 17) return kNames[code];
+  return absl::StrCat("CODE_", code);
+}
+
+// Runs one request; fills one StreamRecord per target (in `targets` order).
+std::vector<StreamRecord> RunOne(const ServeBenchOptions& options, const BenchPrompt& prompt,
+                                 absl::Time sent) {
+  v1::GenerateRequest request;
+  if (prompt.ids.empty()) {
+    request.set_prompt(prompt.text);
+  } else {
+    for (int32_t id : prompt.ids) request.add_prompt_ids(id);
+  }
+  for (const std::string& target : options.targets) request.add_targets(target);
+  request.set_mode(options.mode);
+  request.set_max_tokens(static_cast<uint32_t>(options.output_len));
+  std::map<std::string, StreamRecord> by_target;
+  std::map<std::string, absl::Time> last_token;
+  for (const std::string& target : options.targets) by_target[target].target = target;
+  const absl::Status status =
+      StreamGenerate(options.server, request, options.timeout, [&](const v1::GenerateEvent& e) {
+        const absl::Time now = absl::Now();
+        // A consumer called directly tags events with its own name; one target: that one.
+        const std::string& key = options.targets.size() == 1 ? options.targets[0] : e.target();
+        StreamRecord& r = by_target[key];
+        r.target = key;
+        if (e.has_token() && e.token().ids_size() > 0) {
+          if (r.output_tokens == 0) {
+            r.ttft_s = Seconds(now - sent);
+          } else {
+            r.itl_s.push_back(Seconds(now - last_token[key]));
+          }
+          last_token[key] = now;
+          r.output_tokens += e.token().ids_size();
+        } else if (e.has_finished()) {
+          r.ok = true;
+          r.finished = e.finished();
+          r.prompt_tokens = e.finished().prompt_tokens();
+          r.e2el_s = Seconds(now - sent);
+        } else if (e.has_error()) {
+          r.ok = false;
+          r.code = e.error().code();
+          r.error = e.error().message();
+          r.e2el_s = Seconds(now - sent);
+        }
+      });
+  std::vector<StreamRecord> out;
+  for (const std::string& target : options.targets) {
+    StreamRecord& r = by_target[target];
+    if (!status.ok() && !r.ok && r.code == 0) {
+      r.code = static_cast<int>(status.code());
+      r.error = std::string(status.message());
+      r.e2el_s = Seconds(absl::Now() - sent);
+    } else if (!r.ok && r.code == 0) {
+      r.code = static_cast<int>(absl::StatusCode::kInternal);
+      r.error = "the stream ended without a terminal event";
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<BenchPrompt> RandomPrompts(int num_prompts, int input_len, int shared_prefix_len,
+                                       int vocab_size, uint64_t seed, int first_id) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> id(first_id, std::max(first_id, vocab_size - 1));
+  std::vector<int32_t> prefix(static_cast<size_t>(std::max(0, shared_prefix_len)));
+  for (int32_t& t : prefix) t = id(rng);
+  std::vector<BenchPrompt> prompts(static_cast<size_t>(std::max(0, num_prompts)));
+  for (BenchPrompt& p : prompts) {
+    p.ids = prefix;
+    for (int i = 0; i < input_len; ++i) p.ids.push_back(id(rng));
+  }
+  return prompts;
+}
+
+absl::StatusOr<std::vector<BenchPrompt>> PromptsFromFile(const std::string& path,
+                                                         int num_prompts) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("--prompts: cannot read ", path));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) lines.push_back(line);
+  }
+  if (lines.empty()) return absl::InvalidArgumentError(absl::StrCat("--prompts: ", path, " is empty"));
+  std::vector<BenchPrompt> prompts(static_cast<size_t>(std::max(0, num_prompts)));
+  for (size_t i = 0; i < prompts.size(); ++i) prompts[i].text = lines[i % lines.size()];
+  return prompts;
+}
+
+absl::StatusOr<Slo> ParseGoodput(const std::vector<std::string>& items) {
+  Slo slo;
+  for (const std::string& item : items) {
+    std::vector<std::string> kv = absl::StrSplit(item, ':');
+    double ms = 0;
+    if (kv.size() != 2 || !absl::SimpleAtod(kv[1], &ms) || !(ms > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--goodput: '", item, "' is not NAME:MS with MS > 0 (ttft, tpot, e2el)"));
+    }
+    if (kv[0] == "ttft") {
+      slo.ttft_ms = ms;
+    } else if (kv[0] == "tpot") {
+      slo.tpot_ms = ms;
+    } else if (kv[0] == "e2el") {
+      slo.e2el_ms = ms;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--goodput: unknown metric '", kv[0], "' (ttft, tpot, e2el)"));
+    }
+  }
+  return slo;
+}
+
+absl::StatusOr<ServeBenchResult> RunServeBenchmark(const ServeBenchOptions& options) {
+  if (options.server.empty()) return absl::InvalidArgumentError("no --server");
+  if (options.targets.empty()) return absl::InvalidArgumentError("no --targets");
+  if (options.prompts.empty()) return absl::InvalidArgumentError("no prompts");
+  if (!(options.request_rate > 0)) {
+    return absl::InvalidArgumentError("--request-rate must be > 0 (inf: all at once)");
+  }
+  if (!(options.burstiness > 0)) return absl::InvalidArgumentError("--burstiness must be > 0");
+  const int n = static_cast<int>(options.prompts.size());
+  // Arrival gaps: gamma(shape = burstiness, scale = 1 / (rate * burstiness)), mean 1 / rate.
+  std::vector<double> offsets(static_cast<size_t>(n), 0.0);
+  if (std::isfinite(options.request_rate)) {
+    std::mt19937_64 rng(options.seed);
+    std::gamma_distribution<double> gap(options.burstiness,
+                                        1.0 / (options.request_rate * options.burstiness));
+    double t = 0;
+    for (int i = 0; i < n; ++i) {
+      offsets[static_cast<size_t>(i)] = t;
+      t += gap(rng);
+    }
+  }
+
+  ServeBenchResult result;
+  result.request_rate = options.request_rate;
+  result.burstiness = options.burstiness;
+  result.max_concurrency = options.max_concurrency;
+  result.requests = n;
+  result.send_s.assign(static_cast<size_t>(n), 0.0);
+  std::vector<std::vector<StreamRecord>> records(static_cast<size_t>(n));
+  std::mutex mu;
+  std::condition_variable cv;
+  int in_flight = 0, done = 0;
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(n));
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < n; ++i) {
+    const absl::Time due = start + absl::Seconds(offsets[static_cast<size_t>(i)]);
+    absl::SleepFor(due - absl::Now());
+    {
+      // At most max_concurrency in flight: a request waits here past its arrival time.
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return options.max_concurrency <= 0 || in_flight < options.max_concurrency; });
+      ++in_flight;
+    }
+    const absl::Time sent = absl::Now();
+    result.send_s[static_cast<size_t>(i)] = Seconds(sent - start);
+    threads.emplace_back([&, i, sent] {
+      records[static_cast<size_t>(i)] = RunOne(options, options.prompts[static_cast<size_t>(i)], sent);
+      std::lock_guard<std::mutex> lock(mu);
+      --in_flight;
+      ++done;
+      if (options.on_progress) options.on_progress(done, n);
+      cv.notify_all();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  double last_end = 0;
+  std::vector<double> ttfts, tpots, itls, e2els;
+  for (int i = 0; i < n; ++i) {
+    for (StreamRecord& r : records[static_cast<size_t>(i)]) {
+      last_end = std::max(last_end, result.send_s[static_cast<size_t>(i)] + r.e2el_s);
+      if (r.ok) {
+        ++result.completed;
+        result.input_tokens += r.prompt_tokens;
+        result.output_tokens += r.output_tokens;
+        if (r.output_tokens > 0) ttfts.push_back(r.ttft_s);
+        if (r.output_tokens > 1) tpots.push_back(r.tpot_s());
+        itls.insert(itls.end(), r.itl_s.begin(), r.itl_s.end());
+        e2els.push_back(r.e2el_s);
+        const Slo& slo = options.goodput;
+        const bool good = (!slo.ttft_ms || r.ttft_s * 1e3 <= *slo.ttft_ms) &&
+                          (!slo.tpot_ms || r.tpot_s() * 1e3 <= *slo.tpot_ms) &&
+                          (!slo.e2el_ms || r.e2el_s * 1e3 <= *slo.e2el_ms);
+        if (good) ++result.good;
+      } else {
+        ++result.failed;
+        ++result.failures_by_code[CodeName(r.code)];
+      }
+      result.streams.push_back(std::move(r));
+    }
+  }
+  result.duration_s = last_end;
+  const double d = result.duration_s > 0 ? result.duration_s : 1;
+  result.request_throughput = static_cast<double>(result.completed) / d;
+  result.output_throughput = static_cast<double>(result.output_tokens) / d;
+  result.total_token_throughput =
+      static_cast<double>(result.input_tokens + result.output_tokens) / d;
+  result.goodput = static_cast<double>(result.good) / d;
+  result.ttft = Summarize(ttfts, options.percentiles);
+  result.tpot = Summarize(tpots, options.percentiles);
+  result.itl = Summarize(itls, options.percentiles);
+  result.e2el = Summarize(e2els, options.percentiles);
+  return result;
+}
+
+namespace {
+
+nlohmann::json SummaryJson(const MetricSummary& s) {
+  nlohmann::json j = {{"mean_ms", s.mean}, {"median_ms", s.median}, {"std_ms", s.std},
+                      {"count", s.count}};
+  for (const auto& [p, v] : s.percentiles) j[absl::StrFormat("p%g_ms", p)] = v;
+  return j;
+}
+
+}  // namespace
+
+std::string ServeBenchJson(const ServeBenchResult& r, const ServeBenchOptions& options) {
+  nlohmann::json j;
+  j["server"] = options.server;
+  j["targets"] = options.targets;
+  j["mode"] = options.mode.empty() ? "auto" : options.mode;
+  j["request_rate"] = std::isfinite(r.request_rate) ? nlohmann::json(r.request_rate)
+                                                    : nlohmann::json("inf");
+  j["burstiness"] = r.burstiness;
+  j["max_concurrency"] = r.max_concurrency;
+  j["output_len"] = options.output_len;
+  j["duration_s"] = r.duration_s;
+  j["requests"] = r.requests;
+  j["completed"] = r.completed;
+  j["failed"] = r.failed;
+  j["failures_by_code"] = r.failures_by_code;
+  j["input_tokens"] = r.input_tokens;
+  j["output_tokens"] = r.output_tokens;
+  j["request_throughput"] = r.request_throughput;
+  j["output_throughput"] = r.output_throughput;
+  j["total_token_throughput"] = r.total_token_throughput;
+  nlohmann::json slo = nlohmann::json::object();
+  if (options.goodput.ttft_ms) slo["ttft_ms"] = *options.goodput.ttft_ms;
+  if (options.goodput.tpot_ms) slo["tpot_ms"] = *options.goodput.tpot_ms;
+  if (options.goodput.e2el_ms) slo["e2el_ms"] = *options.goodput.e2el_ms;
+  j["goodput_slo"] = slo;
+  j["good"] = r.good;
+  j["goodput"] = r.goodput;
+  j["ttft"] = SummaryJson(r.ttft);
+  j["tpot"] = SummaryJson(r.tpot);
+  j["itl"] = SummaryJson(r.itl);
+  j["e2el"] = SummaryJson(r.e2el);
+  // Per stream, in request order (several targets: one entry each).
+  nlohmann::json targets = nlohmann::json::array(), ok = nlohmann::json::array(),
+                 codes = nlohmann::json::array(), errors = nlohmann::json::array(),
+                 input_lens = nlohmann::json::array(), output_lens = nlohmann::json::array(),
+                 ttfts = nlohmann::json::array(), itls = nlohmann::json::array(),
+                 e2els = nlohmann::json::array(), modes = nlohmann::json::array(),
+                 payload = nlohmann::json::array(), server_ttft = nlohmann::json::array(),
+                 server_output = nlohmann::json::array();
+  for (const StreamRecord& s : r.streams) {
+    targets.push_back(s.target);
+    ok.push_back(s.ok);
+    codes.push_back(CodeName(s.code));
+    errors.push_back(s.error);
+    input_lens.push_back(s.prompt_tokens);
+    output_lens.push_back(s.output_tokens);
+    ttfts.push_back(s.ttft_s * 1e3);
+    itls.push_back(s.itl_s);
+    e2els.push_back(s.e2el_s * 1e3);
+    modes.push_back(s.finished.mode());
+    payload.push_back(s.finished.payload_bytes());
+    server_ttft.push_back(static_cast<double>(s.finished.timings().ttft()) / 1e3);
+    server_output.push_back(s.finished.output_tokens());
+  }
+  j["per_stream"] = {{"target", targets},          {"ok", ok},
+                     {"code", codes},              {"error", errors},
+                     {"input_len", input_lens},    {"output_len", output_lens},
+                     {"ttft_ms", ttfts},           {"itl_s", itls},
+                     {"e2el_ms", e2els},           {"mode", modes},
+                     {"payload_bytes", payload},   {"server_ttft_ms", server_ttft},
+                     {"server_output_tokens", server_output}};
+  j["send_s"] = r.send_s;
+  return j.dump(1);
+}
+
+std::string ServeBenchTable(const ServeBenchResult& r) {
+  std::string out;
+  auto line = [&](const std::string& name, const std::string& value) {
+    absl::StrAppend(&out, absl::StrFormat("%-40s %14s\n", name, value));
+  };
+  auto num = [](double v, int digits = 2) { return absl::StrFormat("%.*f", digits, v); };
+  absl::StrAppend(&out, "============ Serving Benchmark Result ============\n");
+  line("Request rate (req/s):", std::isfinite(r.request_rate) ? num(r.request_rate) : "inf");
+  line("Burstiness:", num(r.burstiness));
+  line("Max concurrency:", r.max_concurrency > 0 ? absl::StrCat(r.max_concurrency) : "none");
+  line("Successful streams:", absl::StrCat(r.completed));
+  line("Failed streams:", absl::StrCat(r.failed));
+  for (const auto& [code, count] : r.failures_by_code) line("  " + code + ":", absl::StrCat(count));
+  line("Benchmark duration (s):", num(r.duration_s));
+  line("Total input tokens:", absl::StrCat(r.input_tokens));
+  line("Total generated tokens:", absl::StrCat(r.output_tokens));
+  line("Request throughput (req/s):", num(r.request_throughput));
+  line("Output token throughput (tok/s):", num(r.output_throughput));
+  line("Total token throughput (tok/s):", num(r.total_token_throughput));
+  line("Goodput (req/s):", num(r.goodput));
+  auto metric = [&](const char* title, const char* name, const MetricSummary& s) {
+    absl::StrAppend(&out, absl::StrFormat("%s\n", absl::StrCat("---------- ", title, " ----------")));
+    line(absl::StrCat("Mean ", name, " (ms):"), num(s.mean));
+    line(absl::StrCat("Median ", name, " (ms):"), num(s.median));
+    line(absl::StrCat("Std ", name, " (ms):"), num(s.std));
+    for (const auto& [p, v] : s.percentiles) {
+      line(absl::StrFormat("P%g %s (ms):", p, name), num(v));
+    }
+  };
+  metric("Time to First Token", "TTFT", r.ttft);
+  metric("Time per Output Token (excl. 1st token)", "TPOT", r.tpot);
+  metric("Inter-token Latency", "ITL", r.itl);
+  metric("End-to-end Latency", "E2EL", r.e2el);
+  absl::StrAppend(&out, "==================================================\n");
+  return out;
+}
+
+}  // namespace scd::bench
