@@ -7,6 +7,17 @@
 //     A load after `vllm bench serve`: the table on stdout per rate; with --out, serve-<rate>.json
 //     per rate (totals and per-request arrays) and, for several rates, serve.png (TTFT and TPOT
 //     against the request rate, bench/plot_serve.py).
+//   scd-bench sweep (--producer DIR|CONFIG --consumer NAME=DIR|CONFIG[:ARTIFACT] ... [--layers N]
+//                    | --server HOST:PORT --control HOST:PORT --cluster-secret-file FILE
+//                      --consumer NAME ...)
+//                   [--bandwidths 0.01,0.1,1,10,100,inf] [--latency-us U]
+//                   [--modes local,raw,int4,recompute,reuse,scd]
+//                   [--prompts FILE | --prompt-len T [--vocab-size V]] [--num-prompts N]
+//                   [--max-tokens M] [--compute-scale GPU_TOKENS_PER_S] --out DIR
+//     TTFT and its breakdown against link bandwidth per mode, the bound, quality
+//     (bench/bandwidth_sweep.h): results.jsonl, summary.csv and the plots (bench/plot_sweep.py).
+//     With --producer it starts `scd serve --all-in-one` itself (a config.json: dummy weights,
+//     timings only, "no fidelity").
 // Errors: one line on stderr, exit status 1.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -17,6 +28,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,6 +38,9 @@
 #include "absl/strings/str_split.h"
 #include "base/progress.h"
 #include "base/status_macros.h"
+#include "base/child_process.h"
+#include "base/random_id.h"
+#include "bench/bandwidth_sweep.h"
 #include "bench/serve_benchmark.h"
 
 namespace scd::bench {
@@ -121,6 +136,148 @@ absl::Status RunServe(ServeFlags& flags) {
   return absl::OkStatus();
 }
 
+struct SweepFlags {
+  SweepOptions options;
+  std::string producer;                // start an all-in-one server with these
+  std::vector<std::string> consumers;  // NAME=DIR|CONFIG[:ARTIFACT], or NAME with --server
+  int64_t layers = 0;
+  std::string secret_file;
+  std::string bandwidths = "0.01,0.1,1,10,100,inf";
+  std::string modes = "local,raw,int4,recompute,reuse,scd";
+  std::string prompts_file;
+  int prompt_len = 0;
+  int num_prompts = 2;
+  int vocab_size = 0;  // 0: the config's (dummy) or 512
+  uint64_t seed = 0;
+  double compute_scale = 0;
+  std::string out;
+  bool quiet = false;
+};
+
+// The directory this binary lives in (scd sits beside it in a build).
+std::string SelfDir() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "." : self.parent_path().string();
+}
+
+absl::Status RunSweep(SweepFlags& flags) {
+  SweepOptions& o = flags.options;
+  SCD_ASSIGN_OR_RETURN(o.bandwidths_gbps, ParseList("--bandwidths", flags.bandwidths));
+  o.modes = absl::StrSplit(flags.modes, ',', absl::SkipEmpty());
+  SCD_RETURN_IF_ERROR(ValidateSweepModes(o.modes));
+  if (flags.producer.empty() && (o.server.empty() || o.control.empty())) {
+    return absl::InvalidArgumentError(
+        "give --producer and --consumer NAME=PATH (a server started here), or --server, "
+        "--control and --consumer NAME (a running deployment)");
+  }
+  if (flags.prompts_file.empty() && flags.prompt_len <= 0) {
+    return absl::InvalidArgumentError("give --prompts FILE or --prompt-len T");
+  }
+  fs::create_directories(flags.out);
+  ChildProcess server;
+  if (!flags.producer.empty()) {
+    // Our own all-in-one server: loopback, a fresh secret, addresses through files.
+    const std::string secret_file = flags.out + "/cluster-secret";
+    {
+      std::ofstream secret(secret_file);
+      secret << RandomId128() << RandomId128() << "\n";
+    }
+    fs::permissions(secret_file, fs::perms::owner_read | fs::perms::owner_write);
+    std::vector<std::string> argv = {SelfDir() + "/scd", "serve", "--all-in-one",
+                                     "--producer-model", flags.producer, "--listen", "127.0.0.1:0",
+                                     "--address-file", flags.out + "/server.addr",
+                                     "--control-address-file", flags.out + "/server.control.addr",
+                                     "--cluster-secret-file", secret_file, "--log-level", "info"};
+    if (flags.layers > 0) {
+      argv.push_back("--layers");
+      argv.push_back(absl::StrCat(flags.layers));
+    }
+    o.fidelity = fs::is_directory(flags.producer);
+    for (const std::string& c : flags.consumers) {
+      const size_t eq = c.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--consumer ", c, ": expected NAME=DIR|CONFIG[:ARTIFACT]"));
+      }
+      o.consumers.push_back(c.substr(0, eq));
+      const std::string path = c.substr(eq + 1, c.find(':', eq) - eq - 1);
+      o.fidelity = o.fidelity && fs::is_directory(path);
+      argv.push_back("--consumer");
+      argv.push_back(c);
+    }
+    fs::remove(flags.out + "/server.addr");
+    fs::remove(flags.out + "/server.control.addr");
+    SCD_ASSIGN_OR_RETURN(server, ChildProcess::Start(argv, flags.out + "/server.log"));
+    SCD_ASSIGN_OR_RETURN(o.server,
+                         server.WaitForFile(flags.out + "/server.addr", absl::Minutes(10)));
+    SCD_ASSIGN_OR_RETURN(o.control, server.WaitForFile(flags.out + "/server.control.addr",
+                                                       absl::Seconds(30)));
+    std::ifstream in(secret_file);
+    in >> o.secret;
+  } else {
+    if (o.server.empty() || o.control.empty()) {
+      return absl::InvalidArgumentError(
+          "give --producer and --consumer NAME=PATH (a server started here), or --server, "
+          "--control and --consumer NAME (a running deployment)");
+    }
+    o.consumers = flags.consumers;
+    std::ifstream in(flags.secret_file);
+    if (flags.secret_file.empty() || !(in >> o.secret)) {
+      const char* env = std::getenv("SCD_CLUSTER_SECRET");
+      if (env == nullptr) {
+        return absl::InvalidArgumentError(
+            "--control needs the cluster secret: --cluster-secret-file FILE or "
+            "$SCD_CLUSTER_SECRET");
+      }
+      o.secret = env;
+    }
+  }
+  if (!flags.prompts_file.empty()) {
+    SCD_ASSIGN_OR_RETURN(o.prompts, PromptsFromFile(flags.prompts_file, flags.num_prompts));
+  } else {
+    if (flags.prompt_len <= 0) {
+      return absl::InvalidArgumentError("give --prompts FILE or --prompt-len T");
+    }
+    o.prompts = RandomPrompts(flags.num_prompts, flags.prompt_len, 0,
+                              flags.vocab_size > 0 ? flags.vocab_size : 512, flags.seed);
+  }
+  std::unique_ptr<Progress> bar;
+  int total_seen = 0;
+  o.on_progress = [&](int done, int total, const std::string& what) {
+    if (flags.quiet) return;
+    if (!bar) bar = std::make_unique<Progress>("sweep", total), total_seen = total;
+    if (done > 0) bar->Advance();
+    bar->SetDetail(what);
+  };
+  SCD_ASSIGN_OR_RETURN(SweepResult result, RunBandwidthSweep(o));
+  if (bar) {
+    bar->Advance();
+    bar->Done();
+  }
+  (void)total_seen;
+  std::ofstream(flags.out + "/results.jsonl") << SweepJsonl(result);
+  std::ofstream(flags.out + "/summary.csv") << SweepSummaryCsv(result);
+  {
+    std::ofstream meta(flags.out + "/sweep.json");
+    meta << "{\"fidelity\": " << (o.fidelity ? "true" : "false")
+         << ", \"prefill_tokens_per_s\": " << result.prefill_tokens_per_s
+         << ", \"compute_scale_tokens_per_s\": " << flags.compute_scale
+         << ", \"latency_us\": " << o.latency_us << ", \"link\": \"" << o.link
+         << "\", \"consumers\": " << o.consumers.size() << "}\n";
+  }
+  if (server.running()) server.Terminate(absl::Seconds(30));
+  std::fputs(SweepSummaryCsv(result).c_str(), stdout);
+  const std::string command = absl::StrCat(Python(), " ", ScriptPath("plot_sweep.py"), " ",
+                                           flags.out);
+  if (std::system(command.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("plotting failed: ", command));
+  }
+  std::fprintf(stderr, "scd-bench: wrote %s/{results.jsonl,summary.csv,*.png}\n",
+               flags.out.c_str());
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{"scd-bench: serving load and bandwidth-sweep benchmarks"};
   app.require_subcommand(1);
@@ -160,13 +317,50 @@ int Main(int argc, char** argv) {
   s->add_option("--goodput", serve.goodput, "SLOs: ttft:MS tpot:MS e2el:MS (any subset)");
   s->add_option("--out", serve.out, "write serve-<rate>.json (and serve.png) here");
   s->add_flag("--quiet", serve.quiet, "no progress bar");
+
+  SweepFlags sweep;
+  CLI::App* w = app.add_subcommand("sweep", "TTFT and quality against link bandwidth, per mode");
+  w->add_option("--producer", sweep.producer,
+                "start an all-in-one server: the producer's model directory or config.json");
+  w->add_option("--consumer", sweep.consumers,
+                "NAME=DIR|CONFIG[:ARTIFACT] (with --producer) or NAME (with --server); repeatable")
+      ->required();
+  w->add_option("--layers", sweep.layers, "dummy weights: keep the first N layers")
+      ->check(CLI::NonNegativeNumber);
+  w->add_option("--server", sweep.options.server, "a running deployment's public API");
+  w->add_option("--control", sweep.options.control, "its coordinator's control address");
+  w->add_option("--cluster-secret-file", sweep.secret_file,
+                "the cluster secret (default: $SCD_CLUSTER_SECRET)");
+  w->add_option("--bandwidths", sweep.bandwidths, "Gbit/s, comma-separated (inf: unshaped)")
+      ->capture_default_str();
+  w->add_option("--latency-us", sweep.options.latency_us, "one-way latency of the link")
+      ->check(CLI::Range(0.0, 1e7));
+  w->add_option("--modes", sweep.modes, "comma-separated")->capture_default_str();
+  CLI::Option* wfile = w->add_option("--prompts", sweep.prompts_file, "prompts, one per line");
+  w->add_option("--prompt-len", sweep.prompt_len, "random-id prompts of T tokens")
+      ->check(CLI::Range(2, 1 << 20))->excludes(wfile);
+  w->add_option("--vocab-size", sweep.vocab_size, "random ids from [3, V) (default 512)")
+      ->check(CLI::Range(4, 1 << 24))->excludes(wfile);
+  w->add_option("--num-prompts", sweep.num_prompts, "prompts per cell")
+      ->check(CLI::Range(1, 100000))->capture_default_str();
+  w->add_option("--max-tokens", sweep.options.max_tokens, "tokens per request (>= 32: agreement)")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  w->add_option("--seed", sweep.seed, "random prompts");
+  w->add_option("--compute-scale", sweep.compute_scale,
+                "a GPU's prefill speed (tokens/s): adds a second x axis, bandwidth x that / the "
+                "prefill speed measured here")
+      ->check(CLI::NonNegativeNumber);
+  w->add_option("--link", sweep.options.link, "how the link is shaped")
+      ->check(CLI::IsMember({"shaper"}))->capture_default_str();
+  w->add_option("--out", sweep.out, "output directory")->required();
+  w->add_flag("--quiet", sweep.quiet, "no progress bar");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   spdlog::set_default_logger(spdlog::stderr_color_mt("scd-bench"));
-  absl::Status status = RunServe(serve);
+  absl::Status status = s->parsed() ? RunServe(serve) : RunSweep(sweep);
   if (!status.ok()) {
     std::fprintf(stderr, "scd-bench: error: %s\n", std::string(status.message()).c_str());
     return 1;

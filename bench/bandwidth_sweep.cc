@@ -1,0 +1,391 @@
+#include "bench/bandwidth_sweep.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "proto/inference_client.h"
+#include "proto/scd/v1/registry.grpc.pb.h"
+
+namespace scd::bench {
+namespace {
+
+constexpr double kRatioLimit = 1.15;  // the acceptance band of issue 16
+
+// One request's events as the sweep needs them.
+struct Reply {
+  absl::Status status;
+  bool finished = false;
+  v1::Finished f;
+  std::vector<int32_t> ids;
+  v1::TokenLogprobs first;  // the first generated position's logprobs
+  double client_ttft_us = 0;
+  std::string error;
+};
+
+Reply Run(const SweepOptions& o, const std::string& consumer, const std::string& mode,
+          const BenchPrompt& prompt) {
+  v1::GenerateRequest request;
+  if (prompt.ids.empty()) {
+    request.set_prompt(prompt.text);
+  } else {
+    for (int32_t id : prompt.ids) request.add_prompt_ids(id);
+  }
+  request.add_targets(consumer);
+  request.set_mode(mode);
+  request.set_max_tokens(static_cast<uint32_t>(o.max_tokens));
+  if (o.fidelity) request.set_logprobs(static_cast<uint32_t>(o.logprobs));
+  Reply reply;
+  const absl::Time sent = absl::Now();
+  reply.status = StreamGenerate(o.server, request, absl::Seconds(600), [&](const v1::GenerateEvent& e) {
+    if (e.has_token()) {
+      if (reply.ids.empty() && e.token().ids_size() > 0) {
+        reply.client_ttft_us = absl::ToDoubleMicroseconds(absl::Now() - sent);
+        if (e.token().logprobs_size() > 0) reply.first = e.token().logprobs(0);
+      }
+      reply.ids.insert(reply.ids.end(), e.token().ids().begin(), e.token().ids().end());
+    } else if (e.has_finished()) {
+      reply.finished = true;
+      reply.f = e.finished();
+    } else if (e.has_error()) {
+      reply.error = absl::StrCat("code ", e.error().code(), ": ", e.error().message());
+    }
+  });
+  if (!reply.status.ok() && reply.error.empty()) reply.error = reply.status.ToString();
+  if (reply.status.ok() && !reply.finished && reply.error.empty()) {
+    reply.error = "the stream ended without Finished";
+  }
+  return reply;
+}
+
+absl::Status SetShape(const SweepOptions& o, double gbps) {
+  auto stub = v1::Registry::NewStub(
+      grpc::CreateChannel(o.control, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.AddMetadata("x-scd-cluster-secret", o.secret);
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  v1::SetLinkShapeRequest request;
+  request.mutable_shape()->set_gbps(std::isfinite(gbps) ? gbps : 0);
+  request.mutable_shape()->set_latency_us(o.latency_us);
+  v1::SetLinkShapeResponse response;
+  const grpc::Status status = stub->SetLinkShape(&context, request, &response);
+  if (!status.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                        absl::StrCat("Registry.SetLinkShape at ", o.control, ": ",
+                                     status.error_message()));
+  }
+  for (const v1::ProducerLink& p : response.producers()) {
+    if (p.code() != 0) {
+      return absl::UnavailableError(
+          absl::StrCat("producer ", p.name(), " did not take the link shape: ", p.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+double Agreement(const std::vector<int32_t>& reference, const std::vector<int32_t>& ids,
+                 size_t n) {
+  n = std::min(n, reference.size());
+  if (n == 0) return 0;
+  size_t same = 0;
+  for (size_t i = 0; i < n; ++i) same += i < ids.size() && ids[i] == reference[i];
+  return static_cast<double>(same) / static_cast<double>(n);
+}
+
+// KL(local || mode) over the local top-k; a token the mode's top-k lacks gets the mode's lowest
+// listed logprob (at least its true value, so its term is a lower bound).
+double FirstTokenKl(const v1::TokenLogprobs& local, const v1::TokenLogprobs& mode) {
+  if (local.top_size() == 0 || mode.top_size() == 0) return -1;
+  std::map<int32_t, double> theirs;
+  double floor = 0;
+  for (const v1::TopLogprob& t : mode.top()) {
+    theirs[t.id()] = t.logprob();
+    floor = std::min(floor, static_cast<double>(t.logprob()));
+  }
+  double kl = 0;
+  for (const v1::TopLogprob& t : local.top()) {
+    auto it = theirs.find(t.id());
+    const double q = it == theirs.end() ? floor : it->second;
+    kl += std::exp(static_cast<double>(t.logprob())) * (t.logprob() - q);
+  }
+  return std::max(kl, 0.0);
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+std::string Bandwidth(double gbps) {
+  return std::isfinite(gbps) ? absl::StrFormat("%g", gbps) : "inf";
+}
+
+// The stage holding most of a record's excess over its bound.
+std::string ExcessStage(const SweepRecord& r) {
+  const v1::Timings& t = r.timings;
+  const double prefill = static_cast<double>(t.prefill());
+  std::vector<std::pair<double, std::string>> excess = {
+      {static_cast<double>(t.queue()), "queue"},
+      {prefill - r.alone.prefill_us, "prefill"},
+      {static_cast<double>(t.last_rebuild()) - r.alone.last_rebuild_us, "last_rebuild"},
+      {static_cast<double>(t.first_decode()) - r.alone.decode_us, "first_decode"},
+  };
+  if (r.mode_used != "local") {
+    // What the measured stages do not explain: the transfer not hidden behind the prefill.
+    const double explained = static_cast<double>(t.queue()) +
+                             std::max(prefill, r.transfer_bound_us) +
+                             static_cast<double>(t.last_rebuild() + t.first_decode());
+    excess.push_back({static_cast<double>(t.ttft()) - explained, "transfer"});
+  }
+  return std::max_element(excess.begin(), excess.end())->second;
+}
+
+}  // namespace
+
+absl::Status ValidateSweepModes(const std::vector<std::string>& modes) {
+  static const std::set<std::string> kModes = {"local", "raw",   "int4",
+                                               "recompute", "reuse", "scd"};
+  if (modes.empty()) return absl::InvalidArgumentError("--modes: none given");
+  for (const std::string& m : modes) {
+    if (!kModes.count(m)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--modes: unknown mode '", m, "' (local, raw, int4, recompute, reuse, scd)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
+  if (o.server.empty() || o.control.empty()) {
+    return absl::InvalidArgumentError("the sweep needs the server and its control address");
+  }
+  if (o.consumers.empty() || o.modes.empty() || o.bandwidths_gbps.empty() || o.prompts.empty()) {
+    return absl::InvalidArgumentError("the sweep needs consumers, modes, bandwidths and prompts");
+  }
+  if (absl::Status s = ValidateSweepModes(o.modes); !s.ok()) return s;
+  for (double b : o.bandwidths_gbps) {
+    if (!(b > 0)) return absl::InvalidArgumentError("--bandwidths: every value must be > 0");
+  }
+  const int n_prompts = static_cast<int>(o.prompts.size());
+  int code_modes = 0;
+  for (const std::string& m : o.modes) code_modes += m != "local";
+  const int total =
+      static_cast<int>(o.consumers.size()) *
+      (n_prompts * (1 + code_modes) * std::max(1, o.alone_repeats) +
+       static_cast<int>(o.bandwidths_gbps.size() * o.modes.size()) * n_prompts);
+  int done = 0;
+  auto progress = [&](const std::string& what) {
+    if (o.on_progress) o.on_progress(done, total, what);
+    ++done;
+  };
+
+  SweepResult result;
+  double prefill_tokens = 0, prefill_s = 0;
+  for (const std::string& consumer : o.consumers) {
+    // Stages alone, unshaped: the consumer's own prefill (also the quality reference), then each
+    // code mode's producer prefill, last rebuild and decode step.
+    if (absl::Status s = SetShape(o, INFINITY); !s.ok()) return s;
+    std::vector<Reply> reference(static_cast<size_t>(n_prompts));
+    std::map<std::pair<std::string, int>, StagesAlone> alone;
+    // The fastest of the repeats, stage by stage.
+    auto keep_min = [](double* slot, uint64_t value) {
+      const double v = static_cast<double>(value);
+      if (*slot == 0 || v < *slot) *slot = v;
+    };
+    for (int rep = 0; rep < o.alone_repeats; ++rep) {
+      for (int p = 0; p < n_prompts; ++p) {
+        progress(absl::StrCat(consumer, " local (own prefill alone)"));
+        Reply r = Run(o, consumer, "local", o.prompts[p]);
+        if (!r.finished) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "the reference (local) request on ", consumer, " failed: ", r.error));
+        }
+        keep_min(&alone[{"local", p}].prefill_us, r.f.timings().prefill());
+        if (rep == 0) reference[p] = std::move(r);
+      }
+      for (const std::string& mode : o.modes) {
+        if (mode == "local") continue;
+        for (int p = 0; p < n_prompts; ++p) {
+          progress(absl::StrCat(consumer, " ", mode, " (stages alone)"));
+          const Reply r = Run(o, consumer, mode, o.prompts[p]);
+          if (!r.finished) continue;  // the cells say why
+          StagesAlone& a = alone[{mode, p}];
+          keep_min(&a.prefill_us, r.f.timings().prefill());
+          keep_min(&a.last_rebuild_us, r.f.timings().last_rebuild());
+          keep_min(&a.decode_us, r.f.timings().first_decode());
+          if (r.f.timings().prefill() > 0) {
+            prefill_tokens += static_cast<double>(r.f.prompt_tokens());
+            prefill_s += static_cast<double>(r.f.timings().prefill()) / 1e6;
+          }
+        }
+      }
+    }
+    // The sweep proper.
+    for (double gbps : o.bandwidths_gbps) {
+      if (absl::Status s = SetShape(o, gbps); !s.ok()) return s;
+      for (const std::string& mode : o.modes) {
+        for (int p = 0; p < n_prompts; ++p) {
+          progress(absl::StrCat(consumer, " ", mode, " at ", Bandwidth(gbps), " Gbit/s"));
+          const Reply r = Run(o, consumer, mode, o.prompts[p]);
+          SweepRecord rec;
+          rec.consumer = consumer;
+          rec.mode = mode;
+          rec.bandwidth_gbps = gbps;
+          rec.latency_us = o.latency_us;
+          rec.prompt = p;
+          rec.ok = r.finished;
+          rec.error = r.error;
+          rec.ids = r.ids;
+          rec.client_ttft_us = r.client_ttft_us;
+          if (r.finished) {
+            rec.mode_used = r.f.mode();
+            rec.mode_reason = r.f.mode_reason();
+            rec.prompt_tokens = r.f.prompt_tokens();
+            rec.output_tokens = r.f.output_tokens();
+            rec.payload_bytes = r.f.payload_bytes();
+            rec.timings = r.f.timings();
+            rec.alone = alone[{rec.mode_used == "local" ? "local" : mode, p}];
+            if (rec.mode_used == "local") {
+              rec.bound_us = rec.alone.prefill_us;
+            } else {
+              const double shaped =
+                  std::max(0.0, static_cast<double>(rec.payload_bytes) - o.burst_bytes);
+              rec.transfer_bound_us =
+                  (std::isfinite(gbps) ? shaped * 8 / (gbps * 1e3) : 0) + o.latency_us;
+              rec.bound_us = std::max(rec.alone.prefill_us, rec.transfer_bound_us) +
+                             rec.alone.last_rebuild_us + rec.alone.decode_us;
+            }
+            rec.ratio = rec.bound_us > 0 ? static_cast<double>(rec.timings.ttft()) / rec.bound_us
+                                         : 0;
+            if (rec.ratio > kRatioLimit) rec.excess_stage = ExcessStage(rec);
+            if (o.fidelity) {
+              rec.agreement = Agreement(reference[p].ids, r.ids, 32);
+              rec.first_kl = FirstTokenKl(reference[p].first, r.first);
+            }
+          }
+          result.records.push_back(std::move(rec));
+        }
+      }
+    }
+    if (absl::Status s = SetShape(o, INFINITY); !s.ok()) return s;
+  }
+  result.prefill_tokens_per_s = prefill_s > 0 ? prefill_tokens / prefill_s : 0;
+  return result;
+}
+
+std::string SweepJsonl(const SweepResult& result) {
+  std::string out;
+  for (const SweepRecord& r : result.records) {
+    const v1::Timings& t = r.timings;
+    nlohmann::json j = {
+        {"consumer", r.consumer},
+        {"mode", r.mode},
+        {"mode_used", r.mode_used},
+        {"mode_reason", r.mode_reason},
+        {"bandwidth_gbps", std::isfinite(r.bandwidth_gbps) ? nlohmann::json(r.bandwidth_gbps)
+                                                           : nlohmann::json("inf")},
+        {"latency_us", r.latency_us},
+        {"prompt", r.prompt},
+        {"ok", r.ok},
+        {"error", r.error},
+        {"prompt_tokens", r.prompt_tokens},
+        {"output_tokens", r.output_tokens},
+        {"payload_bytes", r.payload_bytes},
+        {"ttft_ms", t.ttft() / 1e3},
+        {"client_ttft_ms", r.client_ttft_us / 1e3},
+        {"timings_ms",
+         {{"queue", t.queue() / 1e3},
+          {"prefill", t.prefill() / 1e3},
+          {"encode", t.encode() / 1e3},
+          {"transfer", t.transfer() / 1e3},
+          {"rebuild", t.rebuild() / 1e3},
+          {"patch", t.patch() / 1e3},
+          {"last_rebuild", t.last_rebuild() / 1e3},
+          {"first_decode", t.first_decode() / 1e3},
+          {"ttft", t.ttft() / 1e3},
+          {"total", t.total() / 1e3}}},
+        {"alone_ms",
+         {{"prefill", r.alone.prefill_us / 1e3},
+          {"last_rebuild", r.alone.last_rebuild_us / 1e3},
+          {"decode", r.alone.decode_us / 1e3}}},
+        {"transfer_bound_ms", r.transfer_bound_us / 1e3},
+        {"bound_ms", r.bound_us / 1e3},
+        {"ratio", r.ratio},
+        {"excess_stage", r.excess_stage},
+        {"agreement", r.agreement},
+        {"first_kl", r.first_kl},
+    };
+    absl::StrAppend(&out, j.dump(), "\n");
+  }
+  return out;
+}
+
+std::string SweepSummaryCsv(const SweepResult& result) {
+  // Cells in first-seen order.
+  std::vector<std::tuple<std::string, std::string, double>> order;
+  std::map<std::tuple<std::string, std::string, double>, std::vector<const SweepRecord*>> cells;
+  for (const SweepRecord& r : result.records) {
+    const auto key = std::make_tuple(r.consumer, r.mode, r.bandwidth_gbps);
+    if (!cells.count(key)) order.push_back(key);
+    cells[key].push_back(&r);
+  }
+  std::string out =
+      "consumer,mode,mode_used,bandwidth_gbps,requests,failed,prompt_tokens,payload_bytes,"
+      "bytes_per_token,ttft_ms,bound_ms,ratio,max_ratio,prefill_alone_ms,transfer_bound_ms,"
+      "last_rebuild_alone_ms,decode_alone_ms,excess_stage,agreement,first_kl\n";
+  for (const auto& key : order) {
+    const auto& rs = cells[key];
+    std::vector<double> ttft, bound, ratio, bytes, tokens, prefill, transfer, rebuild, decode,
+        agreement, kl;
+    int failed = 0;
+    std::map<std::string, int> excess;
+    std::string used;
+    for (const SweepRecord* r : rs) {
+      if (!r->ok) {
+        ++failed;
+        continue;
+      }
+      used = r->mode_used;
+      ttft.push_back(r->timings.ttft() / 1e3);
+      bound.push_back(r->bound_us / 1e3);
+      ratio.push_back(r->ratio);
+      bytes.push_back(static_cast<double>(r->payload_bytes));
+      tokens.push_back(static_cast<double>(r->prompt_tokens));
+      prefill.push_back(r->alone.prefill_us / 1e3);
+      transfer.push_back(r->transfer_bound_us / 1e3);
+      rebuild.push_back(r->alone.last_rebuild_us / 1e3);
+      decode.push_back(r->alone.decode_us / 1e3);
+      if (r->agreement >= 0) agreement.push_back(r->agreement);
+      if (r->first_kl >= 0) kl.push_back(r->first_kl);
+      if (!r->excess_stage.empty()) ++excess[r->excess_stage];
+    }
+    std::string stage;
+    int most = 0;
+    for (const auto& [name, count] : excess) {
+      if (count > most) stage = name, most = count;
+    }
+    const double max_ratio = ratio.empty() ? 0 : *std::max_element(ratio.begin(), ratio.end());
+    const double tok = Median(tokens);
+    absl::StrAppendFormat(
+        &out, "%s,%s,%s,%s,%d,%d,%.0f,%.0f,%.1f,%.3f,%.3f,%.4f,%.4f,%.3f,%.3f,%.3f,%.3f,%s,%s,%s\n",
+        std::get<0>(key), std::get<1>(key), used, Bandwidth(std::get<2>(key)),
+        static_cast<int>(rs.size()), failed, tok, Median(bytes), tok > 0 ? Median(bytes) / tok : 0,
+        Median(ttft), Median(bound), Median(ratio), max_ratio, Median(prefill), Median(transfer),
+        Median(rebuild), Median(decode), stage,
+        agreement.empty() ? "" : absl::StrFormat("%.4f", Median(agreement)),
+        kl.empty() ? "" : absl::StrFormat("%.5f", Median(kl)));
+  }
+  return out;
+}
+
+}  // namespace scd::bench

@@ -1,0 +1,104 @@
+// The bandwidth sweep behind `scd-bench sweep`: time to first token and its breakdown against
+// link bandwidth for every transfer mode, next to the quality each mode keeps (the method paper's
+// Figure 3 and Tables 2 and 4), against a live deployment: the coordinator's Registry.SetLinkShape
+// sets the producer's link between cells, no node restarts.
+//
+// Per consumer: first the stages alone, in the same run, on an unshaped link (each mode's
+// producer prefill, last-layer rebuild and first decode step; the consumer's own prefill; each the
+// fastest of `alone_repeats` runs); then
+// for every bandwidth and mode every prompt once, recording the server's Timings, payload bytes,
+// the mode used and the link. Each request's lower bound is
+//   max(prefill alone, (payload bytes - burst) / bandwidth + latency) + last rebuild alone
+//   + decode step alone
+// (local: the consumer's own prefill alone), so TTFT / bound >= 1 up to noise, and where a cell
+// exceeds the bound the stage holding the excess is named. Quality (real weights only) is measured
+// against the consumer's own prefill: greedy-token agreement over the first 32 tokens and the
+// first token's KL divergence from the top-k logprobs.
+// Thread-safety: RunBandwidthSweep is reentrant; requests run one at a time (unloaded TTFT).
+#ifndef SCD_BENCH_BANDWIDTH_SWEEP_H_
+#define SCD_BENCH_BANDWIDTH_SWEEP_H_
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "bench/serve_benchmark.h"
+
+namespace scd::bench {
+
+struct SweepOptions {
+  std::string server;   // public Inference API (coordinator or all-in-one)
+  std::string control;  // the coordinator's control plane (Registry.SetLinkShape)
+  std::string secret;   // the cluster secret
+  std::vector<std::string> consumers;           // swept one after another
+  std::vector<std::string> modes = {"local", "raw", "int4", "recompute", "reuse", "scd"};
+  std::vector<double> bandwidths_gbps = {0.01, 0.1, 1, 10, 100, INFINITY};  // inf: unshaped
+  double latency_us = 0;
+  std::vector<BenchPrompt> prompts;
+  int max_tokens = 32;     // agreement is over min(32, max_tokens) tokens
+  int logprobs = 20;       // top-k for the first token's KL
+  int alone_repeats = 3;   // each stage alone: the fastest of this many runs
+  // The shaper's token bucket starts full (transport/link_shaper.h, as tc tbf's burst): that
+  // many bytes pass before the rate applies, so the transfer bound is (bytes - burst) / rate.
+  double burst_bytes = 64 * 1024;
+  bool fidelity = true;    // real weights: quality columns; dummy weights: "no fidelity"
+  std::string link = "shaper";  // how the link was shaped (recorded)
+  // Called before each request: (done, total, what).
+  std::function<void(int, int, const std::string&)> on_progress;
+};
+
+// The stages of one (consumer, mode, prompt) measured alone on an unshaped link, microseconds.
+struct StagesAlone {
+  double prefill_us = 0;       // producer prefill (local: the consumer's own)
+  double last_rebuild_us = 0;  // last layer's rebuild after the last chunk
+  double decode_us = 0;        // first decode step
+};
+
+struct SweepRecord {
+  std::string consumer, mode, mode_used, mode_reason;
+  double bandwidth_gbps = 0;  // inf = unshaped
+  double latency_us = 0;
+  int prompt = 0;
+  bool ok = false;
+  std::string error;
+  int64_t prompt_tokens = 0, output_tokens = 0;
+  uint64_t payload_bytes = 0;
+  v1::Timings timings;         // the server's breakdown, microseconds
+  double client_ttft_us = 0;   // request sent -> first token id, on the client
+  StagesAlone alone;
+  double transfer_bound_us = 0;  // payload bytes / bandwidth (+ latency)
+  double bound_us = 0;
+  double ratio = 0;              // timings.ttft / bound
+  std::string excess_stage;      // where a ratio above 1.15 is held ("" otherwise)
+  // Quality against the consumer's own prefill (fidelity only; -1: not measured).
+  double agreement = -1;  // share of the first min(32, n) greedy tokens equal
+  double first_kl = -1;   // KL(local || mode) of the first token over local's top-k (nats)
+  std::vector<int32_t> ids;  // generated ids
+};
+
+struct SweepResult {
+  std::vector<SweepRecord> records;
+  // Producer prefill speed measured here (prompt tokens / prefill s, unshaped), for the
+  // compute-scaled axis.
+  double prefill_tokens_per_s = 0;
+};
+
+// INVALID_ARGUMENT naming the first mode that is none of local, raw, int4, recompute, reuse, scd.
+absl::Status ValidateSweepModes(const std::vector<std::string>& modes);
+
+// INVALID_ARGUMENT: no server, control address, consumers, modes, bandwidths or prompts, an
+// unknown mode, a bandwidth <= 0. Requests that fail are records with ok = false.
+absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& options);
+
+// One JSON object per line, one line per request.
+std::string SweepJsonl(const SweepResult& result);
+// Per (consumer, mode, bandwidth): medians over the prompts, one CSV row each, with a header.
+std::string SweepSummaryCsv(const SweepResult& result);
+
+}  // namespace scd::bench
+
+#endif  // SCD_BENCH_BANDWIDTH_SWEEP_H_
