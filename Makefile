@@ -5,7 +5,7 @@ BUILD ?= build
 export SCD_BUILD_DIR := $(BUILD)
 export SCD_SHARED_DIR := $(abspath $(SHARED))
 
-.PHONY: demo story test numeric-kernels build bench bench-transport asan fuzz-smoke format clean
+.PHONY: demo story test numeric-kernels build bench bench-sweep bench-transport asan fuzz-smoke format clean
 
 # The method's showcase on the hard pair (no shared training between the two models): fit once
 # (cached in $(BUILD)/demo; `make clean` or deleting the file refits), evaluate every transfer
@@ -52,6 +52,11 @@ build:
 
 bench: build
 	./$(BUILD)/bin/scd_model_bench --configs $(SHARED)/configs
+
+# The bandwidth sweep (issue 16, bench/README.md): the hard pair with fidelity and the TinyLlama
+# shape with dummy weights; results, summaries and plots under $(BUILD)/bench-sweep.
+bench-sweep: build $(DEMO_ARTIFACT)
+	bash bench/sweep.sh $(BUILD) $(SHARED) $(DEMO_ARTIFACT) $(BUILD)/bench-sweep
 
 # Transfer goodput and session cost of every backend against ucx_perftest, same run (bench/README.md).
 bench-transport: build

@@ -142,9 +142,10 @@ std::string ExcessStage(const SweepRecord& r) {
   };
   if (r.mode_used != "local") {
     // What the measured stages do not explain: the transfer not hidden behind the prefill.
-    const double explained = static_cast<double>(t.queue()) +
-                             std::max(prefill, r.transfer_bound_us) +
-                             static_cast<double>(t.last_rebuild() + t.first_decode());
+    const double explained =
+        static_cast<double>(t.queue()) +
+        std::max(prefill, r.transfer_bound_us + static_cast<double>(t.last_rebuild())) +
+        static_cast<double>(t.first_decode());
     excess.push_back({static_cast<double>(t.ttft()) - explained, "transfer"});
   }
   return std::max_element(excess.begin(), excess.end())->second;
@@ -254,20 +255,22 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
             rec.output_tokens = r.f.output_tokens();
             rec.payload_bytes = r.f.payload_bytes();
             rec.timings = r.f.timings();
-            rec.alone = alone[{rec.mode_used == "local" ? "local" : mode, p}];
+            // Each stage alone: the fastest seen for this mode and prompt, in the stage runs or
+            // in any cell (an unshaped link lets the rebuild queue behind the prefill, so a slow
+            // link's cells are where the last layer's rebuild shows alone).
+            const std::string key_mode = rec.mode_used == "local" ? "local" : mode;
+            StagesAlone& a = alone[{key_mode, p}];
             if (rec.mode_used == "local") {
-              rec.bound_us = rec.alone.prefill_us;
+              keep_min(&a.prefill_us, rec.timings.prefill());
             } else {
+              keep_min(&a.prefill_us, rec.timings.prefill());
+              keep_min(&a.last_rebuild_us, rec.timings.last_rebuild());
+              keep_min(&a.decode_us, rec.timings.first_decode());
               const double shaped =
                   std::max(0.0, static_cast<double>(rec.payload_bytes) - o.burst_bytes);
               rec.transfer_bound_us =
                   (std::isfinite(gbps) ? shaped * 8 / (gbps * 1e3) : 0) + o.latency_us;
-              rec.bound_us = std::max(rec.alone.prefill_us, rec.transfer_bound_us) +
-                             rec.alone.last_rebuild_us + rec.alone.decode_us;
             }
-            rec.ratio = rec.bound_us > 0 ? static_cast<double>(rec.timings.ttft()) / rec.bound_us
-                                         : 0;
-            if (rec.ratio > kRatioLimit) rec.excess_stage = ExcessStage(rec);
             if (o.fidelity) {
               rec.agreement = Agreement(reference[p].ids, r.ids, 32);
               rec.first_kl = FirstTokenKl(reference[p].first, r.first);
@@ -278,6 +281,18 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
       }
     }
     if (absl::Status s = SetShape(o, INFINITY); !s.ok()) return s;
+    // Bounds once every measurement of the consumer is in.
+    for (SweepRecord& rec : result.records) {
+      if (rec.consumer != consumer || !rec.ok) continue;
+      rec.alone = alone[{rec.mode_used == "local" ? "local" : rec.mode, rec.prompt}];
+      rec.bound_us = rec.mode_used == "local"
+                         ? rec.alone.prefill_us
+                         : std::max(rec.alone.prefill_us,
+                                    rec.transfer_bound_us + rec.alone.last_rebuild_us) +
+                               rec.alone.decode_us;
+      rec.ratio = rec.bound_us > 0 ? static_cast<double>(rec.timings.ttft()) / rec.bound_us : 0;
+      if (rec.ratio > kRatioLimit) rec.excess_stage = ExcessStage(rec);
+    }
   }
   result.prefill_tokens_per_s = prefill_s > 0 ? prefill_tokens / prefill_s : 0;
   return result;

@@ -4,12 +4,18 @@
 // sets the producer's link between cells, no node restarts.
 //
 // Per consumer: first the stages alone, in the same run, on an unshaped link (each mode's
-// producer prefill, last-layer rebuild and first decode step; the consumer's own prefill; each the
-// fastest of `alone_repeats` runs); then
+// producer prefill, last-layer rebuild and first decode step; the consumer's own prefill); then
 // for every bandwidth and mode every prompt once, recording the server's Timings, payload bytes,
-// the mode used and the link. Each request's lower bound is
-//   max(prefill alone, (payload bytes - burst) / bandwidth + latency) + last rebuild alone
+// the mode used and the link. A stage "alone" is the fastest that stage was seen for the mode and
+// prompt anywhere in the run (`alone_repeats` stage runs and every cell: on an unshaped link the
+// last rebuild queues behind the prefill, on a slow one it shows alone). Each request's lower
+// bound is
+//   max(prefill alone, (payload bytes - burst) / bandwidth + latency + last rebuild alone)
 //   + decode step alone
+// -- the max(prefill, bytes / bandwidth) + last rebuild + decode wherever the last chunk
+// leaves at the prefill's end (every KV mode; there the two differ by the last rebuild, ~1 ms);
+// when the last chunk is a patch layer's hidden-state code it leaves before the producer's last
+// layer runs and its rebuild overlaps that layer, which the form would count twice.
 // (local: the consumer's own prefill alone), so TTFT / bound >= 1 up to noise, and where a cell
 // exceeds the bound the stage holding the excess is named. Quality (real weights only) is measured
 // against the consumer's own prefill: greedy-token agreement over the first 32 tokens and the

@@ -12,7 +12,8 @@
 //                      --consumer NAME ...)
 //                   [--bandwidths 0.01,0.1,1,10,100,inf] [--latency-us U]
 //                   [--modes local,raw,int4,recompute,reuse,scd]
-//                   [--prompts FILE | --prompt-len T [--vocab-size V]] [--num-prompts N]
+//                   [--prompts FILE [--prompt-words W] | --prompt-len T [--vocab-size V]]
+//                   [--num-prompts N]
 //                   [--max-tokens M] [--compute-scale GPU_TOKENS_PER_S] --out DIR
 //     TTFT and its breakdown against link bandwidth per mode, the bound, quality
 //     (bench/bandwidth_sweep.h): results.jsonl, summary.csv and the plots (bench/plot_sweep.py).
@@ -39,6 +40,7 @@
 #include "base/progress.h"
 #include "base/status_macros.h"
 #include "base/child_process.h"
+#include "base/plot_script.h"
 #include "base/random_id.h"
 #include "bench/bandwidth_sweep.h"
 #include "bench/serve_benchmark.h"
@@ -83,14 +85,7 @@ std::string RateName(double rate) {
   return std::isfinite(rate) ? absl::StrFormat("%g", rate) : "inf";
 }
 
-// bench/plot_serve.py beside the sources (this binary knows where it was built from).
-std::string ScriptPath(const char* name) { return absl::StrCat(SCD_SOURCE_DIR, "/bench/", name); }
 
-// Debian's interpreter, where python3-matplotlib lives (a python3 earlier on PATH, e.g. pyenv's,
-// may lack it).
-std::string Python() {
-  return fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-}
 
 absl::Status RunServe(ServeFlags& flags) {
   ServeBenchOptions& o = flags.options;
@@ -125,12 +120,9 @@ absl::Status RunServe(ServeFlags& flags) {
     }
   }
   if (!flags.out.empty() && written.size() > 1) {
-    std::string command = absl::StrCat(Python(), " ", ScriptPath("plot_serve.py"), " --out ",
-                                       flags.out, "/serve.png");
-    for (const std::string& path : written) absl::StrAppend(&command, " ", path);
-    if (std::system(command.c_str()) != 0) {
-      return absl::InternalError(absl::StrCat("plotting failed: ", command));
-    }
+    std::vector<std::string> args = {"--out", flags.out + "/serve.png"};
+    args.insert(args.end(), written.begin(), written.end());
+    SCD_RETURN_IF_ERROR(RunPlotScript("plot_serve.py", args));
     std::fprintf(stderr, "scd-bench: wrote %s/serve.png\n", flags.out.c_str());
   }
   return absl::OkStatus();
@@ -145,6 +137,7 @@ struct SweepFlags {
   std::string bandwidths = "0.01,0.1,1,10,100,inf";
   std::string modes = "local,raw,int4,recompute,reuse,scd";
   std::string prompts_file;
+  int prompt_words = 0;
   int prompt_len = 0;
   int num_prompts = 2;
   int vocab_size = 0;  // 0: the config's (dummy) or 512
@@ -234,7 +227,8 @@ absl::Status RunSweep(SweepFlags& flags) {
     }
   }
   if (!flags.prompts_file.empty()) {
-    SCD_ASSIGN_OR_RETURN(o.prompts, PromptsFromFile(flags.prompts_file, flags.num_prompts));
+    SCD_ASSIGN_OR_RETURN(o.prompts, PromptsFromFile(flags.prompts_file, flags.num_prompts,
+                                                    flags.prompt_words));
   } else {
     if (flags.prompt_len <= 0) {
       return absl::InvalidArgumentError("give --prompts FILE or --prompt-len T");
@@ -268,11 +262,7 @@ absl::Status RunSweep(SweepFlags& flags) {
   }
   if (server.running()) server.Terminate(absl::Seconds(30));
   std::fputs(SweepSummaryCsv(result).c_str(), stdout);
-  const std::string command = absl::StrCat(Python(), " ", ScriptPath("plot_sweep.py"), " ",
-                                           flags.out);
-  if (std::system(command.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("plotting failed: ", command));
-  }
+  SCD_RETURN_IF_ERROR(RunPlotScript("plot_sweep.py", {flags.out}));
   std::fprintf(stderr, "scd-bench: wrote %s/{results.jsonl,summary.csv,*.png}\n",
                flags.out.c_str());
   return absl::OkStatus();
@@ -337,6 +327,9 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1e7));
   w->add_option("--modes", sweep.modes, "comma-separated")->capture_default_str();
   CLI::Option* wfile = w->add_option("--prompts", sweep.prompts_file, "prompts, one per line");
+  w->add_option("--prompt-words", sweep.prompt_words,
+                "with --prompts: cut the file's text into prompts of W words instead")
+      ->check(CLI::Range(1, 1 << 20))->needs(wfile);
   w->add_option("--prompt-len", sweep.prompt_len, "random-id prompts of T tokens")
       ->check(CLI::Range(2, 1 << 20))->excludes(wfile);
   w->add_option("--vocab-size", sweep.vocab_size, "random ids from [3, V) (default 512)")

@@ -133,14 +133,26 @@ std::vector<BenchPrompt> RandomPrompts(int num_prompts, int input_len, int share
   return prompts;
 }
 
-absl::StatusOr<std::vector<BenchPrompt>> PromptsFromFile(const std::string& path,
-                                                         int num_prompts) {
+absl::StatusOr<std::vector<BenchPrompt>> PromptsFromFile(const std::string& path, int num_prompts,
+                                                         int words) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("--prompts: cannot read ", path));
   std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (!line.empty()) lines.push_back(line);
+  if (words > 0) {
+    std::vector<std::string> all;
+    for (std::string word; in >> word;) all.push_back(word);
+    for (size_t at = 0; at + static_cast<size_t>(words) <= all.size(); at += words) {
+      std::string prompt;
+      for (size_t i = at; i < at + static_cast<size_t>(words); ++i) {
+        absl::StrAppend(&prompt, i > at ? " " : "", all[i]);
+      }
+      lines.push_back(std::move(prompt));
+    }
+  } else {
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (!line.empty()) lines.push_back(line);
+    }
   }
   if (lines.empty()) return absl::InvalidArgumentError(absl::StrCat("--prompts: ", path, " is empty"));
   std::vector<BenchPrompt> prompts(static_cast<size_t>(std::max(0, num_prompts)));

@@ -36,8 +36,10 @@ std::vector<BenchPrompt> RandomPrompts(int num_prompts, int input_len, int share
                                        int vocab_size, uint64_t seed, int first_id = 3);
 // One prompt per non-empty line of a text file (at most `num_prompts`, cycled when the file has
 // fewer). NOT_FOUND / INVALID_ARGUMENT (no prompts) otherwise.
-absl::StatusOr<std::vector<BenchPrompt>> PromptsFromFile(const std::string& path,
-                                                         int num_prompts);
+// With `words` > 0, the file's text is instead cut into prompts of that many consecutive
+// whitespace-separated words (long real prompts from a corpus), cycled likewise.
+absl::StatusOr<std::vector<BenchPrompt>> PromptsFromFile(const std::string& path, int num_prompts,
+                                                         int words = 0);
 
 // SLOs for goodput: a stream counts when every given bound holds (milliseconds; unset: none).
 struct Slo {

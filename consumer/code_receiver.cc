@@ -86,13 +86,15 @@ absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& sessio
     received.payload.Reset();  // unframing copied the bytes into the chunk's tensors
     absl::StatusOr<std::vector<int>> filled = (*rebuilder)->Add(*std::move(chunk));
     if (!filled.ok()) return fail(filled.status());
+    // The work this chunk set off (unframing, the layers it completed); the last chunk's is what
+    // no streaming can hide. Waiting for the trailer afterwards is not rebuild time.
+    report.last_rebuild = absl::Now() - now;
     if (!filled->empty() && report.first_layer_ready == absl::InfinitePast()) {
       report.first_layer_ready = absl::Now();
     }
   }
   report.rebuild = (*rebuilder)->rebuild_time();
   report.patch = (*rebuilder)->patch_time();
-  report.last_rebuild = absl::Now() - report.last_chunk;
   SCD_RETURN_IF_ERROR((*rebuilder)->Finish());
   return report;
 }

@@ -25,8 +25,8 @@ struct ReceiveReport {
   absl::Time first_layer_ready = absl::InfinitePast();  // first cache layer rebuilt
   absl::Duration rebuild;                               // summed time rebuilding
   absl::Duration patch;                                 // of which patch layers
-  // From the last chunk's arrival to the cache being complete: the rebuilding the transfer could
-  // not hide (the last layer's).
+  // The unframing and rebuilding the last chunk set off (the last layer's): what the transfer
+  // cannot hide. Waiting for the producer's trailer afterwards is not counted.
   absl::Duration last_rebuild;
   int64_t bytes = 0;
   int64_t chunks = 0;

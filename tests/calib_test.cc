@@ -8,7 +8,6 @@
 #include <cmath>
 #include <set>
 
-#include "base/svg_plot.h"
 #include "calib/aligner_trainer.h"
 #include "calib/fidelity.h"
 #include "calib/layer_policy.h"
@@ -169,21 +168,6 @@ TEST(FidelityTest, OracleAgainstItselfIsExactAndABrokenCacheIsNot) {
   EXPECT_GT((*evaluator->DepthErrors(wrong))[1], 1e-3);
   // Windows of the wrong length are refused.
   EXPECT_FALSE(FidelityEvaluator::Create(*model, {std::vector<TokenId>(10, 1)}, options).ok());
-}
-
-TEST(SvgPlotTest, RendersSeriesMarkersAndLogAxes) {
-  SvgPlot plot("t <1>", "x", "y");
-  plot.SetLogY(true);
-  plot.AddLine("a", {0, 1, 2}, {1e-3, 1e-2, 1e-1});
-  plot.AddPoints("b", {0.5, 1.5}, {0.05, 0.005});
-  plot.AddVerticalMarker(1, "patch");
-  const std::string svg = plot.Render();
-  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
-  EXPECT_NE(svg.find("</svg>"), std::string::npos);
-  EXPECT_NE(svg.find("t &lt;1&gt;"), std::string::npos);
-  EXPECT_NE(svg.find("<polyline"), std::string::npos);
-  EXPECT_NE(svg.find("stroke-dasharray"), std::string::npos);
-  EXPECT_NE(svg.find("y (log)"), std::string::npos);
 }
 
 }  // namespace

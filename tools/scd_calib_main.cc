@@ -165,9 +165,9 @@ struct EvalCommand {
                     "e.g. 1,2 (default: the artifact's plan)")
         ->delimiter(',');
     cmd->add_option("--json", json, "write results as JSON to this file ('-' = stdout)");
-    cmd->add_flag("--depth-errors", depth_errors, "per-layer attention-input errors: CSV + SVG");
-    cmd->add_flag("--rank-sweep", rank_sweep, "KL vs bytes over nested ranks: CSV + SVG");
-    cmd->add_option("--out-dir", out_dir, "where CSV and SVG files go")->capture_default_str();
+    cmd->add_flag("--depth-errors", depth_errors, "per-layer attention-input errors: CSV + PNG");
+    cmd->add_flag("--rank-sweep", rank_sweep, "KL vs bytes over nested ranks: CSV + PNG");
+    cmd->add_option("--out-dir", out_dir, "where CSV and PNG files go")->capture_default_str();
   }
 
   absl::Status Run(const Common& common) {

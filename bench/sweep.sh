@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# `make bench-sweep`: the README's bandwidth-sweep figures, two runs of `scd-bench sweep`:
+#   hard/      the hard pair stories260k -> llama2xs-260k (no shared training) with its fitted
+#              artifact: every mode, with fidelity (agreement, first-token KL);
+#   tinyllama/ the TinyLlama-1.1B shape cut to 4 layers with seeded dummy weights and a
+#              synthesized artifact (scd-calib synth): timings at real KV sizes, 1,024-token
+#              prompts, no fidelity.
+# then bench/sweep_check.py prints the acceptance numbers of issue 16 for the TinyLlama run.
+#   bash bench/sweep.sh BUILD SHARED HARD_ARTIFACT OUT
+set -euo pipefail
+BUILD=${1:-build}
+SHARED=${2:-../shared}
+ARTIFACT=${3:-$BUILD/demo/stories260k-to-llama2xs-260k.scd}
+OUT=${4:-$BUILD/bench-sweep}
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+mkdir -p "$OUT"
+start=$(date +%s)
+
+echo "== hard pair: stories260k -> llama2xs-260k, every mode, with fidelity"
+"$BUILD/bin/scd-bench" sweep --producer "$SHARED/models/stories260k" \
+  --consumer "xs=$SHARED/models/llama2xs-260k:$ARTIFACT" \
+  --modes local,raw,int4,reuse,scd --bandwidths 0.01,0.1,1,10,100,inf \
+  --prompts "$SHARED/data/tinystories_valid_hf.txt" --prompt-words 140 --num-prompts 4 \
+  --max-tokens 32 --out "$OUT/hard" > "$OUT/hard.csv"
+
+echo "== TinyLlama-1.1B shape, 4 layers, dummy weights, 1,024-token prompts"
+CONFIG="$SHARED/configs/tinyllama-1.1b.json"
+"$BUILD/bin/scd-calib" synth --producer "$CONFIG" --consumer "$CONFIG" --layers 4 \
+  --patch-layers 0,3 --recompute-layers 0 --rank-k 16 --rank-v 16 --rank-h 256 \
+  --out "$OUT/tinyllama-synth.scd"
+"$BUILD/bin/scd-bench" sweep --producer "$CONFIG" --consumer "tl=$CONFIG:$OUT/tinyllama-synth.scd" \
+  --layers 4 --modes local,raw,int4,recompute,reuse,scd \
+  --bandwidths 0.01,0.025,0.1,1,10,100,inf --prompt-len 1024 --vocab-size 32000 \
+  --num-prompts 2 --max-tokens 2 --compute-scale 20000 --out "$OUT/tinyllama" > "$OUT/tinyllama.csv"
+
+"$PY" "$(dirname "$0")/sweep_check.py" "$OUT/tinyllama"
+echo "== done in $(( $(date +%s) - start )) s; plots in $OUT/hard and $OUT/tinyllama"
