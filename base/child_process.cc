@@ -2,13 +2,15 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -47,6 +49,8 @@ absl::StatusOr<ChildProcess> ChildProcess::Start(std::vector<std::string> argv,
   const pid_t pid = fork();
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
   if (pid == 0) {
+    // The child goes when this process does (killed too): no daemon outlives its harness.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd >= 0) {
       dup2(fd, 2);
@@ -65,7 +69,10 @@ ChildProcess::ChildProcess(ChildProcess&& other) noexcept { *this = std::move(ot
 
 ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
   if (this != &other) {
-    this->~ChildProcess();
+    if (pid_ > 0 && !reaped_) {  // the child this one held
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
     pid_ = std::exchange(other.pid_, -1);
     reaped_ = std::exchange(other.reaped_, false);
     status_ = other.status_;
@@ -104,9 +111,9 @@ absl::StatusOr<std::string> ChildProcess::WaitForFile(const std::string& file,
     std::string word;
     if (in >> word) return word;
     if (!running()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the child process ended before writing ", file, "; its log (", log_, ") ends:\n",
-          LogTail()));
+      return absl::FailedPreconditionError(absl::StrCat("the child process ended before writing ",
+                                                        file, "; its log (", log_, ") ends:\n",
+                                                        LogTail()));
     }
     if (absl::Now() > limit) {
       return absl::DeadlineExceededError(absl::StrCat("nothing in ", file, " after ",
@@ -115,6 +122,33 @@ absl::StatusOr<std::string> ChildProcess::WaitForFile(const std::string& file,
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
+}
+
+int ChildProcess::Wait(absl::Duration timeout) {
+  const absl::Time limit = absl::Now() + timeout;
+  while (running()) {
+    if (absl::Now() > limit) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      reaped_ = true;
+      return -1;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return pid_ > 0 && WIFEXITED(status_) ? WEXITSTATUS(status_) : -1;
+}
+
+absl::StatusOr<ChildProcess::Outcome> ChildProcess::Run(std::vector<std::string> argv,
+                                                        absl::Duration timeout) {
+  static std::atomic<int> counter{0};
+  const std::string log = absl::StrCat("/tmp/scd-run-", getpid(), "-", counter++, ".log");
+  absl::StatusOr<ChildProcess> child = Start(std::move(argv), log, {}, /*stdout_to_log=*/true);
+  if (!child.ok()) return child.status();
+  Outcome outcome;
+  outcome.status = child->Wait(timeout);
+  outcome.output = child->LogTail();
+  std::remove(log.c_str());
+  return outcome;
 }
 
 void ChildProcess::Signal(int signal) {

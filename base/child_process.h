@@ -1,6 +1,7 @@
 // ChildProcess: a long-running program of ours (a daemon, a server a harness starts) as a child:
 // argv run directly (no shell), stderr to a log file, optional environment changes, killed
-// (SIGKILL) and reaped on destruction unless it already ended. WaitForFile reads a line the child
+// (SIGKILL) and reaped on destruction unless it already ended, and sent SIGTERM by the kernel
+// when the thread that started it dies (PR_SET_PDEATHSIG: start children from the main thread). WaitForFile reads a line the child
 // writes when ready (an --address-file). Used by the tests' daemons and by scd-bench.
 // Thread-safety: use from one thread.
 #ifndef SCD_BASE_CHILD_PROCESS_H_
@@ -24,6 +25,14 @@ class ChildProcess {
   static absl::StatusOr<ChildProcess> Start(std::vector<std::string> argv, const std::string& log,
                                             const std::vector<std::string>& env = {},
                                             bool stdout_to_log = false);
+  // Runs argv to its end (stdout and stderr to a temporary log, removed after): the exit status
+  // and the output's tail. INTERNAL when it cannot be started.
+  struct Outcome {
+    int status = -1;
+    std::string output;
+  };
+  static absl::StatusOr<Outcome> Run(std::vector<std::string> argv,
+                                     absl::Duration timeout = absl::Minutes(5));
   ChildProcess() = default;
   ChildProcess(ChildProcess&& other) noexcept;
   ChildProcess& operator=(ChildProcess&& other) noexcept;
@@ -38,6 +47,9 @@ class ChildProcess {
   // SIGTERM, then waits up to `timeout`: the exit status (-1: killed by a signal, or still
   // running at the timeout, then SIGKILLed).
   int Terminate(absl::Duration timeout);
+  // Waits for the child to exit: its exit status (-1: killed by a signal; after `timeout` it is
+  // SIGKILLed and -1 returned).
+  int Wait(absl::Duration timeout);
   bool running();
   pid_t pid() const { return pid_; }
   const std::string& log() const { return log_; }

@@ -1,7 +1,5 @@
 #include "base/plot_script.h"
 
-#include <unistd.h>
-
 #include <cstdlib>
 #include <filesystem>
 
@@ -23,24 +21,16 @@ absl::Status RunPlotScript(const std::string& script, const std::vector<std::str
   namespace fs = std::filesystem;
   const std::string path = (fs::path(PlotScriptDir()) / script).string();
   if (!fs::exists(path)) {
-    return absl::NotFoundError(absl::StrCat("plot script ", path,
-                                            " not found (set $SCD_PLOT_SCRIPTS to its folder)"));
+    return absl::NotFoundError(
+        absl::StrCat("plot script ", path, " not found (set $SCD_PLOT_SCRIPTS to its folder)"));
   }
   std::vector<std::string> argv = {fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3",
                                    path};
   argv.insert(argv.end(), args.begin(), args.end());
-  const std::string log = (fs::temp_directory_path() /
-                           absl::StrCat("scd-plot-", getpid(), "-", fs::path(script).stem().string(),
-                                        ".log"))
-                              .string();
-  absl::StatusOr<ChildProcess> child = ChildProcess::Start(argv, log, {}, /*stdout_to_log=*/true);
-  if (!child.ok()) return child.status();
-  // Terminate() sends SIGTERM only to a child still running; a plot is done well within this.
-  for (int i = 0; i < 6000 && child->running(); ++i) absl::SleepFor(absl::Milliseconds(50));
-  const std::string tail = child->LogTail();
-  const int status = child->Terminate(absl::Seconds(1));
-  std::error_code ignored;
-  fs::remove(log, ignored);
+  absl::StatusOr<ChildProcess::Outcome> run = ChildProcess::Run(argv, absl::Minutes(5));
+  if (!run.ok()) return run.status();
+  const int status = run->status;
+  const std::string& tail = run->output;
   if (status == 0) return absl::OkStatus();
   if (absl::StrContains(tail, "No module named 'matplotlib'")) {
     return absl::FailedPreconditionError(

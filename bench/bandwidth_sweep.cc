@@ -45,20 +45,21 @@ Reply Run(const SweepOptions& o, const std::string& consumer, const std::string&
   if (o.fidelity) request.set_logprobs(static_cast<uint32_t>(o.logprobs));
   Reply reply;
   const absl::Time sent = absl::Now();
-  reply.status = StreamGenerate(o.server, request, absl::Seconds(600), [&](const v1::GenerateEvent& e) {
-    if (e.has_token()) {
-      if (reply.ids.empty() && e.token().ids_size() > 0) {
-        reply.client_ttft_us = absl::ToDoubleMicroseconds(absl::Now() - sent);
-        if (e.token().logprobs_size() > 0) reply.first = e.token().logprobs(0);
-      }
-      reply.ids.insert(reply.ids.end(), e.token().ids().begin(), e.token().ids().end());
-    } else if (e.has_finished()) {
-      reply.finished = true;
-      reply.f = e.finished();
-    } else if (e.has_error()) {
-      reply.error = absl::StrCat("code ", e.error().code(), ": ", e.error().message());
-    }
-  });
+  reply.status =
+      StreamGenerate(o.server, request, absl::Seconds(600), [&](const v1::GenerateEvent& e) {
+        if (e.has_token()) {
+          if (reply.ids.empty() && e.token().ids_size() > 0) {
+            reply.client_ttft_us = absl::ToDoubleMicroseconds(absl::Now() - sent);
+            if (e.token().logprobs_size() > 0) reply.first = e.token().logprobs(0);
+          }
+          reply.ids.insert(reply.ids.end(), e.token().ids().begin(), e.token().ids().end());
+        } else if (e.has_finished()) {
+          reply.finished = true;
+          reply.f = e.finished();
+        } else if (e.has_error()) {
+          reply.error = absl::StrCat("code ", e.error().code(), ": ", e.error().message());
+        }
+      });
   if (!reply.status.ok() && reply.error.empty()) reply.error = reply.status.ToString();
   if (reply.status.ok() && !reply.finished && reply.error.empty()) {
     reply.error = "the stream ended without Finished";
@@ -66,9 +67,9 @@ Reply Run(const SweepOptions& o, const std::string& consumer, const std::string&
   return reply;
 }
 
-absl::Status SetShape(const SweepOptions& o, double gbps) {
-  auto stub = v1::Registry::NewStub(
-      grpc::CreateChannel(o.control, grpc::InsecureChannelCredentials()));
+absl::Status CoordinatorShape(const SweepOptions& o, double gbps) {
+  auto stub =
+      v1::Registry::NewStub(grpc::CreateChannel(o.control, grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
   context.AddMetadata("x-scd-cluster-secret", o.secret);
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
@@ -78,9 +79,9 @@ absl::Status SetShape(const SweepOptions& o, double gbps) {
   v1::SetLinkShapeResponse response;
   const grpc::Status status = stub->SetLinkShape(&context, request, &response);
   if (!status.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                        absl::StrCat("Registry.SetLinkShape at ", o.control, ": ",
-                                     status.error_message()));
+    return absl::Status(
+        static_cast<absl::StatusCode>(status.error_code()),
+        absl::StrCat("Registry.SetLinkShape at ", o.control, ": ", status.error_message()));
   }
   for (const v1::ProducerLink& p : response.producers()) {
     if (p.code() != 0) {
@@ -91,8 +92,20 @@ absl::Status SetShape(const SweepOptions& o, double gbps) {
   return absl::OkStatus();
 }
 
-double Agreement(const std::vector<int32_t>& reference, const std::vector<int32_t>& ids,
-                 size_t n) {
+// Link `index` at `gbps`, every other one unshaped; index -1: all unshaped.
+absl::Status SetShape(const SweepOptions& o, int index, double gbps) {
+  for (int i = 0; i < static_cast<int>(o.links.size()); ++i) {
+    if (i == index) continue;
+    const SweepOptions::Link& link = o.links[static_cast<size_t>(i)];
+    absl::Status s = link.set ? link.set(INFINITY, 0) : CoordinatorShape(o, INFINITY);
+    if (!s.ok()) return s;
+  }
+  if (index < 0) return absl::OkStatus();
+  const SweepOptions::Link& link = o.links[static_cast<size_t>(index)];
+  return link.set ? link.set(gbps, o.latency_us) : CoordinatorShape(o, gbps);
+}
+
+double Agreement(const std::vector<int32_t>& reference, const std::vector<int32_t>& ids, size_t n) {
   n = std::min(n, reference.size());
   if (n == 0) return 0;
   size_t same = 0;
@@ -154,13 +167,12 @@ std::string ExcessStage(const SweepRecord& r) {
 }  // namespace
 
 absl::Status ValidateSweepModes(const std::vector<std::string>& modes) {
-  static const std::set<std::string> kModes = {"local", "raw",   "int4",
-                                               "recompute", "reuse", "scd"};
+  static const std::set<std::string> kModes = {"local", "raw", "int4", "recompute", "reuse", "scd"};
   if (modes.empty()) return absl::InvalidArgumentError("--modes: none given");
   for (const std::string& m : modes) {
     if (!kModes.count(m)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--modes: unknown mode '", m, "' (local, raw, int4, recompute, reuse, scd)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--modes: unknown mode '", m, "' (local, raw, int4, recompute, reuse, scd)"));
     }
   }
   return absl::OkStatus();
@@ -183,7 +195,7 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
   const int total =
       static_cast<int>(o.consumers.size()) *
       (n_prompts * (1 + code_modes) * std::max(1, o.alone_repeats) +
-       static_cast<int>(o.bandwidths_gbps.size() * o.modes.size()) * n_prompts);
+       static_cast<int>(o.bandwidths_gbps.size() * o.modes.size() * o.links.size()) * n_prompts);
   int done = 0;
   auto progress = [&](const std::string& what) {
     if (o.on_progress) o.on_progress(done, total, what);
@@ -195,7 +207,7 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
   for (const std::string& consumer : o.consumers) {
     // Stages alone, unshaped: the consumer's own prefill (also the quality reference), then each
     // code mode's producer prefill, last rebuild and decode step.
-    if (absl::Status s = SetShape(o, INFINITY); !s.ok()) return s;
+    if (absl::Status s = SetShape(o, -1, INFINITY); !s.ok()) return s;
     std::vector<Reply> reference(static_cast<size_t>(n_prompts));
     std::map<std::pair<std::string, int>, StagesAlone> alone;
     // The fastest of the repeats, stage by stage.
@@ -208,8 +220,8 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
         progress(absl::StrCat(consumer, " local (own prefill alone)"));
         Reply r = Run(o, consumer, "local", o.prompts[p]);
         if (!r.finished) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "the reference (local) request on ", consumer, " failed: ", r.error));
+          return absl::FailedPreconditionError(
+              absl::StrCat("the reference (local) request on ", consumer, " failed: ", r.error));
         }
         keep_min(&alone[{"local", p}].prefill_us, r.f.timings().prefill());
         if (rep == 0) reference[p] = std::move(r);
@@ -231,65 +243,70 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
         }
       }
     }
-    // The sweep proper.
-    for (double gbps : o.bandwidths_gbps) {
-      if (absl::Status s = SetShape(o, gbps); !s.ok()) return s;
-      for (const std::string& mode : o.modes) {
-        for (int p = 0; p < n_prompts; ++p) {
-          progress(absl::StrCat(consumer, " ", mode, " at ", Bandwidth(gbps), " Gbit/s"));
-          const Reply r = Run(o, consumer, mode, o.prompts[p]);
-          SweepRecord rec;
-          rec.consumer = consumer;
-          rec.mode = mode;
-          rec.bandwidth_gbps = gbps;
-          rec.latency_us = o.latency_us;
-          rec.prompt = p;
-          rec.ok = r.finished;
-          rec.error = r.error;
-          rec.ids = r.ids;
-          rec.client_ttft_us = r.client_ttft_us;
-          if (r.finished) {
-            rec.mode_used = r.f.mode();
-            rec.mode_reason = r.f.mode_reason();
-            rec.prompt_tokens = r.f.prompt_tokens();
-            rec.output_tokens = r.f.output_tokens();
-            rec.payload_bytes = r.f.payload_bytes();
-            rec.timings = r.f.timings();
-            // Each stage alone: the fastest seen for this mode and prompt, in the stage runs or
-            // in any cell (an unshaped link lets the rebuild queue behind the prefill, so a slow
-            // link's cells are where the last layer's rebuild shows alone).
-            const std::string key_mode = rec.mode_used == "local" ? "local" : mode;
-            StagesAlone& a = alone[{key_mode, p}];
-            if (rec.mode_used == "local") {
-              keep_min(&a.prefill_us, rec.timings.prefill());
-            } else {
-              keep_min(&a.prefill_us, rec.timings.prefill());
-              keep_min(&a.last_rebuild_us, rec.timings.last_rebuild());
-              keep_min(&a.decode_us, rec.timings.first_decode());
-              const double shaped =
-                  std::max(0.0, static_cast<double>(rec.payload_bytes) - o.burst_bytes);
-              rec.transfer_bound_us =
-                  (std::isfinite(gbps) ? shaped * 8 / (gbps * 1e3) : 0) + o.latency_us;
+    // The sweep proper, prompt by prompt over every bandwidth: a slow phase of a shared machine
+    // falls on every bandwidth's cells alike instead of on one bandwidth's.
+    for (int p = 0; p < n_prompts; ++p) {
+      for (double gbps : o.bandwidths_gbps) {
+        for (int li = 0; li < static_cast<int>(o.links.size()); ++li) {
+          if (absl::Status s = SetShape(o, li, gbps); !s.ok()) return s;
+          for (const std::string& mode : o.modes) {
+            progress(absl::StrCat(consumer, " ", mode, " at ", Bandwidth(gbps), " Gbit/s (",
+                                  o.links[static_cast<size_t>(li)].name, ")"));
+            const Reply r = Run(o, consumer, mode, o.prompts[p]);
+            SweepRecord rec;
+            rec.consumer = consumer;
+            rec.mode = mode;
+            rec.bandwidth_gbps = gbps;
+            rec.latency_us = o.latency_us;
+            rec.link = o.links[static_cast<size_t>(li)].name;
+            rec.prompt = p;
+            rec.ok = r.finished;
+            rec.error = r.error;
+            rec.ids = r.ids;
+            rec.client_ttft_us = r.client_ttft_us;
+            if (r.finished) {
+              rec.mode_used = r.f.mode();
+              rec.mode_reason = r.f.mode_reason();
+              rec.prompt_tokens = r.f.prompt_tokens();
+              rec.output_tokens = r.f.output_tokens();
+              rec.payload_bytes = r.f.payload_bytes();
+              rec.timings = r.f.timings();
+              // Each stage alone: the fastest seen for this mode and prompt, in the stage runs or
+              // in any cell (an unshaped link lets the rebuild queue behind the prefill, so a slow
+              // link's cells are where the last layer's rebuild shows alone).
+              const std::string key_mode = rec.mode_used == "local" ? "local" : mode;
+              StagesAlone& a = alone[{key_mode, p}];
+              if (rec.mode_used == "local") {
+                keep_min(&a.prefill_us, rec.timings.prefill());
+              } else {
+                keep_min(&a.prefill_us, rec.timings.prefill());
+                keep_min(&a.last_rebuild_us, rec.timings.last_rebuild());
+                keep_min(&a.decode_us, rec.timings.first_decode());
+                const double shaped =
+                    std::max(0.0, static_cast<double>(rec.payload_bytes) - o.burst_bytes);
+                rec.transfer_bound_us =
+                    (std::isfinite(gbps) ? shaped * 8 / (gbps * 1e3) : 0) + o.latency_us;
+              }
+              if (o.fidelity) {
+                rec.agreement = Agreement(reference[p].ids, r.ids, 32);
+                rec.first_kl = FirstTokenKl(reference[p].first, r.first);
+              }
             }
-            if (o.fidelity) {
-              rec.agreement = Agreement(reference[p].ids, r.ids, 32);
-              rec.first_kl = FirstTokenKl(reference[p].first, r.first);
-            }
+            result.records.push_back(std::move(rec));
           }
-          result.records.push_back(std::move(rec));
         }
       }
     }
-    if (absl::Status s = SetShape(o, INFINITY); !s.ok()) return s;
+    if (absl::Status s = SetShape(o, -1, INFINITY); !s.ok()) return s;
     // Bounds once every measurement of the consumer is in.
     for (SweepRecord& rec : result.records) {
       if (rec.consumer != consumer || !rec.ok) continue;
       rec.alone = alone[{rec.mode_used == "local" ? "local" : rec.mode, rec.prompt}];
-      rec.bound_us = rec.mode_used == "local"
-                         ? rec.alone.prefill_us
-                         : std::max(rec.alone.prefill_us,
-                                    rec.transfer_bound_us + rec.alone.last_rebuild_us) +
-                               rec.alone.decode_us;
+      rec.bound_us =
+          rec.mode_used == "local"
+              ? rec.alone.prefill_us
+              : std::max(rec.alone.prefill_us, rec.transfer_bound_us + rec.alone.last_rebuild_us) +
+                    rec.alone.decode_us;
       rec.ratio = rec.bound_us > 0 ? static_cast<double>(rec.timings.ttft()) / rec.bound_us : 0;
       if (rec.ratio > kRatioLimit) rec.excess_stage = ExcessStage(rec);
     }
@@ -310,6 +327,7 @@ std::string SweepJsonl(const SweepResult& result) {
         {"bandwidth_gbps", std::isfinite(r.bandwidth_gbps) ? nlohmann::json(r.bandwidth_gbps)
                                                            : nlohmann::json("inf")},
         {"latency_us", r.latency_us},
+        {"link", r.link},
         {"prompt", r.prompt},
         {"ok", r.ok},
         {"error", r.error},

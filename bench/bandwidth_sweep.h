@@ -52,7 +52,15 @@ struct SweepOptions {
   // many bytes pass before the rate applies, so the transfer bound is (bytes - burst) / rate.
   double burst_bytes = 64 * 1024;
   bool fidelity = true;    // real weights: quality columns; dummy weights: "no fidelity"
-  std::string link = "shaper";  // how the link was shaped (recorded)
+  // How the link is shaped; several: each cell is measured over each in turn (interleaved, so
+  // they see the same machine), every other link unshaped meanwhile.
+  struct Link {
+    std::string name;  // shaper | netns (recorded)
+    // Sets it (gbps inf: unshaped); null: the coordinator's Registry.SetLinkShape (the
+    // producer's shaper).
+    std::function<absl::Status(double gbps, double latency_us)> set;
+  };
+  std::vector<Link> links = {{"shaper", nullptr}};
   // Called before each request: (done, total, what).
   std::function<void(int, int, const std::string&)> on_progress;
 };
@@ -68,6 +76,7 @@ struct SweepRecord {
   std::string consumer, mode, mode_used, mode_reason;
   double bandwidth_gbps = 0;  // inf = unshaped
   double latency_us = 0;
+  std::string link;  // shaper | netns
   int prompt = 0;
   bool ok = false;
   std::string error;

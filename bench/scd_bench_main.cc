@@ -20,8 +20,10 @@
 //     With --producer it starts `scd serve --all-in-one` itself (a config.json: dummy weights,
 //     timings only, "no fidelity").
 // Errors: one line on stderr, exit status 1.
+#include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cmath>
@@ -29,21 +31,24 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/plot_script.h"
 #include "base/progress.h"
 #include "base/status_macros.h"
-#include "base/child_process.h"
-#include "base/plot_script.h"
-#include "base/random_id.h"
 #include "bench/bandwidth_sweep.h"
+#include "bench/netns_link.h"
 #include "bench/serve_benchmark.h"
+#include "bench/sweep_deployment.h"
 
 namespace scd::bench {
 namespace {
@@ -85,8 +90,6 @@ std::string RateName(double rate) {
   return std::isfinite(rate) ? absl::StrFormat("%g", rate) : "inf";
 }
 
-
-
 absl::Status RunServe(ServeFlags& flags) {
   ServeBenchOptions& o = flags.options;
   o.targets = absl::StrSplit(flags.targets, ',', absl::SkipEmpty());
@@ -106,8 +109,8 @@ absl::Status RunServe(ServeFlags& flags) {
   std::vector<std::string> written;
   for (double rate : rates) {
     o.request_rate = rate;
-    Progress progress(absl::StrCat("rate ", RateName(rate)),
-                      static_cast<int64_t>(o.prompts.size()), !flags.quiet);
+    Progress progress(absl::StrCat("rate ", RateName(rate)), static_cast<int64_t>(o.prompts.size()),
+                      !flags.quiet);
     o.on_progress = [&](int, int) { progress.Advance(); };
     SCD_ASSIGN_OR_RETURN(ServeBenchResult result, RunServeBenchmark(o));
     progress.Done();
@@ -143,6 +146,7 @@ struct SweepFlags {
   int vocab_size = 0;  // 0: the config's (dummy) or 512
   uint64_t seed = 0;
   double compute_scale = 0;
+  std::string links = "shaper";
   std::string out;
   bool quiet = false;
 };
@@ -154,66 +158,106 @@ std::string SelfDir() {
   return ec ? "." : self.parent_path().string();
 }
 
+// The sweep with a progress bar on stderr.
+absl::StatusOr<SweepResult> RunSweepWithProgress(const SweepFlags& flags, SweepOptions o) {
+  std::unique_ptr<Progress> bar;
+  o.on_progress = [&](int done, int total, const std::string& what) {
+    if (flags.quiet) return;
+    if (!bar) bar = std::make_unique<Progress>("sweep", total);
+    if (done > 0) bar->Advance();
+    bar->SetDetail(what);
+  };
+  SCD_ASSIGN_OR_RETURN(SweepResult result, RunBandwidthSweep(o));
+  if (bar) bar->Done();
+  return result;
+}
+
+// One link's records into `out`: results.jsonl, summary.csv, sweep.json and the plots.
+absl::Status WriteSweep(const SweepFlags& flags, const SweepOptions& o, const SweepResult& result,
+                        const std::string& link, const std::string& out) {
+  fs::create_directories(out);
+  std::ofstream(out + "/results.jsonl") << SweepJsonl(result);
+  std::ofstream(out + "/summary.csv") << SweepSummaryCsv(result);
+  std::ofstream(out + "/sweep.json")
+      << "{\"fidelity\": " << (o.fidelity ? "true" : "false")
+      << ", \"prefill_tokens_per_s\": " << result.prefill_tokens_per_s
+      << ", \"compute_scale_tokens_per_s\": " << flags.compute_scale
+      << ", \"latency_us\": " << o.latency_us << ", \"link\": \"" << link << "\"}\n";
+  return RunPlotScript("plot_sweep.py", {out});
+}
+
+// Median TTFT per (consumer, mode, bandwidth) of two sweeps of the same deployment.
+std::string CompareLinks(const SweepResult& shaper, const SweepResult& netns) {
+  auto medians = [](const SweepResult& r) {
+    std::map<std::tuple<std::string, std::string, double>, std::vector<double>> cells;
+    for (const SweepRecord& rec : r.records) {
+      if (rec.ok)
+        cells[{rec.consumer, rec.mode, rec.bandwidth_gbps}].push_back(rec.timings.ttft() / 1e3);
+    }
+    std::map<std::tuple<std::string, std::string, double>, double> out;
+    for (auto& [key, v] : cells) {
+      std::sort(v.begin(), v.end());
+      out[key] = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    }
+    return out;
+  };
+  const auto a = medians(shaper), b = medians(netns);
+  std::string csv = "consumer,mode,bandwidth_gbps,shaper_ttft_ms,netns_ttft_ms,netns_vs_shaper\n";
+  for (const auto& [key, ttft] : a) {
+    auto it = b.find(key);
+    if (it == b.end()) continue;
+    absl::StrAppendFormat(&csv, "%s,%s,%s,%.3f,%.3f,%+.1f%%\n", std::get<0>(key), std::get<1>(key),
+                          RateName(std::get<2>(key)), ttft, it->second,
+                          ttft > 0 ? 100 * (it->second / ttft - 1) : 0);
+  }
+  return csv;
+}
+
 absl::Status RunSweep(SweepFlags& flags) {
   SweepOptions& o = flags.options;
   SCD_ASSIGN_OR_RETURN(o.bandwidths_gbps, ParseList("--bandwidths", flags.bandwidths));
   o.modes = absl::StrSplit(flags.modes, ',', absl::SkipEmpty());
   SCD_RETURN_IF_ERROR(ValidateSweepModes(o.modes));
+  const std::vector<std::string> links = absl::StrSplit(flags.links, ',', absl::SkipEmpty());
+  bool netns = false;
+  for (const std::string& link : links) {
+    if (link != "shaper" && link != "netns") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--link: '", link, "' is none of shaper, netns (or both: shaper,netns)"));
+    }
+    netns = netns || link == "netns";
+  }
+  if (links.empty()) return absl::InvalidArgumentError("--link: none given");
   if (flags.producer.empty() && (o.server.empty() || o.control.empty())) {
     return absl::InvalidArgumentError(
         "give --producer and --consumer NAME=PATH (a server started here), or --server, "
         "--control and --consumer NAME (a running deployment)");
   }
+  if (netns && flags.producer.empty()) {
+    return absl::InvalidArgumentError("--link netns starts its own nodes: give --producer");
+  }
   if (flags.prompts_file.empty() && flags.prompt_len <= 0) {
     return absl::InvalidArgumentError("give --prompts FILE or --prompt-len T");
   }
   fs::create_directories(flags.out);
-  ChildProcess server;
-  if (!flags.producer.empty()) {
-    // Our own all-in-one server: loopback, a fresh secret, addresses through files.
-    const std::string secret_file = flags.out + "/cluster-secret";
-    {
-      std::ofstream secret(secret_file);
-      secret << RandomId128() << RandomId128() << "\n";
-    }
-    fs::permissions(secret_file, fs::perms::owner_read | fs::perms::owner_write);
-    std::vector<std::string> argv = {SelfDir() + "/scd", "serve", "--all-in-one",
-                                     "--producer-model", flags.producer, "--listen", "127.0.0.1:0",
-                                     "--address-file", flags.out + "/server.addr",
-                                     "--control-address-file", flags.out + "/server.control.addr",
-                                     "--cluster-secret-file", secret_file, "--log-level", "info"};
-    if (flags.layers > 0) {
-      argv.push_back("--layers");
-      argv.push_back(absl::StrCat(flags.layers));
-    }
-    o.fidelity = fs::is_directory(flags.producer);
-    for (const std::string& c : flags.consumers) {
-      const size_t eq = c.find('=');
-      if (eq == std::string::npos || eq == 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--consumer ", c, ": expected NAME=DIR|CONFIG[:ARTIFACT]"));
-      }
-      o.consumers.push_back(c.substr(0, eq));
-      const std::string path = c.substr(eq + 1, c.find(':', eq) - eq - 1);
-      o.fidelity = o.fidelity && fs::is_directory(path);
-      argv.push_back("--consumer");
-      argv.push_back(c);
-    }
-    fs::remove(flags.out + "/server.addr");
-    fs::remove(flags.out + "/server.control.addr");
-    SCD_ASSIGN_OR_RETURN(server, ChildProcess::Start(argv, flags.out + "/server.log"));
-    SCD_ASSIGN_OR_RETURN(o.server,
-                         server.WaitForFile(flags.out + "/server.addr", absl::Minutes(10)));
-    SCD_ASSIGN_OR_RETURN(o.control, server.WaitForFile(flags.out + "/server.control.addr",
-                                                       absl::Seconds(30)));
-    std::ifstream in(secret_file);
-    in >> o.secret;
+  if (!flags.prompts_file.empty()) {
+    SCD_ASSIGN_OR_RETURN(
+        o.prompts, PromptsFromFile(flags.prompts_file, flags.num_prompts, flags.prompt_words));
   } else {
-    if (o.server.empty() || o.control.empty()) {
-      return absl::InvalidArgumentError(
-          "give --producer and --consumer NAME=PATH (a server started here), or --server, "
-          "--control and --consumer NAME (a running deployment)");
-    }
+    o.prompts = RandomPrompts(flags.num_prompts, flags.prompt_len, 0,
+                              flags.vocab_size > 0 ? flags.vocab_size : 512, flags.seed);
+  }
+  std::unique_ptr<SweepDeployment> deployment;
+  if (!flags.producer.empty()) {
+    DeploymentSpec spec{SelfDir(),    flags.producer,       flags.consumers,
+                        flags.layers, flags.out + "/nodes", netns};
+    SCD_ASSIGN_OR_RETURN(deployment, SweepDeployment::Start(spec));
+    o.server = deployment->server();
+    o.control = deployment->control();
+    o.secret = deployment->secret();
+    o.consumers = deployment->consumer_names();
+    o.fidelity = deployment->fidelity();
+  } else {
     o.consumers = flags.consumers;
     std::ifstream in(flags.secret_file);
     if (flags.secret_file.empty() || !(in >> o.secret)) {
@@ -226,45 +270,35 @@ absl::Status RunSweep(SweepFlags& flags) {
       o.secret = env;
     }
   }
-  if (!flags.prompts_file.empty()) {
-    SCD_ASSIGN_OR_RETURN(o.prompts, PromptsFromFile(flags.prompts_file, flags.num_prompts,
-                                                    flags.prompt_words));
-  } else {
-    if (flags.prompt_len <= 0) {
-      return absl::InvalidArgumentError("give --prompts FILE or --prompt-len T");
+  o.links.clear();
+  for (const std::string& link : links) {
+    SweepOptions::Link control{link, nullptr};
+    if (link == "netns") {
+      NetnsLink* n = deployment->netns();
+      control.set = [n](double gbps, double latency_us) { return n->Shape(gbps, latency_us); };
     }
-    o.prompts = RandomPrompts(flags.num_prompts, flags.prompt_len, 0,
-                              flags.vocab_size > 0 ? flags.vocab_size : 512, flags.seed);
+    o.links.push_back(std::move(control));
   }
-  std::unique_ptr<Progress> bar;
-  int total_seen = 0;
-  o.on_progress = [&](int done, int total, const std::string& what) {
-    if (flags.quiet) return;
-    if (!bar) bar = std::make_unique<Progress>("sweep", total), total_seen = total;
-    if (done > 0) bar->Advance();
-    bar->SetDetail(what);
-  };
-  SCD_ASSIGN_OR_RETURN(SweepResult result, RunBandwidthSweep(o));
-  if (bar) {
-    bar->Advance();
-    bar->Done();
+  // One sweep, every cell over each link in turn; then each link's records on their own.
+  SCD_ASSIGN_OR_RETURN(SweepResult all, RunSweepWithProgress(flags, o));
+  std::map<std::string, SweepResult> results;
+  for (const std::string& link : links) {
+    SweepResult& r = results[link];
+    r.prefill_tokens_per_s = all.prefill_tokens_per_s;
+    for (const SweepRecord& rec : all.records) {
+      if (rec.link == link) r.records.push_back(rec);
+    }
+    const std::string out = links.size() > 1 ? flags.out + "/" + link : flags.out;
+    SCD_RETURN_IF_ERROR(WriteSweep(flags, o, r, link, out));
+    std::fputs(SweepSummaryCsv(r).c_str(), stdout);
   }
-  (void)total_seen;
-  std::ofstream(flags.out + "/results.jsonl") << SweepJsonl(result);
-  std::ofstream(flags.out + "/summary.csv") << SweepSummaryCsv(result);
-  {
-    std::ofstream meta(flags.out + "/sweep.json");
-    meta << "{\"fidelity\": " << (o.fidelity ? "true" : "false")
-         << ", \"prefill_tokens_per_s\": " << result.prefill_tokens_per_s
-         << ", \"compute_scale_tokens_per_s\": " << flags.compute_scale
-         << ", \"latency_us\": " << o.latency_us << ", \"link\": \"" << o.link
-         << "\", \"consumers\": " << o.consumers.size() << "}\n";
+  if (results.count("shaper") && results.count("netns")) {
+    const std::string csv = CompareLinks(results["shaper"], results["netns"]);
+    std::ofstream(flags.out + "/link_comparison.csv") << csv;
+    std::fputs(csv.c_str(), stdout);
   }
-  if (server.running()) server.Terminate(absl::Seconds(30));
-  std::fputs(SweepSummaryCsv(result).c_str(), stdout);
-  SCD_RETURN_IF_ERROR(RunPlotScript("plot_sweep.py", {flags.out}));
-  std::fprintf(stderr, "scd-bench: wrote %s/{results.jsonl,summary.csv,*.png}\n",
-               flags.out.c_str());
+  deployment.reset();  // nodes stopped, namespaces removed
+  std::fprintf(stderr, "scd-bench: wrote %s\n", flags.out.c_str());
   return absl::OkStatus();
 }
 
@@ -272,7 +306,8 @@ int Main(int argc, char** argv) {
   CLI::App app{"scd-bench: serving load and bandwidth-sweep benchmarks"};
   app.require_subcommand(1);
   ServeFlags serve;
-  CLI::App* s = app.add_subcommand("serve", "a request load on a running server (vllm bench serve)");
+  CLI::App* s =
+      app.add_subcommand("serve", "a request load on a running server (vllm bench serve)");
   s->add_option("--server", serve.options.server, "coordinator or all-in-one server (host:port)")
       ->required();
   s->add_option("--targets", serve.targets, "consumer model names, comma-separated (fan-out)")
@@ -283,24 +318,32 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   s->add_option("--burstiness", serve.options.burstiness,
                 "gamma shape of the arrival gaps: 1 Poisson, < 1 burstier")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   s->add_option("--max-concurrency", serve.options.max_concurrency,
                 "requests in flight at most (0: unbounded)")
       ->check(CLI::NonNegativeNumber);
   s->add_option("--num-prompts", serve.num_prompts, "requests per run")
-      ->check(CLI::Range(1, 1000000))->capture_default_str();
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
   CLI::Option* file = s->add_option("--prompts", serve.prompts_file,
                                     "text prompts, one per line (else random token ids)");
   s->add_option("--input-len", serve.input_len, "random prompts: ids per prompt")
-      ->check(CLI::Range(1, 1 << 20))->excludes(file)->capture_default_str();
+      ->check(CLI::Range(1, 1 << 20))
+      ->excludes(file)
+      ->capture_default_str();
   s->add_option("--shared-prefix-len", serve.shared_prefix_len,
                 "random prompts: ids every prompt starts with (SGLang's generated shared prefix)")
-      ->check(CLI::Range(0, 1 << 20))->excludes(file);
+      ->check(CLI::Range(0, 1 << 20))
+      ->excludes(file);
   s->add_option("--vocab-size", serve.vocab_size,
                 "random prompts: ids are drawn from [3, V) (the served models' vocabulary)")
-      ->check(CLI::Range(4, 1 << 24))->excludes(file)->capture_default_str();
+      ->check(CLI::Range(4, 1 << 24))
+      ->excludes(file)
+      ->capture_default_str();
   s->add_option("--output-len", serve.options.output_len, "max_tokens of every request")
-      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   s->add_option("--seed", serve.options.seed, "prompts and arrival times");
   s->add_option("--metric-percentiles", serve.percentiles, "comma-separated")
       ->capture_default_str();
@@ -329,22 +372,29 @@ int Main(int argc, char** argv) {
   CLI::Option* wfile = w->add_option("--prompts", sweep.prompts_file, "prompts, one per line");
   w->add_option("--prompt-words", sweep.prompt_words,
                 "with --prompts: cut the file's text into prompts of W words instead")
-      ->check(CLI::Range(1, 1 << 20))->needs(wfile);
+      ->check(CLI::Range(1, 1 << 20))
+      ->needs(wfile);
   w->add_option("--prompt-len", sweep.prompt_len, "random-id prompts of T tokens")
-      ->check(CLI::Range(2, 1 << 20))->excludes(wfile);
+      ->check(CLI::Range(2, 1 << 20))
+      ->excludes(wfile);
   w->add_option("--vocab-size", sweep.vocab_size, "random ids from [3, V) (default 512)")
-      ->check(CLI::Range(4, 1 << 24))->excludes(wfile);
+      ->check(CLI::Range(4, 1 << 24))
+      ->excludes(wfile);
   w->add_option("--num-prompts", sweep.num_prompts, "prompts per cell")
-      ->check(CLI::Range(1, 100000))->capture_default_str();
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   w->add_option("--max-tokens", sweep.options.max_tokens, "tokens per request (>= 32: agreement)")
-      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   w->add_option("--seed", sweep.seed, "random prompts");
   w->add_option("--compute-scale", sweep.compute_scale,
                 "a GPU's prefill speed (tokens/s): adds a second x axis, bandwidth x that / the "
                 "prefill speed measured here")
       ->check(CLI::NonNegativeNumber);
-  w->add_option("--link", sweep.options.link, "how the link is shaped")
-      ->check(CLI::IsMember({"shaper"}))->capture_default_str();
+  w->add_option("--link", sweep.links,
+                "shaper (the producer's token bucket), netns (daemons in two network namespaces "
+                "on a tc-shaped veth; root), or shaper,netns (both, compared)")
+      ->capture_default_str();
   w->add_option("--out", sweep.out, "output directory")->required();
   w->add_flag("--quiet", sweep.quiet, "no progress bar");
   try {
@@ -353,6 +403,22 @@ int Main(int argc, char** argv) {
     return app.exit(e);
   }
   spdlog::set_default_logger(spdlog::stderr_color_mt("scd-bench"));
+  if (w->parsed()) {
+    // SIGINT/SIGTERM: remove the namespaces a --link netns sweep made, then exit; the nodes go
+    // with this process (base/child_process.h).
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    std::thread([signals] {
+      int signal = 0;
+      sigwait(&signals, &signal);
+      std::fprintf(stderr, "scd-bench: %s: stopping\n", signal == SIGINT ? "SIGINT" : "SIGTERM");
+      NetnsLink::RemoveAllOf(static_cast<int>(getpid()));
+      std::_Exit(128 + signal);
+    }).detach();
+  }
   absl::Status status = s->parsed() ? RunServe(serve) : RunSweep(sweep);
   if (!status.ok()) {
     std::fprintf(stderr, "scd-bench: error: %s\n", std::string(status.message()).c_str());

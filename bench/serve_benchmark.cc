@@ -49,12 +49,23 @@ MetricSummary Summarize(std::vector<double> values_s, const std::vector<double>&
 }
 
 std::string CodeName(int code) {
-  static const char* const kNames[] = {
-      "OK",        "CANCELLED",         "UNKNOWN",          "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",   "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-      "UNIMPLEMENTED", "INTERNAL",      "UNAVAILABLE",      "DATA_LOSS",
-      "UNAUTHENTICATED"};
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
   if (code >= 0 && code < 17) return kNames[code];
   return absl::StrCat("CODE_", code);
 }
@@ -154,7 +165,8 @@ absl::StatusOr<std::vector<BenchPrompt>> PromptsFromFile(const std::string& path
       if (!line.empty()) lines.push_back(line);
     }
   }
-  if (lines.empty()) return absl::InvalidArgumentError(absl::StrCat("--prompts: ", path, " is empty"));
+  if (lines.empty())
+    return absl::InvalidArgumentError(absl::StrCat("--prompts: ", path, " is empty"));
   std::vector<BenchPrompt> prompts(static_cast<size_t>(std::max(0, num_prompts)));
   for (size_t i = 0; i < prompts.size(); ++i) prompts[i].text = lines[i % lines.size()];
   return prompts;
@@ -224,13 +236,15 @@ absl::StatusOr<ServeBenchResult> RunServeBenchmark(const ServeBenchOptions& opti
     {
       // At most max_concurrency in flight: a request waits here past its arrival time.
       std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return options.max_concurrency <= 0 || in_flight < options.max_concurrency; });
+      cv.wait(lock,
+              [&] { return options.max_concurrency <= 0 || in_flight < options.max_concurrency; });
       ++in_flight;
     }
     const absl::Time sent = absl::Now();
     result.send_s[static_cast<size_t>(i)] = Seconds(sent - start);
     threads.emplace_back([&, i, sent] {
-      records[static_cast<size_t>(i)] = RunOne(options, options.prompts[static_cast<size_t>(i)], sent);
+      records[static_cast<size_t>(i)] =
+          RunOne(options, options.prompts[static_cast<size_t>(i)], sent);
       std::lock_guard<std::mutex> lock(mu);
       --in_flight;
       ++done;
@@ -281,8 +295,8 @@ absl::StatusOr<ServeBenchResult> RunServeBenchmark(const ServeBenchOptions& opti
 namespace {
 
 nlohmann::json SummaryJson(const MetricSummary& s) {
-  nlohmann::json j = {{"mean_ms", s.mean}, {"median_ms", s.median}, {"std_ms", s.std},
-                      {"count", s.count}};
+  nlohmann::json j = {
+      {"mean_ms", s.mean}, {"median_ms", s.median}, {"std_ms", s.std}, {"count", s.count}};
   for (const auto& [p, v] : s.percentiles) j[absl::StrFormat("p%g_ms", p)] = v;
   return j;
 }
@@ -294,8 +308,8 @@ std::string ServeBenchJson(const ServeBenchResult& r, const ServeBenchOptions& o
   j["server"] = options.server;
   j["targets"] = options.targets;
   j["mode"] = options.mode.empty() ? "auto" : options.mode;
-  j["request_rate"] = std::isfinite(r.request_rate) ? nlohmann::json(r.request_rate)
-                                                    : nlohmann::json("inf");
+  j["request_rate"] =
+      std::isfinite(r.request_rate) ? nlohmann::json(r.request_rate) : nlohmann::json("inf");
   j["burstiness"] = r.burstiness;
   j["max_concurrency"] = r.max_concurrency;
   j["output_len"] = options.output_len;
@@ -343,12 +357,18 @@ std::string ServeBenchJson(const ServeBenchResult& r, const ServeBenchOptions& o
     server_ttft.push_back(static_cast<double>(s.finished.timings().ttft()) / 1e3);
     server_output.push_back(s.finished.output_tokens());
   }
-  j["per_stream"] = {{"target", targets},          {"ok", ok},
-                     {"code", codes},              {"error", errors},
-                     {"input_len", input_lens},    {"output_len", output_lens},
-                     {"ttft_ms", ttfts},           {"itl_s", itls},
-                     {"e2el_ms", e2els},           {"mode", modes},
-                     {"payload_bytes", payload},   {"server_ttft_ms", server_ttft},
+  j["per_stream"] = {{"target", targets},
+                     {"ok", ok},
+                     {"code", codes},
+                     {"error", errors},
+                     {"input_len", input_lens},
+                     {"output_len", output_lens},
+                     {"ttft_ms", ttfts},
+                     {"itl_s", itls},
+                     {"e2el_ms", e2els},
+                     {"mode", modes},
+                     {"payload_bytes", payload},
+                     {"server_ttft_ms", server_ttft},
                      {"server_output_tokens", server_output}};
   j["send_s"] = r.send_s;
   return j.dump(1);
@@ -375,7 +395,8 @@ std::string ServeBenchTable(const ServeBenchResult& r) {
   line("Total token throughput (tok/s):", num(r.total_token_throughput));
   line("Goodput (req/s):", num(r.goodput));
   auto metric = [&](const char* title, const char* name, const MetricSummary& s) {
-    absl::StrAppend(&out, absl::StrFormat("%s\n", absl::StrCat("---------- ", title, " ----------")));
+    absl::StrAppend(&out,
+                    absl::StrFormat("%s\n", absl::StrCat("---------- ", title, " ----------")));
     line(absl::StrCat("Mean ", name, " (ms):"), num(s.mean));
     line(absl::StrCat("Median ", name, " (ms):"), num(s.median));
     line(absl::StrCat("Std ", name, " (ms):"), num(s.std));

@@ -4,7 +4,8 @@
 #              artifact: every mode, with fidelity (agreement, first-token KL);
 #   tinyllama/ the TinyLlama-1.1B shape cut to 4 layers with seeded dummy weights and a
 #              synthesized artifact (scd-calib synth): timings at real KV sizes, 1,024-token
-#              prompts, no fidelity.
+#              prompts, no fidelity; over the producer's shaper (tinyllama/shaper) and over a
+#              tc-shaped veth between network namespaces (tinyllama/netns, needs root), one run.
 # then bench/sweep_check.py prints the acceptance numbers of issue 16 for the TinyLlama run.
 #   bash bench/sweep.sh BUILD SHARED HARD_ARTIFACT OUT
 set -euo pipefail
@@ -21,7 +22,7 @@ echo "== hard pair: stories260k -> llama2xs-260k, every mode, with fidelity"
 "$BUILD/bin/scd-bench" sweep --producer "$SHARED/models/stories260k" \
   --consumer "xs=$SHARED/models/llama2xs-260k:$ARTIFACT" \
   --modes local,raw,int4,reuse,scd --bandwidths 0.01,0.1,1,10,100,inf \
-  --prompts "$SHARED/data/tinystories_valid_hf.txt" --prompt-words 140 --num-prompts 4 \
+  --prompts "$SHARED/data/tinystories_valid_hf.txt" --prompt-words 70 --num-prompts 4 \
   --max-tokens 32 --out "$OUT/hard" > "$OUT/hard.csv"
 
 echo "== TinyLlama-1.1B shape, 4 layers, dummy weights, 1,024-token prompts"
@@ -32,7 +33,10 @@ CONFIG="$SHARED/configs/tinyllama-1.1b.json"
 "$BUILD/bin/scd-bench" sweep --producer "$CONFIG" --consumer "tl=$CONFIG:$OUT/tinyllama-synth.scd" \
   --layers 4 --modes local,raw,int4,recompute,reuse,scd \
   --bandwidths 0.01,0.025,0.1,1,10,100,inf --prompt-len 1024 --vocab-size 32000 \
-  --num-prompts 2 --max-tokens 2 --compute-scale 20000 --out "$OUT/tinyllama" > "$OUT/tinyllama.csv"
+  --num-prompts 2 --max-tokens 2 --compute-scale 20000 --link shaper,netns \
+  --out "$OUT/tinyllama" > "$OUT/tinyllama.csv"
 
-"$PY" "$(dirname "$0")/sweep_check.py" "$OUT/tinyllama"
+"$PY" "$(dirname "$0")/sweep_check.py" "$OUT/tinyllama/shaper"
+echo "-- 3. --link netns against --link shaper (median TTFT, same daemons, same run)"
+cat "$OUT/tinyllama/link_comparison.csv"
 echo "== done in $(( $(date +%s) - start )) s; plots in $OUT/hard and $OUT/tinyllama"

@@ -50,4 +50,8 @@ bool ModeNeedsArtifact(TransferMode mode) {
   return mode == TransferMode::kReuse || mode == TransferMode::kScd;
 }
 
+bool ModeServedWithArtifact(TransferMode mode) {
+  return ModeNeedsArtifact(mode) || mode == TransferMode::kRecompute;
+}
+
 }  // namespace scd

@@ -30,6 +30,9 @@ absl::StatusOr<TransferMode> ParseTransferMode(const std::string& name);
 absl::StatusOr<std::vector<TransferMode>> ParseTransferModes(const std::string& list);
 // Whether the mode needs a fitted artifact.
 bool ModeNeedsArtifact(TransferMode mode);
+// Whether a serving node hands the pair's artifact to the mode: the ones that need it, and
+// recompute, which takes its layer list from it (a request carries no layer list).
+bool ModeServedWithArtifact(TransferMode mode);
 
 }  // namespace scd
 

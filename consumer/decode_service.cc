@@ -52,7 +52,7 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
   route.producer = request->producer();
   absl::StatusOr<TransferMode> mode = ParseTransferMode(route.mode);
   if (!mode.ok()) return Refuse(id, mode.status());
-  if (ModeNeedsArtifact(*mode)) {
+  if (ModeServedWithArtifact(*mode)) {
     auto it = artifacts_.find(request->artifact_id());
     if (it == artifacts_.end()) {
       return Refuse(id, absl::FailedPreconditionError(absl::StrCat(

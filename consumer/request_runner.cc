@@ -44,12 +44,12 @@ struct ExpectedTransfer {
 absl::StatusOr<ExpectedTransfer> PlanTransfer(const ConsumerModel& consumer,
                                               const TargetRoute& route, int64_t tokens) {
   SCD_ASSIGN_OR_RETURN(TransferMode mode, ParseTransferMode(route.mode));
-  if (ModeNeedsArtifact(mode) && route.artifact == nullptr) {
+  if (ModeServedWithArtifact(mode) && route.artifact == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("mode ", route.mode, " needs the pair's artifact; this consumer has none"));
   }
   ExpectedTransfer expected;
-  expected.artifact = ModeNeedsArtifact(mode) ? route.artifact : nullptr;
+  expected.artifact = ModeServedWithArtifact(mode) ? route.artifact : nullptr;
   const ModelConfig& config = consumer.model->config();
   SCD_ASSIGN_OR_RETURN(expected.plan, TransferPlan::Make(mode, config, expected.artifact,
                                                          consumer.transfer_options));

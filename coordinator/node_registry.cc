@@ -40,7 +40,7 @@ absl::Status CheckMode(const std::string& mode) {
 
 bool NeedsArtifact(const std::string& mode) {
   absl::StatusOr<TransferMode> parsed = ParseTransferMode(mode);
-  return parsed.ok() && ModeNeedsArtifact(*parsed);
+  return parsed.ok() && ModeServedWithArtifact(*parsed);
 }
 
 }  // namespace

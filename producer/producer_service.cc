@@ -145,7 +145,7 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
     o.status = [&]() -> absl::Status {
       SCD_ASSIGN_OR_RETURN(TransferMode mode, ParseTransferMode(target.mode()));
       const Artifact* artifact = nullptr;
-      if (ModeNeedsArtifact(mode)) {
+      if (ModeServedWithArtifact(mode)) {
         auto it = producer_.artifacts.find(target.artifact_id());
         if (it == producer_.artifacts.end()) {
           return absl::FailedPreconditionError(absl::StrCat(

@@ -6,6 +6,7 @@
 // request records the shape it travelled under; the unshaped cells are faster than the shaped.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -69,6 +70,39 @@ TEST(BandwidthSweepTest, RawBetweenIdenticalWeightsKeepsQualityAndRespectsTheLin
     ASSERT_TRUE(fs::exists(out + "/" + png)) << png;
     EXPECT_GT(fs::file_size(out + "/" + png), 10000u) << png;
   }
+}
+
+// --link shaper,netns: the same daemons measured over the producer's shaper and over a tc-shaped
+// veth between two network namespaces, in one run; the namespaces are gone afterwards.
+TEST(BandwidthSweepTest, NetnsAndShaperRunInOneSweepAndLeaveNoNamespace) {
+  if (geteuid() != 0) GTEST_SKIP() << "--link netns needs root";
+  testing::TempDir temp;
+  const std::string out = temp.File("both");
+  const testing::CommandResult run = testing::RunCommand(
+      testing::Bin("scd-bench") + " sweep --producer " + testing::ModelDir("stories260k") +
+      " --consumer copy=" + testing::ModelDir("stories260k") +
+      " --modes raw --bandwidths 0.01,inf --prompt-len 200 --num-prompts 1 --max-tokens 4"
+      " --link shaper,netns --quiet --out " + out);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  for (const char* link : {"shaper", "netns"}) {
+    std::ifstream in(out + "/" + link + "/results.jsonl");
+    int records = 0;
+    for (std::string line; std::getline(in, line); ++records) {
+      const nlohmann::json r = nlohmann::json::parse(line);
+      EXPECT_EQ(r["link"], link);
+      ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+      if (r["bandwidth_gbps"] == 0.01) {
+        // Either way the link holds the codes to its rate: (bytes - burst) / rate at least.
+        const double floor_ms = (r["payload_bytes"].get<double>() - 65536) * 8 / 1e7 * 1e3;
+        EXPECT_GE(r["ttft_ms"].get<double>(), floor_ms) << link << ": " << r.dump();
+      }
+    }
+    EXPECT_EQ(records, 2) << link;
+  }
+  EXPECT_THAT(testing::ReadFile(out + "/link_comparison.csv"),
+              HasSubstr("consumer,mode,bandwidth_gbps,shaper_ttft_ms,netns_ttft_ms"));
+  const testing::CommandResult netns = testing::RunCommand("ip netns list");
+  EXPECT_THAT(netns.out, ::testing::Not(HasSubstr("scdb")));
 }
 
 TEST(BandwidthSweepTest, BadInputIsOneLineAndExitOne) {

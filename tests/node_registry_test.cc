@@ -153,9 +153,12 @@ TEST_F(NodeRegistryTest, ExplicitModesNeedWhatTheyNeed) {
   EXPECT_THAT(status.message(), HasSubstr("holds none"));
   EXPECT_EQ(registry_.Resolve({"xs"}, "reuse").status().code(),
             absl::StatusCode::kFailedPrecondition);
-  // raw/int4/recompute/local need none; raw and int4 across different weights say the quality
-  // is degraded (served as asked: the benchmark's baselines).
-  for (const char* mode : {"raw", "int4", "recompute", "local"}) {
+  // So does recompute: its layer list comes from the pair's artifact (a request has none).
+  EXPECT_EQ(registry_.Resolve({"xs"}, "recompute").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // raw/int4/local need none; raw and int4 across different weights say the quality is degraded
+  // (served as asked: the benchmark's baselines).
+  for (const char* mode : {"raw", "int4", "local"}) {
     absl::StatusOr<Route> route = registry_.Resolve({"xs"}, mode);
     ASSERT_TRUE(route.ok()) << mode << ": " << route.status();
     EXPECT_EQ(route->targets[0].mode, mode);

@@ -58,7 +58,7 @@ class ServingTest : public ::testing::Test {
     const testing::ServedConsumer& node = stack_->consumer(name);
     KvCache cache = node.model->NewCache(64);
     if (mode != TransferMode::kLocal) {
-      const Artifact* artifact = ModeNeedsArtifact(mode) ? node.artifact : nullptr;
+      const Artifact* artifact = ModeServedWithArtifact(mode) ? node.artifact : nullptr;
       TransferPath path = testing::Ok(
           TransferPath::Create(mode, *producer_, *node.model, artifact, TransferOptions()));
       const std::vector<TokenId> prefix(prompt.begin(), prompt.end() - 1);
@@ -136,6 +136,20 @@ TEST_F(ServingTest, LogprobsTopOneIsTheGreedyTokenAtEveryPosition) {
   Reply refused = stack_->Generate(request);
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::OUT_OF_RANGE);
   EXPECT_THAT(refused.status.error_message(), HasSubstr("logprobs"));
+}
+
+// Recompute takes its layer list from the pair's artifact: through the coordinator it needs the
+// artifact routed like reuse and scd (it was refused for want of layers before issue 16's sweep).
+TEST_F(ServingTest, RecomputeThroughTheCoordinatorEqualsTheBatchTransferPath) {
+  Reply reply = Generate({"xs"}, "recompute", Prompt(1), 12);
+  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+  ASSERT_TRUE(reply.events["xs"].back().has_finished()) << reply.events["xs"].back().DebugString();
+  EXPECT_EQ(reply.events["xs"].back().finished().mode(), "recompute");
+  EXPECT_EQ(reply.ids["xs"], Reference("xs", TransferMode::kRecompute, Prompt(1), 12));
+  // A consumer without the pair's artifact cannot serve it: refused before any work.
+  Reply refused = Generate({"base-copy"}, "recompute", Prompt(1), 4);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << refused.status.error_message();
 }
 
 TEST_F(ServingTest, RawBetweenIdenticalModelsEqualsLocalGeneration) {
