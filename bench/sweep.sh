@@ -21,7 +21,7 @@ start=$(date +%s)
 echo "== hard pair: stories260k -> llama2xs-260k, every mode, with fidelity"
 "$BUILD/bin/scd-bench" sweep --producer "$SHARED/models/stories260k" \
   --consumer "xs=$SHARED/models/llama2xs-260k:$ARTIFACT" \
-  --modes local,raw,int4,reuse,scd --bandwidths 0.01,0.1,1,10,100,inf \
+  --modes local,raw,int4,recompute,reuse,scd --bandwidths 0.01,0.1,1,10,100,inf \
   --prompts "$SHARED/data/tinystories_valid_hf.txt" --prompt-words 70 --num-prompts 4 \
   --max-tokens 32 --out "$OUT/hard" > "$OUT/hard.csv"
 
