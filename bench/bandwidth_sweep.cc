@@ -270,6 +270,7 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
               rec.prompt_tokens = r.f.prompt_tokens();
               rec.output_tokens = r.f.output_tokens();
               rec.payload_bytes = r.f.payload_bytes();
+              rec.shaper_gbps = r.f.link().gbps();
               rec.timings = r.f.timings();
               // Each stage alone: the fastest seen for this mode and prompt, in the stage runs or
               // in any cell (an unshaped link lets the rebuild queue behind the prefill, so a slow
@@ -328,6 +329,7 @@ std::string SweepJsonl(const SweepResult& result) {
                                                            : nlohmann::json("inf")},
         {"latency_us", r.latency_us},
         {"link", r.link},
+        {"shaper_gbps", r.shaper_gbps},
         {"prompt", r.prompt},
         {"ok", r.ok},
         {"error", r.error},

@@ -77,6 +77,9 @@ struct SweepRecord {
   double bandwidth_gbps = 0;  // inf = unshaped
   double latency_us = 0;
   std::string link;  // shaper | netns
+  // The producer shaper's rate the server reports for this request (Finished.link; 0 = none): the
+  // cell's bandwidth over the shaper, 0 over netns, where tc shapes the veth instead.
+  double shaper_gbps = 0;
   int prompt = 0;
   bool ok = false;
   std::string error;

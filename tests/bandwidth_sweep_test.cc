@@ -3,7 +3,8 @@
 // summary.csv and the four plots. Checked against independent facts: a raw cache moved between
 // identical weights keeps every greedy token and the first token's distribution (agreement 1,
 // KL 0); a shaped link cannot deliver the codes faster than (bytes - burst) / rate; every
-// request records the shape it travelled under; the unshaped cells are faster than the shaped.
+// request records the shape it travelled under. (Shaped against unshaped TTFT is not compared: on
+// a loaded 2-core machine an unshaped 200-token request has taken longer than the shaped floor.)
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -37,7 +38,6 @@ TEST(BandwidthSweepTest, RawBetweenIdenticalWeightsKeepsQualityAndRespectsTheLin
   std::ifstream in(out + "/results.jsonl");
   for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
   ASSERT_EQ(records.size(), 2u * 2 * 2);  // bandwidths x modes x prompts
-  double shaped_raw = 0, unshaped_raw = 0;
   for (const nlohmann::json& r : records) {
     ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
     EXPECT_EQ(r["mode_used"], r["mode"]);
@@ -56,11 +56,14 @@ TEST(BandwidthSweepTest, RawBetweenIdenticalWeightsKeepsQualityAndRespectsTheLin
       const double floor_ms = (bytes - 65536) * 8 / 1e7 * 1e3;
       EXPECT_NEAR(r["transfer_bound_ms"].get<double>(), floor_ms, 1e-6);
       EXPECT_GE(r["ttft_ms"].get<double>(), floor_ms) << r.dump();
-      shaped_raw += r["ttft_ms"].get<double>();
     }
-    if (r["mode"] == "raw" && r["bandwidth_gbps"] == "inf") unshaped_raw += r["ttft_ms"].get<double>();
+    // The coordinator's SetLinkShape reached the producer before the cell's requests: the server
+    // reports the shape each one travelled under (local moves nothing: no link).
+    if (r["mode"] == "raw") {
+      EXPECT_DOUBLE_EQ(r["shaper_gbps"].get<double>(), r["bandwidth_gbps"] == "inf" ? 0.0 : 0.01)
+          << r.dump();
+    }
   }
-  EXPECT_GT(shaped_raw, unshaped_raw);
   const std::string csv = testing::ReadFile(out + "/summary.csv");
   EXPECT_THAT(csv, HasSubstr("consumer,mode,mode_used,bandwidth_gbps"));
   EXPECT_THAT(csv, HasSubstr("copy,raw,raw,0.01,2,0,200"));
@@ -91,6 +94,9 @@ TEST(BandwidthSweepTest, NetnsAndShaperRunInOneSweepAndLeaveNoNamespace) {
       const nlohmann::json r = nlohmann::json::parse(line);
       EXPECT_EQ(r["link"], link);
       ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+      // Over netns tc shapes the veth and the producer's shaper stays off.
+      const bool shaped_by_producer = std::string(link) == "shaper" && r["bandwidth_gbps"] == 0.01;
+      EXPECT_DOUBLE_EQ(r["shaper_gbps"].get<double>(), shaped_by_producer ? 0.01 : 0.0) << r.dump();
       if (r["bandwidth_gbps"] == 0.01) {
         // Either way the link holds the codes to its rate: (bytes - burst) / rate at least.
         const double floor_ms = (r["payload_bytes"].get<double>() - 65536) * 8 / 1e7 * 1e3;
