@@ -139,10 +139,6 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-std::string Bandwidth(double gbps) {
-  return std::isfinite(gbps) ? absl::StrFormat("%g", gbps) : "inf";
-}
-
 // The stage holding most of a record's excess over its bound.
 std::string ExcessStage(const SweepRecord& r) {
   const v1::Timings& t = r.timings;
@@ -250,7 +246,7 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
         for (int li = 0; li < static_cast<int>(o.links.size()); ++li) {
           if (absl::Status s = SetShape(o, li, gbps); !s.ok()) return s;
           for (const std::string& mode : o.modes) {
-            progress(absl::StrCat(consumer, " ", mode, " at ", Bandwidth(gbps), " Gbit/s (",
+            progress(absl::StrCat(consumer, " ", mode, " at ", RateText(gbps), " Gbit/s (",
                                   o.links[static_cast<size_t>(li)].name, ")"));
             const Reply r = Run(o, consumer, mode, o.prompts[p]);
             SweepRecord rec;
@@ -413,7 +409,7 @@ std::string SweepSummaryCsv(const SweepResult& result) {
     const double tok = Median(tokens);
     absl::StrAppendFormat(
         &out, "%s,%s,%s,%s,%d,%d,%.0f,%.0f,%.1f,%.3f,%.3f,%.4f,%.4f,%.3f,%.3f,%.3f,%.3f,%s,%s,%s\n",
-        std::get<0>(key), std::get<1>(key), used, Bandwidth(std::get<2>(key)),
+        std::get<0>(key), std::get<1>(key), used, RateText(std::get<2>(key)),
         static_cast<int>(rs.size()), failed, tok, Median(bytes), tok > 0 ? Median(bytes) / tok : 0,
         Median(ttft), Median(bound), Median(ratio), max_ratio, Median(prefill), Median(transfer),
         Median(rebuild), Median(decode), stage,
@@ -421,6 +417,34 @@ std::string SweepSummaryCsv(const SweepResult& result) {
         kl.empty() ? "" : absl::StrFormat("%.5f", Median(kl)));
   }
   return out;
+}
+
+std::string RateText(double rate) {
+  return std::isfinite(rate) ? absl::StrFormat("%g", rate) : "inf";
+}
+
+std::string LinkComparisonCsv(const SweepResult& shaper, const SweepResult& netns) {
+  using Cell = std::tuple<std::string, std::string, double>;
+  auto medians = [](const SweepResult& r) {
+    std::map<Cell, std::vector<double>> cells;
+    for (const SweepRecord& rec : r.records) {
+      if (rec.ok)
+        cells[{rec.consumer, rec.mode, rec.bandwidth_gbps}].push_back(rec.timings.ttft() / 1e3);
+    }
+    std::map<Cell, double> out;
+    for (auto& [key, v] : cells) out[key] = Median(std::move(v));
+    return out;
+  };
+  const std::map<Cell, double> a = medians(shaper), b = medians(netns);
+  std::string csv = "consumer,mode,bandwidth_gbps,shaper_ttft_ms,netns_ttft_ms,netns_vs_shaper\n";
+  for (const auto& [key, ttft] : a) {
+    auto it = b.find(key);
+    if (it == b.end()) continue;
+    absl::StrAppendFormat(&csv, "%s,%s,%s,%.3f,%.3f,%+.1f%%\n", std::get<0>(key), std::get<1>(key),
+                          RateText(std::get<2>(key)), ttft, it->second,
+                          ttft > 0 ? 100 * (it->second / ttft - 1) : 0);
+  }
+  return csv;
 }
 
 }  // namespace scd::bench

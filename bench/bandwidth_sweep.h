@@ -37,21 +37,21 @@
 namespace scd::bench {
 
 struct SweepOptions {
-  std::string server;   // public Inference API (coordinator or all-in-one)
-  std::string control;  // the coordinator's control plane (Registry.SetLinkShape)
-  std::string secret;   // the cluster secret
-  std::vector<std::string> consumers;           // swept one after another
+  std::string server;                  // public Inference API (coordinator or all-in-one)
+  std::string control;                 // the coordinator's control plane (Registry.SetLinkShape)
+  std::string secret;                  // the cluster secret
+  std::vector<std::string> consumers;  // swept one after another
   std::vector<std::string> modes = {"local", "raw", "int4", "recompute", "reuse", "scd"};
   std::vector<double> bandwidths_gbps = {0.01, 0.1, 1, 10, 100, INFINITY};  // inf: unshaped
   double latency_us = 0;
   std::vector<BenchPrompt> prompts;
-  int max_tokens = 32;     // agreement is over min(32, max_tokens) tokens
-  int logprobs = 20;       // top-k for the first token's KL
-  int alone_repeats = 3;   // each stage alone: the fastest of this many runs
+  int max_tokens = 32;    // agreement is over min(32, max_tokens) tokens
+  int logprobs = 20;      // top-k for the first token's KL
+  int alone_repeats = 3;  // each stage alone: the fastest of this many runs
   // The shaper's token bucket starts full (transport/link_shaper.h, as tc tbf's burst): that
   // many bytes pass before the rate applies, so the transfer bound is (bytes - burst) / rate.
   double burst_bytes = 64 * 1024;
-  bool fidelity = true;    // real weights: quality columns; dummy weights: "no fidelity"
+  bool fidelity = true;  // real weights: quality columns; dummy weights: "no fidelity"
   // How the link is shaped; several: each cell is measured over each in turn (interleaved, so
   // they see the same machine), every other link unshaped meanwhile.
   struct Link {
@@ -85,16 +85,16 @@ struct SweepRecord {
   std::string error;
   int64_t prompt_tokens = 0, output_tokens = 0;
   uint64_t payload_bytes = 0;
-  v1::Timings timings;         // the server's breakdown, microseconds
-  double client_ttft_us = 0;   // request sent -> first token id, on the client
+  v1::Timings timings;        // the server's breakdown, microseconds
+  double client_ttft_us = 0;  // request sent -> first token id, on the client
   StagesAlone alone;
   double transfer_bound_us = 0;  // payload bytes / bandwidth (+ latency)
   double bound_us = 0;
-  double ratio = 0;              // timings.ttft / bound
-  std::string excess_stage;      // where a ratio above 1.15 is held ("" otherwise)
+  double ratio = 0;          // timings.ttft / bound
+  std::string excess_stage;  // where a ratio above 1.15 is held ("" otherwise)
   // Quality against the consumer's own prefill (fidelity only; -1: not measured).
-  double agreement = -1;  // share of the first min(32, n) greedy tokens equal
-  double first_kl = -1;   // KL(local || mode) of the first token over local's top-k (nats)
+  double agreement = -1;     // share of the first min(32, n) greedy tokens equal
+  double first_kl = -1;      // KL(local || mode) of the first token over local's top-k (nats)
   std::vector<int32_t> ids;  // generated ids
 };
 
@@ -116,6 +116,11 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& options);
 std::string SweepJsonl(const SweepResult& result);
 // Per (consumer, mode, bandwidth): medians over the prompts, one CSV row each, with a header.
 std::string SweepSummaryCsv(const SweepResult& result);
+// The same cells over two links (--link shaper,netns): median TTFT of each and netns against
+// shaper in percent, one CSV row per cell present in both.
+std::string LinkComparisonCsv(const SweepResult& shaper, const SweepResult& netns);
+// "0.01", "inf": a rate (Gbit/s, req/s) as file names and tables show it.
+std::string RateText(double rate);
 
 }  // namespace scd::bench
 

@@ -61,6 +61,7 @@ def plot_ttft(rows, meta, out, consumer):
     bws = finite_bws(rows)
     inf_at = (max(bws) * 10) if bws else 1.0
     fig, ax = plt.subplots(figsize=(8.5, 5.2))
+    ys = []
     for mode in modes_of(rows):
         cells = sorted((bw_value(r["bandwidth_gbps"], inf_at), r) for r in rows
                        if r["mode"] == mode and r["consumer"] == consumer and r["ttft_ms"])
@@ -68,6 +69,7 @@ def plot_ttft(rows, meta, out, consumer):
         if not cells:
             continue
         xs = [x for x, _ in cells]
+        ys += [float(r[k]) for _, r in cells for k in ("ttft_ms", "bound_ms") if float(r[k]) > 0]
         color = COLORS.get(mode)
         ax.plot(xs, [float(r["ttft_ms"]) for _, r in cells], "o-", color=color,
                 label=f"{mode} TTFT")
@@ -76,8 +78,10 @@ def plot_ttft(rows, meta, out, consumer):
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    # Within a decade every minor tick gets its number (else a narrow range shows one label).
+    narrow = bool(ys) and max(ys) < 10 * min(ys)
     ax.yaxis.set_minor_formatter(ticker.FuncFormatter(
-        lambda v, _: f"{v:g}" if str(f"{v:g}")[0] in "25" else ""))
+        lambda v, _: f"{v:g}" if narrow or str(f"{v:g}")[0] in "25" else ""))
     ax.xaxis.set_minor_locator(ticker.NullLocator())
     ticks = bws + [inf_at]
     ax.set_xticks(ticks)
@@ -105,13 +109,15 @@ def pick_bandwidth(rows, wanted):
     bws = finite_bws(rows)
     if wanted is not None:
         return min(bws, key=lambda b: abs(math.log(b / wanted))) if bws else "inf"
-    # Where raw transfer time is closest to the producer's prefill: the interesting crossover.
+    # Where raw transfer time is closest to the producer's prefill, preferring bandwidths where it
+    # is not below it (the link starts to hold raw back): the interesting crossover, as
+    # bench/sweep_check.py picks it.
     best, gap = None, None
     for r in rows:
         if r["mode"] == "raw" and r["bandwidth_gbps"] != "inf" and r["transfer_bound_ms"]:
             pre, tr = float(r["prefill_alone_ms"] or 0), float(r["transfer_bound_ms"] or 0)
             if pre > 0 and tr > 0:
-                g = abs(math.log(tr / pre))
+                g = (0 if tr >= pre else 1e3) + abs(math.log(tr / pre))
                 if gap is None or g < gap:
                     best, gap = float(r["bandwidth_gbps"]), g
     if best is not None:

@@ -86,10 +86,6 @@ absl::StatusOr<std::vector<double>> ParseList(const std::string& flag, const std
   return values;
 }
 
-std::string RateName(double rate) {
-  return std::isfinite(rate) ? absl::StrFormat("%g", rate) : "inf";
-}
-
 absl::Status RunServe(ServeFlags& flags) {
   ServeBenchOptions& o = flags.options;
   o.targets = absl::StrSplit(flags.targets, ',', absl::SkipEmpty());
@@ -109,7 +105,7 @@ absl::Status RunServe(ServeFlags& flags) {
   std::vector<std::string> written;
   for (double rate : rates) {
     o.request_rate = rate;
-    Progress progress(absl::StrCat("rate ", RateName(rate)), static_cast<int64_t>(o.prompts.size()),
+    Progress progress(absl::StrCat("rate ", RateText(rate)), static_cast<int64_t>(o.prompts.size()),
                       !flags.quiet);
     o.on_progress = [&](int, int) { progress.Advance(); };
     SCD_ASSIGN_OR_RETURN(ServeBenchResult result, RunServeBenchmark(o));
@@ -117,7 +113,7 @@ absl::Status RunServe(ServeFlags& flags) {
     std::fputs(ServeBenchTable(result).c_str(), stdout);
     std::fflush(stdout);
     if (!flags.out.empty()) {
-      const std::string path = absl::StrCat(flags.out, "/serve-", RateName(rate), ".json");
+      const std::string path = absl::StrCat(flags.out, "/serve-", RateText(rate), ".json");
       std::ofstream(path) << ServeBenchJson(result, o) << "\n";
       written.push_back(path);
     }
@@ -147,6 +143,7 @@ struct SweepFlags {
   uint64_t seed = 0;
   double compute_scale = 0;
   std::string links = "shaper";
+  std::string producer_cpus, consumer_cpus;
   std::string out;
   bool quiet = false;
 };
@@ -186,33 +183,6 @@ absl::Status WriteSweep(const SweepFlags& flags, const SweepOptions& o, const Sw
   return RunPlotScript("plot_sweep.py", {out});
 }
 
-// Median TTFT per (consumer, mode, bandwidth) of two sweeps of the same deployment.
-std::string CompareLinks(const SweepResult& shaper, const SweepResult& netns) {
-  auto medians = [](const SweepResult& r) {
-    std::map<std::tuple<std::string, std::string, double>, std::vector<double>> cells;
-    for (const SweepRecord& rec : r.records) {
-      if (rec.ok)
-        cells[{rec.consumer, rec.mode, rec.bandwidth_gbps}].push_back(rec.timings.ttft() / 1e3);
-    }
-    std::map<std::tuple<std::string, std::string, double>, double> out;
-    for (auto& [key, v] : cells) {
-      std::sort(v.begin(), v.end());
-      out[key] = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-    }
-    return out;
-  };
-  const auto a = medians(shaper), b = medians(netns);
-  std::string csv = "consumer,mode,bandwidth_gbps,shaper_ttft_ms,netns_ttft_ms,netns_vs_shaper\n";
-  for (const auto& [key, ttft] : a) {
-    auto it = b.find(key);
-    if (it == b.end()) continue;
-    absl::StrAppendFormat(&csv, "%s,%s,%s,%.3f,%.3f,%+.1f%%\n", std::get<0>(key), std::get<1>(key),
-                          RateName(std::get<2>(key)), ttft, it->second,
-                          ttft > 0 ? 100 * (it->second / ttft - 1) : 0);
-  }
-  return csv;
-}
-
 absl::Status RunSweep(SweepFlags& flags) {
   SweepOptions& o = flags.options;
   SCD_ASSIGN_OR_RETURN(o.bandwidths_gbps, ParseList("--bandwidths", flags.bandwidths));
@@ -236,6 +206,9 @@ absl::Status RunSweep(SweepFlags& flags) {
   if (netns && flags.producer.empty()) {
     return absl::InvalidArgumentError("--link netns starts its own nodes: give --producer");
   }
+  if (!flags.producer_cpus.empty() && flags.producer.empty()) {
+    return absl::InvalidArgumentError("--producer-cpus pins nodes it starts: give --producer");
+  }
   if (flags.prompts_file.empty() && flags.prompt_len <= 0) {
     return absl::InvalidArgumentError("give --prompts FILE or --prompt-len T");
   }
@@ -249,8 +222,9 @@ absl::Status RunSweep(SweepFlags& flags) {
   }
   std::unique_ptr<SweepDeployment> deployment;
   if (!flags.producer.empty()) {
-    DeploymentSpec spec{SelfDir(),    flags.producer,       flags.consumers,
-                        flags.layers, flags.out + "/nodes", netns};
+    DeploymentSpec spec{SelfDir(),           flags.producer,       flags.consumers,
+                        flags.layers,        flags.out + "/nodes", netns,
+                        flags.producer_cpus, flags.consumer_cpus};
     SCD_ASSIGN_OR_RETURN(deployment, SweepDeployment::Start(spec));
     o.server = deployment->server();
     o.control = deployment->control();
@@ -293,7 +267,7 @@ absl::Status RunSweep(SweepFlags& flags) {
     std::fputs(SweepSummaryCsv(r).c_str(), stdout);
   }
   if (results.count("shaper") && results.count("netns")) {
-    const std::string csv = CompareLinks(results["shaper"], results["netns"]);
+    const std::string csv = LinkComparisonCsv(results["shaper"], results["netns"]);
     std::ofstream(flags.out + "/link_comparison.csv") << csv;
     std::fputs(csv.c_str(), stdout);
   }
@@ -395,6 +369,14 @@ int Main(int argc, char** argv) {
                 "shaper (the producer's token bucket), netns (daemons in two network namespaces "
                 "on a tc-shaped veth; root), or shaper,netns (both, compared)")
       ->capture_default_str();
+  CLI::Option* pcpus =
+      w->add_option("--producer-cpus", sweep.producer_cpus,
+                    "start separate daemons, the producer pinned to these CPUs (as 0 or 0-3) with "
+                    "as many compute threads");
+  CLI::Option* ccpus = w->add_option("--consumer-cpus", sweep.consumer_cpus,
+                                     "... and the coordinator and consumers to these");
+  pcpus->needs(ccpus);
+  ccpus->needs(pcpus);
   w->add_option("--out", sweep.out, "output directory")->required();
   w->add_flag("--quiet", sweep.quiet, "no progress bar");
   try {

@@ -5,7 +5,10 @@
 #   tinyllama/ the TinyLlama-1.1B shape cut to 4 layers with seeded dummy weights and a
 #              synthesized artifact (scd-calib synth): timings at real KV sizes, 1,024-token
 #              prompts, no fidelity; over the producer's shaper (tinyllama/shaper) and over a
-#              tc-shaped veth between network namespaces (tinyllama/netns, needs root), one run.
+#              tc-shaped veth between network namespaces (tinyllama/netns, needs root), one run;
+#              on a machine with >= 2 CPUs the producer daemon is pinned to the first half of
+#              them and the consumer's side to the rest (two machines' worth of separation: the
+#              producer's prefill never shares a core with the consumer's rebuild).
 # then bench/sweep_check.py prints the acceptance numbers of issue 16 for the TinyLlama run.
 #   bash bench/sweep.sh BUILD SHARED HARD_ARTIFACT OUT
 set -euo pipefail
@@ -27,13 +30,18 @@ echo "== hard pair: stories260k -> llama2xs-260k, every mode, with fidelity"
 
 echo "== TinyLlama-1.1B shape, 4 layers, dummy weights, 1,024-token prompts"
 CONFIG="$SHARED/configs/tinyllama-1.1b.json"
+# The CPUs this process may use, split in two halves (comma lists).
+read -r P_CPUS C_CPUS < <("$PY" -c 'import os; c = sorted(os.sched_getaffinity(0)); h = len(c) // 2
+print(",".join(map(str, c[:h])) or "-", ",".join(map(str, c[h:])))')
+PIN=()
+[ "$P_CPUS" != "-" ] && PIN=(--producer-cpus "$P_CPUS" --consumer-cpus "$C_CPUS")
 "$BUILD/bin/scd-calib" synth --producer "$CONFIG" --consumer "$CONFIG" --layers 4 \
   --patch-layers 0,3 --recompute-layers 0 --rank-k 16 --rank-v 16 --rank-h 256 \
   --out "$OUT/tinyllama-synth.scd"
 "$BUILD/bin/scd-bench" sweep --producer "$CONFIG" --consumer "tl=$CONFIG:$OUT/tinyllama-synth.scd" \
   --layers 4 --modes local,raw,int4,recompute,reuse,scd \
-  --bandwidths 0.01,0.025,0.1,1,10,100,inf --prompt-len 1024 --vocab-size 32000 \
-  --num-prompts 2 --max-tokens 2 --compute-scale 20000 --link shaper,netns \
+  --bandwidths 0.005,0.01,0.1,1,10,inf --prompt-len 1024 --vocab-size 32000 \
+  --num-prompts 2 --max-tokens 2 --compute-scale 20000 --link shaper,netns "${PIN[@]}" \
   --out "$OUT/tinyllama" > "$OUT/tinyllama.csv"
 
 "$PY" "$(dirname "$0")/sweep_check.py" "$OUT/tinyllama/shaper"

@@ -1,10 +1,14 @@
 #include "bench/sweep_deployment.h"
 
+#include <sched.h>
+
 #include <filesystem>
 #include <fstream>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "base/random_id.h"
 #include "base/status_macros.h"
@@ -44,7 +48,46 @@ void AddModel(std::vector<std::string>* argv, const std::string& path, int64_t l
 // "0.0.0.0:1234" -> "1234".
 std::string Port(const std::string& address) { return address.substr(address.rfind(':') + 1); }
 
+// `taskset -c CPUS ARGV... --threads N` (N = the list's size), or argv itself with no list.
+absl::StatusOr<std::vector<std::string>> Pinned(std::vector<std::string> argv,
+                                                const std::string& cpus) {
+  if (cpus.empty()) return argv;
+  SCD_ASSIGN_OR_RETURN(int n, CountCpus(cpus));
+  argv.insert(argv.end(), {"--threads", absl::StrCat(n)});
+  argv.insert(argv.begin(), {"taskset", "-c", cpus});
+  return argv;
+}
+
 }  // namespace
+
+absl::StatusOr<int> CountCpus(const std::string& list) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) CPU_ZERO(&allowed);
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU list '", list, "': ", why));
+  };
+  std::vector<bool> seen(CPU_SETSIZE, false);
+  int count = 0;
+  for (absl::string_view part : absl::StrSplit(list, ',')) {
+    const std::vector<absl::string_view> ends = absl::StrSplit(part, absl::MaxSplits('-', 1));
+    int lo = 0, hi = 0;
+    if (!absl::SimpleAtoi(ends[0], &lo) || (ends.size() == 2 && !absl::SimpleAtoi(ends[1], &hi))) {
+      return bad("expected CPU numbers and ranges, as 0 or 2-3 or 0,2");
+    }
+    if (ends.size() == 1) hi = lo;
+    if (lo < 0 || hi < lo || hi >= CPU_SETSIZE) return bad(absl::StrCat("bad range '", part, "'"));
+    for (int cpu = lo; cpu <= hi; ++cpu) {
+      if (!CPU_ISSET(cpu, &allowed)) {
+        return bad(absl::StrCat(
+            "CPU ", cpu, " is not one this process may run on (nproc: ", CPU_COUNT(&allowed), ")"));
+      }
+      if (!seen[static_cast<size_t>(cpu)]) ++count;
+      seen[static_cast<size_t>(cpu)] = true;
+    }
+  }
+  return count;
+}
 
 absl::StatusOr<std::unique_ptr<SweepDeployment>> SweepDeployment::Start(
     const DeploymentSpec& spec) {
@@ -63,7 +106,14 @@ absl::StatusOr<std::unique_ptr<SweepDeployment>> SweepDeployment::Start(
     d->names_.push_back(c.name);
     d->fidelity_ = d->fidelity_ && fs::is_directory(c.path);
   }
-  SCD_RETURN_IF_ERROR(spec.netns ? d->StartInNamespaces(spec) : d->StartAllInOne(spec));
+  if (spec.producer_cpus.empty() != spec.consumer_cpus.empty()) {
+    return absl::InvalidArgumentError("give both CPU lists (producer and consumer) or neither");
+  }
+  for (const std::string* cpus : {&spec.producer_cpus, &spec.consumer_cpus}) {
+    if (!cpus->empty()) SCD_RETURN_IF_ERROR(CountCpus(*cpus).status());
+  }
+  const bool daemons = spec.netns || !spec.producer_cpus.empty();
+  SCD_RETURN_IF_ERROR(daemons ? d->StartDaemons(spec) : d->StartAllInOne(spec));
   // Serving once every model is routable.
   const absl::Time limit = absl::Now() + absl::Minutes(10);
   for (;;) {
@@ -112,41 +162,54 @@ absl::Status SweepDeployment::StartAllInOne(const DeploymentSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::Status SweepDeployment::StartInNamespaces(const DeploymentSpec& spec) {
-  SCD_ASSIGN_OR_RETURN(NetnsLink link, NetnsLink::Create());
-  netns_.emplace(std::move(link));
-  NetnsLink& n = *netns_;
+absl::Status SweepDeployment::StartDaemons(const DeploymentSpec& spec) {
+  if (spec.netns) {
+    SCD_ASSIGN_OR_RETURN(NetnsLink link, NetnsLink::Create());
+    netns_.emplace(std::move(link));
+  }
+  NetnsLink* n = netns_ ? &*netns_ : nullptr;
+  const std::string loopback = "127.0.0.1";
+  const std::string producer_ip = n ? n->producer_ip() : loopback;
+  const std::string consumer_ip = n ? n->consumer_ip() : loopback;
   auto start = [&](std::vector<std::string> argv, const std::string& name,
-                   bool in_producer) -> absl::StatusOr<ChildProcess*> {
+                   bool producer_side) -> absl::StatusOr<ChildProcess*> {
     const std::string addr = spec.dir + "/" + name + ".addr";
     const std::string control = spec.dir + "/" + name + ".control.addr";
     fs::remove(addr);
     fs::remove(control);
     argv.insert(argv.end(), {"--address-file", addr, "--control-address-file", control,
                              "--cluster-secret-file", secret_file_, "--log-level", "info"});
-    SCD_ASSIGN_OR_RETURN(ChildProcess p,
-                         ChildProcess::Start(in_producer ? n.InProducer(argv) : n.InConsumer(argv),
-                                             spec.dir + "/" + name + ".log"));
+    const bool computes = name != "coordinator";
+    if (computes) {
+      SCD_ASSIGN_OR_RETURN(
+          argv, Pinned(std::move(argv), producer_side ? spec.producer_cpus : spec.consumer_cpus));
+    } else if (!spec.consumer_cpus.empty()) {
+      argv.insert(argv.begin(), {"taskset", "-c", spec.consumer_cpus});
+    }
+    if (n) argv = producer_side ? n->InProducer(argv) : n->InConsumer(argv);
+    SCD_ASSIGN_OR_RETURN(ChildProcess p, ChildProcess::Start(argv, spec.dir + "/" + name + ".log"));
     processes_.push_back(std::move(p));
     return &processes_.back();
   };
-  // The coordinator in the consumer's namespace, on every address there: the producer dials it
-  // over the shaped pair, this process over its own pair.
-  SCD_ASSIGN_OR_RETURN(ChildProcess * coordinator,
-                       start({spec.bin_dir + "/scd-coordinator", "--listen", "0.0.0.0:0",
-                              "--control-listen", "0.0.0.0:0"},
-                             "coordinator", false));
+  // The coordinator on the consumer's side, on every address there: under netns the producer
+  // dials it over the shaped pair, this process over its own pair.
+  SCD_ASSIGN_OR_RETURN(
+      ChildProcess * coordinator,
+      start({spec.bin_dir + "/scd-coordinator", "--listen", (n ? "0.0.0.0" : loopback) + ":0",
+             "--control-listen", (n ? "0.0.0.0" : loopback) + ":0"},
+            "coordinator", false));
   SCD_ASSIGN_OR_RETURN(std::string public_address,
                        coordinator->WaitForFile(spec.dir + "/coordinator.addr", absl::Seconds(60)));
   SCD_ASSIGN_OR_RETURN(
       std::string control_address,
       coordinator->WaitForFile(spec.dir + "/coordinator.control.addr", absl::Seconds(30)));
-  server_ = n.consumer_ip_from_caller() + ":" + Port(public_address);
-  control_ = n.consumer_ip_from_caller() + ":" + Port(control_address);
-  const std::string registry = n.consumer_ip() + ":" + Port(control_address);
+  const std::string caller_ip = n ? n->consumer_ip_from_caller() : loopback;
+  server_ = caller_ip + ":" + Port(public_address);
+  control_ = caller_ip + ":" + Port(control_address);
+  const std::string registry = consumer_ip + ":" + Port(control_address);
   std::vector<std::string> producer = {spec.bin_dir + "/scd-producer",
                                        "--control-listen",
-                                       n.producer_ip() + ":0",
+                                       producer_ip + ":0",
                                        "--coordinator",
                                        registry,
                                        "--transport",
@@ -160,11 +223,11 @@ absl::Status SweepDeployment::StartInNamespaces(const DeploymentSpec& spec) {
                                          "--name",
                                          c.name,
                                          "--listen",
-                                         n.consumer_ip() + ":0",
+                                         consumer_ip + ":0",
                                          "--control-listen",
-                                         n.consumer_ip() + ":0",
+                                         consumer_ip + ":0",
                                          "--transfer-listen",
-                                         n.consumer_ip() + ":0",
+                                         consumer_ip + ":0",
                                          "--coordinator",
                                          registry,
                                          "--transport",

@@ -2,7 +2,11 @@
 //  - `scd serve --all-in-one` on loopback (codes over the in-process transport, shaped by the
 //    producer's shaper), or
 //  - for `--link netns`, scd-coordinator and scd-consumer in the consumer's network namespace and
-//    scd-producer in the producer's (bench/netns_link.h), codes over gRPC on the shaped veth.
+//    scd-producer in the producer's (bench/netns_link.h), codes over gRPC on the shaped veth;
+//  - with CPU lists (--producer-cpus/--consumer-cpus) the same three daemons, on loopback unless
+//    netns, each pinned with taskset to its list and given as many compute threads as it has
+//    CPUs: on a small machine this is what two machines are, the producer's prefill never shares
+//    a core with the consumer's rebuild (one all-in-one process or two unpinned daemons do).
 // Both get a fresh cluster secret; addresses come back through --address-file. Models: a
 // directory (real weights, fidelity) or a config.json (dummy weights, --layers, the daemons'
 // default seeds, which scd-calib synth's match).
@@ -29,11 +33,19 @@ struct DeploymentSpec {
   int64_t layers = 0;                  // dummy weights: keep the first N layers
   std::string dir;                     // logs, address files, the secret
   bool netns = false;
+  // CPU lists ("0", "2-3", "0,2"), both or neither: the producer on the first, the coordinator
+  // and the consumers on the second.
+  std::string producer_cpus, consumer_cpus;
 };
+
+// The number of CPUs in a list like "0-3,6"; INVALID_ARGUMENT when malformed or naming a CPU this
+// process may not run on (sched_getaffinity).
+absl::StatusOr<int> CountCpus(const std::string& list);
 
 class SweepDeployment {
  public:
-  // INVALID_ARGUMENT for a malformed --consumer; the failing process's log tail otherwise.
+  // INVALID_ARGUMENT for a malformed --consumer or CPU list; the failing process's log tail
+  // otherwise.
   static absl::StatusOr<std::unique_ptr<SweepDeployment>> Start(const DeploymentSpec& spec);
   ~SweepDeployment();
 
@@ -47,7 +59,7 @@ class SweepDeployment {
  private:
   SweepDeployment() = default;
   absl::Status StartAllInOne(const DeploymentSpec& spec);
-  absl::Status StartInNamespaces(const DeploymentSpec& spec);
+  absl::Status StartDaemons(const DeploymentSpec& spec);
 
   std::string server_, control_, secret_, secret_file_;
   std::vector<std::string> names_;

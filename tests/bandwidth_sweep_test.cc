@@ -5,6 +5,8 @@
 // KL 0); a shaped link cannot deliver the codes faster than (bytes - burst) / rate; every
 // request records the shape it travelled under. (Shaped against unshaped TTFT is not compared: on
 // a loaded 2-core machine an unshaped 200-token request has taken longer than the shaped floor.)
+#include "bench/bandwidth_sweep.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -31,7 +33,8 @@ TEST(BandwidthSweepTest, RawBetweenIdenticalWeightsKeepsQualityAndRespectsTheLin
       testing::Bin("scd-bench") + " sweep --producer " + testing::ModelDir("stories260k") +
       " --consumer copy=" + testing::ModelDir("stories260k") +
       " --modes local,raw --bandwidths 0.01,inf --prompt-len 200 --num-prompts 2"
-      " --max-tokens 32 --quiet --out " + out);
+      " --max-tokens 32 --quiet --out " +
+      out);
   ASSERT_EQ(run.exit_code, 0) << run.err << "\nserver log:\n"
                               << testing::ReadFile(out + "/server.log");
   std::vector<nlohmann::json> records;
@@ -85,7 +88,8 @@ TEST(BandwidthSweepTest, NetnsAndShaperRunInOneSweepAndLeaveNoNamespace) {
       testing::Bin("scd-bench") + " sweep --producer " + testing::ModelDir("stories260k") +
       " --consumer copy=" + testing::ModelDir("stories260k") +
       " --modes raw --bandwidths 0.01,inf --prompt-len 200 --num-prompts 1 --max-tokens 4"
-      " --link shaper,netns --quiet --out " + out);
+      " --link shaper,netns --quiet --out " +
+      out);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   for (const char* link : {"shaper", "netns"}) {
     std::ifstream in(out + "/" + link + "/results.jsonl");
@@ -111,6 +115,51 @@ TEST(BandwidthSweepTest, NetnsAndShaperRunInOneSweepAndLeaveNoNamespace) {
   EXPECT_THAT(netns.out, ::testing::Not(HasSubstr("scdb")));
 }
 
+// --producer-cpus/--consumer-cpus: separate daemons on loopback, codes over gRPC through the
+// producer's shaper, each daemon with one compute thread per CPU of its list.
+TEST(BandwidthSweepTest, PinnedDaemonsOnLoopbackHoldTheLink) {
+  testing::TempDir temp;
+  const std::string out = temp.File("pinned");
+  const testing::CommandResult run = testing::RunCommand(
+      testing::Bin("scd-bench") + " sweep --producer " + testing::ModelDir("stories260k") +
+      " --consumer copy=" + testing::ModelDir("stories260k") +
+      " --modes raw --bandwidths 0.01 --prompt-len 200 --num-prompts 1 --max-tokens 4"
+      " --producer-cpus 0 --consumer-cpus 0 --quiet --out " +
+      out);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json r = nlohmann::json::parse(testing::ReadFile(out + "/results.jsonl"));
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  EXPECT_DOUBLE_EQ(r["shaper_gbps"].get<double>(), 0.01);
+  EXPECT_GE(r["ttft_ms"].get<double>(), (r["payload_bytes"].get<double>() - 65536) * 8 / 1e4);
+  for (const char* node : {"producer", "consumer-0"}) {
+    EXPECT_THAT(testing::ReadFile(out + "/nodes/" + node + ".log"), HasSubstr("aten_threads=1"))
+        << node;
+  }
+}
+
+// link_comparison.csv: per cell the median TTFT over each link, netns against shaper in percent;
+// cells one link lacks and failed requests are left out.
+TEST(BandwidthSweepTest, LinkComparisonIsMedianAgainstMedian) {
+  auto record = [](const std::string& mode, double gbps, double ttft_ms, bool ok = true) {
+    bench::SweepRecord r;
+    r.consumer = "c";
+    r.mode = mode;
+    r.bandwidth_gbps = gbps;
+    r.ok = ok;
+    r.timings.set_ttft(static_cast<uint64_t>(ttft_ms * 1e3));
+    return r;
+  };
+  bench::SweepResult shaper, netns;
+  shaper.records = {record("raw", 0.1, 100), record("raw", 0.1, 300), record("raw", 0.1, 200),
+                    record("raw", INFINITY, 50), record("scd", 1, 80)};
+  netns.records = {record("raw", 0.1, 210), record("raw", 0.1, 230), record("raw", 0.1, 1, false),
+                   record("raw", INFINITY, 45)};
+  EXPECT_EQ(bench::LinkComparisonCsv(shaper, netns),
+            "consumer,mode,bandwidth_gbps,shaper_ttft_ms,netns_ttft_ms,netns_vs_shaper\n"
+            "c,raw,0.1,200.000,220.000,+10.0%\n"
+            "c,raw,inf,50.000,45.000,-10.0%\n");
+}
+
 TEST(BandwidthSweepTest, BadInputIsOneLineAndExitOne) {
   testing::TempDir temp;
   const testing::CommandResult run = testing::RunCommand(
@@ -124,6 +173,14 @@ TEST(BandwidthSweepTest, BadInputIsOneLineAndExitOne) {
       " --out " + temp.File("b"));
   EXPECT_EQ(modes.exit_code, 1);
   EXPECT_THAT(modes.err, HasSubstr("unknown mode 'fast'"));
+  // A CPU this process may not run on: refused before any node starts.
+  const testing::CommandResult cpus = testing::RunCommand(
+      testing::Bin("scd-bench") + " sweep --producer " + testing::ModelDir("stories260k") +
+      " --consumer c=" + testing::ModelDir("stories260k") + " --prompt-len 8" +
+      " --producer-cpus 0 --consumer-cpus 1000 --out " + temp.File("c"));
+  EXPECT_EQ(cpus.exit_code, 1);
+  EXPECT_THAT(cpus.err, HasSubstr("CPU 1000 is not one this process may run on"));
+  EXPECT_FALSE(fs::exists(temp.File("c") + "/nodes/coordinator.log"));
 }
 
 }  // namespace
