@@ -26,12 +26,17 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
+// `scd-bench sweep` starting its own nodes with stories260k on both sides, plus `args`.
+testing::CommandResult SweepCopy(const std::string& args) {
+  return testing::RunCommand(testing::Bin("scd-bench") + " sweep --producer " +
+                             testing::ModelDir("stories260k") +
+                             " --consumer copy=" + testing::ModelDir("stories260k") + " " + args);
+}
+
 TEST(BandwidthSweepTest, RawBetweenIdenticalWeightsKeepsQualityAndRespectsTheLink) {
   testing::TempDir temp;
   const std::string out = temp.File("sweep");
-  const testing::CommandResult run = testing::RunCommand(
-      testing::Bin("scd-bench") + " sweep --producer " + testing::ModelDir("stories260k") +
-      " --consumer copy=" + testing::ModelDir("stories260k") +
+  const testing::CommandResult run = SweepCopy(
       " --modes local,raw --bandwidths 0.01,inf --prompt-len 200 --num-prompts 2"
       " --max-tokens 32 --quiet --out " +
       out);
@@ -84,9 +89,7 @@ TEST(BandwidthSweepTest, NetnsAndShaperRunInOneSweepAndLeaveNoNamespace) {
   if (geteuid() != 0) GTEST_SKIP() << "--link netns needs root";
   testing::TempDir temp;
   const std::string out = temp.File("both");
-  const testing::CommandResult run = testing::RunCommand(
-      testing::Bin("scd-bench") + " sweep --producer " + testing::ModelDir("stories260k") +
-      " --consumer copy=" + testing::ModelDir("stories260k") +
+  const testing::CommandResult run = SweepCopy(
       " --modes raw --bandwidths 0.01,inf --prompt-len 200 --num-prompts 1 --max-tokens 4"
       " --link shaper,netns --quiet --out " +
       out);
@@ -120,9 +123,7 @@ TEST(BandwidthSweepTest, NetnsAndShaperRunInOneSweepAndLeaveNoNamespace) {
 TEST(BandwidthSweepTest, PinnedDaemonsOnLoopbackHoldTheLink) {
   testing::TempDir temp;
   const std::string out = temp.File("pinned");
-  const testing::CommandResult run = testing::RunCommand(
-      testing::Bin("scd-bench") + " sweep --producer " + testing::ModelDir("stories260k") +
-      " --consumer copy=" + testing::ModelDir("stories260k") +
+  const testing::CommandResult run = SweepCopy(
       " --modes raw --bandwidths 0.01 --prompt-len 200 --num-prompts 1 --max-tokens 4"
       " --producer-cpus 0 --consumer-cpus 0 --quiet --out " +
       out);
@@ -167,17 +168,13 @@ TEST(BandwidthSweepTest, BadInputIsOneLineAndExitOne) {
       temp.File("a") + " --prompt-len 8");
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_THAT(run.err, HasSubstr("--control"));
-  const testing::CommandResult modes = testing::RunCommand(
-      testing::Bin("scd-bench") + " sweep --producer " + testing::ModelDir("stories260k") +
-      " --consumer c=" + testing::ModelDir("stories260k") + " --modes raw,fast --prompt-len 8" +
-      " --out " + temp.File("b"));
+  const testing::CommandResult modes =
+      SweepCopy("--modes raw,fast --prompt-len 8 --out " + temp.File("b"));
   EXPECT_EQ(modes.exit_code, 1);
   EXPECT_THAT(modes.err, HasSubstr("unknown mode 'fast'"));
   // A CPU this process may not run on: refused before any node starts.
-  const testing::CommandResult cpus = testing::RunCommand(
-      testing::Bin("scd-bench") + " sweep --producer " + testing::ModelDir("stories260k") +
-      " --consumer c=" + testing::ModelDir("stories260k") + " --prompt-len 8" +
-      " --producer-cpus 0 --consumer-cpus 1000 --out " + temp.File("c"));
+  const testing::CommandResult cpus =
+      SweepCopy("--prompt-len 8 --producer-cpus 0 --consumer-cpus 1000 --out " + temp.File("c"));
   EXPECT_EQ(cpus.exit_code, 1);
   EXPECT_THAT(cpus.err, HasSubstr("CPU 1000 is not one this process may run on"));
   EXPECT_FALSE(fs::exists(temp.File("c") + "/nodes/coordinator.log"));
