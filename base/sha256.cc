@@ -25,6 +25,13 @@ std::string Sha256::HexDigest() {
   return hex;
 }
 
+std::string Sha256::Digest() {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), digest, &length);
+  return std::string(reinterpret_cast<const char*>(digest), length);
+}
+
 std::string Sha256Hex(std::string_view bytes) {
   Sha256 h;
   h.Update(bytes);

@@ -19,6 +19,7 @@ class Sha256 {
   void Update(const void* data, size_t size);
   void Update(std::string_view s) { Update(s.data(), s.size()); }
   std::string HexDigest();  // finishes the hash
+  std::string Digest();     // finishes the hash: the 32 raw bytes
 
  private:
   void* ctx_;
