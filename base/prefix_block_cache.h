@@ -134,7 +134,15 @@ class PrefixBlockCache {
     Claim(Claim&& other) noexcept : cache_(other.cache_), keys_(std::move(other.keys_)) {
       other.cache_ = nullptr;
     }
-    Claim& operator=(Claim&&) = delete;
+    Claim& operator=(Claim&& other) noexcept {
+      if (this != &other) {
+        if (cache_ != nullptr) cache_->Release(keys_);
+        cache_ = other.cache_;
+        keys_ = std::move(other.keys_);
+        other.cache_ = nullptr;
+      }
+      return *this;
+    }
     ~Claim() {
       if (cache_ != nullptr) cache_->Release(keys_);
     }

@@ -37,25 +37,31 @@ const CodeChunk* Held(const std::map<PayloadKind, CodeChunk>& held, PayloadKind 
 }  // namespace
 
 LayerwiseRebuilder::LayerwiseRebuilder(const CodeDecoder& decoder, std::vector<TokenId> tokens,
-                                       KvCache* cache)
-    : decoder_(decoder), tokens_(std::move(tokens)), cache_(cache) {}
+                                       KvCache* cache, int64_t begin)
+    : decoder_(decoder), tokens_(std::move(tokens)), cache_(cache), begin_(begin) {}
 
 absl::StatusOr<std::unique_ptr<LayerwiseRebuilder>> LayerwiseRebuilder::Create(
     const CodeDecoder& decoder, const TransferPlan& plan, std::vector<TokenId> tokens,
-    KvCache* cache) {
+    KvCache* cache, int64_t begin) {
   const int layers = static_cast<int>(plan.layers.size());
   if (layers != cache->num_layers()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the plan has ", layers, " layers, the cache ", cache->num_layers()));
   }
+  if (tokens.empty()) return absl::InvalidArgumentError("no prefix tokens");
+  if (begin < 0 || begin >= static_cast<int64_t>(tokens.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("the transfer begins at position ", begin,
+                                                   " of a ", tokens.size(), "-token prefix"));
+  }
   for (int l = 0; l < layers; ++l) {
-    if (cache->length(l) != 0) {
-      return absl::FailedPreconditionError("LayerwiseRebuilder needs an empty cache");
+    if (cache->length(l) != begin) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("LayerwiseRebuilder needs a cache holding the ", begin,
+                       " positions before the transfer; layer ", l, " holds ", cache->length(l)));
     }
   }
-  if (tokens.empty()) return absl::InvalidArgumentError("no prefix tokens");
   std::unique_ptr<LayerwiseRebuilder> rebuilder(
-      new LayerwiseRebuilder(decoder, std::move(tokens), cache));
+      new LayerwiseRebuilder(decoder, std::move(tokens), cache, begin));
   rebuilder->layers_.resize(layers);
   rebuilder->remaining_ = layers;
   auto recomputed = [&](int l) {
@@ -90,10 +96,10 @@ absl::StatusOr<std::vector<int>> LayerwiseRebuilder::Add(CodeChunk chunk) {
         absl::StrCat("chunk for layer ", l, " but the plan has ", layers_.size(), " layers"));
   }
   const std::string what = absl::StrCat(PayloadKindName(chunk.kind), " of layer ", l);
-  if (chunk.token_begin != 0 || chunk.token_end != static_cast<int64_t>(tokens_.size())) {
+  if (chunk.token_begin != begin_ || chunk.token_end != static_cast<int64_t>(tokens_.size())) {
     return absl::InvalidArgumentError(absl::StrCat(what, " covers tokens [", chunk.token_begin,
-                                                   ", ", chunk.token_end, "), the prefix [0, ",
-                                                   tokens_.size(), ")"));
+                                                   ", ", chunk.token_end, "), the transfer [",
+                                                   begin_, ", ", tokens_.size(), ")"));
   }
   LayerState& state = layers_[l];
   if (state.expected.erase(chunk.kind) == 0) {
@@ -116,7 +122,8 @@ absl::Status LayerwiseRebuilder::Rebuild(int layer, std::vector<int>* filled) {
     end = state.run_end;
     auto hidden = state.held.find(PayloadKind::kHiddenState);
     SCD_RETURN_IF_ERROR(decoder_.RecomputeSegment(
-        layer, end, hidden == state.held.end() ? nullptr : &hidden->second, tokens_, cache_));
+        layer, end, hidden == state.held.end() ? nullptr : &hidden->second,
+        absl::MakeConstSpan(tokens_).subspan(static_cast<size_t>(begin_)), cache_));
   } else {
     CodeDecoder::LayerChunks chunks;
     chunks.key = Held(state.held, PayloadKind::kRawKey, PayloadKind::kKeyCode);

@@ -30,17 +30,20 @@ namespace scd {
 class LayerwiseRebuilder {
  public:
   // `plan` is the producer's plan for this transfer (the same mode, producer config, artifact and
-  // options give the same plan on both sides); `tokens` are the prefix ids the codes cover.
-  // REQUIRES: `decoder` and `cache` outlive the rebuilder; `cache` is empty and shaped for the
-  // decoder's consumer. Runs a recomputed segment starting at layer 0 before returning.
+  // options give the same plan on both sides); `tokens` are the prefix ids; the codes cover
+  // positions [begin, tokens.size()), the cache holds [0, begin) already in every layer (a prefix
+  // cache's hit; 0: the cache is empty).
+  // REQUIRES: `decoder` and `cache` outlive the rebuilder; `cache` is shaped for the decoder's
+  // consumer. Runs a recomputed segment starting at layer 0 before returning.
   static absl::StatusOr<std::unique_ptr<LayerwiseRebuilder>> Create(const CodeDecoder& decoder,
                                                                     const TransferPlan& plan,
                                                                     std::vector<TokenId> tokens,
-                                                                    KvCache* cache);
+                                                                    KvCache* cache,
+                                                                    int64_t begin = 0);
 
   // Takes one chunk and rebuilds what it completes; returns those layers (ascending). Refused
   // (InvalidArgument, naming layer and kind): a layer outside the plan, a kind the plan does not
-  // send for that layer, a second copy of a chunk, a token range other than the whole prefix.
+  // send for that layer, a second copy of a chunk, a token range other than [begin, T).
   absl::StatusOr<std::vector<int>> Add(CodeChunk chunk);
 
   // Whether every layer of the cache is rebuilt.
@@ -62,13 +65,15 @@ class LayerwiseRebuilder {
     int run_end = -1;  // > 0: this layer starts a recomputed run [layer, run_end)
     bool done = false;
   };
-  LayerwiseRebuilder(const CodeDecoder& decoder, std::vector<TokenId> tokens, KvCache* cache);
+  LayerwiseRebuilder(const CodeDecoder& decoder, std::vector<TokenId> tokens, KvCache* cache,
+                     int64_t begin);
   // Rebuilds `layer` from its held chunks (and its recomputed run); appends the layers filled.
   absl::Status Rebuild(int layer, std::vector<int>* filled);
 
   const CodeDecoder& decoder_;
   const std::vector<TokenId> tokens_;
   KvCache* cache_;
+  const int64_t begin_;  // positions the cache held before the transfer
   std::vector<LayerState> layers_;
   int remaining_ = 0;  // layers of the cache not yet filled
   absl::Duration rebuild_time_;

@@ -16,7 +16,8 @@ namespace {
 
 // Why `header` is not the transfer this consumer expects ("" when it is).
 std::string HeaderMismatch(const v1::TransferHeader& header, const TransferPlan& plan,
-                           const std::vector<PlannedChunk>& expected, int64_t tokens) {
+                           const std::vector<PlannedChunk>& expected, int64_t tokens,
+                           int64_t begin) {
   absl::StatusOr<TransferMode> mode = ModeFromProto(header.mode());
   if (!mode.ok()) return std::string(mode.status().message());
   if (*mode != plan.mode) {
@@ -26,6 +27,10 @@ std::string HeaderMismatch(const v1::TransferHeader& header, const TransferPlan&
   if (header.tokens() != static_cast<uint64_t>(tokens)) {
     return absl::StrCat("the producer sends ", header.tokens(), " positions, the prompt has ",
                         tokens);
+  }
+  if (header.token_begin() != static_cast<uint64_t>(begin)) {
+    return absl::StrCat("the producer sends positions from ", header.token_begin(),
+                        ", this consumer holds [0, ", begin, ") and expects the rest");
   }
   const int64_t bytes = TotalBytes(expected);
   if (header.expected_chunks() != expected.size() ||
@@ -44,17 +49,18 @@ absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& sessio
                                                const std::vector<PlannedChunk>& expected,
                                                const std::vector<TokenId>& tokens, KvCache* cache,
                                                absl::Duration timeout,
-                                               const std::atomic<bool>* cancelled) {
+                                               const std::atomic<bool>* cancelled,
+                                               int64_t begin) {
   auto fail = [&](absl::Status status) {
     session.Cancel(std::string(status.message()));
     return status;
   };
   const int64_t T = static_cast<int64_t>(tokens.size());
-  if (std::string why = HeaderMismatch(session.header(), plan, expected, T); !why.empty()) {
+  if (std::string why = HeaderMismatch(session.header(), plan, expected, T, begin); !why.empty()) {
     return fail(absl::FailedPreconditionError(why));
   }
   absl::StatusOr<std::unique_ptr<LayerwiseRebuilder>> rebuilder =
-      LayerwiseRebuilder::Create(decoder, plan, tokens, cache);
+      LayerwiseRebuilder::Create(decoder, plan, tokens, cache, begin);
   if (!rebuilder.ok()) return fail(rebuilder.status());
 
   ReceiveReport report;

@@ -34,7 +34,8 @@ struct ReceiveReport {
 
 // `expected` are the chunks the producer's plan sends for `tokens` (CodeEncoder::PlannedChunks of
 // the same mode, producer config, artifact and options); `decoder` holds the consumer model and
-// its artifact. REQUIRES: `cache` empty. On any error the session ends (cancelled) and the cache
+// its artifact. The transfer covers positions [begin, tokens.size()) (`expected` planned for that
+// many); `cache` holds [0, begin) in every layer (a prefix cache's hit; 0: empty). On any error the session ends (cancelled) and the cache
 // must be discarded. `cancelled` (may be null), once set, ends the session within kCancelPoll
 // (CANCELLED): the producer hears it and stops sending.
 absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& session,
@@ -42,7 +43,8 @@ absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& sessio
                                                const std::vector<PlannedChunk>& expected,
                                                const std::vector<TokenId>& tokens, KvCache* cache,
                                                absl::Duration timeout,
-                                               const std::atomic<bool>* cancelled = nullptr);
+                                               const std::atomic<bool>* cancelled = nullptr,
+                                               int64_t begin = 0);
 
 // How often waits on the producer look at a caller's cancellation flag.
 inline constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "codec/fingerprint.h"
+#include "proto/prefix_cache_stats.h"
 #include "proto/grpc_server.h"
 #include "proto/grpc_util.h"
 #include "transport/session_acceptor.h"
@@ -57,6 +58,11 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
 
   ConsumerModel model{node->model_.get(), node->tokenizer_.get(),     node->name_,
                       TransferOptions(),  options.default_max_tokens, absl::Seconds(60)};
+  if (options.prefix_cache_mb > 0) {
+    node->prefix_cache_ = std::make_unique<ConsumerPrefixCache>(
+        *node->model_, node->fingerprint_, static_cast<int64_t>(options.prefix_cache_mb) << 20);
+    model.prefix_cache = node->prefix_cache_.get();
+  }
   node->control_ = std::make_unique<ConsumerControlService>(model, held, node->admission_,
                                                             node->router_.get(), secret);
   node->inference_ = std::make_unique<ConsumerInferenceService>(
@@ -80,8 +86,13 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
     registration.add_transports(options.transport);
     registration.set_capacity(options.capacity);
     Admission* admission = node->admission_.get();
+    RegistryClient::PrefixBlocksFn prefix_blocks;
+    if (ConsumerPrefixCache* cache = node->prefix_cache_.get(); cache != nullptr) {
+      prefix_blocks = [cache] { return PrefixBlocksReport(cache->blocks()); };
+    }
     node->registration_ = std::make_unique<RegistryClient>(
-        options.coordinator, registration, [admission] { return admission->active(); }, secret);
+        options.coordinator, registration, [admission] { return admission->active(); }, secret,
+        prefix_blocks);
     node->registration_->Start();
   }
   return node;

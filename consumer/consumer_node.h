@@ -39,6 +39,7 @@ struct ConsumerNodeOptions {
   std::string coordinator;             // its control address; "" = standalone (no registration)
   std::vector<std::string> artifacts;  // artifact files, one per producer it accepts
   uint32_t capacity = 4;               // requests at once
+  size_t prefix_cache_mb = 0;          // the prefix cache's budget (0: off)
   uint32_t default_max_tokens = 128;
 };
 
@@ -63,6 +64,7 @@ class ConsumerNode {
 
   std::string name_, fingerprint_;
   std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<ConsumerPrefixCache> prefix_cache_;  // null: off
   std::unique_ptr<Tokenizer> tokenizer_;
   std::map<std::string, Artifact> artifacts_;  // by id
   std::shared_ptr<Admission> admission_;

@@ -10,6 +10,7 @@
 #include "base/exception_guard.h"
 #include "base/log_text.h"
 #include "codec/transfer_mode.h"
+#include "proto/prefix_cache_stats.h"
 #include "proto/call_watch.h"
 #include "proto/checked_inference.h"
 #include "proto/grpc_util.h"
@@ -50,6 +51,8 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
   route.mode = request->mode().empty() ? "local" : request->mode();
   route.mode_reason = request->mode_reason();
   route.producer = request->producer();
+  route.producer_fingerprint = request->producer_fingerprint();
+  route.artifact_id = request->artifact_id();
   absl::StatusOr<TransferMode> mode = ParseTransferMode(route.mode);
   if (!mode.ok()) return Refuse(id, mode.status());
   if (ModeServedWithArtifact(*mode)) {
@@ -119,6 +122,9 @@ grpc::Status ConsumerControlService::Stats(grpc::ServerContext* context, const v
   stats->set_capacity(admission_->capacity());
   stats->set_open_sessions(static_cast<uint32_t>(router_->open_sessions()));
   for (const auto& [name, count] : ended_.Snapshot()) (*stats->mutable_ended())[name] = count;
+  if (consumer_.prefix_cache != nullptr) {
+    SetPrefixCacheStats(consumer_.prefix_cache->blocks().Counters(), stats);
+  }
   return grpc::Status::OK;
 }
 

@@ -26,6 +26,7 @@ uint64_t Micros(absl::Duration d) {
 // How the prefix's cache came to be.
 struct PrefixOutcome {
   std::string mode, reason;  // the mode actually used and why
+  int64_t cached_tokens = 0;  // positions the prefix cache held (0 after a fallback)
   int64_t payload_bytes = 0;
   absl::Duration transfer = absl::ZeroDuration();
   absl::Duration rebuild = absl::ZeroDuration();
@@ -60,11 +61,12 @@ absl::StatusOr<ExpectedTransfer> PlanTransfer(const ConsumerModel& consumer,
 }
 
 // Rebuilds the prefix `ids[0, T)` into `cache` from the producer's transfer session.
+// `begin`: positions the cache holds already (the transfer covers the rest).
 absl::StatusOr<ReceiveReport> RebuildFromCodes(const ConsumerModel& consumer,
                                                const ExpectedTransfer& expected,
                                                const std::vector<TokenId>& prefix,
                                                const RunContext& context, absl::Time deadline,
-                                               KvCache* cache) {
+                                               int64_t begin, KvCache* cache) {
   const Artifact* artifact = expected.artifact;
   CodeDecoder decoder(*consumer.model, artifact);
   if (!context.session) return absl::InternalError("no transfer session source");
@@ -94,7 +96,7 @@ absl::StatusOr<ReceiveReport> RebuildFromCodes(const ConsumerModel& consumer,
     return absl::PermissionDeniedError(why);
   }
   return ReceiveIntoCache(*session, decoder, expected.plan, expected.chunks, prefix, cache,
-                          deadline - absl::Now(), context.cancelled);
+                          deadline - absl::Now(), context.cancelled, begin);
 }
 
 absl::StatusOr<GenerationOptions> GenerationOptionsFor(const ConsumerModel& consumer,
@@ -124,14 +126,15 @@ absl::StatusOr<GenerationOptions> GenerationOptionsFor(const ConsumerModel& cons
 absl::StatusOr<PrefixOutcome> PreparePrefix(
     const ConsumerModel& consumer, const v1::GenerateRequest& request, const TargetRoute& route,
     const ExpectedTransfer* planned, const std::vector<TokenId>& ids, const RunContext& context,
-    absl::Time deadline, KvCache* cache) {
+    absl::Time deadline, int64_t cached_tokens, KvCache* cache) {
   PrefixOutcome outcome;
   outcome.mode = route.mode;
   outcome.reason = route.mode_reason;
+  outcome.cached_tokens = cached_tokens;
   if (planned == nullptr) return outcome;
   const std::vector<TokenId> prefix(ids.begin(), ids.end() - 1);
   absl::StatusOr<ReceiveReport> received =
-      RebuildFromCodes(consumer, *planned, prefix, context, deadline, cache);
+      RebuildFromCodes(consumer, *planned, prefix, context, deadline, cached_tokens, cache);
   if (received.ok()) {
     outcome.payload_bytes = received->bytes;
     outcome.transfer = received->last_chunk - received->first_chunk;
@@ -143,6 +146,7 @@ absl::StatusOr<PrefixOutcome> PreparePrefix(
   const bool cancelled = context.cancelled != nullptr && context.cancelled->load();
   if (!request.allow_local_fallback() || cancelled) return received.status();
   *cache = consumer.model->NewCache(cache->capacity());  // drop what was half rebuilt
+  outcome.cached_tokens = 0;
   outcome.mode = "local";
   outcome.reason = absl::StrCat("fallback: the ", route.mode, " transfer failed (",
                                 received.status().ToString(), ")");
@@ -198,7 +202,8 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
   if (!options.ok()) return fail(options.status());
   TargetRoute route = route_in;
   if (route.mode != "local" && ids->size() < 2) {
-    route = {"local", "a 1-token prompt has no prefix to transfer", "", nullptr};
+    route = TargetRoute{};
+    route.mode_reason = "a 1-token prompt has no prefix to transfer";
   }
   const absl::Duration budget = request.deadline_ms() > 0
                                     ? absl::Milliseconds(request.deadline_ms())
@@ -211,10 +216,30 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
   started.mutable_started()->set_consumer(consumer.name);
   started.mutable_started()->set_mode(route.mode);
   started.mutable_started()->set_mode_reason(route.mode_reason);
+  // The prefix cache's part of the prefix: loaded before anything else happens.
+  const int64_t capacity =
+      std::min<int64_t>(consumer.model->config().max_position_embeddings,
+                        static_cast<int64_t>(ids->size()) + options->max_tokens);
+  KvCache cache = consumer.model->NewCache(capacity);
+  const int64_t prefix_tokens = static_cast<int64_t>(ids->size()) - 1;
+  std::optional<ConsumerPrefixCache::Keys> prefix_keys;
+  int64_t cached_tokens = 0;
+  if (consumer.prefix_cache != nullptr && prefix_tokens > 0) {
+    prefix_keys = consumer.prefix_cache->KeysFor(
+        ConsumerPrefixCache::RouteScope(route.mode, route.producer_fingerprint, route.artifact_id),
+        request.cache_salt(), absl::MakeConstSpan(*ids).first(static_cast<size_t>(prefix_tokens)));
+    // A transfer keeps at least one position to send; local prefill runs the last token anyway.
+    const int64_t most = route.mode == "local" ? prefix_tokens : prefix_tokens - 1;
+    absl::StatusOr<int64_t> loaded =
+        consumer.prefix_cache->Load(*prefix_keys, most, prefix_tokens, &cache);
+    if (!loaded.ok()) return fail(loaded.status());
+    cached_tokens = *loaded;
+  }
+  started.mutable_started()->set_consumer_cached_tokens(static_cast<uint32_t>(cached_tokens));
   std::optional<ExpectedTransfer> planned;
   if (route.mode != "local") {
     absl::StatusOr<ExpectedTransfer> plan =
-        PlanTransfer(consumer, route, static_cast<int64_t>(ids->size()) - 1);
+        PlanTransfer(consumer, route, prefix_tokens - cached_tokens);
     if (!plan.ok()) return fail(plan.status());
     planned = *std::move(plan);
     started.mutable_started()->set_expected_payload_bytes(
@@ -222,13 +247,23 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
   }
   emit(started);
 
-  const int64_t capacity =
-      std::min<int64_t>(consumer.model->config().max_position_embeddings,
-                        static_cast<int64_t>(ids->size()) + options->max_tokens);
-  KvCache cache = consumer.model->NewCache(capacity);
-  absl::StatusOr<PrefixOutcome> prefix = PreparePrefix(
-      consumer, request, route, planned ? &*planned : nullptr, *ids, context, deadline, &cache);
+  absl::StatusOr<PrefixOutcome> prefix =
+      PreparePrefix(consumer, request, route, planned ? &*planned : nullptr, *ids, context,
+                    deadline, cached_tokens, &cache);
   if (!prefix.ok()) return fail(prefix.status());
+  // Stores the prefix's blocks this request computed, once its cache holds the whole prefix.
+  bool stored = prefix_keys == std::nullopt;
+  auto store_prefix = [&] {
+    if (stored) return;
+    stored = true;
+    if (prefix->mode != route.mode) {  // a fallback's cache is local: its own scope
+      prefix_keys = consumer.prefix_cache->KeysFor(
+          ConsumerPrefixCache::RouteScope("local", "", ""), request.cache_salt(),
+          absl::MakeConstSpan(*ids).first(static_cast<size_t>(prefix_tokens)));
+    }
+    consumer.prefix_cache->Store(*prefix_keys, prefix->cached_tokens, cache);
+  };
+  if (prefix->mode != "local") store_prefix();  // rebuilt: [0, prefix) complete
   if (prefix->mode != route.mode && context.on_fallback) {
     // The transfer failed and this target runs its own prefill: announced before it runs.
     v1::GenerateEvent notice = started;
@@ -270,6 +305,7 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
   absl::StatusOr<GenerationResult> result =
       GenerateTokensWithLogprobs(*consumer.model, *ids, &cache, *options,
                                  [&](TokenId id, const TokenLogprobs& logprobs) {
+        store_prefix();  // local prefill done: the prompt's positions are final
         std::string piece;
         if (detok.has_value()) {
           stop_string = stops.Add(detok->Push(id), [&](std::string_view p) { piece.append(p); });
@@ -300,6 +336,7 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
   f->set_payload_bytes(static_cast<uint64_t>(prefix->payload_bytes));
   f->set_mode(prefix->mode);
   f->set_mode_reason(prefix->reason);
+  f->set_consumer_cached_tokens(static_cast<uint32_t>(prefix->cached_tokens));
   v1::Timings* t = f->mutable_timings();
   t->set_queue(Micros(start - context.received));
   const absl::Duration first_step = absl::Seconds(result->prefill_seconds);

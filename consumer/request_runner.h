@@ -4,6 +4,11 @@
 // (Finished or Error). The daemon's Generate handlers and the all-in-one server call this; tests
 // call it directly.
 //
+// Prefix cache (ConsumerModel::prefix_cache): the cached blocks of the prompt's prefix are
+// loaded first (Started.consumer_cached_tokens says how many positions) and the producer sends
+// only the rest; the prefix's full blocks are stored once its cache is complete (for a transfer:
+// rebuilt; for local: at the first token).
+//
 // The transferred prefix is the prompt minus its last token (that token's logits seed sampling,
 // so the consumer always runs it itself): a 1-token prompt has nothing to transfer and runs local.
 // When the transfer fails (producer lost, corrupt, refused) the request ends with Error, or, when
@@ -24,6 +29,7 @@
 #include "absl/time/time.h"
 #include "codec/artifact.h"
 #include "codec/transfer_plan.h"
+#include "consumer/consumer_prefix_cache.h"
 #include "model/llama_model.h"
 #include "proto/scd/v1/inference.pb.h"
 #include "tokenizer/tokenizer.h"
@@ -39,6 +45,7 @@ struct ConsumerModel {
   TransferOptions transfer_options;      // as the producer's (same plan on both sides)
   uint32_t default_max_tokens = 128;
   absl::Duration default_deadline = absl::Seconds(60);
+  ConsumerPrefixCache* prefix_cache = nullptr;  // not owned; null: no prefix cache
 };
 
 // What routing decided for this target.
@@ -47,6 +54,9 @@ struct TargetRoute {
   std::string mode_reason = "requested";
   std::string producer;                // producer model name ("" for local)
   const Artifact* artifact = nullptr;  // for reuse / scd: the pair's artifact (not owned)
+  // Where the codes come from (the consumer's prefix cache keeps caches of different codes apart).
+  std::string producer_fingerprint = {};  // the producer's codec fingerprint ("" for local)
+  std::string artifact_id = {};           // the artifact's id ("" when none)
 };
 
 // This request's transfer session, once the producer has opened it (waits up to `timeout`).

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
@@ -12,11 +14,20 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Start(
     const CoordinatorNodeOptions& options) {
   SCD_ASSIGN_OR_RETURN(ClusterSecret secret, ClusterSecret::Of(options.cluster_secret));
   std::unique_ptr<CoordinatorNode> node(new CoordinatorNode());
+  CoordinatorOptions routing = options.routing;
+  if (!options.tokenizer.empty()) {
+    const std::filesystem::path path = std::filesystem::is_directory(options.tokenizer)
+                                           ? std::filesystem::path(options.tokenizer) /
+                                                 "tokenizer.json"
+                                           : std::filesystem::path(options.tokenizer);
+    SCD_ASSIGN_OR_RETURN(node->tokenizer_, Tokenizer::FromFile(path.string()));
+    routing.tokenizer = node->tokenizer_.get();
+  }
   node->registry_ = std::make_unique<NodeRegistry>(options.registry);
   node->registry_service_ =
       std::make_unique<RegistryService>(node->registry_.get(), secret, &node->counters_);
   node->inference_ = std::make_unique<CoordinatorInferenceService>(
-      node->registry_.get(), secret, &node->counters_, options.routing);
+      node->registry_.get(), secret, &node->counters_, routing);
   node->checked_ = std::make_unique<CheckedInferenceService>(
       node->inference_.get(), options.limits, /*require_target=*/true, &node->counters_);
   SCD_ASSIGN_OR_RETURN(node->control_,

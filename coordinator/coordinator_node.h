@@ -25,6 +25,9 @@ struct CoordinatorNodeOptions {
   RegistryOptions registry;
   CoordinatorOptions routing;
   RequestLimits limits;
+  // The serving models' tokenizer.json (a file or a model directory holding one), for
+  // cache-aware routing of text prompts; "" = route text prompts on load alone.
+  std::string tokenizer;
 };
 
 class CoordinatorNode {
@@ -40,6 +43,7 @@ class CoordinatorNode {
  private:
   CoordinatorNode() = default;
   Tally counters_;
+  std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<NodeRegistry> registry_;
   std::unique_ptr<RegistryService> registry_service_;
   std::unique_ptr<CoordinatorInferenceService> inference_;

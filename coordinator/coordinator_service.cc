@@ -11,11 +11,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/log_text.h"
+#include "base/prefix_hash.h"
 #include "base/random_id.h"
 #include "proto/checked_inference.h"
 #include "proto/grpc_util.h"
 #include "proto/registry_client.h"
 #include "proto/request_validation.h"
+#include "tokenizer/prompt_ids.h"
 
 namespace scd::coordinator {
 namespace {
@@ -29,6 +31,7 @@ struct TargetCall {
   std::thread reader;
   // Guarded by the run's mutex.
   bool started = false, ended = false, terminal = false;
+  uint32_t consumer_cached_tokens = 0;  // its Started said (the producer sends the rest)
   bool fell_back = false;  // the consumer announced its fallback to its own prefill
   std::string started_mode;
   std::string failure;  // why the coordinator gave up on it (for the Error it writes)
@@ -173,14 +176,30 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
   if (req.request_id().empty()) req.set_request_id(RandomId128());
   const std::string session_id = RandomId128();
   const std::string id = ForLog(req.request_id(), 40);  // for logs
+  // The prompt's prefix blocks, for cache-aware routing (text only with the tokenizer).
+  std::optional<PrefixHint> hint;
+  {
+    absl::StatusOr<std::vector<TokenId>> ids = PromptTokenIds(
+        options_.tokenizer, req.prompt(),
+        absl::MakeConstSpan(req.prompt_ids().data(), static_cast<size_t>(req.prompt_ids_size())),
+        int64_t{1} << 31, int64_t{1} << 31);
+    if (ids.ok() && ids->size() > 1) {
+      hint.emplace();
+      hint->block_tokens = kPrefixBlockTokens;
+      hint->blocks = RoutingKeys(PrefixBlockChain(
+          req.cache_salt(), absl::MakeConstSpan(*ids).first(ids->size() - 1), kPrefixBlockTokens));
+    }
+  }
+  const PrefixHint* hint_ptr = hint.has_value() ? &*hint : nullptr;
   absl::StatusOr<Route> route = registry_->Resolve(
-      std::vector<std::string>(req.targets().begin(), req.targets().end()), req.mode());
+      std::vector<std::string>(req.targets().begin(), req.targets().end()), req.mode(), hint_ptr);
   if (!route.ok()) {
     spdlog::info("[{}] not routed: {}", id, ForLog(route.status().ToString(), 300));
     CountRefusal(counters_, route.status());
     return ToGrpcStatus(route.status());
   }
   counters_->Add("routed");
+  registry_->NoteRouted(*route, hint_ptr);
   ++active_;
   const absl::Time deadline =
       absl::Now() +
@@ -188,6 +207,7 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
   absl::Mutex mu;              // guards the calls' flags, the producer's timings and the writer
   bool prefill_known = false;  // the producer answered (or there is no producer call)
   uint64_t prefill_us = 0, encode_us = 0;
+  uint32_t producer_cached_tokens = 0;  // the producer's answer: positions its cache served
   std::optional<v1::LinkShape> link;  // the shape the producer's sessions travelled under
   std::vector<std::unique_ptr<TargetCall>> calls;
   for (const RouteTarget& target : route->targets) {
@@ -242,6 +262,7 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
           event.mutable_finished()->mutable_timings()->set_prefill(prefill_us);
           event.mutable_finished()->mutable_timings()->set_encode(encode_us);
           if (link.has_value()) *event.mutable_finished()->mutable_link() = *link;
+          event.mutable_finished()->set_producer_cached_tokens(producer_cached_tokens);
         }
         if (event.has_started() && call->started) {
           // The consumer fell back to its own prefill (control.proto): noted, not forwarded.
@@ -251,6 +272,10 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
         if (event.has_started()) {
           call->started = true;
           call->started_mode = event.started().mode();
+          call->consumer_cached_tokens = event.started().consumer_cached_tokens();
+          if (call->started_mode != "local") {
+            event.mutable_started()->set_producer_cached_tokens(route->producer_cached_tokens);
+          }
         }
         if (event.has_finished() || event.has_error()) call->terminal = true;
         write_locked(event);
@@ -302,6 +327,7 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
   }
   if (refused.has_value()) {
     for (auto& call : calls) call->reader.join();
+    registry_->RoutedDone(*route);
     --active_;
     CountRefusal(counters_, FromGrpcStatus(*refused));
     spdlog::info("[{}] refused by the consumers: {}", id, ForLog(refused->error_message(), 300));
@@ -325,6 +351,7 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
       target->set_consumer_fingerprint(call->route.consumer_fingerprint);
       target->set_mode(call->started_mode);
       target->set_artifact_id(call->route.artifact_id);
+      target->set_consumer_cached_tokens(call->consumer_cached_tokens);
       by_target[call->route.target] = call.get();
     }
   }
@@ -347,6 +374,7 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
       prefill_known = true;
       prefill_us = response.prefill_us();
       encode_us = response.encode_us();
+      producer_cached_tokens = response.cached_tokens();
       if (response.has_link()) link = response.link();
       if (!status.ok()) {
         for (auto& [name, call] : by_target) {
@@ -388,6 +416,7 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
   }
   wait_all([](const TargetCall& c) { return c.ended; });
   for (auto& call : calls) call->reader.join();
+  registry_->RoutedDone(*route);
   --active_;
   spdlog::info("[{}] done ({} targets)", id, calls.size());
   return grpc::Status::OK;

@@ -30,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/tally.h"
 #include "coordinator/node_registry.h"
+#include "tokenizer/tokenizer.h"
 #include "proto/cluster_secret.h"
 #include "proto/scd/v1/control.grpc.pb.h"
 #include "proto/scd/v1/inference.grpc.pb.h"
@@ -71,6 +72,9 @@ struct CoordinatorOptions {
   // to announce it (a second Started on Consumer.Decode) before the coordinator cancels it and
   // writes the Error (without fallback: at once). Once announced, the fallback runs to its end.
   absl::Duration failed_target_grace = absl::Seconds(2);
+  // Cache-aware routing of text prompts: the serving models' shared tokenizer (not owned; null:
+  // text prompts are routed on load alone, prompt_ids on their prefix blocks always).
+  const Tokenizer* tokenizer = nullptr;
 };
 
 class CoordinatorInferenceService final : public v1::Inference::Service {

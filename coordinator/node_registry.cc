@@ -95,7 +95,59 @@ absl::Status NodeRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
   }
   it->second.last_heartbeat = now;
   it->second.active_requests = request.active_requests();
+  if (request.has_prefix_blocks()) {
+    it->second.prefix_blocks = std::set<uint64_t>(request.prefix_blocks().blocks().begin(),
+                                                  request.prefix_blocks().blocks().end());
+  }
   return absl::OkStatus();
+}
+
+uint32_t NodeRegistry::Load(const Node& node) const {
+  return std::max(node.active_requests, node.routed);
+}
+
+bool NodeRegistry::AtCapacity(const Node& node) const {
+  return node.info.capacity() > 0 && Load(node) >= node.info.capacity();
+}
+
+size_t NodeRegistry::Matched(const Node& node, const PrefixHint* hint) {
+  if (hint == nullptr) return 0;
+  size_t matched = 0;
+  while (matched < hint->blocks.size() && node.prefix_blocks.count(hint->blocks[matched]) > 0) {
+    ++matched;
+  }
+  return matched;
+}
+
+double NodeRegistry::Cost(const Node& node, const PrefixHint* hint) const {
+  const double blocks = hint != nullptr ? static_cast<double>(hint->blocks.size()) : 0.0;
+  const double to_compute = blocks - static_cast<double>(Matched(node, hint));
+  return to_compute + options_.prefix_load_weight * Load(node) * std::max(blocks, 1.0) +
+         (AtCapacity(node) ? 1e18 : 0.0);
+}
+
+void NodeRegistry::NoteRouted(const Route& route, const PrefixHint* hint) {
+  absl::MutexLock lock(&mu_);
+  auto note = [&](const std::string& id) {
+    auto it = nodes_.find(id);
+    if (it == nodes_.end()) return;
+    ++it->second.routed;
+    if (hint != nullptr) {
+      it->second.prefix_blocks.insert(hint->blocks.begin(), hint->blocks.end());
+    }
+  };
+  if (!route.producer_node.empty()) note(route.producer_node);
+  for (const RouteTarget& target : route.targets) note(target.consumer_node);
+}
+
+void NodeRegistry::RoutedDone(const Route& route) {
+  absl::MutexLock lock(&mu_);
+  auto done = [&](const std::string& id) {
+    auto it = nodes_.find(id);
+    if (it != nodes_.end() && it->second.routed > 0) --it->second.routed;
+  };
+  if (!route.producer_node.empty()) done(route.producer_node);
+  for (const RouteTarget& target : route.targets) done(target.consumer_node);
 }
 
 absl::Status NodeRegistry::Deregister(const std::string& node_id) {
@@ -127,14 +179,21 @@ bool NodeRegistry::Live(const Node& node, absl::Time now) const {
   return now - node.last_heartbeat <= options_.lease;
 }
 
-const NodeRegistry::Node* NodeRegistry::PickConsumer(const std::string& name,
-                                                     absl::Time now) const {
+const NodeRegistry::Node* NodeRegistry::PickConsumer(const std::string& name, absl::Time now,
+                                                     const PrefixHint* hint) const {
   const Node* best = nullptr;
+  double best_cost = 0;
   for (const auto& [id, node] : nodes_) {
     if (node.info.role() != v1::NODE_ROLE_CONSUMER || !Live(node, now)) continue;
     const bool serves = std::any_of(node.info.models().begin(), node.info.models().end(),
                                     [&](const v1::ModelEntry& m) { return m.name() == name; });
-    if (serves && (best == nullptr || node.active_requests < best->active_requests)) best = &node;
+    if (!serves) continue;
+    const double cost = Cost(node, hint);
+    if (best == nullptr || cost < best_cost ||
+        (cost == best_cost && Load(node) < Load(*best))) {
+      best = &node;
+      best_cost = cost;
+    }
   }
   return best;
 }
@@ -220,7 +279,8 @@ absl::StatusOr<RouteTarget> NodeRegistry::ResolveTarget(const Node& consumer,
 }
 
 absl::StatusOr<Route> NodeRegistry::Resolve(const std::vector<std::string>& targets,
-                                            const std::string& requested_mode) const {
+                                            const std::string& requested_mode,
+                                            const PrefixHint* hint) const {
   const std::string mode = requested_mode.empty() ? "auto" : requested_mode;
   if (targets.empty()) return absl::InvalidArgumentError("no target named");
   if (std::set<std::string>(targets.begin(), targets.end()).size() != targets.size()) {
@@ -232,7 +292,7 @@ absl::StatusOr<Route> NodeRegistry::Resolve(const std::vector<std::string>& targ
   const absl::Time now = clock_();
   std::vector<const Node*> consumers;
   for (const std::string& name : targets) {
-    const Node* consumer = PickConsumer(name, now);
+    const Node* consumer = PickConsumer(name, now, hint);
     if (consumer == nullptr) {
       if (known_targets_.count(name) > 0) {
         return absl::UnavailableError(absl::StrCat(
@@ -251,13 +311,15 @@ absl::StatusOr<Route> NodeRegistry::Resolve(const std::vector<std::string>& targ
     consumers.push_back(consumer);
   }
 
-  // Candidate producers, least loaded first; nullptr (no producer) when none is live.
+  // Candidate producers, cheapest first (the longest cached run of the prompt's prefix against
+  // load, at capacity last); nullptr (no producer) when none is live.
   std::vector<const Node*> producers;
   for (const auto& [id, node] : nodes_) {
     if (node.info.role() == v1::NODE_ROLE_PRODUCER && Live(node, now)) producers.push_back(&node);
   }
-  std::stable_sort(producers.begin(), producers.end(), [](const Node* a, const Node* b) {
-    return a->active_requests < b->active_requests;
+  std::stable_sort(producers.begin(), producers.end(), [&](const Node* a, const Node* b) {
+    const double ca = Cost(*a, hint), cb = Cost(*b, hint);
+    return ca != cb ? ca < cb : Load(*a) < Load(*b);
   });
   if (producers.empty()) producers.push_back(nullptr);
 
@@ -289,6 +351,10 @@ absl::StatusOr<Route> NodeRegistry::Resolve(const std::vector<std::string>& targ
         route.producer_address = producer->info.address();
         route.producer_name = producer->info.models(0).name();
         route.producer_fingerprint = producer->info.models(0).fingerprint();
+        if (hint != nullptr) {
+          route.producer_cached_tokens =
+              static_cast<uint32_t>(Matched(*producer, hint) * hint->block_tokens);
+        }
       }
       best = std::move(route);
       best_score = score;

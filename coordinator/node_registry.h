@@ -9,6 +9,16 @@
 // the consumer registered an artifact for that producer's fingerprint; `auto` picks scd with an
 // artifact, else raw between identical weights, else local, and says why.
 //
+// Cache-aware routing: nodes report the prefix blocks their caches hold with every heartbeat
+// (registry.proto PrefixBlocks); Resolve, given the routing keys of a prompt's prefix blocks
+// (base/prefix_hash.h), prefers the consumer and the producer holding the longest run of them,
+// weighed against load the way Dynamo's KV router costs overlap against active work:
+//   cost = blocks to compute + load_weight * load * prompt blocks,
+// load = the node's active requests (the larger of its heartbeat's count and the requests routed
+// to it and not yet done); a node at its registered capacity is taken only when every candidate
+// is. NoteRouted records what a routed request will leave in its nodes' caches (the next
+// heartbeat's report replaces it), so a second request right behind the first follows it.
+//
 // Thread-safety: thread-safe (one mutex); the clock is called under it.
 #ifndef SCD_COORDINATOR_NODE_REGISTRY_H_
 #define SCD_COORDINATOR_NODE_REGISTRY_H_
@@ -38,6 +48,15 @@ struct RegistryOptions {
   // Refuse raw / int4 / reuse between different weights (FAILED_PRECONDITION) instead of serving
   // them with a mode_reason that says the quality is degraded.
   bool strict_modes = false;
+  // Cache-aware routing: one active request weighs this many cold prefills of the prompt's
+  // blocks against a cache match (0: the longest match always wins among nodes not at capacity).
+  double prefix_load_weight = 0.5;
+};
+
+// What routing knows of a request's prompt: the routing keys of its prefix's full blocks.
+struct PrefixHint {
+  std::vector<uint64_t> blocks;
+  int block_tokens = 0;
 };
 
 struct Lease {
@@ -61,6 +80,9 @@ struct RouteTarget {
 struct Route {
   // The producer every code-receiving target shares; empty when every target runs local.
   std::string producer_node, producer_address, producer_name, producer_fingerprint;
+  // Prompt positions the producer's cache held, as its last report (and the requests routed to
+  // it since) said: Started.producer_cached_tokens.
+  uint32_t producer_cached_tokens = 0;
   std::vector<RouteTarget> targets;  // in the request's order
 };
 
@@ -85,8 +107,13 @@ class NodeRegistry {
   // known from an earlier registration whose nodes are all out of routing (stalled, lapsed), or
   // codes needed but no live producer. FAILED_PRECONDITION: an explicit mode no producer/consumer pair can serve (names the
   // artifacts held). Nodes with leases lapsed but not yet swept are not routed to.
-  absl::StatusOr<Route> Resolve(const std::vector<std::string>& targets,
-                                const std::string& mode) const;
+  // `hint` (may be null): the prompt's prefix blocks, for cache-aware routing.
+  absl::StatusOr<Route> Resolve(const std::vector<std::string>& targets, const std::string& mode,
+                                const PrefixHint* hint = nullptr) const;
+  // A request routed on `route` starts (its nodes count it as load until RoutedDone) and will
+  // leave `hint`'s blocks in their caches.
+  void NoteRouted(const Route& route, const PrefixHint* hint);
+  void RoutedDone(const Route& route);
 
   // A live producer as the control plane reaches it.
   struct ProducerNode {
@@ -105,11 +132,19 @@ class NodeRegistry {
     std::string id;
     v1::RegisterRequest info;
     absl::Time last_heartbeat;
-    uint32_t active_requests = 0;
+    uint32_t active_requests = 0;  // as its last heartbeat said
+    uint32_t routed = 0;           // requests routed to it, not yet done
+    std::set<uint64_t> prefix_blocks;  // routing keys its cache holds (reported + routed since)
   };
   bool Live(const Node& node, absl::Time now) const;
-  // The live consumer node serving `name` with the fewest active requests (nullptr: none).
-  const Node* PickConsumer(const std::string& name, absl::Time now) const
+  uint32_t Load(const Node& node) const;
+  bool AtCapacity(const Node& node) const;
+  // Leading blocks of `hint` the node holds.
+  static size_t Matched(const Node& node, const PrefixHint* hint);
+  // Routing cost (lower is better) of sending the request to `node`.
+  double Cost(const Node& node, const PrefixHint* hint) const;
+  // The live consumer node serving `name` with the lowest cost (nullptr: none).
+  const Node* PickConsumer(const std::string& name, absl::Time now, const PrefixHint* hint) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Resolves one target against one producer (nullptr: none live). Returns an error only for an
   // explicit mode the pair cannot serve.

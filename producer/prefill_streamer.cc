@@ -11,11 +11,14 @@
 namespace scd::producer {
 namespace {
 
-// What every target's plan needs captured, merged.
-CaptureSpec MergedCapture(const std::vector<StreamTarget>& targets) {
+// What every target's plan (and the prefix store, when given) needs captured, merged.
+CaptureSpec MergedCapture(const std::vector<StreamTarget>& targets, const CaptureSpec* extra) {
   CaptureSpec merged;
-  for (const StreamTarget& target : targets) {
-    const CaptureSpec& spec = target.encoder->plan().capture;
+  std::vector<const CaptureSpec*> specs;
+  for (const StreamTarget& target : targets) specs.push_back(&target.encoder->plan().capture);
+  if (extra != nullptr) specs.push_back(extra);
+  for (const CaptureSpec* spec_ptr : specs) {
+    const CaptureSpec& spec = *spec_ptr;
     merged.key_prerope |= spec.key_prerope;
     merged.value |= spec.value;
     merged.attn_input |= spec.attn_input;
@@ -51,22 +54,49 @@ class HeldChunk {
 
 absl::StatusOr<v1::TransferHeader> StreamHeader(const CodeEncoder& encoder,
                                                 const ModelConfig& producer, int64_t tokens,
-                                                const TransferIdentity& identity) {
-  SCD_ASSIGN_OR_RETURN(std::vector<PlannedChunk> chunks, encoder.PlannedChunks(producer, tokens));
-  return FrameHeader(encoder.plan().mode, tokens, static_cast<int>(producer.num_layers), chunks,
-                     identity);
+                                                const TransferIdentity& identity,
+                                                int64_t begin) {
+  if (begin < 0 || begin >= tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a transfer from position ", begin, " of a ", tokens, "-position prefix"));
+  }
+  SCD_ASSIGN_OR_RETURN(std::vector<PlannedChunk> chunks,
+                       encoder.PlannedChunks(producer, tokens - begin));
+  v1::TransferHeader header = FrameHeader(encoder.plan().mode, tokens,
+                                          static_cast<int>(producer.num_layers), chunks, identity);
+  header.set_token_begin(static_cast<uint64_t>(begin));
+  return header;
 }
 
 absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
                                            absl::Span<const TokenId> tokens,
                                            const std::vector<StreamTarget>& targets,
-                                           std::atomic<uint64_t>* held_payload_bytes) {
+                                           std::atomic<uint64_t>* held_payload_bytes,
+                                           const PrefixReuse* reuse) {
   StreamReport report;
   report.start = absl::Now();
   report.first_chunk = absl::InfinitePast();
   report.targets.assign(targets.size(), absl::OkStatus());
   const int64_t T = static_cast<int64_t>(tokens.size());
-  const CaptureSpec capture = MergedCapture(targets);
+  const CachedPrefix* cached = reuse != nullptr ? reuse->cached : nullptr;
+  const int64_t M = cached != nullptr ? cached->tokens : 0;  // positions loaded, not computed
+  if (M > T) return absl::InternalError("the cached prefix is longer than the prompt's");
+  report.cached_tokens = M;
+  report.computed_tokens = T - M;
+  const CaptureSpec capture = MergedCapture(
+      targets, reuse != nullptr && reuse->keep != nullptr ? &reuse->store->capture() : nullptr);
+
+  // What target `i` encodes layer `layer` from: the cached positions it needs joined with the
+  // forward pass's ([M, T) in `computed`), over [begin, T).
+  auto encode_input = [&](size_t i, int layer,
+                          const LayerCapture& computed) -> absl::StatusOr<LayerCapture> {
+    const int64_t begin = targets[i].begin;
+    if (begin >= M) return SliceCapture(computed, begin - M, T - M);
+    SCD_ASSIGN_OR_RETURN(LayerCapture from_cache,
+                         reuse->store->CachedCapture(*cached, layer, begin,
+                                                     targets[i].encoder->plan().capture));
+    return JoinCaptures(from_cache, computed);
+  };
 
   // Sends layer `layer` to every live target; stops the pass once none is left.
   auto send_layer = [&](int layer, LayerCapture layer_capture) -> absl::Status {
@@ -75,8 +105,17 @@ absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
     for (size_t i = 0; i < targets.size(); ++i) {
       if (!report.targets[i].ok()) continue;
       const absl::Time encode_start = absl::Now();
-      absl::StatusOr<std::vector<CodeChunk>> chunks =
-          targets[i].encoder->EncodeLayer(layer, layer_capture, T);
+      const int64_t begin = targets[i].begin;
+      absl::StatusOr<std::vector<CodeChunk>> chunks = [&]() -> absl::StatusOr<std::vector<CodeChunk>> {
+        SCD_ASSIGN_OR_RETURN(LayerCapture input, encode_input(i, layer, layer_capture));
+        SCD_ASSIGN_OR_RETURN(std::vector<CodeChunk> out,
+                             targets[i].encoder->EncodeLayer(layer, input, T - begin));
+        for (CodeChunk& chunk : out) {
+          chunk.token_begin += begin;
+          chunk.token_end += begin;
+        }
+        return out;
+      }();
       report.encode += absl::Now() - encode_start;
       absl::Status status = chunks.status();
       for (size_t c = 0; status.ok() && c < chunks->size(); ++c) {
@@ -104,14 +143,31 @@ absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
       return absl::CancelledError(
           absl::StrCat("prefill stopped at layer ", layer, ": every target's session ended"));
     }
+    if (reuse != nullptr && reuse->keep != nullptr) (*reuse->keep)[layer] = std::move(layer_capture);
     return absl::OkStatus();
   };
 
-  KvCache cache = producer.NewCache(T);
-  ForwardOptions options{.logits = LogitsMode::kNone, .capture = &capture};
-  options.on_layer = send_layer;
-  absl::StatusOr<ForwardOutput> forward = producer.Forward(tokens, &cache, options);
+  absl::StatusOr<ForwardOutput> forward = ForwardOutput{};
+  if (M < T) {
+    KvCache cache = producer.NewCache(T);
+    if (M > 0) {
+      if (absl::Status loaded = reuse->store->LoadInto(*cached, &cache); !loaded.ok()) {
+        forward = loaded;
+      }
+    }
+    if (forward.ok()) {
+      ForwardOptions options{.logits = LogitsMode::kNone, .capture = &capture};
+      options.on_layer = send_layer;
+      forward = producer.Forward(tokens.subspan(static_cast<size_t>(M)), &cache, options);
+    }
+  } else {
+    // Every position is cached: no forward pass, every layer's codes from the cache.
+    for (int l = 0; l < static_cast<int>(producer.config().num_layers) && forward.ok(); ++l) {
+      if (absl::Status sent = send_layer(l, LayerCapture{}); !sent.ok()) forward = sent;
+    }
+  }
   report.prefill_end = absl::Now();
+  report.forward_complete = forward.ok();
   const bool stopped_by_targets =
       !forward.ok() && std::none_of(report.targets.begin(), report.targets.end(),
                                     [](const absl::Status& s) { return s.ok(); });

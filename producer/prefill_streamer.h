@@ -20,20 +20,34 @@
 #include "absl/types/span.h"
 #include "codec/code_encoder.h"
 #include "model/llama_model.h"
+#include "producer/prefix_store.h"
 #include "proto/code_chunk_framing.h"
 #include "transport/transfer_session.h"
 
 namespace scd::producer {
 
 // The header announcing what `encoder` will stream for a prefill of `tokens` positions of
-// `producer` (sent before the first layer exists).
+// `producer` (sent before the first layer exists): positions [begin, tokens), the consumer
+// holding the rest (its prefix cache).
 absl::StatusOr<v1::TransferHeader> StreamHeader(const CodeEncoder& encoder,
                                                 const ModelConfig& producer, int64_t tokens,
-                                                const TransferIdentity& identity);
+                                                const TransferIdentity& identity,
+                                                int64_t begin = 0);
 
 struct StreamTarget {
   const CodeEncoder* encoder = nullptr;             // not owned
   std::shared_ptr<transport::SendSession> session;  // header sent (StartSession)
+  int64_t begin = 0;  // the first position sent (its header's token_begin)
+};
+
+// A prefill that starts from the producer's prefix cache: positions [0, cached->tokens) are
+// loaded, not computed, and their codes are encoded from the cached blocks.
+struct PrefixReuse {
+  const ProducerPrefixStore* store = nullptr;  // not owned
+  const CachedPrefix* cached = nullptr;        // not owned
+  // When set, receives the forward pass's captures (store->capture()'s kinds, positions
+  // [cached->tokens, T)) per layer, for ProducerPrefixStore::Store once the prefill succeeded.
+  std::map<int, LayerCapture>* keep = nullptr;
 };
 
 struct StreamReport {
@@ -44,6 +58,9 @@ struct StreamReport {
   int64_t bytes = 0;       // payload bytes handed to sessions, all targets
   int64_t chunks = 0;
   int layers_run = 0;
+  int64_t cached_tokens = 0;    // positions loaded from the prefix cache
+  int64_t computed_tokens = 0;  // positions the forward pass ran
+  bool forward_complete = false;  // every layer ran over every position (nothing cut short)
   std::vector<absl::Status> targets;  // per target: OK (acked) or why it ended
 };
 
@@ -52,10 +69,12 @@ struct StreamReport {
 // cancelled with that reason); per-target outcomes are in the report. `held_payload_bytes` (may be
 // null) counts the code bytes handed to the transport and not yet released by it (up while a
 // chunk waits or travels, down once the transport lets go of it).
+// `reuse` (may be null): start from a cached prefix.
 absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
                                            absl::Span<const TokenId> tokens,
                                            const std::vector<StreamTarget>& targets,
-                                           std::atomic<uint64_t>* held_payload_bytes = nullptr);
+                                           std::atomic<uint64_t>* held_payload_bytes = nullptr,
+                                           const PrefixReuse* reuse = nullptr);
 
 }  // namespace scd::producer
 

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "codec/fingerprint.h"
+#include "proto/prefix_cache_stats.h"
 #include "proto/grpc_server.h"
 #include "proto/grpc_util.h"
 
@@ -26,6 +27,7 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
   ProducerModel model{node->model_.get(), node->tokenizer_.get(), node->name_,
                       node->fingerprint_, TransferOptions(),      {},
                       absl::Seconds(60)};
+  model.prefix_cache_bytes = static_cast<int64_t>(options.prefix_cache_mb) << 20;
   for (const std::string& path : options.artifacts) {
     SCD_ASSIGN_OR_RETURN(Artifact artifact, Artifact::Load(path));
     if (artifact.producer.fingerprint != node->fingerprint_) {
@@ -57,8 +59,13 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
     SetNodeIdentity(v1::NODE_ROLE_PRODUCER, AdvertisedAddress(node->address(), options.advertise),
                     node->name_, node->fingerprint_, &registration);
     registration.add_transports(options.transport);
-    node->registration_ =
-        std::make_unique<RegistryClient>(options.coordinator, registration, nullptr, secret);
+    registration.set_capacity(options.capacity);
+    RegistryClient::PrefixBlocksFn prefix_blocks;
+    if (ProducerPrefixStore* store = node->service_->prefix_store(); store != nullptr) {
+      prefix_blocks = [store] { return PrefixBlocksReport(store->blocks()); };
+    }
+    node->registration_ = std::make_unique<RegistryClient>(options.coordinator, registration,
+                                                           nullptr, secret, prefix_blocks);
     node->registration_->Start();
   }
   return node;

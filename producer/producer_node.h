@@ -35,6 +35,8 @@ struct ProducerNodeOptions {
   double link_gbps = 0;                // shaper on every session (0 = off)
   double link_latency_us = 0;
   size_t max_inflight_mb = 64;  // per session
+  size_t prefix_cache_mb = 0;   // the prefix cache's budget (0: off)
+  uint32_t capacity = 0;        // prefills at once the router may send it (0: no limit)
 };
 
 class ProducerNode {
@@ -46,6 +48,7 @@ class ProducerNode {
   const std::string& address() const { return server_.address; }
   const std::string& control_address() const { return server_.address; }
   uint64_t prefills() const { return service_->prefills(); }
+  ProducerControlService& service() { return *service_; }
   void Shutdown(absl::Duration grace);
 
  private:

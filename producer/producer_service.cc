@@ -13,6 +13,7 @@
 #include "codec/code_encoder.h"
 #include "codec/transfer_mode.h"
 #include "producer/prefill_streamer.h"
+#include "proto/prefix_cache_stats.h"
 #include "proto/call_watch.h"
 #include "proto/grpc_util.h"
 #include "proto/request_validation.h"
@@ -29,6 +30,7 @@ struct OpenTarget {
   std::shared_ptr<transport::SendSession> session;
   absl::Status status;
   transport::LinkShape shape;  // the link its session travels on
+  int64_t begin = 0;           // the first position sent (the consumer holds the rest)
 };
 
 }  // namespace
@@ -41,7 +43,33 @@ ProducerControlService::ProducerControlService(ProducerModel producer,
       transport_(transport),
       secret_(std::move(secret)),
       connection_options_(std::move(connection_options)),
-      shape_(connection_options_.shape) {}
+      shape_(connection_options_.shape) {
+  if (producer_.prefix_cache_bytes > 0) {
+    // Every plan this producer may be asked for: what its cached blocks must let it encode.
+    std::vector<TransferPlan> plans;
+    const ModelConfig& config = producer_.model->config();
+    for (TransferMode mode : {TransferMode::kRaw, TransferMode::kInt4, TransferMode::kRecompute,
+                              TransferMode::kReuse, TransferMode::kScd}) {
+      std::vector<const Artifact*> artifacts;
+      if (ModeServedWithArtifact(mode)) {
+        for (const auto& [id, artifact] : producer_.artifacts) artifacts.push_back(artifact);
+      } else {
+        artifacts.push_back(nullptr);
+      }
+      for (const Artifact* artifact : artifacts) {
+        absl::StatusOr<TransferPlan> plan =
+            TransferPlan::Make(mode, config, artifact, producer_.transfer_options);
+        if (plan.ok()) plans.push_back(*std::move(plan));
+      }
+    }
+    prefix_store_ = std::make_unique<ProducerPrefixStore>(
+        *producer_.model, producer_.fingerprint, plans, producer_.prefix_cache_bytes);
+  }
+}
+
+std::vector<uint64_t> ProducerControlService::CachedBlocks(size_t max) const {
+  return prefix_store_ ? prefix_store_->blocks().RoutingKeys(max) : std::vector<uint64_t>{};
+}
 
 namespace {
 
@@ -104,6 +132,8 @@ grpc::Status ProducerControlService::Stats(grpc::ServerContext* context, const v
   stats->set_open_sessions(static_cast<uint32_t>(open_sessions()));
   stats->set_held_payload_bytes(held_payload_bytes_.load());
   stats->set_prefills(prefills_.load());
+  stats->set_prefill_tokens(prefill_tokens_.load());
+  if (prefix_store_) SetPrefixCacheStats(prefix_store_->blocks().Counters(), stats);
   for (const auto& [name, count] : ended_.Snapshot()) (*stats->mutable_ended())[name] = count;
   return grpc::Status::OK;
 }
@@ -135,6 +165,11 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
       req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms()) : producer_.default_deadline;
   const std::vector<TokenId> prefix(ids->begin(), ids->end() - 1);
 
+  // The prefix cache's keys for this prefix (its full blocks).
+  const int64_t B = prefix_store_ ? prefix_store_->block_tokens() : kPrefixBlockTokens;
+  std::optional<ProducerPrefixStore::Keys> keys;
+  if (prefix_store_ && !prefix.empty()) keys = prefix_store_->KeysFor(req.cache_salt(), prefix);
+
   // Open every target's session first (the header goes before the first layer exists).
   std::vector<OpenTarget> open(request->targets_size());
   std::vector<StreamTarget> streams;
@@ -158,18 +193,49 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
       o.encoder = std::make_unique<CodeEncoder>(plan, artifact, producer_.transfer_options);
       TransferIdentity identity{SessionTag(request->session_id(), target.target()), producer_.fingerprint,
                                 target.consumer_fingerprint(), target.artifact_id()};
+      o.begin = target.consumer_cached_tokens();
+      if (o.begin % B != 0 || o.begin >= static_cast<int64_t>(prefix.size())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "consumer_cached_tokens ", o.begin, " of ", target.target(),
+            ": not a multiple of the ", B, "-position prefix block below the prefix's ",
+            prefix.size(), " positions"));
+      }
       SCD_ASSIGN_OR_RETURN(
           v1::TransferHeader header,
-          StreamHeader(*o.encoder, config, static_cast<int64_t>(prefix.size()), identity));
+          StreamHeader(*o.encoder, config, static_cast<int64_t>(prefix.size()), identity, o.begin));
       SCD_ASSIGN_OR_RETURN(std::shared_ptr<transport::TransferConnection> connection,
                            Connection(target.transfer_address(), &o.shape));
       SCD_ASSIGN_OR_RETURN(o.session, connection->StartSession(std::move(header), deadline));
       return absl::OkStatus();
     }();
     if (o.status.ok()) {
-      streams.push_back({o.encoder.get(), o.session});
+      streams.push_back({o.encoder.get(), o.session, o.begin});
       stream_index.push_back(i);
     }
+  }
+
+  // The cached part of the prefix (single-flight: when another request is computing the next
+  // blocks, wait for it and look again), and the claim on what this request will compute.
+  CachedPrefix cached;
+  std::optional<PrefixBlockCache<ProducerBlock>::Claim> claim;
+  std::map<int, LayerCapture> keep;
+  std::optional<PrefixReuse> reuse;
+  if (keys.has_value() && !streams.empty()) {
+    const bool servable = std::all_of(streams.begin(), streams.end(), [&](const StreamTarget& s) {
+      return prefix_store_->Serves(s.encoder->plan());
+    });
+    const size_t full = keys->keys.size();
+    const absl::Time wait_until = absl::Now() + deadline;
+    for (;;) {
+      cached = servable ? prefix_store_->Lookup(*keys, full) : CachedPrefix{};
+      if (cached.blocks.size() >= full) break;
+      claim = prefix_store_->blocks().ClaimOrWait(keys->keys, cached.blocks.size(), full,
+                                                  wait_until,
+                                                  [context] { return context->IsCancelled(); });
+      if (claim.has_value() || absl::Now() >= wait_until || context->IsCancelled()) break;
+    }
+    prefix_store_->Record(cached.tokens, static_cast<int64_t>(prefix.size()));
+    reuse = PrefixReuse{prefix_store_.get(), &cached, &keep};
   }
 
   StreamReport report;
@@ -181,7 +247,8 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
         stream.session->Cancel("the request was cancelled");
     });
     absl::StatusOr<StreamReport> streamed = GuardExceptions("ProducerControlService::Prefill", [&] {
-      return StreamPrefill(*producer_.model, prefix, streams, &held_payload_bytes_);
+      return StreamPrefill(*producer_.model, prefix, streams, &held_payload_bytes_,
+                           reuse.has_value() ? &*reuse : nullptr);
     });
     --running_;
     for (const StreamTarget& stream : streams) {
@@ -190,6 +257,11 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
     if (!streamed.ok()) return ToGrpcStatus(streamed.status());
     report = *std::move(streamed);
     prefills_.fetch_add(1);
+    prefill_tokens_.fetch_add(static_cast<uint64_t>(report.computed_tokens));
+    // Only a pass that ran every layer over every position leaves blocks behind.
+    if (reuse.has_value() && report.forward_complete && report.computed_tokens > 0) {
+      prefix_store_->Store(*keys, report.cached_tokens, keep);
+    }
     for (size_t s = 0; s < streams.size(); ++s) open[stream_index[s]].status = report.targets[s];
   }
   for (int i = 0; i < request->targets_size(); ++i) {
@@ -214,8 +286,10 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
   response->set_prefill_us(Micros(report.prefill_end - report.start));
   response->set_encode_us(Micros(report.encode));
   response->set_prefills(prefills_.load());
-  spdlog::info("[{}] prefill of {} tokens for {} targets: {} us", id, prefix.size(),
-               request->targets_size(), response->prefill_us());
+  response->set_cached_tokens(static_cast<uint32_t>(report.cached_tokens));
+  response->set_computed_tokens(static_cast<uint32_t>(report.computed_tokens));
+  spdlog::info("[{}] prefill of {} tokens ({} cached) for {} targets: {} us", id, prefix.size(),
+               report.cached_tokens, request->targets_size(), response->prefill_us());
   return grpc::Status::OK;
 }
 

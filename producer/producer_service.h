@@ -24,6 +24,7 @@
 #include "codec/artifact.h"
 #include "codec/transfer_plan.h"
 #include "model/llama_model.h"
+#include "producer/prefix_store.h"
 #include "proto/cluster_secret.h"
 #include "proto/scd/v1/control.grpc.pb.h"
 #include "tokenizer/tokenizer.h"
@@ -40,6 +41,8 @@ struct ProducerModel {
   TransferOptions transfer_options;                  // as every consumer's
   std::map<std::string, const Artifact*> artifacts;  // by artifact id (not owned)
   absl::Duration default_deadline = absl::Seconds(60);
+  // The prefix cache's budget (--prefix-cache-mb); 0: no prefix cache.
+  int64_t prefix_cache_bytes = 0;
 };
 
 class ProducerControlService final : public v1::Producer::Service {
@@ -59,6 +62,12 @@ class ProducerControlService final : public v1::Producer::Service {
                             v1::LinkShape* shape) override;
   // Prefills run so far (a fan-out request runs one).
   uint64_t prefills() const { return prefills_.load(); }
+  // Prompt positions forward passes computed so far (prefix cache hits are not computed).
+  uint64_t prefill_tokens() const { return prefill_tokens_.load(); }
+  // The prefix cache (null when off).
+  ProducerPrefixStore* prefix_store() { return prefix_store_.get(); }
+  // The routing keys of the cached prefix blocks, most recently used first (heartbeats).
+  std::vector<uint64_t> CachedBlocks(size_t max) const;
   // Transfer sessions not yet ended, over every connection.
   size_t open_sessions() const;
 
@@ -77,7 +86,9 @@ class ProducerControlService final : public v1::Producer::Service {
   transport::Transport* const transport_;
   const ClusterSecret secret_;
   const transport::ConnectionOptions connection_options_;
+  std::unique_ptr<ProducerPrefixStore> prefix_store_;  // null: off
   std::atomic<uint64_t> prefills_{0};
+  std::atomic<uint64_t> prefill_tokens_{0};
   std::atomic<uint32_t> running_{0};
   std::atomic<uint64_t> held_payload_bytes_{0};
   Tally ended_;  // sessions, by terminal state

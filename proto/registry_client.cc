@@ -32,10 +32,12 @@ void SetNodeIdentity(v1::NodeRole role, const std::string& address, const std::s
 }
 
 RegistryClient::RegistryClient(std::string coordinator, v1::RegisterRequest registration,
-                               std::function<uint32_t()> active_requests, ClusterSecret secret)
+                               std::function<uint32_t()> active_requests, ClusterSecret secret,
+                               PrefixBlocksFn prefix_blocks)
     : coordinator_(std::move(coordinator)),
       registration_(std::move(registration)),
       active_requests_(std::move(active_requests)),
+      prefix_blocks_(std::move(prefix_blocks)),
       secret_(std::move(secret)),
       stub_(v1::Registry::NewStub(
           grpc::CreateChannel(coordinator_, grpc::InsecureChannelCredentials()))) {}
@@ -86,6 +88,7 @@ void RegistryClient::Loop() {
       v1::HeartbeatRequest beat;
       beat.set_node_id(id);
       beat.set_active_requests(active_requests_ ? active_requests_() : 0);
+      if (prefix_blocks_) *beat.mutable_prefix_blocks() = prefix_blocks_();
       v1::HeartbeatResponse response;
       const grpc::Status status = stub_->Heartbeat(&context, beat, &response);
       if (status.error_code() == grpc::StatusCode::NOT_FOUND) {

@@ -1,6 +1,6 @@
 // RegistryClient: how a producer or consumer stays in the coordinator's routing. Registers (and
 // retries while the coordinator is unreachable), heartbeats every interval the lease asks for
-// (reporting its active requests), registers again when the coordinator no longer knows the lease
+// (reporting its active requests and the prefix blocks its cache holds), registers again when the coordinator no longer knows the lease
 // (it lapsed or the coordinator restarted), and deregisters on Stop, so a drained node leaves
 // routing at once rather than after its lease.
 // Thread-safety: thread-safe; one background thread between Start and Stop.
@@ -30,12 +30,18 @@ std::string ShortNodeId(const std::string& node_id);
 void SetNodeIdentity(v1::NodeRole role, const std::string& address, const std::string& model_name,
                      const std::string& fingerprint, v1::RegisterRequest* registration);
 
+// The most prefix blocks a heartbeat reports (the most recently used; registry.proto).
+inline constexpr size_t kReportedPrefixBlocks = 65536;
+
 class RegistryClient {
  public:
-  // `coordinator`: its control address. `active_requests` is sampled at every heartbeat. Every
-  // call carries `secret`.
+  // What a heartbeat reports of the node's prefix cache (cache-aware routing).
+  using PrefixBlocksFn = std::function<v1::PrefixBlocks()>;
+  // `coordinator`: its control address. `active_requests` and `prefix_blocks` (may be null: no
+  // prefix cache) are sampled at every heartbeat. Every call carries `secret`.
   RegistryClient(std::string coordinator, v1::RegisterRequest registration,
-                 std::function<uint32_t()> active_requests, ClusterSecret secret);
+                 std::function<uint32_t()> active_requests, ClusterSecret secret,
+                 PrefixBlocksFn prefix_blocks = nullptr);
   ~RegistryClient();  // Stop()
 
   void Start();
@@ -53,6 +59,7 @@ class RegistryClient {
   const std::string coordinator_;
   const v1::RegisterRequest registration_;
   const std::function<uint32_t()> active_requests_;
+  const PrefixBlocksFn prefix_blocks_;
   const ClusterSecret secret_;
   std::unique_ptr<v1::Registry::Stub> stub_;
   mutable absl::Mutex mu_;

@@ -23,6 +23,13 @@ int main(int argc, char** argv) {
       ->check(CLI::TypeValidator<int>())->check(CLI::Range(100, 600000));
   app.add_option("--heartbeat-ms", heartbeat_ms, "how often nodes are asked to heartbeat")
       ->check(CLI::TypeValidator<int>())->check(CLI::Range(20, 60000));
+  app.add_option("--tokenizer", options.tokenizer,
+                 "the serving models' tokenizer.json (or a model directory): text prompts are "
+                 "routed to the nodes caching their prefix (without it only prompt_ids are)");
+  app.add_option("--prefix-load-weight", options.registry.prefix_load_weight,
+                 "cache-aware routing: one active request weighs this many cold prefills of the "
+                 "prompt against a cache match")
+      ->check(CLI::Range(0.0, 1000.0));
   app.add_flag("--strict-modes", options.registry.strict_modes,
                "refuse raw/int4/reuse between different weights instead of serving them degraded");
   scd::AddDaemonFlags(&app, &daemon, scd::kLogLevelFlag);

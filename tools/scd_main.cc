@@ -183,6 +183,7 @@ struct ServeFlags {
   std::string control_address_file;
   std::string cluster_secret_file;  // "" = $SCD_CLUSTER_SECRET, else a random one
   uint32_t capacity = 4;
+  size_t prefix_cache_mb = 0;
   double drain_seconds = 30;
   bool strict_modes = false;
 };
@@ -214,6 +215,10 @@ absl::Status RunServe(const ServeFlags& flags, int threads) {
   coordinator_options.listen = flags.listen;
   coordinator_options.cluster_secret = secret;
   coordinator_options.registry.strict_modes = flags.strict_modes;
+  if (!flags.producer_model.empty() && fs::is_directory(flags.producer_model) &&
+      fs::exists(fs::path(flags.producer_model) / "tokenizer.json")) {
+    coordinator_options.tokenizer = flags.producer_model;  // cache-aware routing of text prompts
+  }
   SCD_ASSIGN_OR_RETURN(auto coordinator, coordinator::CoordinatorNode::Start(coordinator_options));
   // A path that is a file (config.json) rather than a model directory: seeded dummy weights.
   auto spec_of = [&](const std::string& path, uint64_t seed) {
@@ -232,6 +237,7 @@ absl::Status RunServe(const ServeFlags& flags, int threads) {
   producer_options.transport = "inproc";
   producer_options.coordinator = coordinator->control_address();
   producer_options.cluster_secret = secret;
+  producer_options.prefix_cache_mb = flags.prefix_cache_mb;
   std::vector<consumer::ConsumerNodeOptions> consumer_options;
   for (const std::string& spec : flags.consumers) {
     const size_t eq = spec.find('=');
@@ -253,6 +259,7 @@ absl::Status RunServe(const ServeFlags& flags, int threads) {
     options.coordinator = coordinator->control_address();
     options.cluster_secret = secret;
     options.capacity = flags.capacity;
+    options.prefix_cache_mb = flags.prefix_cache_mb;
     consumer_options.push_back(options);
   }
   SCD_ASSIGN_OR_RETURN(auto producer, producer::ProducerNode::Start(producer_options));
@@ -488,6 +495,9 @@ int Main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   serve->add_option("--capacity", serve_flags.capacity, "requests per consumer at once")
       ->check(CLI::TypeValidator<uint32_t>())->check(CLI::Range(1, 4096));
+  serve->add_option("--prefix-cache-mb", serve_flags.prefix_cache_mb,
+                    "prefix cache budget of the producer and of each consumer, MiB (0: off)")
+      ->check(CLI::Range(0, 1 << 20));
   serve->add_option("--drain-seconds", serve_flags.drain_seconds, "SIGTERM: wait for requests")
       ->check(CLI::Number)->check(CLI::Range(0.0, 86400.0));
   serve->add_flag("--strict-modes", serve_flags.strict_modes,

@@ -31,6 +31,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Number)->check(CLI::Range(0.0, 1.0e7));
   app.add_option("--max-inflight-mb", options.max_inflight_mb, "unacknowledged bytes per session")
       ->check(CLI::TypeValidator<size_t>())->check(CLI::Range(1, 1 << 16));
+  app.add_option("--capacity", options.capacity,
+                 "prefills at once the coordinator routes here before preferring another producer "
+                 "(0: no limit)");
   scd::AddDaemonFlags(&app, &daemon, scd::kLogLevelFlag | scd::kThreadsFlag);
   return scd::RunDaemon(
       "scd-producer", app, argc, argv, daemon, [&]() -> absl::StatusOr<scd::DaemonHandle> {

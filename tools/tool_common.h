@@ -100,6 +100,10 @@ void AddServingNodeFlags(CLI::App* app, NodeOptions* options, const char* artifa
   app->add_option("--transport", options->transport, "what codes travel over")
       ->check(CLI::IsMember({"grpc", "ucx"}));
   app->add_option("--artifact", options->artifacts, artifact_help);
+  app->add_option("--prefix-cache-mb", options->prefix_cache_mb,
+                  "prefix cache budget in MiB: prefixes it has run are reused by later requests "
+                  "(0: off)")
+      ->check(CLI::Range(0, 1 << 20));
 }
 
 // Daemons. Blocks SIGTERM and SIGINT in the calling thread and so in every thread started after
