@@ -65,6 +65,11 @@ void ServingStack::AddConsumer(const std::string& name, std::unique_ptr<LlamaMod
           Ok(node->transport->Listen("127.0.0.1:0")), transport::ConnectionOptions()));
   consumer::ConsumerModel served{node->model.get(), tokenizer_, name,
                                  TransferOptions(), 16,         options_.deadline};
+  if (options_.consumer_prefix_cache_bytes > 0) {
+    node->prefix_cache = std::make_unique<consumer::ConsumerPrefixCache>(
+        *node->model, node->fingerprint, options_.consumer_prefix_cache_bytes);
+    served.prefix_cache = node->prefix_cache.get();
+  }
   node->admission = consumer::Admission::Create(options_.consumer_capacity);
   node->control = std::make_unique<consumer::ConsumerControlService>(
       served, held, node->admission, node->router.get(), secret_);
@@ -80,6 +85,7 @@ void ServingStack::Start() {
   producer::ProducerModel model{producer_,         tokenizer_, producer_name_,   producer_fp_,
                                 TransferOptions(), {},         options_.deadline};
   for (auto& [id, artifact] : artifacts_) model.artifacts[id] = &artifact;
+  model.prefix_cache_bytes = options_.producer_prefix_cache_bytes;
   transport::ConnectionOptions connection;
   connection.shape = options_.producer_link;
   producer_service_ = std::make_unique<producer::ProducerControlService>(

@@ -35,6 +35,7 @@ struct ServedConsumer {
   std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<consumer::SessionRouter> router;
   std::shared_ptr<consumer::Admission> admission;
+  std::unique_ptr<consumer::ConsumerPrefixCache> prefix_cache;  // null: off
   std::unique_ptr<consumer::ConsumerControlService> control;
   GrpcServer server;
   std::string address;
@@ -54,6 +55,8 @@ class ServingStack {
     transport::LinkShape producer_link;  // shapes what the producer sends (off by default)
     uint32_t consumer_capacity = 16;
     absl::Duration deadline = absl::Seconds(30);
+    int64_t producer_prefix_cache_bytes = 0;  // the producer's prefix cache (0: off)
+    int64_t consumer_prefix_cache_bytes = 0;  // each consumer's (0: off)
   };
 
   // REQUIRES: `producer` and `tokenizer` outlive the stack.
