@@ -145,6 +145,12 @@ absl::Status ValidateGenerationValues(const v1::GenerateRequest& request,
     }
     if (absl::Status s = Utf8(field, stop); !s.ok()) return s;
   }
+  if (absl::Status s =
+          Length("cache_salt", request.cache_salt().size(), limits.max_cache_salt_bytes, "bytes");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = Utf8("cache_salt", request.cache_salt()); !s.ok()) return s;
   if (request.deadline_ms() > limits.max_deadline_ms) {
     return absl::OutOfRangeError(absl::StrCat("deadline_ms: ", request.deadline_ms(),
                                               " is more than the limit of ",

@@ -28,6 +28,7 @@ struct RequestLimits {
   size_t max_request_id_bytes = 128;
   size_t max_stops = 16;
   size_t max_stop_bytes = 256;
+  size_t max_cache_salt_bytes = 256;
   uint32_t max_tokens = uint32_t{1} << 20;
   uint32_t max_top_k = uint32_t{1} << 20;
   uint32_t max_logprobs = 20;

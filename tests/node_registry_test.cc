@@ -255,6 +255,89 @@ TEST_F(NodeRegistryTest, LeastLoadedConsumerServesTheTarget) {
   EXPECT_EQ(route->targets[0].consumer_node, busy);
 }
 
+// Cache-aware routing: the prompt's prefix blocks (routing keys) against what nodes report.
+PrefixHint Hint(int blocks, uint64_t first = 100) {
+  PrefixHint hint;
+  hint.block_tokens = 16;
+  for (int i = 0; i < blocks; ++i) hint.blocks.push_back(first + static_cast<uint64_t>(i));
+  return hint;
+}
+
+TEST_F(NodeRegistryTest, ASecondRequestWithTheSamePrefixGoesToTheProducerHoldingIt) {
+  v1::RegisterRequest first_producer = Producer("base", kBaseFp, "10.0.0.1:7000");
+  first_producer.set_capacity(2);
+  const std::string a = Add(first_producer);
+  const std::string b = Add(Producer("base", kBaseFp, "10.0.0.9:7000"));
+  Add(Consumer("fables", kFablesFp, {kBaseFp}));
+  const PrefixHint hint = Hint(8);
+  absl::StatusOr<Route> first = registry_.Resolve({"fables"}, "scd", &hint);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->producer_cached_tokens, 0u);
+  const std::string holder = first->producer_node;
+  const std::string other = holder == a ? b : a;
+  registry_.NoteRouted(*first, &hint);  // still running: load 1 on the holder
+  // The holder's match (8 blocks) outweighs its one active request.
+  absl::StatusOr<Route> second = registry_.Resolve({"fables"}, "scd", &hint);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->producer_node, holder);
+  EXPECT_EQ(second->producer_cached_tokens, 128u);
+  // A prompt sharing nothing goes to the idle producer.
+  const PrefixHint unrelated = Hint(8, 900);
+  EXPECT_EQ(registry_.Resolve({"fables"}, "scd", &unrelated)->producer_node, other);
+  registry_.RoutedDone(*first);
+
+  // Reports replace predictions: the holder says it evicted everything, the other holds it.
+  v1::HeartbeatRequest beat;
+  beat.set_node_id(holder);
+  beat.mutable_prefix_blocks()->set_block_tokens(16);
+  ASSERT_TRUE(registry_.Heartbeat(beat).ok());
+  beat.set_node_id(other);
+  for (uint64_t key : Hint(5).blocks) beat.mutable_prefix_blocks()->add_blocks(key);
+  ASSERT_TRUE(registry_.Heartbeat(beat).ok());
+  second = registry_.Resolve({"fables"}, "scd", &hint);
+  EXPECT_EQ(second->producer_node, other);
+  EXPECT_EQ(second->producer_cached_tokens, 80u);  // the leading 5 blocks
+
+  // Unless the holder is at capacity: producer `a` holds the prefix and runs 2 of its 2.
+  beat.set_node_id(a);
+  beat.set_active_requests(2);
+  for (uint64_t key : hint.blocks) beat.mutable_prefix_blocks()->add_blocks(key);
+  ASSERT_TRUE(registry_.Heartbeat(beat).ok());
+  beat.set_node_id(b);
+  beat.set_active_requests(0);
+  beat.mutable_prefix_blocks()->clear_blocks();
+  ASSERT_TRUE(registry_.Heartbeat(beat).ok());
+  EXPECT_EQ(registry_.Resolve({"fables"}, "scd", &hint)->producer_node, b);
+  beat.set_node_id(a);
+  beat.set_active_requests(1);
+  for (uint64_t key : hint.blocks) beat.mutable_prefix_blocks()->add_blocks(key);
+  ASSERT_TRUE(registry_.Heartbeat(beat).ok());
+  EXPECT_EQ(registry_.Resolve({"fables"}, "scd", &hint)->producer_node, a);
+}
+
+TEST_F(NodeRegistryTest, TheConsumerHoldingThePrefixServesTheTargetUnlessBusy) {
+  Add(Producer("base", kBaseFp));
+  const std::string warm = Add(Consumer("fables", kFablesFp, {kBaseFp}, "10.0.0.2:7001"));
+  const std::string cold = Add(Consumer("fables", kFablesFp, {kBaseFp}, "10.0.0.5:7001"));
+  const PrefixHint hint = Hint(8);
+  v1::HeartbeatRequest beat;
+  beat.set_node_id(warm);
+  beat.set_active_requests(1);
+  for (uint64_t key : hint.blocks) beat.mutable_prefix_blocks()->add_blocks(key);
+  ASSERT_TRUE(registry_.Heartbeat(beat).ok());
+  Beat(cold, 0);
+  // cost: warm 0 + 0.5 * 1 * 8 = 4, cold 8 + 0.
+  EXPECT_EQ(registry_.Resolve({"fables"}, "scd", &hint)->targets[0].consumer_node, warm);
+  // Three active requests outweigh the match (0 + 12 > 8).
+  beat.set_active_requests(3);
+  ASSERT_TRUE(registry_.Heartbeat(beat).ok());
+  EXPECT_EQ(registry_.Resolve({"fables"}, "scd", &hint)->targets[0].consumer_node, cold);
+  // Without a hint: load alone.
+  beat.set_active_requests(1);
+  ASSERT_TRUE(registry_.Heartbeat(beat).ok());
+  EXPECT_EQ(registry_.Resolve({"fables"}, "scd")->targets[0].consumer_node, cold);
+}
+
 TEST_F(NodeRegistryTest, ModelsListsLiveModelsWithTheirArtifacts) {
   Add(Producer("base", kBaseFp));
   Add(Consumer("fables", kFablesFp, {kBaseFp}));
