@@ -168,6 +168,7 @@ absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
   }
   report.prefill_end = absl::Now();
   report.forward_complete = forward.ok();
+  if (!report.forward_complete) report.computed_tokens = 0;  // a pass cut short computed no prefix
   const bool stopped_by_targets =
       !forward.ok() && std::none_of(report.targets.begin(), report.targets.end(),
                                     [](const absl::Status& s) { return s.ok(); });

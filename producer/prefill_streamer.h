@@ -59,7 +59,7 @@ struct StreamReport {
   int64_t chunks = 0;
   int layers_run = 0;
   int64_t cached_tokens = 0;    // positions loaded from the prefix cache
-  int64_t computed_tokens = 0;  // positions the forward pass ran
+  int64_t computed_tokens = 0;  // positions a complete forward pass ran (0 when cut short)
   bool forward_complete = false;  // every layer ran over every position (nothing cut short)
   std::vector<absl::Status> targets;  // per target: OK (acked) or why it ended
 };

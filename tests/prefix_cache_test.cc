@@ -230,3 +230,67 @@ TEST_F(PrefixCacheTest, LocalModeUsesTheConsumersCache) {
 
 }  // namespace
 }  // namespace scd
+
+namespace scd {
+namespace {
+
+// A prefill long enough to cancel in the middle: SmolLM2-135M's shape, dummy weights, 6 layers,
+// a 1024-token prompt (about a second here), raw codes between identical weights.
+TEST(PrefixCacheCancelTest, ARequestCancelledMidPrefillLeavesNoEntry) {
+  auto model = [] {
+    return testing::Ok(LlamaModel::DummyFromConfig(
+        testing::SharedDir() + "/configs/smollm2-135m.json", 1, 6, {}));
+  };
+  std::unique_ptr<LlamaModel> producer = model();
+  testing::ServingStack::Options options;
+  options.producer_prefix_cache_bytes = int64_t{256} << 20;
+  options.consumer_prefix_cache_bytes = int64_t{256} << 20;
+  testing::ServingStack stack(producer.get(), nullptr, "smol", options);
+  stack.AddConsumer("smol-copy", model(), std::nullopt);
+  stack.Start();
+  v1::GenerateRequest request;
+  request.add_targets("smol-copy");
+  request.set_mode("raw");
+  for (int i = 0; i < 1024; ++i) request.add_prompt_ids((i * 7919) % 49152);
+  request.set_max_tokens(2);
+
+  // Cancelled by the client while the producer runs its forward pass.
+  const absl::Time start = absl::Now();
+  {
+    grpc::ClientContext context;
+    auto reader = stack.stub().Generate(&context, request);
+    // Started comes once the consumer admitted it; the producer's prefill begins right after.
+    v1::GenerateEvent event;
+    ASSERT_TRUE(reader->Read(&event));
+    ASSERT_TRUE(event.has_started());
+    absl::SleepFor(absl::Milliseconds(30));
+    context.TryCancel();
+    while (reader->Read(&event)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  // Wait for the producer to see it (its call ends) before looking at its cache.
+  const absl::Time limit = absl::Now() + absl::Seconds(30);
+  while (stack.producer_service().open_sessions() > 0 && absl::Now() < limit) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  absl::SleepFor(absl::Milliseconds(200));
+  const absl::Duration cancelled_after = absl::Now() - start;
+  const PrefixCacheCounters cancelled =
+      stack.producer_service().prefix_store()->blocks().Counters();
+  EXPECT_EQ(cancelled.entries, 0u) << "after " << cancelled_after;
+  EXPECT_EQ(cancelled.inserted, 0u);
+  EXPECT_EQ(stack.producer_service().prefill_tokens(), 0u);  // the pass was cut short
+  EXPECT_EQ(stack.consumer("smol-copy").prefix_cache->blocks().Counters().entries, 0u);
+
+  // The same request, not cancelled: computes the whole prefix and stores its 63 blocks.
+  testing::ServingReply done = stack.Generate(request);
+  ASSERT_TRUE(done.status.ok()) << done.status.error_message();
+  const PrefixCacheCounters stored = stack.producer_service().prefix_store()->blocks().Counters();
+  EXPECT_EQ(stored.entries, 1023u / 16);
+  EXPECT_EQ(stack.producer_service().prefill_tokens(), 1023u);  // the cancelled pass: not counted
+  EXPECT_EQ(stack.consumer("smol-copy").prefix_cache->blocks().Counters().entries, 1023u / 16);
+}
+
+}  // namespace
+}  // namespace scd
