@@ -176,6 +176,14 @@ TEST_F(RequestRunnerTest, RawBetweenIdenticalModelsEqualsLocal) {
 
 TEST_F(RequestRunnerTest, LostProducerEndsInErrorOrFallsBackToLocal) {
   consumer::TargetRoute route{"scd", "artifact", "stories260k", &artifact_};
+  // With a prefix cache: a transfer that never completed leaves nothing in it.
+  consumer::ConsumerPrefixCache prefix_cache(*consumer_, "consumer-fp", 64 << 20);
+  consumer::ConsumerModel cached = Consumer(*consumer_);
+  cached.prefix_cache = &prefix_cache;
+  Outcome lost = Serve(cached, Request(prompt_), route, /*producer_dies=*/true);
+  ASSERT_TRUE(lost.last().has_error());
+  EXPECT_EQ(prefix_cache.blocks().Counters().entries, 0u);
+  EXPECT_EQ(prefix_cache.blocks().Counters().misses, 1u);  // it was looked up, found nothing
   Outcome failed = Serve(Consumer(*consumer_), Request(prompt_), route, /*producer_dies=*/true);
   ASSERT_TRUE(failed.last().has_error());
   EXPECT_THAT(failed.last().error().message(), HasSubstr("producer process lost"));
