@@ -61,4 +61,14 @@ std::vector<uint64_t> RoutingKeys(const std::vector<std::string>& chain) {
   return keys;
 }
 
+PrefixKeys ScopedPrefixKeys(std::string_view scope, std::string_view cache_salt,
+                            absl::Span<const TokenId> prefix, int block_tokens) {
+  PrefixKeys keys;
+  const std::vector<std::string> chain = PrefixBlockChain(cache_salt, prefix, block_tokens);
+  keys.routing = RoutingKeys(chain);
+  keys.keys.reserve(chain.size());
+  for (const std::string& hash : chain) keys.keys.push_back(ScopedBlockKey(scope, hash));
+  return keys;
+}
+
 }  // namespace scd

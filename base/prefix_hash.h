@@ -33,6 +33,15 @@ std::string ScopedBlockKey(std::string_view scope, std::string_view block_hash);
 uint64_t RoutingKey(std::string_view block_hash);
 std::vector<uint64_t> RoutingKeys(const std::vector<std::string>& chain);
 
+// What a node's cache needs of a prefix: its blocks' scoped keys and their routing keys.
+struct PrefixKeys {
+  std::vector<std::string> keys;  // ScopedBlockKey(scope, chain[i])
+  std::vector<uint64_t> routing;  // RoutingKey(chain[i])
+};
+PrefixKeys ScopedPrefixKeys(std::string_view scope, std::string_view cache_salt,
+                            absl::Span<const TokenId> prefix,
+                            int block_tokens = kPrefixBlockTokens);
+
 }  // namespace scd
 
 #endif  // SCD_BASE_PREFIX_HASH_H_

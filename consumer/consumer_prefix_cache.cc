@@ -31,12 +31,8 @@ std::string ConsumerPrefixCache::RouteScope(const std::string& mode,
 ConsumerPrefixCache::Keys ConsumerPrefixCache::KeysFor(const std::string& route_scope,
                                                        const std::string& cache_salt,
                                                        absl::Span<const TokenId> prefix) const {
-  Keys keys;
-  const std::vector<std::string> chain = PrefixBlockChain(cache_salt, prefix, block_tokens());
-  keys.routing = RoutingKeys(chain);
-  const std::string scope = absl::StrCat(fingerprint_, "|", route_scope);
-  for (const std::string& hash : chain) keys.keys.push_back(ScopedBlockKey(scope, hash));
-  return keys;
+  return ScopedPrefixKeys(absl::StrCat(fingerprint_, "|", route_scope), cache_salt, prefix,
+                          block_tokens());
 }
 
 absl::StatusOr<int64_t> ConsumerPrefixCache::Load(const Keys& keys, int64_t max_tokens,

@@ -43,10 +43,7 @@ class ConsumerPrefixCache {
   static std::string RouteScope(const std::string& mode, const std::string& producer_fingerprint,
                                 const std::string& artifact_id);
 
-  struct Keys {
-    std::vector<std::string> keys;
-    std::vector<uint64_t> routing;
-  };
+  using Keys = PrefixKeys;
   Keys KeysFor(const std::string& route_scope, const std::string& cache_salt,
                absl::Span<const TokenId> prefix) const;
 

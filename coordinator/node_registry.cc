@@ -96,8 +96,11 @@ absl::Status NodeRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
   it->second.last_heartbeat = now;
   it->second.active_requests = request.active_requests();
   if (request.has_prefix_blocks()) {
-    it->second.prefix_blocks = std::set<uint64_t>(request.prefix_blocks().blocks().begin(),
-                                                  request.prefix_blocks().blocks().end());
+    // At most what registry.proto allows a report (the most recently used come first).
+    const auto& blocks = request.prefix_blocks().blocks();
+    const int kept = std::min<int>(blocks.size(), static_cast<int>(kReportedPrefixBlocks));
+    it->second.prefix_blocks = std::set<uint64_t>(blocks.begin(), blocks.begin() + kept);
+    it->second.has_prefix_cache = request.prefix_blocks().block_tokens() > 0;
   }
   return absl::OkStatus();
 }
@@ -131,9 +134,11 @@ void NodeRegistry::NoteRouted(const Route& route, const PrefixHint* hint) {
   auto note = [&](const std::string& id) {
     auto it = nodes_.find(id);
     if (it == nodes_.end()) return;
-    ++it->second.routed;
-    if (hint != nullptr) {
-      it->second.prefix_blocks.insert(hint->blocks.begin(), hint->blocks.end());
+    Node& node = it->second;
+    ++node.routed;
+    if (hint != nullptr && node.has_prefix_cache &&
+        node.prefix_blocks.size() + hint->blocks.size() <= kReportedPrefixBlocks) {
+      node.prefix_blocks.insert(hint->blocks.begin(), hint->blocks.end());
     }
   };
   if (!route.producer_node.empty()) note(route.producer_node);

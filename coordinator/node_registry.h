@@ -17,7 +17,8 @@
 // load = the node's active requests (the larger of its heartbeat's count and the requests routed
 // to it and not yet done); a node at its registered capacity is taken only when every candidate
 // is. NoteRouted records what a routed request will leave in its nodes' caches (the next
-// heartbeat's report replaces it), so a second request right behind the first follows it.
+// heartbeat's report replaces it), so a second request right behind the first follows it; only
+// for nodes that report a cache, and never past kReportedPrefixBlocks per node.
 //
 // Thread-safety: thread-safe (one mutex); the clock is called under it.
 #ifndef SCD_COORDINATOR_NODE_REGISTRY_H_
@@ -135,6 +136,7 @@ class NodeRegistry {
     uint32_t active_requests = 0;  // as its last heartbeat said
     uint32_t routed = 0;           // requests routed to it, not yet done
     std::set<uint64_t> prefix_blocks;  // routing keys its cache holds (reported + routed since)
+    bool has_prefix_cache = false;     // it reports one (else nothing is predicted for it)
   };
   bool Live(const Node& node, absl::Time now) const;
   uint32_t Load(const Node& node) const;

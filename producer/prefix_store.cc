@@ -89,11 +89,7 @@ bool ProducerPrefixStore::Serves(const TransferPlan& plan) const {
 
 ProducerPrefixStore::Keys ProducerPrefixStore::KeysFor(const std::string& cache_salt,
                                                        absl::Span<const TokenId> prefix) const {
-  Keys keys;
-  const std::vector<std::string> chain = PrefixBlockChain(cache_salt, prefix, block_tokens());
-  keys.routing = RoutingKeys(chain);
-  for (const std::string& hash : chain) keys.keys.push_back(ScopedBlockKey(scope_, hash));
-  return keys;
+  return ScopedPrefixKeys(scope_, cache_salt, prefix, block_tokens());
 }
 
 CachedPrefix ProducerPrefixStore::Lookup(const Keys& keys, size_t limit) {

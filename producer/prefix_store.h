@@ -59,10 +59,7 @@ class ProducerPrefixStore {
   bool Serves(const TransferPlan& plan) const;
 
   // The scoped keys of `prefix`'s full blocks under `cache_salt`, and their routing keys.
-  struct Keys {
-    std::vector<std::string> keys;
-    std::vector<uint64_t> routing;
-  };
+  using Keys = PrefixKeys;
   Keys KeysFor(const std::string& cache_salt, absl::Span<const TokenId> prefix) const;
   // The longest cached run of `keys`, at most `limit` blocks (no counters).
   CachedPrefix Lookup(const Keys& keys, size_t limit);

@@ -270,6 +270,13 @@ TEST_F(NodeRegistryTest, ASecondRequestWithTheSamePrefixGoesToTheProducerHolding
   const std::string b = Add(Producer("base", kBaseFp, "10.0.0.9:7000"));
   Add(Consumer("fables", kFablesFp, {kBaseFp}));
   const PrefixHint hint = Hint(8);
+  // Both report an empty prefix cache (a node that reports none gets no predictions).
+  for (const std::string& id : {a, b}) {
+    v1::HeartbeatRequest empty;
+    empty.set_node_id(id);
+    empty.mutable_prefix_blocks()->set_block_tokens(16);
+    ASSERT_TRUE(registry_.Heartbeat(empty).ok());
+  }
   absl::StatusOr<Route> first = registry_.Resolve({"fables"}, "scd", &hint);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->producer_cached_tokens, 0u);
@@ -313,6 +320,20 @@ TEST_F(NodeRegistryTest, ASecondRequestWithTheSamePrefixGoesToTheProducerHolding
   for (uint64_t key : hint.blocks) beat.mutable_prefix_blocks()->add_blocks(key);
   ASSERT_TRUE(registry_.Heartbeat(beat).ok());
   EXPECT_EQ(registry_.Resolve({"fables"}, "scd", &hint)->producer_node, a);
+}
+
+TEST_F(NodeRegistryTest, NoPredictionsForANodeWithoutAPrefixCache) {
+  Add(Producer("base", kBaseFp, "10.0.0.1:7000"));
+  Add(Producer("base", kBaseFp, "10.0.0.9:7000"));
+  Add(Consumer("fables", kFablesFp, {kBaseFp}));
+  const PrefixHint hint = Hint(8);
+  absl::StatusOr<Route> first = registry_.Resolve({"fables"}, "scd", &hint);
+  ASSERT_TRUE(first.ok());
+  registry_.NoteRouted(*first, &hint);
+  registry_.RoutedDone(*first);
+  // Nothing was remembered for it: the second request sees no match anywhere.
+  absl::StatusOr<Route> second = registry_.Resolve({"fables"}, "scd", &hint);
+  EXPECT_EQ(second->producer_cached_tokens, 0u);
 }
 
 TEST_F(NodeRegistryTest, TheConsumerHoldingThePrefixServesTheTargetUnlessBusy) {
