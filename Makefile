@@ -5,7 +5,7 @@ BUILD ?= build
 export SCD_BUILD_DIR := $(BUILD)
 export SCD_SHARED_DIR := $(abspath $(SHARED))
 
-.PHONY: demo story test numeric-kernels build bench bench-sweep bench-transport asan fuzz-smoke format clean
+.PHONY: demo story test numeric-kernels build bench bench-sweep bench-prefix bench-transport asan fuzz-smoke format clean
 
 # The method's showcase on the hard pair (no shared training between the two models): fit once
 # (cached in $(BUILD)/demo; `make clean` or deleting the file refits), evaluate every transfer
@@ -57,6 +57,11 @@ bench: build
 # shape with dummy weights; results, summaries and plots under $(BUILD)/bench-sweep.
 bench-sweep: build $(DEMO_ARTIFACT)
 	bash bench/sweep.sh $(BUILD) $(SHARED) $(DEMO_ARTIFACT) $(BUILD)/bench-sweep
+
+# The shared-prefix code cache's scenarios (issue 17, bench/README.md): five daemons on the
+# TinyLlama shape, scd-bench serve per scenario, bench/prefix_check.py; under $(BUILD)/bench-prefix.
+bench-prefix: build
+	bash bench/prefix_cache.sh $(BUILD) $(SHARED) $(BUILD)/bench-prefix
 
 # Transfer goodput and session cost of every backend against ucx_perftest, same run (bench/README.md).
 bench-transport: build

@@ -1,7 +1,9 @@
 // scd-bench: the benchmark harness (bench/README.md).
 //   scd-bench serve --server HOST:PORT --targets xs[,b] [--mode M] [--request-rate 1,2,inf]
 //                   [--burstiness B] [--max-concurrency C] [--num-prompts N]
-//                   [--prompts FILE | --input-len T [--shared-prefix-len P] [--vocab-size V]]
+//                   [--prompts FILE | --input-len T [--shared-prefix-len P [--prefix-seed S]]
+//                    [--vocab-size V]] [--cache-salt SALT]
+//                   [--node-stats HOST:PORT ... --cluster-secret-file FILE]
 //                   [--output-len M] [--metric-percentiles 50,90,99]
 //                   [--goodput ttft:MS tpot:MS e2el:MS] [--out DIR]
 //     A load after `vllm bench serve`: the table on stdout per rate; with --out, serve-<rate>.json
@@ -33,6 +35,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -63,7 +66,9 @@ struct ServeFlags {
   int num_prompts = 100;
   int input_len = 128;
   int shared_prefix_len = 0;
+  std::optional<uint64_t> prefix_seed;
   int vocab_size = 512;
+  std::string secret_file;
   std::string percentiles = "50,90,99";
   std::vector<std::string> goodput;
   std::string out;
@@ -86,6 +91,20 @@ absl::StatusOr<std::vector<double>> ParseList(const std::string& flag, const std
   return values;
 }
 
+// The cluster secret from a file, else $SCD_CLUSTER_SECRET; `why` names the flag needing it.
+absl::StatusOr<std::string> ClusterSecret(const std::string& file, const std::string& why) {
+  std::string secret;
+  std::ifstream in(file);
+  if (!file.empty() && in >> secret) return secret;
+  if (!file.empty()) return absl::NotFoundError(absl::StrCat("cannot read ", file));
+  const char* env = std::getenv("SCD_CLUSTER_SECRET");
+  if (env == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        why, " needs the cluster secret: --cluster-secret-file FILE or $SCD_CLUSTER_SECRET"));
+  }
+  return std::string(env);
+}
+
 absl::Status RunServe(ServeFlags& flags) {
   ServeBenchOptions& o = flags.options;
   o.targets = absl::StrSplit(flags.targets, ',', absl::SkipEmpty());
@@ -98,8 +117,16 @@ absl::Status RunServe(ServeFlags& flags) {
   if (!flags.prompts_file.empty()) {
     SCD_ASSIGN_OR_RETURN(o.prompts, PromptsFromFile(flags.prompts_file, flags.num_prompts));
   } else {
+    if (flags.input_len < flags.shared_prefix_len) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--input-len ", flags.input_len, " is below --shared-prefix-len ",
+                       flags.shared_prefix_len, " (it counts the whole prompt, prefix included)"));
+    }
     o.prompts = RandomPrompts(flags.num_prompts, flags.input_len, flags.shared_prefix_len,
-                              flags.vocab_size, o.seed);
+                              flags.vocab_size, o.seed, flags.prefix_seed.value_or(o.seed));
+  }
+  if (!o.node_stats.empty()) {
+    SCD_ASSIGN_OR_RETURN(o.secret, ClusterSecret(flags.secret_file, "--node-stats"));
   }
   if (!flags.out.empty()) fs::create_directories(flags.out);
   std::vector<std::string> written;
@@ -218,7 +245,7 @@ absl::Status RunSweep(SweepFlags& flags) {
         o.prompts, PromptsFromFile(flags.prompts_file, flags.num_prompts, flags.prompt_words));
   } else {
     o.prompts = RandomPrompts(flags.num_prompts, flags.prompt_len, 0,
-                              flags.vocab_size > 0 ? flags.vocab_size : 512, flags.seed);
+                              flags.vocab_size > 0 ? flags.vocab_size : 512, flags.seed, flags.seed);
   }
   std::unique_ptr<SweepDeployment> deployment;
   if (!flags.producer.empty()) {
@@ -233,16 +260,7 @@ absl::Status RunSweep(SweepFlags& flags) {
     o.fidelity = deployment->fidelity();
   } else {
     o.consumers = flags.consumers;
-    std::ifstream in(flags.secret_file);
-    if (flags.secret_file.empty() || !(in >> o.secret)) {
-      const char* env = std::getenv("SCD_CLUSTER_SECRET");
-      if (env == nullptr) {
-        return absl::InvalidArgumentError(
-            "--control needs the cluster secret: --cluster-secret-file FILE or "
-            "$SCD_CLUSTER_SECRET");
-      }
-      o.secret = env;
-    }
+    SCD_ASSIGN_OR_RETURN(o.secret, ClusterSecret(flags.secret_file, "--control"));
   }
   o.links.clear();
   for (const std::string& link : links) {
@@ -302,7 +320,8 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   CLI::Option* file = s->add_option("--prompts", serve.prompts_file,
                                     "text prompts, one per line (else random token ids)");
-  s->add_option("--input-len", serve.input_len, "random prompts: ids per prompt")
+  s->add_option("--input-len", serve.input_len,
+                "random prompts: ids per prompt, the shared prefix included")
       ->check(CLI::Range(1, 1 << 20))
       ->excludes(file)
       ->capture_default_str();
@@ -310,6 +329,18 @@ int Main(int argc, char** argv) {
                 "random prompts: ids every prompt starts with (SGLang's generated shared prefix)")
       ->check(CLI::Range(0, 1 << 20))
       ->excludes(file);
+  s->add_option("--prefix-seed", serve.prefix_seed,
+                "random prompts: the shared prefix's seed (default --seed; runs with the same "
+                "prefix seed share the prefix, their own ids differ with --seed)")
+      ->excludes(file);
+  s->add_option("--cache-salt", serve.options.cache_salt,
+                "every request's cache_salt (requests with different salts never share cached "
+                "prefixes)");
+  s->add_option("--node-stats", serve.options.node_stats,
+                "a node's control address (producer, consumer or coordinator): its prefill "
+                "tokens and prefix-cache counters over each run (repeatable)");
+  s->add_option("--cluster-secret-file", serve.secret_file,
+                "the cluster secret for --node-stats (default: $SCD_CLUSTER_SECRET)");
   s->add_option("--vocab-size", serve.vocab_size,
                 "random prompts: ids are drawn from [3, V) (the served models' vocabulary)")
       ->check(CLI::Range(4, 1 << 24))

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
@@ -17,6 +18,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "proto/inference_client.h"
+#include "proto/scd/v1/control.grpc.pb.h"
+#include "proto/scd/v1/registry.grpc.pb.h"
 
 namespace scd::bench {
 namespace {
@@ -81,6 +84,7 @@ std::vector<StreamRecord> RunOne(const ServeBenchOptions& options, const BenchPr
   }
   for (const std::string& target : options.targets) request.add_targets(target);
   request.set_mode(options.mode);
+  request.set_cache_salt(options.cache_salt);
   request.set_max_tokens(static_cast<uint32_t>(options.output_len));
   std::map<std::string, StreamRecord> by_target;
   std::map<std::string, absl::Time> last_token;
@@ -128,18 +132,64 @@ std::vector<StreamRecord> RunOne(const ServeBenchOptions& options, const BenchPr
   return out;
 }
 
+// A node's Stats through its control plane: a producer's, a consumer's or a coordinator's
+// (whichever service answers there).
+absl::StatusOr<v1::NodeStats> ReadNodeStats(const std::string& address, const std::string& secret) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  v1::NodeStats stats;
+  grpc::Status status;
+  for (int service = 0; service < 3; ++service) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    context.AddMetadata("x-scd-cluster-secret", secret);
+    if (service == 0) {
+      status = v1::Producer::NewStub(channel)->Stats(&context, v1::StatsRequest(), &stats);
+    } else if (service == 1) {
+      status = v1::Consumer::NewStub(channel)->Stats(&context, v1::StatsRequest(), &stats);
+    } else {
+      status = v1::Registry::NewStub(channel)->Stats(&context, v1::StatsRequest(), &stats);
+    }
+    if (status.error_code() != grpc::StatusCode::UNIMPLEMENTED) break;
+  }
+  if (!status.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                        absl::StrCat("--node-stats ", address, ": ", status.error_message()));
+  }
+  return stats;
+}
+
+NodeStatsDelta Delta(const std::string& address, const v1::NodeStats& before,
+                     const v1::NodeStats& after) {
+  auto d = [](uint64_t a, uint64_t b) { return static_cast<int64_t>(a) - static_cast<int64_t>(b); };
+  NodeStatsDelta n;
+  n.address = address;
+  n.role = after.role();
+  n.prefills = d(after.prefills(), before.prefills());
+  n.prefill_tokens = d(after.prefill_tokens(), before.prefill_tokens());
+  const v1::PrefixCacheStats &a = after.prefix_cache(), &b = before.prefix_cache();
+  n.cache_hits = d(a.hits(), b.hits());
+  n.cache_misses = d(a.misses(), b.misses());
+  n.cache_hit_tokens = d(a.hit_tokens(), b.hit_tokens());
+  n.cache_evictions = d(a.evictions(), b.evictions());
+  n.cache_entries = static_cast<int64_t>(a.entries());
+  n.cache_bytes = static_cast<int64_t>(a.bytes());
+  return n;
+}
+
 }  // namespace
 
 std::vector<BenchPrompt> RandomPrompts(int num_prompts, int input_len, int shared_prefix_len,
-                                       int vocab_size, uint64_t seed, int first_id) {
-  std::mt19937_64 rng(seed);
+                                       int vocab_size, uint64_t seed, uint64_t prefix_seed,
+                                       int first_id) {
   std::uniform_int_distribution<int32_t> id(first_id, std::max(first_id, vocab_size - 1));
+  std::mt19937_64 prefix_rng(prefix_seed);
   std::vector<int32_t> prefix(static_cast<size_t>(std::max(0, shared_prefix_len)));
-  for (int32_t& t : prefix) t = id(rng);
+  for (int32_t& t : prefix) t = id(prefix_rng);
+  std::mt19937_64 rng(seed);
   std::vector<BenchPrompt> prompts(static_cast<size_t>(std::max(0, num_prompts)));
   for (BenchPrompt& p : prompts) {
     p.ids = prefix;
-    for (int i = 0; i < input_len; ++i) p.ids.push_back(id(rng));
+    while (static_cast<int>(p.ids.size()) < input_len) p.ids.push_back(id(rng));
   }
   return prompts;
 }
@@ -217,6 +267,13 @@ absl::StatusOr<ServeBenchResult> RunServeBenchmark(const ServeBenchOptions& opti
     }
   }
 
+  std::vector<v1::NodeStats> before;
+  for (const std::string& address : options.node_stats) {
+    absl::StatusOr<v1::NodeStats> stats = ReadNodeStats(address, options.secret);
+    if (!stats.ok()) return stats.status();
+    before.push_back(*std::move(stats));
+  }
+
   ServeBenchResult result;
   result.request_rate = options.request_rate;
   result.burstiness = options.burstiness;
@@ -262,6 +319,9 @@ absl::StatusOr<ServeBenchResult> RunServeBenchmark(const ServeBenchOptions& opti
         ++result.completed;
         result.input_tokens += r.prompt_tokens;
         result.output_tokens += r.output_tokens;
+        result.producer_cached_tokens += r.finished.producer_cached_tokens();
+        result.consumer_cached_tokens += r.finished.consumer_cached_tokens();
+        result.payload_bytes += static_cast<int64_t>(r.finished.payload_bytes());
         if (r.output_tokens > 0) ttfts.push_back(r.ttft_s);
         if (r.output_tokens > 1) tpots.push_back(r.tpot_s());
         itls.insert(itls.end(), r.itl_s.begin(), r.itl_s.end());
@@ -289,6 +349,13 @@ absl::StatusOr<ServeBenchResult> RunServeBenchmark(const ServeBenchOptions& opti
   result.tpot = Summarize(tpots, options.percentiles);
   result.itl = Summarize(itls, options.percentiles);
   result.e2el = Summarize(e2els, options.percentiles);
+  for (size_t i = 0; i < options.node_stats.size(); ++i) {
+    // After the run a node that stopped answering is reported, not fatal: the streams stand.
+    absl::StatusOr<v1::NodeStats> after = ReadNodeStats(options.node_stats[i], options.secret);
+    NodeStatsDelta n = Delta(options.node_stats[i], before[i], after.ok() ? *after : before[i]);
+    if (!after.ok()) n.role = absl::StrCat("unreadable: ", after.status().message());
+    result.nodes.push_back(std::move(n));
+  }
   return result;
 }
 
@@ -328,6 +395,24 @@ std::string ServeBenchJson(const ServeBenchResult& r, const ServeBenchOptions& o
   if (options.goodput.tpot_ms) slo["tpot_ms"] = *options.goodput.tpot_ms;
   if (options.goodput.e2el_ms) slo["e2el_ms"] = *options.goodput.e2el_ms;
   j["goodput_slo"] = slo;
+  j["cache_salt"] = options.cache_salt;
+  j["producer_cached_tokens"] = r.producer_cached_tokens;
+  j["consumer_cached_tokens"] = r.consumer_cached_tokens;
+  j["payload_bytes"] = r.payload_bytes;
+  nlohmann::json nodes = nlohmann::json::array();
+  for (const NodeStatsDelta& n : r.nodes) {
+    nodes.push_back({{"address", n.address},
+                     {"role", n.role},
+                     {"prefills", n.prefills},
+                     {"prefill_tokens", n.prefill_tokens},
+                     {"cache_hits", n.cache_hits},
+                     {"cache_misses", n.cache_misses},
+                     {"cache_hit_tokens", n.cache_hit_tokens},
+                     {"cache_evictions", n.cache_evictions},
+                     {"cache_entries", n.cache_entries},
+                     {"cache_bytes", n.cache_bytes}});
+  }
+  j["nodes"] = nodes;
   j["good"] = r.good;
   j["goodput"] = r.goodput;
   j["ttft"] = SummaryJson(r.ttft);
@@ -341,7 +426,10 @@ std::string ServeBenchJson(const ServeBenchResult& r, const ServeBenchOptions& o
                  ttfts = nlohmann::json::array(), itls = nlohmann::json::array(),
                  e2els = nlohmann::json::array(), modes = nlohmann::json::array(),
                  payload = nlohmann::json::array(), server_ttft = nlohmann::json::array(),
-                 server_output = nlohmann::json::array();
+                 server_output = nlohmann::json::array(),
+                 producer_cached = nlohmann::json::array(),
+                 consumer_cached = nlohmann::json::array(),
+                 timings = nlohmann::json::array();
   for (const StreamRecord& s : r.streams) {
     targets.push_back(s.target);
     ok.push_back(s.ok);
@@ -356,6 +444,19 @@ std::string ServeBenchJson(const ServeBenchResult& r, const ServeBenchOptions& o
     payload.push_back(s.finished.payload_bytes());
     server_ttft.push_back(static_cast<double>(s.finished.timings().ttft()) / 1e3);
     server_output.push_back(s.finished.output_tokens());
+    producer_cached.push_back(s.finished.producer_cached_tokens());
+    consumer_cached.push_back(s.finished.consumer_cached_tokens());
+    const v1::Timings& t = s.finished.timings();
+    auto ms = [](uint64_t us) { return static_cast<double>(us) / 1e3; };
+    timings.push_back({{"queue", ms(t.queue())},
+                       {"prefill", ms(t.prefill())},
+                       {"encode", ms(t.encode())},
+                       {"transfer", ms(t.transfer())},
+                       {"rebuild", ms(t.rebuild())},
+                       {"patch", ms(t.patch())},
+                       {"last_rebuild", ms(t.last_rebuild())},
+                       {"first_decode", ms(t.first_decode())},
+                       {"ttft", ms(t.ttft())}});
   }
   j["per_stream"] = {{"target", targets},
                      {"ok", ok},
@@ -369,7 +470,10 @@ std::string ServeBenchJson(const ServeBenchResult& r, const ServeBenchOptions& o
                      {"mode", modes},
                      {"payload_bytes", payload},
                      {"server_ttft_ms", server_ttft},
-                     {"server_output_tokens", server_output}};
+                     {"server_output_tokens", server_output},
+                     {"producer_cached_tokens", producer_cached},
+                     {"consumer_cached_tokens", consumer_cached},
+                     {"server_timings_ms", timings}};
   j["send_s"] = r.send_s;
   return j.dump(1);
 }
@@ -408,6 +512,22 @@ std::string ServeBenchTable(const ServeBenchResult& r) {
   metric("Time per Output Token (excl. 1st token)", "TPOT", r.tpot);
   metric("Inter-token Latency", "ITL", r.itl);
   metric("End-to-end Latency", "E2EL", r.e2el);
+  absl::StrAppend(&out, "---------- Prefix cache and transfer ----------\n");
+  line("Prompt tokens from producer cache:", absl::StrCat(r.producer_cached_tokens));
+  line("Prompt tokens from consumer cache:", absl::StrCat(r.consumer_cached_tokens));
+  line("Code payload (bytes):", absl::StrCat(r.payload_bytes));
+  for (const NodeStatsDelta& n : r.nodes) {
+    absl::StrAppend(&out, absl::StrFormat("%s (%s)\n", n.address, n.role));
+    if (n.role == "producer") {
+      line("  Prefills run:", absl::StrCat(n.prefills));
+      line("  Prefill tokens computed:", absl::StrCat(n.prefill_tokens));
+    }
+    line("  Cache hits / misses:", absl::StrCat(n.cache_hits, " / ", n.cache_misses));
+    line("  Cache hit tokens:", absl::StrCat(n.cache_hit_tokens));
+    line("  Cache evictions:", absl::StrCat(n.cache_evictions));
+    line("  Cache entries / MiB after:",
+         absl::StrFormat("%d / %.1f", n.cache_entries, static_cast<double>(n.cache_bytes) / (1 << 20)));
+  }
   absl::StrAppend(&out, "==================================================\n");
   return out;
 }

@@ -30,10 +30,13 @@ struct BenchPrompt {
 };
 
 // Prompts of random token ids, as vLLM's "random" dataset and SGLang's generated-shared-prefix
-// set: `shared_prefix_len` ids every prompt starts with, then `input_len` ids of its own, drawn
-// uniformly from [first_id, vocab_size) with `seed`.
+// set: `input_len` ids in all, the first `shared_prefix_len` of them common to every prompt
+// (drawn with `prefix_seed`: runs with the same prefix seed share the prefix), the rest each
+// prompt's own (drawn with `seed`); ids uniform in [first_id, vocab_size). An `input_len` below
+// `shared_prefix_len` is taken as `shared_prefix_len`.
 std::vector<BenchPrompt> RandomPrompts(int num_prompts, int input_len, int shared_prefix_len,
-                                       int vocab_size, uint64_t seed, int first_id = 3);
+                                       int vocab_size, uint64_t seed, uint64_t prefix_seed,
+                                       int first_id = 3);
 // One prompt per non-empty line of a text file (at most `num_prompts`, cycled when the file has
 // fewer). NOT_FOUND / INVALID_ARGUMENT (no prompts) otherwise.
 // With `words` > 0, the file's text is instead cut into prompts of that many consecutive
@@ -53,6 +56,7 @@ struct ServeBenchOptions {
   std::vector<std::string> targets;  // consumer names; several = fan-out
   std::string mode;                  // "" = auto
   std::vector<BenchPrompt> prompts;  // one request each, in order
+  std::string cache_salt;            // GenerateRequest.cache_salt of every request
   int output_len = 128;              // max_tokens, with ignore-eos behaviour left to the model
   double request_rate = INFINITY;    // requests/s; inf = all at once
   double burstiness = 1.0;           // gamma shape: 1 = Poisson, < 1 burstier, > 1 steadier
@@ -61,6 +65,11 @@ struct ServeBenchOptions {
   absl::Duration timeout = absl::Seconds(600);  // per request
   std::vector<double> percentiles = {50, 90, 99};
   Slo goodput;
+  // Nodes whose Stats (control plane: a producer's, a consumer's or a coordinator's control
+  // address) are read before and after the run, and the cluster secret they check: the run's
+  // prefill tokens and prefix-cache counters per node.
+  std::vector<std::string> node_stats;
+  std::string secret;
   // Called after each request ends (done, total): the progress bar.
   std::function<void(int, int)> on_progress;
 };
@@ -82,6 +91,17 @@ struct StreamRecord {
   }
 };
 
+// What one node did during the run: its Stats after minus before (counters), and what its
+// prefix cache holds after.
+struct NodeStatsDelta {
+  std::string address;
+  std::string role;                   // "producer" | "consumer" | "coordinator"
+  int64_t prefills = 0;               // producer: prefills run
+  int64_t prefill_tokens = 0;         // producer: prompt positions computed
+  int64_t cache_hits = 0, cache_misses = 0, cache_hit_tokens = 0, cache_evictions = 0;
+  int64_t cache_entries = 0, cache_bytes = 0;  // after the run
+};
+
 // Mean, median, std and the chosen percentiles of one metric (milliseconds).
 struct MetricSummary {
   double mean = 0, median = 0, std = 0;
@@ -98,6 +118,9 @@ struct ServeBenchResult {
   int64_t failed = 0;           // streams that did not
   std::map<std::string, int64_t> failures_by_code;  // "RESOURCE_EXHAUSTED": n
   int64_t input_tokens = 0, output_tokens = 0;      // over completed streams
+  // Over completed streams (Finished): prompt tokens served from the producer's and from the
+  // consumer's prefix cache, and code payload bytes.
+  int64_t producer_cached_tokens = 0, consumer_cached_tokens = 0, payload_bytes = 0;
   double request_throughput = 0;                    // completed streams / s
   double output_throughput = 0;                     // output tokens / s
   double total_token_throughput = 0;                // (input + output) tokens / s
@@ -106,10 +129,12 @@ struct ServeBenchResult {
   MetricSummary ttft, tpot, itl, e2el;
   std::vector<StreamRecord> streams;  // in request order, then target order
   std::vector<double> send_s;         // per request: when it was sent, since the start
+  std::vector<NodeStatsDelta> nodes;  // options.node_stats, in order
 };
 
 // Runs the load. INVALID_ARGUMENT: no server, targets or prompts, a rate <= 0, burstiness <= 0;
-// otherwise the result (failures are counted, not errors).
+// a node's Stats unreadable (before the run): its status; otherwise the result (failures are
+// counted, not errors).
 absl::StatusOr<ServeBenchResult> RunServeBenchmark(const ServeBenchOptions& options);
 
 // The result as JSON (totals, summaries in ms, per-stream arrays, failures), one object.

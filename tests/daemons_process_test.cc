@@ -10,7 +10,8 @@
 // middle of a (shaped, slow) transfer: producer killed -> one Error within 1 s, or a local
 // fallback when allowed; consumer killed -> the producer frees the session and its buffers within
 // 1 s; client cancel -> both free everything (counted by their Stats) and the next request on
-// that consumer is exact.
+// that consumer is exact; with prefix caches on, a producer killed mid-prefill leaves the
+// consumer's cache empty.
 #include <ATen/ATen.h>
 #include <fcntl.h>
 #include <gmock/gmock.h>
@@ -53,6 +54,8 @@ class DaemonsProcessTest : public ::testing::TestWithParam<std::string> {
  protected:
   // Extra scd-producer flags (the fault tests slow its link down).
   virtual std::vector<std::string> ProducerFlags() const { return {}; }
+  // Extra flags of the base-copy consumer.
+  virtual std::vector<std::string> ConsumerFlags() const { return {}; }
 
   void SetUp() override {
     dir_ =
@@ -86,11 +89,14 @@ class DaemonsProcessTest : public ::testing::TestWithParam<std::string> {
         std::vector<std::string>{Bin("scd-consumer"), "--model", testing::ModelDir("llama2xs-260k"),
                                  "--name", "xs", "--coordinator", control_, "--transport", transport,
                                  "--artifact", artifact_path_, "--capacity", "16"});
-    copy_daemon_ = std::make_unique<Daemon>(
-        dir_, "copy",
-        std::vector<std::string>{Bin("scd-consumer"), "--model", testing::ModelDir("stories260k"),
-                                 "--name", "base-copy", "--coordinator", control_, "--transport",
-                                 transport, "--capacity", "16"});
+    std::vector<std::string> copy_argv{Bin("scd-consumer"), "--model",
+                                       testing::ModelDir("stories260k"), "--name",
+                                       "base-copy", "--coordinator",
+                                       control_, "--transport",
+                                       transport, "--capacity",
+                                       "16"};
+    for (const std::string& flag : ConsumerFlags()) copy_argv.push_back(flag);
+    copy_daemon_ = std::make_unique<Daemon>(dir_, "copy", copy_argv);
     // Registered: all three models routable.
     const absl::Time limit = absl::Now() + absl::Seconds(60);
     while (absl::Now() < limit) {
@@ -695,6 +701,52 @@ TEST_P(DaemonsFaultTest, ClientCancelMidTransferFreesEverythingAndTheNextRequest
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, DaemonsFaultTest, ::testing::Values("grpc", "ucx"),
+                         [](const auto& info) { return info.param; });
+
+// The shared-prefix code cache (issue 17) across real processes: both nodes keep prefix caches.
+class DaemonsPrefixCacheFaultTest : public DaemonsFaultTest {
+ protected:
+  std::vector<std::string> ProducerFlags() const override {
+    std::vector<std::string> flags = DaemonsFaultTest::ProducerFlags();
+    flags.insert(flags.end(), {"--prefix-cache-mb", "64"});
+    return flags;
+  }
+  std::vector<std::string> ConsumerFlags() const override { return {"--prefix-cache-mb", "64"}; }
+};
+
+// A producer SIGKILLed while the prompt's prefill is still reaching the consumer (its codes on the
+// slow link, the consumer's cache half rebuilt) leaves no prefix entry on the consumer: the
+// request ends in one Error, the consumer frees it, and its cache holds nothing. The same prompt
+// served whole afterwards (local, on the same consumer) is stored: the cache was on all along.
+TEST_P(DaemonsPrefixCacheFaultTest, ProducerKilledMidPrefillLeavesNoConsumerEntry) {
+  ASSERT_TRUE(CopyStats().has_prefix_cache());
+  Call call(server_, LongRawRequest());
+  WaitUntilTransferring(call);
+  producer_daemon_->Kill(SIGKILL);
+  const absl::Time killed = absl::Now();
+  ASSERT_TRUE(call.WaitDone(absl::Seconds(10)));
+  const std::vector<v1::GenerateEvent> events = call.events();
+  ASSERT_TRUE(events.back().has_error()) << events.back().DebugString();
+  EXPECT_EQ(Terminals(events), 1);
+  v1::NodeStats consumer;
+  for (;;) {
+    consumer = CopyStats();
+    if (consumer.running() == 0 && consumer.open_sessions() == 0) break;
+    ASSERT_LT(absl::Now() - killed, absl::Seconds(5)) << "still held: " << consumer.DebugString();
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(consumer.prefix_cache().entries(), 0u) << consumer.DebugString();
+  EXPECT_EQ(consumer.prefix_cache().bytes(), 0u);
+  EXPECT_EQ(consumer.prefix_cache().hits(), 0u);
+
+  Reply local = Generate("base-copy", "local", LongPrompt(), 2);
+  ASSERT_TRUE(local.status.ok()) << local.status;
+  ASSERT_TRUE(local.events.back().has_finished()) << local.events.back().DebugString();
+  EXPECT_EQ(local.events.back().finished().consumer_cached_tokens(), 0u);
+  EXPECT_EQ(CopyStats().prefix_cache().entries(), LongPrompt().size() / 16);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, DaemonsPrefixCacheFaultTest, ::testing::Values("grpc"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -69,7 +69,9 @@ TEST_F(ServeBenchmarkTest, TenRequestsMatchTheServersFinishedEvents) {
   options.server = address_;
   options.targets = {"copy"};
   options.mode = "raw";
-  options.prompts = RandomPrompts(10, 24, 8, 512, 7);
+  options.prompts = RandomPrompts(10, 32, 8, 512, 7, 7);
+  options.node_stats = {server_->ControlAddress()};
+  options.secret = testing::kTestClusterSecret;
   options.output_len = 12;
   options.request_rate = 20;
   options.seed = 3;
@@ -116,13 +118,43 @@ TEST_F(ServeBenchmarkTest, TenRequestsMatchTheServersFinishedEvents) {
   EXPECT_GT(result->send_s.back(), 0.05);
   EXPECT_TRUE(std::is_sorted(result->send_s.begin(), result->send_s.end()));
   EXPECT_GT(result->output_throughput, 0);
+  // The coordinator's Stats around the run; no prefix cache on this server: nothing cached.
+  ASSERT_EQ(result->nodes.size(), 1u);
+  EXPECT_EQ(result->nodes[0].role, "coordinator");
+  EXPECT_EQ(result->producer_cached_tokens, 0);
+  EXPECT_EQ(result->consumer_cached_tokens, 0);
+  EXPECT_GT(result->payload_bytes, 0);  // raw: the KV of every prompt crossed
+}
+
+// --input-len counts the whole prompt; the prefix comes from its own seed, so runs with one
+// prefix seed share it while their own ids differ.
+TEST(RandomPromptsTest, PrefixFromItsOwnSeedOwnIdsFromTheRunSeed) {
+  const std::vector<BenchPrompt> a = RandomPrompts(3, 40, 32, 512, 1, 9);
+  const std::vector<BenchPrompt> b = RandomPrompts(2, 40, 32, 512, 2, 9);
+  const std::vector<BenchPrompt> c = RandomPrompts(1, 40, 32, 512, 1, 10);
+  ASSERT_EQ(a.size(), 3u);
+  for (const BenchPrompt& p : a) {
+    ASSERT_EQ(p.ids.size(), 40u);
+    for (int32_t id : p.ids) EXPECT_TRUE(id >= 3 && id < 512);
+  }
+  auto prefix = [](const BenchPrompt& p) {
+    return std::vector<int32_t>(p.ids.begin(), p.ids.begin() + 32);
+  };
+  auto own = [](const BenchPrompt& p) { return std::vector<int32_t>(p.ids.begin() + 32, p.ids.end()); };
+  EXPECT_EQ(prefix(a[0]), prefix(a[2]));
+  EXPECT_EQ(prefix(a[0]), prefix(b[0]));
+  EXPECT_NE(prefix(a[0]), prefix(c[0]));
+  EXPECT_NE(own(a[0]), own(a[1]));
+  EXPECT_NE(own(a[0]), own(b[0]));
+  EXPECT_EQ(own(a[0]), own(c[0]));  // same run seed, other prefix seed
+  EXPECT_EQ(RandomPrompts(1, 8, 32, 512, 1, 9)[0].ids.size(), 32u);  // at least the prefix
 }
 
 TEST_F(ServeBenchmarkTest, FailuresAreCountedByStatusCode) {
   ServeBenchOptions options;
   options.server = address_;
   options.targets = {"no-such-model"};
-  options.prompts = RandomPrompts(3, 4, 0, 512, 1);
+  options.prompts = RandomPrompts(3, 4, 0, 512, 1, 1);
   options.output_len = 2;
   absl::StatusOr<ServeBenchResult> result = RunServeBenchmark(options);
   ASSERT_TRUE(result.ok()) << result.status();
