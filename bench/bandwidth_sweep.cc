@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "bench/timings_json.h"
 #include "proto/inference_client.h"
 #include "proto/scd/v1/registry.grpc.pb.h"
 
@@ -334,17 +335,7 @@ std::string SweepJsonl(const SweepResult& result) {
         {"payload_bytes", r.payload_bytes},
         {"ttft_ms", t.ttft() / 1e3},
         {"client_ttft_ms", r.client_ttft_us / 1e3},
-        {"timings_ms",
-         {{"queue", t.queue() / 1e3},
-          {"prefill", t.prefill() / 1e3},
-          {"encode", t.encode() / 1e3},
-          {"transfer", t.transfer() / 1e3},
-          {"rebuild", t.rebuild() / 1e3},
-          {"patch", t.patch() / 1e3},
-          {"last_rebuild", t.last_rebuild() / 1e3},
-          {"first_decode", t.first_decode() / 1e3},
-          {"ttft", t.ttft() / 1e3},
-          {"total", t.total() / 1e3}}},
+        {"timings_ms", TimingsJson(t)},
         {"alone_ms",
          {{"prefill", r.alone.prefill_us / 1e3},
           {"last_rebuild", r.alone.last_rebuild_us / 1e3},

@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/timings_json.h"
 #include "proto/inference_client.h"
 #include "proto/scd/v1/control.grpc.pb.h"
 #include "proto/scd/v1/registry.grpc.pb.h"
@@ -446,17 +447,7 @@ std::string ServeBenchJson(const ServeBenchResult& r, const ServeBenchOptions& o
     server_output.push_back(s.finished.output_tokens());
     producer_cached.push_back(s.finished.producer_cached_tokens());
     consumer_cached.push_back(s.finished.consumer_cached_tokens());
-    const v1::Timings& t = s.finished.timings();
-    auto ms = [](uint64_t us) { return static_cast<double>(us) / 1e3; };
-    timings.push_back({{"queue", ms(t.queue())},
-                       {"prefill", ms(t.prefill())},
-                       {"encode", ms(t.encode())},
-                       {"transfer", ms(t.transfer())},
-                       {"rebuild", ms(t.rebuild())},
-                       {"patch", ms(t.patch())},
-                       {"last_rebuild", ms(t.last_rebuild())},
-                       {"first_decode", ms(t.first_decode())},
-                       {"ttft", ms(t.ttft())}});
+    timings.push_back(TimingsJson(s.finished.timings()));
   }
   j["per_stream"] = {{"target", targets},
                      {"ok", ok},
