@@ -50,7 +50,7 @@ absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& sessio
                                                const std::vector<TokenId>& tokens, KvCache* cache,
                                                absl::Duration timeout,
                                                const std::atomic<bool>* cancelled,
-                                               int64_t begin) {
+                                               int64_t begin, LayerStepper* tail) {
   auto fail = [&](absl::Status status) {
     session.Cancel(std::string(status.message()));
     return status;
@@ -62,6 +62,13 @@ absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& sessio
   absl::StatusOr<std::unique_ptr<LayerwiseRebuilder>> rebuilder =
       LayerwiseRebuilder::Create(decoder, plan, tokens, cache, begin);
   if (!rebuilder.ok()) return fail(rebuilder.status());
+  // Runs the tail token through the layers rebuilt so far (a recomputed run from layer 0 is
+  // rebuilt at creation).
+  auto advance_tail = [&]() -> absl::Status {
+    if (tail == nullptr) return absl::OkStatus();
+    return tail->Advance(cache).status();
+  };
+  if (absl::Status advanced = advance_tail(); !advanced.ok()) return fail(advanced);
 
   ReceiveReport report;
   const absl::Time deadline = absl::Now() + timeout;
@@ -92,6 +99,9 @@ absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& sessio
     received.payload.Reset();  // unframing copied the bytes into the chunk's tensors
     absl::StatusOr<std::vector<int>> filled = (*rebuilder)->Add(*std::move(chunk));
     if (!filled.ok()) return fail(filled.status());
+    if (!filled->empty()) {
+      if (absl::Status advanced = advance_tail(); !advanced.ok()) return fail(advanced);
+    }
     // The work this chunk set off (unframing, the layers it completed); the last chunk's is what
     // no streaming can hide. Waiting for the trailer afterwards is not rebuild time.
     report.last_rebuild = absl::Now() - now;
@@ -102,6 +112,13 @@ absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& sessio
   report.rebuild = (*rebuilder)->rebuild_time();
   report.patch = (*rebuilder)->patch_time();
   SCD_RETURN_IF_ERROR((*rebuilder)->Finish());
+  if (tail != nullptr) {
+    report.tail = tail->compute_time();
+    if (!tail->done()) {
+      return absl::InternalError(absl::StrCat("the cache is rebuilt but the last prompt token ran ",
+                                              tail->next_layer(), " layers"));
+    }
+  }
   return report;
 }
 

@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "codec/code_decoder.h"
 #include "codec/code_encoder.h"
+#include "model/layer_stepper.h"
 #include "transport/transfer_session.h"
 
 namespace scd::consumer {
@@ -28,6 +29,8 @@ struct ReceiveReport {
   // The unframing and rebuilding the last chunk set off (the last layer's): what the transfer
   // cannot hide. Waiting for the producer's trailer afterwards is not counted.
   absl::Duration last_rebuild;
+  // The tail token's layer steps (its part of rebuild-time work, overlapped the same way).
+  absl::Duration tail;
   int64_t bytes = 0;
   int64_t chunks = 0;
 };
@@ -37,14 +40,17 @@ struct ReceiveReport {
 // its artifact. The transfer covers positions [begin, tokens.size()) (`expected` planned for that
 // many); `cache` holds [0, begin) in every layer (a prefix cache's hit; 0: empty). On any error the session ends (cancelled) and the cache
 // must be discarded. `cancelled` (may be null), once set, ends the session within kCancelPoll
-// (CANCELLED): the producer hears it and stops sending.
+// (CANCELLED): the producer hears it and stops sending. `tail` (may be null; started for the
+// prompt token after `tokens`, at position tokens.size()) is advanced through each layer as soon
+// as that layer is rebuilt, so when this returns OK it has been through every layer and the
+// cache holds the prompt's last position too.
 absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& session,
                                                const CodeDecoder& decoder, const TransferPlan& plan,
                                                const std::vector<PlannedChunk>& expected,
                                                const std::vector<TokenId>& tokens, KvCache* cache,
                                                absl::Duration timeout,
                                                const std::atomic<bool>* cancelled = nullptr,
-                                               int64_t begin = 0);
+                                               int64_t begin = 0, LayerStepper* tail = nullptr);
 
 // How often waits on the producer look at a caller's cancellation flag.
 inline constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);

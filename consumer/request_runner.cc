@@ -32,6 +32,10 @@ struct PrefixOutcome {
   absl::Duration rebuild = absl::ZeroDuration();
   absl::Duration patch = absl::ZeroDuration();
   absl::Duration last_rebuild = absl::ZeroDuration();
+  // Rebuilt from codes: the last prompt token's logits, run layer by layer as the cache was
+  // rebuilt (the cache then holds the whole prompt), and the time its steps took.
+  at::Tensor first_logits;
+  absl::Duration tail = absl::ZeroDuration();
 };
 
 // What the producer's plan sends for this route and prefix, as this consumer expects it (same
@@ -66,7 +70,7 @@ absl::StatusOr<ReceiveReport> RebuildFromCodes(const ConsumerModel& consumer,
                                                const ExpectedTransfer& expected,
                                                const std::vector<TokenId>& prefix,
                                                const RunContext& context, absl::Time deadline,
-                                               int64_t begin, KvCache* cache) {
+                                               int64_t begin, KvCache* cache, LayerStepper* tail) {
   const Artifact* artifact = expected.artifact;
   CodeDecoder decoder(*consumer.model, artifact);
   if (!context.session) return absl::InternalError("no transfer session source");
@@ -96,7 +100,7 @@ absl::StatusOr<ReceiveReport> RebuildFromCodes(const ConsumerModel& consumer,
     return absl::PermissionDeniedError(why);
   }
   return ReceiveIntoCache(*session, decoder, expected.plan, expected.chunks, prefix, cache,
-                          deadline - absl::Now(), context.cancelled, begin);
+                          deadline - absl::Now(), context.cancelled, begin, tail);
 }
 
 absl::StatusOr<GenerationOptions> GenerationOptionsFor(const ConsumerModel& consumer,
@@ -133,9 +137,17 @@ absl::StatusOr<PrefixOutcome> PreparePrefix(
   outcome.cached_tokens = cached_tokens;
   if (planned == nullptr) return outcome;
   const std::vector<TokenId> prefix(ids.begin(), ids.end() - 1);
-  absl::StatusOr<ReceiveReport> received =
-      RebuildFromCodes(consumer, *planned, prefix, context, deadline, cached_tokens, cache);
+  // The last prompt token follows the rebuild layer by layer (model/layer_stepper.h).
+  absl::StatusOr<LayerStepper> tail = LayerStepper::Start(
+      *consumer.model, absl::MakeConstSpan(ids).last(1), static_cast<int64_t>(prefix.size()));
+  if (!tail.ok()) return tail.status();
+  absl::StatusOr<ReceiveReport> received = RebuildFromCodes(
+      consumer, *planned, prefix, context, deadline, cached_tokens, cache, &*tail);
   if (received.ok()) {
+    absl::StatusOr<at::Tensor> logits = tail->LastLogits();
+    if (!logits.ok()) return logits.status();
+    outcome.first_logits = *std::move(logits);
+    outcome.tail = tail->compute_time();
     outcome.payload_bytes = received->bytes;
     outcome.transfer = received->last_chunk - received->first_chunk;
     outcome.rebuild = received->rebuild;
@@ -302,9 +314,9 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
     if (first_token == absl::InfinitePast()) first_token = absl::Now();
     emit(e);
   };
-  absl::StatusOr<GenerationResult> result =
-      GenerateTokensWithLogprobs(*consumer.model, *ids, &cache, *options,
-                                 [&](TokenId id, const TokenLogprobs& logprobs) {
+  absl::StatusOr<GenerationResult> result = GenerateTokensWithLogprobs(
+      *consumer.model, *ids, &cache, *options,
+      [&](TokenId id, const TokenLogprobs& logprobs) {
         store_prefix();  // local prefill done: the prompt's positions are final
         std::string piece;
         if (detok.has_value()) {
@@ -314,7 +326,8 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
         cancelled = context.cancelled != nullptr && context.cancelled->load();
         late = absl::Now() > deadline;
         return !stop_string && !cancelled && !late;
-      });
+      },
+      prefix->first_logits.defined() ? &prefix->first_logits : nullptr);
   if (!result.ok()) return fail(result.status());
   if (late && !cancelled) {
     return fail(absl::DeadlineExceededError(
@@ -343,7 +356,8 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
   if (prefix->mode == "local") {
     t->set_prefill(Micros(first_step));
   } else {
-    t->set_first_decode(Micros(first_step));
+    // The last prompt token's steps (most overlapped with the rebuild) and the first sampling.
+    t->set_first_decode(Micros(prefix->tail + first_step));
   }
   t->set_transfer(Micros(prefix->transfer));
   t->set_rebuild(Micros(prefix->rebuild));

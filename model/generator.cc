@@ -50,7 +50,8 @@ absl::StatusOr<GenerationResult> GenerateTokens(const LlamaModel& model,
 
 absl::StatusOr<GenerationResult> GenerateTokensWithLogprobs(
     const LlamaModel& model, absl::Span<const TokenId> prompt_ids, KvCache* cache,
-    const GenerationOptions& options, const TokenLogprobsCallback& on_token) {
+    const GenerationOptions& options, const TokenLogprobsCallback& on_token,
+    const at::Tensor* first_logits) {
   return GuardExceptions("GenerateTokens", [&]() -> absl::StatusOr<GenerationResult> {
     SCD_RETURN_IF_ERROR(options.sampling.Validate());
     if (options.max_tokens < 0) return absl::InvalidArgumentError("max_tokens must be >= 0");
@@ -58,7 +59,18 @@ absl::StatusOr<GenerationResult> GenerateTokensWithLogprobs(
       return absl::InvalidArgumentError("top_logprobs must be >= 0");
     }
     const int64_t cached = cache->length();
-    if (!cache->uniform() || cached >= static_cast<int64_t>(prompt_ids.size())) {
+    const int64_t prompt = static_cast<int64_t>(prompt_ids.size());
+    if (first_logits != nullptr) {
+      if (!cache->uniform() || cached != prompt) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "given the last prompt token's logits, the cache must hold all ", prompt,
+            " prompt positions in every layer; it holds ", cache->length(0), " in layer 0"));
+      }
+      if (!first_logits->defined() || first_logits->numel() != model.config().vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the first logits must hold ", model.config().vocab_size, " values"));
+      }
+    } else if (!cache->uniform() || cached >= prompt) {
       return absl::InvalidArgumentError(
           absl::StrCat("the cache holds ", cached, " positions; at least the last of the ",
                        prompt_ids.size(), " prompt tokens must still be run to get logits"));
@@ -81,8 +93,12 @@ absl::StatusOr<GenerationResult> GenerateTokensWithLogprobs(
     const DecodeWorkspace workspace =
         model.NewWorkspace(static_cast<int64_t>(prompt_ids.size()) + options.max_tokens);
     const ForwardOptions forward{.logits = LogitsMode::kLast, .workspace = &workspace};
-    SCD_ASSIGN_OR_RETURN(ForwardOutput out,
-                         model.Forward(prompt_ids.subspan(cached), cache, forward));
+    ForwardOutput out;
+    if (first_logits != nullptr) {
+      out.logits = first_logits->reshape({1, -1});
+    } else {
+      SCD_ASSIGN_OR_RETURN(out, model.Forward(prompt_ids.subspan(cached), cache, forward));
+    }
     result.finish_reason = "length";
     for (int step = 0; step < options.max_tokens; ++step) {
       const TokenId next = sampler.Sample(out.logits);

@@ -91,10 +91,13 @@ absl::StatusOr<GenerationResult> GenerateTokens(const LlamaModel& model,
                                                 absl::Span<const TokenId> prompt_ids,
                                                 KvCache* cache, const GenerationOptions& options,
                                                 const TokenCallback& on_token = nullptr);
-// The same, handing each token's log-probabilities to `on_token`.
+// The same, handing each token's log-probabilities to `on_token`. With `first_logits` (float32
+// [1, vocab]: the last prompt token's, e.g. from a LayerStepper that ran it while the cache was
+// rebuilt) the cache already holds every prompt position and sampling starts from them.
 absl::StatusOr<GenerationResult> GenerateTokensWithLogprobs(
     const LlamaModel& model, absl::Span<const TokenId> prompt_ids, KvCache* cache,
-    const GenerationOptions& options, const TokenLogprobsCallback& on_token);
+    const GenerationOptions& options, const TokenLogprobsCallback& on_token,
+    const at::Tensor* first_logits = nullptr);
 
 // Tokenizes `prompt`, generates and streams decoded text.
 absl::StatusOr<GenerationResult> GenerateText(const LlamaModel& model, const Tokenizer& tokenizer,
