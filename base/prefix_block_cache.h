@@ -5,7 +5,7 @@
 //   - Byte budget with LRU eviction of whole trailing blocks: only leaves (blocks no other block
 //     extends) are evicted, least recently used first, so a prefix never loses its middle.
 //   - Copy-on-write: a block is a shared_ptr<const Block>; readers keep what they found alive even
-//     when it is evicted or replaced meanwhile (Replace grows a block, e.g. with codes for one
+//     when it is evicted or replaced meanwhile (Update grows a block, e.g. with codes for one
 //     more encoding).
 //   - Single-flight: a request that will compute blocks claims them (Claim); a second request
 //     whose next missing block is claimed waits for that claim to end, then looks again, so
@@ -115,13 +115,17 @@ class PrefixBlockCache {
     return inserted;
   }
 
-  // Replaces the block under `key` (held: true), e.g. with one more encoding's codes.
-  bool Replace(const std::string& key, BlockPtr block) {
+  // Replaces the block under `key` with `grow(current)` under the cache's lock, so two requests
+  // growing one block (e.g. with codes of two encodings) never lose either's addition; a null
+  // result keeps the current block. Then evicts to the budget. Returns whether it was replaced.
+  bool Update(const std::string& key, const std::function<BlockPtr(const Block&)>& grow) {
     absl::MutexLock lock(&mu_);
     auto it = nodes_.find(key);
     if (it == nodes_.end()) return false;
+    BlockPtr grown = grow(*it->second.block);
+    if (grown == nullptr) return false;
     bytes_ -= it->second.bytes;
-    it->second.block = std::move(block);
+    it->second.block = std::move(grown);
     it->second.bytes = it->second.block->bytes();
     bytes_ += it->second.bytes;
     EvictLocked();

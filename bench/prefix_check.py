@@ -68,6 +68,9 @@ def main():
             f"(producer cached {hit['producer_cached_tokens']}, consumer cached "
             f"{hit['consumer_cached_tokens']}, payload {hit['payload_bytes']} B; "
             f"warm-up's scd TTFT with both cold: {median_ttft(r['producer-warmup']):.0f} ms)")
+    kept = node(r["producer-hit"], "producer").get("code_hit_tokens", 0)
+    print(f"  producer hit: {kept} positions' codes sent as kept with the blocks (not encoded "
+          f"again; the warm-up, same artifact and mode, kept them)")
 
     warm = streams(r["consumer-warm"])
     per_token = hit["payload_bytes"] / SENT

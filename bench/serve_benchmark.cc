@@ -172,6 +172,7 @@ NodeStatsDelta Delta(const std::string& address, const v1::NodeStats& before,
   n.cache_misses = d(a.misses(), b.misses());
   n.cache_hit_tokens = d(a.hit_tokens(), b.hit_tokens());
   n.cache_evictions = d(a.evictions(), b.evictions());
+  n.code_hit_tokens = d(a.code_hit_tokens(), b.code_hit_tokens());
   n.cache_entries = static_cast<int64_t>(a.entries());
   n.cache_bytes = static_cast<int64_t>(a.bytes());
   return n;
@@ -411,7 +412,8 @@ std::string ServeBenchJson(const ServeBenchResult& r, const ServeBenchOptions& o
                      {"cache_hit_tokens", n.cache_hit_tokens},
                      {"cache_evictions", n.cache_evictions},
                      {"cache_entries", n.cache_entries},
-                     {"cache_bytes", n.cache_bytes}});
+                     {"cache_bytes", n.cache_bytes},
+                     {"code_hit_tokens", n.code_hit_tokens}});
   }
   j["nodes"] = nodes;
   j["good"] = r.good;
@@ -512,6 +514,7 @@ std::string ServeBenchTable(const ServeBenchResult& r) {
     if (n.role == "producer") {
       line("  Prefills run:", absl::StrCat(n.prefills));
       line("  Prefill tokens computed:", absl::StrCat(n.prefill_tokens));
+      line("  Positions sent as kept codes:", absl::StrCat(n.code_hit_tokens));
     }
     line("  Cache hits / misses:", absl::StrCat(n.cache_hits, " / ", n.cache_misses));
     line("  Cache hit tokens:", absl::StrCat(n.cache_hit_tokens));

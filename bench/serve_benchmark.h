@@ -100,6 +100,7 @@ struct NodeStatsDelta {
   int64_t prefill_tokens = 0;         // producer: prompt positions computed
   int64_t cache_hits = 0, cache_misses = 0, cache_hit_tokens = 0, cache_evictions = 0;
   int64_t cache_entries = 0, cache_bytes = 0;  // after the run
+  int64_t code_hit_tokens = 0;  // producer: positions whose codes were sent as kept
 };
 
 // Mean, median, std and the chosen percentiles of one metric (milliseconds).

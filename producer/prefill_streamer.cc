@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "codec/chunk_rows.h"
 
 namespace scd::producer {
 namespace {
@@ -86,11 +87,30 @@ absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
   const CaptureSpec capture = MergedCapture(
       targets, reuse != nullptr && reuse->keep != nullptr ? &reuse->store->capture() : nullptr);
 
+  // Per target, where encoding starts: positions [begin, coded) come from codes kept with the
+  // cached blocks (none without a codes key or a cache).
+  std::vector<int64_t> coded(targets.size());
+  for (size_t i = 0; i < targets.size(); ++i) {
+    coded[i] = cached != nullptr ? reuse->store->CodedEnd(*cached, targets[i].codes_key,
+                                                           targets[i].begin)
+                                 : targets[i].begin;
+    report.code_hit_tokens += coded[i] - targets[i].begin;
+  }
+  if (reuse != nullptr && reuse->codes != nullptr) {
+    reuse->codes->assign(targets.size(), EncodedRun{});
+    for (size_t i = 0; i < targets.size(); ++i) {
+      EncodedRun& run = (*reuse->codes)[i];
+      run.key = targets[i].codes_key;
+      run.from = coded[i];
+      run.layers.resize(static_cast<size_t>(producer.config().num_layers));
+      run.encoded.assign(static_cast<size_t>(producer.config().num_layers), false);
+    }
+  }
+
   // What target `i` encodes layer `layer` from: the cached positions it needs joined with the
   // forward pass's ([M, T) in `computed`), over [begin, T).
-  auto encode_input = [&](size_t i, int layer,
-                          const LayerCapture& computed) -> absl::StatusOr<LayerCapture> {
-    const int64_t begin = targets[i].begin;
+  auto encode_input = [&](size_t i, int layer, const LayerCapture& computed,
+                          int64_t begin) -> absl::StatusOr<LayerCapture> {
     if (begin >= M) return SliceCapture(computed, begin - M, T - M);
     SCD_ASSIGN_OR_RETURN(LayerCapture from_cache,
                          reuse->store->CachedCapture(*cached, layer, begin,
@@ -106,15 +126,34 @@ absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
       if (!report.targets[i].ok()) continue;
       const absl::Time encode_start = absl::Now();
       const int64_t begin = targets[i].begin;
+      const int64_t from = coded[i];  // encoded from here; kept codes before
       absl::StatusOr<std::vector<CodeChunk>> chunks = [&]() -> absl::StatusOr<std::vector<CodeChunk>> {
-        SCD_ASSIGN_OR_RETURN(LayerCapture input, encode_input(i, layer, layer_capture));
-        SCD_ASSIGN_OR_RETURN(std::vector<CodeChunk> out,
-                             targets[i].encoder->EncodeLayer(layer, input, T - begin));
-        for (CodeChunk& chunk : out) {
-          chunk.token_begin += begin;
-          chunk.token_end += begin;
+        std::vector<CodeChunk> fresh;
+        if (from < T) {
+          SCD_ASSIGN_OR_RETURN(LayerCapture input, encode_input(i, layer, layer_capture, from));
+          SCD_ASSIGN_OR_RETURN(fresh, targets[i].encoder->EncodeLayer(layer, input, T - from));
+          for (CodeChunk& chunk : fresh) {
+            chunk.token_begin += from;
+            chunk.token_end += from;
+          }
+          if (reuse != nullptr && reuse->codes != nullptr) {
+            (*reuse->codes)[i].layers[static_cast<size_t>(layer)] = fresh;  // tensors shared
+            (*reuse->codes)[i].encoded[static_cast<size_t>(layer)] = true;
+          }
         }
-        return out;
+        if (from == begin) return fresh;
+        SCD_ASSIGN_OR_RETURN(std::vector<CodeChunk> kept,
+                             reuse->store->CachedChunks(*cached, targets[i].codes_key, layer,
+                                                        begin, from));
+        if (from == T) return kept;
+        if (kept.size() != fresh.size()) {
+          return absl::InternalError(absl::StrCat("layer ", layer, ": ", kept.size(),
+                                                  " kept chunks, ", fresh.size(), " encoded"));
+        }
+        for (size_t c = 0; c < kept.size(); ++c) {
+          SCD_ASSIGN_OR_RETURN(kept[c], JoinChunkRows({&kept[c], &fresh[c]}));
+        }
+        return kept;
       }();
       report.encode += absl::Now() - encode_start;
       absl::Status status = chunks.status();

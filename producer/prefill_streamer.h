@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -38,6 +39,10 @@ struct StreamTarget {
   const CodeEncoder* encoder = nullptr;             // not owned
   std::shared_ptr<transport::SendSession> session;  // header sent (StartSession)
   int64_t begin = 0;  // the first position sent (its header's token_begin)
+  // The encoding's CodesKey: with a prefix cache, codes kept for cached blocks under this key are
+  // sent as they are, and the codes this prefill encodes are handed back (PrefixReuse::codes).
+  // Empty: always encode, keep nothing.
+  std::string codes_key = {};
 };
 
 // A prefill that starts from the producer's prefix cache: positions [0, cached->tokens) are
@@ -48,6 +53,9 @@ struct PrefixReuse {
   // When set, receives the forward pass's captures (store->capture()'s kinds, positions
   // [cached->tokens, T)) per layer, for ProducerPrefixStore::Store once the prefill succeeded.
   std::map<int, LayerCapture>* keep = nullptr;
+  // When set, resized to the targets and filled per target with the chunks this prefill encoded
+  // (not those served from kept codes), for ProducerPrefixStore::AddCodes.
+  std::vector<EncodedRun>* codes = nullptr;
 };
 
 struct StreamReport {
@@ -60,6 +68,7 @@ struct StreamReport {
   int layers_run = 0;
   int64_t cached_tokens = 0;    // positions loaded from the prefix cache
   int64_t computed_tokens = 0;  // positions a complete forward pass ran (0 when cut short)
+  int64_t code_hit_tokens = 0;  // positions sent from kept codes, summed over targets
   bool forward_complete = false;  // every layer ran over every position (nothing cut short)
   std::vector<absl::Status> targets;  // per target: OK (acked) or why it ended
 };

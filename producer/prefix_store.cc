@@ -2,12 +2,15 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "base/exception_guard.h"
 #include "base/prefix_hash.h"
 #include "base/status_macros.h"
+#include "codec/chunk_rows.h"
+#include "codec/transfer_mode.h"
 
 namespace scd::producer {
 namespace {
@@ -35,7 +38,34 @@ int64_t ProducerBlock::bytes() const {
   for (const at::Tensor& t : value) total += TensorBytes(t);
   for (const auto& [layer, t] : attn_input) total += TensorBytes(t);
   for (const auto& [layer, t] : residual) total += TensorBytes(t);
+  for (const auto& [key, c] : codes) total += c->bytes();
   return total;
+}
+
+int64_t BlockCodes::bytes() const {
+  int64_t total = 0;
+  for (const std::vector<CodeChunk>& layer : layers) {
+    for (const CodeChunk& chunk : layer) total += TensorBytes(chunk.data) + TensorBytes(chunk.scales);
+  }
+  return total;
+}
+
+bool EncodedRun::complete() const {
+  return !key.empty() && !encoded.empty() &&
+         std::all_of(encoded.begin(), encoded.end(), [](bool done) { return done; });
+}
+
+std::string CodesKey(const TransferPlan& plan, const TransferOptions& options,
+                     const std::string& artifact_id) {
+  std::string key = absl::StrCat(TransferModeName(plan.mode), "|", artifact_id, "|",
+                                 WireDtypeName(options.raw_dtype), "|",
+                                 WireDtypeName(options.code_dtype));
+  for (size_t l = 0; l < plan.layers.size(); ++l) {
+    absl::StrAppend(&key, "|", static_cast<int>(plan.layers[l]), ":", plan.rank_k[l], ",",
+                    plan.rank_v[l], ",", plan.rank_h[l]);
+  }
+  for (const auto& [begin, end] : plan.segments) absl::StrAppend(&key, "|s", begin, "-", end);
+  return key;
 }
 
 LayerCapture JoinCaptures(const LayerCapture& first, const LayerCapture& second) {
@@ -148,6 +178,87 @@ absl::StatusOr<LayerCapture> ProducerPrefixStore::CachedCapture(const CachedPref
     if (r.size() == blocks) out.residual = at::cat(r, 0);
     return out;
   });
+}
+
+int64_t ProducerPrefixStore::CodedEnd(const CachedPrefix& cached, const std::string& key,
+                                      int64_t begin) const {
+  const int64_t B = block_tokens();
+  if (key.empty() || begin % B != 0 || begin < 0) return begin;
+  size_t b = static_cast<size_t>(begin / B);
+  while (b < cached.blocks.size() && cached.blocks[b]->codes.count(key) > 0) ++b;
+  return std::max<int64_t>(begin, static_cast<int64_t>(b) * B);
+}
+
+absl::StatusOr<std::vector<CodeChunk>> ProducerPrefixStore::CachedChunks(
+    const CachedPrefix& cached, const std::string& key, int layer, int64_t begin,
+    int64_t end) const {
+  const int64_t B = block_tokens();
+  if (begin % B != 0 || end % B != 0 || begin >= end || end > CodedEnd(cached, key, begin)) {
+    return absl::InternalError(absl::StrCat("no kept codes for positions [", begin, ", ", end,
+                                            ") of encoding ", key));
+  }
+  std::vector<const BlockCodes*> blocks;
+  for (int64_t b = begin / B; b < end / B; ++b) {
+    blocks.push_back(cached.blocks[static_cast<size_t>(b)]->codes.at(key).get());
+  }
+  if (layer < 0 || layer >= static_cast<int>(blocks.front()->layers.size())) {
+    return absl::InternalError(absl::StrCat("kept codes have no layer ", layer));
+  }
+  const size_t kinds = blocks.front()->layers[layer].size();
+  std::vector<CodeChunk> out;
+  for (size_t c = 0; c < kinds; ++c) {
+    std::vector<const CodeChunk*> parts;
+    for (const BlockCodes* codes : blocks) {
+      if (codes->layers[layer].size() != kinds) {
+        return absl::InternalError(absl::StrCat("kept codes of layer ", layer, " differ per block"));
+      }
+      parts.push_back(&codes->layers[layer][c]);
+    }
+    SCD_ASSIGN_OR_RETURN(CodeChunk joined, JoinChunkRows(parts));
+    out.push_back(std::move(joined));
+  }
+  return out;
+}
+
+size_t ProducerPrefixStore::AddCodes(const Keys& keys, const EncodedRun& run) {
+  const int64_t B = block_tokens();
+  const int layers = static_cast<int>(model_.config().num_layers);
+  if (!run.complete() || static_cast<int>(run.layers.size()) != layers || run.from % B != 0) {
+    return 0;
+  }
+  // The positions every chunk covers: [from, end).
+  int64_t end = -1;
+  for (const std::vector<CodeChunk>& layer : run.layers) {
+    for (const CodeChunk& chunk : layer) {
+      if (chunk.token_begin != run.from) return 0;
+      end = end < 0 ? chunk.token_end : std::min(end, chunk.token_end);
+    }
+  }
+  if (end < 0) return 0;  // nothing is sent for any layer
+  size_t added = 0;
+  const size_t last = std::min(keys.keys.size(), static_cast<size_t>(end / B));
+  for (size_t b = static_cast<size_t>(run.from / B); b < last; ++b) {
+    const int64_t begin = static_cast<int64_t>(b) * B;
+    auto codes = std::make_shared<BlockCodes>();
+    for (const std::vector<CodeChunk>& layer : run.layers) {
+      std::vector<CodeChunk> sliced;
+      for (const CodeChunk& chunk : layer) {
+        absl::StatusOr<CodeChunk> rows = SliceChunkRows(chunk, begin, begin + B);
+        if (!rows.ok()) return added;  // not packed per position: not kept
+        sliced.push_back(*std::move(rows));
+      }
+      codes->layers.push_back(std::move(sliced));
+    }
+    const bool grown = cache_.Update(
+        keys.keys[b], [&](const ProducerBlock& block) -> std::shared_ptr<const ProducerBlock> {
+          if (block.codes.count(run.key) > 0) return nullptr;  // kept already
+          auto copy = std::make_shared<ProducerBlock>(block);  // tensors shared, not copied
+          copy->codes.emplace(run.key, codes);
+          return copy;
+        });
+    if (grown) ++added;
+  }
+  return added;
 }
 
 size_t ProducerPrefixStore::Store(const Keys& keys, int64_t from,

@@ -7,13 +7,16 @@
 // artifact and mode without running the prefix again (SCD codes are per position: a position's
 // K/V and H never depend on later positions). Keys: the salted block chain (base/prefix_hash.h)
 // scoped by the producer's fingerprint. Budget, LRU eviction, single-flight and counters are
-// base/prefix_block_cache.h's.
+// base/prefix_block_cache.h's. The codes encoded from cached blocks are kept with them per
+// encoding (CodesKey: artifact, mode, ranks, wire dtypes), packed, so a later hit of the same
+// encoding sends them without encoding again (codec/chunk_rows.h joins the blocks' rows).
 // Thread-safety: thread-safe.
 #ifndef SCD_PRODUCER_PREFIX_STORE_H_
 #define SCD_PRODUCER_PREFIX_STORE_H_
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <set>
@@ -25,17 +28,42 @@
 #include "base/prefix_block_cache.h"
 #include "base/prefix_hash.h"
 #include "codec/artifact.h"
+#include "codec/code_batch.h"
 #include "codec/transfer_plan.h"
 #include "model/llama_model.h"
 
 namespace scd::producer {
 
+// One encoding's packed chunks for one block: per layer, what CodeEncoder::EncodeLayer gives
+// (in its order; empty for layers the plan sends nothing for) cut to the block's positions.
+struct BlockCodes {
+  std::vector<std::vector<CodeChunk>> layers;
+  int64_t bytes() const;
+};
+
 // One block's state: per layer [kv_heads, B, head_dim] keys (pre-RoPE) and values; [B, hidden]
-// attention inputs and residuals at the layers the store captures them.
+// attention inputs and residuals at the layers the store captures them; and the codes already
+// encoded from them, per encoding (CodesKey), added as consumers ask for them.
 struct ProducerBlock {
   std::vector<at::Tensor> key_prerope, value;
   std::map<int, at::Tensor> attn_input, residual;
+  std::map<std::string, std::shared_ptr<const BlockCodes>> codes;
   int64_t bytes() const;
+};
+
+// What an encoding's bytes depend on: mode, each layer's payload and ranks, the wire dtypes and
+// the artifact (its file id). Equal keys give equal chunks for equal activations.
+std::string CodesKey(const TransferPlan& plan, const TransferOptions& options,
+                     const std::string& artifact_id);
+
+// An encoding's chunks over positions [from, T) of a prefix, per layer (EncodeLayer's), for
+// ProducerPrefixStore::AddCodes.
+struct EncodedRun {
+  std::string key;  // CodesKey; empty: not kept
+  int64_t from = 0;
+  std::vector<std::vector<CodeChunk>> layers;  // sized to the model's layers
+  std::vector<bool> encoded;                   // per layer: its chunks are in `layers`
+  bool complete() const;
 };
 
 // The cached part of one prefix, found for a request.
@@ -73,6 +101,22 @@ class ProducerPrefixStore {
   // (`begin` a multiple of the block size): what EncodeLayer reads, in `want`'s kinds.
   absl::StatusOr<LayerCapture> CachedCapture(const CachedPrefix& cached, int layer, int64_t begin,
                                              const CaptureSpec& want) const;
+  // The end of the run of `cached`'s blocks from position `begin` (a block boundary) that hold
+  // codes of encoding `key` (== begin when the first does not).
+  int64_t CodedEnd(const CachedPrefix& cached, const std::string& key, int64_t begin) const;
+  // Layer `layer`'s chunks over positions [begin, end) joined from the blocks' codes of `key`.
+  // REQUIRES: begin < end <= CodedEnd(cached, key, begin).
+  absl::StatusOr<std::vector<CodeChunk>> CachedChunks(const CachedPrefix& cached,
+                                                      const std::string& key, int layer,
+                                                      int64_t begin, int64_t end) const;
+  // Keeps `run`'s codes (complete: every layer encoded) for each full block of `keys` it covers
+  // that the cache holds and that has none for its key yet; nothing when the encoding is not
+  // packed per position (codec/chunk_rows.h). Returns the blocks that gained codes.
+  size_t AddCodes(const Keys& keys, const EncodedRun& run);
+  // Positions whose codes were served from kept codes rather than encoded again.
+  void RecordCodeHits(int64_t tokens) { code_hit_tokens_.fetch_add(static_cast<uint64_t>(tokens)); }
+  uint64_t code_hit_tokens() const { return code_hit_tokens_.load(); }
+
   // Stores the blocks a forward pass over positions [from, from + T) computed (`captures`: per
   // layer, in capture()'s kinds, T positions), after the cached run it extended. Only full blocks
   // are stored; returns how many were new.
@@ -84,6 +128,7 @@ class ProducerPrefixStore {
   CaptureSpec capture_;
   std::set<int> attn_input_layers_, residual_layers_;
   PrefixBlockCache<ProducerBlock> cache_;
+  std::atomic<uint64_t> code_hit_tokens_{0};
 };
 
 // Layer captures over consecutive position ranges joined along positions (undefined parts skip).

@@ -133,7 +133,10 @@ grpc::Status ProducerControlService::Stats(grpc::ServerContext* context, const v
   stats->set_held_payload_bytes(held_payload_bytes_.load());
   stats->set_prefills(prefills_.load());
   stats->set_prefill_tokens(prefill_tokens_.load());
-  if (prefix_store_) SetPrefixCacheStats(prefix_store_->blocks().Counters(), stats);
+  if (prefix_store_) {
+    SetPrefixCacheStats(prefix_store_->blocks().Counters(), stats);
+    stats->mutable_prefix_cache()->set_code_hit_tokens(prefix_store_->code_hit_tokens());
+  }
   for (const auto& [name, count] : ended_.Snapshot()) (*stats->mutable_ended())[name] = count;
   return grpc::Status::OK;
 }
@@ -209,7 +212,9 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
       return absl::OkStatus();
     }();
     if (o.status.ok()) {
-      streams.push_back({o.encoder.get(), o.session, o.begin});
+      streams.push_back({o.encoder.get(), o.session, o.begin,
+                         CodesKey(o.encoder->plan(), producer_.transfer_options,
+                                  target.artifact_id())});
       stream_index.push_back(i);
     }
   }
@@ -219,6 +224,7 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
   CachedPrefix cached;
   std::optional<PrefixBlockCache<ProducerBlock>::Claim> claim;
   std::map<int, LayerCapture> keep;
+  std::vector<EncodedRun> codes;
   std::optional<PrefixReuse> reuse;
   if (keys.has_value() && !streams.empty()) {
     const bool servable = std::all_of(streams.begin(), streams.end(), [&](const StreamTarget& s) {
@@ -235,7 +241,7 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
       if (claim.has_value() || absl::Now() >= wait_until || context->IsCancelled()) break;
     }
     prefix_store_->Record(cached.tokens, static_cast<int64_t>(prefix.size()));
-    reuse = PrefixReuse{prefix_store_.get(), &cached, &keep};
+    reuse = PrefixReuse{prefix_store_.get(), &cached, &keep, &codes};
   }
 
   StreamReport report;
@@ -261,6 +267,13 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
     // Only a pass that ran every layer over every position leaves blocks behind.
     if (reuse.has_value() && report.forward_complete && report.computed_tokens > 0) {
       prefix_store_->Store(*keys, report.cached_tokens, keep);
+    }
+    if (reuse.has_value()) {
+      // Codes of this prefill's encodings, kept with the blocks they cover (new or cached), so the
+      // next hit of the same encoding sends them as they are. Only a complete pass's blocks exist.
+      keep.clear();  // the activations are in the blocks now
+      for (const EncodedRun& run : codes) prefix_store_->AddCodes(*keys, run);
+      prefix_store_->RecordCodeHits(report.code_hit_tokens);
     }
     for (size_t s = 0; s < streams.size(); ++s) open[stream_index[s]].status = report.targets[s];
   }

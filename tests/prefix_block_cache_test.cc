@@ -112,6 +112,46 @@ TEST(PrefixBlockCache, ReaderKeepsAnEvictedBlockAlive) {
   EXPECT_EQ(found[0]->id, 7);  // still readable
 }
 
+// Update grows a held block under the lock (concurrent growers never lose each other's part),
+// recounts its bytes, evicts to the budget, and leaves readers' old copies as they were.
+TEST(PrefixBlockCache, UpdateGrowsABlockAndKeepsTheBudget) {
+  Cache cache(/*budget_bytes=*/1000, 16);
+  const auto keys = PrefixBlockChain("", Range(48));  // 3 blocks
+  ASSERT_EQ(cache.Insert(keys, {}, 0, Blocks(3, 100)), 3u);
+  const Cache::BlockPtr before = cache.Lookup(keys, 1)[0];
+  EXPECT_FALSE(cache.Update("absent", [](const Bytes& b) { return std::make_shared<Bytes>(b); }));
+  EXPECT_FALSE(cache.Update(keys[0], [](const Bytes&) { return Cache::BlockPtr(); }));  // kept
+  // Eight threads each add 10 bytes to block 0, 50 times.
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 50; ++i) {
+        cache.Update(keys[0], [](const Bytes& b) {
+          return std::make_shared<Bytes>(Bytes{b.size + 10, b.id});
+        });
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  // 100 + 8 * 50 * 10 = 4100 bytes in block 0 alone: over the budget of 1000, so the leaves go,
+  // least recently used first (blocks 2, 1), then block 0 itself.
+  EXPECT_EQ(before->size, 100);  // the reader's copy did not change
+  const PrefixCacheCounters c = cache.Counters();
+  EXPECT_EQ(c.evictions, 3u);
+  EXPECT_EQ(c.entries, 0u);
+  EXPECT_EQ(c.bytes, 0u);
+
+  Cache roomy(/*budget_bytes=*/100000, 16);
+  ASSERT_EQ(roomy.Insert(keys, {}, 0, Blocks(3, 100)), 3u);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(roomy.Update(keys[1], [](const Bytes& b) {
+      return std::make_shared<Bytes>(Bytes{b.size + 10, b.id});
+    }));
+  }
+  EXPECT_EQ(roomy.Lookup(keys, 3)[1]->size, 150);
+  EXPECT_EQ(roomy.Counters().bytes, 350u);
+}
+
 TEST(PrefixBlockCache, ConcurrentRequestsForOnePrefixComputeItOnce) {
   Cache cache(1 << 20, 16);
   const auto keys = PrefixBlockChain("", Range(64));

@@ -219,6 +219,53 @@ TEST_F(PrefixCacheTest, ResultsStayExactWhileASmallBudgetEvicts) {
             static_cast<uint64_t>(3 * 5 * 2 * 4 * 16 * 8 * 4));
 }
 
+// The producer keeps the codes it encoded with the blocks, per encoding: a later producer hit of
+// the same encoding sends them as kept (code hits, the same bytes and tokens as caches off), one
+// of another encoding (raw K/V) encodes its own from the cached activations, then keeps those.
+TEST_F(PrefixCacheTest, ProducerKeepsCodesPerEncoding) {
+  auto stack = Stack(64 << 20, 0);  // no consumer cache: every request's prefix travels whole
+  producer::ProducerPrefixStore* store = stack->producer_service().prefix_store();
+  Reply cold = stack->Generate(Request("xs", Story(90)));
+  ASSERT_TRUE(cold.status.ok());
+  EXPECT_EQ(store->code_hit_tokens(), 0u);
+  const uint64_t bytes_scd = store->blocks().Counters().bytes;
+
+  Reply hit = stack->Generate(Request("xs", Story(90)));
+  const Cached c = CachedOf(hit, "xs");
+  EXPECT_EQ(c.producer, 80u);
+  EXPECT_EQ(store->code_hit_tokens(), 80u);  // 5 blocks' codes sent as kept
+  EXPECT_EQ(c.payload, CachedOf(cold, "xs").payload);
+  EXPECT_EQ(hit.ids["xs"], Reference("xs", Story(90)));
+  // fables has its own artifact (fitted for its pair): another encoding, so its first request
+  // encodes from the cached activations, its second sends what the first kept.
+  Reply fables = stack->Generate(Request("fables", Story(90)));
+  EXPECT_EQ(CachedOf(fables, "fables").producer, 80u);
+  EXPECT_EQ(store->code_hit_tokens(), 80u);
+  Reply fables_again = stack->Generate(Request("fables", Story(90)));
+  EXPECT_EQ(store->code_hit_tokens(), 160u);
+  EXPECT_EQ(fables.ids["fables"], Reference("fables", Story(90)));
+  EXPECT_EQ(fables_again.ids["fables"], fables.ids["fables"]);
+
+  // raw: the activations hit, its codes are encoded (no code hit), then kept with the blocks.
+  Reply raw = stack->Generate(Request("xs", Story(90), "", "raw"));
+  EXPECT_EQ(CachedOf(raw, "xs").producer, 80u);
+  EXPECT_EQ(store->code_hit_tokens(), 160u);
+  EXPECT_GT(store->blocks().Counters().bytes, bytes_scd);
+  Reply raw_again = stack->Generate(Request("xs", Story(100), "", "raw"));  // extends the 90
+  EXPECT_EQ(store->code_hit_tokens(), 240u);
+  EXPECT_EQ(raw.ids["xs"], Reference("xs", Story(90), "raw"));
+  EXPECT_EQ(raw_again.ids["xs"], Reference("xs", Story(100), "raw"));
+  // int4 K/V: groups of 32 values span several positions at this head size (8), so its chunks
+  // cannot be cut per block: nothing is kept, every hit encodes again, results stay exact.
+  const uint64_t before_int4 = store->code_hit_tokens();
+  for (int i = 0; i < 2; ++i) {
+    Reply int4 = stack->Generate(Request("xs", Story(90), "", "int4"));
+    EXPECT_EQ(CachedOf(int4, "xs").producer, 80u);
+    EXPECT_EQ(int4.ids["xs"], Reference("xs", Story(90), "int4"));
+  }
+  EXPECT_EQ(store->code_hit_tokens(), before_int4);
+}
+
 TEST_F(PrefixCacheTest, LocalModeUsesTheConsumersCache) {
   auto stack = Stack(0, 64 << 20);
   ASSERT_TRUE(stack->Generate(Request("fables", Story(90), "", "local")).status.ok());

@@ -1,0 +1,35 @@
+// Token rows of a wire chunk: slicing a CodeChunk to a range of its positions and joining
+// chunks of consecutive ranges, on the packed bytes, without decoding. A chunk's logical shape
+// is [..., T, C] (positions in the second-to-last dimension: [kv_heads, T, r] for K/V and their
+// codes, [T, d] for hidden codes and states); its wire form is row-separable when every
+// position's values are packed on their own: f32, f16 and bf16 always, int8 too (one scale per
+// row of C values), int4 when C is a multiple of its 32-value groups. Then slicing and joining
+// give exactly the bytes PackTensor gives for the sliced or joined values, so a prefix cache can
+// keep packed codes per block and serve any run of blocks.
+// Thread-safety: stateless functions.
+#ifndef SCD_CODEC_CHUNK_ROWS_H_
+#define SCD_CODEC_CHUNK_ROWS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "codec/code_batch.h"
+
+namespace scd {
+
+// Whether a chunk of `dtype` and logical `shape` can be cut between positions.
+bool RowSeparable(WireDtype dtype, const std::vector<int64_t>& shape);
+
+// Positions [begin, end) of `chunk` (absolute, inside [chunk.token_begin, chunk.token_end)),
+// as a chunk owning its bytes. InvalidArgument: not row-separable, a range outside the chunk,
+// tensors that do not match the shape.
+absl::StatusOr<CodeChunk> SliceChunkRows(const CodeChunk& chunk, int64_t begin, int64_t end);
+
+// `parts` (at least one) joined along positions: the same layer, kind, dtype and shape but for
+// positions, each starting where the previous ends. InvalidArgument otherwise.
+absl::StatusOr<CodeChunk> JoinChunkRows(const std::vector<const CodeChunk*>& parts);
+
+}  // namespace scd
+
+#endif  // SCD_CODEC_CHUNK_ROWS_H_

@@ -1,0 +1,105 @@
+// Chunk rows: slicing a packed chunk to positions and joining slices give exactly PackTensor's
+// bytes for the same values (the reference: packing the sliced float tensor itself), for every
+// row-separable wire dtype and both chunk shapes; what is not separable or does not fit is refused.
+#include "codec/chunk_rows.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <tuple>
+
+namespace scd {
+namespace {
+
+CodeChunk Packed(const at::Tensor& values, WireDtype dtype, int64_t token_begin) {
+  CodeChunk chunk = PackTensor(values, dtype);
+  chunk.layer = 3;
+  chunk.kind = PayloadKind::kKeyCode;
+  const int64_t T = values.size(values.dim() - 2);
+  chunk.token_begin = token_begin;
+  chunk.token_end = token_begin + T;
+  return chunk;
+}
+
+void ExpectSameWire(const CodeChunk& got, const CodeChunk& want, const std::string& what) {
+  EXPECT_EQ(got.shape, want.shape) << what;
+  EXPECT_EQ(got.token_begin, want.token_begin) << what;
+  EXPECT_EQ(got.token_end, want.token_end) << what;
+  EXPECT_EQ(got.bytes(), want.bytes()) << what;
+  EXPECT_TRUE(at::equal(got.data.reshape({-1}), want.data.reshape({-1}))) << what << ": data";
+  ASSERT_EQ(got.scales.defined(), want.scales.defined()) << what;
+  if (want.scales.defined()) {
+    EXPECT_TRUE(at::equal(got.scales.reshape({-1}), want.scales.reshape({-1})))
+        << what << ": scales";
+  }
+  EXPECT_TRUE(CheckChunkTensors(got).ok()) << what;
+}
+
+class ChunkRowsTest
+    : public ::testing::TestWithParam<std::tuple<WireDtype, std::vector<int64_t>>> {};
+
+TEST_P(ChunkRowsTest, SlicesAndJoinsEqualPackingTheValues) {
+  const auto& [dtype, shape] = GetParam();
+  at::manual_seed(7);
+  const at::Tensor x = at::randn(shape) * 3;
+  const int64_t dim = x.dim() - 2, T = x.size(dim), first = 32;  // positions [32, 32 + T)
+  const CodeChunk whole = Packed(x, dtype, first);
+  ASSERT_TRUE(RowSeparable(dtype, whole.shape));
+  // Blocks of 16 and a short tail, as a prefix cache cuts them.
+  std::vector<CodeChunk> parts;
+  for (int64_t b = 0; b < T; b += 16) {
+    const int64_t e = std::min(T, b + 16);
+    auto slice = SliceChunkRows(whole, first + b, first + e);
+    ASSERT_TRUE(slice.ok()) << slice.status();
+    ExpectSameWire(*slice, Packed(x.narrow(dim, b, e - b), dtype, first + b),
+                   "slice " + std::to_string(b));
+    parts.push_back(*std::move(slice));
+  }
+  std::vector<const CodeChunk*> pointers;
+  for (const CodeChunk& part : parts) pointers.push_back(&part);
+  auto joined = JoinChunkRows(pointers);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  ExpectSameWire(*joined, whole, "joined");
+  // And what a consumer decodes from the joined chunk is the whole chunk's.
+  auto a = UnpackTensor(*joined, at::kCPU), b = UnpackTensor(whole, at::kCPU);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(at::equal(*a, *b));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Dtypes, ChunkRowsTest,
+    ::testing::Combine(::testing::Values(WireDtype::kF32, WireDtype::kF16, WireDtype::kBF16,
+                                         WireDtype::kInt8, WireDtype::kInt4),
+                       ::testing::Values(std::vector<int64_t>{4, 40, 64},
+                                         std::vector<int64_t>{37, 96})));
+
+TEST(ChunkRowsRefusals, Int4RowsThatShareAGroupAndRangesOutside) {
+  const at::Tensor x = at::randn({2, 20, 16});
+  EXPECT_FALSE(RowSeparable(WireDtype::kInt4, {2, 20, 16}));
+  EXPECT_TRUE(RowSeparable(WireDtype::kInt8, {2, 20, 16}));
+  const CodeChunk int4 = Packed(x, WireDtype::kInt4, 0);
+  auto refused = SliceChunkRows(int4, 0, 16);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("not packed per position"), std::string::npos);
+
+  const CodeChunk f16 = Packed(x, WireDtype::kF16, 16);
+  EXPECT_FALSE(SliceChunkRows(f16, 0, 16).ok());   // before the chunk
+  EXPECT_FALSE(SliceChunkRows(f16, 30, 40).ok());  // past its end
+  EXPECT_FALSE(SliceChunkRows(f16, 20, 20).ok());  // empty
+  EXPECT_FALSE(JoinChunkRows({}).ok());
+  // A gap, another kind, another dtype.
+  auto a = SliceChunkRows(f16, 16, 20), c = SliceChunkRows(f16, 24, 36);
+  ASSERT_TRUE(a.ok() && c.ok());
+  EXPECT_FALSE(JoinChunkRows({&*a, &*c}).ok());
+  CodeChunk other = *c;
+  other.token_begin = 20;
+  other.token_end = 32;
+  other.kind = PayloadKind::kValueCode;
+  EXPECT_FALSE(JoinChunkRows({&*a, &other}).ok());
+  CodeChunk wrong_shape = f16;
+  wrong_shape.shape = {2, 19, 16};  // positions the shape does not hold
+  EXPECT_FALSE(SliceChunkRows(wrong_shape, 16, 20).ok());
+}
+
+}  // namespace
+}  // namespace scd
