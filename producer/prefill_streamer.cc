@@ -1,6 +1,7 @@
 #include "producer/prefill_streamer.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -122,12 +123,30 @@ absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
   auto send_layer = [&](int layer, LayerCapture layer_capture) -> absl::Status {
     ++report.layers_run;
     bool any_live = false;
+    // Targets of one encoding (codes key) from one position get the same chunks: made once.
+    struct Made {
+      size_t first;  // the target that encoded them
+      std::vector<CodeChunk> chunks;
+    };
+    std::map<std::pair<std::string, int64_t>, Made> made;
     for (size_t i = 0; i < targets.size(); ++i) {
       if (!report.targets[i].ok()) continue;
       const absl::Time encode_start = absl::Now();
       const int64_t begin = targets[i].begin;
       const int64_t from = coded[i];  // encoded from here; kept codes before
+      const std::pair<std::string, int64_t> made_key{targets[i].codes_key, begin};
+      auto same = targets[i].codes_key.empty() ? made.end() : made.find(made_key);
       absl::StatusOr<std::vector<CodeChunk>> chunks = [&]() -> absl::StatusOr<std::vector<CodeChunk>> {
+        if (same != made.end()) {  // same key and begin: same kept run, same fresh chunks
+          if (reuse != nullptr && reuse->codes != nullptr) {
+            const EncodedRun& first = (*reuse->codes)[same->second.first];
+            (*reuse->codes)[i].layers[static_cast<size_t>(layer)] =
+                first.layers[static_cast<size_t>(layer)];
+            (*reuse->codes)[i].encoded[static_cast<size_t>(layer)] =
+                first.encoded[static_cast<size_t>(layer)];
+          }
+          return same->second.chunks;
+        }
         std::vector<CodeChunk> fresh;
         if (from < T) {
           SCD_ASSIGN_OR_RETURN(LayerCapture input, encode_input(i, layer, layer_capture, from));
@@ -156,6 +175,9 @@ absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
         return kept;
       }();
       report.encode += absl::Now() - encode_start;
+      if (chunks.ok() && same == made.end() && !targets[i].codes_key.empty()) {
+        made.emplace(made_key, Made{i, *chunks});  // tensors shared, not copied
+      }
       absl::Status status = chunks.status();
       for (size_t c = 0; status.ok() && c < chunks->size(); ++c) {
         FramedChunk framed = FrameChunk((*chunks)[c]);

@@ -212,9 +212,11 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
       return absl::OkStatus();
     }();
     if (o.status.ok()) {
+      // The artifact names the encoding only where the mode uses one (raw and int4 ignore it).
+      const bool uses_artifact = ModeServedWithArtifact(o.encoder->plan().mode);
       streams.push_back({o.encoder.get(), o.session, o.begin,
                          CodesKey(o.encoder->plan(), producer_.transfer_options,
-                                  target.artifact_id())});
+                                  uses_artifact ? target.artifact_id() : "")});
       stream_index.push_back(i);
     }
   }
@@ -272,7 +274,14 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
       // Codes of this prefill's encodings, kept with the blocks they cover (new or cached), so the
       // next hit of the same encoding sends them as they are. Only a complete pass's blocks exist.
       keep.clear();  // the activations are in the blocks now
-      for (const EncodedRun& run : codes) prefix_store_->AddCodes(*keys, run);
+      // One run per encoding: targets sharing one encoded it once; the earliest start covers most.
+      std::map<std::string, const EncodedRun*> runs;
+      for (const EncodedRun& run : codes) {
+        if (!run.complete()) continue;
+        auto [it, added] = runs.emplace(run.key, &run);
+        if (!added && run.from < it->second->from) it->second = &run;
+      }
+      for (const auto& [key, run] : runs) prefix_store_->AddCodes(*keys, *run);
       prefix_store_->RecordCodeHits(report.code_hit_tokens);
     }
     for (size_t s = 0; s < streams.size(); ++s) open[stream_index[s]].status = report.targets[s];

@@ -255,6 +255,16 @@ TEST_F(PrefixCacheTest, ProducerKeepsCodesPerEncoding) {
   EXPECT_EQ(store->code_hit_tokens(), 240u);
   EXPECT_EQ(raw.ids["xs"], Reference("xs", Story(90), "raw"));
   EXPECT_EQ(raw_again.ids["xs"], Reference("xs", Story(100), "raw"));
+  // raw ignores the artifact: xs and fables share one encoding, so a fan-out to both encodes it
+  // once (both get the same chunks) and each is sent from what the raw runs above kept.
+  v1::GenerateRequest both = Request("xs", Story(100), "", "raw");
+  both.add_targets("fables");
+  const uint64_t before_fan_out = store->code_hit_tokens();
+  Reply fan_out = stack->Generate(both);
+  EXPECT_EQ(store->code_hit_tokens(), before_fan_out + 2 * 96u);  // 6 blocks, each target
+  EXPECT_EQ(fan_out.ids["xs"], raw_again.ids["xs"]);
+  EXPECT_EQ(fan_out.ids["fables"], Reference("fables", Story(100), "raw"));
+  EXPECT_EQ(CachedOf(fan_out, "fables").payload, CachedOf(fan_out, "xs").payload);
   // int4 K/V: groups of 32 values span several positions at this head size (8), so its chunks
   // cannot be cut per block: nothing is kept, every hit encodes again, results stay exact.
   const uint64_t before_int4 = store->code_hit_tokens();
