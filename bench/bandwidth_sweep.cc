@@ -14,7 +14,7 @@
 #include "absl/time/clock.h"
 #include "bench/timings_json.h"
 #include "proto/inference_client.h"
-#include "proto/scd/v1/registry.grpc.pb.h"
+#include "scd/v1/registry.grpc.pb.h"
 
 namespace scd::bench {
 namespace {

@@ -19,8 +19,8 @@
 #include "absl/time/clock.h"
 #include "bench/timings_json.h"
 #include "proto/inference_client.h"
-#include "proto/scd/v1/control.grpc.pb.h"
-#include "proto/scd/v1/registry.grpc.pb.h"
+#include "scd/v1/control.grpc.pb.h"
+#include "scd/v1/registry.grpc.pb.h"
 
 namespace scd::bench {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "proto/scd/v1/inference.pb.h"
+#include "scd/v1/inference.pb.h"
 
 namespace scd::bench {
 

@@ -3,6 +3,8 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include <nlohmann/json.hpp>
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +17,42 @@
 #include "transport/session_acceptor.h"
 
 namespace scd::consumer {
+
+namespace {
+
+// The calibrated KL per mode an artifact's fit measured (Artifact::fidelity_json: {"scd": {"kl":
+// ..}, ...}), as gauges.
+void SetArtifactGauges(MetricsRegistry* metrics, const std::string& id, const Artifact& artifact) {
+  const nlohmann::json fidelity = nlohmann::json::parse(artifact.fidelity_json, nullptr, false);
+  if (!fidelity.is_object()) return;
+  for (const auto& [mode, measured] : fidelity.items()) {
+    if (!measured.is_object() || !measured.contains("kl") || !measured["kl"].is_number()) continue;
+    metrics
+        ->GetGauge("scd:artifact_calibrated_kl",
+                   "KL(producer-served || consumer's own) per token the artifact's fit measured "
+                   "on held-out text, per mode",
+                   {{"artifact", id}, {"producer", artifact.producer.name}, {"mode", mode}})
+        .Set(measured["kl"].get<double>());
+  }
+}
+
+}  // namespace
+
+void ConsumerNode::SetUpMetrics(ConsumerNode* node) {
+  for (const auto& [id, artifact] : node->artifacts_) {
+    SetArtifactGauges(node->metrics_.get(), id, artifact);
+  }
+  MetricsRegistry* metrics = node->metrics_.get();
+  ConsumerControlService* control = node->control_.get();
+  metrics->AddCollector([metrics, control] {
+    v1::NodeStats stats;
+    control->FillStats(&stats);
+    SetNodeGauges(metrics, stats);
+  });
+  Admission* admission = node->admission_.get();
+  node->http_ = std::make_shared<MetricsHttpHandler>(
+      metrics, [admission] { return admission->draining() ? "draining" : "serving"; });
+}
 
 absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
     const ConsumerNodeOptions& options) {
@@ -56,8 +94,13 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
   node->router_ = std::make_unique<SessionRouter>(
       std::make_unique<transport::SessionAcceptor>(std::move(listener), receive_options));
 
+  node->metrics_ = std::make_unique<MetricsRegistry>(
+      MetricLabels{{"role", "consumer"}, {"model", node->name_}});
+  node->serving_metrics_ = std::make_unique<ServingMetrics>(
+      node->metrics_.get(), static_cast<uint64_t>(node->model_->config().KvBytesPerToken(2)));
   ConsumerModel model{node->model_.get(), node->tokenizer_.get(),     node->name_,
                       TransferOptions(),  options.default_max_tokens, absl::Seconds(60)};
+  model.metrics = node->serving_metrics_.get();
   if (options.prefix_cache_mb > 0) {
     node->prefix_cache_ = std::make_unique<ConsumerPrefixCache>(
         *node->model_, node->fingerprint_, static_cast<int64_t>(options.prefix_cache_mb) << 20);
@@ -68,7 +111,9 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
   node->inference_ = std::make_unique<ConsumerInferenceService>(
       model, node->fingerprint_, node->admission_, node->control_->tally());
   node->checked_ = std::make_unique<CheckedInferenceService>(
-      node->inference_.get(), RequestLimits(), /*require_target=*/false, node->control_->tally());
+      node->inference_.get(), RequestLimits(), /*require_target=*/false, node->control_->tally(),
+      node->serving_metrics_.get());
+  SetUpMetrics(node.get());
   SCD_ASSIGN_OR_RETURN(node->control_server_,
                        StartGrpcServer(options.control_listen, {node->control_.get()}));
   SCD_ASSIGN_OR_RETURN(node->public_, StartGrpcServer(options.listen, {node->checked_.get()}));

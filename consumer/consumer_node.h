@@ -14,6 +14,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/http_server.h"
+#include "base/metrics.h"
+#include "proto/serving_metrics.h"
 #include "codec/artifact.h"
 #include "codec/served_model_spec.h"
 #include "consumer/admission.h"
@@ -58,9 +61,18 @@ class ConsumerNode {
   void Drain();
   // Drain, wait up to `grace` for running requests, then stop serving.
   void Shutdown(absl::Duration grace);
+  // What its HTTP listener serves: /metrics (scd:* with role="consumer", model=NAME: the public
+  // API's and the coordinator's requests it decoded, its Stats, each artifact's calibrated KL as
+  // scd:artifact_calibrated_kl) and /health ("draining" once draining).
+  std::shared_ptr<HttpHandler> http_handler() const { return http_; }
 
  private:
   ConsumerNode() = default;
+  static void SetUpMetrics(ConsumerNode* node);
+
+  std::unique_ptr<MetricsRegistry> metrics_;  // first: outlives everything that records
+  std::unique_ptr<ServingMetrics> serving_metrics_;
+  std::shared_ptr<HttpHandler> http_;
 
   std::string name_, fingerprint_;
   std::unique_ptr<LlamaModel> model_;

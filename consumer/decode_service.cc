@@ -90,7 +90,9 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
   run.cancelled = &cancelled;
   run.prompt_ids = *std::move(prompt_ids);
   run.session = [&](absl::Duration timeout) { return ticket->Wait(timeout); };
+  ServingMetrics::Call metrics(consumer_.metrics);
   auto write = [&](const v1::GenerateEvent& event) {
+    metrics.Observe(event);
     if (context->IsCancelled()) cancelled = true;
     if (!cancelled && !writer->Write(event)) cancelled = true;
   };
@@ -117,6 +119,11 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
 grpc::Status ConsumerControlService::Stats(grpc::ServerContext* context, const v1::StatsRequest*,
                                            v1::NodeStats* stats) {
   if (grpc::Status auth = secret_.Check(*context); !auth.ok()) return auth;
+  FillStats(stats);
+  return grpc::Status::OK;
+}
+
+void ConsumerControlService::FillStats(v1::NodeStats* stats) const {
   stats->set_role("consumer");
   stats->set_running(admission_->active());
   stats->set_capacity(admission_->capacity());
@@ -125,7 +132,6 @@ grpc::Status ConsumerControlService::Stats(grpc::ServerContext* context, const v
   if (consumer_.prefix_cache != nullptr) {
     SetPrefixCacheStats(consumer_.prefix_cache->blocks().Counters(), stats);
   }
-  return grpc::Status::OK;
 }
 
 }  // namespace scd::consumer

@@ -22,7 +22,7 @@
 #include "consumer/request_runner.h"
 #include "consumer/session_router.h"
 #include "proto/cluster_secret.h"
-#include "proto/scd/v1/control.grpc.pb.h"
+#include "scd/v1/control.grpc.pb.h"
 
 namespace scd::consumer {
 
@@ -40,6 +40,8 @@ class ConsumerControlService final : public v1::Consumer::Service {
   // ("refused_" + the code's name, on either plane).
   grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest* request,
                      v1::NodeStats* stats) override;
+  // What Stats answers, without the secret check (the node's /metrics collector).
+  void FillStats(v1::NodeStats* stats) const;
   // Where the node's public API counts its refusals too (reported by Stats).
   Tally* tally() { return &ended_; }
 

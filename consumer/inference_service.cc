@@ -66,8 +66,10 @@ grpc::Status ConsumerInferenceService::Generate(grpc::ServerContext* context,
   run.received = received;
   run.cancelled = &cancelled;
   run.prompt_ids = *std::move(prompt_ids);
+  ServingMetrics::Call metrics(consumer_.metrics);
   absl::Status status = GuardExceptions("ConsumerInferenceService::Generate", [&] {
     return RunTarget(consumer_, req, route, run, [&](const v1::GenerateEvent& event) {
+      metrics.Observe(event);
       if (context->IsCancelled()) cancelled = true;
       if (!cancelled && !writer->Write(event)) cancelled = true;  // the client went away
     });

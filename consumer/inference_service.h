@@ -19,7 +19,7 @@
 #include "base/tally.h"
 #include "consumer/admission.h"
 #include "consumer/request_runner.h"
-#include "proto/scd/v1/inference.grpc.pb.h"
+#include "scd/v1/inference.grpc.pb.h"
 
 namespace scd::consumer {
 

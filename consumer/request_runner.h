@@ -31,7 +31,8 @@
 #include "codec/transfer_plan.h"
 #include "consumer/consumer_prefix_cache.h"
 #include "model/llama_model.h"
-#include "proto/scd/v1/inference.pb.h"
+#include "proto/serving_metrics.h"
+#include "scd/v1/inference.pb.h"
 #include "tokenizer/tokenizer.h"
 #include "transport/transfer_session.h"
 
@@ -46,6 +47,7 @@ struct ConsumerModel {
   uint32_t default_max_tokens = 128;
   absl::Duration default_deadline = absl::Seconds(60);
   ConsumerPrefixCache* prefix_cache = nullptr;  // not owned; null: no prefix cache
+  ServingMetrics* metrics = nullptr;            // not owned; null: no metrics recorded
 };
 
 // What routing decided for this target.

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "coordinator/openai_api.h"
 
 namespace scd::coordinator {
 
@@ -23,16 +24,29 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Start(
     SCD_ASSIGN_OR_RETURN(node->tokenizer_, Tokenizer::FromFile(path.string()));
     routing.tokenizer = node->tokenizer_.get();
   }
+  node->serving_metrics_ = std::make_unique<ServingMetrics>(&node->metrics_);
+  routing.metrics = node->serving_metrics_.get();
   node->registry_ = std::make_unique<NodeRegistry>(options.registry);
   node->registry_service_ =
       std::make_unique<RegistryService>(node->registry_.get(), secret, &node->counters_);
   node->inference_ = std::make_unique<CoordinatorInferenceService>(
       node->registry_.get(), secret, &node->counters_, routing);
   node->checked_ = std::make_unique<CheckedInferenceService>(
-      node->inference_.get(), options.limits, /*require_target=*/true, &node->counters_);
+      node->inference_.get(), options.limits, /*require_target=*/true, &node->counters_,
+      node->serving_metrics_.get());
   SCD_ASSIGN_OR_RETURN(node->control_,
                        StartGrpcServer(options.control_listen, {node->registry_service_.get()}));
   SCD_ASSIGN_OR_RETURN(node->public_, StartGrpcServer(options.listen, {node->checked_.get()}));
+  RegistryService* registry_service = node->registry_service_.get();
+  MetricsRegistry* metrics = &node->metrics_;
+  metrics->AddCollector([registry_service, metrics] {
+    v1::NodeStats stats;
+    registry_service->FillStats(&stats);
+    SetNodeGauges(metrics, stats);
+  });
+  node->http_ = std::make_shared<OpenAiHttpHandler>(
+      node->public_.server->InProcessChannel(grpc::ChannelArguments()), node->tokenizer_.get(),
+      std::make_shared<MetricsHttpHandler>(metrics));
   spdlog::info("coordinator serving the public API on {}, the control plane on {}",
                node->public_.address, node->control_.address);
   return node;

@@ -11,10 +11,13 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "base/http_server.h"
+#include "base/metrics.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/node_registry.h"
 #include "proto/checked_inference.h"
 #include "proto/grpc_server.h"
+#include "proto/serving_metrics.h"
 
 namespace scd::coordinator {
 
@@ -39,10 +42,17 @@ class CoordinatorNode {
   const std::string& control_address() const { return control_.address; }
   NodeRegistry& registry() { return *registry_; }
   void Shutdown(absl::Duration grace);
+  // What its HTTP listener serves: the OpenAI-compatible API (openai_api.h) over the public
+  // API, /health (the public API's Health), /metrics (scd:* with role="coordinator").
+  std::shared_ptr<HttpHandler> http_handler() const { return http_; }
+  MetricsRegistry& metrics() { return metrics_; }
 
  private:
   CoordinatorNode() = default;
   Tally counters_;
+  MetricsRegistry metrics_{{{"role", "coordinator"}}};
+  std::unique_ptr<ServingMetrics> serving_metrics_;
+  std::shared_ptr<HttpHandler> http_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<NodeRegistry> registry_;
   std::unique_ptr<RegistryService> registry_service_;

@@ -95,10 +95,14 @@ grpc::Status RegistryService::Deregister(grpc::ServerContext* context,
 grpc::Status RegistryService::Stats(grpc::ServerContext* context, const v1::StatsRequest*,
                                     v1::NodeStats* stats) {
   if (grpc::Status auth = secret_.Check(*context); !auth.ok()) return auth;
+  FillStats(stats);
+  return grpc::Status::OK;
+}
+
+void RegistryService::FillStats(v1::NodeStats* stats) const {
   stats->set_role("coordinator");
   stats->set_running(static_cast<uint32_t>(registry_->size()));
   for (const auto& [name, count] : counters_->Snapshot()) (*stats->mutable_ended())[name] = count;
-  return grpc::Status::OK;
 }
 
 grpc::Status RegistryService::SetLinkShape(grpc::ServerContext* context,
@@ -216,8 +220,11 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
     call->context.set_deadline(Deadline(deadline));
     calls.push_back(std::move(call));
   }
-  auto write_locked = [&](const v1::GenerateEvent& event)
-                          ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { writer->Write(event); };
+  ServingMetrics::Call metrics(options_.metrics);
+  auto write_locked = [&](const v1::GenerateEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    metrics.Observe(event);
+    writer->Write(event);
+  };
   // The Error a target gets when its Decode call ended without a terminal event.
   auto end_without_terminal = [&](TargetCall* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     call->terminal = true;

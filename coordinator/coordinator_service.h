@@ -32,9 +32,10 @@
 #include "coordinator/node_registry.h"
 #include "tokenizer/tokenizer.h"
 #include "proto/cluster_secret.h"
-#include "proto/scd/v1/control.grpc.pb.h"
-#include "proto/scd/v1/inference.grpc.pb.h"
-#include "proto/scd/v1/registry.grpc.pb.h"
+#include "proto/serving_metrics.h"
+#include "scd/v1/control.grpc.pb.h"
+#include "scd/v1/inference.grpc.pb.h"
+#include "scd/v1/registry.grpc.pb.h"
 
 namespace scd::coordinator {
 
@@ -52,6 +53,8 @@ class RegistryService final : public v1::Registry::Service {
                           v1::DeregisterResponse*) override;
   // Live nodes and the coordinator's counters (refusals, routed requests).
   grpc::Status Stats(grpc::ServerContext*, const v1::StatsRequest*, v1::NodeStats*) override;
+  // What Stats answers, without the secret check (the node's /metrics collector).
+  void FillStats(v1::NodeStats* stats) const;
   // Sets or reads the link shape of the matched producers (registry.proto): one
   // Producer.SetLinkShape per producer, in parallel, each within 5 s.
   grpc::Status SetLinkShape(grpc::ServerContext*, const v1::SetLinkShapeRequest* request,
@@ -75,6 +78,8 @@ struct CoordinatorOptions {
   // Cache-aware routing of text prompts: the serving models' shared tokenizer (not owned; null:
   // text prompts are routed on load alone, prompt_ids on their prefix blocks always).
   const Tokenizer* tokenizer = nullptr;
+  // The public API's metrics (not owned; null: none recorded).
+  ServingMetrics* metrics = nullptr;
 };
 
 class CoordinatorInferenceService final : public v1::Inference::Service {

@@ -36,9 +36,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "proto/scd/v1/inference.pb.h"
+#include "scd/v1/inference.pb.h"
 #include "proto/registry_client.h"
-#include "proto/scd/v1/registry.pb.h"
+#include "scd/v1/registry.pb.h"
 
 namespace scd::coordinator {
 

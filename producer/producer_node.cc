@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "proto/serving_metrics.h"
 #include "codec/fingerprint.h"
 #include "proto/prefix_cache_stats.h"
 #include "proto/grpc_server.h"
@@ -52,6 +53,16 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
                                                             secret, connection);
   SCD_ASSIGN_OR_RETURN(node->server_,
                        StartGrpcServer(options.control_listen, {node->service_.get()}));
+  node->metrics_ = std::make_unique<MetricsRegistry>(
+      MetricLabels{{"role", "producer"}, {"model", node->name_}});
+  MetricsRegistry* metrics = node->metrics_.get();
+  ProducerControlService* service = node->service_.get();
+  metrics->AddCollector([metrics, service] {
+    v1::NodeStats stats;
+    service->FillStats(&stats);
+    SetNodeGauges(metrics, stats);
+  });
+  node->http_ = std::make_shared<MetricsHttpHandler>(metrics);
   spdlog::info("producer {} serving control on {} (codes over {})", node->name_, node->address(),
                options.transport);
   if (!options.coordinator.empty()) {

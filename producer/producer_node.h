@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/http_server.h"
+#include "base/metrics.h"
 #include "codec/artifact.h"
 #include "codec/served_model_spec.h"
 #include "producer/producer_service.h"
@@ -50,9 +52,15 @@ class ProducerNode {
   uint64_t prefills() const { return service_->prefills(); }
   ProducerControlService& service() { return *service_; }
   void Shutdown(absl::Duration grace);
+  // What its HTTP listener serves: /metrics (its Stats as scd:* with role="producer",
+  // model=NAME) and /health.
+  std::shared_ptr<HttpHandler> http_handler() const { return http_; }
 
  private:
   ProducerNode() = default;
+
+  std::unique_ptr<MetricsRegistry> metrics_;
+  std::shared_ptr<HttpHandler> http_;
 
   std::string name_, fingerprint_;
   std::unique_ptr<LlamaModel> model_;

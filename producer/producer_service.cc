@@ -127,6 +127,11 @@ grpc::Status ProducerControlService::SetLinkShape(grpc::ServerContext* context,
 grpc::Status ProducerControlService::Stats(grpc::ServerContext* context, const v1::StatsRequest*,
                                            v1::NodeStats* stats) {
   if (grpc::Status auth = secret_.Check(*context); !auth.ok()) return auth;
+  FillStats(stats);
+  return grpc::Status::OK;
+}
+
+void ProducerControlService::FillStats(v1::NodeStats* stats) const {
   stats->set_role("producer");
   stats->set_running(running_.load());
   stats->set_open_sessions(static_cast<uint32_t>(open_sessions()));
@@ -138,7 +143,6 @@ grpc::Status ProducerControlService::Stats(grpc::ServerContext* context, const v
     stats->mutable_prefix_cache()->set_code_hit_tokens(prefix_store_->code_hit_tokens());
   }
   for (const auto& [name, count] : ended_.Snapshot()) (*stats->mutable_ended())[name] = count;
-  return grpc::Status::OK;
 }
 
 grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,

@@ -26,7 +26,7 @@
 #include "model/llama_model.h"
 #include "producer/prefix_store.h"
 #include "proto/cluster_secret.h"
-#include "proto/scd/v1/control.grpc.pb.h"
+#include "scd/v1/control.grpc.pb.h"
 #include "tokenizer/tokenizer.h"
 #include "transport/transfer_session.h"
 #include "transport/transport.h"
@@ -57,6 +57,8 @@ class ProducerControlService final : public v1::Producer::Service {
   // Prefills running, open sessions, held code bytes, sessions ended by terminal state.
   grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest* request,
                      v1::NodeStats* stats) override;
+  // What Stats answers, without the secret check (the node's /metrics collector).
+  void FillStats(v1::NodeStats* stats) const;
   // Sets (or reads) the shape of the links sessions are opened on from now on (control.proto).
   grpc::Status SetLinkShape(grpc::ServerContext* context, const v1::SetLinkShapeRequest* request,
                             v1::LinkShape* shape) override;

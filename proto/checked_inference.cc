@@ -70,8 +70,12 @@ std::optional<std::string> FindInvalidUtf8(const Descriptor& type, std::string_v
 
 CheckedInferenceService::CheckedInferenceService(v1::Inference::Service* service,
                                                  RequestLimits limits, bool require_target,
-                                                 Tally* refusals)
-    : service_(service), limits_(limits), require_target_(require_target), refusals_(refusals) {
+                                                 Tally* refusals, ServingMetrics* metrics)
+    : service_(service),
+      limits_(limits),
+      require_target_(require_target),
+      refusals_(refusals),
+      metrics_(metrics) {
   using grpc::internal::RpcMethod;
   using grpc::internal::RpcServiceMethod;
   using Self = CheckedInferenceService;
@@ -111,6 +115,7 @@ grpc::Status CheckedInferenceService::Refuse(grpc::ServerContext* context,
                                              const absl::Status& status,
                                              const std::string& request_id) {
   CountRefusal(refusals_, status);
+  if (metrics_ != nullptr) metrics_->CountRefused(status);
   spdlog::info("[{}] refused from {}: {}", ForLog(request_id, 40), ForLog(context->peer()),
                ForLog(status.ToString(), 300));
   return ToGrpcStatus(status);
@@ -140,7 +145,12 @@ grpc::Status CheckedInferenceService::Generate(grpc::ServerContext* context,
       !valid.ok()) {
     return Refuse(context, valid, request.request_id());
   }
-  return service_->Generate(context, &request, writer);
+  grpc::Status status = service_->Generate(context, &request, writer);
+  // A non-OK end is a refusal as a whole (inference.proto): no event was written.
+  if (metrics_ != nullptr && !status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
+    metrics_->CountRefused(FromGrpcStatus(status));
+  }
+  return status;
 }
 
 }  // namespace scd

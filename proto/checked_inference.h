@@ -22,7 +22,8 @@
 #include "base/tally.h"
 #include "google/protobuf/descriptor.h"
 #include "proto/request_validation.h"
-#include "proto/scd/v1/inference.grpc.pb.h"
+#include "proto/serving_metrics.h"
+#include "scd/v1/inference.grpc.pb.h"
 
 namespace scd {
 
@@ -42,8 +43,9 @@ std::optional<std::string> FindInvalidUtf8(const google::protobuf::Descriptor& t
 class CheckedInferenceService final : public grpc::Service {
  public:
   // REQUIRES: `service` and `refusals` (may be null) outlive this one.
+  // `metrics` (may be null) counts refused calls (scd:request_failures_total{reason="refused"}).
   CheckedInferenceService(v1::Inference::Service* service, RequestLimits limits,
-                          bool require_target, Tally* refusals);
+                          bool require_target, Tally* refusals, ServingMetrics* metrics = nullptr);
 
  private:
   grpc::Status Generate(grpc::ServerContext* context, const grpc::ByteBuffer* raw,
@@ -55,6 +57,7 @@ class CheckedInferenceService final : public grpc::Service {
   const RequestLimits limits_;
   const bool require_target_;
   Tally* const refusals_;
+  ServingMetrics* const metrics_;
 };
 
 }  // namespace scd

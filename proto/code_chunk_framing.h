@@ -16,7 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "codec/code_batch.h"
 #include "codec/code_encoder.h"
-#include "proto/scd/v1/transfer.pb.h"
+#include "scd/v1/transfer.pb.h"
 
 namespace scd {
 

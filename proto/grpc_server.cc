@@ -1,5 +1,6 @@
 #include "proto/grpc_server.h"
 
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 #include <grpcpp/server_posix.h>
@@ -19,6 +20,9 @@ absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
                                            const std::vector<grpc::Service*>& services,
                                            ConnectionGateOptions gate_options) {
   if (gate_options.preface.empty()) gate_options.preface = kHttp2ClientPreface;
+  // Server reflection on every node (grpc.reflection.v1alpha): grpcurl-style tools list and call
+  // the services without the .proto files. Registers a builder plugin once per process.
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   GrpcServer started;
   absl::StatusOr<std::unique_ptr<ConnectionGate>> gate =
       ConnectionGate::Listen(listen, std::move(gate_options));

@@ -2,7 +2,7 @@
 // `listen` ("HOST:PORT"; port 0 picks a free one) that cannot be locked out by half-open
 // connections, never shares its port (no SO_REUSEPORT: a port in use is an error), and hands gRPC
 // a connection only once its HTTP/2 preface arrived (base/connection_gate.h); the address it
-// actually bound. Insecure transport credentials: the control plane authenticates its calls with
+// actually bound. Every server offers gRPC server reflection. Insecure transport credentials: the control plane authenticates its calls with
 // the cluster secret (proto/cluster_secret.h); mutual TLS is the operations issue's.
 // Thread-safety: StartGrpcServer is stateless; a GrpcServer is used from one thread.
 #ifndef SCD_PROTO_GRPC_SERVER_H_

@@ -3,7 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "proto/grpc_util.h"
-#include "proto/scd/v1/inference.grpc.pb.h"
+#include "scd/v1/inference.grpc.pb.h"
 
 namespace scd {
 namespace {

@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "proto/scd/v1/inference.pb.h"
+#include "scd/v1/inference.pb.h"
 
 namespace scd {
 

@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "proto/scd/v1/inference.pb.h"
+#include "scd/v1/inference.pb.h"
 
 namespace scd {
 

@@ -6,8 +6,8 @@
 
 #include "base/prefix_block_cache.h"
 #include "proto/registry_client.h"
-#include "proto/scd/v1/control.pb.h"
-#include "proto/scd/v1/registry.pb.h"
+#include "scd/v1/control.pb.h"
+#include "scd/v1/registry.pb.h"
 
 namespace scd {
 

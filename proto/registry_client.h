@@ -16,7 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/cluster_secret.h"
-#include "proto/scd/v1/registry.grpc.pb.h"
+#include "scd/v1/registry.grpc.pb.h"
 
 namespace scd {
 

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "proto/scd/v1/inference.pb.h"
+#include "scd/v1/inference.pb.h"
 
 namespace scd {
 

@@ -70,6 +70,10 @@ def violations(root):
                         continue
                     target = m.group(2)
                     top = target.split("/", 1)[0]
+                    # Generated protocol headers ("scd/v1/x.pb.h", protoc run with proto/ as the
+                    # include root) belong to proto/.
+                    if top == "scd" and target.endswith(".pb.h"):
+                        target, top = "proto/" + target, "proto"
                     if folder in TORCH_FREE and target.startswith(TORCH_PREFIXES):
                         out.append(f"{rel}:{lineno}: {folder}/ is torch-free but includes "
                                    f"<{target}>")
@@ -122,8 +126,9 @@ def self_test():
         ({"base/a.h": '#include "base/b.h"\n', "model/m.cc": '#include "codec/x.h"\n'}, 1),
         ({"tokenizer/t.cc": "#include <ATen/ATen.h>\n"}, 1),
         ({"transport/t.cc": '#include "proto/code_chunk_framing.h"\n'}, 1),
-        ({"transport/t.cc": '#include "proto/scd/v1/transfer.pb.h"\n'}, 0),
+        ({"transport/t.cc": '#include "scd/v1/transfer.pb.h"\n'}, 0),
         ({"base/a.h": '#include "tokenizer/t.h"\n'}, 1),
+        ({"base/a.cc": '#include "scd/v1/inference.pb.h"\n'}, 1),
         ({"weird/w.cc": "int x;\n"}, 1),
         ({"codec/c.cc": '#include "model/m.h"\n#include "base/b.h"\n#include <ATen/ATen.h>\n',
           "tools/t.cc": '#include "calib/c.h"\n'}, 0),

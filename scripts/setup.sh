@@ -19,6 +19,10 @@ PACKAGES=(
   util-linux                 # prlimit: the lock-out test limits a daemon's descriptors
   python3-matplotlib         # scd-bench's plots (Debian's /usr/bin/python3)
   iproute2                   # scd-bench sweep --link netns: ip netns, veth, tc
+  libcpp-httplib-dev         # the OpenAI-compatible HTTP API and /metrics on every daemon
+  python3-grpcio python3-protobuf   # the Python client example (proto/examples), its test
+  etcd-server                # --registry etcd://: the scale-out test runs a real etcd
+  prometheus                 # the metrics test: a real Prometheus scrapes the daemons
 )
 
 missing=()

@@ -13,7 +13,7 @@
 
 #include "absl/time/clock.h"
 #include "proto/grpc_server.h"
-#include "proto/scd/v1/control.pb.h"
+#include "scd/v1/control.pb.h"
 
 namespace scd {
 namespace {

@@ -35,9 +35,9 @@
 #include "model/generator.h"
 #include "proto/grpc_util.h"
 #include "proto/inference_client.h"
-#include "proto/scd/v1/control.grpc.pb.h"
-#include "proto/scd/v1/inference.grpc.pb.h"
-#include "proto/scd/v1/registry.grpc.pb.h"
+#include "scd/v1/control.grpc.pb.h"
+#include "scd/v1/inference.grpc.pb.h"
+#include "scd/v1/registry.grpc.pb.h"
 #include "tests/test_daemon.h"
 #include "tests/test_util.h"
 

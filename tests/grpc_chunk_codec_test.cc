@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "base/crc32c.h"
-#include "proto/scd/v1/transfer.pb.h"
+#include "scd/v1/transfer.pb.h"
 #include "tests/transport_test_util.h"
 #include "transport/grpc/chunk_codec.h"
 

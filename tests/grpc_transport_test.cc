@@ -31,8 +31,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "google/protobuf/util/message_differencer.h"
-#include "proto/scd/v1/transfer.grpc.pb.h"
-#include "proto/scd/v1/transfer.pb.h"
+#include "scd/v1/transfer.grpc.pb.h"
+#include "scd/v1/transfer.pb.h"
 #include "spdlog/spdlog.h"
 #include "tests/transport_test_util.h"
 

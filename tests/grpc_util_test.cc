@@ -11,7 +11,7 @@
 #include "absl/time/clock.h"
 
 #include "proto/grpc_server.h"
-#include "proto/scd/v1/registry.grpc.pb.h"
+#include "scd/v1/registry.grpc.pb.h"
 
 namespace scd {
 namespace {

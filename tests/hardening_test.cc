@@ -24,9 +24,9 @@
 #include "absl/time/clock.h"
 #include "base/host_port.h"
 #include "proto/inference_client.h"
-#include "proto/scd/v1/control.grpc.pb.h"
-#include "proto/scd/v1/inference.grpc.pb.h"
-#include "proto/scd/v1/registry.grpc.pb.h"
+#include "scd/v1/control.grpc.pb.h"
+#include "scd/v1/inference.grpc.pb.h"
+#include "scd/v1/registry.grpc.pb.h"
 #include "tests/test_daemon.h"
 #include "tests/test_files.h"
 

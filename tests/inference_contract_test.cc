@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "google/protobuf/descriptor.h"
-#include "proto/scd/v1/inference.pb.h"
-#include "proto/scd/v1/registry.pb.h"
+#include "scd/v1/inference.pb.h"
+#include "scd/v1/registry.pb.h"
 
 namespace scd {
 namespace {

@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "proto/scd/v1/registry.grpc.pb.h"
+#include "scd/v1/registry.grpc.pb.h"
 #include "tests/test_daemon.h"
 #include "tests/test_files.h"
 

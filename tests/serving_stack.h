@@ -21,7 +21,7 @@
 #include "proto/checked_inference.h"
 #include "proto/cluster_secret.h"
 #include "proto/grpc_server.h"
-#include "proto/scd/v1/inference.grpc.pb.h"
+#include "scd/v1/inference.grpc.pb.h"
 #include "tokenizer/tokenizer.h"
 #include "transport/link_shaper.h"
 

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
@@ -18,7 +19,13 @@ Daemon::Daemon(const std::string& dir, const std::string& name, std::vector<std:
                std::vector<std::string> env)
     : log_(dir + "/" + name + ".log"),
       address_file_(dir + "/" + name + ".addr"),
-      control_address_file_(dir + "/" + name + ".control.addr") {
+      control_address_file_(dir + "/" + name + ".control.addr"),
+      http_address_file_(dir + "/" + name + ".http.addr") {
+  std::remove(http_address_file_.c_str());
+  if (std::find(argv.begin(), argv.end(), "--http-listen") != argv.end()) {
+    argv.push_back("--http-address-file");
+    argv.push_back(http_address_file_);
+  }
   argv.push_back("--address-file");
   argv.push_back(address_file_);
   argv.push_back("--control-address-file");
@@ -40,6 +47,10 @@ std::string Daemon::Address(absl::Duration timeout) { return ReadAddress(address
 
 std::string Daemon::ControlAddress(absl::Duration timeout) {
   return ReadAddress(control_address_file_, timeout);
+}
+
+std::string Daemon::HttpAddress(absl::Duration timeout) {
+  return ReadAddress(http_address_file_, timeout);
 }
 
 std::string Daemon::ReadAddress(const std::string& file, absl::Duration timeout) {

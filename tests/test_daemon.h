@@ -34,6 +34,8 @@ class Daemon {
   std::string Address(absl::Duration timeout = absl::Seconds(30));
   // The control plane's address once it serves.
   std::string ControlAddress(absl::Duration timeout = absl::Seconds(30));
+  // The HTTP listener's (argv with --http-listen gets --http-address-file DIR/NAME.http.addr).
+  std::string HttpAddress(absl::Duration timeout = absl::Seconds(30));
   void Kill(int signal);
   // Exit status after SIGTERM (-1: killed by a signal or still running after `timeout`).
   int Terminate(absl::Duration timeout);
@@ -42,7 +44,7 @@ class Daemon {
 
  private:
   std::string ReadAddress(const std::string& file, absl::Duration timeout);
-  std::string log_, address_file_, control_address_file_;
+  std::string log_, address_file_, control_address_file_, http_address_file_;
   ChildProcess child_;
 };
 

@@ -181,6 +181,8 @@ struct ServeFlags {
   std::string listen = "127.0.0.1:0";
   std::string address_file;
   std::string control_address_file;
+  std::string http_listen;  // "" = no HTTP (OpenAI API, /health, /metrics)
+  std::string http_address_file;
   std::string cluster_secret_file;  // "" = $SCD_CLUSTER_SECRET, else a random one
   uint32_t capacity = 4;
   size_t prefix_cache_mb = 0;
@@ -204,6 +206,15 @@ absl::Status RunServe(const ServeFlags& flags, int threads) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("scd-serve"));  // stdout: nothing
   spdlog::info("threads: {}", ConfigureThreads(threads).ToString());
   spdlog::info("open files: up to {}", RaiseOpenFileLimit());
+  // HTTP listens at once: /health says "loading" while the models load.
+  std::unique_ptr<HttpServer> http;
+  if (!flags.http_listen.empty()) {
+    HttpServerOptions http_options;
+    http_options.listen = flags.http_listen;
+    SCD_ASSIGN_OR_RETURN(http, HttpServer::Start(http_options));
+    SCD_RETURN_IF_ERROR(WriteAddressFile(flags.http_address_file, http->address()));
+    spdlog::info("HTTP (OpenAI API, /health, /metrics) on {}", http->address());
+  }
   std::string secret;
   if (!flags.cluster_secret_file.empty() || std::getenv(kClusterSecretEnv) != nullptr) {
     SCD_ASSIGN_OR_RETURN(ClusterSecret given, ClusterSecret::Load(flags.cluster_secret_file));
@@ -276,6 +287,8 @@ absl::Status RunServe(const ServeFlags& flags, int threads) {
     if (absl::Now() > limit) return absl::DeadlineExceededError("nodes did not register");
     absl::SleepFor(absl::Milliseconds(20));
   }
+  // The public API's view: the coordinator's metrics (what clients asked and got).
+  if (http) http->SetHandler(coordinator->http_handler());
   SCD_RETURN_IF_ERROR(WriteAddressFile(flags.address_file, coordinator->address()));
   SCD_RETURN_IF_ERROR(
       WriteAddressFile(flags.control_address_file, coordinator->control_address()));
@@ -283,9 +296,11 @@ absl::Status RunServe(const ServeFlags& flags, int threads) {
                coordinator->address(), producer->name(), consumers.size());
   const std::string signal = WaitForTerminationSignal();
   spdlog::warn("scd serve: {}: draining", signal);
+  if (http) http->SetDraining();
   for (auto& node : consumers) node->Drain();
   for (auto& node : consumers) node->Shutdown(absl::Seconds(flags.drain_seconds));
   producer->Shutdown(absl::Seconds(1));
+  if (http) http->Stop();
   coordinator->Shutdown(absl::Seconds(1));
   return absl::OkStatus();
 }
@@ -488,6 +503,11 @@ int Main(int argc, char** argv) {
       ->required();
   serve->add_option("--listen", serve_flags.listen, "the public API's address (port 0: any)");
   serve->add_option("--address-file", serve_flags.address_file, "write the address here");
+  serve->add_option("--http-listen", serve_flags.http_listen,
+                    "HTTP address of the OpenAI-compatible API (/v1/completions, "
+                    "/v1/chat/completions, /v1/models), /health and /metrics (port 0: any)");
+  serve->add_option("--http-address-file", serve_flags.http_address_file,
+                    "write the HTTP address here once listening");
   serve->add_option("--control-address-file", serve_flags.control_address_file,
                     "write the (loopback) control plane's address here");
   serve->add_option("--cluster-secret-file", serve_flags.cluster_secret_file,

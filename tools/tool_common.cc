@@ -103,6 +103,11 @@ void AddDaemonFlags(CLI::App* app, DaemonFlags* flags, unsigned common_flags) {
   app->add_option("--cluster-secret-file", flags->cluster_secret_file,
                   "the cluster secret every node shares (default: $SCD_CLUSTER_SECRET)")
       ->check(CLI::ExistingFile);
+  app->add_option("--http-listen", flags->http_listen,
+                  "HTTP address for GET /health and /metrics (Prometheus) and, on a coordinator, "
+                  "the OpenAI-compatible API (port 0: any free port; none: no HTTP)");
+  app->add_option("--http-address-file", flags->http_address_file,
+                  "write the HTTP listener's bound address here once listening");
   AddCommonFlags(app, &flags->common, common_flags);
   AddConfigFileFlag(app);
 }
@@ -113,15 +118,29 @@ int RunDaemon(const char* tool, CLI::App& app, int argc, char** argv, const Daem
   return RunTool(tool, app, argc, argv, flags.common, [&]() -> absl::Status {
     spdlog::set_default_logger(spdlog::stderr_color_mt(tool));  // stdout: nothing
     spdlog::info("open files: up to {}", RaiseOpenFileLimit());
+    std::unique_ptr<HttpServer> http;
+    if (!flags.http_listen.empty()) {
+      HttpServerOptions http_options;
+      http_options.listen = flags.http_listen;
+      absl::StatusOr<std::unique_ptr<HttpServer>> started = HttpServer::Start(http_options);
+      if (!started.ok()) return started.status();
+      http = *std::move(started);
+      spdlog::info("HTTP (/health, /metrics) on {}", http->address());
+      absl::Status written = WriteAddressFile(flags.http_address_file, http->address());
+      if (!written.ok()) return written;
+    }
     absl::StatusOr<DaemonHandle> node = start();
     if (!node.ok()) return node.status();
+    if (http) http->SetHandler(node->http);
     absl::Status written = WriteAddressFile(flags.address_file, node->address);
     if (!written.ok()) return written;
     written = WriteAddressFile(flags.control_address_file, node->control_address);
     if (!written.ok()) return written;
     const std::string signal = WaitForTerminationSignal();
     spdlog::info("{}: draining", signal);
+    if (http) http->SetDraining();
     node->shutdown(absl::Seconds(flags.drain_seconds));
+    if (http) http->Stop();  // before the node (its handler's state) goes
     return absl::OkStatus();
   });
 }

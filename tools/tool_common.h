@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/http_server.h"
 #include "codec/served_model_spec.h"
 
 namespace scd {
@@ -46,7 +47,9 @@ int RunTool(const char* tool, CLI::App& app, int argc, char** argv, const Common
 // ---- Daemons (scd-coordinator, scd-producer, scd-consumer) ----
 
 // The flags every daemon has besides its own: the common ones, --config FILE.toml,
-// --drain-seconds, --address-file, --control-address-file, --cluster-secret-file.
+// --drain-seconds, --address-file, --control-address-file, --cluster-secret-file,
+// --http-listen (GET /health and /metrics; the coordinator's OpenAI-compatible API),
+// --http-address-file.
 struct DaemonFlags {
   DaemonFlags() { common.log_level = "info"; }
   CommonToolFlags common;
@@ -54,6 +57,8 @@ struct DaemonFlags {
   std::string address_file;
   std::string control_address_file;
   std::string cluster_secret_file;  // "" = $SCD_CLUSTER_SECRET
+  std::string http_listen;          // "" = no HTTP listener
+  std::string http_address_file;
 
   // The cluster secret (proto/cluster_secret.h): the file, else the environment; an error that
   // says how to give one.
@@ -66,21 +71,23 @@ struct DaemonHandle {
   std::string address;          // public API (a producer: its control address)
   std::string control_address;  // control plane
   std::function<void(absl::Duration grace)> shutdown;
+  std::shared_ptr<HttpHandler> http;  // what --http-listen serves once the node is up
 
-  // Keeps `node` (anything with address(), control_address() and Shutdown(absl::Duration)) alive
-  // in the handle.
+  // Keeps `node` (anything with address(), control_address(), http_handler() and
+  // Shutdown(absl::Duration)) alive in the handle.
   template <typename Node>
   static DaemonHandle Of(std::unique_ptr<Node> node) {
     std::shared_ptr<Node> owned = std::move(node);
     return {owned->address(), owned->control_address(),
-            [owned](absl::Duration grace) { owned->Shutdown(grace); }};
+            [owned](absl::Duration grace) { owned->Shutdown(grace); }, owned->http_handler()};
   }
 };
 
 // A daemon's main after its flags are declared: blocks SIGTERM/SIGINT, parses (RunTool), logs to
-// stderr as `tool`, raises the open-file limit (base/connection_gate.h), starts the node with
+// stderr as `tool`, raises the open-file limit (base/connection_gate.h), listens on --http-listen
+// (its /health says "loading" until the node is up; --http-address-file), starts the node with
 // `start`, writes --address-file and --control-address-file, waits for SIGTERM or SIGINT, then
-// drains for up to --drain-seconds and exits 0.
+// drains for up to --drain-seconds (/health: "draining") and exits 0.
 int RunDaemon(const char* tool, CLI::App& app, int argc, char** argv, const DaemonFlags& flags,
               const std::function<absl::StatusOr<DaemonHandle>()>& start);
 

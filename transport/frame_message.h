@@ -8,7 +8,7 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
-#include "proto/scd/v1/transfer.pb.h"
+#include "scd/v1/transfer.pb.h"
 #include "transport/frame.h"
 
 namespace scd::transport {

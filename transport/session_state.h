@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "proto/scd/v1/transfer.pb.h"
+#include "scd/v1/transfer.pb.h"
 
 namespace scd::transport {
 

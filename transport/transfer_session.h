@@ -34,7 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "proto/scd/v1/transfer.pb.h"
+#include "scd/v1/transfer.pb.h"
 #include "transport/link_shaper.h"
 #include "transport/session_state.h"
 #include "transport/transport.h"

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/crc32c.h"
-#include "proto/scd/v1/transfer.pb.h"
+#include "scd/v1/transfer.pb.h"
 #include "transport/frame_message.h"
 
 namespace scd::transport::grpc_internal {

@@ -25,7 +25,7 @@
 #include "base/exception_guard.h"
 #include "base/host_port.h"
 #include "base/status_macros.h"
-#include "proto/scd/v1/transfer.grpc.pb.h"
+#include "scd/v1/transfer.grpc.pb.h"
 #include "transport/grpc/grpc_link.h"
 #include "transport/receive_pool.h"
 

@@ -1,0 +1,62 @@
+// OpenAiHttpHandler: the OpenAI-compatible HTTP API of the coordinator and the all-in-one server
+// (vLLM's and llama.cpp's server's conventions), a thin translation onto the node's own public
+// gRPC API (an in-process channel to its CheckedInferenceService: the same validation, routing,
+// limits and metrics as a gRPC client gets):
+//   POST /v1/completions        prompt (a string, or one list of token ids), max_tokens (16),
+//                               temperature (1), top_p, seed, stop (a string or a list), n (1 only),
+//                               logprobs (0..20: top alternatives per token), stream, echo (false
+//                               only), stream_options.include_usage; answers text_completion
+//   POST /v1/chat/completions   messages [{role, content: a string or [{type: "text", text}]}]
+//                               in the plain chat format below, logprobs (bool) + top_logprobs,
+//                               max_tokens / max_completion_tokens; answers chat.completion
+//   GET  /v1/models             the consumer models (targets) the node routes to
+//   GET  /health, /metrics      passed on to `fallback`
+// SCD extensions (request body): "targets": [names] (a fan-out from one prefill: choices[i] is
+// targets[i]'s; without it, "model" names the target), "mode" (auto | scd | reuse | raw | int4 |
+// recompute | local), "top_k", "cache_salt", "allow_local_fallback", "deadline_ms". Every choice
+// also carries "scd": {mode, mode_reason, payload_bytes, ttft_ms, producer_cached_tokens,
+// consumer_cached_tokens} (streamed: on its last chunk).
+// Plain chat format (models without a chat template: the ones here have none): each message as
+// "<Role>: <content>\n" (System, User, Assistant), then "Assistant:" — the model continues there.
+// Streaming: Server-Sent Events, one `data: {chunk}` per token event, ending `data: [DONE]`; an
+// error after the stream began is sent as `data: {"error": ...}` before [DONE]. A client that
+// disconnects cancels the request. Errors: OpenAI's shape {"error": {message, type, param, code}}
+// with the HTTP status of the gRPC code (400 invalid, 401 unauthenticated, 404 unknown model,
+// 429 full, 503 unavailable, 504 deadline).
+// Thread-safety: thread-safe; each request runs on the HTTP server's thread that took it.
+#ifndef SCD_COORDINATOR_OPENAI_API_H_
+#define SCD_COORDINATOR_OPENAI_API_H_
+
+#include <memory>
+#include <string>
+
+#include "base/http_server.h"
+#include "tokenizer/tokenizer.h"
+
+namespace grpc {
+class Channel;
+}
+
+namespace scd::coordinator {
+
+class OpenAiHttpHandler : public HttpHandler {
+ public:
+  // `channel`: to the node's public scd.v1.Inference. `tokenizer` (may be null; not owned,
+  // outlives the handler): token strings in logprobs (else "token_id:N"). `fallback` answers
+  // what this does not (/health, /metrics).
+  OpenAiHttpHandler(std::shared_ptr<grpc::Channel> channel, const Tokenizer* tokenizer,
+                    std::shared_ptr<HttpHandler> fallback);
+  bool Handle(const httplib::Request& request, httplib::Response& response) override;
+
+ private:
+  class Impl;
+  std::shared_ptr<Impl> impl_;
+  std::shared_ptr<HttpHandler> fallback_;
+};
+
+// The HTTP status OpenAI's API uses for a gRPC status code.
+int HttpStatusOfGrpcCode(int grpc_code);
+
+}  // namespace scd::coordinator
+
+#endif  // SCD_COORDINATOR_OPENAI_API_H_

@@ -1,0 +1,101 @@
+// ServingMetrics: the public API's Prometheus families (scd:*, named after vLLM's), recorded from
+// the events a node writes to its clients, so the coordinator and every consumer count the same
+// way. Per Generate call a ServingMetrics::Call observes each event as it is written:
+//   scd:time_to_first_token_seconds{mode}     Finished.timings.ttft, one per (request, target)
+//   scd:e2e_request_latency_seconds{mode}     Finished.timings.total
+//   scd:request_queue_time_seconds            Finished.timings.queue
+//   scd:request_{prefill,encode,rebuild,patch}_time_seconds, scd:transfer_time_seconds
+//                                             the stages of Timings (encode/transfer/rebuild/patch
+//                                             only for a transfer: mode other than local)
+//   scd:inter_token_latency_seconds           between a target's consecutive token events, as the
+//                                             node writes them (one observation per event)
+//   scd:transfer_bytes_total{mode}            sum of Finished.payload_bytes
+//   scd:transfer_goodput_bytes_per_second     payload_bytes / timings.transfer, per transfer
+//   scd:compression_ratio{mode}               16-bit KV bytes of the positions sent / payload
+//                                             bytes (where the node knows its KV size: consumers)
+//   scd:requests_total{mode,outcome}          per target: stop | length | cancelled | error
+//   scd:request_failures_total{reason}        transport | deadline | cancel | refused | other:
+//                                             Error events by code, and whole calls refused
+//   scd:prompt_tokens_total, scd:generation_tokens_total
+//   scd:num_requests_waiting / _running       targets before / after their first token
+// Node gauges from the node's Stats (SetNodeGauges) come from a collector at scrape time.
+// Thread-safety: ServingMetrics is thread-safe; a Call is used by its call's thread.
+#ifndef SCD_PROTO_SERVING_METRICS_H_
+#define SCD_PROTO_SERVING_METRICS_H_
+
+#include <map>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "base/metrics.h"
+#include "scd/v1/control.pb.h"
+#include "scd/v1/inference.pb.h"
+
+namespace scd {
+
+// Latency buckets (seconds) of every scd:*_seconds histogram: 1 ms .. 10 min.
+const std::vector<double>& LatencyBuckets();
+
+class ServingMetrics {
+ public:
+  // REQUIRES: `registry` outlives this. `kv_bytes_per_token`: the serving model's KV cache bytes
+  // per prompt position at 16 bits (0: unknown, no compression ratio recorded).
+  explicit ServingMetrics(MetricsRegistry* registry, uint64_t kv_bytes_per_token = 0);
+
+  class Call {
+   public:
+    // `metrics` may be null: then Observe does nothing.
+    explicit Call(ServingMetrics* metrics) : metrics_(metrics) {}
+    ~Call();  // targets that never reached a terminal event leave the waiting/running gauges
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+    void Observe(const v1::GenerateEvent& event, absl::Time now = absl::Now());
+
+   private:
+    enum class State { kWaiting, kRunning, kDone };
+    struct Target {
+      State state = State::kWaiting;
+      absl::Time last_token = absl::InfinitePast();
+    };
+    void Leave(Target& target);
+    ServingMetrics* const metrics_;
+    std::map<std::string, Target> targets_;
+  };
+
+  // A call that ended with a non-OK status before any event (refused as a whole).
+  void CountRefused(const absl::Status& status);
+  // The request failure reason of a gRPC status code: transport, deadline, cancel, refused, other.
+  static const char* FailureReason(int grpc_code);
+
+  MetricsRegistry* registry() const { return registry_; }
+
+ private:
+  void Finished(const v1::Finished& finished);
+  void Failed(int grpc_code);
+
+  MetricsRegistry* const registry_;
+  const uint64_t kv_bytes_per_token_;
+  Histogram& itl_;
+  Histogram& queue_;
+  Histogram& prefill_;
+  Histogram& encode_;
+  Histogram& transfer_;
+  Histogram& rebuild_;
+  Histogram& patch_;
+  Histogram& goodput_;
+  Counter& prompt_tokens_;
+  Counter& generation_tokens_;
+  Gauge& waiting_;
+  Gauge& running_;
+};
+
+// A node's Stats as gauges and totals: scd:node_requests_active (NodeStats.running),
+// scd:request_capacity, scd:open_transfer_sessions, scd:held_payload_bytes,
+// scd:prefills_total, scd:prefill_tokens_total, scd:sessions_ended_total{state}, and the prefix
+// cache's scd:prefix_cache_{bytes,entries,hit_tokens_total,lookup_tokens_total}.
+void SetNodeGauges(MetricsRegistry* registry, const v1::NodeStats& stats);
+
+}  // namespace scd
+
+#endif  // SCD_PROTO_SERVING_METRICS_H_
