@@ -53,7 +53,20 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
   absl::StatusOr<HostPort> where = ParseHostPort(options.listen);
   if (!where.ok()) return where.status();
   std::unique_ptr<HttpServer> http(new HttpServer());
-  http->server_ = std::make_unique<httplib::Server>();
+  if (!options.tls_cert.empty()) {
+    auto tls = std::make_unique<httplib::SSLServer>(
+        options.tls_cert.c_str(), options.tls_key.c_str(),
+        options.tls_client_ca.empty() ? nullptr : options.tls_client_ca.c_str());
+    if (!tls->is_valid()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "HTTPS on ", options.listen, ": cannot use the certificate ", options.tls_cert,
+          " with the key ", options.tls_key,
+          options.tls_client_ca.empty() ? "" : absl::StrCat(" and client CA ", options.tls_client_ca)));
+    }
+    http->server_ = std::move(tls);
+  } else {
+    http->server_ = std::make_unique<httplib::Server>();
+  }
   httplib::Server& server = *http->server_;
   const int threads = std::max(2, options.threads);
   server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
@@ -76,13 +89,17 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
         response.status = 500;
         response.set_content(OpenAiErrorJson("internal error", "internal_error", 500), kJson);
       });
-  // httplib answers oversized bodies itself with an empty 413: give it a body.
-  server.set_post_routing_handler([](const httplib::Request&, httplib::Response& response) {
-    if (response.status == 413 && response.body.empty()) {
-      response.set_content(OpenAiErrorJson("the request body is too large",
-                                           "invalid_request_error", 413),
-                           kJson);
-    }
+  // httplib answers some errors itself (413 for a body over the limit, 400 for a malformed
+  // request) with no body: give them OpenAI's error shape.
+  const size_t max_body = options.max_body_bytes;
+  server.set_error_handler([max_body](const httplib::Request&, httplib::Response& response) {
+    if (!response.body.empty()) return;
+    const std::string message =
+        response.status == 413
+            ? absl::StrCat("the request body is too large (limit ", max_body, " bytes)")
+            : absl::StrCat("HTTP ", response.status);
+    response.set_content(OpenAiErrorJson(message, "invalid_request_error", response.status),
+                         kJson);
   });
   const std::string host = where->host.empty() ? "0.0.0.0" : where->host;
   int port = where->port;

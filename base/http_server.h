@@ -55,6 +55,9 @@ struct HttpServerOptions {
   int threads = 64;                          // connections served at once
   size_t max_body_bytes = 8u << 20;          // larger bodies: 413
   int read_timeout_seconds = 30;             // a client silent this long mid-request is dropped
+  // HTTPS: this certificate chain and key (PEM paths; "" = plain HTTP); with `tls_client_ca`,
+  // clients must present a certificate it signed (mutual TLS).
+  std::string tls_cert, tls_key, tls_client_ca;
 };
 
 class HttpServer {

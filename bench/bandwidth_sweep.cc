@@ -9,6 +9,7 @@
 #include <set>
 #include <tuple>
 
+#include "base/grpc_tls.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -70,7 +71,7 @@ Reply Run(const SweepOptions& o, const std::string& consumer, const std::string&
 
 absl::Status CoordinatorShape(const SweepOptions& o, double gbps) {
   auto stub =
-      v1::Registry::NewStub(grpc::CreateChannel(o.control, grpc::InsecureChannelCredentials()));
+      v1::Registry::NewStub(grpc::CreateChannel(o.control, GrpcChannelCredentials()));
   grpc::ClientContext context;
   context.AddMetadata("x-scd-cluster-secret", o.secret);
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));

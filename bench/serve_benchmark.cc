@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "base/grpc_tls.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -136,7 +137,7 @@ std::vector<StreamRecord> RunOne(const ServeBenchOptions& options, const BenchPr
 // A node's Stats through its control plane: a producer's, a consumer's or a coordinator's
 // (whichever service answers there).
 absl::StatusOr<v1::NodeStats> ReadNodeStats(const std::string& address, const std::string& secret) {
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  auto channel = grpc::CreateChannel(address, GrpcChannelCredentials());
   v1::NodeStats stats;
   grpc::Status status;
   for (int service = 0; service < 3; ++service) {

@@ -110,13 +110,16 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
                                                             node->router_.get(), secret);
   node->inference_ = std::make_unique<ConsumerInferenceService>(
       model, node->fingerprint_, node->admission_, node->control_->tally());
+  PublicApiGuards guards = options.guards;
+  guards.tokenizer = node->tokenizer_.get();
   node->checked_ = std::make_unique<CheckedInferenceService>(
-      node->inference_.get(), RequestLimits(), /*require_target=*/false, node->control_->tally(),
-      node->serving_metrics_.get());
+      node->inference_.get(), options.limits, /*require_target=*/false, node->control_->tally(),
+      node->serving_metrics_.get(), guards);
   SetUpMetrics(node.get());
   SCD_ASSIGN_OR_RETURN(node->control_server_,
                        StartGrpcServer(options.control_listen, {node->control_.get()}));
-  SCD_ASSIGN_OR_RETURN(node->public_, StartGrpcServer(options.listen, {node->checked_.get()}));
+  SCD_ASSIGN_OR_RETURN(node->public_, StartGrpcServer(options.listen, {node->checked_.get()}, {},
+                                                      options.max_message_bytes));
   spdlog::info("consumer {} serving the public API on {}, control on {}, transfers on {} ({})",
                node->name_, node->address(), node->control_address(), node->transfer_address(),
                options.transport);

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "base/http_server.h"
 #include "base/metrics.h"
+#include "proto/checked_inference.h"
 #include "proto/serving_metrics.h"
 #include "codec/artifact.h"
 #include "codec/served_model_spec.h"
@@ -44,6 +45,9 @@ struct ConsumerNodeOptions {
   uint32_t capacity = 4;               // requests at once
   size_t prefix_cache_mb = 0;          // the prefix cache's budget (0: off)
   uint32_t default_max_tokens = 128;
+  RequestLimits limits;            // its public API's bounds
+  PublicApiGuards guards;          // API token, per-client and prompt-token limits
+  size_t max_message_bytes = 4u << 20;
 };
 
 class ConsumerNode {

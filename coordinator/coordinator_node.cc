@@ -31,12 +31,15 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Start(
       std::make_unique<RegistryService>(node->registry_.get(), secret, &node->counters_);
   node->inference_ = std::make_unique<CoordinatorInferenceService>(
       node->registry_.get(), secret, &node->counters_, routing);
+  PublicApiGuards guards = options.guards;
+  guards.tokenizer = node->tokenizer_.get();
   node->checked_ = std::make_unique<CheckedInferenceService>(
       node->inference_.get(), options.limits, /*require_target=*/true, &node->counters_,
-      node->serving_metrics_.get());
+      node->serving_metrics_.get(), guards);
   SCD_ASSIGN_OR_RETURN(node->control_,
                        StartGrpcServer(options.control_listen, {node->registry_service_.get()}));
-  SCD_ASSIGN_OR_RETURN(node->public_, StartGrpcServer(options.listen, {node->checked_.get()}));
+  SCD_ASSIGN_OR_RETURN(node->public_, StartGrpcServer(options.listen, {node->checked_.get()}, {},
+                                                      options.max_message_bytes));
   RegistryService* registry_service = node->registry_service_.get();
   MetricsRegistry* metrics = &node->metrics_;
   metrics->AddCollector([registry_service, metrics] {

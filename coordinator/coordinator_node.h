@@ -28,6 +28,8 @@ struct CoordinatorNodeOptions {
   RegistryOptions registry;
   CoordinatorOptions routing;
   RequestLimits limits;
+  PublicApiGuards guards;  // API token, per-client and prompt-token limits (its tokenizer: below)
+  size_t max_message_bytes = 4u << 20;  // the public API's largest request
   // The serving models' tokenizer.json (a file or a model directory holding one), for
   // cache-aware routing of text prompts; "" = route text prompts on load alone.
   std::string tokenizer;

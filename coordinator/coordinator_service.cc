@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/grpc_tls.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/log_text.h"
@@ -132,7 +133,7 @@ grpc::Status RegistryService::SetLinkShape(grpc::ServerContext* context,
     row->set_address(producer.control_address);
     calls.emplace_back([this, request, row] {
       auto stub = v1::Producer::NewStub(
-          grpc::CreateChannel(row->address(), grpc::InsecureChannelCredentials()));
+          grpc::CreateChannel(row->address(), GrpcChannelCredentials()));
       grpc::ClientContext call;
       secret_.Attach(&call);
       call.set_deadline(Deadline(absl::Now() + absl::Seconds(5)));
@@ -168,7 +169,7 @@ std::shared_ptr<grpc::Channel> CoordinatorInferenceService::Channel(const std::s
   absl::MutexLock lock(&mu_);
   std::shared_ptr<grpc::Channel>& channel = channels_[address];
   if (channel == nullptr) {
-    channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    channel = grpc::CreateChannel(address, GrpcChannelCredentials());
   }
   return channel;
 }

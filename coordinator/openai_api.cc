@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/random_id.h"
+#include "proto/checked_inference.h"
 #include "scd/v1/inference.grpc.pb.h"
 
 namespace scd::coordinator {
@@ -227,6 +228,19 @@ absl::StatusOr<ParsedRequest> Parse(const std::string& text, bool chat) {
   return parsed;
 }
 
+// What the node's CheckedInferenceService judges the HTTP client by: its bearer token and its
+// address. False when the Authorization header cannot travel as gRPC metadata (not printable
+// ASCII): refused like a wrong token.
+bool AttachClient(const httplib::Request& http, grpc::ClientContext* context) {
+  const std::string authorization = http.get_header_value("Authorization");
+  for (unsigned char c : authorization) {
+    if (c < 0x20 || c > 0x7e) return false;
+  }
+  if (!authorization.empty()) context->AddMetadata("authorization", authorization);
+  if (!http.remote_addr.empty()) context->AddMetadata(kClientMetadata, http.remote_addr);
+  return true;
+}
+
 // One target's answer as it accumulates.
 struct Choice {
   int index = 0;
@@ -261,8 +275,9 @@ class OpenAiHttpHandler::Impl {
   Impl(std::shared_ptr<grpc::Channel> channel, const Tokenizer* tokenizer)
       : stub_(v1::Inference::NewStub(std::move(channel))), tokenizer_(tokenizer) {}
 
-  void Models(httplib::Response& response) {
+  void Models(const httplib::Request& http, httplib::Response& response) {
     grpc::ClientContext context;
+    if (!AttachClient(http, &context)) return SendError(response, 401, "malformed Authorization");
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::ListModelsResponse models;
     grpc::Status status = stub_->ListModels(&context, v1::ListModelsRequest(), &models);
@@ -288,6 +303,9 @@ class OpenAiHttpHandler::Impl {
     absl::StatusOr<ParsedRequest> parsed = Parse(http.body, chat);
     if (!parsed.ok()) return SendError(response, 400, std::string(parsed.status().message()));
     auto call = std::make_shared<Call>(this, *std::move(parsed));
+    if (!AttachClient(http, &call->context)) {
+      return SendError(response, 401, "malformed Authorization header");
+    }
     if (!call->parsed.stream) return call->Whole(response);
     // Headers go out only once the first event (or a refusal) is known: a request refused as a
     // whole still gets its HTTP status.
@@ -543,7 +561,7 @@ bool OpenAiHttpHandler::Handle(const httplib::Request& request, httplib::Respons
   const bool post = request.method == "POST";
   if (request.path == "/v1/models" || request.path == "/models") {
     if (!get) return SendError(response, 405, "use GET"), true;
-    impl_->Models(response);
+    impl_->Models(request, response);
     return true;
   }
   for (const auto& [path, chat] : {std::pair<const char*, bool>{"/v1/completions", false},

@@ -7,7 +7,16 @@
 
 #include <map>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstring>
+
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/log_text.h"
 #include "proto/grpc_util.h"
@@ -70,12 +79,14 @@ std::optional<std::string> FindInvalidUtf8(const Descriptor& type, std::string_v
 
 CheckedInferenceService::CheckedInferenceService(v1::Inference::Service* service,
                                                  RequestLimits limits, bool require_target,
-                                                 Tally* refusals, ServingMetrics* metrics)
+                                                 Tally* refusals, ServingMetrics* metrics,
+                                                 PublicApiGuards guards)
     : service_(service),
       limits_(limits),
       require_target_(require_target),
       refusals_(refusals),
-      metrics_(metrics) {
+      metrics_(metrics),
+      guards_(std::move(guards)) {
   using grpc::internal::RpcMethod;
   using grpc::internal::RpcServiceMethod;
   using Self = CheckedInferenceService;
@@ -94,6 +105,9 @@ CheckedInferenceService::CheckedInferenceService(v1::Inference::Service* service
                                            grpc::protobuf::MessageLite>(
           [](Self* self, grpc::ServerContext* context, const v1::ListModelsRequest* request,
              v1::ListModelsResponse* response) {
+            if (absl::Status auth = self->Authenticate(*context); !auth.ok()) {
+              return self->Refuse(context, auth, "");
+            }
             return self->service_->ListModels(context, request, response);
           },
           this)));
@@ -121,9 +135,101 @@ grpc::Status CheckedInferenceService::Refuse(grpc::ServerContext* context,
   return ToGrpcStatus(status);
 }
 
+std::string ClientOf(const grpc::ServerContext& context) {
+  const std::string peer = context.peer();
+  for (const char* scheme : {"ipv4:", "ipv6:"}) {
+    if (!absl::StartsWith(peer, scheme)) continue;
+    std::string host = peer.substr(std::strlen(scheme));
+    const size_t colon = host.rfind(':');
+    if (colon != std::string::npos) host.resize(colon);
+    return host;
+  }
+  // Connections a ConnectionGate handed over show as "fd:N": the socket is this process's own.
+  if (absl::StartsWith(peer, "fd:")) {
+    int fd = -1;
+    if (absl::SimpleAtoi(peer.substr(3), &fd)) {
+      sockaddr_storage addr{};
+      socklen_t len = sizeof addr;
+      char host[INET6_ADDRSTRLEN] = {0};
+      if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+        if (addr.ss_family == AF_INET &&
+            inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&addr)->sin_addr, host,
+                      sizeof host) != nullptr) {
+          return host;
+        }
+        if (addr.ss_family == AF_INET6 &&
+            inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr, host,
+                      sizeof host) != nullptr) {
+          return host;
+        }
+      }
+    }
+    return peer;
+  }
+  // In-process calls come from the node's HTTP front end, which names its client.
+  auto it = context.client_metadata().find(kClientMetadata);
+  if (it != context.client_metadata().end()) return std::string(it->second.data(), it->second.size());
+  return peer;
+}
+
+absl::Status CheckedInferenceService::Authenticate(const grpc::ServerContext& context) const {
+  if (guards_.api_token.empty()) return absl::OkStatus();
+  auto it = context.client_metadata().find("authorization");
+  if (it == context.client_metadata().end()) {
+    return absl::UnauthenticatedError(
+        "this server needs an API token: send `authorization: Bearer <token>`");
+  }
+  const std::string_view given(it->second.data(), it->second.size());
+  const std::string expected = "Bearer " + guards_.api_token;
+  // Constant time in the token's contents.
+  unsigned char diff = given.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    diff |= static_cast<unsigned char>(expected[i] ^ (i < given.size() ? given[i] : 0));
+  }
+  if (diff != 0) return absl::UnauthenticatedError("wrong API token");
+  return absl::OkStatus();
+}
+
+absl::Status CheckedInferenceService::CheckPromptTokens(const v1::GenerateRequest& request) const {
+  if (guards_.max_prompt_tokens == 0) return absl::OkStatus();
+  size_t tokens = static_cast<size_t>(request.prompt_ids_size());
+  if (request.prompt_ids_size() == 0) {
+    if (guards_.tokenizer == nullptr) return absl::OkStatus();  // the consumer counts them
+    absl::StatusOr<std::vector<TokenId>> ids = guards_.tokenizer->Encode(request.prompt());
+    if (!ids.ok()) return ids.status();
+    tokens = ids->size();
+  }
+  if (tokens > guards_.max_prompt_tokens) {
+    return absl::OutOfRangeError(absl::StrCat("prompt: ", tokens,
+                                              " tokens, over this server's limit of ",
+                                              guards_.max_prompt_tokens));
+  }
+  return absl::OkStatus();
+}
+
+bool CheckedInferenceService::Enter(const std::string& client) {
+  if (guards_.max_requests_per_client == 0) return true;
+  absl::MutexLock lock(&mu_);
+  uint32_t& running = running_[client];
+  if (running >= guards_.max_requests_per_client) {
+    if (running == 0) running_.erase(client);
+    return false;
+  }
+  ++running;
+  return true;
+}
+
+void CheckedInferenceService::Leave(const std::string& client) {
+  if (guards_.max_requests_per_client == 0) return;
+  absl::MutexLock lock(&mu_);
+  auto it = running_.find(client);
+  if (it != running_.end() && --it->second == 0) running_.erase(it);
+}
+
 grpc::Status CheckedInferenceService::Generate(grpc::ServerContext* context,
                                                const grpc::ByteBuffer* raw,
                                                grpc::ServerWriter<v1::GenerateEvent>* writer) {
+  if (absl::Status auth = Authenticate(*context); !auth.ok()) return Refuse(context, auth, "");
   grpc::Slice slice;
   if (!raw->DumpToSingleSlice(&slice).ok()) {
     return Refuse(context, absl::InternalError("cannot read the request"), "");
@@ -145,6 +251,18 @@ grpc::Status CheckedInferenceService::Generate(grpc::ServerContext* context,
       !valid.ok()) {
     return Refuse(context, valid, request.request_id());
   }
+  if (absl::Status tokens = CheckPromptTokens(request); !tokens.ok()) {
+    return Refuse(context, tokens, request.request_id());
+  }
+  const std::string client = ClientOf(*context);
+  if (!Enter(client)) {
+    return Refuse(context,
+                  absl::ResourceExhaustedError(absl::StrCat(
+                      "client ", ForLog(client, 80), " already has ",
+                      guards_.max_requests_per_client, " requests running (the limit per client)")),
+                  request.request_id());
+  }
+  absl::Cleanup leave = [this, &client] { Leave(client); };
   grpc::Status status = service_->Generate(context, &request, writer);
   // A non-OK end is a refusal as a whole (inference.proto): no event was written.
   if (metrics_ != nullptr && !status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {

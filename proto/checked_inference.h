@@ -6,6 +6,12 @@
 //    GenerateRequest at all likewise;
 //  - the request passes ValidateGenerateRequest (proto/request_validation.h) or is refused as a
 //    whole with its status (INVALID_ARGUMENT / OUT_OF_RANGE naming the field);
+//  - with an API token set, Generate and ListModels need `authorization: Bearer TOKEN` metadata
+//    (UNAUTHENTICATED without it or with another; Health stays open, for probes);
+//  - a client (its address; for HTTP clients, theirs, as the node's HTTP front end passes it in
+//    `x-scd-client` over the in-process channel) runs at most max_requests_per_client calls at
+//    once (RESOURCE_EXHAUSTED naming the client and the limit);
+//  - a prompt over max_prompt_tokens (ids counted; text with the tokenizer) is OUT_OF_RANGE;
 // every refusal is logged once with the client's values escaped and counted in `refusals` as
 // "refused_<code>" (the node's Stats report it). Health answers carry the build's version.
 // ListModels and Health are passed on.
@@ -15,11 +21,14 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "absl/synchronization/mutex.h"
 #include "base/tally.h"
+#include "tokenizer/tokenizer.h"
 #include "google/protobuf/descriptor.h"
 #include "proto/request_validation.h"
 #include "proto/serving_metrics.h"
@@ -40,25 +49,49 @@ void CountRefusal(Tally* refusals, const absl::Status& status);
 std::optional<std::string> FindInvalidUtf8(const google::protobuf::Descriptor& type,
                                            std::string_view bytes, bool* malformed = nullptr);
 
+// What an operator limits on the public API besides RequestLimits (tools' --api-token-file,
+// --max-requests-per-client, --max-prompt-tokens).
+struct PublicApiGuards {
+  std::string api_token;                 // "" = no token needed
+  uint32_t max_requests_per_client = 0;  // 0 = no limit
+  uint32_t max_prompt_tokens = 0;        // 0 = the model's room only
+  const Tokenizer* tokenizer = nullptr;  // counts text prompts (not owned; null: ids only)
+};
+
+// Metadata the HTTP front end sets on its in-process calls: the HTTP client's address.
+inline constexpr char kClientMetadata[] = "x-scd-client";
+
 class CheckedInferenceService final : public grpc::Service {
  public:
   // REQUIRES: `service` and `refusals` (may be null) outlive this one.
   // `metrics` (may be null) counts refused calls (scd:request_failures_total{reason="refused"}).
   CheckedInferenceService(v1::Inference::Service* service, RequestLimits limits,
-                          bool require_target, Tally* refusals, ServingMetrics* metrics = nullptr);
+                          bool require_target, Tally* refusals, ServingMetrics* metrics = nullptr,
+                          PublicApiGuards guards = {});
 
  private:
   grpc::Status Generate(grpc::ServerContext* context, const grpc::ByteBuffer* raw,
                         grpc::ServerWriter<v1::GenerateEvent>* writer);
   grpc::Status Refuse(grpc::ServerContext* context, const absl::Status& status,
                       const std::string& request_id);
+  absl::Status Authenticate(const grpc::ServerContext& context) const;
+  absl::Status CheckPromptTokens(const v1::GenerateRequest& request) const;
+  // Counts the call against its client; false (nothing counted) when the client is at its limit.
+  bool Enter(const std::string& client);
+  void Leave(const std::string& client);
 
   v1::Inference::Service* const service_;
   const RequestLimits limits_;
   const bool require_target_;
   Tally* const refusals_;
   ServingMetrics* const metrics_;
+  const PublicApiGuards guards_;
+  absl::Mutex mu_;
+  std::map<std::string, uint32_t> running_ ABSL_GUARDED_BY(mu_);  // calls per client
 };
+
+// The client a call is from: the peer's host, or for in-process calls the x-scd-client value.
+std::string ClientOf(const grpc::ServerContext& context);
 
 }  // namespace scd
 

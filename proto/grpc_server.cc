@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/grpc_tls.h"
+#include "base/host_port.h"
 
 namespace scd {
 
@@ -18,12 +20,30 @@ void GrpcServer::Shutdown(absl::Time deadline) {
 
 absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
                                            const std::vector<grpc::Service*>& services,
-                                           ConnectionGateOptions gate_options) {
+                                           ConnectionGateOptions gate_options,
+                                           size_t max_receive_bytes) {
   if (gate_options.preface.empty()) gate_options.preface = kHttp2ClientPreface;
   // Server reflection on every node (grpc.reflection.v1alpha): grpcurl-style tools list and call
   // the services without the .proto files. Registers a builder plugin once per process.
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   GrpcServer started;
+  if (ServesTls()) {
+    absl::StatusOr<HostPort> where = ParseHostPort(listen);
+    if (!where.ok()) return where.status();
+    grpc::ServerBuilder builder;
+    std::shared_ptr<int> port = AddTlsListeningPort(&builder, listen);
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, kMaxConnectionIdleMs);
+    if (max_receive_bytes > 0) builder.SetMaxReceiveMessageSize(static_cast<int>(max_receive_bytes));
+    for (grpc::Service* service : services) builder.RegisterService(service);
+    started.server = builder.BuildAndStart();
+    if (started.server == nullptr || *port == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on ", listen, " (TLS; address in use or not this host's)"));
+    }
+    where->port = static_cast<uint16_t>(*port);
+    started.address = where->ToString();
+    return started;
+  }
   absl::StatusOr<std::unique_ptr<ConnectionGate>> gate =
       ConnectionGate::Listen(listen, std::move(gate_options));
   if (!gate.ok()) return gate.status();
@@ -33,6 +53,7 @@ absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
   // A connection without a call for this long is closed (GOAWAY; a client's channel reconnects
   // on its next call): connections held open doing nothing do not pile up.
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, kMaxConnectionIdleMs);
+  if (max_receive_bytes > 0) builder.SetMaxReceiveMessageSize(static_cast<int>(max_receive_bytes));
   for (grpc::Service* service : services) builder.RegisterService(service);
   started.server = builder.BuildAndStart();
   if (started.server == nullptr) {

@@ -2,7 +2,8 @@
 // `listen` ("HOST:PORT"; port 0 picks a free one) that cannot be locked out by half-open
 // connections, never shares its port (no SO_REUSEPORT: a port in use is an error), and hands gRPC
 // a connection only once its HTTP/2 preface arrived (base/connection_gate.h); the address it
-// actually bound. Every server offers gRPC server reflection. Insecure transport credentials: the control plane authenticates its calls with
+// actually bound. With TLS configured (base/grpc_tls.h) gRPC listens itself, serving TLS, and no
+// gate stands in front. Every server offers gRPC server reflection. Without TLS: insecure transport credentials: the control plane authenticates its calls with
 // the cluster secret (proto/cluster_secret.h); mutual TLS is the operations issue's.
 // Thread-safety: StartGrpcServer is stateless; a GrpcServer is used from one thread.
 #ifndef SCD_PROTO_GRPC_SERVER_H_
@@ -38,9 +39,12 @@ inline constexpr int kMaxConnectionIdleMs = 5 * 60 * 1000;
 
 // UNAVAILABLE naming `listen` when it cannot listen there (in use: "address already in use").
 // REQUIRES: the services outlive the server.
+// `max_receive_bytes`: the largest request message (0: gRPC's 4 MiB); larger ones end the call
+// with RESOURCE_EXHAUSTED.
 absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
                                            const std::vector<grpc::Service*>& services,
-                                           ConnectionGateOptions gate_options = {});
+                                           ConnectionGateOptions gate_options = {},
+                                           size_t max_receive_bytes = 0);
 
 }  // namespace scd
 

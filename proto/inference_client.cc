@@ -2,6 +2,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cstdlib>
+
+#include "base/grpc_tls.h"
 #include "proto/grpc_util.h"
 #include "scd/v1/inference.grpc.pb.h"
 
@@ -9,7 +12,15 @@ namespace scd {
 namespace {
 
 std::unique_ptr<v1::Inference::Stub> Stub(const std::string& server) {
-  return v1::Inference::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
+  return v1::Inference::NewStub(grpc::CreateChannel(server, GrpcChannelCredentials()));
+}
+
+// $SCD_API_TOKEN, when set, as the bearer token (as OpenAI's clients read OPENAI_API_KEY).
+void AttachApiToken(grpc::ClientContext* context) {
+  const char* token = std::getenv("SCD_API_TOKEN");
+  if (token != nullptr && *token != '\0') {
+    context->AddMetadata("authorization", std::string("Bearer ") + token);
+  }
 }
 
 }  // namespace
@@ -20,6 +31,7 @@ absl::Status StreamGenerate(const std::string& server, const v1::GenerateRequest
   auto stub = Stub(server);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  AttachApiToken(&context);
   auto reader = stub->Generate(&context, request);
   v1::GenerateEvent event;
   while (reader->Read(&event)) on_event(event);
@@ -31,6 +43,7 @@ absl::StatusOr<std::vector<v1::ModelInfo>> ListModels(const std::string& server,
   auto stub = Stub(server);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  AttachApiToken(&context);
   v1::ListModelsResponse response;
   const grpc::Status status = stub->ListModels(&context, v1::ListModelsRequest(), &response);
   if (!status.ok()) return FromGrpcStatus(status);

@@ -15,6 +15,8 @@
 
 namespace scd {
 
+// Channels use the process's TLS settings (base/grpc_tls.h); calls carry $SCD_API_TOKEN, when
+// set, as `authorization: Bearer TOKEN`.
 // Calls Generate on `server` and hands every event to `on_event` as it arrives. Returns the RPC's
 // status (a request refused as a whole: NOT_FOUND, RESOURCE_EXHAUSTED, ...; UNAVAILABLE when the
 // server cannot be reached).

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <utility>
 
+#include "base/grpc_tls.h"
 #include "base/log_text.h"
 
 namespace scd {
@@ -40,7 +41,7 @@ RegistryClient::RegistryClient(std::string coordinator, v1::RegisterRequest regi
       prefix_blocks_(std::move(prefix_blocks)),
       secret_(std::move(secret)),
       stub_(v1::Registry::NewStub(
-          grpc::CreateChannel(coordinator_, grpc::InsecureChannelCredentials()))) {}
+          grpc::CreateChannel(coordinator_, GrpcChannelCredentials()))) {}
 
 RegistryClient::~RegistryClient() { Stop(); }
 

@@ -7,6 +7,9 @@
 //                [--cluster-secret-file FILE | $SCD_CLUSTER_SECRET]
 //                [--advertise HOST] [--transfer-listen HOST:PORT]
 //                [--transport grpc|ucx] [--artifact FILE ...] [--capacity N]
+//                [--http-listen HOST:PORT] [--tls-cert F --tls-key F] [--tls-ca F]
+//                [--tls-require-client-cert] [--api-token-file F] [--max-requests-per-client N]
+//                [--max-prompt-tokens N] [--max-output-tokens N] [--max-message-mb M]
 // SIGTERM/SIGINT: take no new requests, leave routing, finish running ones, exit.
 
 #include <spdlog/spdlog.h>
@@ -32,12 +35,15 @@ int main(int argc, char** argv) {
       ->check(CLI::TypeValidator<uint32_t>())->check(CLI::Range(1, 4096));
   app.add_option("--max-tokens", options.default_max_tokens, "default output length")
       ->check(CLI::TypeValidator<uint32_t>())->check(CLI::Range(1, 1 << 20));
+  scd::AddPublicApiFlags(&app, &daemon.public_api);
   scd::AddDaemonFlags(&app, &daemon, scd::kLogLevelFlag | scd::kThreadsFlag);
   return scd::RunDaemon(
       "scd-consumer", app, argc, argv, daemon, [&]() -> absl::StatusOr<scd::DaemonHandle> {
         // The project's one thread policy (BLAS pool vs libtorch's pool), as every tool uses.
         spdlog::info("threads: {}", scd::ConfigureThreads(daemon.common.threads).ToString());
         SCD_ASSIGN_OR_RETURN(options.cluster_secret, daemon.ClusterSecret());
+        SCD_RETURN_IF_ERROR(daemon.public_api.Apply(&options.limits, &options.guards));
+        options.max_message_bytes = daemon.public_api.max_message_bytes();
         SCD_ASSIGN_OR_RETURN(auto node, scd::consumer::ConsumerNode::Start(options));
         return scd::DaemonHandle::Of(std::move(node));
       });

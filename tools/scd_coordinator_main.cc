@@ -4,6 +4,9 @@
 //   scd-coordinator [--config FILE.toml] --listen HOST:PORT --control-listen HOST:PORT
 //                   [--cluster-secret-file FILE | $SCD_CLUSTER_SECRET] [--lease-ms 2000]
 //                   [--strict-modes] [--address-file PATH] [--control-address-file PATH]
+//                   [--http-listen HOST:PORT] (OpenAI API, /health, /metrics) [--tls-* ...]
+//                   [--api-token-file F] [--max-requests-per-client N] [--max-prompt-tokens N]
+//                   [--max-output-tokens N] [--max-message-mb M]
 // SIGTERM/SIGINT: stop taking requests, finish running ones (up to --drain-seconds), exit.
 #include <CLI/CLI.hpp>
 
@@ -32,12 +35,15 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1000.0));
   app.add_flag("--strict-modes", options.registry.strict_modes,
                "refuse raw/int4/reuse between different weights instead of serving them degraded");
+  scd::AddPublicApiFlags(&app, &daemon.public_api);
   scd::AddDaemonFlags(&app, &daemon, scd::kLogLevelFlag);
   return scd::RunDaemon(
       "scd-coordinator", app, argc, argv, daemon, [&]() -> absl::StatusOr<scd::DaemonHandle> {
         options.registry.lease = absl::Milliseconds(lease_ms);
         options.registry.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
         SCD_ASSIGN_OR_RETURN(options.cluster_secret, daemon.ClusterSecret());
+        SCD_RETURN_IF_ERROR(daemon.public_api.Apply(&options.limits, &options.guards));
+        options.max_message_bytes = daemon.public_api.max_message_bytes();
         SCD_ASSIGN_OR_RETURN(auto node, scd::coordinator::CoordinatorNode::Start(options));
         return scd::DaemonHandle::Of(std::move(node));
       });

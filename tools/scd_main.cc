@@ -61,6 +61,7 @@ struct GenerateFlags {
   std::string mode;                  // client mode: auto (default), scd, raw, local, ...
   bool json = false;                 // client mode: every event as one JSON line
   bool allow_local_fallback = false;
+  TlsFiles tls;  // client mode: --tls-ca (and a certificate for mutual TLS)
   std::string prompt;
   std::string prompt_ids;
   GenerationOptions generation;  // sampling, stops and lengths bind straight to it
@@ -105,6 +106,7 @@ void WriteOut(std::string_view text) {
 // Client mode: the request through a server; text streams for one target (several: each
 // target's text at its end), --json prints every event, --stats each target's TTFT breakdown.
 absl::Status RunRemoteGenerate(const GenerateFlags& flags) {
+  SCD_RETURN_IF_ERROR(ConfigureTls(flags.tls));
   v1::GenerateRequest request;
   request.set_prompt(flags.prompt);
   if (!flags.prompt_ids.empty()) {
@@ -183,6 +185,8 @@ struct ServeFlags {
   std::string control_address_file;
   std::string http_listen;  // "" = no HTTP (OpenAI API, /health, /metrics)
   std::string http_address_file;
+  TlsFiles tls;
+  PublicApiFlags public_api;
   std::string cluster_secret_file;  // "" = $SCD_CLUSTER_SECRET, else a random one
   uint32_t capacity = 4;
   size_t prefix_cache_mb = 0;
@@ -206,12 +210,12 @@ absl::Status RunServe(const ServeFlags& flags, int threads) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("scd-serve"));  // stdout: nothing
   spdlog::info("threads: {}", ConfigureThreads(threads).ToString());
   spdlog::info("open files: up to {}", RaiseOpenFileLimit());
+  SCD_RETURN_IF_ERROR(ConfigureTls(flags.tls));
   // HTTP listens at once: /health says "loading" while the models load.
   std::unique_ptr<HttpServer> http;
   if (!flags.http_listen.empty()) {
-    HttpServerOptions http_options;
-    http_options.listen = flags.http_listen;
-    SCD_ASSIGN_OR_RETURN(http, HttpServer::Start(http_options));
+    SCD_ASSIGN_OR_RETURN(http, HttpServer::Start(HttpOptions(flags.http_listen, flags.tls,
+                                                             flags.public_api.max_message_bytes())));
     SCD_RETURN_IF_ERROR(WriteAddressFile(flags.http_address_file, http->address()));
     spdlog::info("HTTP (OpenAI API, /health, /metrics) on {}", http->address());
   }
@@ -226,6 +230,9 @@ absl::Status RunServe(const ServeFlags& flags, int threads) {
   coordinator_options.listen = flags.listen;
   coordinator_options.cluster_secret = secret;
   coordinator_options.registry.strict_modes = flags.strict_modes;
+  SCD_RETURN_IF_ERROR(
+      flags.public_api.Apply(&coordinator_options.limits, &coordinator_options.guards));
+  coordinator_options.max_message_bytes = flags.public_api.max_message_bytes();
   if (!flags.producer_model.empty() && fs::is_directory(flags.producer_model) &&
       fs::exists(fs::path(flags.producer_model) / "tokenizer.json")) {
     coordinator_options.tokenizer = flags.producer_model;  // cache-aware routing of text prompts
@@ -282,8 +289,7 @@ absl::Status RunServe(const ServeFlags& flags, int threads) {
   // Serve once every node is routable.
   const absl::Time limit = absl::Now() + absl::Seconds(30);
   for (;;) {
-    auto models = ListModels(coordinator->address(), absl::Seconds(2));
-    if (models.ok() && models->size() == consumers.size() + 1) break;
+    if (coordinator->registry().size() == consumers.size() + 1) break;
     if (absl::Now() > limit) return absl::DeadlineExceededError("nodes did not register");
     absl::SleepFor(absl::Milliseconds(20));
   }
@@ -463,6 +469,7 @@ int Main(int argc, char** argv) {
   generate->add_option("--layers", gen.layers,
                        "with --dummy-weights: keep only the first N layers");
   generate->add_flag("--stats", gen.stats, "print timing to stderr");
+  AddTlsFlags(generate, &gen.tls, /*server=*/false);
   generate->add_option("--server", gen.server,
                        "send the request to a serving API (coordinator or consumer) instead");
   generate->add_option("--target", gen.targets, "with --server: consumer model (repeat: fan-out)");
@@ -508,6 +515,8 @@ int Main(int argc, char** argv) {
                     "/v1/chat/completions, /v1/models), /health and /metrics (port 0: any)");
   serve->add_option("--http-address-file", serve_flags.http_address_file,
                     "write the HTTP address here once listening");
+  AddTlsFlags(serve, &serve_flags.tls, /*server=*/true);
+  AddPublicApiFlags(serve, &serve_flags.public_api);
   serve->add_option("--control-address-file", serve_flags.control_address_file,
                     "write the (loopback) control plane's address here");
   serve->add_option("--cluster-secret-file", serve_flags.cluster_secret_file,

@@ -6,9 +6,12 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/file_util.h"
 #include "base/connection_gate.h"
 #include "base/exception_guard.h"
 #include "base/shared_dir.h"
@@ -108,8 +111,76 @@ void AddDaemonFlags(CLI::App* app, DaemonFlags* flags, unsigned common_flags) {
                   "the OpenAI-compatible API (port 0: any free port; none: no HTTP)");
   app->add_option("--http-address-file", flags->http_address_file,
                   "write the HTTP listener's bound address here once listening");
+  AddTlsFlags(app, &flags->tls, /*server=*/true);
   AddCommonFlags(app, &flags->common, common_flags);
   AddConfigFileFlag(app);
+}
+
+void AddTlsFlags(CLI::App* app, TlsFiles* tls, bool server) {
+  app->add_option("--tls-cert", tls->cert,
+                  server ? "TLS: this node's certificate chain (PEM); every gRPC and HTTP listener "
+                           "serves TLS, and the node presents it to peers that ask (mutual TLS)"
+                         : "mutual TLS: the client certificate chain (PEM) to present")
+      ->check(CLI::ExistingFile);
+  app->add_option("--tls-key", tls->key, "TLS: the certificate's private key (PEM)")
+      ->check(CLI::ExistingFile);
+  if (server) {
+    app->add_flag("--tls-require-client-cert", tls->require_client_cert,
+                  "mutual TLS: clients must present a certificate signed by --tls-ca");
+  }
+  app->add_option("--tls-ca", tls->ca,
+                  "TLS: the CA bundle (PEM) servers' certificates are checked against (and, "
+                  "with --tls-require-client-cert, clients')")
+      ->check(CLI::ExistingFile);
+}
+
+HttpServerOptions HttpOptions(const std::string& listen, const TlsFiles& tls,
+                              size_t max_body_bytes) {
+  HttpServerOptions options;
+  options.listen = listen;
+  options.max_body_bytes = max_body_bytes;
+  options.tls_cert = tls.cert;
+  options.tls_key = tls.key;
+  if (tls.require_client_cert) options.tls_client_ca = tls.ca;
+  return options;
+}
+
+void AddPublicApiFlags(CLI::App* app, PublicApiFlags* flags) {
+  app->add_option("--api-token-file", flags->api_token_file,
+                  "a bearer token the public APIs require (gRPC `authorization: Bearer T`, HTTP "
+                  "Authorization; default: $SCD_API_TOKEN, none when unset)")
+      ->check(CLI::ExistingFile);
+  app->add_option("--max-requests-per-client", flags->max_requests_per_client,
+                  "requests one client address may run at once (0: no limit)")
+      ->check(CLI::Range(0, 1 << 20));
+  app->add_option("--max-prompt-tokens", flags->max_prompt_tokens,
+                  "longest prompt accepted, in tokens (0: the model's room)")
+      ->check(CLI::Range(0, 1 << 24));
+  app->add_option("--max-output-tokens", flags->max_output_tokens,
+                  "largest max_tokens accepted (0: 2^20)")
+      ->check(CLI::Range(0, 1 << 20));
+  app->add_option("--max-message-mb", flags->max_message_mb,
+                  "largest request message (gRPC) or body (HTTP) accepted, MiB")
+      ->check(CLI::Range(0.01, 1024.0))
+      ->capture_default_str();
+}
+
+absl::Status PublicApiFlags::Apply(RequestLimits* limits, PublicApiGuards* guards) const {
+  if (!api_token_file.empty()) {
+    absl::StatusOr<std::string> text = ReadFileToString(api_token_file);
+    if (!text.ok()) return text.status();
+    guards->api_token = std::string(absl::StripAsciiWhitespace(text->substr(0, text->find('\n'))));
+    if (guards->api_token.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--api-token-file ", api_token_file,
+                                                     ": empty"));
+    }
+  } else if (const char* env = std::getenv("SCD_API_TOKEN"); env != nullptr && *env != '\0') {
+    guards->api_token = env;
+  }
+  guards->max_requests_per_client = max_requests_per_client;
+  guards->max_prompt_tokens = max_prompt_tokens;
+  if (max_output_tokens > 0) limits->max_tokens = max_output_tokens;
+  return absl::OkStatus();
 }
 
 int RunDaemon(const char* tool, CLI::App& app, int argc, char** argv, const DaemonFlags& flags,
@@ -118,11 +189,12 @@ int RunDaemon(const char* tool, CLI::App& app, int argc, char** argv, const Daem
   return RunTool(tool, app, argc, argv, flags.common, [&]() -> absl::Status {
     spdlog::set_default_logger(spdlog::stderr_color_mt(tool));  // stdout: nothing
     spdlog::info("open files: up to {}", RaiseOpenFileLimit());
+    if (absl::Status tls = ConfigureTls(flags.tls); !tls.ok()) return tls;
     std::unique_ptr<HttpServer> http;
     if (!flags.http_listen.empty()) {
-      HttpServerOptions http_options;
-      http_options.listen = flags.http_listen;
-      absl::StatusOr<std::unique_ptr<HttpServer>> started = HttpServer::Start(http_options);
+      absl::StatusOr<std::unique_ptr<HttpServer>> started =
+          HttpServer::Start(HttpOptions(flags.http_listen, flags.tls,
+                                        flags.public_api.max_message_bytes()));
       if (!started.ok()) return started.status();
       http = *std::move(started);
       spdlog::info("HTTP (/health, /metrics) on {}", http->address());

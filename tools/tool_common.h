@@ -13,7 +13,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/grpc_tls.h"
 #include "base/http_server.h"
+#include "proto/checked_inference.h"
+#include "proto/request_validation.h"
 #include "codec/served_model_spec.h"
 
 namespace scd {
@@ -46,6 +49,21 @@ int RunTool(const char* tool, CLI::App& app, int argc, char** argv, const Common
 
 // ---- Daemons (scd-coordinator, scd-producer, scd-consumer) ----
 
+// What an operator limits on a public API (coordinator, consumer, all-in-one):
+// --api-token-file (else $SCD_API_TOKEN), --max-requests-per-client, --max-prompt-tokens,
+// --max-output-tokens, --max-message-mb.
+struct PublicApiFlags {
+  std::string api_token_file;
+  uint32_t max_requests_per_client = 0;
+  uint32_t max_prompt_tokens = 0;
+  uint32_t max_output_tokens = 0;  // 0 = RequestLimits' bound
+  double max_message_mb = 4;
+  // Fills the guards' token (the file's first line, else $SCD_API_TOKEN, else none) and limits.
+  absl::Status Apply(RequestLimits* limits, PublicApiGuards* guards) const;
+  size_t max_message_bytes() const { return static_cast<size_t>(max_message_mb * (1 << 20)); }
+};
+void AddPublicApiFlags(CLI::App* app, PublicApiFlags* flags);
+
 // The flags every daemon has besides its own: the common ones, --config FILE.toml,
 // --drain-seconds, --address-file, --control-address-file, --cluster-secret-file,
 // --http-listen (GET /health and /metrics; the coordinator's OpenAI-compatible API),
@@ -59,12 +77,22 @@ struct DaemonFlags {
   std::string cluster_secret_file;  // "" = $SCD_CLUSTER_SECRET
   std::string http_listen;          // "" = no HTTP listener
   std::string http_address_file;
+  TlsFiles tls;                     // --tls-cert, --tls-key, --tls-ca, --tls-require-client-cert
+  PublicApiFlags public_api;        // bound by daemons with a public API (AddPublicApiFlags)
 
   // The cluster secret (proto/cluster_secret.h): the file, else the environment; an error that
   // says how to give one.
   absl::StatusOr<std::string> ClusterSecret() const;
 };
 void AddDaemonFlags(CLI::App* app, DaemonFlags* flags, unsigned common_flags);
+
+// --tls-cert, --tls-key, --tls-ca (base/grpc_tls.h); `server`: also --tls-require-client-cert.
+void AddTlsFlags(CLI::App* app, TlsFiles* tls, bool server);
+// The HTTP listener's options for --http-listen with the process's TLS files.
+HttpServerOptions HttpOptions(const std::string& listen, const TlsFiles& tls,
+                              size_t max_body_bytes);
+
+
 
 // A started node as the daemon's life cycle sees it: where it serves and how it drains.
 struct DaemonHandle {

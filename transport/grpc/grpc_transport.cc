@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/grpc_tls.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/connection_gate.h"
@@ -125,13 +126,17 @@ class ServerState {
     gate_options.preface = kHttp2ClientPreface;
     if (host_port.host.empty()) host_port.host = "::";  // ":9000": every interface, "[::]:9000"
     const std::string listen = host_port.ToString();
+    // With TLS (base/grpc_tls.h) gRPC listens itself: a TLS ClientHello is no HTTP/2 preface.
+    const bool tls = ServesTls();
     absl::StatusOr<std::unique_ptr<ConnectionGate>> gate =
-        ConnectionGate::Listen(listen, gate_options);
+        tls ? std::unique_ptr<ConnectionGate>() : ConnectionGate::Listen(listen, gate_options);
     if (!gate.ok()) {
       return absl::UnavailableError(
           absl::StrCat("grpc: cannot listen on ", address, ": ", gate.status().message()));
     }
-    grpc::ServerBuilder builder;  // no listening port of its own
+    grpc::ServerBuilder builder;  // without TLS, no listening port of its own
+    std::shared_ptr<int> tls_port;
+    if (tls) tls_port = AddTlsListeningPort(&builder, listen);
     builder.RegisterService(&service_);
     for (const auto& [name, value] : CommonArgs(options_)) builder.AddChannelArgument(name, value);
     const int interval =
@@ -142,8 +147,14 @@ class ServerState {
     builder.SetMaxReceiveMessageSize(MessageLimit(options_));
     builder.SetMaxSendMessageSize(MessageLimit(options_));
     server_ = builder.BuildAndStart();
-    if (server_ == nullptr) {
+    if (server_ == nullptr || (tls && *tls_port == 0)) {
       return absl::UnavailableError(absl::StrCat("grpc: cannot start a server for ", address));
+    }
+    if (tls) {
+      host_port.port = static_cast<uint16_t>(*tls_port);
+      address_ = host_port.ToString();
+      spdlog::debug("grpc: listening on {} (TLS)", address_);
+      return absl::OkStatus();
     }
     gate_ = *std::move(gate);
     host_port.port = static_cast<uint16_t>(gate_->port());
@@ -320,7 +331,7 @@ class GrpcTransport final : public Transport {
     EmptyGraveyard();
     const absl::Time deadline = absl::Now() + timeout;
     std::shared_ptr<grpc::Channel> channel =
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), ChannelArgs());
+        grpc::CreateCustomChannel(address, GrpcChannelCredentials(), ChannelArgs());
     if (!channel->WaitForConnected(absl::ToChronoTime(deadline))) {
       return absl::UnavailableError(absl::StrCat("grpc: cannot connect to ", address, " within ",
                                                  absl::FormatDuration(timeout)));

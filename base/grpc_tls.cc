@@ -1,0 +1,103 @@
+#include "base/grpc_tls.h"
+
+#include <grpcpp/security/credentials.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/file_util.h"
+
+namespace scd {
+namespace {
+
+struct LoadedTls {
+  TlsFiles files;
+  std::string cert_pem, key_pem, ca_pem;
+};
+
+LoadedTls& Loaded() {
+  static LoadedTls* loaded = new LoadedTls();
+  return *loaded;
+}
+
+absl::Status ReadPem(const std::string& flag, const std::string& path, const char* marker,
+                     std::string* out) {
+  if (path.empty()) return absl::OkStatus();
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": ", text.status().message()));
+  }
+  if (!absl::StrContains(*text, marker)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", path, ": no PEM block (expected \"", marker, "\")"));
+  }
+  *out = *std::move(text);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::shared_ptr<int> AddTlsListeningPort(grpc::ServerBuilder* builder, const std::string& listen) {
+  auto port = std::make_shared<int>(0);
+  std::string address = listen;
+  if (absl::StartsWith(address, ":")) address = "[::]" + address;
+  builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder->AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10000);
+  builder->AddListeningPort(address, GrpcServerCredentials(), port.get());
+  return port;
+}
+
+absl::Status ConfigureTls(const TlsFiles& files) {
+  if (files.cert.empty() != files.key.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  if (files.require_client_cert && (files.ca.empty() || files.cert.empty())) {
+    return absl::InvalidArgumentError(
+        "--tls-require-client-cert needs --tls-ca (to verify clients) and --tls-cert/--tls-key");
+  }
+  LoadedTls loaded;
+  loaded.files = files;
+  if (absl::Status s = ReadPem("--tls-cert", files.cert, "-----BEGIN CERTIFICATE-----",
+                               &loaded.cert_pem);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ReadPem("--tls-key", files.key, "PRIVATE KEY-----", &loaded.key_pem);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ReadPem("--tls-ca", files.ca, "-----BEGIN CERTIFICATE-----",
+                               &loaded.ca_pem);
+      !s.ok()) {
+    return s;
+  }
+  Loaded() = std::move(loaded);
+  return absl::OkStatus();
+}
+
+const TlsFiles& ConfiguredTls() { return Loaded().files; }
+
+bool ServesTls() { return !Loaded().cert_pem.empty(); }
+
+std::shared_ptr<grpc::ServerCredentials> GrpcServerCredentials() {
+  const LoadedTls& tls = Loaded();
+  if (tls.cert_pem.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions options(
+      tls.files.require_client_cert
+          ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+          : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  options.pem_root_certs = tls.ca_pem;
+  options.pem_key_cert_pairs.push_back({tls.key_pem, tls.cert_pem});
+  return grpc::SslServerCredentials(options);
+}
+
+std::shared_ptr<grpc::ChannelCredentials> GrpcChannelCredentials() {
+  const LoadedTls& tls = Loaded();
+  if (!tls.files.enabled()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = tls.ca_pem;  // "" = gRPC's default roots
+  options.pem_private_key = tls.key_pem;
+  options.pem_cert_chain = tls.cert_pem;
+  return grpc::SslCredentials(options);
+}
+
+}  // namespace scd
