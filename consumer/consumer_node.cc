@@ -56,6 +56,7 @@ void ConsumerNode::SetUpMetrics(ConsumerNode* node) {
 
 absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
     const ConsumerNodeOptions& options) {
+  SCD_RETURN_IF_ERROR(CheckRegistryAddress(options.coordinator));
   SCD_ASSIGN_OR_RETURN(ClusterSecret secret, ClusterSecret::Of(options.cluster_secret));
   std::unique_ptr<ConsumerNode> node(new ConsumerNode());
   SCD_ASSIGN_OR_RETURN(ServedModel served, LoadServedModel(options.model));

@@ -27,6 +27,17 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Start(
   node->serving_metrics_ = std::make_unique<ServingMetrics>(&node->metrics_);
   routing.metrics = node->serving_metrics_.get();
   node->registry_ = std::make_unique<NodeRegistry>(options.registry);
+  if (IsEtcdRegistry(options.registry_address)) {
+    SCD_ASSIGN_OR_RETURN(node->etcd_watch_,
+                         EtcdNodeWatch::Start(options.registry_address, node->registry_.get()));
+    if (!node->etcd_watch_->WaitSynced(absl::Seconds(10))) {
+      spdlog::warn("coordinator: etcd {} not reachable yet; routing once it is",
+                   options.registry_address);
+    }
+  } else if (!options.registry_address.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--registry ", options.registry_address, ": expected etcd://HOST:PORT"));
+  }
   node->registry_service_ =
       std::make_unique<RegistryService>(node->registry_.get(), secret, &node->counters_);
   node->inference_ = std::make_unique<CoordinatorInferenceService>(
@@ -57,6 +68,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Start(
 
 void CoordinatorNode::Shutdown(absl::Duration grace) {
   public_.Shutdown(absl::Now() + grace);
+  etcd_watch_.reset();
   control_.Shutdown(absl::Now() + absl::Seconds(1));
 }
 

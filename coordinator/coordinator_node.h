@@ -14,6 +14,7 @@
 #include "base/http_server.h"
 #include "base/metrics.h"
 #include "coordinator/coordinator_service.h"
+#include "coordinator/etcd_node_watch.h"
 #include "coordinator/node_registry.h"
 #include "proto/checked_inference.h"
 #include "proto/grpc_server.h"
@@ -33,6 +34,9 @@ struct CoordinatorNodeOptions {
   // The serving models' tokenizer.json (a file or a model directory holding one), for
   // cache-aware routing of text prompts; "" = route text prompts on load alone.
   std::string tokenizer;
+  // "etcd://HOST:PORT": route the nodes registered in etcd (etcd_node_watch.h), as every
+  // coordinator on that etcd does; "" = the nodes registered at control_listen only.
+  std::string registry_address;
 };
 
 class CoordinatorNode {
@@ -57,6 +61,7 @@ class CoordinatorNode {
   std::shared_ptr<HttpHandler> http_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<NodeRegistry> registry_;
+  std::unique_ptr<EtcdNodeWatch> etcd_watch_;  // after registry_: stops first
   std::unique_ptr<RegistryService> registry_service_;
   std::unique_ptr<CoordinatorInferenceService> inference_;
   std::unique_ptr<CheckedInferenceService> checked_;

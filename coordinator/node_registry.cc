@@ -48,7 +48,9 @@ bool NeedsArtifact(const std::string& mode) {
 NodeRegistry::NodeRegistry(RegistryOptions options, Clock clock)
     : options_(options), clock_(std::move(clock)) {}
 
-absl::StatusOr<Lease> NodeRegistry::Register(const v1::RegisterRequest& request) {
+namespace {
+
+absl::Status ValidateRegistration(const v1::RegisterRequest& request) {
   if (request.role() != v1::NODE_ROLE_PRODUCER && request.role() != v1::NODE_ROLE_CONSUMER) {
     return absl::InvalidArgumentError("register: role must be producer or consumer");
   }
@@ -71,6 +73,13 @@ absl::StatusOr<Lease> NodeRegistry::Register(const v1::RegisterRequest& request)
           ShortFingerprint(artifact.consumer_fingerprint()), ", which this node does not serve"));
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Lease> NodeRegistry::Register(const v1::RegisterRequest& request) {
+  if (absl::Status valid = ValidateRegistration(request); !valid.ok()) return valid;
   absl::MutexLock lock(&mu_);
   Node node;
   node.id = absl::StrCat(RoleName(request.role()), "-", RandomId128());
@@ -94,15 +103,45 @@ absl::Status NodeRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
                                             "...' (lapsed or unknown): register"));
   }
   it->second.last_heartbeat = now;
-  it->second.active_requests = request.active_requests();
-  if (request.has_prefix_blocks()) {
-    // At most what registry.proto allows a report (the most recently used come first).
-    const auto& blocks = request.prefix_blocks().blocks();
-    const int kept = std::min<int>(blocks.size(), static_cast<int>(kReportedPrefixBlocks));
-    it->second.prefix_blocks = std::set<uint64_t>(blocks.begin(), blocks.begin() + kept);
-    it->second.has_prefix_cache = request.prefix_blocks().block_tokens() > 0;
-  }
+  ApplyState(it->second, request);
   return absl::OkStatus();
+}
+
+void NodeRegistry::ApplyState(Node& node, const v1::HeartbeatRequest& state) {
+  node.active_requests = state.active_requests();
+  if (state.has_prefix_blocks()) {
+    // At most what registry.proto allows a report (the most recently used come first).
+    const auto& blocks = state.prefix_blocks().blocks();
+    const int kept = std::min<int>(blocks.size(), static_cast<int>(kReportedPrefixBlocks));
+    node.prefix_blocks = std::set<uint64_t>(blocks.begin(), blocks.begin() + kept);
+    node.has_prefix_cache = state.prefix_blocks().block_tokens() > 0;
+  }
+}
+
+absl::Status NodeRegistry::Upsert(const std::string& node_id, const v1::RegisterRequest& request,
+                                  const v1::HeartbeatRequest& state) {
+  if (node_id.empty()) return absl::InvalidArgumentError("register: empty node id");
+  if (absl::Status valid = ValidateRegistration(request); !valid.ok()) return valid;
+  absl::MutexLock lock(&mu_);
+  Node& node = nodes_[node_id];
+  node.id = node_id;
+  node.info = request;
+  node.external = true;
+  node.last_heartbeat = clock_();
+  if (request.role() == v1::NODE_ROLE_CONSUMER) {
+    for (const v1::ModelEntry& model : request.models()) known_targets_.insert(model.name());
+  }
+  ApplyState(node, state);
+  return absl::OkStatus();
+}
+
+std::vector<std::string> NodeRegistry::ExternalNodeIds() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> ids;
+  for (const auto& [id, node] : nodes_) {
+    if (node.external) ids.push_back(id);
+  }
+  return ids;
 }
 
 uint32_t NodeRegistry::Load(const Node& node) const {
@@ -181,7 +220,7 @@ std::vector<std::string> NodeRegistry::ExpireLapsed() {
 }
 
 bool NodeRegistry::Live(const Node& node, absl::Time now) const {
-  return now - node.last_heartbeat <= options_.lease;
+  return node.external || now - node.last_heartbeat <= options_.lease;
 }
 
 const NodeRegistry::Node* NodeRegistry::PickConsumer(const std::string& name, absl::Time now,

@@ -99,6 +99,14 @@ class NodeRegistry {
   // NOT_FOUND when the lease is unknown or lapsed (the node registers again).
   absl::Status Heartbeat(const v1::HeartbeatRequest& request);
   absl::Status Deregister(const std::string& node_id);
+  // A node whose liveness an external registry keeps (etcd: its lease there; the coordinator's
+  // watch removes it with Deregister when its key goes): added under its own `node_id`, or its
+  // registration and state (load, prefix blocks) replaced. It never lapses here.
+  // INVALID_ARGUMENT as Register, or for an empty node id.
+  absl::Status Upsert(const std::string& node_id, const v1::RegisterRequest& request,
+                      const v1::HeartbeatRequest& state);
+  // The ids of the nodes added with Upsert.
+  std::vector<std::string> ExternalNodeIds() const;
   // Drops every node whose lease lapsed; returns "node_id (role address)" for each, for the log.
   std::vector<std::string> ExpireLapsed();
 
@@ -137,7 +145,9 @@ class NodeRegistry {
     uint32_t routed = 0;           // requests routed to it, not yet done
     std::set<uint64_t> prefix_blocks;  // routing keys its cache holds (reported + routed since)
     bool has_prefix_cache = false;     // it reports one (else nothing is predicted for it)
+    bool external = false;             // Upsert: liveness kept elsewhere (etcd)
   };
+  void ApplyState(Node& node, const v1::HeartbeatRequest& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Live(const Node& node, absl::Time now) const;
   uint32_t Load(const Node& node) const;
   bool AtCapacity(const Node& node) const;

@@ -18,6 +18,7 @@ namespace scd::producer {
 
 absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
     const ProducerNodeOptions& options) {
+  SCD_RETURN_IF_ERROR(CheckRegistryAddress(options.coordinator));
   SCD_ASSIGN_OR_RETURN(ClusterSecret secret, ClusterSecret::Of(options.cluster_secret));
   std::unique_ptr<ProducerNode> node(new ProducerNode());
   SCD_ASSIGN_OR_RETURN(ServedModel served, LoadServedModel(options.model));

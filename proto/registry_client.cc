@@ -6,7 +6,10 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "base/grpc_tls.h"
+#include "base/random_id.h"
 #include "base/log_text.h"
 
 namespace scd {
@@ -40,15 +43,116 @@ RegistryClient::RegistryClient(std::string coordinator, v1::RegisterRequest regi
       active_requests_(std::move(active_requests)),
       prefix_blocks_(std::move(prefix_blocks)),
       secret_(std::move(secret)),
-      stub_(v1::Registry::NewStub(
-          grpc::CreateChannel(coordinator_, GrpcChannelCredentials()))) {}
+      stub_(IsEtcdRegistry(coordinator_)
+                ? nullptr
+                : v1::Registry::NewStub(
+                      grpc::CreateChannel(coordinator_, GrpcChannelCredentials()))) {
+  if (IsEtcdRegistry(coordinator_)) {
+    absl::StatusOr<EtcdClient> etcd = EtcdClient::Create(coordinator_);
+    if (etcd.ok()) {
+      etcd_ = *std::move(etcd);
+    } else {
+      spdlog::error("registry: {}", etcd.status().ToString());  // nodes check it first
+    }
+  }
+}
+
+bool IsEtcdRegistry(const std::string& registry) {
+  return absl::StartsWith(registry, "etcd://");
+}
+
+absl::Status CheckRegistryAddress(const std::string& registry) {
+  if (!IsEtcdRegistry(registry)) return absl::OkStatus();
+  return EtcdClient::Create(registry).status();
+}
+
+std::string RegistryClient::EtcdEntry(const std::string& node_id) const {
+  v1::RegistryEntry entry;
+  *entry.mutable_node() = registration_;
+  v1::HeartbeatRequest* state = entry.mutable_state();
+  state->set_node_id(node_id);
+  state->set_active_requests(active_requests_ ? active_requests_() : 0);
+  if (prefix_blocks_) *state->mutable_prefix_blocks() = prefix_blocks_();
+  return entry.SerializeAsString();
+}
+
+void RegistryClient::LoopEtcd() {
+  if (!etcd_) return;
+  int64_t lease = 0;
+  std::string id, key, written;
+  absl::Time kept_alive;
+  for (;;) {
+    absl::Duration wait = absl::Milliseconds(500);
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      wait = interval_;
+    }
+    if (lease == 0) {
+      wait = absl::Seconds(1);  // retry pace while etcd is unreachable
+      absl::StatusOr<int64_t> granted = etcd_->GrantLease(kEtcdLeaseTtl);
+      if (granted.ok()) {
+        const std::string candidate = absl::StrCat(
+            registration_.role() == v1::NODE_ROLE_PRODUCER ? "producer-" : "consumer-",
+            RandomId128());
+        const std::string entry = EtcdEntry(candidate);
+        const absl::Status created =
+            etcd_->Create(kEtcdNodesPrefix + candidate, entry, *granted);
+        if (created.ok()) {
+          lease = *granted;
+          id = candidate;
+          key = kEtcdNodesPrefix + candidate;
+          written = entry;
+          kept_alive = absl::Now();
+          absl::MutexLock lock(&mu_);
+          node_id_ = id;
+          etcd_lease_ = lease;
+          spdlog::info("registry: registered in etcd {} as {}... (lease {} s)",
+                       etcd_->endpoint(), ShortNodeId(id), absl::ToInt64Seconds(kEtcdLeaseTtl));
+          continue;
+        }
+        (void)etcd_->Revoke(*granted);
+        spdlog::warn("registry: cannot register in etcd: {}", created.ToString());
+      } else {
+        spdlog::warn("registry: cannot register in etcd: {}", granted.status().ToString());
+      }
+    } else {
+      const std::string entry = EtcdEntry(id);
+      if (entry != written) {
+        if (absl::Status put = etcd_->Put(key, entry, lease); put.ok()) {
+          written = entry;
+        } else {
+          spdlog::warn("registry: cannot update {} in etcd: {}", ShortNodeId(id), put.ToString());
+        }
+      }
+      if (absl::Now() - kept_alive >= kEtcdLeaseTtl / 3) {
+        const absl::Status alive = etcd_->KeepAlive(lease);
+        if (alive.ok()) {
+          kept_alive = absl::Now();
+        } else if (alive.code() == absl::StatusCode::kNotFound) {
+          spdlog::warn("registry: etcd lease of {}... expired; registering again",
+                       ShortNodeId(id));
+          lease = 0;
+          absl::MutexLock lock(&mu_);
+          node_id_.clear();
+          etcd_lease_ = 0;
+          continue;
+        } else {
+          spdlog::warn("registry: etcd keep-alive failed: {}", alive.ToString());
+        }
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), wait);
+  }
+}
 
 RegistryClient::~RegistryClient() { Stop(); }
 
 void RegistryClient::Start() {
   absl::MutexLock lock(&mu_);
   if (thread_.joinable()) return;
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] { etcd_ || IsEtcdRegistry(coordinator_) ? LoopEtcd() : Loop(); });
 }
 
 bool RegistryClient::RegisterOnce() {
@@ -108,6 +212,7 @@ void RegistryClient::Loop() {
 
 void RegistryClient::Stop() {
   std::string id;
+  int64_t lease = 0;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
@@ -115,6 +220,19 @@ void RegistryClient::Stop() {
     id = node_id_;
   }
   if (thread_.joinable()) thread_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    lease = etcd_lease_;
+  }
+  if (etcd_) {
+    // Revoking the lease deletes the node's key: every coordinator's watch drops it at once.
+    if (lease != 0) {
+      const absl::Status revoked = etcd_->Revoke(lease);
+      spdlog::info("registry: left etcd ({}...): {}", ShortNodeId(id),
+                   revoked.ok() ? "ok" : revoked.ToString());
+    }
+    return;
+  }
   if (id.empty()) return;
   grpc::ClientContext context;
   SetDeadline(&context, absl::Seconds(1));

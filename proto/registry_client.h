@@ -3,18 +3,27 @@
 // (reporting its active requests and the prefix blocks its cache holds), registers again when the coordinator no longer knows the lease
 // (it lapsed or the coordinator restarted), and deregisters on Stop, so a drained node leaves
 // routing at once rather than after its lease.
+// With an etcd registry (`coordinator` = "etcd://HOST:PORT", the nodes' --registry): the node
+// puts a RegistryEntry (registry.proto) under kEtcdNodesPrefix + a node id it makes
+// ("<role>-" and 32 random hex digits, created only if no such key exists: globally unique),
+// under an etcd lease of kEtcdLeaseTtl that it keeps alive every third of it; it rewrites the
+// entry when its load or prefix blocks change (at most every heartbeat interval) and revokes the
+// lease on Stop (the key goes at once); a process that dies leaves routing when the lease
+// expires. Every coordinator watching the prefix routes to it (coordinator/etcd_node_watch.h).
 // Thread-safety: thread-safe; one background thread between Start and Stop.
 #ifndef SCD_PROTO_REGISTRY_CLIENT_H_
 #define SCD_PROTO_REGISTRY_CLIENT_H_
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/etcd_client.h"
 #include "proto/cluster_secret.h"
 #include "scd/v1/registry.grpc.pb.h"
 
@@ -32,6 +41,13 @@ void SetNodeIdentity(v1::NodeRole role, const std::string& address, const std::s
 
 // The most prefix blocks a heartbeat reports (the most recently used; registry.proto).
 inline constexpr size_t kReportedPrefixBlocks = 65536;
+
+inline constexpr char kEtcdNodesPrefix[] = "/scd/v1/nodes/";
+inline constexpr absl::Duration kEtcdLeaseTtl = absl::Seconds(10);
+// "etcd://..." names an etcd registry.
+bool IsEtcdRegistry(const std::string& registry);
+// INVALID_ARGUMENT for an etcd registry address that is no etcd://HOST:PORT.
+absl::Status CheckRegistryAddress(const std::string& registry);
 
 class RegistryClient {
  public:
@@ -55,6 +71,9 @@ class RegistryClient {
  private:
   void Loop();
   bool RegisterOnce();
+  void LoopEtcd();
+  // The entry the node's etcd key holds now.
+  std::string EtcdEntry(const std::string& node_id) const;
 
   const std::string coordinator_;
   const v1::RegisterRequest registration_;
@@ -62,6 +81,8 @@ class RegistryClient {
   const PrefixBlocksFn prefix_blocks_;
   const ClusterSecret secret_;
   std::unique_ptr<v1::Registry::Stub> stub_;
+  std::optional<EtcdClient> etcd_;  // set for an etcd registry
+  int64_t etcd_lease_ ABSL_GUARDED_BY(mu_) = 0;
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::string node_id_ ABSL_GUARDED_BY(mu_);

@@ -33,6 +33,10 @@ int main(int argc, char** argv) {
                  "cache-aware routing: one active request weighs this many cold prefills of the "
                  "prompt against a cache match")
       ->check(CLI::Range(0.0, 1000.0));
+  app.add_option("--registry", options.registry_address,
+                 "etcd://HOST:PORT: route the nodes registered in this etcd (shared with other "
+                 "coordinators; nodes give the same --registry); default: nodes register at "
+                 "--control-listen");
   app.add_flag("--strict-modes", options.registry.strict_modes,
                "refuse raw/int4/reuse between different weights instead of serving them degraded");
   scd::AddPublicApiFlags(&app, &daemon.public_api);

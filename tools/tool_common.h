@@ -130,8 +130,13 @@ void AddServingNodeFlags(CLI::App* app, NodeOptions* options, const char* artifa
                   "control-plane gRPC address, for the coordinator only (port 0: any free port)");
   app->add_option("--advertise", options->advertise,
                   "host other nodes dial (default: the listen host; a wildcard: the host name)");
-  app->add_option("--coordinator", options->coordinator,
-                  "the coordinator's control address (none: standalone)");
+  CLI::Option* coordinator = app->add_option(
+      "--coordinator", options->coordinator,
+      "the coordinator's control address (none: standalone)");
+  app->add_option("--registry", options->coordinator,
+                  "etcd://HOST:PORT: register in this etcd under a 10 s lease (every coordinator "
+                  "watching it routes here) instead of at one coordinator")
+      ->excludes(coordinator);
   app->add_option("--transport", options->transport, "what codes travel over")
       ->check(CLI::IsMember({"grpc", "ucx"}));
   app->add_option("--artifact", options->artifacts, artifact_help);

@@ -1,0 +1,51 @@
+// EtcdNodeWatch: a coordinator's routing fed from an etcd registry (--registry etcd://HOST:PORT):
+// it reads every node under kEtcdNodesPrefix (proto/registry_client.h), adds them to the
+// NodeRegistry (Upsert: liveness is the node's etcd lease, not the coordinator's), then watches
+// the prefix: a put adds or updates a node (its load and prefix blocks), a delete — the node
+// left, or its process died and its lease expired — removes it from routing at once. When the
+// watch breaks (etcd restarted, history compacted) it reads the prefix again, dropping nodes no
+// longer there, and watches from that revision. Several coordinators watching one etcd route the
+// same nodes. Entries that do not parse or validate are logged and skipped.
+// Thread-safety: one background thread between Start and the destructor.
+#ifndef SCD_COORDINATOR_ETCD_NODE_WATCH_H_
+#define SCD_COORDINATOR_ETCD_NODE_WATCH_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "base/etcd_client.h"
+#include "coordinator/node_registry.h"
+
+namespace scd::coordinator {
+
+class EtcdNodeWatch {
+ public:
+  // INVALID_ARGUMENT for an address that is no etcd://HOST:PORT. REQUIRES: `registry` outlives
+  // the watch.
+  static absl::StatusOr<std::unique_ptr<EtcdNodeWatch>> Start(const std::string& endpoint,
+                                                              NodeRegistry* registry);
+  ~EtcdNodeWatch();
+  // Blocks until the first read of the prefix succeeded or `timeout`.
+  bool WaitSynced(absl::Duration timeout) const;
+
+ private:
+  EtcdNodeWatch(EtcdClient etcd, NodeRegistry* registry)
+      : etcd_(std::move(etcd)), registry_(registry) {}
+  void Loop();
+  // Reads the prefix into the registry; the revision to watch from (0 on failure).
+  int64_t Resync();
+  void Apply(const EtcdEvent& event);
+
+  const EtcdClient etcd_;
+  NodeRegistry* const registry_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> synced_{false};
+  std::thread thread_;
+};
+
+}  // namespace scd::coordinator
+
+#endif  // SCD_COORDINATOR_ETCD_NODE_WATCH_H_
