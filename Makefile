@@ -5,7 +5,7 @@ BUILD ?= build
 export SCD_BUILD_DIR := $(BUILD)
 export SCD_SHARED_DIR := $(abspath $(SHARED))
 
-.PHONY: demo story test numeric-kernels build bench bench-sweep bench-prefix bench-transport asan fuzz-smoke format clean
+.PHONY: demo story test numeric-kernels build bench bench-sweep bench-prefix bench-transport asan fuzz-smoke format clean compose-test
 
 # The method's showcase on the hard pair (no shared training between the two models): fit once
 # (cached in $(BUILD)/demo; `make clean` or deleting the file refits), evaluate every transfer
@@ -62,6 +62,11 @@ bench-sweep: build $(DEMO_ARTIFACT)
 # TinyLlama shape, scd-bench serve per scenario, bench/prefix_check.py; under $(BUILD)/bench-prefix.
 bench-prefix: build
 	bash bench/prefix_cache.sh $(BUILD) $(SHARED) $(BUILD)/bench-prefix
+
+# docker-compose.yml with real containers: podman + docker-compose 1.29, a locally made
+# debian:bookworm base, the image with the binaries built here (scripts/compose_test.sh).
+compose-test: build
+	bash scripts/compose_test.sh $(BUILD) $(SHARED)
 
 # Transfer goodput and session cost of every backend against ucx_perftest, same run (bench/README.md).
 bench-transport: build

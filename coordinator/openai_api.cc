@@ -141,6 +141,53 @@ absl::StatusOr<std::string> ChatPrompt(const Json& body) {
   return prompt + "Assistant:";
 }
 
+// Everything after the prompt: sampling, lengths, logprobs, streaming, the SCD extensions.
+absl::Status ParseOptions(const Json& body, ParsedRequest* out) {
+  ParsedRequest& parsed = *out;
+  const bool chat = parsed.chat;
+  v1::GenerateRequest& r = parsed.request;
+  SCD_FIELD(n, int64_t, body, "n");
+  if (n.value_or(1) != 1) return Invalid("n", "only 1 (fan out to several models with targets)");
+  SCD_FIELD(max_tokens, uint32_t, body, "max_tokens");
+  SCD_FIELD(max_completion_tokens, uint32_t, body, "max_completion_tokens");
+  r.set_max_tokens(max_completion_tokens.value_or(max_tokens.value_or(chat ? 0 : 16)));
+  SCD_FIELD(temperature, double, body, "temperature");
+  r.set_temperature(static_cast<float>(temperature.value_or(1.0)));
+  SCD_FIELD(top_p, double, body, "top_p");
+  r.set_top_p(static_cast<float>(top_p.value_or(1.0)));
+  SCD_FIELD(top_k, uint32_t, body, "top_k");
+  r.set_top_k(top_k.value_or(0));
+  SCD_FIELD(seed, uint64_t, body, "seed");
+  if (seed) r.set_seed(*seed);
+  if (absl::Status s = ParseStrings(body, "stop", r.mutable_stop()); !s.ok()) return s;
+  if (chat) {
+    SCD_FIELD(logprobs, bool, body, "logprobs");
+    SCD_FIELD(top_logprobs, uint32_t, body, "top_logprobs");
+    parsed.logprobs = logprobs.value_or(false);
+    if (top_logprobs && !parsed.logprobs) return Invalid("top_logprobs", "needs logprobs: true");
+    if (parsed.logprobs) r.set_logprobs(std::max<uint32_t>(1, top_logprobs.value_or(0)));
+  } else {
+    SCD_FIELD(logprobs, uint32_t, body, "logprobs");
+    parsed.logprobs = logprobs.has_value();
+    if (logprobs) r.set_logprobs(std::max<uint32_t>(1, *logprobs));
+  }
+  SCD_FIELD(stream, bool, body, "stream");
+  parsed.stream = stream.value_or(false);
+  if (auto options = body.find("stream_options"); options != body.end() && options->is_object()) {
+    SCD_FIELD(include_usage, bool, *options, "include_usage");
+    parsed.include_usage = include_usage.value_or(false);
+  }
+  SCD_FIELD(mode, std::string, body, "mode");
+  r.set_mode(mode.value_or(""));
+  SCD_FIELD(cache_salt, std::string, body, "cache_salt");
+  r.set_cache_salt(cache_salt.value_or(""));
+  SCD_FIELD(fallback, bool, body, "allow_local_fallback");
+  r.set_allow_local_fallback(fallback.value_or(false));
+  SCD_FIELD(deadline_ms, uint32_t, body, "deadline_ms");
+  r.set_deadline_ms(deadline_ms.value_or(0));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ParsedRequest> Parse(const std::string& text, bool chat) {
   Json body;
   try {
@@ -186,45 +233,7 @@ absl::StatusOr<ParsedRequest> Parse(const std::string& text, bool chat) {
     SCD_FIELD(echo, bool, body, "echo");
     if (echo.value_or(false)) return Invalid("echo", "not supported");
   }
-  SCD_FIELD(n, int64_t, body, "n");
-  if (n.value_or(1) != 1) return Invalid("n", "only 1 (fan out to several models with targets)");
-  SCD_FIELD(max_tokens, uint32_t, body, "max_tokens");
-  SCD_FIELD(max_completion_tokens, uint32_t, body, "max_completion_tokens");
-  r.set_max_tokens(max_completion_tokens.value_or(max_tokens.value_or(chat ? 0 : 16)));
-  SCD_FIELD(temperature, double, body, "temperature");
-  r.set_temperature(static_cast<float>(temperature.value_or(1.0)));
-  SCD_FIELD(top_p, double, body, "top_p");
-  r.set_top_p(static_cast<float>(top_p.value_or(1.0)));
-  SCD_FIELD(top_k, uint32_t, body, "top_k");
-  r.set_top_k(top_k.value_or(0));
-  SCD_FIELD(seed, uint64_t, body, "seed");
-  if (seed) r.set_seed(*seed);
-  if (absl::Status s = ParseStrings(body, "stop", r.mutable_stop()); !s.ok()) return s;
-  if (chat) {
-    SCD_FIELD(logprobs, bool, body, "logprobs");
-    SCD_FIELD(top_logprobs, uint32_t, body, "top_logprobs");
-    parsed.logprobs = logprobs.value_or(false);
-    if (top_logprobs && !parsed.logprobs) return Invalid("top_logprobs", "needs logprobs: true");
-    if (parsed.logprobs) r.set_logprobs(std::max<uint32_t>(1, top_logprobs.value_or(0)));
-  } else {
-    SCD_FIELD(logprobs, uint32_t, body, "logprobs");
-    parsed.logprobs = logprobs.has_value();
-    if (logprobs) r.set_logprobs(std::max<uint32_t>(1, *logprobs));
-  }
-  SCD_FIELD(stream, bool, body, "stream");
-  parsed.stream = stream.value_or(false);
-  if (auto options = body.find("stream_options"); options != body.end() && options->is_object()) {
-    SCD_FIELD(include_usage, bool, *options, "include_usage");
-    parsed.include_usage = include_usage.value_or(false);
-  }
-  SCD_FIELD(mode, std::string, body, "mode");
-  r.set_mode(mode.value_or(""));
-  SCD_FIELD(cache_salt, std::string, body, "cache_salt");
-  r.set_cache_salt(cache_salt.value_or(""));
-  SCD_FIELD(fallback, bool, body, "allow_local_fallback");
-  r.set_allow_local_fallback(fallback.value_or(false));
-  SCD_FIELD(deadline_ms, uint32_t, body, "deadline_ms");
-  r.set_deadline_ms(deadline_ms.value_or(0));
+  if (absl::Status options = ParseOptions(body, &parsed); !options.ok()) return options;
   return parsed;
 }
 

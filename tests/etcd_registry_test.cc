@@ -29,18 +29,6 @@ namespace {
 using testing::Bin;
 using testing::Daemon;
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 std::set<std::string> Models(const std::string& server) {
   std::set<std::string> names;
   auto models = ListModels(server, absl::Seconds(2));
@@ -66,7 +54,9 @@ absl::Status Generate(const std::string& server, const std::string& target) {
 
 TEST(EtcdRegistryTest, TwoCoordinatorsShareTheNodesAndLeasesDropTheDead) {
   testing::TempDir dir;
-  const int client_port = FreePort(), peer_port = FreePort();
+  const int client_port = testing::FreeLoopbackPort();
+  int peer_port = testing::FreeLoopbackPort();
+  while (peer_port == client_port) peer_port = testing::FreeLoopbackPort();
   const std::string client_url = absl::StrCat("http://127.0.0.1:", client_port);
   const std::string peer_url = absl::StrCat("http://127.0.0.1:", peer_port);
   absl::StatusOr<ChildProcess> etcd = ChildProcess::Start(

@@ -27,19 +27,6 @@ namespace {
 using testing::Bin;
 using testing::Daemon;
 
-// A loopback port nothing listens on now (Prometheus cannot report one it picked itself).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // The value of an instant query's single sample; nullopt while there is none.
 std::optional<double> Query(httplib::Client& prometheus, const std::string& promql) {
   auto result = prometheus.Get("/api/v1/query", {{"query", promql}}, httplib::Headers());
@@ -102,7 +89,7 @@ TEST(PrometheusScrapeTest, QueriesReturnWhatTheClientsSaw) {
             absl::StatusCode::kNotFound);
 
   // A real Prometheus scraping the three daemons every second.
-  const int port = FreePort();
+  const int port = testing::FreeLoopbackPort();
   std::string config = "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n";
   const char* jobs[] = {"coordinator", "producer", "consumer"};
   for (int i = 0; i < 3; ++i) {

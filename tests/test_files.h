@@ -45,6 +45,10 @@ struct CommandResult {
 };
 CommandResult RunCommand(const std::string& command);
 
+// A loopback TCP port nothing listens on now (for servers that cannot report a port they picked,
+// such as Prometheus and etcd; a race with other processes is possible, and unlikely).
+int FreeLoopbackPort();
+
 }  // namespace scd::testing
 
 #endif  // SCD_TESTS_TEST_FILES_H_
