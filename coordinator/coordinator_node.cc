@@ -23,6 +23,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Start(
                                            : std::filesystem::path(options.tokenizer);
     SCD_ASSIGN_OR_RETURN(node->tokenizer_, Tokenizer::FromFile(path.string()));
     routing.tokenizer = node->tokenizer_.get();
+    // The OpenAI API's chat prompts: the model's chat template, when it has one.
+    SCD_ASSIGN_OR_RETURN(node->chat_template_,
+                         ChatTemplate::FromModelDir(path.has_parent_path()
+                                                        ? path.parent_path().string()
+                                                        : "."));
   }
   node->serving_metrics_ = std::make_unique<ServingMetrics>(&node->metrics_);
   routing.metrics = node->serving_metrics_.get();
@@ -60,7 +65,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Start(
   });
   node->http_ = std::make_shared<OpenAiHttpHandler>(
       node->public_.server->InProcessChannel(grpc::ChannelArguments()), node->tokenizer_.get(),
-      std::make_shared<MetricsHttpHandler>(metrics));
+      std::make_shared<MetricsHttpHandler>(metrics),
+      node->chat_template_ ? &*node->chat_template_ : nullptr);
   spdlog::info("coordinator serving the public API on {}, the control plane on {}",
                node->public_.address, node->control_.address);
   return node;

@@ -8,6 +8,7 @@
 #define SCD_COORDINATOR_COORDINATOR_NODE_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -15,6 +16,7 @@
 #include "base/metrics.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/etcd_node_watch.h"
+#include "tokenizer/chat_template.h"
 #include "coordinator/node_registry.h"
 #include "proto/checked_inference.h"
 #include "proto/grpc_server.h"
@@ -60,6 +62,7 @@ class CoordinatorNode {
   std::unique_ptr<ServingMetrics> serving_metrics_;
   std::shared_ptr<HttpHandler> http_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::optional<ChatTemplate> chat_template_;  // the tokenizer directory's, when it has one
   std::unique_ptr<NodeRegistry> registry_;
   std::unique_ptr<EtcdNodeWatch> etcd_watch_;  // after registry_: stops first
   std::unique_ptr<RegistryService> registry_service_;

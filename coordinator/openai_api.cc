@@ -99,13 +99,14 @@ absl::Status ParseStrings(const Json& body, const char* name,
   return absl::OkStatus();
 }
 
-// The plain chat format (openai_api.h).
-absl::StatusOr<std::string> ChatPrompt(const Json& body) {
+// The chat prompt: the model's template, else the plain format (openai_api.h).
+absl::StatusOr<std::string> ChatPrompt(const Json& body, const ChatTemplate* chat_template) {
   auto it = body.find("messages");
   if (it == body.end() || !it->is_array() || it->empty()) {
     return Invalid("messages", "required: a non-empty list of {role, content}");
   }
   std::string prompt;
+  std::vector<ChatMessage> messages;
   for (size_t i = 0; i < it->size(); ++i) {
     const Json& message = (*it)[i];
     const std::string where = absl::StrCat("messages[", i, "]");
@@ -137,8 +138,15 @@ absl::StatusOr<std::string> ChatPrompt(const Json& body) {
       return Invalid(where + ".content", "expected a string or a list of text parts");
     }
     absl::StrAppend(&prompt, name->second, ": ", text, "\n");
+    messages.push_back({role->get<std::string>(), text});
   }
-  return prompt + "Assistant:";
+  if (chat_template == nullptr) return prompt + "Assistant:";
+  absl::StatusOr<std::string> rendered = chat_template->Render(messages);
+  if (!rendered.ok()) {
+    return Invalid("messages", absl::StrCat("the model's chat template: ",
+                                            rendered.status().message()));
+  }
+  return rendered;
 }
 
 // Everything after the prompt: sampling, lengths, logprobs, streaming, the SCD extensions.
@@ -188,7 +196,8 @@ absl::Status ParseOptions(const Json& body, ParsedRequest* out) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ParsedRequest> Parse(const std::string& text, bool chat) {
+absl::StatusOr<ParsedRequest> Parse(const std::string& text, bool chat,
+                                     const ChatTemplate* chat_template) {
   Json body;
   try {
     body = Json::parse(text);
@@ -207,7 +216,7 @@ absl::StatusOr<ParsedRequest> Parse(const std::string& text, bool chat) {
   }
   parsed.model = model ? *model : r.targets(0);
   if (chat) {
-    absl::StatusOr<std::string> prompt = ChatPrompt(body);
+    absl::StatusOr<std::string> prompt = ChatPrompt(body, chat_template);
     if (!prompt.ok()) return prompt.status();
     r.set_prompt(*prompt);
   } else {
@@ -281,8 +290,11 @@ int HttpStatusOfGrpcCode(int code) {
 
 class OpenAiHttpHandler::Impl {
  public:
-  Impl(std::shared_ptr<grpc::Channel> channel, const Tokenizer* tokenizer)
-      : stub_(v1::Inference::NewStub(std::move(channel))), tokenizer_(tokenizer) {}
+  Impl(std::shared_ptr<grpc::Channel> channel, const Tokenizer* tokenizer,
+       const ChatTemplate* chat_template)
+      : stub_(v1::Inference::NewStub(std::move(channel))),
+        tokenizer_(tokenizer),
+        chat_template_(chat_template) {}
 
   void Models(const httplib::Request& http, httplib::Response& response) {
     grpc::ClientContext context;
@@ -309,7 +321,7 @@ class OpenAiHttpHandler::Impl {
   }
 
   void Generate(const httplib::Request& http, httplib::Response& response, bool chat) {
-    absl::StatusOr<ParsedRequest> parsed = Parse(http.body, chat);
+    absl::StatusOr<ParsedRequest> parsed = Parse(http.body, chat, chat_template_);
     if (!parsed.ok()) return SendError(response, 400, std::string(parsed.status().message()));
     auto call = std::make_shared<Call>(this, *std::move(parsed));
     if (!AttachClient(http, &call->context)) {
@@ -557,12 +569,14 @@ class OpenAiHttpHandler::Impl {
 
   std::unique_ptr<v1::Inference::Stub> stub_;
   const Tokenizer* const tokenizer_;
+  const ChatTemplate* const chat_template_;
 };
 
 OpenAiHttpHandler::OpenAiHttpHandler(std::shared_ptr<grpc::Channel> channel,
                                      const Tokenizer* tokenizer,
-                                     std::shared_ptr<HttpHandler> fallback)
-    : impl_(std::make_shared<Impl>(std::move(channel), tokenizer)),
+                                     std::shared_ptr<HttpHandler> fallback,
+                                     const ChatTemplate* chat_template)
+    : impl_(std::make_shared<Impl>(std::move(channel), tokenizer, chat_template)),
       fallback_(std::move(fallback)) {}
 
 bool OpenAiHttpHandler::Handle(const httplib::Request& request, httplib::Response& response) {

@@ -16,8 +16,11 @@
 // recompute | local), "top_k", "cache_salt", "allow_local_fallback", "deadline_ms". Every choice
 // also carries "scd": {mode, mode_reason, payload_bytes, ttft_ms, producer_cached_tokens,
 // consumer_cached_tokens} (streamed: on its last chunk).
-// Plain chat format (models without a chat template: the ones here have none): each message as
-// "<Role>: <content>\n" (System, User, Assistant), then "Assistant:" — the model continues there.
+// Chat prompts: the serving model's chat template (tokenizer_config.json's, rendered as
+// transformers does: tokenizer/chat_template.h) with add_generation_prompt; for models without
+// one (the ones in ../shared), the plain format: each message as "<Role>: <content>\n" (System,
+// User, Assistant), then "Assistant:" — the model continues there. A template's
+// raise_exception (roles out of order, ...) is a 400 with its message.
 // Streaming: Server-Sent Events, one `data: {chunk}` per token event, ending `data: [DONE]`; an
 // error after the stream began is sent as `data: {"error": ...}` before [DONE]. A client that
 // disconnects cancels the request. Errors: OpenAI's shape {"error": {message, type, param, code}}
@@ -31,6 +34,7 @@
 #include <string>
 
 #include "base/http_server.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace grpc {
@@ -44,8 +48,10 @@ class OpenAiHttpHandler : public HttpHandler {
   // `channel`: to the node's public scd.v1.Inference. `tokenizer` (may be null; not owned,
   // outlives the handler): token strings in logprobs (else "token_id:N"). `fallback` answers
   // what this does not (/health, /metrics).
+  // `chat_template` (may be null: the plain format; not owned, outlives the handler).
   OpenAiHttpHandler(std::shared_ptr<grpc::Channel> channel, const Tokenizer* tokenizer,
-                    std::shared_ptr<HttpHandler> fallback);
+                    std::shared_ptr<HttpHandler> fallback,
+                    const ChatTemplate* chat_template = nullptr);
   bool Handle(const httplib::Request& request, httplib::Response& response) override;
 
  private:

@@ -21,6 +21,7 @@ PACKAGES=(
   iproute2                   # scd-bench sweep --link netns: ip netns, veth, tc
   libcpp-httplib-dev         # the OpenAI-compatible HTTP API and /metrics on every daemon
   python3-grpcio python3-protobuf   # the Python client example (proto/examples), its test
+  python3-jinja2             # chat_template_test: the reference renderer of HF chat templates
   etcd-server                # --registry etcd://: the scale-out test runs a real etcd
   prometheus                 # the metrics test: a real Prometheus scrapes the daemons
 )

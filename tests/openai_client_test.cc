@@ -44,5 +44,56 @@ TEST(OpenAiClientTest, TheOfficialClientStreamsChatAndCompletions) {
   EXPECT_THAT(cpp.out, ::testing::HasSubstr(completion));
 }
 
+// A model whose tokenizer_config.json has a chat template: chat prompts are that template's
+// rendering (the same greedy text as a completion of the rendered prompt), and a template's
+// raise_exception is a 400 with its message.
+TEST(OpenAiClientTest, ChatUsesTheModelsChatTemplate) {
+  testing::TempDir dir;
+  const std::string model = dir.File("model");
+  const std::string base = testing::ModelDir("stories260k");
+  const testing::CommandResult linked = testing::RunCommand(
+      "mkdir -p " + model + " && ln -s " + base + "/config.json " + base +
+      "/model.safetensors " + base + "/tokenizer.json " + model + "/");
+  ASSERT_EQ(linked.exit_code, 0) << linked.err;
+  testing::WriteFile(
+      model + "/tokenizer_config.json",
+      nlohmann::json{{"chat_template",
+                      "{% if messages[0]['role'] == 'assistant' %}{{ raise_exception('user "
+                      "first') }}{% endif %}{% for m in messages %}{{ m.role | upper }}> {{ "
+                      "m.content }}\n{% endfor %}{% if add_generation_prompt %}ASSISTANT>{% endif "
+                      "%}"}}
+          .dump());
+  Daemon server(dir.path(), "serve",
+                {Bin("scd"), "serve", "--all-in-one", "--producer-model", model, "--consumer",
+                 "copy=" + base, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"});
+  const std::string http = server.HttpAddress();
+  ASSERT_FALSE(server.Address(absl::Seconds(60)).empty());
+  auto post = [&](const std::string& path, const nlohmann::json& body) {
+    testing::WriteFile(dir.File("body.json"), body.dump());
+    const testing::CommandResult r = testing::RunCommand(
+        "curl -s -m 60 -w '\n%{http_code}' http://" + http + path + " -d @" + dir.File("body.json"));
+    const size_t cut = r.out.rfind('\n');
+    return std::make_pair(r.out.substr(cut + 1), nlohmann::json::parse(r.out.substr(0, cut), nullptr, false));
+  };
+  const auto [chat_status, chat] = post(
+      "/v1/chat/completions",
+      {{"model", "copy"}, {"max_tokens", 10}, {"temperature", 0},
+       {"messages", {{{"role", "user"}, {"content", "Once upon a time"}}}}});
+  ASSERT_EQ(chat_status, "200") << chat.dump();
+  const auto [completion_status, completion] =
+      post("/v1/completions", {{"model", "copy"}, {"max_tokens", 10}, {"temperature", 0},
+                               {"prompt", "USER> Once upon a time\nASSISTANT>"}});
+  ASSERT_EQ(completion_status, "200") << completion.dump();
+  EXPECT_EQ(chat["choices"][0]["message"]["content"], completion["choices"][0]["text"]);
+  EXPECT_EQ(chat["usage"]["prompt_tokens"], completion["usage"]["prompt_tokens"]);
+
+  const auto [refused_status, refused] = post(
+      "/v1/chat/completions",
+      {{"model", "copy"}, {"messages", {{{"role", "assistant"}, {"content", "hi"}}}}});
+  EXPECT_EQ(refused_status, "400");
+  EXPECT_THAT(refused["error"]["message"].get<std::string>(),
+              ::testing::HasSubstr("the model's chat template: user first"));
+}
+
 }  // namespace
 }  // namespace scd
