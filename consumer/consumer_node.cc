@@ -44,11 +44,7 @@ void ConsumerNode::SetUpMetrics(ConsumerNode* node) {
   }
   MetricsRegistry* metrics = node->metrics_.get();
   ConsumerControlService* control = node->control_.get();
-  metrics->AddCollector([metrics, control] {
-    v1::NodeStats stats;
-    control->FillStats(&stats);
-    SetNodeGauges(metrics, stats);
-  });
+  AddNodeStatsCollector(metrics, [control](v1::NodeStats* stats) { control->FillStats(stats); });
   Admission* admission = node->admission_.get();
   node->http_ = std::make_shared<MetricsHttpHandler>(
       metrics, [admission] { return admission->draining() ? "draining" : "serving"; });

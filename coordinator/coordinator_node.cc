@@ -58,10 +58,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Start(
                                                       options.max_message_bytes));
   RegistryService* registry_service = node->registry_service_.get();
   MetricsRegistry* metrics = &node->metrics_;
-  metrics->AddCollector([registry_service, metrics] {
-    v1::NodeStats stats;
-    registry_service->FillStats(&stats);
-    SetNodeGauges(metrics, stats);
+  AddNodeStatsCollector(metrics, [registry_service](v1::NodeStats* stats) {
+    registry_service->FillStats(stats);
   });
   node->http_ = std::make_shared<OpenAiHttpHandler>(
       node->public_.server->InProcessChannel(grpc::ChannelArguments()), node->tokenizer_.get(),

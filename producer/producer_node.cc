@@ -58,11 +58,7 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
       MetricLabels{{"role", "producer"}, {"model", node->name_}});
   MetricsRegistry* metrics = node->metrics_.get();
   ProducerControlService* service = node->service_.get();
-  metrics->AddCollector([metrics, service] {
-    v1::NodeStats stats;
-    service->FillStats(&stats);
-    SetNodeGauges(metrics, stats);
-  });
+  AddNodeStatsCollector(metrics, [service](v1::NodeStats* stats) { service->FillStats(stats); });
   node->http_ = std::make_shared<MetricsHttpHandler>(metrics);
   spdlog::info("producer {} serving control on {} (codes over {})", node->name_, node->address(),
                options.transport);

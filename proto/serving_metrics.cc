@@ -214,4 +214,13 @@ void SetNodeGauges(MetricsRegistry* r, const v1::NodeStats& stats) {
   }
 }
 
+void AddNodeStatsCollector(MetricsRegistry* registry,
+                           std::function<void(v1::NodeStats*)> fill) {
+  registry->AddCollector([registry, fill = std::move(fill)] {
+    v1::NodeStats stats;
+    fill(&stats);
+    SetNodeGauges(registry, stats);
+  });
+}
+
 }  // namespace scd

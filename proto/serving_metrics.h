@@ -23,6 +23,7 @@
 #ifndef SCD_PROTO_SERVING_METRICS_H_
 #define SCD_PROTO_SERVING_METRICS_H_
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -95,6 +96,10 @@ class ServingMetrics {
 // scd:prefills_total, scd:prefill_tokens_total, scd:sessions_ended_total{state}, and the prefix
 // cache's scd:prefix_cache_{bytes,entries,hit_tokens_total,lookup_tokens_total}.
 void SetNodeGauges(MetricsRegistry* registry, const v1::NodeStats& stats);
+// Sets them at every scrape from `fill` (the node's Stats, without the secret check).
+// REQUIRES: what `fill` reads outlives the registry's renders.
+void AddNodeStatsCollector(MetricsRegistry* registry,
+                           std::function<void(v1::NodeStats*)> fill);
 
 }  // namespace scd
 
