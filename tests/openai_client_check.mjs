@@ -63,6 +63,19 @@ for (const entry of entries) {
   assert.equal(entry.top_logprobs[0].logprob, entry.logprob, 'greedy: the chosen is the top one');
 }
 
+// The SCD extensions: a fan-out to two consumers from one prefill (choices[i] is targets[i]'s)
+// in an explicit mode, each choice with its scd block.
+const fanout = await client.completions.create(
+  { ...params, max_tokens: 6, targets: [model, model + '2'], mode: 'raw' });
+assert.equal(fanout.choices.length, 2);
+for (const [i, choice] of fanout.choices.entries()) {
+  assert.equal(choice.index, i);
+  assert.equal(choice.scd.mode, 'raw');
+  assert.ok(choice.scd.payload_bytes > 0);
+  assert.equal(choice.text, whole.choices[0].text.slice(0, choice.text.length));
+}
+assert.equal(fanout.usage.completion_tokens, 12);
+
 // Errors: an unknown model is 404, a bad parameter 400, each in OpenAI's error shape.
 await assert.rejects(client.completions.create({ ...params, model: 'no-such-model' }),
                      (e) => e instanceof NotFoundError && /no-such-model/.test(e.message));

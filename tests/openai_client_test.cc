@@ -1,6 +1,6 @@
 // The OpenAI-compatible API (coordinator/openai_api.h) through the official `openai` npm client
 // (tests/openai_client_check.mjs: models, completions and chat, whole and streamed, logprobs,
-// errors), against `scd serve --all-in-one --http-listen`; the completion's text equals what the
+// a fan-out through the `targets` extension, errors), against `scd serve --all-in-one --http-listen`; the completion's text equals what the
 // project's gRPC client gets for the same greedy request. The npm package is installed into the
 // build tree by a ctest fixture (openai_npm_install).
 #include <gmock/gmock.h>
@@ -23,7 +23,8 @@ TEST(OpenAiClientTest, TheOfficialClientStreamsChatAndCompletions) {
   const std::string base = testing::ModelDir("stories260k");
   Daemon server(dir.path(), "serve",
                 {Bin("scd"), "serve", "--all-in-one", "--producer-model", base, "--consumer",
-                 "copy=" + base, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"});
+                 "copy=" + base, "--consumer", "copy2=" + base, "--listen", "127.0.0.1:0",
+                 "--http-listen", "127.0.0.1:0"});
   const std::string http = server.HttpAddress();
   const std::string grpc = server.Address(absl::Seconds(60));
   ASSERT_FALSE(grpc.empty());
