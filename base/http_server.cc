@@ -76,14 +76,13 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
   const auto dispatch = [self](const httplib::Request& request, httplib::Response& response) {
     self->Dispatch(request, response);
   };
-  for (const char* pattern : {".*"}) {
-    server.Get(pattern, dispatch);
-    server.Post(pattern, dispatch);
-    server.Put(pattern, dispatch);
-    server.Delete(pattern, dispatch);
-    server.Patch(pattern, dispatch);
-    server.Options(pattern, dispatch);
-  }
+  // Every path and method goes to the node's handler (set later, swapped under a lock).
+  server.Get(".*", dispatch);
+  server.Post(".*", dispatch);
+  server.Put(".*", dispatch);
+  server.Delete(".*", dispatch);
+  server.Patch(".*", dispatch);
+  server.Options(".*", dispatch);
   server.set_exception_handler(
       [](const httplib::Request&, httplib::Response& response, std::exception_ptr) {
         response.status = 500;
