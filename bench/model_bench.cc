@@ -6,6 +6,8 @@
 //                             [benchmark flags]
 //   build/bin/scd_model_bench --decode-report   read bandwidth, then decode before/after the
 //                                               GEMV + workspace decode path, in one run
+//   build/bin/scd_model_bench --batch-report    batched decode steps against per-sequence ones
+//                                               and the attention layouts (bench/batch_report.h)
 //
 // Against the machine, not only against itself: before the benchmarks it prints the CPU's FP32
 // peak estimate and the speed of each prefill's dominant GEMM under every OpenBLAS kernel this CPU
@@ -31,6 +33,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "base/shared_dir.h"
+#include "bench/batch_report.h"
 #include "bench/flops.h"
 #include "bench/machine_limits.h"
 #include "model/blas_kernel.h"
@@ -61,11 +64,6 @@ std::vector<TokenId> Prompt(int64_t n, int64_t vocab) {
   std::vector<TokenId> ids(n);
   for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<TokenId>((i * 7919 + 13) % vocab);
   return ids;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
 double Seconds(const std::function<void()>& f) {
@@ -180,30 +178,6 @@ class SummaryReporter : public benchmark::ConsoleReporter {
 
 // ---- --decode-report: decode before/after the decode-path work, next to read bandwidth ----
 
-double BestSeconds(int iterations, const std::function<void()>& f) {
-  f();  // warm up
-  double best = 1e30;
-  for (int i = 0; i < iterations; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
-}
-
-int64_t WeightBytes(const LlamaModel& model) {
-  const ModelWeights& w = model.weights();
-  int64_t bytes = w.lm_head.nbytes() + w.final_norm.nbytes();  // the embedding row is one read
-  for (const LayerWeights& l : w.layers) {
-    for (const at::Tensor* t : {&l.attn_norm, &l.wqkv, &l.bqkv, &l.wo, &l.bo, &l.mlp_norm,
-                                &l.w_gate_up, &l.b_gate_up, &l.w_down, &l.b_down}) {
-      if (t->defined()) bytes += t->nbytes();
-    }
-  }
-  return bytes;
-}
-
 // Decode tokens/s: `steps` single-token steps after a 128-token context.
 double DecodeTokensPerSecond(const LlamaModel& model, bool workspace, int steps) {
   const std::vector<TokenId> prompt = Prompt(128, model.config().vocab_size);
@@ -224,8 +198,7 @@ int DecodeReport(const std::string& configs) {
   at::Tensor big = at::ones({int64_t{1} << 28});  // 1 GiB of f32
   const double sum_gbps = big.nbytes() / BestSeconds(5, [&] { at::sum(big); }) / 1e9;
   big = at::Tensor();
-  at::Tensor m = at::randn({4096, 16384}), v = at::randn({16384});
-  const double mv_gbps = m.nbytes() / BestSeconds(10, [&] { at::mv(m, v); }) / 1e9;
+  const double mv_gbps = MvReadGbps();
   auto config = ModelConfig::FromFile(configs + "/tinyllama-1.1b.json");
   if (!config.ok()) {
     std::fprintf(stderr, "scd_model_bench: %s\n", std::string(config.status().message()).c_str());
@@ -313,7 +286,7 @@ int Main(int argc, char** argv) {
   SelectBlasKernel(argc, argv);  // first: it may run the program again on better kernels
   std::string configs = ResolveSharedDir() + "/configs";
   int threads = 0, aten_threads = 0;
-  bool quick = false, decode_report = false;
+  bool quick = false, decode_report = false, batch_report = false;
   std::string gemm_probe;  // child mode (machine_limits.h)
   int gemm_reps = 3;
   std::vector<char*> rest = {argv[0]};
@@ -328,6 +301,8 @@ int Main(int argc, char** argv) {
       quick = true;
     } else if (!std::strcmp(argv[i], "--decode-report")) {
       decode_report = true;
+    } else if (!std::strcmp(argv[i], "--batch-report")) {
+      batch_report = true;
     } else if (!std::strcmp(argv[i], "--gemm-probe") && i + 1 < argc) {
       gemm_probe = argv[++i];
     } else if (!std::strcmp(argv[i], "--gemm-reps") && i + 1 < argc) {
@@ -343,6 +318,10 @@ int Main(int argc, char** argv) {
   if (decode_report) {
     std::printf("threads: %s\n", thread_settings.ToString().c_str());
     return DecodeReport(configs);
+  }
+  if (batch_report) {
+    std::printf("threads: %s\n", thread_settings.ToString().c_str());
+    return BatchReport(configs);
   }
 
   const std::vector<Shape> shapes = {{"tinyllama-1.1b-4L", "tinyllama-1.1b.json", 4},

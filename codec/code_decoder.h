@@ -46,6 +46,31 @@ class CodeDecoder {
   absl::Status RecomputeSegment(int begin, int end, const CodeChunk* hidden_state,
                                 absl::Span<const TokenId> tokens, KvCache* cache) const;
 
+  // The same two steps in pieces of positions, so a scheduler can interleave them with decode
+  // steps (LayerwiseRebuilder's pacing). The positions of a transfer are the rows along each
+  // payload tensor's second-to-last dimension; pieces must come in order, each continuing where
+  // the cache layer ends. Every position's result depends on its own row only (and, when
+  // recomputing, on the positions before it, already in the cache), so the pieces fill the cache
+  // with the values DecodeLayer and RecomputeSegment give, up to the order of the sums inside
+  // matrix products of other row counts.
+  struct UnpackedLayer {
+    int layer = 0;
+    int64_t rows = 0;       // 0: the layer has no payload (left for recomputation)
+    bool codes = false;     // key/value are codes for the artifact's translators
+    at::Tensor key, value;  // raw K/V [kv_heads, T, head_dim] or their codes [.., T, r]
+    at::Tensor hidden_code;  // [T, r]
+  };
+  absl::StatusOr<UnpackedLayer> Unpack(int layer, const LayerChunks& chunks) const;
+  absl::Status DecodeRows(const UnpackedLayer& unpacked, int64_t begin, int64_t count,
+                          KvCache* cache) const;
+  // The input of a recomputed segment [begin, ..): the embeddings of `tokens` (begin == 0) or the
+  // producer's residual stream entering `begin`, [T, hidden].
+  absl::StatusOr<at::Tensor> SegmentInput(int begin, const CodeChunk* hidden_state,
+                                          absl::Span<const TokenId> tokens) const;
+  // Runs rows [row_begin, row_begin + count) of `input` through layers [begin, end).
+  absl::Status RecomputeRows(int begin, int end, const at::Tensor& input, int64_t row_begin,
+                             int64_t count, KvCache* cache) const;
+
  private:
   static absl::StatusOr<std::vector<LayerChunks>> GroupByLayer(const CodeBatch& batch, int layers);
   absl::Status NeedArtifact(int layer) const;

@@ -1,5 +1,6 @@
 #include "codec/layerwise_rebuilder.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -37,12 +38,16 @@ const CodeChunk* Held(const std::map<PayloadKind, CodeChunk>& held, PayloadKind 
 }  // namespace
 
 LayerwiseRebuilder::LayerwiseRebuilder(const CodeDecoder& decoder, std::vector<TokenId> tokens,
-                                       KvCache* cache, int64_t begin)
-    : decoder_(decoder), tokens_(std::move(tokens)), cache_(cache), begin_(begin) {}
+                                       KvCache* cache, int64_t begin, RebuildPacing pacing)
+    : decoder_(decoder),
+      tokens_(std::move(tokens)),
+      cache_(cache),
+      begin_(begin),
+      pacing_(std::move(pacing)) {}
 
 absl::StatusOr<std::unique_ptr<LayerwiseRebuilder>> LayerwiseRebuilder::Create(
     const CodeDecoder& decoder, const TransferPlan& plan, std::vector<TokenId> tokens,
-    KvCache* cache, int64_t begin) {
+    KvCache* cache, int64_t begin, RebuildPacing pacing) {
   const int layers = static_cast<int>(plan.layers.size());
   if (layers != cache->num_layers()) {
     return absl::InvalidArgumentError(
@@ -61,7 +66,7 @@ absl::StatusOr<std::unique_ptr<LayerwiseRebuilder>> LayerwiseRebuilder::Create(
     }
   }
   std::unique_ptr<LayerwiseRebuilder> rebuilder(
-      new LayerwiseRebuilder(decoder, std::move(tokens), cache, begin));
+      new LayerwiseRebuilder(decoder, std::move(tokens), cache, begin, std::move(pacing)));
   rebuilder->layers_.resize(layers);
   rebuilder->remaining_ = layers;
   auto recomputed = [&](int l) {
@@ -113,24 +118,58 @@ absl::StatusOr<std::vector<int>> LayerwiseRebuilder::Add(CodeChunk chunk) {
   return filled;
 }
 
+absl::Status LayerwiseRebuilder::RunPieces(int64_t rows, int layers,
+                                           const RebuildPacing::Piece& work) {
+  return pacing_.Run(rows, layers, [&](int64_t begin, int64_t count) -> absl::Status {
+    ComputeStep step;  // model work beside other requests' steps (model/compute_steps.h)
+    const absl::Time start = absl::Now();
+    absl::Status done = work(begin, count);
+    rebuild_time_ += absl::Now() - start;
+    return done;
+  });
+}
+
 absl::Status LayerwiseRebuilder::Rebuild(int layer, std::vector<int>* filled) {
-  ComputeStep step;  // model work beside other requests' steps (model/compute_steps.h)
-  const absl::Time start = absl::Now();
+  const absl::Duration before = rebuild_time_;
   LayerState& state = layers_[layer];
+  const int64_t rows = static_cast<int64_t>(tokens_.size()) - begin_;
   int end = layer + 1;
   if (state.run_end > 0) {
     end = state.run_end;
     auto hidden = state.held.find(PayloadKind::kHiddenState);
-    SCD_RETURN_IF_ERROR(decoder_.RecomputeSegment(
-        layer, end, hidden == state.held.end() ? nullptr : &hidden->second,
-        absl::MakeConstSpan(tokens_).subspan(static_cast<size_t>(begin_)), cache_));
+    at::Tensor input;  // the segment's input, made by the first piece
+    SCD_RETURN_IF_ERROR(RunPieces(rows, end - layer, [&](int64_t row, int64_t count) {
+      if (!input.defined()) {
+        absl::StatusOr<at::Tensor> in = decoder_.SegmentInput(
+            layer, hidden == state.held.end() ? nullptr : &hidden->second,
+            absl::MakeConstSpan(tokens_).subspan(static_cast<size_t>(begin_)));
+        if (!in.ok()) return in.status();
+        input = *std::move(in);
+      }
+      return decoder_.RecomputeRows(layer, end, input, row, count, cache_);
+    }));
   } else {
     CodeDecoder::LayerChunks chunks;
     chunks.key = Held(state.held, PayloadKind::kRawKey, PayloadKind::kKeyCode);
     chunks.value = Held(state.held, PayloadKind::kRawValue, PayloadKind::kValueCode);
     chunks.hidden_code = Held(state.held, PayloadKind::kHiddenCode, PayloadKind::kHiddenCode);
-    SCD_ASSIGN_OR_RETURN(bool rebuilt, decoder_.DecodeLayer(layer, chunks, cache_));
-    if (!rebuilt) return absl::InternalError(absl::StrCat("layer ", layer, " had no payload"));
+    std::optional<CodeDecoder::UnpackedLayer> unpacked;  // made by the first piece
+    SCD_RETURN_IF_ERROR(RunPieces(rows, 1, [&](int64_t row, int64_t count) -> absl::Status {
+      if (!unpacked.has_value()) {
+        absl::StatusOr<CodeDecoder::UnpackedLayer> u = decoder_.Unpack(layer, chunks);
+        if (!u.ok()) return u.status();
+        if (u->rows == 0) {
+          return absl::InternalError(absl::StrCat("layer ", layer, " had no payload"));
+        }
+        if (u->rows != rows) {
+          return absl::InvalidArgumentError(absl::StrCat("layer ", layer, "'s payload covers ",
+                                                         u->rows, " positions, the transfer ",
+                                                         rows));
+        }
+        unpacked = *std::move(u);
+      }
+      return decoder_.DecodeRows(*unpacked, row, count, cache_);
+    }));
   }
   const bool patched = state.held.count(PayloadKind::kHiddenCode) > 0;
   state.held.clear();  // the codes are in the cache now
@@ -139,9 +178,7 @@ absl::Status LayerwiseRebuilder::Rebuild(int layer, std::vector<int>* filled) {
     filled->push_back(l);
     --remaining_;
   }
-  const absl::Duration took = absl::Now() - start;
-  rebuild_time_ += took;
-  if (patched) patch_time_ += took;
+  if (patched) patch_time_ += rebuild_time_ - before;
   return absl::OkStatus();
 }
 

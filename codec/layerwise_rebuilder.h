@@ -7,10 +7,18 @@
 // are dropped once its layer is rebuilt. The cache it leaves equals CodeDecoder::Decode's on the
 // whole batch, bit for bit.
 //
+// Pacing: by default a completed layer is rebuilt at once on the calling thread. A consumer that
+// batches its decodes (consumer/decode_scheduler.h) hands the work to its scheduler instead
+// (RebuildPacing): the scheduler runs each layer's positions in pieces of its choosing between
+// two decode steps while the receiving thread waits. A rebuild in pieces fills the cache with the
+// same values up to the order of sums inside matrix products of other row counts (CodeDecoder's
+// pieces); in one piece it equals the unpaced one bit for bit.
+//
 // Thread-safety: none; one per transfer, calls serialized by the caller.
 #ifndef SCD_CODEC_LAYERWISE_REBUILDER_H_
 #define SCD_CODEC_LAYERWISE_REBUILDER_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -27,6 +35,19 @@
 
 namespace scd {
 
+// How a rebuild's compute runs (see the file comment).
+struct RebuildPacing {
+  // A piece of work over rows [begin, begin + count) of a layer's (or recomputed run's) positions.
+  using Piece = std::function<absl::Status(int64_t begin, int64_t count)>;
+  // Runs `work` over rows [0, rows) of `layers` layers in pieces of its choosing, in order,
+  // stopping at the first error, and returns it. Null: one piece, inline.
+  std::function<absl::Status(int64_t rows, int layers, const Piece& work)> run;
+
+  absl::Status Run(int64_t rows, int layers, const Piece& work) const {
+    return run ? run(rows, layers, work) : work(0, rows);
+  }
+};
+
 class LayerwiseRebuilder {
  public:
   // `plan` is the producer's plan for this transfer (the same mode, producer config, artifact and
@@ -35,11 +56,9 @@ class LayerwiseRebuilder {
   // cache's hit; 0: the cache is empty).
   // REQUIRES: `decoder` and `cache` outlive the rebuilder; `cache` is shaped for the decoder's
   // consumer. Runs a recomputed segment starting at layer 0 before returning.
-  static absl::StatusOr<std::unique_ptr<LayerwiseRebuilder>> Create(const CodeDecoder& decoder,
-                                                                    const TransferPlan& plan,
-                                                                    std::vector<TokenId> tokens,
-                                                                    KvCache* cache,
-                                                                    int64_t begin = 0);
+  static absl::StatusOr<std::unique_ptr<LayerwiseRebuilder>> Create(
+      const CodeDecoder& decoder, const TransferPlan& plan, std::vector<TokenId> tokens,
+      KvCache* cache, int64_t begin = 0, RebuildPacing pacing = {});
 
   // Takes one chunk and rebuilds what it completes; returns those layers (ascending). Refused
   // (InvalidArgument, naming layer and kind): a layer outside the plan, a kind the plan does not
@@ -66,7 +85,9 @@ class LayerwiseRebuilder {
     bool done = false;
   };
   LayerwiseRebuilder(const CodeDecoder& decoder, std::vector<TokenId> tokens, KvCache* cache,
-                     int64_t begin);
+                     int64_t begin, RebuildPacing pacing);
+  // Runs `work` over `rows` positions through the pacing, timing its compute.
+  absl::Status RunPieces(int64_t rows, int layers, const RebuildPacing::Piece& work);
   // Rebuilds `layer` from its held chunks (and its recomputed run); appends the layers filled.
   absl::Status Rebuild(int layer, std::vector<int>* filled);
 
@@ -74,6 +95,7 @@ class LayerwiseRebuilder {
   const std::vector<TokenId> tokens_;
   KvCache* cache_;
   const int64_t begin_;  // positions the cache held before the transfer
+  const RebuildPacing pacing_;
   std::vector<LayerState> layers_;
   int remaining_ = 0;  // layers of the cache not yet filled
   absl::Duration rebuild_time_;

@@ -1,52 +1,91 @@
-// Admission: a consumer reserves capacity for a request before anything is sent to it (the
-// producer starts streaming only to a consumer that admitted the request), and refuses early with
-// RESOURCE_EXHAUSTED when it is full. A Slot releases its place when destroyed, whichever way the
-// request ended.
+// Admission: a consumer reserves KV memory for a request before anything is sent to it (the
+// producer starts streaming only to a consumer that admitted the request). A request's
+// reservation is its whole future cache: (prompt + max_tokens) positions at the model's KV bytes
+// per position, so a running sequence never outgrows what it was given. A request is admitted
+// when its bytes fit the budget beside every reservation held and fewer than `capacity` requests
+// hold one; otherwise it waits in a bounded FIFO (first come, first admitted: a large request at
+// the head is not overtaken). Refused at once: a request larger than the whole budget
+// (RESOURCE_EXHAUSTED naming the numbers), a full queue (RESOURCE_EXHAUSTED naming the queue),
+// anything while draining (UNAVAILABLE). A waiting request leaves the queue when its deadline
+// passes (DEADLINE_EXCEEDED) or its caller cancels (CANCELLED). A Reservation releases its
+// bytes and place when destroyed, whichever way the request ended.
 // Thread-safety: thread-safe.
 #ifndef SCD_CONSUMER_ADMISSION_H_
 #define SCD_CONSUMER_ADMISSION_H_
 
+#include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace scd::consumer {
 
 class Admission : public std::enable_shared_from_this<Admission> {
  public:
-  // A place held by one request; released on destruction.
-  class Slot {
+  struct Options {
+    uint32_t capacity = 16;       // requests holding a reservation at once (an upper bound)
+    int64_t budget_bytes = 0;     // KV memory for reservations; 0: no byte limit
+    uint32_t max_queued = 256;    // requests waiting at once; 0: refuse instead of waiting
+  };
+
+  // What one admitted request holds; released on destruction.
+  class Reservation {
    public:
-    ~Slot();
-    Slot(const Slot&) = delete;
-    Slot& operator=(const Slot&) = delete;
+    ~Reservation();
+    Reservation(const Reservation&) = delete;
+    Reservation& operator=(const Reservation&) = delete;
+    int64_t bytes() const { return bytes_; }
+    absl::Duration waited() const { return waited_; }  // time in the queue
 
    private:
     friend class Admission;
-    explicit Slot(std::shared_ptr<Admission> owner) : owner_(std::move(owner)) {}
+    Reservation(std::shared_ptr<Admission> owner, int64_t bytes, absl::Duration waited)
+        : owner_(std::move(owner)), bytes_(bytes), waited_(waited) {}
     std::shared_ptr<Admission> owner_;
+    const int64_t bytes_;
+    const absl::Duration waited_;
   };
 
+  static std::shared_ptr<Admission> Create(Options options);
+  // Capacity only: no byte budget, and full means refused (no queue).
   static std::shared_ptr<Admission> Create(uint32_t capacity);
-  // A slot, or RESOURCE_EXHAUSTED naming the capacity when every slot is taken; UNAVAILABLE once
-  // draining.
-  absl::StatusOr<std::unique_ptr<Slot>> Admit();
-  // Refuses every later Admit (SIGTERM: drain what is running, take nothing new).
+
+  // Reserves `bytes` (see the file comment), waiting in the queue while they do not fit. While
+  // waiting, `cancelled` (may be null) is looked at every few milliseconds.
+  absl::StatusOr<std::unique_ptr<Reservation>> Admit(
+      int64_t bytes = 0, absl::Time deadline = absl::InfiniteFuture(),
+      const std::atomic<bool>* cancelled = nullptr);
+  // Refuses every later Admit and every request still waiting (SIGTERM: drain what is running,
+  // take nothing new).
   void Drain();
-  uint32_t active() const;
-  uint32_t capacity() const { return capacity_; }
+
+  uint32_t active() const;          // requests holding a reservation
+  uint32_t queued() const;          // requests waiting
+  int64_t queued_bytes() const;     // the bytes they wait for
+  int64_t reserved_bytes() const;   // bytes the reservations hold
+  int64_t free_bytes() const;       // budget - reserved (0 without a budget)
+  uint32_t capacity() const { return options_.capacity; }
+  int64_t budget_bytes() const { return options_.budget_bytes; }
+  uint32_t max_queued() const { return options_.max_queued; }
   bool draining() const;
 
  private:
-  explicit Admission(uint32_t capacity) : capacity_(capacity) {}
-  void Release();
+  explicit Admission(Options options) : options_(options) {}
+  bool Fits(int64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Release(int64_t bytes);
 
-  const uint32_t capacity_;
+  const Options options_;
   mutable absl::Mutex mu_;
   uint32_t active_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<uint64_t> queue_ ABSL_GUARDED_BY(mu_);  // tickets, first come first
+  int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -50,7 +50,9 @@ absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& sessio
                                                const std::vector<TokenId>& tokens, KvCache* cache,
                                                absl::Duration timeout,
                                                const std::atomic<bool>* cancelled,
-                                               int64_t begin, LayerStepper* tail) {
+                                               int64_t begin, LayerStepper* tail,
+                                               const RebuildPacing& pacing,
+                                               absl::Duration stall_timeout) {
   auto fail = [&](absl::Status status) {
     session.Cancel(std::string(status.message()));
     return status;
@@ -60,27 +62,34 @@ absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& sessio
     return fail(absl::FailedPreconditionError(why));
   }
   absl::StatusOr<std::unique_ptr<LayerwiseRebuilder>> rebuilder =
-      LayerwiseRebuilder::Create(decoder, plan, tokens, cache, begin);
+      LayerwiseRebuilder::Create(decoder, plan, tokens, cache, begin, pacing);
   if (!rebuilder.ok()) return fail(rebuilder.status());
   // Runs the tail token through the layers rebuilt so far (a recomputed run from layer 0 is
   // rebuilt at creation).
   auto advance_tail = [&]() -> absl::Status {
     if (tail == nullptr) return absl::OkStatus();
-    return tail->Advance(cache).status();
+    return pacing.Run(1, 1, [&](int64_t, int64_t) { return tail->Advance(cache).status(); });
   };
   if (absl::Status advanced = advance_tail(); !advanced.ok()) return fail(advanced);
 
   ReceiveReport report;
   const absl::Time deadline = absl::Now() + timeout;
+  absl::Time progress = absl::Now();  // the last chunk (or the start)
   for (;;) {
     if (cancelled != nullptr && cancelled->load()) {
       return fail(absl::CancelledError("cancelled by the caller during the transfer"));
     }
-    const absl::Duration left = deadline - absl::Now();
+    const absl::Time until = std::min(deadline, progress + stall_timeout);
+    const absl::Duration left = until - absl::Now();
     absl::StatusOr<std::optional<transport::ReceivedChunk>> next =
         session.Next(cancelled != nullptr ? std::min(left, kCancelPoll) : left);
     if (!next.ok()) {
-      if (absl::IsDeadlineExceeded(next.status()) && absl::Now() < deadline) continue;
+      if (absl::IsDeadlineExceeded(next.status()) && absl::Now() < until) continue;
+      if (absl::IsDeadlineExceeded(next.status()) && until < deadline) {
+        return fail(absl::DeadlineExceededError(
+            absl::StrCat("the transfer stalled: no chunk within ",
+                         absl::FormatDuration(stall_timeout), " (the transfer timeout)")));
+      }
       if (absl::IsDeadlineExceeded(next.status())) {
         return fail(absl::DeadlineExceededError(
             absl::StrCat("no complete transfer within ", absl::FormatDuration(timeout))));
@@ -108,6 +117,7 @@ absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& sessio
     if (!filled->empty() && report.first_layer_ready == absl::InfinitePast()) {
       report.first_layer_ready = absl::Now();
     }
+    progress = absl::Now();  // the stall clock starts again once this chunk is rebuilt
   }
   report.rebuild = (*rebuilder)->rebuild_time();
   report.patch = (*rebuilder)->patch_time();

@@ -5,6 +5,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +23,11 @@
 namespace scd::consumer {
 
 namespace {
+
+int64_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? int64_t{pages} * page : int64_t{8} << 30;
+}
 
 // The calibrated KL per mode an artifact's fit measured (Artifact::fidelity_json: {"scd": {"kl":
 // ..}, ...}), as gauges.
@@ -80,7 +89,29 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
     spdlog::info("artifact {} ({} -> {}) from {}", id, node->artifacts_[id].producer.name,
                  node->name_, path);
   }
-  node->admission_ = Admission::Create(options.capacity);
+  const int64_t kv_bytes_per_token = node->model_->config().KvBytesPerToken(
+      static_cast<int64_t>(c10::elementSize(node->model_->dtype())));
+  Admission::Options admission;
+  admission.capacity = options.capacity;
+  admission.max_queued = options.max_queued;
+  admission.budget_bytes = std::llround(options.kv_cache_mb * (1 << 20));
+  if (admission.budget_bytes == 0) {
+    admission.budget_bytes = std::min<int64_t>(
+        int64_t{options.capacity} * node->model_->config().max_position_embeddings *
+            kv_bytes_per_token,
+        PhysicalMemoryBytes() / 2);
+  }
+  if (options.capacity == 0) return absl::InvalidArgumentError("--capacity must be at least 1");
+  if (options.max_batched_tokens < 1) {
+    return absl::InvalidArgumentError("--max-batched-tokens must be at least 1");
+  }
+  node->admission_ = Admission::Create(admission);
+  spdlog::info("consumer {}: KV memory {:.2f} MiB ({} bytes per position: {} positions), "
+               "capacity {} requests, queue {}, {} rows per step",
+               node->name_, static_cast<double>(admission.budget_bytes) / (1 << 20),
+               kv_bytes_per_token,
+               admission.budget_bytes / kv_bytes_per_token, options.capacity,
+               options.max_queued, options.max_batched_tokens);
   transport::TransportOptions transport_options;
   transport_options.backend = options.transport;
   SCD_ASSIGN_OR_RETURN(node->transport_, transport::CreateTransport(transport_options));
@@ -98,6 +129,12 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
   ConsumerModel model{node->model_.get(), node->tokenizer_.get(),     node->name_,
                       TransferOptions(),  options.default_max_tokens, absl::Seconds(60)};
   model.metrics = node->serving_metrics_.get();
+  SchedulerOptions scheduling;
+  scheduling.max_batched_tokens = options.max_batched_tokens;
+  scheduling.metrics = node->serving_metrics_.get();
+  node->scheduler_ = std::make_unique<DecodeScheduler>(*node->model_, scheduling);
+  model.scheduler = node->scheduler_.get();
+  model.transfer_timeout = options.transfer_timeout;
   if (options.prefix_cache_mb > 0) {
     node->prefix_cache_ = std::make_unique<ConsumerPrefixCache>(
         *node->model_, node->fingerprint_, static_cast<int64_t>(options.prefix_cache_mb) << 20);
@@ -130,14 +167,22 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
         AdvertisedAddress(node->transfer_address(), options.advertise));
     registration.add_transports(options.transport);
     registration.set_capacity(options.capacity);
-    Admission* admission = node->admission_.get();
+    registration.set_kv_budget_bytes(static_cast<uint64_t>(admission.budget_bytes));
+    registration.set_kv_bytes_per_token(static_cast<uint64_t>(kv_bytes_per_token));
+    Admission* admission_ptr = node->admission_.get();
     RegistryClient::PrefixBlocksFn prefix_blocks;
     if (ConsumerPrefixCache* cache = node->prefix_cache_.get(); cache != nullptr) {
       prefix_blocks = [cache] { return PrefixBlocksReport(cache->blocks()); };
     }
     node->registration_ = std::make_unique<RegistryClient>(
-        options.coordinator, registration, [admission] { return admission->active(); }, secret,
-        prefix_blocks);
+        options.coordinator, registration,
+        [admission_ptr](v1::HeartbeatRequest* beat) {
+          beat->set_active_requests(admission_ptr->active());
+          beat->set_kv_reserved_bytes(static_cast<uint64_t>(admission_ptr->reserved_bytes()));
+          beat->set_queued_requests(admission_ptr->queued());
+          beat->set_kv_queued_bytes(static_cast<uint64_t>(admission_ptr->queued_bytes()));
+        },
+        secret, prefix_blocks);
     node->registration_->Start();
   }
   return node;

@@ -1,6 +1,7 @@
 // ConsumerNode: everything one scd-consumer process runs, assembled from options: the model and
 // its tokenizer, the translator artifacts it holds (checked against its model at load), the
-// transfer listener producers stream to (SessionRouter), admission, two gRPC servers, one per
+// transfer listener producers stream to (SessionRouter), admission by KV memory with its queue,
+// the decode scheduler (continuous batching), two gRPC servers, one per
 // plane: the public Inference API (checked in front) on `listen` and the control-plane Consumer
 // service (cluster secret on every call) on `control_listen`, and the registration with the
 // coordinator (its control address). tools/scd_consumer_main.cc is flags -> ConsumerNodeOptions -> Start.
@@ -21,6 +22,7 @@
 #include "codec/artifact.h"
 #include "codec/served_model_spec.h"
 #include "consumer/admission.h"
+#include "consumer/decode_scheduler.h"
 #include "consumer/decode_service.h"
 #include "consumer/inference_service.h"
 #include "consumer/session_router.h"
@@ -42,7 +44,13 @@ struct ConsumerNodeOptions {
   std::string transport = "grpc";      // grpc | ucx (what producers stream over)
   std::string coordinator;             // its control address; "" = standalone (no registration)
   std::vector<std::string> artifacts;  // artifact files, one per producer it accepts
-  uint32_t capacity = 4;               // requests at once
+  uint32_t capacity = 16;              // requests holding KV memory at once (an upper bound)
+  // KV memory requests reserve (prompt + max_tokens positions each); 0: room for `capacity`
+  // requests of the model's whole context, at most half the machine's memory.
+  double kv_cache_mb = 0;
+  uint32_t max_queued = 256;           // requests waiting for KV memory at once (0: refuse)
+  int64_t max_batched_tokens = 512;    // rows of one batched step (decodes + prefill chunks)
+  absl::Duration transfer_timeout = absl::Seconds(30);  // a transfer's longest stall
   size_t prefix_cache_mb = 0;          // the prefix cache's budget (0: off)
   uint32_t default_max_tokens = 128;
   RequestLimits limits;            // its public API's bounds
@@ -84,6 +92,7 @@ class ConsumerNode {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::map<std::string, Artifact> artifacts_;  // by id
   std::shared_ptr<Admission> admission_;
+  std::unique_ptr<DecodeScheduler> scheduler_;  // before the services: outlives their calls
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<SessionRouter> router_;
   std::unique_ptr<ConsumerInferenceService> inference_;

@@ -70,8 +70,6 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
   }
   absl::StatusOr<std::vector<TokenId>> prompt_ids = CheckRequest(consumer_, request->request());
   if (!prompt_ids.ok()) return Refuse(id, prompt_ids.status());
-  absl::StatusOr<std::unique_ptr<Admission::Slot>> slot = admission_->Admit();
-  if (!slot.ok()) return Refuse(id, slot.status());
   std::unique_ptr<SessionRouter::Ticket> ticket;
   if (route.mode != "local") {
     absl::StatusOr<std::unique_ptr<SessionRouter::Ticket>> expected =
@@ -79,12 +77,22 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
     if (!expected.ok()) return Refuse(id, expected.status());
     ticket = *std::move(expected);
   }
-  spdlog::info("[{}] admitted for {} from {} ({} of {} running)", id, route.mode,
-               ForLog(route.producer),
-               admission_->active(), admission_->capacity());
-
+  // Admitted by KV memory, waiting in the queue while it does not fit (the coordinator asks the
+  // producer to send only once this call has started); a caller that goes away leaves the queue.
   std::atomic<bool> cancelled{false};
   CallCancellationWatch watch(context, &cancelled);
+  const v1::GenerateRequest& req = request->request();
+  const absl::Time deadline =
+      received + (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms())
+                                        : consumer_.default_deadline);
+  absl::StatusOr<std::unique_ptr<Admission::Reservation>> reservation = admission_->Admit(
+      ReservationBytes(consumer_, req, prompt_ids->size()), deadline, &cancelled);
+  if (!reservation.ok()) return Refuse(id, reservation.status());
+  spdlog::info("[{}] admitted for {} from {} ({} of {} running, {} KV bytes reserved, waited {})",
+               id, route.mode, ForLog(route.producer), admission_->active(),
+               admission_->capacity(), (*reservation)->bytes(),
+               absl::FormatDuration((*reservation)->waited()));
+
   RunContext run;
   run.received = received;
   run.cancelled = &cancelled;
@@ -128,6 +136,15 @@ void ConsumerControlService::FillStats(v1::NodeStats* stats) const {
   stats->set_running(admission_->active());
   stats->set_capacity(admission_->capacity());
   stats->set_open_sessions(static_cast<uint32_t>(router_->open_sessions()));
+  stats->set_queued(admission_->queued());
+  stats->set_kv_reserved_bytes(static_cast<uint64_t>(admission_->reserved_bytes()));
+  stats->set_kv_budget_bytes(static_cast<uint64_t>(admission_->budget_bytes()));
+  if (consumer_.scheduler != nullptr) {
+    const DecodeScheduler::Stats scheduler = consumer_.scheduler->stats();
+    stats->set_sequences(static_cast<uint32_t>(scheduler.running));
+    stats->set_steps(static_cast<uint64_t>(scheduler.steps));
+    stats->set_max_batch(static_cast<uint32_t>(scheduler.max_batch));
+  }
   for (const auto& [name, count] : ended_.Snapshot()) (*stats->mutable_ended())[name] = count;
   if (consumer_.prefix_cache != nullptr) {
     SetPrefixCacheStats(consumer_.prefix_cache->blocks().Counters(), stats);

@@ -1,7 +1,8 @@
 // The consumer's side of the control plane (scd.v1.Consumer.Decode, called by the coordinator):
-// admit the routed request (capacity reserved before the producer sends; RESOURCE_EXHAUSTED when
-// full), expect its transfer session at the SessionRouter, then run it (RunTarget): rebuild the
-// prefix layer by layer from the producer's codes, decode, stream events. A mode that needs an
+// admit the routed request (its KV memory reserved before the producer sends, waiting in the
+// admission queue while it does not fit; consumer/admission.h), expect its transfer session at
+// the SessionRouter, then run it (RunTarget): rebuild the prefix layer by layer from the
+// producer's codes, decode in the consumer's batch, stream events. A mode that needs an
 // artifact the consumer does not hold is FAILED_PRECONDITION, naming the artifact. A caller that
 // goes away (the coordinator cancels: its client left) ends the transfer within ~30 ms, which
 // tells the producer to stop sending. Every call must carry the cluster secret (UNAUTHENTICATED
@@ -35,7 +36,8 @@ class ConsumerControlService final : public v1::Consumer::Service {
 
   grpc::Status Decode(grpc::ServerContext* context, const v1::DecodeRequest* request,
                       grpc::ServerWriter<v1::GenerateEvent>* writer) override;
-  // Admitted requests, capacity, open transfer sessions, how requests ended ("request_" +
+  // Admitted requests, capacity, open transfer sessions, the admission queue and KV bytes reserved,
+  // the scheduler's sequences and steps, how requests ended ("request_" +
   // finished / cancelled / the error code's name) and how many were refused before any work
   // ("refused_" + the code's name, on either plane).
   grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest* request,

@@ -55,13 +55,20 @@ grpc::Status ConsumerInferenceService::Generate(grpc::ServerContext* context,
   }
   absl::StatusOr<std::vector<TokenId>> prompt_ids = CheckRequest(consumer_, req);
   if (!prompt_ids.ok()) return refuse(prompt_ids.status());
-  absl::StatusOr<std::unique_ptr<Admission::Slot>> slot = admission_->Admit();
-  if (!slot.ok()) return refuse(slot.status());
-  spdlog::info("[{}] admitted ({} of {} running)", id, admission_->active(),
-               admission_->capacity());
-
+  // Admitted by KV memory (waiting in the queue while it does not fit); a client that cancels
+  // while waiting leaves the queue.
   std::atomic<bool> cancelled{false};
   CallCancellationWatch watch(context, &cancelled);
+  const absl::Time deadline =
+      received + (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms())
+                                        : consumer_.default_deadline);
+  absl::StatusOr<std::unique_ptr<Admission::Reservation>> reservation = admission_->Admit(
+      ReservationBytes(consumer_, req, prompt_ids->size()), deadline, &cancelled);
+  if (!reservation.ok()) return refuse(reservation.status());
+  spdlog::info("[{}] admitted ({} of {} running, {} KV bytes reserved, waited {})", id,
+               admission_->active(), admission_->capacity(), (*reservation)->bytes(),
+               absl::FormatDuration((*reservation)->waited()));
+
   RunContext run;
   run.received = received;
   run.cancelled = &cancelled;

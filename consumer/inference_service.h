@@ -2,7 +2,8 @@
 // Health. Called directly (not through the coordinator) a consumer has no producer, so it serves
 // mode local (and auto, which resolves to local, saying so); a request naming another target is
 // NOT_FOUND (naming this one), a mode that needs a producer FAILED_PRECONDITION. Requests are
-// admitted first (RESOURCE_EXHAUSTED when full, UNAVAILABLE while draining); every admitted
+// admitted first by KV memory (consumer/admission.h: waiting in its queue; RESOURCE_EXHAUSTED when
+// it can never fit or the queue is full, UNAVAILABLE while draining); every admitted
 // request ends in exactly one terminal event, and a client that cancels ends it "cancelled" with
 // its slot released. Logs carry the request id (escaped, cut); an id the client left empty is a
 // random one. The model-dependent checks (CheckRequest) run before admission; every refusal is

@@ -12,6 +12,7 @@
 #include "codec/code_encoder.h"
 #include "codec/transfer_mode.h"
 #include "consumer/code_receiver.h"
+#include "consumer/sequence_stream.h"
 #include "model/generator.h"
 #include "proto/request_validation.h"
 #include "tokenizer/prompt_ids.h"
@@ -64,9 +65,11 @@ absl::StatusOr<ExpectedTransfer> PlanTransfer(const ConsumerModel& consumer,
   return expected;
 }
 
-// Rebuilds the prefix `ids[0, T)` into `cache` from the producer's transfer session.
-// `begin`: positions the cache holds already (the transfer covers the rest).
+// Rebuilds the prefix `ids[0, T)` into `cache` from the producer's transfer session, its compute
+// paced by the consumer's scheduler. `begin`: positions the cache holds already (the transfer
+// covers the rest).
 absl::StatusOr<ReceiveReport> RebuildFromCodes(const ConsumerModel& consumer,
+                                               DecodeScheduler& scheduler,
                                                const ExpectedTransfer& expected,
                                                const std::vector<TokenId>& prefix,
                                                const RunContext& context, absl::Time deadline,
@@ -74,19 +77,24 @@ absl::StatusOr<ReceiveReport> RebuildFromCodes(const ConsumerModel& consumer,
   const Artifact* artifact = expected.artifact;
   CodeDecoder decoder(*consumer.model, artifact);
   if (!context.session) return absl::InternalError("no transfer session source");
-  // Waits for the producer's session in short slices, so a cancelled request stops waiting.
+  // Waits for the producer's session in short slices, so a cancelled request stops waiting; a
+  // producer that never opens it frees the reservation after the transfer timeout.
+  const absl::Time give_up = std::min(deadline, absl::Now() + consumer.transfer_timeout);
   absl::StatusOr<std::shared_ptr<transport::ReceiveSession>> opened;
   for (;;) {
     if (context.cancelled != nullptr && context.cancelled->load()) {
       return absl::CancelledError("cancelled by the caller before the transfer began");
     }
-    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration left = give_up - absl::Now();
     opened = context.session(std::min(left, kCancelPoll));
     if (opened.ok() || !absl::IsDeadlineExceeded(opened.status()) || left <= kCancelPoll) break;
   }
   if (absl::IsDeadlineExceeded(opened.status())) {
     return absl::DeadlineExceededError(
-        "the producer opened no transfer session before the request's deadline");
+        give_up < deadline
+            ? absl::StrCat("the producer opened no transfer session within the transfer timeout (",
+                           absl::FormatDuration(consumer.transfer_timeout), ")")
+            : "the producer opened no transfer session before the request's deadline");
   }
   SCD_ASSIGN_OR_RETURN(std::shared_ptr<transport::ReceiveSession> session, std::move(opened));
   // Codes are only meaningful from the producer the artifact was fitted for.
@@ -99,8 +107,13 @@ absl::StatusOr<ReceiveReport> RebuildFromCodes(const ConsumerModel& consumer,
     session->Cancel(why);
     return absl::PermissionDeniedError(why);
   }
+  RebuildPacing pacing;
+  pacing.run = [&scheduler](int64_t rows, int layers, const RebuildPacing::Piece& work) {
+    return scheduler.RunBetweenSteps(rows, layers, work);
+  };
   return ReceiveIntoCache(*session, decoder, expected.plan, expected.chunks, prefix, cache,
-                          deadline - absl::Now(), context.cancelled, begin, tail);
+                          deadline - absl::Now(), context.cancelled, begin, tail, pacing,
+                          consumer.transfer_timeout);
 }
 
 absl::StatusOr<GenerationOptions> GenerationOptionsFor(const ConsumerModel& consumer,
@@ -128,9 +141,9 @@ absl::StatusOr<GenerationOptions> GenerationOptionsFor(const ConsumerModel& cons
 // The prefix's cache: rebuilt from codes (`planned`: the route's expected transfer; null for
 // local), or left empty for the consumer's own prefill.
 absl::StatusOr<PrefixOutcome> PreparePrefix(
-    const ConsumerModel& consumer, const v1::GenerateRequest& request, const TargetRoute& route,
-    const ExpectedTransfer* planned, const std::vector<TokenId>& ids, const RunContext& context,
-    absl::Time deadline, int64_t cached_tokens, KvCache* cache) {
+    const ConsumerModel& consumer, DecodeScheduler& scheduler, const v1::GenerateRequest& request,
+    const TargetRoute& route, const ExpectedTransfer* planned, const std::vector<TokenId>& ids,
+    const RunContext& context, absl::Time deadline, int64_t cached_tokens, KvCache* cache) {
   PrefixOutcome outcome;
   outcome.mode = route.mode;
   outcome.reason = route.mode_reason;
@@ -142,10 +155,13 @@ absl::StatusOr<PrefixOutcome> PreparePrefix(
       *consumer.model, absl::MakeConstSpan(ids).last(1), static_cast<int64_t>(prefix.size()));
   if (!tail.ok()) return tail.status();
   absl::StatusOr<ReceiveReport> received = RebuildFromCodes(
-      consumer, *planned, prefix, context, deadline, cached_tokens, cache, &*tail);
+      consumer, scheduler, *planned, prefix, context, deadline, cached_tokens, cache, &*tail);
   if (received.ok()) {
-    absl::StatusOr<at::Tensor> logits = tail->LastLogits();
-    if (!logits.ok()) return logits.status();
+    absl::StatusOr<at::Tensor> logits;
+    SCD_RETURN_IF_ERROR(scheduler.RunBetweenSteps(1, 0, [&](int64_t, int64_t) {
+      logits = tail->LastLogits();
+      return logits.status();
+    }));
     outcome.first_logits = *std::move(logits);
     outcome.tail = tail->compute_time();
     outcome.payload_bytes = received->bytes;
@@ -191,6 +207,17 @@ absl::StatusOr<std::vector<TokenId>> CheckRequest(const ConsumerModel& consumer,
   return ids;
 }
 
+int64_t ReservationBytes(const ConsumerModel& consumer, const v1::GenerateRequest& request,
+                         size_t prompt_tokens) {
+  const ModelConfig& config = consumer.model->config();
+  const int64_t max_tokens =
+      request.max_tokens() > 0 ? request.max_tokens() : consumer.default_max_tokens;
+  const int64_t positions = std::min<int64_t>(
+      config.max_position_embeddings, static_cast<int64_t>(prompt_tokens) + max_tokens);
+  return positions *
+         config.KvBytesPerToken(static_cast<int64_t>(c10::elementSize(consumer.model->dtype())));
+}
+
 absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest& request,
                        const TargetRoute& route_in, const RunContext& context,
                        const EventSink& emit) {
@@ -212,6 +239,10 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
   if (!ids.ok()) return fail(ids.status());
   absl::StatusOr<GenerationOptions> options = GenerationOptionsFor(consumer, request);
   if (!options.ok()) return fail(options.status());
+  // Without the consumer's scheduler (tests calling this directly): one of its own.
+  std::optional<DecodeScheduler> own;
+  if (consumer.scheduler == nullptr) own.emplace(*consumer.model, SchedulerOptions());
+  DecodeScheduler& scheduler = consumer.scheduler != nullptr ? *consumer.scheduler : *own;
   TargetRoute route = route_in;
   if (route.mode != "local" && ids->size() < 2) {
     route = TargetRoute{};
@@ -260,12 +291,12 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
   emit(started);
 
   absl::StatusOr<PrefixOutcome> prefix =
-      PreparePrefix(consumer, request, route, planned ? &*planned : nullptr, *ids, context,
-                    deadline, cached_tokens, &cache);
+      PreparePrefix(consumer, scheduler, request, route, planned ? &*planned : nullptr, *ids,
+                    context, deadline, cached_tokens, &cache);
   if (!prefix.ok()) return fail(prefix.status());
   // Stores the prefix's blocks this request computed, once its cache holds the whole prefix.
   bool stored = prefix_keys == std::nullopt;
-  auto store_prefix = [&] {
+  auto store_prefix = [&](const KvCache& complete) {
     if (stored) return;
     stored = true;
     if (prefix->mode != route.mode) {  // a fallback's cache is local: its own scope
@@ -273,9 +304,9 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
           ConsumerPrefixCache::RouteScope("local", "", ""), request.cache_salt(),
           absl::MakeConstSpan(*ids).first(static_cast<size_t>(prefix_tokens)));
     }
-    consumer.prefix_cache->Store(*prefix_keys, prefix->cached_tokens, cache);
+    consumer.prefix_cache->Store(*prefix_keys, prefix->cached_tokens, complete);
   };
-  if (prefix->mode != "local") store_prefix();  // rebuilt: [0, prefix) complete
+  if (prefix->mode != "local") store_prefix(cache);  // rebuilt: [0, prefix) complete
   if (prefix->mode != route.mode && context.on_fallback) {
     // The transfer failed and this target runs its own prefill: announced before it runs.
     v1::GenerateEvent notice = started;
@@ -285,86 +316,55 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
     context.on_fallback(notice);
   }
 
-  // Decode, streaming a TokenDelta per token (text held back only inside a UTF-8 character or a
-  // possible stop string).
-  // No tokenizer (dummy weights): ids only, no text.
-  std::optional<StreamingDetokenizer> detok;
-  if (consumer.tokenizer != nullptr) {
-    detok.emplace(*consumer.tokenizer, /*skip_special_tokens=*/true);
-    for (TokenId id : *ids) detok->Push(id);
+  // The scheduler prefills what is left (local) and decodes; the stream turns its tokens into
+  // events, written here, on this request's thread.
+  SequenceStream::Options stream_options;
+  stream_options.target = consumer.name;
+  stream_options.tokenizer = consumer.tokenizer;
+  stream_options.stop_strings = options->stop_strings;
+  stream_options.top_logprobs = options->top_logprobs;
+  stream_options.on_prompt_done = store_prefix;  // local prefill done: the positions are final
+  SequenceStream stream(std::move(stream_options), *ids);
+  SequenceRequest sequence{*ids,      std::move(cache), prefix->first_logits, *options,
+                           deadline,  context.cancelled, &stream};
+  if (absl::Status submitted = scheduler.Submit(std::move(sequence)); !submitted.ok()) {
+    return fail(submitted);
   }
-  StopStringMatcher stops(options->stop_strings);
-  bool stop_string = false, cancelled = false, late = false;
-  absl::Time first_token = absl::InfinitePast();
-  auto delta = [&](std::string text, std::optional<TokenId> id, const TokenLogprobs* logprobs) {
-    if (text.empty() && !id.has_value()) return;
-    v1::GenerateEvent e = event();
-    e.mutable_token()->set_text(std::move(text));
-    if (id.has_value()) e.mutable_token()->add_ids(*id);
-    if (logprobs != nullptr && options->top_logprobs > 0) {
-      v1::TokenLogprobs* lp = e.mutable_token()->add_logprobs();
-      lp->set_id(logprobs->id);
-      lp->set_logprob(logprobs->logprob);
-      for (const TopLogprob& top : logprobs->top) {
-        v1::TopLogprob* t = lp->add_top();
-        t->set_id(top.id);
-        t->set_logprob(top.logprob);
-      }
+  const SequenceEnd end = stream.Drain(emit);
+  const bool cancelled = absl::IsCancelled(end.status);
+  if (!end.status.ok() && !cancelled) {
+    if (absl::IsDeadlineExceeded(end.status)) {
+      return fail(absl::DeadlineExceededError(
+          absl::StrCat("deadline of ", absl::FormatDuration(budget), " reached while ",
+                       end.first_token == absl::InfinitePast() ? "prefilling" : "decoding")));
     }
-    if (first_token == absl::InfinitePast()) first_token = absl::Now();
-    emit(e);
-  };
-  absl::StatusOr<GenerationResult> result = GenerateTokensWithLogprobs(
-      *consumer.model, *ids, &cache, *options,
-      [&](TokenId id, const TokenLogprobs& logprobs) {
-        store_prefix();  // local prefill done: the prompt's positions are final
-        std::string piece;
-        if (detok.has_value()) {
-          stop_string = stops.Add(detok->Push(id), [&](std::string_view p) { piece.append(p); });
-        }
-        delta(std::move(piece), id, &logprobs);
-        cancelled = context.cancelled != nullptr && context.cancelled->load();
-        late = absl::Now() > deadline;
-        return !stop_string && !cancelled && !late;
-      },
-      prefix->first_logits.defined() ? &prefix->first_logits : nullptr);
-  if (!result.ok()) return fail(result.status());
-  if (late && !cancelled) {
-    return fail(absl::DeadlineExceededError(
-        absl::StrCat("deadline of ", absl::FormatDuration(budget), " reached while decoding")));
-  }
-  if (!stop_string && !cancelled) {
-    std::string rest;
-    if (detok.has_value()) stops.Add(detok->Flush(), [&](std::string_view p) { rest.append(p); });
-    stops.Finish([&](std::string_view p) { rest.append(p); });
-    delta(std::move(rest), std::nullopt, nullptr);
+    return fail(end.status);
   }
 
-  const absl::Time end = absl::Now();
+  const absl::Time first_token = stream.first_token();
   v1::GenerateEvent finished = event();
   v1::Finished* f = finished.mutable_finished();
-  f->set_reason(cancelled ? "cancelled" : (result->finish_reason == "stop" ? "stop" : "length"));
+  f->set_reason(cancelled ? "cancelled" : end.finish_reason);
   f->set_prompt_tokens(static_cast<uint32_t>(ids->size()));
-  f->set_output_tokens(static_cast<uint32_t>(result->output_ids.size()));
+  f->set_output_tokens(static_cast<uint32_t>(end.output_tokens));
   f->set_payload_bytes(static_cast<uint64_t>(prefix->payload_bytes));
   f->set_mode(prefix->mode);
   f->set_mode_reason(prefix->reason);
   f->set_consumer_cached_tokens(static_cast<uint32_t>(prefix->cached_tokens));
   v1::Timings* t = f->mutable_timings();
   t->set_queue(Micros(start - context.received));
-  const absl::Duration first_step = absl::Seconds(result->prefill_seconds);
   if (prefix->mode == "local") {
-    t->set_prefill(Micros(first_step));
+    t->set_prefill(Micros(end.prefill));
   } else {
     // The last prompt token's steps (most overlapped with the rebuild) and the first sampling.
-    t->set_first_decode(Micros(prefix->tail + first_step));
+    t->set_first_decode(Micros(prefix->tail + end.prefill));
   }
   t->set_transfer(Micros(prefix->transfer));
   t->set_rebuild(Micros(prefix->rebuild));
   t->set_patch(Micros(prefix->patch));
   t->set_last_rebuild(Micros(prefix->last_rebuild));
   t->set_ttft(first_token == absl::InfinitePast() ? 0 : Micros(first_token - context.received));
-  t->set_total(Micros(end - context.received));
+  t->set_total(Micros(absl::Now() - context.received));
   emit(finished);
   return absl::OkStatus();
 }

@@ -1,8 +1,11 @@
-// One Generate target on a consumer, start to end: tokenize, obtain the prefix's cache (rebuilt
-// layer by layer from the producer's transfer session, or the consumer's own prefill), decode, and
-// stream scd.v1 GenerateEvents: one Started, TokenDeltas, then exactly one terminal event
-// (Finished or Error). The daemon's Generate handlers and the all-in-one server call this; tests
-// call it directly.
+// One Generate target on a consumer, start to end, in three parts: obtain the prompt's cache (the
+// prefix cache's blocks, then the rest rebuilt layer by layer from the producer's transfer
+// session, its compute run by the consumer's scheduler between decode steps; or nothing yet for a
+// local prefill), hand the sequence to the consumer's DecodeScheduler (which prefills what is
+// left in chunks and decodes it in a batch with every other running sequence), and stream its
+// events (SequenceStream): one Started, TokenDeltas, then exactly one terminal event (Finished or
+// Error). The daemon's Generate handlers and the all-in-one server call this; tests call it
+// directly.
 //
 // Prefix cache (ConsumerModel::prefix_cache): the cached blocks of the prompt's prefix are
 // loaded first (Started.consumer_cached_tokens says how many positions) and the producer sends
@@ -14,7 +17,10 @@
 // When the transfer fails (producer lost, corrupt, refused) the request ends with Error, or, when
 // GenerateRequest.allow_local_fallback is set, continues with the consumer's own prefill and says
 // so in Finished.mode / mode_reason.
-// Thread-safety: RunTarget is reentrant; concurrent calls share the model read-only.
+// A transfer that makes no progress (no session, or no chunk) for ConsumerModel::transfer_timeout
+// ends DEADLINE_EXCEEDED (or falls back, when allowed), so its reservation is freed.
+// Thread-safety: RunTarget is reentrant; concurrent calls share the model read-only and the
+// scheduler.
 #ifndef SCD_CONSUMER_REQUEST_RUNNER_H_
 #define SCD_CONSUMER_REQUEST_RUNNER_H_
 
@@ -30,6 +36,7 @@
 #include "codec/artifact.h"
 #include "codec/transfer_plan.h"
 #include "consumer/consumer_prefix_cache.h"
+#include "consumer/decode_scheduler.h"
 #include "model/llama_model.h"
 #include "proto/serving_metrics.h"
 #include "scd/v1/inference.pb.h"
@@ -48,6 +55,10 @@ struct ConsumerModel {
   absl::Duration default_deadline = absl::Seconds(60);
   ConsumerPrefixCache* prefix_cache = nullptr;  // not owned; null: no prefix cache
   ServingMetrics* metrics = nullptr;            // not owned; null: no metrics recorded
+  // Not owned; null: each call runs its own scheduler (tests), batching nothing across calls.
+  DecodeScheduler* scheduler = nullptr;
+  // The longest a transfer may stall: its session not opened, or no chunk arriving.
+  absl::Duration transfer_timeout = absl::Seconds(30);
 };
 
 // What routing decided for this target.
@@ -91,6 +102,11 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
 // Returns the prompt's ids (RunContext::prompt_ids, so RunTarget does not tokenize again).
 absl::StatusOr<std::vector<TokenId>> CheckRequest(const ConsumerModel& consumer,
                                                   const v1::GenerateRequest& request);
+
+// The KV bytes a request reserves at admission: (prompt + max_tokens, at most the model's
+// positions) x the model's KV bytes per position.
+int64_t ReservationBytes(const ConsumerModel& consumer, const v1::GenerateRequest& request,
+                         size_t prompt_tokens);
 
 // The prompt's token ids as the consumer sees them (prompt_ids, or the prompt tokenized with the
 // model's special tokens). INVALID_ARGUMENT: neither or both given, empty, ids out of vocabulary;

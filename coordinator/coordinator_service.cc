@@ -25,6 +25,9 @@ namespace {
 
 std::chrono::system_clock::time_point Deadline(absl::Time t) { return absl::ToChronoTime(t); }
 
+// Output positions routing assumes for a request without max_tokens (the consumers' default).
+constexpr int64_t kAssumedMaxTokens = 128;
+
 // One target's Decode call on its consumer, read by its own thread.
 struct TargetCall {
   RouteTarget route;
@@ -181,21 +184,24 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
   if (req.request_id().empty()) req.set_request_id(RandomId128());
   const std::string session_id = RandomId128();
   const std::string id = ForLog(req.request_id(), 40);  // for logs
-  // The prompt's prefix blocks, for cache-aware routing (text only with the tokenizer).
-  std::optional<PrefixHint> hint;
+  // The prompt's prefix blocks, for cache-aware routing (text only with the tokenizer), and the
+  // positions its cache will hold, for routing on the consumers' free KV memory.
+  PrefixHint hint;
   {
     absl::StatusOr<std::vector<TokenId>> ids = PromptTokenIds(
         options_.tokenizer, req.prompt(),
         absl::MakeConstSpan(req.prompt_ids().data(), static_cast<size_t>(req.prompt_ids_size())),
         int64_t{1} << 31, int64_t{1} << 31);
+    hint.kv_positions = static_cast<int64_t>(req.max_tokens() > 0 ? req.max_tokens()
+                                                                  : kAssumedMaxTokens) +
+                        (ids.ok() ? static_cast<int64_t>(ids->size()) : 0);
     if (ids.ok() && ids->size() > 1) {
-      hint.emplace();
-      hint->block_tokens = kPrefixBlockTokens;
-      hint->blocks = RoutingKeys(PrefixBlockChain(
+      hint.block_tokens = kPrefixBlockTokens;
+      hint.blocks = RoutingKeys(PrefixBlockChain(
           req.cache_salt(), absl::MakeConstSpan(*ids).first(ids->size() - 1), kPrefixBlockTokens));
     }
   }
-  const PrefixHint* hint_ptr = hint.has_value() ? &*hint : nullptr;
+  const PrefixHint* hint_ptr = &hint;
   absl::StatusOr<Route> route = registry_->Resolve(
       std::vector<std::string>(req.targets().begin(), req.targets().end()), req.mode(), hint_ptr);
   if (!route.ok()) {

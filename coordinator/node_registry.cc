@@ -1,6 +1,7 @@
 #include "coordinator/node_registry.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <set>
 #include <utility>
@@ -109,6 +110,8 @@ absl::Status NodeRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
 
 void NodeRegistry::ApplyState(Node& node, const v1::HeartbeatRequest& state) {
   node.active_requests = state.active_requests();
+  node.kv_reserved = static_cast<int64_t>(state.kv_reserved_bytes());
+  node.kv_queued = static_cast<int64_t>(state.kv_queued_bytes());
   if (state.has_prefix_blocks()) {
     // At most what registry.proto allows a report (the most recently used come first).
     const auto& blocks = state.prefix_blocks().blocks();
@@ -144,12 +147,27 @@ std::vector<std::string> NodeRegistry::ExternalNodeIds() const {
   return ids;
 }
 
-uint32_t NodeRegistry::Load(const Node& node) const {
+int64_t NodeRegistry::FreeBytes(const Node& node) {
+  const int64_t budget = static_cast<int64_t>(node.info.kv_budget_bytes());
+  if (budget <= 0) return std::numeric_limits<int64_t>::max();
+  return budget - std::max(node.kv_reserved + node.kv_queued, node.routed_bytes);
+}
+
+double NodeRegistry::Load(const Node& node) const {
+  const int64_t budget = static_cast<int64_t>(node.info.kv_budget_bytes());
+  if (node.info.role() == v1::NODE_ROLE_CONSUMER && budget > 0) {
+    const double used = static_cast<double>(budget - FreeBytes(node)) / static_cast<double>(budget);
+    return used * std::max<uint32_t>(1, node.info.capacity());
+  }
   return std::max(node.active_requests, node.routed);
 }
 
-bool NodeRegistry::AtCapacity(const Node& node) const {
-  return node.info.capacity() > 0 && Load(node) >= node.info.capacity();
+bool NodeRegistry::AtCapacity(const Node& node, int64_t need) const {
+  if (node.info.role() == v1::NODE_ROLE_CONSUMER && node.info.kv_budget_bytes() > 0) {
+    return FreeBytes(node) < std::max<int64_t>(need, 1);
+  }
+  return node.info.capacity() > 0 &&
+         std::max(node.active_requests, node.routed) >= node.info.capacity();
 }
 
 size_t NodeRegistry::Matched(const Node& node, const PrefixHint* hint) {
@@ -164,34 +182,40 @@ size_t NodeRegistry::Matched(const Node& node, const PrefixHint* hint) {
 double NodeRegistry::Cost(const Node& node, const PrefixHint* hint) const {
   const double blocks = hint != nullptr ? static_cast<double>(hint->blocks.size()) : 0.0;
   const double to_compute = blocks - static_cast<double>(Matched(node, hint));
+  const int64_t need =
+      hint != nullptr ? hint->kv_positions * static_cast<int64_t>(node.info.kv_bytes_per_token())
+                      : 0;
   return to_compute + options_.prefix_load_weight * Load(node) * std::max(blocks, 1.0) +
-         (AtCapacity(node) ? 1e18 : 0.0);
+         (AtCapacity(node, need) ? 1e18 : 0.0);
 }
 
 void NodeRegistry::NoteRouted(const Route& route, const PrefixHint* hint) {
   absl::MutexLock lock(&mu_);
-  auto note = [&](const std::string& id) {
+  auto note = [&](const std::string& id, int64_t kv_bytes) {
     auto it = nodes_.find(id);
     if (it == nodes_.end()) return;
     Node& node = it->second;
     ++node.routed;
+    node.routed_bytes += kv_bytes;
     if (hint != nullptr && node.has_prefix_cache &&
         node.prefix_blocks.size() + hint->blocks.size() <= kReportedPrefixBlocks) {
       node.prefix_blocks.insert(hint->blocks.begin(), hint->blocks.end());
     }
   };
-  if (!route.producer_node.empty()) note(route.producer_node);
-  for (const RouteTarget& target : route.targets) note(target.consumer_node);
+  if (!route.producer_node.empty()) note(route.producer_node, 0);
+  for (const RouteTarget& target : route.targets) note(target.consumer_node, target.kv_bytes);
 }
 
 void NodeRegistry::RoutedDone(const Route& route) {
   absl::MutexLock lock(&mu_);
-  auto done = [&](const std::string& id) {
+  auto done = [&](const std::string& id, int64_t kv_bytes) {
     auto it = nodes_.find(id);
-    if (it != nodes_.end() && it->second.routed > 0) --it->second.routed;
+    if (it == nodes_.end() || it->second.routed == 0) return;
+    --it->second.routed;
+    it->second.routed_bytes = std::max<int64_t>(0, it->second.routed_bytes - kv_bytes);
   };
-  if (!route.producer_node.empty()) done(route.producer_node);
-  for (const RouteTarget& target : route.targets) done(target.consumer_node);
+  if (!route.producer_node.empty()) done(route.producer_node, 0);
+  for (const RouteTarget& target : route.targets) done(target.consumer_node, target.kv_bytes);
 }
 
 absl::Status NodeRegistry::Deregister(const std::string& node_id) {
@@ -383,6 +407,10 @@ absl::StatusOr<Route> NodeRegistry::Resolve(const std::vector<std::string>& targ
         break;
       }
       score += target->mode != "local";
+      if (hint != nullptr) {
+        target->kv_bytes =
+            hint->kv_positions * static_cast<int64_t>(consumers[i]->info.kv_bytes_per_token());
+      }
       route.targets.push_back(*std::move(target));
     }
     if (!error.ok()) {

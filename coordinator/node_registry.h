@@ -14,9 +14,13 @@
 // (base/prefix_hash.h), prefers the consumer and the producer holding the longest run of them,
 // weighed against load the way Dynamo's KV router costs overlap against active work:
 //   cost = blocks to compute + load_weight * load * prompt blocks,
-// load = the node's active requests (the larger of its heartbeat's count and the requests routed
-// to it and not yet done); a node at its registered capacity is taken only when every candidate
-// is. NoteRouted records what a routed request will leave in its nodes' caches (the next
+// load = a producer's active requests (the larger of its heartbeat's count and the requests
+// routed to it and not yet done); a consumer's KV memory in use as a share of its budget, in
+// requests (used / budget x capacity), where used is the larger of the bytes its heartbeat
+// reported reserved and queued and the bytes of the requests routed to it and not yet done (each
+// request's prompt + max_tokens positions at the consumer's KV bytes per position). A consumer
+// whose free bytes cannot hold the request (a producer at its capacity) is taken only when every
+// candidate is: the consumer then queues it. NoteRouted records what a routed request will leave in its nodes' caches (the next
 // heartbeat's report replaces it), so a second request right behind the first follows it; only
 // for nodes that report a cache, and never past kReportedPrefixBlocks per node.
 //
@@ -54,10 +58,12 @@ struct RegistryOptions {
   double prefix_load_weight = 0.5;
 };
 
-// What routing knows of a request's prompt: the routing keys of its prefix's full blocks.
+// What routing knows of a request's prompt: the routing keys of its prefix's full blocks, and
+// the positions its KV cache will hold (prompt + max_tokens; 0: unknown).
 struct PrefixHint {
   std::vector<uint64_t> blocks;
   int block_tokens = 0;
+  int64_t kv_positions = 0;
 };
 
 struct Lease {
@@ -76,6 +82,7 @@ struct RouteTarget {
   std::string mode;         // the mode this target will use
   std::string mode_reason;  // why (always set)
   std::string artifact_id;  // the artifact the mode uses ("" when none)
+  int64_t kv_bytes = 0;     // the KV memory the request will reserve on the consumer (0: unknown)
 };
 
 struct Route {
@@ -143,14 +150,19 @@ class NodeRegistry {
     absl::Time last_heartbeat;
     uint32_t active_requests = 0;  // as its last heartbeat said
     uint32_t routed = 0;           // requests routed to it, not yet done
+    // Consumers: as its last heartbeat said, and the bytes of requests routed to it not yet done.
+    int64_t kv_reserved = 0, kv_queued = 0, routed_bytes = 0;
     std::set<uint64_t> prefix_blocks;  // routing keys its cache holds (reported + routed since)
     bool has_prefix_cache = false;     // it reports one (else nothing is predicted for it)
     bool external = false;             // Upsert: liveness kept elsewhere (etcd)
   };
   void ApplyState(Node& node, const v1::HeartbeatRequest& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Live(const Node& node, absl::Time now) const;
-  uint32_t Load(const Node& node) const;
-  bool AtCapacity(const Node& node) const;
+  double Load(const Node& node) const;
+  // A consumer's KV bytes free as routing sees them (no budget: unlimited).
+  static int64_t FreeBytes(const Node& node);
+  // Whether `node` cannot take a request needing `need` KV bytes now.
+  bool AtCapacity(const Node& node, int64_t need) const;
   // Leading blocks of `hint` the node holds.
   static size_t Matched(const Node& node, const PrefixHint* hint);
   // Routing cost (lower is better) of sending the request to `node`.

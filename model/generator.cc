@@ -48,6 +48,49 @@ absl::StatusOr<GenerationResult> GenerateTokens(const LlamaModel& model,
   return GenerateTokensWithLogprobs(model, prompt_ids, cache, options, forward);
 }
 
+GenerationState::GenerationState(const ModelConfig& config, const GenerationOptions& options)
+    : options_(options),
+      stops_(options.stop_token_ids),
+      max_positions_(config.max_position_embeddings),
+      sampler_(options.sampling) {
+  if (stops_.empty() && !options.ignore_eos) {
+    for (int64_t id : config.eos_token_ids) stops_.push_back(static_cast<TokenId>(id));
+  }
+  if (options.max_tokens <= 0) End("length");
+}
+
+void GenerationState::End(const char* reason) {
+  done_ = true;
+  finish_reason_ = reason;
+}
+
+std::optional<TokenId> GenerationState::Next(const at::Tensor& logits, int64_t positions,
+                                             const TokenLogprobsCallback& on_token) {
+  if (done_) return std::nullopt;
+  const TokenId next = sampler_.Sample(logits);
+  if (std::find(stops_.begin(), stops_.end(), next) != stops_.end()) {
+    End("stop");
+    return std::nullopt;
+  }
+  output_ids_.push_back(next);
+  const TokenLogprobs logprobs = options_.top_logprobs > 0
+                                     ? LogprobsOf(logits, next, options_.top_logprobs)
+                                     : TokenLogprobs{next, 0, {}};
+  if (on_token && !on_token(next, logprobs)) {
+    End("stop");
+    return std::nullopt;
+  }
+  if (static_cast<int64_t>(output_ids_.size()) >= options_.max_tokens) {
+    End("length");
+    return std::nullopt;
+  }
+  if (positions >= max_positions_) {
+    End("max_positions");
+    return std::nullopt;
+  }
+  return next;
+}
+
 absl::StatusOr<GenerationResult> GenerateTokensWithLogprobs(
     const LlamaModel& model, absl::Span<const TokenId> prompt_ids, KvCache* cache,
     const GenerationOptions& options, const TokenLogprobsCallback& on_token,
@@ -81,13 +124,9 @@ absl::StatusOr<GenerationResult> GenerateTokensWithLogprobs(
                                                 " tokens exceeds max_position_embeddings (",
                                                 max_positions, ")"));
     }
-    std::vector<TokenId> stops = options.stop_token_ids;
-    if (stops.empty() && !options.ignore_eos) {
-      for (int64_t id : model.config().eos_token_ids) stops.push_back(static_cast<TokenId>(id));
-    }
     GenerationResult result;
     result.prompt_ids.assign(prompt_ids.begin(), prompt_ids.end());
-    Sampler sampler(options.sampling);
+    GenerationState state(model.config(), options);
     auto start = std::chrono::steady_clock::now();
     // The sequence's RoPE tables, built once for every position it can reach.
     const DecodeWorkspace workspace =
@@ -99,33 +138,18 @@ absl::StatusOr<GenerationResult> GenerateTokensWithLogprobs(
     } else {
       SCD_ASSIGN_OR_RETURN(out, model.Forward(prompt_ids.subspan(cached), cache, forward));
     }
-    result.finish_reason = "length";
-    for (int step = 0; step < options.max_tokens; ++step) {
-      const TokenId next = sampler.Sample(out.logits);
-      if (step == 0) {
+    for (bool first = true;; first = false) {
+      const std::optional<TokenId> next = state.Next(out.logits, cache->length(), on_token);
+      if (first) {
         result.prefill_seconds = SecondsSince(start);
         start = std::chrono::steady_clock::now();
       }
-      if (std::find(stops.begin(), stops.end(), next) != stops.end()) {
-        result.finish_reason = "stop";
-        break;
-      }
-      result.output_ids.push_back(next);
-      const TokenLogprobs logprobs = options.top_logprobs > 0
-                                         ? LogprobsOf(out.logits, next, options.top_logprobs)
-                                         : TokenLogprobs{next, 0, {}};
-      if (on_token && !on_token(next, logprobs)) {
-        result.finish_reason = "stop";
-        break;
-      }
-      if (step + 1 == options.max_tokens) break;
-      if (cache->length() >= max_positions) {
-        result.finish_reason = "max_positions";
-        break;
-      }
-      const TokenId input[] = {next};
+      if (!next.has_value()) break;
+      const TokenId input[] = {*next};
       SCD_ASSIGN_OR_RETURN(out, model.Forward(input, cache, forward));
     }
+    result.output_ids = state.output_ids();
+    result.finish_reason = state.finish_reason();
     if (!result.output_ids.empty()) result.decode_seconds = SecondsSince(start);
     return result;
   });

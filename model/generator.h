@@ -5,6 +5,7 @@
 #define SCD_MODEL_GENERATOR_H_
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -66,6 +67,39 @@ using TokenCallback = std::function<bool(TokenId)>;
 // Called per new token with its log-probabilities (empty `top` and 0 when options.top_logprobs
 // is 0); return false to stop early ("stop").
 using TokenLogprobsCallback = std::function<bool(TokenId, const TokenLogprobs&)>;
+// One sequence's generation after its prompt: picks each next token from the logits (its own
+// seeded sampler, stop ids, max_tokens, the model's positions) and says when and why it ends.
+// GenerateTokensWithLogprobs drives one alone; the consumer's scheduler drives many, each step a
+// batched forward (consumer/decode_scheduler.h). Thread-safety: not thread-safe; one per sequence.
+class GenerationState {
+ public:
+  // REQUIRES: options.sampling.Validate().ok(), options.max_tokens >= 0.
+  GenerationState(const ModelConfig& config, const GenerationOptions& options);
+
+  // Takes the logits ([1, vocab] or [vocab]) after the sequence's last input, with `positions`
+  // the positions its cache holds now. Returns the token to run next, or nullopt once the
+  // sequence ended (finish_reason()). `on_token` (may be null) gets every output token with its
+  // log-probabilities; its false ends the sequence ("stop").
+  std::optional<TokenId> Next(const at::Tensor& logits, int64_t positions,
+                              const TokenLogprobsCallback& on_token);
+
+  bool done() const { return done_; }
+  // "stop", "length" or "max_positions"; "" until done().
+  const std::string& finish_reason() const { return finish_reason_; }
+  const std::vector<TokenId>& output_ids() const { return output_ids_; }
+
+ private:
+  void End(const char* reason);
+
+  GenerationOptions options_;
+  std::vector<TokenId> stops_;
+  int64_t max_positions_;
+  Sampler sampler_;
+  std::vector<TokenId> output_ids_;
+  bool done_ = false;
+  std::string finish_reason_;
+};
+
 // Called per text piece (never half a UTF-8 character).
 using TextCallback = std::function<void(std::string_view)>;
 

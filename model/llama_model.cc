@@ -218,7 +218,7 @@ absl::StatusOr<at::Tensor> LlamaModel::RunLayersOwned(int begin, int end, at::Te
                                                       Captures* captures,
                                                       const DecodeWorkspace* workspace,
                                                       const LayerCallback* on_layer) const {
-  const StepContext step = PlanStep(cache->length(begin), h.size(0), h, workspace);
+  const Segment segments[] = {{0, PlanStep(cache->length(begin), h.size(0), h, workspace), cache}};
   for (int l = begin; l < end; ++l) {
     const bool wanted =
         capture != nullptr &&
@@ -231,12 +231,78 @@ absl::StatusOr<at::Tensor> LlamaModel::RunLayersOwned(int begin, int end, at::Te
         return (*on_layer)(l, std::move(layer_capture));
       };
       SCD_RETURN_IF_ERROR(
-          RunLayer(l, h, step, cache, wanted ? &layer_capture : nullptr, capture, &hand_off));
+          RunLayer(l, h, segments, wanted ? &layer_capture : nullptr, capture, &hand_off));
       continue;
     }
-    RunLayer(l, h, step, cache, wanted ? &(*captures)[l] : nullptr, capture).IgnoreError();
+    RunLayer(l, h, segments, wanted ? &(*captures)[l] : nullptr, capture).IgnoreError();
   }
   return h;
+}
+
+absl::StatusOr<std::vector<at::Tensor>> LlamaModel::ForwardBatch(
+    absl::Span<const BatchSequence> batch) const {
+  return GuardExceptions(
+      "LlamaModel::ForwardBatch", [&]() -> absl::StatusOr<std::vector<at::Tensor>> {
+        ComputeStep step;
+        if (batch.empty()) return absl::InvalidArgumentError("ForwardBatch: an empty batch");
+        // Every check first: an error leaves every cache as it was.
+        std::vector<TokenId> tokens;
+        for (size_t i = 0; i < batch.size(); ++i) {
+          const BatchSequence& seq = batch[i];
+          if (seq.cache == nullptr) {
+            return absl::InvalidArgumentError(absl::StrCat("sequence ", i, " has no cache"));
+          }
+          SCD_RETURN_IF_ERROR(CheckCache(*seq.cache));
+          if (!seq.cache->uniform()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "sequence ", i, ": its cache layers hold different lengths"));
+          }
+          for (size_t j = 0; j < i; ++j) {
+            if (batch[j].cache == seq.cache) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("sequences ", j, " and ", i, " share one cache"));
+            }
+          }
+          if (seq.tokens.empty()) {
+            return absl::InvalidArgumentError(absl::StrCat("sequence ", i, " has no tokens"));
+          }
+          const int64_t end = seq.cache->length() + static_cast<int64_t>(seq.tokens.size());
+          if (end > config_.max_position_embeddings) {
+            return absl::OutOfRangeError(absl::StrCat("sequence ", i, " of ", end,
+                                                      " tokens exceeds max_position_embeddings (",
+                                                      config_.max_position_embeddings, ")"));
+          }
+          tokens.insert(tokens.end(), seq.tokens.begin(), seq.tokens.end());
+        }
+        SCD_ASSIGN_OR_RETURN(at::Tensor h, Embed(tokens));
+        // The embedding is a fresh tensor: the layers may update it in place without a copy.
+        h = h.to(options_.dtype);
+        std::vector<Segment> segments;
+        segments.reserve(batch.size());
+        std::vector<int64_t> last_rows;  // of the sequences whose logits are asked for
+        int64_t row = 0;
+        for (const BatchSequence& seq : batch) {
+          const int64_t n = static_cast<int64_t>(seq.tokens.size());
+          segments.push_back({row, PlanStep(seq.cache->length(), n, h, seq.workspace), seq.cache});
+          row += n;
+          if (seq.logits) last_rows.push_back(row - 1);
+        }
+        for (int l = 0; l < config_.num_layers; ++l) {
+          RunLayer(l, h, segments, nullptr, nullptr).IgnoreError();  // no callback: no error
+        }
+        std::vector<at::Tensor> out(batch.size());
+        if (last_rows.empty()) return out;
+        // The LM head once for every sequence asking (one row alone: a GEMV, as Forward's).
+        at::Tensor last = last_rows.size() == 1
+                              ? h.narrow(0, last_rows[0], 1)
+                              : h.index_select(0, at::tensor(last_rows).to(h.device()));
+        at::Tensor logits = Logits(last);
+        int64_t k = 0;
+        for (size_t i = 0; i < batch.size(); ++i) {
+          if (batch[i].logits) out[i] = logits.narrow(0, k++, 1);
+        }
+        return out;
+      });
 }
 
 LlamaModel::StepContext LlamaModel::PlanStep(int64_t p0, int64_t tokens, const at::Tensor& like,
@@ -287,35 +353,40 @@ LlamaModel::StepContext LlamaModel::PlanStep(int64_t p0, int64_t tokens, const a
   return step;
 }
 
-absl::Status LlamaModel::RunLayer(int layer, at::Tensor& h, const StepContext& step, KvCache* cache,
+absl::Status LlamaModel::RunLayer(int layer, at::Tensor& h, absl::Span<const Segment> segments,
                                   LayerCapture* capture, const CaptureSpec* spec,
                                   const std::function<absl::Status()>* captured) const {
   const LayerWeights& w = weights_.layers[layer];
-  const int64_t T = h.size(0), Hkv = config_.num_kv_heads, g = config_.group_size(),
-                hd = config_.head_dim, qd = config_.q_dim(), kvd = config_.kv_dim();
+  const int64_t T = h.size(0), Hkv = config_.num_kv_heads, hd = config_.head_dim,
+                qd = config_.q_dim(), kvd = config_.kv_dim();
   if (capture != nullptr && spec->residual) capture->residual = h.clone();
 
-  // Attention block: x = RMSNorm(h); q|k|v = x W_qkv^T (+ b).
+  // Attention block: x = RMSNorm(h); q|k|v = x W_qkv^T (+ b), every segment's rows at once.
   at::Tensor x = RmsNorm(h, w.attn_norm, config_.rms_norm_eps);  // [T, d]
   at::Tensor qkv = Linear(x, w.wqkv, w.bqkv);                    // [T, qd + 2 kvd]
-  // Queries as [kv_heads, T, group, hd]: the rows of one kv head's queries are then contiguous,
-  // so grouped-query attention is a plain bmm against that head's keys.
-  at::Tensor q = qkv.narrow(1, 0, qd).view({T, Hkv, g, hd}).permute({1, 0, 2, 3});
-  at::Tensor k = qkv.narrow(1, qd, kvd).view({T, Hkv, hd}).permute({1, 0, 2});        // pre-RoPE
-  at::Tensor v = qkv.narrow(1, qd + kvd, kvd).view({T, Hkv, hd}).permute({1, 0, 2});  // [Hkv,T,hd]
-  if (capture != nullptr) {
+  if (capture != nullptr) {  // one segment (Forward, RunLayers)
     if (spec->attn_input) capture->attn_input = x;
-    if (spec->key_prerope) capture->key_prerope = k.contiguous();
-    if (spec->value) capture->value = v.contiguous();
+    if (spec->key_prerope) {
+      capture->key_prerope = qkv.narrow(1, qd, kvd).view({T, Hkv, hd}).permute({1, 0, 2}).contiguous();
+    }
+    if (spec->value) {
+      capture->value =
+          qkv.narrow(1, qd + kvd, kvd).view({T, Hkv, hd}).permute({1, 0, 2}).contiguous();
+    }
   }
   // Everything a capture holds exists now: hand it off before attention and the MLP run.
   if (captured != nullptr) SCD_RETURN_IF_ERROR((*captured)());
-  at::Tensor q_rot = RotaryEmbedding::Rotate(q, step.q_cos, step.q_sin).view({Hkv, T * g, hd});
-  at::Tensor k_rot = RotaryEmbedding::Rotate(k, step.k_cos, step.k_sin);  // [Hkv, T, hd]
-  cache->Append(layer, k_rot, v);
-  at::Tensor attn = Attend(q_rot, cache->keys(layer), cache->values(layer), step);  // [Hkv,T*g,hd]
-  // Back to [T, heads * hd] with head index = kv_head * group + j, as W_o expects.
-  attn = attn.view({Hkv, T, g, hd}).permute({1, 0, 2, 3}).reshape({T, qd});
+  at::Tensor attn;  // [T, qd]
+  if (segments.size() == 1) {
+    attn = AttendSegment(layer, qkv, segments[0]);
+  } else {
+    attn = at::empty({T, qd}, h.options());
+    for (const Segment& segment : segments) {
+      const int64_t rows = segment.step.tokens;
+      attn.narrow(0, segment.row0, rows)
+          .copy_(AttendSegment(layer, qkv.narrow(0, segment.row0, rows), segment));
+    }
+  }
   h.add_(Linear(attn, w.wo, w.bo));
 
   // MLP block: h += W_down (silu(x W_gate^T) * (x W_up^T)).
@@ -325,6 +396,25 @@ absl::Status LlamaModel::RunLayer(int layer, at::Tensor& h, const StepContext& s
   at::Tensor act = at::silu(gate_up.narrow(1, 0, f)).mul_(gate_up.narrow(1, f, f));  // [T, f]
   h.add_(Linear(act, w.w_down, w.b_down));
   return absl::OkStatus();
+}
+
+at::Tensor LlamaModel::AttendSegment(int layer, const at::Tensor& qkv,
+                                     const Segment& segment) const {
+  const int64_t T = qkv.size(0), Hkv = config_.num_kv_heads, g = config_.group_size(),
+                hd = config_.head_dim, qd = config_.q_dim(), kvd = config_.kv_dim();
+  const StepContext& step = segment.step;
+  // Queries as [kv_heads, T, group, hd]: the rows of one kv head's queries are then contiguous,
+  // so grouped-query attention is a plain bmm against that head's keys.
+  at::Tensor q = qkv.narrow(1, 0, qd).view({T, Hkv, g, hd}).permute({1, 0, 2, 3});
+  at::Tensor k = qkv.narrow(1, qd, kvd).view({T, Hkv, hd}).permute({1, 0, 2});        // pre-RoPE
+  at::Tensor v = qkv.narrow(1, qd + kvd, kvd).view({T, Hkv, hd}).permute({1, 0, 2});  // [Hkv,T,hd]
+  at::Tensor q_rot = RotaryEmbedding::Rotate(q, step.q_cos, step.q_sin).view({Hkv, T * g, hd});
+  at::Tensor k_rot = RotaryEmbedding::Rotate(k, step.k_cos, step.k_sin);  // [Hkv, T, hd]
+  segment.cache->Append(layer, k_rot, v);
+  at::Tensor attn = Attend(q_rot, segment.cache->keys(layer), segment.cache->values(layer),
+                           step);  // [Hkv, T*g, hd]
+  // Back to [T, heads * hd] with head index = kv_head * group + j, as W_o expects.
+  return attn.view({Hkv, T, g, hd}).permute({1, 0, 2, 3}).reshape({T, qd});
 }
 
 at::Tensor LlamaModel::Attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,

@@ -7,8 +7,20 @@
 // Positions: the tokens of a call sit at positions [cache length, cache length + T); a cache
 // slot's index is its position.
 //
+// Batched steps (ForwardBatch): several sequences, each with its own cache and positions, advance
+// in one pass: their rows share every norm, projection, MLP and the LM head as one GEMM over the
+// batch's rows (the weights are read once per step, not once per sequence); RoPE takes each
+// sequence's own positions; attention runs per sequence against its own cache. That layout was
+// measured against padding the batch's caches to one length and masking (bench/model_bench.cc,
+// `attention/...`; bench/README.md): the caches live in separate tensors, so padding copies every
+// visible key and value of every sequence once per layer and step, more memory traffic than the
+// attention itself, while the per-sequence loop reads each cache in place; the loop's cost is a
+// few small bmm calls per sequence and layer. A sequence alone in a step runs exactly what
+// Forward runs (bit-identical); in a batch its rows go through GEMMs instead of GEMVs (the same
+// sums in another order).
+//
 // Thread-safety: immutable after construction. Const methods may run concurrently as long as
-// each call uses its own KvCache.
+// each call uses its own KvCaches.
 #ifndef SCD_MODEL_LLAMA_MODEL_H_
 #define SCD_MODEL_LLAMA_MODEL_H_
 
@@ -98,6 +110,14 @@ struct ForwardOutput {
   Captures captures;
 };
 
+// One sequence's part of a batched step (LlamaModel::ForwardBatch).
+struct BatchSequence {
+  absl::Span<const TokenId> tokens;  // new tokens (>= 1), at [cache->length(), + tokens.size())
+  KvCache* cache = nullptr;          // the sequence's own cache (every layer at one length)
+  const DecodeWorkspace* workspace = nullptr;  // its RoPE tables (optional)
+  bool logits = true;                // return the logits of its last new token
+};
+
 // How transferred keys are expressed.
 enum class KeyFormat {
   kPreRope,   // keys before rotation; rotated here with this model's own rope config
@@ -152,6 +172,14 @@ class LlamaModel {
   absl::StatusOr<ForwardOutput> Forward(absl::Span<const TokenId> tokens, KvCache* cache,
                                         const ForwardOptions& options = {}) const;
 
+  // Runs every sequence's new tokens as one step (see the file comment), appending each
+  // sequence's K/V to its own cache. Returns, per sequence in order, float32 [1, vocab] logits of
+  // its last token where asked (undefined otherwise). INVALID_ARGUMENT: an empty batch, a sequence
+  // without tokens, a cache not made for this model, shared between two sequences or not uniform;
+  // OUT_OF_RANGE: a sequence past max_position_embeddings. On an error no cache was changed.
+  absl::StatusOr<std::vector<at::Tensor>> ForwardBatch(
+      absl::Span<const BatchSequence> batch) const;
+
   // Token embeddings [T, hidden].
   absl::StatusOr<at::Tensor> Embed(absl::Span<const TokenId> tokens) const;
   // Runs layers [begin, end) on `hidden` [T, hidden] for the positions that follow what each of
@@ -194,6 +222,12 @@ class LlamaModel {
   };
   StepContext PlanStep(int64_t p0, int64_t tokens, const at::Tensor& like,
                        const DecodeWorkspace* workspace) const;
+  // One sequence's rows [row0, row0 + step.tokens) of a step's hidden state, and its cache.
+  struct Segment {
+    int64_t row0 = 0;
+    StepContext step;
+    KvCache* cache = nullptr;
+  };
   // RunLayers without argument checks; `h` is owned by the call and updated in place.
   // With `on_layer`, each layer's capture is handed to it instead of `captures`.
   absl::StatusOr<at::Tensor> RunLayersOwned(int begin, int end, at::Tensor h, KvCache* cache,
@@ -201,12 +235,15 @@ class LlamaModel {
                                             const DecodeWorkspace* workspace,
                                             const LayerCallback* on_layer = nullptr) const;
   at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
-  // One decoder layer in place on `h` [T, hidden].
-  // `captured` (may be null) runs once the layer's captures are taken; an error from it stops the
-  // layer there and is returned.
-  absl::Status RunLayer(int layer, at::Tensor& h, const StepContext& step, KvCache* cache,
+  // One decoder layer in place on `h` [rows, hidden], the rows of every segment.
+  // Captures (one segment only): `captured` (may be null) runs once the layer's captures are
+  // taken; an error from it stops the layer there and is returned.
+  absl::Status RunLayer(int layer, at::Tensor& h, absl::Span<const Segment> segments,
                         LayerCapture* capture, const CaptureSpec* spec,
                         const std::function<absl::Status()>* captured = nullptr) const;
+  // A segment's attention: its rows of `qkv` [rows, qd + 2 kvd] rotated at its positions, K/V
+  // appended to its cache, attended against it; returns [rows, qd].
+  at::Tensor AttendSegment(int layer, const at::Tensor& qkv, const Segment& segment) const;
   // Causal (optionally sliding-window) attention of grouped queries against the cache layer.
   at::Tensor Attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                     const StepContext& step) const;

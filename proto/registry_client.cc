@@ -36,11 +36,10 @@ void SetNodeIdentity(v1::NodeRole role, const std::string& address, const std::s
 }
 
 RegistryClient::RegistryClient(std::string coordinator, v1::RegisterRequest registration,
-                               std::function<uint32_t()> active_requests, ClusterSecret secret,
-                               PrefixBlocksFn prefix_blocks)
+                               LoadFn load, ClusterSecret secret, PrefixBlocksFn prefix_blocks)
     : coordinator_(std::move(coordinator)),
       registration_(std::move(registration)),
-      active_requests_(std::move(active_requests)),
+      load_(std::move(load)),
       prefix_blocks_(std::move(prefix_blocks)),
       secret_(std::move(secret)),
       stub_(IsEtcdRegistry(coordinator_)
@@ -71,7 +70,7 @@ std::string RegistryClient::EtcdEntry(const std::string& node_id) const {
   *entry.mutable_node() = registration_;
   v1::HeartbeatRequest* state = entry.mutable_state();
   state->set_node_id(node_id);
-  state->set_active_requests(active_requests_ ? active_requests_() : 0);
+  if (load_) load_(state);
   if (prefix_blocks_) *state->mutable_prefix_blocks() = prefix_blocks_();
   return entry.SerializeAsString();
 }
@@ -192,7 +191,7 @@ void RegistryClient::Loop() {
       secret_.Attach(&context);
       v1::HeartbeatRequest beat;
       beat.set_node_id(id);
-      beat.set_active_requests(active_requests_ ? active_requests_() : 0);
+      if (load_) load_(&beat);
       if (prefix_blocks_) *beat.mutable_prefix_blocks() = prefix_blocks_();
       v1::HeartbeatResponse response;
       const grpc::Status status = stub_->Heartbeat(&context, beat, &response);

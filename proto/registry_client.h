@@ -1,6 +1,6 @@
 // RegistryClient: how a producer or consumer stays in the coordinator's routing. Registers (and
 // retries while the coordinator is unreachable), heartbeats every interval the lease asks for
-// (reporting its active requests and the prefix blocks its cache holds), registers again when the coordinator no longer knows the lease
+// (reporting its load and the prefix blocks its cache holds), registers again when the coordinator no longer knows the lease
 // (it lapsed or the coordinator restarted), and deregisters on Stop, so a drained node leaves
 // routing at once rather than after its lease.
 // With an etcd registry (`coordinator` = "etcd://HOST:PORT", the nodes' --registry): the node
@@ -53,11 +53,13 @@ class RegistryClient {
  public:
   // What a heartbeat reports of the node's prefix cache (cache-aware routing).
   using PrefixBlocksFn = std::function<v1::PrefixBlocks()>;
-  // `coordinator`: its control address. `active_requests` and `prefix_blocks` (may be null: no
-  // prefix cache) are sampled at every heartbeat. Every call carries `secret`.
-  RegistryClient(std::string coordinator, v1::RegisterRequest registration,
-                 std::function<uint32_t()> active_requests, ClusterSecret secret,
-                 PrefixBlocksFn prefix_blocks = nullptr);
+  // What a heartbeat reports of the node's load: active requests; a consumer's reserved and
+  // queued KV bytes.
+  using LoadFn = std::function<void(v1::HeartbeatRequest*)>;
+  // `coordinator`: its control address. `load` and `prefix_blocks` (may be null: no prefix
+  // cache) are sampled at every heartbeat. Every call carries `secret`.
+  RegistryClient(std::string coordinator, v1::RegisterRequest registration, LoadFn load,
+                 ClusterSecret secret, PrefixBlocksFn prefix_blocks = nullptr);
   ~RegistryClient();  // Stop()
 
   void Start();
@@ -77,7 +79,7 @@ class RegistryClient {
 
   const std::string coordinator_;
   const v1::RegisterRequest registration_;
-  const std::function<uint32_t()> active_requests_;
+  const LoadFn load_;
   const PrefixBlocksFn prefix_blocks_;
   const ClusterSecret secret_;
   std::unique_ptr<v1::Registry::Stub> stub_;

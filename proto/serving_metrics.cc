@@ -59,7 +59,16 @@ ServingMetrics::ServingMetrics(MetricsRegistry* registry, uint64_t kv_bytes_per_
                                   "Request targets admitted that have not sent a token yet "
                                   "(queue, prefill, transfer, rebuild)")),
       running_(registry->GetGauge("scd:num_requests_running",
-                                  "Request targets generating tokens")) {
+                                  "Request targets generating tokens")),
+      batch_size_(registry->GetHistogram("scd:batch_size",
+                                         "Sequences one scheduler step advanced together",
+                                         ExponentialBuckets(1, 2, 10))),
+      batch_tokens_(registry->GetHistogram(
+          "scd:batch_tokens", "Rows of one scheduler step: decodes and prefill chunk tokens",
+          ExponentialBuckets(1, 2, 14))),
+      step_time_(registry->GetHistogram("scd:step_time_seconds",
+                                        "Time of one scheduler step's batched forward",
+                                        ExponentialBuckets(1e-4, 2, 16))) {
   // Every failure reason and the whole families exist from the start (0, not absent).
   for (const char* reason : {"transport", "deadline", "cancel", "refused", "other"}) {
     registry->GetCounter("scd:request_failures_total", kFailuresHelp, {{"reason", reason}});
@@ -182,6 +191,12 @@ ServingMetrics::Call::~Call() {
   for (auto& [name, target] : targets_) Leave(target);
 }
 
+void ServingMetrics::ObserveStep(int64_t sequences, int64_t rows, double seconds) {
+  batch_size_.Observe(static_cast<double>(sequences));
+  batch_tokens_.Observe(static_cast<double>(rows));
+  step_time_.Observe(seconds);
+}
+
 void SetNodeGauges(MetricsRegistry* r, const v1::NodeStats& stats) {
   r->GetGauge("scd:node_requests_active",
               "Producer: prefills running; consumer: admitted requests; coordinator: calls")
@@ -200,6 +215,26 @@ void SetNodeGauges(MetricsRegistry* r, const v1::NodeStats& stats) {
     r->GetCounter("scd:sessions_ended_total",
                   "Transfer sessions and requests ended, by terminal state", {{"state", state}})
         .SetTotal(static_cast<double>(count));
+  }
+  if (stats.kv_budget_bytes() > 0) {  // a consumer
+    const double budget = static_cast<double>(stats.kv_budget_bytes());
+    const double reserved = static_cast<double>(stats.kv_reserved_bytes());
+    r->GetGauge("scd:num_sequences_running", "Sequences in the consumer's batch (prefilling or "
+                                             "decoding)")
+        .Set(stats.sequences());
+    r->GetGauge("scd:num_requests_queued", "Requests waiting for KV memory (admission queue)")
+        .Set(stats.queued());
+    r->GetGauge("scd:kv_cache_reserved_bytes",
+                "KV bytes reserved by admitted requests (prompt + max_tokens each)")
+        .Set(reserved);
+    r->GetGauge("scd:kv_cache_free_bytes", "KV bytes not reserved")
+        .Set(std::max(0.0, budget - reserved));
+    r->GetGauge("scd:kv_cache_budget_bytes", "The consumer's KV memory (--kv-cache-mb)")
+        .Set(budget);
+    r->GetGauge("scd:kv_cache_usage_perc", "Reserved KV bytes over the budget (0..1)")
+        .Set(reserved / budget);
+    r->GetCounter("scd:scheduler_steps_total", "Batched steps the consumer's scheduler ran")
+        .SetTotal(static_cast<double>(stats.steps()));
   }
   if (stats.has_prefix_cache()) {
     const v1::PrefixCacheStats& c = stats.prefix_cache();

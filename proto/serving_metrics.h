@@ -64,6 +64,10 @@ class ServingMetrics {
     std::map<std::string, Target> targets_;
   };
 
+  // One step of a consumer's scheduler (consumer/decode_scheduler.h): scd:batch_size (sequences
+  // it advanced), scd:batch_tokens (rows: decodes and prefill tokens), scd:step_time_seconds.
+  void ObserveStep(int64_t sequences, int64_t rows, double seconds);
+
   // A call that ended with a non-OK status before any event (refused as a whole).
   void CountRefused(const absl::Status& status);
   // The request failure reason of a gRPC status code: transport, deadline, cancel, refused, other.
@@ -89,12 +93,18 @@ class ServingMetrics {
   Counter& generation_tokens_;
   Gauge& waiting_;
   Gauge& running_;
+  Histogram& batch_size_;
+  Histogram& batch_tokens_;
+  Histogram& step_time_;
 };
 
 // A node's Stats as gauges and totals: scd:node_requests_active (NodeStats.running),
 // scd:request_capacity, scd:open_transfer_sessions, scd:held_payload_bytes,
-// scd:prefills_total, scd:prefill_tokens_total, scd:sessions_ended_total{state}, and the prefix
-// cache's scd:prefix_cache_{bytes,entries,hit_tokens_total,lookup_tokens_total}.
+// scd:prefills_total, scd:prefill_tokens_total, scd:sessions_ended_total{state}, the prefix
+// cache's scd:prefix_cache_{bytes,entries,hit_tokens_total,lookup_tokens_total}, and a consumer's
+// batching and KV memory (after vLLM's num_requests_running/waiting and kv_cache_usage_perc):
+// scd:num_sequences_running, scd:num_requests_queued, scd:kv_cache_{reserved,free,budget}_bytes,
+// scd:kv_cache_usage_perc (reserved / budget), scd:scheduler_steps_total.
 void SetNodeGauges(MetricsRegistry* registry, const v1::NodeStats& stats);
 // Sets them at every scrape from `fill` (the node's Stats, without the secret check).
 // REQUIRES: what `fill` reads outlives the registry's renders.

@@ -255,6 +255,62 @@ TEST_F(NodeRegistryTest, LeastLoadedConsumerServesTheTarget) {
   EXPECT_EQ(route->targets[0].consumer_node, busy);
 }
 
+// Consumers that report KV memory are routed on the bytes they have free, not on request counts:
+// a consumer running fewer but larger requests is the busier one; one whose free bytes cannot hold
+// the request is taken only when every candidate is full (it then queues the request); requests
+// routed since the last heartbeat count with their bytes until they are done.
+TEST_F(NodeRegistryTest, ConsumersAreRoutedOnTheirFreeKvBytes) {
+  Add(Producer("base", kBaseFp));
+  v1::RegisterRequest a = Consumer("fables", kFablesFp, {kBaseFp}, "10.0.0.2:7001");
+  v1::RegisterRequest b = Consumer("fables", kFablesFp, {kBaseFp}, "10.0.0.5:7001");
+  for (v1::RegisterRequest* r : {&a, &b}) {
+    r->set_capacity(16);
+    r->set_kv_budget_bytes(1'000'000);
+    r->set_kv_bytes_per_token(1'000);
+  }
+  const std::string few_large = Add(a), many_small = Add(b);
+  auto beat = [&](const std::string& id, uint32_t active, uint64_t reserved, uint64_t queued) {
+    v1::HeartbeatRequest state;
+    state.set_node_id(id);
+    state.set_active_requests(active);
+    state.set_kv_reserved_bytes(reserved);
+    state.set_kv_queued_bytes(queued);
+    ASSERT_TRUE(registry_.Heartbeat(state).ok());
+  };
+  beat(few_large, 2, 800'000, 0);   // 2 requests, 80 % of its memory
+  beat(many_small, 6, 300'000, 0);  // 6 requests, 30 %
+  PrefixHint hint;
+  hint.kv_positions = 100;  // 100,000 bytes
+  absl::StatusOr<Route> route = registry_.Resolve({"fables"}, "", &hint);
+  ASSERT_TRUE(route.ok()) << route.status();
+  EXPECT_EQ(route->targets[0].consumer_node, many_small);
+  EXPECT_EQ(route->targets[0].kv_bytes, 100'000);
+  // Routed and not yet reported: their bytes count. Nine such requests fill many_small past
+  // few_large's 80 %; done, they count no more.
+  const Route routed = *route;
+  for (int i = 0; i < 9; ++i) registry_.NoteRouted(routed, &hint);
+  route = registry_.Resolve({"fables"}, "", &hint);
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->targets[0].consumer_node, few_large);
+  for (int i = 0; i < 9; ++i) registry_.RoutedDone(routed);
+  route = registry_.Resolve({"fables"}, "", &hint);
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->targets[0].consumer_node, many_small);
+  // Neither has room for a 300,000-byte request once both are nearly full: the one with more
+  // free bytes takes it (and queues it); with room on one, that one, whatever its load.
+  beat(few_large, 2, 800'000, 0);
+  beat(many_small, 6, 900'000, 50'000);
+  hint.kv_positions = 300;
+  route = registry_.Resolve({"fables"}, "", &hint);
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->targets[0].consumer_node, few_large);
+  beat(few_large, 2, 800'000, 100'000);  // queued bytes count as used
+  beat(many_small, 1, 600'000, 0);
+  route = registry_.Resolve({"fables"}, "", &hint);
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->targets[0].consumer_node, many_small);
+}
+
 // Cache-aware routing: the prompt's prefix blocks (routing keys) against what nodes report.
 PrefixHint Hint(int blocks, uint64_t first = 100) {
   PrefixHint hint;

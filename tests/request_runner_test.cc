@@ -256,11 +256,13 @@ TEST_F(RequestRunnerTest, BadRequestsEndInOneErrorWithTheirCode) {
 }
 
 TEST_F(RequestRunnerTest, CancelledRequestFinishesCancelled) {
-  std::atomic<bool> cancelled{true};  // seen after the first token
+  // Seen before the local prefill's first chunk: nothing is computed, no token sent.
+  std::atomic<bool> cancelled{true};
   Outcome run = Serve(Consumer(*consumer_), Request(prompt_), {}, false, &cancelled);
   ASSERT_TRUE(run.last().has_finished()) << run.last().DebugString();
   EXPECT_EQ(run.last().finished().reason(), "cancelled");
-  EXPECT_EQ(run.ids.size(), 1u);
+  EXPECT_EQ(run.ids.size(), 0u);
+  EXPECT_EQ(run.last().finished().output_tokens(), 0u);
 }
 
 }  // namespace

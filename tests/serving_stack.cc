@@ -70,7 +70,14 @@ void ServingStack::AddConsumer(const std::string& name, std::unique_ptr<LlamaMod
         *node->model, node->fingerprint, options_.consumer_prefix_cache_bytes);
     served.prefix_cache = node->prefix_cache.get();
   }
-  node->admission = consumer::Admission::Create(options_.consumer_capacity);
+  consumer::Admission::Options admission;
+  admission.capacity = options_.consumer_capacity;
+  admission.max_queued = options_.consumer_max_queued;
+  admission.budget_bytes = options_.consumer_kv_budget_bytes;
+  node->admission = consumer::Admission::Create(admission);
+  node->scheduler =
+      std::make_unique<consumer::DecodeScheduler>(*node->model, options_.scheduling);
+  served.scheduler = node->scheduler.get();
   node->control = std::make_unique<consumer::ConsumerControlService>(
       served, held, node->admission, node->router.get(), secret_);
   node->server = Serve({node->control.get()}, &node->address);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "codec/artifact.h"
+#include "consumer/decode_scheduler.h"
 #include "consumer/decode_service.h"
 #include "coordinator/coordinator_service.h"
 #include "producer/producer_service.h"
@@ -35,6 +36,7 @@ struct ServedConsumer {
   std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<consumer::SessionRouter> router;
   std::shared_ptr<consumer::Admission> admission;
+  std::unique_ptr<consumer::DecodeScheduler> scheduler;  // the node's batch
   std::unique_ptr<consumer::ConsumerPrefixCache> prefix_cache;  // null: off
   std::unique_ptr<consumer::ConsumerControlService> control;
   GrpcServer server;
@@ -54,6 +56,10 @@ class ServingStack {
     std::string backend = "grpc";        // what codes travel over
     transport::LinkShape producer_link;  // shapes what the producer sends (off by default)
     uint32_t consumer_capacity = 16;
+    // Each consumer's admission queue (0: a full consumer refuses) and KV budget (0: none).
+    uint32_t consumer_max_queued = 0;
+    int64_t consumer_kv_budget_bytes = 0;
+    consumer::SchedulerOptions scheduling;
     absl::Duration deadline = absl::Seconds(30);
     int64_t producer_prefix_cache_bytes = 0;  // the producer's prefix cache (0: off)
     int64_t consumer_prefix_cache_bytes = 0;  // each consumer's (0: off)

@@ -197,7 +197,7 @@ TEST_F(ServingTest, SixteenConcurrentRequestsAllCompleteUnmixed) {
 }
 
 TEST_F(ServingTest, FullConsumerRefusesBeforeTheProducerSends) {
-  std::vector<std::unique_ptr<consumer::Admission::Slot>> held;
+  std::vector<std::unique_ptr<consumer::Admission::Reservation>> held;
   for (int i = 0; i < 16; ++i)
     held.push_back(testing::Ok(stack_->consumer("xs").admission->Admit()));
   const uint64_t before = stack_->producer_service().prefills();

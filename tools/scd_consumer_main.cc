@@ -7,6 +7,8 @@
 //                [--cluster-secret-file FILE | $SCD_CLUSTER_SECRET]
 //                [--advertise HOST] [--transfer-listen HOST:PORT]
 //                [--transport grpc|ucx] [--artifact FILE ...] [--capacity N]
+//                [--kv-cache-mb M] [--max-queued N] [--max-batched-tokens N]
+//                [--transfer-timeout SECONDS]
 //                [--http-listen HOST:PORT] [--tls-cert F --tls-key F] [--tls-ca F]
 //                [--tls-require-client-cert] [--api-token-file F] [--max-requests-per-client N]
 //                [--max-prompt-tokens N] [--max-output-tokens N] [--max-message-mb M]
@@ -31,8 +33,7 @@ int main(int argc, char** argv) {
   scd::AddServingNodeFlags(&app, &options, "translator artifact(s), one per producer");
   app.add_option("--listen", options.listen, "public API gRPC address (port 0: any free port)");
   app.add_option("--transfer-listen", options.transfer_listen, "where producers send codes");
-  app.add_option("--capacity", options.capacity, "requests served at once")
-      ->check(CLI::TypeValidator<uint32_t>())->check(CLI::Range(1, 4096));
+  scd::AddConsumerBatchingFlags(&app, &options);
   app.add_option("--max-tokens", options.default_max_tokens, "default output length")
       ->check(CLI::TypeValidator<uint32_t>())->check(CLI::Range(1, 1 << 20));
   scd::AddPublicApiFlags(&app, &daemon.public_api);

@@ -188,7 +188,7 @@ struct ServeFlags {
   TlsFiles tls;
   PublicApiFlags public_api;
   std::string cluster_secret_file;  // "" = $SCD_CLUSTER_SECRET, else a random one
-  uint32_t capacity = 4;
+  consumer::ConsumerNodeOptions consumer;  // batching and admission flags, for every consumer
   size_t prefix_cache_mb = 0;
   double drain_seconds = 30;
   bool strict_modes = false;
@@ -263,7 +263,7 @@ absl::Status RunServe(const ServeFlags& flags, int threads) {
       return absl::InvalidArgumentError(
           absl::StrCat("--consumer ", spec, ": expected NAME=DIR[:ARTIFACT]"));
     }
-    consumer::ConsumerNodeOptions options;
+    consumer::ConsumerNodeOptions options = flags.consumer;
     const std::string rest = spec.substr(eq + 1);
     const size_t colon = rest.find(':');
     options.model = spec_of(rest.substr(0, colon), flags.consumer_seed);
@@ -276,7 +276,6 @@ absl::Status RunServe(const ServeFlags& flags, int threads) {
     options.transfer_listen = options.model.name + ":0";
     options.coordinator = coordinator->control_address();
     options.cluster_secret = secret;
-    options.capacity = flags.capacity;
     options.prefix_cache_mb = flags.prefix_cache_mb;
     consumer_options.push_back(options);
   }
@@ -522,8 +521,7 @@ int Main(int argc, char** argv) {
   serve->add_option("--cluster-secret-file", serve_flags.cluster_secret_file,
                     "the control plane's secret (default: $SCD_CLUSTER_SECRET, else a random one)")
       ->check(CLI::ExistingFile);
-  serve->add_option("--capacity", serve_flags.capacity, "requests per consumer at once")
-      ->check(CLI::TypeValidator<uint32_t>())->check(CLI::Range(1, 4096));
+  AddConsumerBatchingFlags(serve, &serve_flags.consumer);
   serve->add_option("--prefix-cache-mb", serve_flags.prefix_cache_mb,
                     "prefix cache budget of the producer and of each consumer, MiB (0: off)")
       ->check(CLI::Range(0, 1 << 20));

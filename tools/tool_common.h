@@ -146,6 +146,36 @@ void AddServingNodeFlags(CLI::App* app, NodeOptions* options, const char* artifa
       ->check(CLI::Range(0, 1 << 20));
 }
 
+// A consumer's batching and admission flags (scd-consumer and scd serve --all-in-one), bound to
+// its ConsumerNodeOptions: --capacity, --kv-cache-mb, --max-queued, --max-batched-tokens,
+// --transfer-timeout.
+template <typename ConsumerOptions>
+void AddConsumerBatchingFlags(CLI::App* app, ConsumerOptions* options) {
+  app->add_option("--capacity", options->capacity,
+                  "sequences a consumer runs at once (an upper bound: admission counts KV memory)")
+      ->check(CLI::TypeValidator<uint32_t>())
+      ->check(CLI::Range(1, 4096));
+  app->add_option("--kv-cache-mb", options->kv_cache_mb,
+                  "KV memory a consumer admits requests into, MiB; a request reserves (prompt + "
+                  "max_tokens) positions (0: capacity x the model's context, at most half the "
+                  "machine's memory; fractions allowed)")
+      ->check(CLI::Range(0.0, 16777216.0));
+  app->add_option("--max-queued", options->max_queued,
+                  "requests waiting for KV memory at once; more are refused (0: refuse at once)")
+      ->check(CLI::TypeValidator<uint32_t>())
+      ->check(CLI::Range(0, 1 << 20));
+  app->add_option("--max-batched-tokens", options->max_batched_tokens,
+                  "rows of one batched step: running decodes plus chunks of prefills and "
+                  "rebuilds")
+      ->check(CLI::Range(1, 1 << 20));
+  app->add_option_function<double>(
+         "--transfer-timeout",
+         [options](double seconds) { options->transfer_timeout = absl::Seconds(seconds); },
+         "seconds a transfer may stall (no session, no chunk) before its request gives up its "
+         "reservation and fails, or falls back to a local prefill when allowed (default 30)")
+      ->check(CLI::Range(0.01, 86400.0));
+}
+
 // Daemons. Blocks SIGTERM and SIGINT in the calling thread and so in every thread started after
 // it (call first in main), so WaitForTerminationSignal can take them synchronously.
 void BlockTerminationSignals();

@@ -1,0 +1,38 @@
+// `scd_model_bench --batch-report`: what batching decode steps buys on this machine, measured
+// against its own read bandwidth in the same run, and the attention layout's choice
+// (model/llama_model.h):
+// - decode tokens/s of B sequences advanced by B per-sequence Forward calls (each reads every
+//   weight) against one ForwardBatch of B rows (reads them once), B = 1 .. 16, after 128-token
+//   contexts, on the TinyLlama-1.1B shape cut to 4 layers (dummy weights, f32) and on
+//   tinystories-4m's shape; the batched step's weight reads per second against at::mv's;
+// - one layer's attention for B decoding sequences whose caches hold mixed lengths: per sequence
+//   against its own cache (what ForwardBatch runs) against padding the caches to the longest and
+//   masking (one bmm over the batch, after copying every cache into the padded tensor).
+// Also the helpers the model bench's reports share.
+// Thread-safety: call from main().
+#ifndef SCD_BENCH_BATCH_REPORT_H_
+#define SCD_BENCH_BATCH_REPORT_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/llama_model.h"
+
+namespace scd {
+
+// The best wall time of `iterations` runs of `f` (after one warm-up run), seconds.
+double BestSeconds(int iterations, const std::function<void()>& f);
+double Median(std::vector<double> v);
+// Bytes of weight a decode step reads (every layer's matrices and the LM head).
+int64_t WeightBytes(const LlamaModel& model);
+// Read bandwidth of at::mv over a 256 MiB f32 matrix, GB/s (best of 10).
+double MvReadGbps();
+
+// `configs`: ../shared/configs. Returns the process exit code.
+int BatchReport(const std::string& configs);
+
+}  // namespace scd
+
+#endif  // SCD_BENCH_BATCH_REPORT_H_

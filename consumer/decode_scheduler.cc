@@ -1,0 +1,354 @@
+#include "consumer/decode_scheduler.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/exception_guard.h"
+#include "proto/serving_metrics.h"
+
+namespace scd::consumer {
+namespace {
+
+// Weight of the newest sample in the moving averages.
+constexpr double kAverageWeight = 0.25;
+// Rebuild rows a step runs at least (and, beside decodes, before any is measured).
+constexpr int64_t kMinPieceRows = 16;
+
+void Average(double* average, double sample) {
+  *average = *average == 0 ? sample : (1 - kAverageWeight) * *average + kAverageWeight * sample;
+}
+
+}  // namespace
+
+struct DecodeScheduler::Sequence {
+  explicit Sequence(SequenceRequest r, const LlamaModel& model)
+      : req(std::move(r)),
+        state(model.config(), req.options),
+        workspace(model.NewWorkspace(static_cast<int64_t>(req.prompt.size()) +
+                                     req.options.max_tokens)),
+        prompt_next(req.cache.length()) {}
+
+  bool decoding() const { return input.has_value(); }
+  bool prefilling() const { return !input.has_value() && !req.first_logits.defined(); }
+
+  SequenceRequest req;
+  GenerationState state;
+  DecodeWorkspace workspace;
+  int64_t prompt_next;            // the next prompt position to run while prefilling
+  std::optional<TokenId> input;   // decoding: the token to run next
+  absl::Time joined = absl::InfinitePast();
+  absl::Time first_token = absl::InfinitePast();
+  absl::Duration prefill = absl::ZeroDuration();
+  bool sampled = false;  // its first logits were sampled
+  bool ended = false;
+};
+
+DecodeScheduler::DecodeScheduler(const LlamaModel& model, SchedulerOptions options)
+    : model_(model), options_(options) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+DecodeScheduler::~DecodeScheduler() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+absl::Status DecodeScheduler::Submit(SequenceRequest request) {
+  if (request.sink == nullptr) return absl::InvalidArgumentError("a sequence needs a sink");
+  const GenerationOptions& o = request.options;
+  if (absl::Status valid = o.sampling.Validate(); !valid.ok()) return valid;
+  if (o.max_tokens < 0 || o.top_logprobs < 0) {
+    return absl::InvalidArgumentError("max_tokens and top_logprobs must be >= 0");
+  }
+  const int64_t prompt = static_cast<int64_t>(request.prompt.size());
+  const int64_t cached = request.cache.length();
+  if (prompt == 0) return absl::InvalidArgumentError("a sequence needs a prompt");
+  if (prompt > model_.config().max_position_embeddings) {
+    return absl::OutOfRangeError(absl::StrCat("prompt of ", prompt,
+                                              " tokens exceeds max_position_embeddings (",
+                                              model_.config().max_position_embeddings, ")"));
+  }
+  if (!request.cache.uniform() || request.cache.num_layers() != model_.config().num_layers) {
+    return absl::InvalidArgumentError("the sequence's cache is not uniform or not this model's");
+  }
+  if (request.first_logits.defined()) {
+    if (cached != prompt || request.first_logits.numel() != model_.config().vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "with the last prompt token's logits the cache must hold all ", prompt,
+          " prompt positions; it holds ", cached));
+    }
+  } else if (cached >= prompt) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the cache holds ", cached, " of ", prompt,
+                     " prompt positions; at least the last must still run to get logits"));
+  }
+  auto seq = GuardExceptions("DecodeScheduler::Submit",
+                             [&]() -> absl::StatusOr<std::unique_ptr<Sequence>> {
+                               return std::make_unique<Sequence>(std::move(request), model_);
+                             });
+  if (!seq.ok()) return seq.status();
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::UnavailableError("the consumer's scheduler is stopping");
+  incoming_.push_back(*std::move(seq));
+  return absl::OkStatus();
+}
+
+absl::Status DecodeScheduler::RunBetweenSteps(
+    int64_t rows, int layers, const std::function<absl::Status(int64_t, int64_t)>& work) {
+  if (rows <= 0) return absl::OkStatus();
+  if (std::this_thread::get_id() == thread_.get_id()) return work(0, rows);  // from a step
+  Work item;
+  item.rows = rows;
+  item.layers = layers;
+  item.fn = &work;
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::UnavailableError("the consumer's scheduler is stopping");
+  work_.push_back(&item);
+  mu_.Await(absl::Condition(&item.done));
+  return item.status;
+}
+
+DecodeScheduler::Stats DecodeScheduler::stats() const {
+  absl::MutexLock lock(&mu_);
+  Stats stats = stats_;
+  stats.pending_work = static_cast<int64_t>(work_.size());
+  stats.running += static_cast<int64_t>(incoming_.size());
+  return stats;
+}
+
+void DecodeScheduler::Loop() {
+  std::list<std::unique_ptr<Sequence>> running;
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !incoming_.empty() || !work_.empty() || !running.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stopping_) break;
+      const absl::Time now = absl::Now();
+      while (!incoming_.empty()) {
+        incoming_.front()->joined = now;
+        running.push_back(std::move(incoming_.front()));
+        incoming_.pop_front();
+      }
+    }
+    Step(running);
+  }
+  // Stopping: every sequence ends and every waiting piece fails.
+  std::deque<std::unique_ptr<Sequence>> incoming;
+  {
+    absl::MutexLock lock(&mu_);
+    incoming.swap(incoming_);
+    for (Work* work : work_) {
+      work->status = absl::UnavailableError("the consumer's scheduler is stopping");
+      work->done = true;
+    }
+    work_.clear();
+  }
+  const absl::Status stopped = absl::UnavailableError("the consumer is shutting down");
+  for (auto& seq : running) End(*seq, stopped, "");
+  for (auto& seq : incoming) End(*seq, stopped, "");
+}
+
+void DecodeScheduler::End(Sequence& seq, absl::Status status, const std::string& reason) {
+  if (seq.ended) return;
+  seq.ended = true;
+  SequenceEnd end;
+  end.status = std::move(status);
+  end.finish_reason = reason;
+  end.output_tokens = static_cast<int64_t>(seq.state.output_ids().size());
+  end.joined = seq.joined;
+  end.first_token = seq.first_token;
+  end.prefill = seq.prefill;
+  seq.req.sink->Ended(end);
+}
+
+void DecodeScheduler::RunPieces(int64_t decodes, double* allowed, int64_t* rows_left) {
+  const int64_t layers = model_.config().num_layers;
+  std::vector<Work*> queued;
+  {
+    absl::MutexLock lock(&mu_);
+    queued.assign(work_.begin(), work_.end());
+  }
+  bool ran = false;
+  for (Work* work : queued) {  // in order: a later transfer waits for the earlier one's rows
+    const int64_t remaining = work->rows - work->next_row;
+    int64_t n = remaining;
+    if (work->layers > 0) {
+      n = std::min(n, *rows_left * layers / work->layers);
+      if (decodes > 0) {
+        const double per_row = rebuild_row_layer_s_ * work->layers;
+        n = std::min<int64_t>(
+            n, per_row > 0 ? static_cast<int64_t>(std::max(0.0, std::floor(*allowed / per_row)))
+                           : kMinPieceRows);
+      }
+    }
+    if (!ran) n = std::max(n, std::min(remaining, kMinPieceRows));  // progress
+    if (n <= 0) break;
+    const absl::Time start = absl::Now();
+    absl::Status status =
+        GuardExceptions("rebuild piece", [&] { return (*work->fn)(work->next_row, n); });
+    const double took = absl::ToDoubleSeconds(absl::Now() - start);
+    ran = true;
+    work->next_row += n;
+    if (work->layers > 0) {
+      Average(&rebuild_row_layer_s_, took / (static_cast<double>(n) * work->layers));
+    }
+    *allowed -= took;
+    *rows_left = std::max<int64_t>(0, *rows_left - (n * work->layers + layers - 1) / layers);
+    if (status.ok() && work->next_row < work->rows) break;  // its next rows in a later step
+    absl::MutexLock lock(&mu_);
+    work_.pop_front();  // `work` is the front: earlier ones are done
+    work->status = std::move(status);
+    work->done = true;  // the caller may return (and free `work`) from here on
+  }
+}
+
+void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
+  const absl::Time now = absl::Now();
+  // Leaves: cancelled and expired sequences, between steps.
+  for (auto& seq : running) {
+    if (seq->req.cancelled != nullptr && seq->req.cancelled->load()) {
+      End(*seq, absl::CancelledError("cancelled"), "cancelled");
+    } else if (now > seq->req.deadline) {
+      End(*seq, absl::DeadlineExceededError("the request's deadline passed"), "");
+    }
+  }
+  running.remove_if([](const auto& seq) { return seq->ended; });
+
+  // The budget beside the decodes (see the header).
+  int64_t decodes = 0;
+  for (const auto& seq : running) decodes += seq->decoding();
+  const double kUnlimited = std::numeric_limits<double>::infinity();
+  double allowed = decodes > 0 ? (options_.step_slack - 1) * decode_step_s_ : kUnlimited;
+  int64_t rows_left = std::max<int64_t>(0, options_.max_batched_tokens - decodes);
+  // The decodes' own step time is measured first: until then they run alone.
+  const bool decodes_only = decodes > 0 && decode_step_s_ == 0;
+
+  // Rebuild pieces handed in by transfers, oldest first.
+  if (!decodes_only) RunPieces(decodes, &allowed, &rows_left);
+
+  // The batch: every decode, then prefill chunks oldest first.
+  std::vector<BatchSequence> batch;
+  std::vector<Sequence*> members;
+  std::vector<int64_t> chunk;  // prompt tokens per member (0 for a decode)
+  int64_t prefill_tokens = 0;
+  for (auto& seq : running) {
+    if (!seq->decoding()) continue;
+    batch.push_back({absl::MakeConstSpan(&*seq->input, 1), &seq->req.cache, &seq->workspace, true});
+    members.push_back(seq.get());
+    chunk.push_back(0);
+  }
+  for (auto& seq : running) {
+    if (decodes_only) break;
+    if (!seq->prefilling()) continue;
+    const int64_t remaining = static_cast<int64_t>(seq->req.prompt.size()) - seq->prompt_next;
+    int64_t can = rows_left;
+    if (decodes > 0) {
+      // Unmeasured: one token, then the average says how many fit.
+      const double fit = prefill_token_s_ > 0 ? std::floor(allowed / prefill_token_s_) : 1;
+      can = std::min<int64_t>(can, static_cast<int64_t>(std::max(0.0, fit)));
+    }
+    if (prefill_tokens == 0) can = std::max<int64_t>(can, 1);  // progress in every step
+    const int64_t n = std::min(remaining, can);
+    if (n <= 0) break;
+    const bool last = n == remaining;
+    batch.push_back({absl::MakeConstSpan(seq->req.prompt).subspan(
+                         static_cast<size_t>(seq->prompt_next), static_cast<size_t>(n)),
+                     &seq->req.cache, &seq->workspace, last});
+    members.push_back(seq.get());
+    chunk.push_back(n);
+    prefill_tokens += n;
+    rows_left -= n;
+    if (decodes > 0) allowed -= static_cast<double>(n) * prefill_token_s_;
+  }
+
+  std::vector<at::Tensor> logits;
+  if (!batch.empty()) {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<std::vector<at::Tensor>> out = model_.ForwardBatch(batch);
+    const double took = absl::ToDoubleSeconds(absl::Now() - start);
+    if (!out.ok()) {
+      for (Sequence* seq : members) End(*seq, out.status(), "");
+      running.remove_if([](const auto& seq) { return seq->ended; });
+      return;
+    }
+    logits = *std::move(out);
+    if (prefill_tokens == 0) {
+      Average(&decode_step_s_, took);
+    } else {
+      const double beside = decodes > 0 ? decode_step_s_ : 0;
+      Average(&prefill_token_s_, std::max(0.0, took - beside) / static_cast<double>(prefill_tokens));
+    }
+    if (options_.metrics != nullptr) {
+      options_.metrics->ObserveStep(static_cast<int64_t>(batch.size()),
+                                    decodes + prefill_tokens, took);
+    }
+  }
+
+  // Sampling: each sequence with logits picks its next token.
+  const absl::Time sampled_at = absl::Now();
+  auto pick = [&](Sequence& seq, const at::Tensor& row) {
+    if (!seq.sampled) {
+      seq.sampled = true;
+      seq.prefill = sampled_at - seq.joined;
+    }
+    absl::Status failed;
+    std::optional<TokenId> next;
+    failed = GuardExceptions("sampling", [&]() -> absl::Status {
+      next = seq.state.Next(row, seq.req.cache.length(),
+                            [&](TokenId id, const TokenLogprobs& logprobs) {
+                              if (seq.first_token == absl::InfinitePast()) {
+                                seq.first_token = absl::Now();
+                              }
+                              return seq.req.sink->Token(id, logprobs);
+                            });
+      return absl::OkStatus();
+    });
+    if (!failed.ok()) return End(seq, failed, "");
+    if (next.has_value()) {
+      seq.input = *next;
+      return;
+    }
+    const std::string& reason = seq.state.finish_reason();
+    End(seq, absl::OkStatus(), reason == "stop" ? "stop" : "length");
+  };
+  for (size_t i = 0; i < members.size(); ++i) {
+    Sequence& seq = *members[i];
+    if (chunk[i] > 0) {
+      seq.prompt_next += chunk[i];
+      if (!logits[i].defined()) continue;  // more chunks to come
+      seq.req.sink->PromptDone(seq.req.cache);
+    }
+    pick(seq, logits[i]);
+  }
+  // Sequences that joined with their first logits (rebuilt caches) need no forward.
+  for (auto& seq : running) {
+    if (seq->ended || seq->sampled || !seq->req.first_logits.defined()) continue;
+    seq->req.sink->PromptDone(seq->req.cache);
+    pick(*seq, seq->req.first_logits);
+  }
+  running.remove_if([](const auto& seq) { return seq->ended; });
+
+  absl::MutexLock lock(&mu_);
+  if (!batch.empty()) ++stats_.steps;
+  stats_.max_batch = std::max<int64_t>(stats_.max_batch, static_cast<int64_t>(batch.size()));
+  stats_.running = static_cast<int64_t>(running.size());
+  stats_.decoding = 0;
+  for (const auto& seq : running) stats_.decoding += seq->decoding();
+  stats_.decode_step_ms = decode_step_s_ * 1e3;
+  stats_.prefill_token_ms = prefill_token_s_ * 1e3;
+}
+
+}  // namespace scd::consumer

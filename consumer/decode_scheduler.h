@@ -1,0 +1,174 @@
+// DecodeScheduler: continuous batching on one consumer. One thread advances every running
+// sequence together: a step is one LlamaModel::ForwardBatch over each decoding sequence's last
+// token and chunks of local prefills (a rebuilt sequence's last prompt token is a one-token
+// chunk), then every sequence that got logits picks its next token with its own GenerationState
+// (its own sampling parameters and seeded sampler, so a seed gives the same tokens whatever else
+// runs). Between steps, sequences that ended, were cancelled (their flag) or passed their
+// deadline leave, new ones join, and rebuild work handed in by transfers runs (RunBetweenSteps):
+// a joining sequence costs a step only its own new tokens, and nothing that waits (a transfer
+// still arriving, a client reading slowly) holds a step up.
+//
+// Pacing -- what keeps running decodes at their pace while prompts arrive. The decodes always run.
+// Prefill chunks and rebuild pieces fill the rest of a step, up to `max_batched_tokens` rows in
+// all; while sequences decode, only as much as keeps the step within `step_slack` times the
+// decodes' own step time, predicted from moving averages measured here (the time of a step
+// without other work, per prefill token, per rebuild row and layer). At least 16 rebuild
+// rows and one prefill token go into every step that has them, so nothing starves. With no sequence
+// decoding, prefill and rebuild take the whole budget. A rebuild piece's cost is its rows times
+// the layers it covers divided by the model's layers, in prefill tokens (a rebuilt layer costs
+// less than a computed one; the budget errs on the safe side).
+//
+// Every submitted sequence ends exactly once (SequenceSink::Ended): finished ("stop" / "length"),
+// cancelled, past its deadline, failed, or with UNAVAILABLE when the scheduler is destroyed. Its
+// cache is freed as it ends.
+//
+// Thread-safety: thread-safe. A sequence's sink callbacks run on the scheduler's thread, in order;
+// they must be quick and must not block (queue events for another thread to write).
+#ifndef SCD_CONSUMER_DECODE_SCHEDULER_H_
+#define SCD_CONSUMER_DECODE_SCHEDULER_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "base/token_id.h"
+#include "model/generator.h"
+#include "model/kv_cache.h"
+#include "model/llama_model.h"
+
+namespace scd {
+class ServingMetrics;
+}
+
+namespace scd::consumer {
+
+struct SchedulerOptions {
+  // Rows of one step at most: decodes, prefill chunk tokens and rebuild pieces (vLLM's
+  // max_num_batched_tokens).
+  int64_t max_batched_tokens = 512;
+  // While sequences decode, a step with prefill or rebuild work beside them aims at no more than
+  // this many times their own step time.
+  double step_slack = 2.0;
+  ServingMetrics* metrics = nullptr;  // not owned; null: no step metrics
+};
+
+// How a sequence ended.
+struct SequenceEnd {
+  // OK: finished (finish_reason "stop" or "length"); CANCELLED (its flag), DEADLINE_EXCEEDED,
+  // UNAVAILABLE (the scheduler stopped), or the model's error.
+  absl::Status status;
+  std::string finish_reason;
+  int64_t output_tokens = 0;
+  absl::Time joined = absl::InfinitePast();       // the first step it took part in
+  absl::Time first_token = absl::InfinitePast();  // its first token picked (InfinitePast: none)
+  absl::Duration prefill = absl::ZeroDuration();  // joined -> first token
+};
+
+// The owner's side of a sequence (scheduler thread; see the file comment).
+class SequenceSink {
+ public:
+  virtual ~SequenceSink() = default;
+  // Every prompt position is in the cache (after its last prefill chunk, or at joining when it
+  // came with its first logits). The cache is valid during the call only.
+  virtual void PromptDone(const KvCache& cache) { (void)cache; }
+  // An output token; false ends the sequence ("stop").
+  virtual bool Token(TokenId id, const TokenLogprobs& logprobs) = 0;
+  // Exactly once, last.
+  virtual void Ended(const SequenceEnd& end) = 0;
+};
+
+struct SequenceRequest {
+  std::vector<TokenId> prompt;
+  // Holds positions [0, k) of the prompt in every layer: k < prompt.size(), the rest is
+  // prefilled here in chunks; or k == prompt.size() with `first_logits` (float32 [1, vocab],
+  // the last prompt token's, from a rebuild that ran it layer by layer).
+  KvCache cache;
+  at::Tensor first_logits;
+  GenerationOptions options;  // max_tokens, sampling, stop ids, top_logprobs
+  absl::Time deadline = absl::InfiniteFuture();
+  const std::atomic<bool>* cancelled = nullptr;  // may be null
+  SequenceSink* sink = nullptr;                  // not owned; outlives the sequence
+};
+
+class DecodeScheduler {
+ public:
+  // REQUIRES: `model` outlives the scheduler.
+  DecodeScheduler(const LlamaModel& model, SchedulerOptions options);
+  ~DecodeScheduler();  // ends every sequence (UNAVAILABLE) and fails waiting work; joins
+  DecodeScheduler(const DecodeScheduler&) = delete;
+  DecodeScheduler& operator=(const DecodeScheduler&) = delete;
+
+  // Hands a sequence over; it joins at the next step. INVALID_ARGUMENT (nothing is called on the
+  // sink): no sink, bad options, a cache that does not fit the prompt; UNAVAILABLE once stopping.
+  absl::Status Submit(SequenceRequest request);
+
+  // Runs `work` over rows [0, rows) of `layers` layers on the scheduler's thread, in pieces
+  // between steps as the pacing allows (at least 16 rows a step), in order; returns the first
+  // error or OK once every row ran. Blocks the caller until then; work handed in earlier runs
+  // first. This is RebuildPacing::run for the transfers to this consumer. UNAVAILABLE once
+  // stopping. Called from a sink callback (the scheduler's thread), it runs inline.
+  absl::Status RunBetweenSteps(int64_t rows, int layers,
+                               const std::function<absl::Status(int64_t, int64_t)>& work);
+
+  struct Stats {
+    int64_t running = 0;         // sequences joined and not ended
+    int64_t decoding = 0;        // of which past their prompt
+    int64_t pending_work = 0;    // rebuild pieces waiting for a step
+    int64_t steps = 0;           // steps run
+    int64_t max_batch = 0;       // the most sequences one step advanced
+    double decode_step_ms = 0;   // moving average of a step with decodes only
+    double prefill_token_ms = 0; // moving average per prefill token
+  };
+  Stats stats() const;
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  struct Sequence;
+  struct Work {
+    int64_t rows = 0;
+    int layers = 0;
+    const std::function<absl::Status(int64_t, int64_t)>* fn = nullptr;
+    int64_t next_row = 0;  // scheduler thread only
+    absl::Status status;
+    bool done = false;
+  };
+
+  void Loop();
+  // One step: leaves, joins, rebuild pieces, the batched forward, sampling.
+  void Step(std::list<std::unique_ptr<Sequence>>& running);
+  void End(Sequence& seq, absl::Status status, const std::string& reason);
+  // Runs rebuild pieces within the budget; updates it.
+  void RunPieces(int64_t decodes, double* allowed, int64_t* rows_left);
+
+  const LlamaModel& model_;
+  const SchedulerOptions options_;
+
+  mutable absl::Mutex mu_;
+  std::deque<std::unique_ptr<Sequence>> incoming_ ABSL_GUARDED_BY(mu_);
+  std::deque<Work*> work_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+
+  // Moving averages (scheduler thread only; copied into stats_ under mu_).
+  double decode_step_s_ = 0;     // a step with decodes and nothing else
+  double prefill_token_s_ = 0;   // per prefill token beside the decodes
+  double rebuild_row_layer_s_ = 0;
+
+  std::thread thread_;
+};
+
+}  // namespace scd::consumer
+
+#endif  // SCD_CONSUMER_DECODE_SCHEDULER_H_

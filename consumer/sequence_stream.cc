@@ -1,0 +1,90 @@
+#include "consumer/sequence_stream.h"
+
+#include <utility>
+
+#include "absl/time/clock.h"
+
+namespace scd::consumer {
+
+SequenceStream::SequenceStream(Options options, absl::Span<const TokenId> prompt)
+    : options_(std::move(options)), stops_(options_.stop_strings) {
+  if (options_.tokenizer != nullptr) {
+    detok_.emplace(*options_.tokenizer, /*skip_special_tokens=*/true);
+    for (TokenId id : prompt) detok_->Push(id);
+  }
+}
+
+v1::GenerateEvent SequenceStream::Delta(std::string text, std::optional<TokenId> id,
+                                        const TokenLogprobs* logprobs) const {
+  v1::GenerateEvent e;
+  e.set_target(options_.target);
+  e.mutable_token()->set_text(std::move(text));
+  if (id.has_value()) e.mutable_token()->add_ids(*id);
+  if (logprobs != nullptr && options_.top_logprobs > 0) {
+    v1::TokenLogprobs* lp = e.mutable_token()->add_logprobs();
+    lp->set_id(logprobs->id);
+    lp->set_logprob(logprobs->logprob);
+    for (const TopLogprob& top : logprobs->top) {
+      v1::TopLogprob* t = lp->add_top();
+      t->set_id(top.id);
+      t->set_logprob(top.logprob);
+    }
+  }
+  return e;
+}
+
+void SequenceStream::PromptDone(const KvCache& cache) {
+  if (options_.on_prompt_done) options_.on_prompt_done(cache);
+}
+
+bool SequenceStream::Token(TokenId id, const TokenLogprobs& logprobs) {
+  std::string piece;
+  if (detok_.has_value()) {
+    stop_string_ = stops_.Add(detok_->Push(id), [&](std::string_view p) { piece.append(p); });
+  }
+  v1::GenerateEvent e = Delta(std::move(piece), id, &logprobs);
+  absl::MutexLock lock(&mu_);
+  if (first_token_ == absl::InfinitePast()) first_token_ = absl::Now();
+  events_.push_back(std::move(e));
+  return !stop_string_;
+}
+
+void SequenceStream::Ended(const SequenceEnd& end) {
+  absl::MutexLock lock(&mu_);
+  end_ = end;
+}
+
+SequenceEnd SequenceStream::Drain(const std::function<void(const v1::GenerateEvent&)>& emit) {
+  std::optional<SequenceEnd> end;
+  for (;;) {
+    std::deque<v1::GenerateEvent> batch;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !events_.empty() || end_.has_value();
+      };
+      mu_.Await(absl::Condition(&ready));
+      batch.swap(events_);
+      if (batch.empty()) end = end_;  // every event before the end is out
+    }
+    for (const v1::GenerateEvent& e : batch) emit(e);
+    if (end.has_value()) break;
+  }
+  // The scheduler is done with the detokenizer: flush what a normal end held back.
+  if (end->status.ok() && !stop_string_) {
+    std::string rest;
+    if (detok_.has_value()) stops_.Add(detok_->Flush(), [&](std::string_view p) { rest.append(p); });
+    stops_.Finish([&](std::string_view p) { rest.append(p); });
+    if (!rest.empty()) emit(Delta(std::move(rest), std::nullopt, nullptr));
+  }
+  return *end;
+}
+
+absl::Time SequenceStream::first_token() const {
+  absl::MutexLock lock(&mu_);
+  return first_token_;
+}
+
+bool SequenceStream::stopped_by_string() const { return stop_string_; }
+
+}  // namespace scd::consumer

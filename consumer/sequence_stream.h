@@ -1,0 +1,72 @@
+// SequenceStream: what streams one sequence's events. It is the scheduler's sink for one
+// sequence (consumer/decode_scheduler.h): each token becomes a scd.v1 TokenDelta (its id; text
+// held back only inside a UTF-8 character or a possible stop string; its log-probabilities when
+// asked), queued for the request's own thread, which writes them with Drain. The scheduler never
+// waits on a client: a slow reader slows only its own stream (its queue holds at most max_tokens
+// events). When the sequence ended normally the text still held back is flushed. The terminal
+// event (Finished or Error) is the caller's: it knows the route and the timings.
+// Thread-safety: the sink callbacks come from the scheduler's thread, Drain from one other thread.
+#ifndef SCD_CONSUMER_SEQUENCE_STREAM_H_
+#define SCD_CONSUMER_SEQUENCE_STREAM_H_
+
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "consumer/decode_scheduler.h"
+#include "model/generator.h"
+#include "scd/v1/inference.pb.h"
+#include "tokenizer/tokenizer.h"
+
+namespace scd::consumer {
+
+class SequenceStream final : public SequenceSink {
+ public:
+  struct Options {
+    std::string target;                     // GenerateEvent.target
+    const Tokenizer* tokenizer = nullptr;   // null: ids only (dummy weights), no stop strings
+    std::vector<std::string> stop_strings;
+    int top_logprobs = 0;
+    // Called (scheduler thread) once every prompt position is in the cache.
+    std::function<void(const KvCache&)> on_prompt_done;
+  };
+  // `prompt`: the detokenizer's left context.
+  SequenceStream(Options options, absl::Span<const TokenId> prompt);
+
+  void PromptDone(const KvCache& cache) override;
+  bool Token(TokenId id, const TokenLogprobs& logprobs) override;
+  void Ended(const SequenceEnd& end) override;
+
+  // Writes every event with `emit` on the calling thread as it comes, until the sequence ended
+  // (then the held-back text, if it ended normally); returns how it ended.
+  SequenceEnd Drain(const std::function<void(const v1::GenerateEvent&)>& emit);
+
+  // When the first token's event was made (InfinitePast: none): the request's first token.
+  absl::Time first_token() const;
+  bool stopped_by_string() const;
+
+ private:
+  v1::GenerateEvent Delta(std::string text, std::optional<TokenId> id,
+                          const TokenLogprobs* logprobs) const;
+
+  const Options options_;
+  // Scheduler thread until Ended, then the draining thread.
+  std::optional<StreamingDetokenizer> detok_;
+  StopStringMatcher stops_;
+  bool stop_string_ = false;
+
+  mutable absl::Mutex mu_;
+  std::deque<v1::GenerateEvent> events_ ABSL_GUARDED_BY(mu_);
+  std::optional<SequenceEnd> end_ ABSL_GUARDED_BY(mu_);
+  absl::Time first_token_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+};
+
+}  // namespace scd::consumer
+
+#endif  // SCD_CONSUMER_SEQUENCE_STREAM_H_

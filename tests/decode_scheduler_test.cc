@@ -1,0 +1,367 @@
+// consumer::DecodeScheduler, continuous batching on real checkpoints, against GenerateTokens of
+// each sequence alone: greedy sequences submitted at different times (joining a running batch,
+// leaving it at their own max_tokens or stop) give the tokens they give alone; a seeded sampled
+// sequence gives the same tokens alone and beside others; steps really batch (several sequences
+// per step); cancellation and deadlines end a sequence between steps, during its prefill too,
+// while the others go on; rebuild work handed in from another thread runs in order, in pieces
+// covering every row once, between steps; a long prefill beside running decodes is chunked so
+// they keep producing tokens; every sequence ends exactly once, UNAVAILABLE when the scheduler is
+// destroyed. Greedy comparisons on the real models: see forward_batch_test.cc for the bound on
+// logits batched against alone; the prompts here are golden prompts without near-ties there.
+#include "consumer/decode_scheduler.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "model/generator.h"
+#include "tests/test_util.h"
+
+namespace scd::consumer {
+namespace {
+
+// Records what the scheduler tells a sequence (scheduler thread) for the test's thread.
+class RecordingSink : public SequenceSink {
+ public:
+  void PromptDone(const KvCache& cache) override {
+    absl::MutexLock lock(&mu_);
+    prompt_done_at_ = cache.length();
+  }
+  bool Token(TokenId id, const TokenLogprobs&) override {
+    absl::MutexLock lock(&mu_);
+    tokens_.push_back(id);
+    times_.push_back(absl::Now());
+    return stop_after_ == 0 || static_cast<int>(tokens_.size()) < stop_after_;
+  }
+  void Ended(const SequenceEnd& end) override {
+    absl::MutexLock lock(&mu_);
+    ++ended_;
+    end_ = end;
+  }
+  SequenceEnd Wait() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(+[](int* n) { return *n > 0; }, &ended_));
+    return end_;
+  }
+  std::vector<TokenId> tokens() const {
+    absl::MutexLock lock(&mu_);
+    return tokens_;
+  }
+  std::vector<absl::Time> times() const {
+    absl::MutexLock lock(&mu_);
+    return times_;
+  }
+  int ended() const {
+    absl::MutexLock lock(&mu_);
+    return ended_;
+  }
+  int64_t prompt_done_at() const {
+    absl::MutexLock lock(&mu_);
+    return prompt_done_at_;
+  }
+  void StopAfter(int n) { stop_after_ = n; }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<TokenId> tokens_;
+  std::vector<absl::Time> times_;
+  int ended_ = 0;
+  int64_t prompt_done_at_ = -1;
+  SequenceEnd end_;
+  int stop_after_ = 0;
+};
+
+std::vector<TokenId> Prompt(const std::string& model, int index, size_t length) {
+  const testing::GoldenPrompt golden = testing::LoadGolden(model).prompts[index];
+  std::vector<TokenId> ids = golden.ids;
+  ids.insert(ids.end(), golden.greedy_40.begin(), golden.greedy_40.end());
+  ids.resize(std::min(ids.size(), length));
+  return ids;
+}
+
+GenerationOptions Options(int max_tokens) {
+  GenerationOptions options;
+  options.max_tokens = max_tokens;
+  options.ignore_eos = true;
+  return options;
+}
+
+class DecodeSchedulerTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    model_ = testing::Ok(LlamaModel::Load(testing::ModelDir(GetParam()), {}));
+  }
+  std::vector<TokenId> Alone(const std::vector<TokenId>& prompt, const GenerationOptions& options) {
+    KvCache cache = model_->NewCache(static_cast<int64_t>(prompt.size()) + options.max_tokens);
+    return testing::Ok(GenerateTokens(*model_, prompt, &cache, options)).output_ids;
+  }
+  SequenceRequest Request(const std::vector<TokenId>& prompt, const GenerationOptions& options,
+                          SequenceSink* sink, int64_t cached = 0) {
+    KvCache cache = model_->NewCache(static_cast<int64_t>(prompt.size()) + options.max_tokens);
+    if (cached > 0) {
+      testing::Ok(model_->Forward(absl::MakeConstSpan(prompt).first(cached), &cache,
+                                  {.logits = LogitsMode::kNone}));
+    }
+    return SequenceRequest{prompt, std::move(cache), at::Tensor(), options,
+                           absl::InfiniteFuture(), nullptr, sink};
+  }
+  std::unique_ptr<LlamaModel> model_;
+};
+
+TEST_P(DecodeSchedulerTest, SequencesJoiningAndLeavingGiveTheirTokensAlone) {
+  SchedulerOptions options;
+  options.max_batched_tokens = 24;  // the longer prompts prefill in chunks beside the decodes
+  DecodeScheduler scheduler(*model_, options);
+  struct Case {
+    std::vector<TokenId> prompt;
+    int max_tokens;
+    absl::Duration join;  // after the first
+  };
+  const std::vector<Case> cases = {
+      {Prompt(GetParam(), 0, 10), 40, absl::ZeroDuration()},
+      {Prompt(GetParam(), 1, 30), 12, absl::ZeroDuration()},
+      {Prompt(GetParam(), 2, 45), 30, absl::Milliseconds(3)},
+      {Prompt(GetParam(), 3, 7), 25, absl::Milliseconds(8)},
+      {Prompt(GetParam(), 0, 52), 8, absl::Milliseconds(12)},
+  };
+  std::vector<std::unique_ptr<RecordingSink>> sinks;
+  const absl::Time begin = absl::Now();
+  for (const Case& c : cases) {
+    absl::SleepFor(begin + c.join - absl::Now());
+    sinks.push_back(std::make_unique<RecordingSink>());
+    ASSERT_TRUE(scheduler.Submit(Request(c.prompt, Options(c.max_tokens), sinks.back().get())).ok());
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const SequenceEnd end = sinks[i]->Wait();
+    EXPECT_TRUE(end.status.ok()) << end.status;
+    EXPECT_EQ(end.finish_reason, "length");
+    EXPECT_EQ(sinks[i]->tokens(), Alone(cases[i].prompt, Options(cases[i].max_tokens))) << i;
+    EXPECT_EQ(sinks[i]->prompt_done_at(), static_cast<int64_t>(cases[i].prompt.size())) << i;
+    EXPECT_EQ(sinks[i]->ended(), 1);
+  }
+  const DecodeScheduler::Stats stats = scheduler.stats();
+  EXPECT_GE(stats.max_batch, 3) << "the steps did not batch";
+  EXPECT_EQ(stats.running, 0);
+}
+
+TEST_P(DecodeSchedulerTest, ASeededSampledSequenceGivesItsTokensWhateverElseRuns) {
+  GenerationOptions sampled = Options(30);
+  sampled.sampling.temperature = 0.9f;
+  sampled.sampling.top_p = 0.95f;
+  sampled.sampling.seed = 1234;
+  const std::vector<TokenId> prompt = Prompt(GetParam(), 1, 12);
+  DecodeScheduler scheduler(*model_, SchedulerOptions());
+  RecordingSink alone;
+  ASSERT_TRUE(scheduler.Submit(Request(prompt, sampled, &alone)).ok());
+  alone.Wait();
+  // Again beside three greedy and one other sampled sequence, submitted first.
+  std::vector<std::unique_ptr<RecordingSink>> others;
+  for (int i = 0; i < 4; ++i) {
+    others.push_back(std::make_unique<RecordingSink>());
+    GenerationOptions o = Options(40);
+    if (i == 3) {
+      o.sampling.temperature = 1.0f;
+      o.sampling.seed = 99;
+    }
+    ASSERT_TRUE(
+        scheduler.Submit(Request(Prompt(GetParam(), i, 9 + 5 * i), o, others.back().get())).ok());
+  }
+  RecordingSink batched;
+  ASSERT_TRUE(scheduler.Submit(Request(prompt, sampled, &batched)).ok());
+  batched.Wait();
+  for (auto& sink : others) sink->Wait();
+  EXPECT_EQ(batched.tokens(), alone.tokens());
+  EXPECT_EQ(alone.tokens(), Alone(prompt, sampled));
+  EXPECT_GE(scheduler.stats().max_batch, 2);
+}
+
+TEST_P(DecodeSchedulerTest, CancelAndDeadlineEndASequenceBetweenStepsOthersGoOn) {
+  DecodeScheduler scheduler(*model_, SchedulerOptions());
+  std::atomic<bool> cancel{false};
+  RecordingSink cancelled, expired, kept;
+  const std::vector<TokenId> prompt = Prompt(GetParam(), 2, 20);
+  SequenceRequest a = Request(prompt, Options(200), &cancelled);
+  a.cancelled = &cancel;
+  SequenceRequest b = Request(prompt, Options(200), &expired);
+  b.deadline = absl::Now() + absl::Milliseconds(30);
+  ASSERT_TRUE(scheduler.Submit(std::move(a)).ok());
+  ASSERT_TRUE(scheduler.Submit(std::move(b)).ok());
+  ASSERT_TRUE(scheduler.Submit(Request(prompt, Options(60), &kept)).ok());
+  while (cancelled.tokens().size() < 3) absl::SleepFor(absl::Milliseconds(1));
+  cancel = true;
+  const SequenceEnd c = cancelled.Wait();
+  EXPECT_TRUE(absl::IsCancelled(c.status)) << c.status;
+  EXPECT_EQ(c.finish_reason, "cancelled");
+  EXPECT_LT(cancelled.tokens().size(), 200u);
+  const SequenceEnd e = expired.Wait();
+  EXPECT_TRUE(absl::IsDeadlineExceeded(e.status)) << e.status;
+  const SequenceEnd k = kept.Wait();
+  EXPECT_TRUE(k.status.ok());
+  EXPECT_EQ(kept.tokens(), Alone(prompt, Options(60)));
+}
+
+TEST_P(DecodeSchedulerTest, ACancelTakesEffectDuringAChunkedPrefill) {
+  SchedulerOptions options;
+  options.max_batched_tokens = 4;  // a 60-token prompt takes 15 steps
+  DecodeScheduler scheduler(*model_, options);
+  std::atomic<bool> cancel{false};
+  RecordingSink sink;
+  SequenceRequest request = Request(Prompt(GetParam(), 0, 56), Options(10), &sink);
+  request.cancelled = &cancel;
+  cancel = true;  // before its first chunk: it never reaches its first token
+  ASSERT_TRUE(scheduler.Submit(std::move(request)).ok());
+  const SequenceEnd end = sink.Wait();
+  EXPECT_TRUE(absl::IsCancelled(end.status));
+  EXPECT_TRUE(sink.tokens().empty());
+  EXPECT_EQ(sink.prompt_done_at(), -1);
+}
+
+TEST_P(DecodeSchedulerTest, AStopFromTheSinkEndsTheSequenceWithStop) {
+  DecodeScheduler scheduler(*model_, SchedulerOptions());
+  RecordingSink sink;
+  sink.StopAfter(4);
+  ASSERT_TRUE(scheduler.Submit(Request(Prompt(GetParam(), 1, 10), Options(50), &sink)).ok());
+  const SequenceEnd end = sink.Wait();
+  EXPECT_TRUE(end.status.ok());
+  EXPECT_EQ(end.finish_reason, "stop");
+  EXPECT_EQ(sink.tokens().size(), 4u);
+}
+
+// A prefix already in the cache (a prefix-cache hit) is not run again: only the rest is.
+TEST_P(DecodeSchedulerTest, ACachedPrefixIsContinued) {
+  DecodeScheduler scheduler(*model_, SchedulerOptions());
+  const std::vector<TokenId> prompt = Prompt(GetParam(), 3, 30);
+  RecordingSink sink;
+  ASSERT_TRUE(scheduler.Submit(Request(prompt, Options(16), &sink, /*cached=*/17)).ok());
+  EXPECT_TRUE(sink.Wait().status.ok());
+  EXPECT_EQ(sink.tokens(), Alone(prompt, Options(16)));
+}
+
+TEST_P(DecodeSchedulerTest, RebuildWorkRunsInOrderInPiecesCoveringEveryRow) {
+  DecodeScheduler scheduler(*model_, SchedulerOptions());
+  RecordingSink decoding;
+  ASSERT_TRUE(
+      scheduler.Submit(Request(Prompt(GetParam(), 0, 12), Options(120), &decoding)).ok());
+  std::mutex mu;
+  std::vector<std::pair<int, std::pair<int64_t, int64_t>>> pieces;  // (work, (begin, count))
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 3; ++w) {
+    threads.emplace_back([&, w] {
+      absl::SleepFor(absl::Milliseconds(2 * w));
+      // Rows x layers beyond one step's budget (512 rows of every layer): split for sure.
+      const absl::Status status = scheduler.RunBetweenSteps(
+          1500, static_cast<int>(model_->config().num_layers),
+          [&](int64_t begin, int64_t count) -> absl::Status {
+            // Some real work, so the pacing measures something.
+            at::Tensor x = at::randn({count, 64});
+            (void)x.matmul(x.t()).sum();
+            std::lock_guard<std::mutex> lock(mu);
+            pieces.push_back({w, {begin, count}});
+            return absl::OkStatus();
+          });
+      EXPECT_TRUE(status.ok()) << status;
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::map<int, int64_t> next;
+  for (const auto& [w, range] : pieces) {
+    EXPECT_EQ(range.first, next[w]) << "work " << w << " out of order";
+    EXPECT_GT(range.second, 0);
+    next[w] = range.first + range.second;
+  }
+  for (int w = 0; w < 3; ++w) EXPECT_EQ(next[w], 1500) << w;
+  EXPECT_GE(pieces.size(), 9u) << "the rows were not split between steps";
+  // An error stops the work at once and comes back.
+  int calls = 0;
+  const absl::Status failed =
+      scheduler.RunBetweenSteps(100, 1, [&](int64_t, int64_t) -> absl::Status {
+        ++calls;
+        return absl::DataLossError("bad chunk");
+      });
+  EXPECT_TRUE(absl::IsDataLoss(failed));
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(decoding.Wait().status.ok());
+}
+
+// While sequences decode, a long prompt arrives: it is prefilled in chunks between their steps,
+// so they keep producing tokens during its prefill instead of waiting for all of it.
+TEST_P(DecodeSchedulerTest, ALongPrefillDoesNotFreezeRunningDecodes) {
+  DecodeScheduler scheduler(*model_, SchedulerOptions());
+  std::vector<std::unique_ptr<RecordingSink>> decoders;
+  std::atomic<bool> enough{false};  // the decoders stop once the prompt's first token is out
+  for (int i = 0; i < 3; ++i) {
+    decoders.push_back(std::make_unique<RecordingSink>());
+    SequenceRequest request = Request(Prompt(GetParam(), i, 8), Options(400), decoders.back().get());
+    request.cancelled = &enough;
+    ASSERT_TRUE(scheduler.Submit(std::move(request)).ok());
+  }
+  while (decoders[0]->tokens().size() < 20) absl::SleepFor(absl::Milliseconds(1));
+  std::vector<TokenId> long_prompt;
+  while (long_prompt.size() < 400) {
+    for (TokenId id : Prompt(GetParam(), 1, 60)) long_prompt.push_back(id);
+  }
+  long_prompt.resize(std::min<size_t>(400, model_->config().max_position_embeddings - 8));
+  RecordingSink arriving;
+  const absl::Time submitted = absl::Now();
+  ASSERT_TRUE(scheduler.Submit(Request(long_prompt, Options(4), &arriving)).ok());
+  EXPECT_TRUE(arriving.Wait().status.ok());
+  const absl::Time first = arriving.times().front();
+  int during = 0;
+  for (absl::Time t : decoders[0]->times()) during += t > submitted && t < first;
+  EXPECT_GE(during, 3) << "the decodes stalled while the prompt prefilled";
+  enough = true;
+  for (auto& d : decoders) {
+    const SequenceEnd end = d->Wait();
+    EXPECT_TRUE(end.status.ok() || absl::IsCancelled(end.status)) << end.status;
+  }
+}
+
+TEST_P(DecodeSchedulerTest, DestroyingTheSchedulerEndsEverySequenceOnce) {
+  std::vector<std::unique_ptr<RecordingSink>> sinks;
+  {
+    DecodeScheduler scheduler(*model_, SchedulerOptions());
+    for (int i = 0; i < 4; ++i) {
+      sinks.push_back(std::make_unique<RecordingSink>());
+      ASSERT_TRUE(
+          scheduler.Submit(Request(Prompt(GetParam(), i, 8), Options(150), sinks.back().get()))
+              .ok());
+    }
+  }
+  for (auto& sink : sinks) {
+    EXPECT_EQ(sink->ended(), 1);
+    const SequenceEnd end = sink->Wait();
+    EXPECT_TRUE(end.status.ok() || absl::IsUnavailable(end.status)) << end.status;
+  }
+}
+
+TEST_P(DecodeSchedulerTest, BadSequencesAreRefusedAtSubmit) {
+  DecodeScheduler scheduler(*model_, SchedulerOptions());
+  RecordingSink sink;
+  const std::vector<TokenId> prompt = Prompt(GetParam(), 0, 6);
+  EXPECT_EQ(scheduler.Submit(Request(prompt, Options(4), nullptr)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(scheduler.Submit(Request({}, Options(4), &sink)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(scheduler.Submit(Request(prompt, Options(4), &sink, /*cached=*/6)).code(),
+            absl::StatusCode::kInvalidArgument);  // nothing left to run, no logits given
+  GenerationOptions bad = Options(4);
+  bad.sampling.top_p = 0;
+  EXPECT_EQ(scheduler.Submit(Request(prompt, bad, &sink)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(sink.ended(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(RealCheckpoints, DecodeSchedulerTest,
+                         ::testing::Values("stories260k", "tinystories-4m"));
+
+}  // namespace
+}  // namespace scd::consumer
