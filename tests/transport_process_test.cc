@@ -6,11 +6,13 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -24,13 +26,48 @@
 #include "transport/session_acceptor.h"
 #include "transport/transfer_session.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+// <sanitizer/allocator_interface.h>, which Debian's gcc does not ship.
+extern "C" int __sanitizer_install_malloc_and_free_hooks(
+    void (*malloc_hook)(const volatile void*, size_t), void (*free_hook)(const volatile void*));
+#endif
+
 namespace scd::transport {
 namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+// A forked child of this (multi-threaded) process must not allocate before exec: another thread
+// may hold an allocator lock at fork(), which then stays held in the child for good (GCC 12's
+// AddressSanitizer does not take its allocator's locks around fork). The child hung in malloc
+// never became the peer and the test saw "no session ... within 10s". Under ASan any such
+// allocation ends the child at once, loudly, instead of now and then never.
+volatile std::sig_atomic_t in_forked_child = 0;
+void RefuseAllocationInForkedChild(const volatile void*, size_t) {
+  if (in_forked_child) {
+    static const char message[] = "transport_process_test: allocation between fork and exec\n";
+    [[maybe_unused]] const ssize_t n = write(2, message, sizeof(message) - 1);
+    _exit(125);
+  }
+}
+const bool kForkGuardInstalled = [] {
+  pthread_atfork(nullptr, nullptr, [] { in_forked_child = 1; });
+  // Both hooks or none: the sanitizer refuses a null one.
+  __sanitizer_install_malloc_and_free_hooks(RefuseAllocationInForkedChild,
+                                            [](const volatile void*) {});
+  return true;
+}();
+#endif
 
 // A child process whose stdout we read line by line.
 class PeerProcess {
  public:
   explicit PeerProcess(std::vector<std::string> argv) {
+    // Everything the child needs is prepared before fork: this process has threads (gRPC's, the
+    // acceptor's, the connection gate's), and one of them may hold an allocator lock at fork();
+    // the child may only dup2/close/exec (as base/child_process.cc does).
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
     int fds[2];
     if (pipe(fds) != 0) return;
     pid_ = fork();
@@ -38,10 +75,7 @@ class PeerProcess {
       dup2(fds[1], 1);
       close(fds[0]);
       close(fds[1]);
-      std::vector<char*> args;
-      for (auto& a : argv) args.push_back(a.data());
-      args.push_back(nullptr);
-      execvp(args[0], args.data());
+      execvp(args[0], args.data());  // glibc searches PATH without allocating
       _exit(127);
     }
     close(fds[1]);
@@ -87,6 +121,24 @@ class PeerProcess {
     return std::nullopt;
   }
   void Signal(int sig) { kill(pid_, sig); }
+  // For a failure message: whether the peer still runs (and as what) or how it ended, and what it
+  // printed that the test did not read (e.g. "RESULT connect_failed ...").
+  std::string Describe() {
+    std::string out = absl::StrCat("peer pid ", pid_);
+    int status = 0;
+    if (!reaped_ && waitpid(pid_, &status, WNOHANG) == pid_) {
+      reaped_ = true;
+      absl::StrAppend(&out, WIFEXITED(status) ? " exited " : " killed by signal ",
+                      WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    } else if (!reaped_) {
+      char exe[512];
+      const ssize_t n =
+          readlink(absl::StrCat("/proc/", pid_, "/exe").c_str(), exe, sizeof(exe) - 1);
+      absl::StrAppend(&out, " running ", n > 0 ? std::string(exe, static_cast<size_t>(n)) : "?");
+    }
+    while (auto line = ReadLine(absl::Milliseconds(100))) absl::StrAppend(&out, "\n  ", *line);
+    return out;
+  }
   void Reap() {
     waitpid(pid_, nullptr, 0);
     reaped_ = true;
@@ -165,7 +217,7 @@ TEST_P(TransportProcessTest, KillingTheSenderEndsTheReceiversSessionPeerLostWith
   auto acceptor = Listen();
   PeerProcess peer(PeerArgs("send", acceptor->address(), 10));
   auto session = acceptor->Accept(absl::Seconds(10));
-  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_TRUE(session.ok()) << session.status() << "; " << peer.Describe();
   for (int i = 0; i < 5; ++i) ASSERT_TRUE((*session)->Next(absl::Seconds(5)).ok());
   const absl::Time killed = absl::Now();
   peer.Signal(SIGKILL);
@@ -224,7 +276,7 @@ TEST_P(TransportProcessTest, AFrozenSenderEndsTheReceiversSessionWithinTheLivene
   auto acceptor = Listen();
   PeerProcess peer(PeerArgs("send", acceptor->address(), 10));
   auto session = acceptor->Accept(absl::Seconds(10));
-  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_TRUE(session.ok()) << session.status() << "; " << peer.Describe();
   for (int i = 0; i < 5; ++i) ASSERT_TRUE((*session)->Next(absl::Seconds(5)).ok());
   const absl::Time stopped = absl::Now();
   peer.Signal(SIGSTOP);  // the process freezes; its sockets stay open
@@ -260,7 +312,7 @@ TEST_P(TransportProcessTest, AfterAStalledPeerTheTransportsThreadsIdle) {
   auto acceptor = Listen();
   PeerProcess peer(PeerArgs("send", acceptor->address(), 10));
   auto session = acceptor->Accept(absl::Seconds(10));
-  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_TRUE(session.ok()) << session.status() << "; " << peer.Describe();
   ASSERT_TRUE((*session)->Next(absl::Seconds(5)).ok());
   peer.Signal(SIGSTOP);  // stalls past the liveness limit
   DrainUntilEnd(**session, absl::Seconds(5));
