@@ -188,6 +188,10 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
   return node;
 }
 
+std::shared_ptr<grpc::Channel> ConsumerNode::InProcessControlChannel() const {
+  return control_server_.server->InProcessChannel(grpc::ChannelArguments());
+}
+
 void ConsumerNode::Drain() {
   admission_->Drain();
   if (registration_) registration_->Stop();

@@ -68,6 +68,8 @@ class ConsumerNode {
   const std::string& control_address() const { return control_server_.address; }
   const std::string& transfer_address() const { return router_->address(); }
   const std::string& fingerprint() const { return fingerprint_; }
+  // A channel to its control plane inside this process (for a coordinator in the same process).
+  std::shared_ptr<grpc::Channel> InProcessControlChannel() const;
   uint32_t active_requests() const { return admission_->active(); }
   // Takes no new requests and leaves routing; running ones go on.
   void Drain();

@@ -20,6 +20,8 @@ namespace {
 constexpr double kAverageWeight = 0.25;
 // Rebuild rows a step runs at least (and, beside decodes, before any is measured).
 constexpr int64_t kMinPieceRows = 16;
+// Prefill tokens a step beside decodes runs at least, when a prompt waits.
+constexpr int64_t kMinChunk = 8;
 
 void Average(double* average, double sample) {
   *average = *average == 0 ? sample : (1 - kAverageWeight) * *average + kAverageWeight * sample;
@@ -237,9 +239,12 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
   const bool decodes_only = decodes > 0 && decode_step_s_ == 0;
 
   // Rebuild pieces handed in by transfers, oldest first.
+  const absl::Time pieces_start = absl::Now();
   if (!decodes_only) RunPieces(decodes, &allowed, &rows_left);
+  const double pieces_s = absl::ToDoubleSeconds(absl::Now() - pieces_start);
 
-  // The batch: every decode, then prefill chunks oldest first.
+  // The batch: every decode, then prefill chunks oldest first. Beside decodes the chunk is the
+  // adaptive chunk_tokens_, shrunk by the share of the time budget rebuild pieces took.
   std::vector<BatchSequence> batch;
   std::vector<Sequence*> members;
   std::vector<int64_t> chunk;  // prompt tokens per member (0 for a decode)
@@ -250,17 +255,18 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
     members.push_back(seq.get());
     chunk.push_back(0);
   }
+  int64_t chunk_left = rows_left;
+  if (decodes > 0) {
+    const double budget = (options_.step_slack - 1) * decode_step_s_;
+    const double share = budget > 0 ? std::max(0.0, allowed) / budget : 0;
+    chunk_left = std::min<int64_t>(rows_left, static_cast<int64_t>(chunk_tokens_ * share));
+  }
   for (auto& seq : running) {
     if (decodes_only) break;
     if (!seq->prefilling()) continue;
     const int64_t remaining = static_cast<int64_t>(seq->req.prompt.size()) - seq->prompt_next;
-    int64_t can = rows_left;
-    if (decodes > 0) {
-      // Unmeasured: one token, then the average says how many fit.
-      const double fit = prefill_token_s_ > 0 ? std::floor(allowed / prefill_token_s_) : 1;
-      can = std::min<int64_t>(can, static_cast<int64_t>(std::max(0.0, fit)));
-    }
-    if (prefill_tokens == 0) can = std::max<int64_t>(can, 1);  // progress in every step
+    int64_t can = chunk_left;
+    if (prefill_tokens == 0) can = std::max<int64_t>(can, kMinChunk);  // progress in every step
     const int64_t n = std::min(remaining, can);
     if (n <= 0) break;
     const bool last = n == remaining;
@@ -270,8 +276,7 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
     members.push_back(seq.get());
     chunk.push_back(n);
     prefill_tokens += n;
-    rows_left -= n;
-    if (decodes > 0) allowed -= static_cast<double>(n) * prefill_token_s_;
+    chunk_left -= n;
   }
 
   std::vector<at::Tensor> logits;
@@ -287,9 +292,16 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
     logits = *std::move(out);
     if (prefill_tokens == 0) {
       Average(&decode_step_s_, took);
-    } else {
-      const double beside = decodes > 0 ? decode_step_s_ : 0;
-      Average(&prefill_token_s_, std::max(0.0, took - beside) / static_cast<double>(prefill_tokens));
+    } else if (decodes > 0 && decode_step_s_ > 0) {
+      // The chunk beside decodes follows the step's measured time: smaller when the step ran
+      // past its target, larger when a full chunk left room.
+      const double target = options_.step_slack * decode_step_s_ - pieces_s;
+      if (took > target) {
+        chunk_tokens_ = std::max<double>(kMinChunk, chunk_tokens_ * 0.75);
+      } else if (took < 0.8 * target && prefill_tokens >= static_cast<int64_t>(chunk_tokens_)) {
+        chunk_tokens_ = std::min<double>(static_cast<double>(options_.max_batched_tokens),
+                                         chunk_tokens_ * 1.25);
+      }
     }
     if (options_.metrics != nullptr) {
       options_.metrics->ObserveStep(static_cast<int64_t>(batch.size()),
@@ -348,7 +360,7 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
   stats_.decoding = 0;
   for (const auto& seq : running) stats_.decoding += seq->decoding();
   stats_.decode_step_ms = decode_step_s_ * 1e3;
-  stats_.prefill_token_ms = prefill_token_s_ * 1e3;
+  stats_.chunk_tokens = static_cast<int64_t>(chunk_tokens_);
 }
 
 }  // namespace scd::consumer

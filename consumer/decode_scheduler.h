@@ -11,12 +11,15 @@
 // Pacing -- what keeps running decodes at their pace while prompts arrive. The decodes always run.
 // Prefill chunks and rebuild pieces fill the rest of a step, up to `max_batched_tokens` rows in
 // all; while sequences decode, only as much as keeps the step within `step_slack` times the
-// decodes' own step time, predicted from moving averages measured here (the time of a step
-// without other work, per prefill token, per rebuild row and layer). At least 16 rebuild
-// rows and one prefill token go into every step that has them, so nothing starves. With no sequence
-// decoding, prefill and rebuild take the whole budget. A rebuild piece's cost is its rows times
-// the layers it covers divided by the model's layers, in prefill tokens (a rebuilt layer costs
-// less than a computed one; the budget errs on the safe side).
+// decodes' own step time (a moving average of steps without other work). Rebuild pieces are
+// sized from their measured time per row and layer; the prefill chunk beside decodes is adapted
+// from step to step on the measured step time (three quarters of it after a step past its target,
+// a quarter more after a full chunk that left a fifth of it unused), as a prefill chunk's cost is
+// not proportional to its tokens (a chunk adds a segment, and past kSkinnyMaxRows rows the step
+// leaves model/skinny_gemm.h for BLAS). At least 16 rebuild rows and 8 prefill tokens go into
+// every step that has them, so nothing starves. With no sequence decoding, prefill and rebuild
+// take the whole budget. A rebuild piece's rows count against the row budget times the layers
+// it covers divided by the model's layers.
 //
 // Every submitted sequence ends exactly once (SequenceSink::Ended): finished ("stop" / "length"),
 // cancelled, past its deadline, failed, or with UNAVAILABLE when the scheduler is destroyed. Its
@@ -129,7 +132,7 @@ class DecodeScheduler {
     int64_t steps = 0;           // steps run
     int64_t max_batch = 0;       // the most sequences one step advanced
     double decode_step_ms = 0;   // moving average of a step with decodes only
-    double prefill_token_ms = 0; // moving average per prefill token
+    int64_t chunk_tokens = 0;    // prefill tokens a step beside decodes takes now
   };
   Stats stats() const;
   const SchedulerOptions& options() const { return options_; }
@@ -163,7 +166,7 @@ class DecodeScheduler {
 
   // Moving averages (scheduler thread only; copied into stats_ under mu_).
   double decode_step_s_ = 0;     // a step with decodes and nothing else
-  double prefill_token_s_ = 0;   // per prefill token beside the decodes
+  double chunk_tokens_ = 32;     // prefill tokens beside decodes, adapted to the step time
   double rebuild_row_layer_s_ = 0;
 
   std::thread thread_;

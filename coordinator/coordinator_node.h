@@ -49,6 +49,11 @@ class CoordinatorNode {
   const std::string& address() const { return public_.address; }
   const std::string& control_address() const { return control_.address; }
   NodeRegistry& registry() { return *registry_; }
+  // Calls to the node whose control plane is at `address` go over `channel` (see
+  // CoordinatorInferenceService::UseChannel).
+  void UseChannel(const std::string& address, std::shared_ptr<grpc::Channel> channel) {
+    inference_->UseChannel(address, std::move(channel));
+  }
   void Shutdown(absl::Duration grace);
   // What its HTTP listener serves: the OpenAI-compatible API (openai_api.h) over the public
   // API, /health (the public API's Health), /metrics (scd:* with role="coordinator").

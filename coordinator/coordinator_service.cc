@@ -177,6 +177,12 @@ std::shared_ptr<grpc::Channel> CoordinatorInferenceService::Channel(const std::s
   return channel;
 }
 
+void CoordinatorInferenceService::UseChannel(const std::string& address,
+                                             std::shared_ptr<grpc::Channel> channel) {
+  absl::MutexLock lock(&mu_);
+  channels_[address] = std::move(channel);
+}
+
 grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
                                                    const v1::GenerateRequest* request,
                                                    grpc::ServerWriter<v1::GenerateEvent>* writer) {

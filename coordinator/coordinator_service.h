@@ -96,6 +96,10 @@ class CoordinatorInferenceService final : public v1::Inference::Service {
   grpc::Status Health(grpc::ServerContext*, const v1::HealthRequest*,
                       v1::HealthResponse* response) override;
 
+  // Calls to nodes at `address` go over `channel` (an in-process channel to a node served by this
+  // process: `scd serve --all-in-one` spares every token event a TCP round through the kernel).
+  void UseChannel(const std::string& address, std::shared_ptr<grpc::Channel> channel);
+
  private:
   std::shared_ptr<grpc::Channel> Channel(const std::string& address);
 

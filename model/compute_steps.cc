@@ -4,6 +4,7 @@
 #include "model/compute_steps.h"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -11,6 +12,8 @@
 
 namespace scd {
 namespace {
+
+std::atomic<bool> shared_now{false};  // Counter::shared, for lock-free readers
 
 struct Counter {
   absl::Mutex mu;
@@ -23,6 +26,7 @@ struct Counter {
     const bool now_shared = running > 1;
     if (now_shared == shared) return;
     shared = now_shared;
+    shared_now.store(shared, std::memory_order_relaxed);
     if (shared) ++stats.shared;
     if (share) share(shared);
   }
@@ -80,6 +84,8 @@ void SetBlasSharing(std::function<void(bool shared)> share) {
   c.shared = false;  // the caller set the pool up for one step
   c.Update();        // steps running already (unusual): match them
 }
+
+bool ComputeStepsShared() { return shared_now.load(std::memory_order_relaxed); }
 
 ComputeStepStats GetComputeStepStats() {
   Counter& c = TheCounter();

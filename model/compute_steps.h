@@ -56,6 +56,10 @@ class ComputeStep {
 // quick and must not start a step. Null: steps are only counted.
 void SetBlasSharing(std::function<void(bool shared)> share);
 
+// Whether steps run side by side now (the BLAS pool is shared): a lock-free read for code that
+// parallelises by itself (model/skinny_gemm.h).
+bool ComputeStepsShared();
+
 struct ComputeStepStats {
   int64_t steps = 0;    // outermost steps begun (and resumed after a pause)
   int64_t shared = 0;   // times the pool was split because steps ran side by side

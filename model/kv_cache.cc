@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "base/exception_guard.h"
@@ -60,6 +61,22 @@ void KvCache::Append(int layer, const at::Tensor& k, const at::Tensor& v) {
   layers_[layer].k.narrow(1, l.length, t).copy_(k);
   layers_[layer].v.narrow(1, l.length, t).copy_(v);
   l.length += t;
+}
+
+bool KvCache::AppendRow(int layer, const void* k, const void* v) {
+  if (!device_.is_cpu()) return false;
+  Layer& l = layers_[layer];
+  if (l.length + 1 > capacity_) Grow(l.length + 1);
+  const size_t row = static_cast<size_t>(head_dim_) * c10::elementSize(dtype_);
+  const size_t head = static_cast<size_t>(capacity_) * row;  // one head's storage
+  auto* kd = static_cast<char*>(l.k.data_ptr()) + static_cast<size_t>(l.length) * row;
+  auto* vd = static_cast<char*>(l.v.data_ptr()) + static_cast<size_t>(l.length) * row;
+  for (int64_t h = 0; h < kv_heads_; ++h) {
+    std::memcpy(kd + h * head, static_cast<const char*>(k) + h * row, row);
+    std::memcpy(vd + h * head, static_cast<const char*>(v) + h * row, row);
+  }
+  ++l.length;
+  return true;
 }
 
 absl::Status KvCache::Truncate(int64_t length) {

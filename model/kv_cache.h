@@ -38,6 +38,15 @@ class KvCache {
   // Appends `k` (already rotated) and `v`, both [kv_heads, t, head_dim], to `layer`.
   // REQUIRES: shapes match the config.
   void Append(int layer, const at::Tensor& k, const at::Tensor& v);
+  // Appends one position from memory: `k` and `v` each kv_heads x head_dim values of the cache's
+  // dtype, head after head (a decode row of a batched step, without a tensor per row). False,
+  // nothing done, when the cache is not on the CPU.
+  bool AppendRow(int layer, const void* k, const void* v);
+  // The layer's whole storage, [kv_heads, capacity, head_dim] (positions from length(layer) on
+  // hold nothing yet): for kernels that read the cache in place (model/decode_attention.h).
+  // Valid until the next Append.
+  const at::Tensor& key_storage(int layer) const { return layers_[layer].k; }
+  const at::Tensor& value_storage(int layer) const { return layers_[layer].v; }
   // Drops every position >= length in every layer (e.g. to reuse a shared prefix).
   absl::Status Truncate(int64_t length);
   void Clear();

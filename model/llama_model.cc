@@ -12,6 +12,7 @@
 #include "base/status_macros.h"
 #include "model/checkpoint.h"
 #include "model/compute_steps.h"
+#include "model/decode_attention.h"
 
 namespace scd {
 namespace {
@@ -46,7 +47,10 @@ LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights, Options options
       weights_(std::move(weights)),
       options_(options),
       rope_(config_.rope, config_.head_dim),
-      source_(std::move(source)) {}
+      source_(std::move(source)),
+      fast_decode_rows_(options_.decode_attention_kernel && options_.device.is_cpu() &&
+                        options_.dtype == c10::kFloat &&
+                        DecodeAttentionAvailable(config_.head_dim)) {}
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& dir,
                                                              const Options& options) {
@@ -104,6 +108,10 @@ DecodeWorkspace LlamaModel::NewWorkspace(int64_t capacity) const {
 }
 
 at::Tensor LlamaModel::Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const {
+  if (x.size(0) <= options_.skinny_rows) {
+    at::Tensor y;
+    if (SkinnyGemm(x, w, b, &y)) return y;
+  }
   if (options_.gemv_single_rows && x.size(0) == 1) {
     at::Tensor row = x.select(0, 0);
     return (b.defined() ? at::addmv(b, w, row) : at::mv(w, row)).unsqueeze(0);
@@ -219,6 +227,7 @@ absl::StatusOr<at::Tensor> LlamaModel::RunLayersOwned(int begin, int end, at::Te
                                                       const DecodeWorkspace* workspace,
                                                       const LayerCallback* on_layer) const {
   const Segment segments[] = {{0, PlanStep(cache->length(begin), h.size(0), h, workspace), cache}};
+  const StepTables tables = JoinTables(segments);
   for (int l = begin; l < end; ++l) {
     const bool wanted =
         capture != nullptr &&
@@ -230,11 +239,11 @@ absl::StatusOr<at::Tensor> LlamaModel::RunLayersOwned(int begin, int end, at::Te
         ComputeStep::Paused paused;
         return (*on_layer)(l, std::move(layer_capture));
       };
-      SCD_RETURN_IF_ERROR(
-          RunLayer(l, h, segments, wanted ? &layer_capture : nullptr, capture, &hand_off));
+      SCD_RETURN_IF_ERROR(RunLayer(l, h, segments, tables, wanted ? &layer_capture : nullptr,
+                                   capture, &hand_off));
       continue;
     }
-    RunLayer(l, h, segments, wanted ? &(*captures)[l] : nullptr, capture).IgnoreError();
+    RunLayer(l, h, segments, tables, wanted ? &(*captures)[l] : nullptr, capture).IgnoreError();
   }
   return h;
 }
@@ -287,8 +296,9 @@ absl::StatusOr<std::vector<at::Tensor>> LlamaModel::ForwardBatch(
           row += n;
           if (seq.logits) last_rows.push_back(row - 1);
         }
+        const StepTables tables = JoinTables(segments);
         for (int l = 0; l < config_.num_layers; ++l) {
-          RunLayer(l, h, segments, nullptr, nullptr).IgnoreError();  // no callback: no error
+          RunLayer(l, h, segments, tables, nullptr, nullptr).IgnoreError();  // no callback: no error
         }
         std::vector<at::Tensor> out(batch.size());
         if (last_rows.empty()) return out;
@@ -311,19 +321,17 @@ LlamaModel::StepContext LlamaModel::PlanStep(int64_t p0, int64_t tokens, const a
   step.p0 = p0;
   step.tokens = tokens;
   // RoPE tables: sliced from the sequence's workspace, else built once per call. The query
-  // tables carry the 1/sqrt(head_dim) attention scale, so scaling costs no extra pass; they
-  // broadcast over [kv_heads, T, group, head_dim / 2].
-  const int64_t half = config_.head_dim / 2;
+  // tables carry the 1/sqrt(head_dim) attention scale, so scaling costs no extra pass.
   if (workspace != nullptr && p0 + tokens <= workspace->capacity()) {
     step.k_cos = workspace->k_cos.narrow(0, p0, tokens);
     step.k_sin = workspace->k_sin.narrow(0, p0, tokens);
-    step.q_cos = workspace->q_cos.narrow(0, p0, tokens).view({1, tokens, 1, half});
-    step.q_sin = workspace->q_sin.narrow(0, p0, tokens).view({1, tokens, 1, half});
+    step.q_cos = workspace->q_cos.narrow(0, p0, tokens);
+    step.q_sin = workspace->q_sin.narrow(0, p0, tokens);
   } else {
     std::tie(step.k_cos, step.k_sin) = rope_.Tables(Positions(p0, tokens), like);
     const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
-    step.q_cos = (step.k_cos * scale).view({1, tokens, 1, half});
-    step.q_sin = (step.k_sin * scale).view({1, tokens, 1, half});
+    step.q_cos = step.k_cos * scale;
+    step.q_sin = step.k_sin * scale;
   }
   // Query blocks and their masks are the same for every layer: build them once.
   const int64_t g = config_.group_size();
@@ -353,41 +361,54 @@ LlamaModel::StepContext LlamaModel::PlanStep(int64_t p0, int64_t tokens, const a
   return step;
 }
 
+LlamaModel::StepTables LlamaModel::JoinTables(absl::Span<const Segment> segments) const {
+  const int64_t half = config_.head_dim / 2;
+  auto join = [&](at::Tensor StepContext::*table) {
+    if (segments.size() == 1) return segments[0].step.*table;
+    std::vector<at::Tensor> parts;
+    parts.reserve(segments.size());
+    for (const Segment& segment : segments) parts.push_back(segment.step.*table);
+    return at::cat(parts, 0);
+  };
+  StepTables tables;
+  at::Tensor q_cos = join(&StepContext::q_cos), q_sin = join(&StepContext::q_sin);
+  const int64_t rows = q_cos.size(0);
+  tables.q_cos = q_cos.view({rows, 1, 1, half});
+  tables.q_sin = q_sin.view({rows, 1, 1, half});
+  tables.k_cos = join(&StepContext::k_cos).view({rows, 1, half});
+  tables.k_sin = join(&StepContext::k_sin).view({rows, 1, half});
+  return tables;
+}
+
 absl::Status LlamaModel::RunLayer(int layer, at::Tensor& h, absl::Span<const Segment> segments,
-                                  LayerCapture* capture, const CaptureSpec* spec,
+                                  const StepTables& tables, LayerCapture* capture,
+                                  const CaptureSpec* spec,
                                   const std::function<absl::Status()>* captured) const {
   const LayerWeights& w = weights_.layers[layer];
-  const int64_t T = h.size(0), Hkv = config_.num_kv_heads, hd = config_.head_dim,
-                qd = config_.q_dim(), kvd = config_.kv_dim();
+  const int64_t T = h.size(0), Hkv = config_.num_kv_heads, g = config_.group_size(),
+                hd = config_.head_dim, qd = config_.q_dim(), kvd = config_.kv_dim();
   if (capture != nullptr && spec->residual) capture->residual = h.clone();
 
   // Attention block: x = RMSNorm(h); q|k|v = x W_qkv^T (+ b), every segment's rows at once.
   at::Tensor x = RmsNorm(h, w.attn_norm, config_.rms_norm_eps);  // [T, d]
   at::Tensor qkv = Linear(x, w.wqkv, w.bqkv);                    // [T, qd + 2 kvd]
+  at::Tensor k = qkv.narrow(1, qd, kvd).view({T, Hkv, hd});        // pre-RoPE
+  at::Tensor v = qkv.narrow(1, qd + kvd, kvd).view({T, Hkv, hd});
   if (capture != nullptr) {  // one segment (Forward, RunLayers)
     if (spec->attn_input) capture->attn_input = x;
-    if (spec->key_prerope) {
-      capture->key_prerope = qkv.narrow(1, qd, kvd).view({T, Hkv, hd}).permute({1, 0, 2}).contiguous();
-    }
-    if (spec->value) {
-      capture->value =
-          qkv.narrow(1, qd + kvd, kvd).view({T, Hkv, hd}).permute({1, 0, 2}).contiguous();
-    }
+    if (spec->key_prerope) capture->key_prerope = k.permute({1, 0, 2}).contiguous();
+    if (spec->value) capture->value = v.permute({1, 0, 2}).contiguous();
   }
   // Everything a capture holds exists now: hand it off before attention and the MLP run.
   if (captured != nullptr) SCD_RETURN_IF_ERROR((*captured)());
-  at::Tensor attn;  // [T, qd]
-  if (segments.size() == 1) {
-    attn = AttendSegment(layer, qkv, segments[0]);
-  } else {
-    attn = at::empty({T, qd}, h.options());
-    for (const Segment& segment : segments) {
-      const int64_t rows = segment.step.tokens;
-      attn.narrow(0, segment.row0, rows)
-          .copy_(AttendSegment(layer, qkv.narrow(0, segment.row0, rows), segment));
-    }
-  }
-  h.add_(Linear(attn, w.wo, w.bo));
+  // RoPE for every row at once, each at its own sequence's position.
+  const at::Tensor q_rot = RotaryEmbedding::Rotate(qkv.narrow(1, 0, qd).view({T, Hkv, g, hd}),
+                                                   tables.q_cos, tables.q_sin);
+  const at::Tensor k_rot = RotaryEmbedding::Rotate(k, tables.k_cos, tables.k_sin);
+  // [T, Hkv, g, hd]: as [T, heads * hd] the head index is kv_head * group + j, as W_o expects.
+  at::Tensor attn = at::empty({T, Hkv, g, hd}, h.options());
+  for (const Segment& segment : segments) AttendSegment(layer, q_rot, k_rot, v, segment, &attn);
+  h.add_(Linear(attn.view({T, qd}), w.wo, w.bo));
 
   // MLP block: h += W_down (silu(x W_gate^T) * (x W_up^T)).
   x = RmsNorm(h, w.mlp_norm, config_.rms_norm_eps);
@@ -398,23 +419,45 @@ absl::Status LlamaModel::RunLayer(int layer, at::Tensor& h, absl::Span<const Seg
   return absl::OkStatus();
 }
 
-at::Tensor LlamaModel::AttendSegment(int layer, const at::Tensor& qkv,
-                                     const Segment& segment) const {
-  const int64_t T = qkv.size(0), Hkv = config_.num_kv_heads, g = config_.group_size(),
-                hd = config_.head_dim, qd = config_.q_dim(), kvd = config_.kv_dim();
-  const StepContext& step = segment.step;
-  // Queries as [kv_heads, T, group, hd]: the rows of one kv head's queries are then contiguous,
+void LlamaModel::AttendSegment(int layer, const at::Tensor& q_rot, const at::Tensor& k_rot,
+                               const at::Tensor& v, const Segment& segment,
+                               at::Tensor* attn) const {
+  const int64_t r0 = segment.row0, n = segment.step.tokens, Hkv = config_.num_kv_heads,
+                g = config_.group_size(), hd = config_.head_dim;
+  KvCache* cache = segment.cache;
+  if (n == 1 && fast_decode_rows_) {
+    // A decode row on a CPU in float32: appended and attended on memory, no tensor per row
+    // (model/decode_attention.h). A single row never needs a mask: the window, if any, is the
+    // key range.
+    const int64_t row = Hkv * hd;
+    if (cache->AppendRow(layer, k_rot.data_ptr<float>() + r0 * row,
+                         v.data_ptr<float>() + r0 * v.stride(0))) {
+      const AttentionBlock& b = segment.step.blocks[0];
+      const at::Tensor& keys = cache->key_storage(layer);
+      const int64_t first = b.k_begin * hd;
+      DecodeAttention({q_rot.data_ptr<float>() + r0 * row * g, keys.data_ptr<float>() + first,
+                       cache->value_storage(layer).data_ptr<float>() + first, keys.stride(0), Hkv,
+                       g, hd, b.k_count, attn->data_ptr<float>() + r0 * row * g});
+      return;
+    }
+  }
+  cache->Append(layer, k_rot.narrow(0, r0, n).transpose(0, 1), v.narrow(0, r0, n).transpose(0, 1));
+  const at::Tensor keys = cache->keys(layer), values = cache->values(layer);
+  if (n == 1) {
+    const AttentionBlock& b = segment.step.blocks[0];
+    const at::Tensor kb = keys.narrow(1, b.k_begin, b.k_count);
+    const at::Tensor vb = values.narrow(1, b.k_begin, b.k_count);
+    at::Tensor scores = at::bmm(q_rot[r0], kb.transpose(1, 2));  // [Hkv, g, keys]
+    at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(vb.scalar_type());
+    at::Tensor out = (*attn)[r0];
+    at::bmm_out(out, probs, vb);
+    return;
+  }
+  // Queries as [kv_heads, n * group, hd]: the rows of one kv head's queries are then contiguous,
   // so grouped-query attention is a plain bmm against that head's keys.
-  at::Tensor q = qkv.narrow(1, 0, qd).view({T, Hkv, g, hd}).permute({1, 0, 2, 3});
-  at::Tensor k = qkv.narrow(1, qd, kvd).view({T, Hkv, hd}).permute({1, 0, 2});        // pre-RoPE
-  at::Tensor v = qkv.narrow(1, qd + kvd, kvd).view({T, Hkv, hd}).permute({1, 0, 2});  // [Hkv,T,hd]
-  at::Tensor q_rot = RotaryEmbedding::Rotate(q, step.q_cos, step.q_sin).view({Hkv, T * g, hd});
-  at::Tensor k_rot = RotaryEmbedding::Rotate(k, step.k_cos, step.k_sin);  // [Hkv, T, hd]
-  segment.cache->Append(layer, k_rot, v);
-  at::Tensor attn = Attend(q_rot, segment.cache->keys(layer), segment.cache->values(layer),
-                           step);  // [Hkv, T*g, hd]
-  // Back to [T, heads * hd] with head index = kv_head * group + j, as W_o expects.
-  return attn.view({Hkv, T, g, hd}).permute({1, 0, 2, 3}).reshape({T, qd});
+  at::Tensor q = q_rot.narrow(0, r0, n).permute({1, 0, 2, 3}).reshape({Hkv, n * g, hd});
+  at::Tensor o = Attend(q, keys, values, segment.step);  // [Hkv, n*g, hd]
+  attn->narrow(0, r0, n).copy_(o.view({Hkv, n, g, hd}).permute({1, 0, 2, 3}));
 }
 
 at::Tensor LlamaModel::Attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,

@@ -40,6 +40,7 @@
 #include "model/config.h"
 #include "model/kv_cache.h"
 #include "model/rope.h"
+#include "model/skinny_gemm.h"
 #include "model/weights.h"
 
 namespace scd {
@@ -129,8 +130,15 @@ class LlamaModel {
   struct Options {
     c10::ScalarType dtype = c10::kFloat;  // f32; bf16/f16 where the device supports them
     c10::Device device = c10::Device(c10::kCPU);
-    // Single-row projections (decode steps) as matrix-vector products: on CPU BLAS a GEMV streams
-    // the weights at memory bandwidth, a GEMM with one row at a fraction of it (bench/README.md).
+    // Projections of at most this many rows (decode steps, alone or batched) through
+    // SkinnyGemm (model/skinny_gemm.h: reads the weights once for every row, bit-identical per
+    // row whatever the batch) where the CPU runs it; 0: off.
+    int64_t skinny_rows = kSkinnyMaxRows;
+    // Decode rows (one new token of a sequence) append to their cache and attend on memory,
+    // without a tensor per row (model/decode_attention.h), where the CPU runs the kernel.
+    bool decode_attention_kernel = true;
+    // Otherwise single-row projections as matrix-vector products: on CPU BLAS a GEMV streams the
+    // weights at memory bandwidth, a GEMM with one row at a fraction of it (bench/README.md).
     bool gemv_single_rows = true;
   };
 
@@ -216,9 +224,15 @@ class LlamaModel {
   };
   struct StepContext {
     int64_t p0 = 0, tokens = 0;
-    at::Tensor q_cos, q_sin;  // [1, T, 1, hd/2], attention scale folded in
+    at::Tensor q_cos, q_sin;  // [T, hd/2], attention scale folded in
     at::Tensor k_cos, k_sin;  // [T, hd/2]
     std::vector<AttentionBlock> blocks;
+  };
+  // A step's RoPE tables over every segment's rows, shaped to broadcast against the queries
+  // [rows, kv_heads, group, hd / 2] and the keys [rows, kv_heads, hd / 2].
+  struct StepTables {
+    at::Tensor q_cos, q_sin;  // [rows, 1, 1, hd/2]
+    at::Tensor k_cos, k_sin;  // [rows, 1, hd/2]
   };
   StepContext PlanStep(int64_t p0, int64_t tokens, const at::Tensor& like,
                        const DecodeWorkspace* workspace) const;
@@ -228,6 +242,7 @@ class LlamaModel {
     StepContext step;
     KvCache* cache = nullptr;
   };
+  StepTables JoinTables(absl::Span<const Segment> segments) const;
   // RunLayers without argument checks; `h` is owned by the call and updated in place.
   // With `on_layer`, each layer's capture is handed to it instead of `captures`.
   absl::StatusOr<at::Tensor> RunLayersOwned(int begin, int end, at::Tensor h, KvCache* cache,
@@ -239,11 +254,12 @@ class LlamaModel {
   // Captures (one segment only): `captured` (may be null) runs once the layer's captures are
   // taken; an error from it stops the layer there and is returned.
   absl::Status RunLayer(int layer, at::Tensor& h, absl::Span<const Segment> segments,
-                        LayerCapture* capture, const CaptureSpec* spec,
+                        const StepTables& tables, LayerCapture* capture, const CaptureSpec* spec,
                         const std::function<absl::Status()>* captured = nullptr) const;
-  // A segment's attention: its rows of `qkv` [rows, qd + 2 kvd] rotated at its positions, K/V
-  // appended to its cache, attended against it; returns [rows, qd].
-  at::Tensor AttendSegment(int layer, const at::Tensor& qkv, const Segment& segment) const;
+  // A segment's attention: its rows of the rotated queries [T, Hkv, g, hd], rotated keys and
+  // values [T, Hkv, hd]; K/V appended to its cache, its rows of `attn` [T, Hkv, g, hd] written.
+  void AttendSegment(int layer, const at::Tensor& q_rot, const at::Tensor& k_rot,
+                     const at::Tensor& v, const Segment& segment, at::Tensor* attn) const;
   // Causal (optionally sliding-window) attention of grouped queries against the cache layer.
   at::Tensor Attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                     const StepContext& step) const;
@@ -253,6 +269,8 @@ class LlamaModel {
   Options options_;
   RotaryEmbedding rope_;
   std::string source_;
+  // Decode rows are appended and attended on memory (CPU, float32, model/decode_attention.h).
+  bool fast_decode_rows_ = false;
 };
 
 // Hidden-state RMSNorm as HF computes it (float32 statistics, then scaled by `weight`).

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/blas_kernel.h"
 #include "model/compute_steps.h"
+#include "model/skinny_gemm.h"
 
 namespace scd {
 
@@ -61,6 +62,7 @@ ThreadSettings ConfigureThreads(int threads, int aten_threads) {
   }
   if (parallel != 1) SetBlasSharing(nullptr);  // no separate pool to share
   if (aten_threads > 0) at::set_num_threads(aten_threads);
+  SetSkinnyThreads(threads);  // the few-row projections of batched decode steps
   settings.aten_threads = at::get_num_threads();
   settings.kernel = BlasKernelReport();
   return settings;

@@ -283,6 +283,8 @@ absl::Status RunServe(const ServeFlags& flags, int threads) {
   std::vector<std::unique_ptr<consumer::ConsumerNode>> consumers;
   for (const auto& options : consumer_options) {
     SCD_ASSIGN_OR_RETURN(auto node, consumer::ConsumerNode::Start(options));
+    // The coordinator reaches the consumer inside the process: every token event crosses it.
+    coordinator->UseChannel(node->control_address(), node->InProcessControlChannel());
     consumers.push_back(std::move(node));
   }
   // Serve once every node is routable.
