@@ -108,7 +108,8 @@ DecodeWorkspace LlamaModel::NewWorkspace(int64_t capacity) const {
 }
 
 at::Tensor LlamaModel::Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const {
-  if (x.size(0) <= options_.skinny_rows) {
+  if (options_.skinny_rows > 0 &&
+      (x.size(0) <= options_.skinny_rows || w.numel() <= kSkinnySmallWeights)) {
     at::Tensor y;
     if (SkinnyGemm(x, w, b, &y)) return y;
   }

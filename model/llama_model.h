@@ -130,9 +130,9 @@ class LlamaModel {
   struct Options {
     c10::ScalarType dtype = c10::kFloat;  // f32; bf16/f16 where the device supports them
     c10::Device device = c10::Device(c10::kCPU);
-    // Projections of at most this many rows (decode steps, alone or batched) through
-    // SkinnyGemm (model/skinny_gemm.h: reads the weights once for every row, bit-identical per
-    // row whatever the batch) where the CPU runs it; 0: off.
+    // Projections of at most this many rows (decode steps, alone or batched), and any projection
+    // by a small matrix, through SkinnyGemm (model/skinny_gemm.h: reads the weights once for
+    // every row, bit-identical per row whatever the batch) where the CPU runs it; 0: off.
     int64_t skinny_rows = kSkinnyMaxRows;
     // Decode rows (one new token of a sequence) append to their cache and attend on memory,
     // without a tensor per row (model/decode_attention.h), where the CPU runs the kernel.

@@ -215,7 +215,9 @@ bool SkinnyGemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, a
   if (!CpuHasAvx2Fma() || !x.defined() || !w.defined()) return false;
   if (x.dim() != 2 || w.dim() != 2 || x.size(1) != w.size(1)) return false;
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
-  if (M < 1 || M > kSkinnyMaxRows || K < 1 || N < 1) return false;
+  if (M < 1 || K < 1 || N < 1 || (M > kSkinnyMaxRows && N * K > kSkinnySmallWeights)) {
+    return false;
+  }
   for (const at::Tensor* t : {&x, &w}) {
     if (!t->device().is_cpu() || t->scalar_type() != at::kFloat || !t->is_contiguous()) {
       return false;

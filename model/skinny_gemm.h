@@ -34,13 +34,18 @@ namespace scd {
 // 2-core VM against OpenBLAS for TinyLlama's gate|up projection, it stays ahead up to 64 rows
 // (26 ms against 53); a whole prompt's prefill goes to BLAS's packed GEMM.
 inline constexpr int64_t kSkinnyMaxRows = 64;
+// A matrix this small (N x K weights, 1 MiB in float32) stays in L2 while any number of rows pass
+// over it: SkinnyGemm takes it for every row count. OpenBLAS splits such products between its
+// threads and wakes them for a few microseconds of work each: a 150-token prefill of a 260k-weight
+// model took 8-30 ms that way, mostly threads waking and yielding (bench/README.md).
+inline constexpr int64_t kSkinnySmallWeights = int64_t{1} << 18;
 
 // Whether this CPU runs the kernel (AVX2 and FMA).
 bool SkinnyGemmAvailable();
 
 // y = x W^T + b (b may be undefined). Returns false and leaves *y alone when the kernel does not
-// apply: no AVX2/FMA, not float32 on the CPU, x not [M, K] with 1 <= M <= kSkinnyMaxRows, W not
-// [N, K], either not contiguous, b not [N].
+// apply: no AVX2/FMA, not float32 on the CPU, x not [M, K] with M >= 1 and M <= kSkinnyMaxRows
+// unless N x K <= kSkinnySmallWeights, W not [N, K], either not contiguous, b not [N].
 bool SkinnyGemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, at::Tensor* y);
 
 // Threads a call may use (>= 1; the calling thread counts). Starts or stops pool workers.

@@ -81,7 +81,10 @@ TEST_F(SkinnyGemmTest, RefusesWhatItDoesNotTake) {
   EXPECT_FALSE(SkinnyGemm(x.to(at::kDouble), w.to(at::kDouble), at::Tensor(), &y));
   EXPECT_FALSE(SkinnyGemm(x.to(at::kBFloat16), w.to(at::kBFloat16), at::Tensor(), &y));
   EXPECT_FALSE(SkinnyGemm(x, at::randn({32, 16}).t(), at::Tensor(), &y));  // not contiguous
-  EXPECT_FALSE(SkinnyGemm(at::randn({kSkinnyMaxRows + 1, 32}), w, at::Tensor(), &y));
+  const at::Tensor large = at::randn({1024, 1024});  // past kSkinnySmallWeights
+  EXPECT_FALSE(SkinnyGemm(at::randn({kSkinnyMaxRows + 1, 1024}), large, at::Tensor(), &y));
+  EXPECT_TRUE(SkinnyGemm(at::randn({kSkinnyMaxRows + 1, 32}), w, at::Tensor(), &y));  // small W
+  y = at::Tensor();
   EXPECT_FALSE(SkinnyGemm(x, at::randn({16, 31}), at::Tensor(), &y));  // K differs
   EXPECT_FALSE(SkinnyGemm(x, w, at::randn({15}), &y));                // bias size
   EXPECT_FALSE(y.defined());
