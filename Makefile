@@ -5,7 +5,7 @@ BUILD ?= build
 export SCD_BUILD_DIR := $(BUILD)
 export SCD_SHARED_DIR := $(abspath $(SHARED))
 
-.PHONY: demo story test numeric-kernels build bench bench-sweep bench-prefix bench-transport asan fuzz-smoke format clean compose-test
+.PHONY: demo story test numeric-kernels build bench bench-sweep bench-prefix bench-batching bench-transport asan fuzz-smoke format clean compose-test
 
 # The method's showcase on the hard pair (no shared training between the two models): fit once
 # (cached in $(BUILD)/demo; `make clean` or deleting the file refits), evaluate every transfer
@@ -62,6 +62,12 @@ bench-sweep: build $(DEMO_ARTIFACT)
 # TinyLlama shape, scd-bench serve per scenario, bench/prefix_check.py; under $(BUILD)/bench-prefix.
 bench-prefix: build
 	bash bench/prefix_cache.sh $(BUILD) $(SHARED) $(BUILD)/bench-prefix
+
+# Continuous batching (issue 28, bench/README.md): scd-bench serve at concurrency 1..16 on
+# tinystories-4m, the TinyLlama shape and the hard 4M pair in scd mode; scd-bench mixed (a long
+# prompt beside 8 decoders, local and scd). Under $(BUILD)/bench-batching; ~1 hour here.
+bench-batching: build
+	bash bench/batching.sh $(BUILD) $(SHARED) $(BUILD)/bench-batching
 
 # docker-compose.yml with real containers: podman + docker-compose 1.29, a locally made
 # debian:bookworm base, the image with the binaries built here (scripts/compose_test.sh).

@@ -149,13 +149,15 @@ std::string ExcessStage(const SweepRecord& r) {
       {static_cast<double>(t.queue()), "queue"},
       {prefill - r.alone.prefill_us, "prefill"},
       {static_cast<double>(t.last_rebuild()) - r.alone.last_rebuild_us, "last_rebuild"},
+      {static_cast<double>(t.rebuild()) - r.alone.rebuild_us, "rebuild"},
       {static_cast<double>(t.first_decode()) - r.alone.decode_us, "first_decode"},
   };
   if (r.mode_used != "local") {
     // What the measured stages do not explain: the transfer not hidden behind the prefill.
     const double explained =
         static_cast<double>(t.queue()) +
-        std::max(prefill, r.transfer_bound_us + static_cast<double>(t.last_rebuild())) +
+        std::max({prefill, r.transfer_bound_us + static_cast<double>(t.last_rebuild()),
+                  static_cast<double>(t.rebuild())}) +
         static_cast<double>(t.first_decode());
     excess.push_back({static_cast<double>(t.ttft()) - explained, "transfer"});
   }
@@ -233,6 +235,7 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
           StagesAlone& a = alone[{mode, p}];
           keep_min(&a.prefill_us, r.f.timings().prefill());
           keep_min(&a.last_rebuild_us, r.f.timings().last_rebuild());
+          keep_min(&a.rebuild_us, r.f.timings().rebuild());
           keep_min(&a.decode_us, r.f.timings().first_decode());
           if (r.f.timings().prefill() > 0) {
             prefill_tokens += static_cast<double>(r.f.prompt_tokens());
@@ -280,6 +283,7 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
               } else {
                 keep_min(&a.prefill_us, rec.timings.prefill());
                 keep_min(&a.last_rebuild_us, rec.timings.last_rebuild());
+                keep_min(&a.rebuild_us, rec.timings.rebuild());
                 keep_min(&a.decode_us, rec.timings.first_decode());
                 const double shaped =
                     std::max(0.0, static_cast<double>(rec.payload_bytes) - o.burst_bytes);
@@ -304,7 +308,8 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
       rec.bound_us =
           rec.mode_used == "local"
               ? rec.alone.prefill_us
-              : std::max(rec.alone.prefill_us, rec.transfer_bound_us + rec.alone.last_rebuild_us) +
+              : std::max({rec.alone.prefill_us, rec.transfer_bound_us + rec.alone.last_rebuild_us,
+                          rec.alone.rebuild_us}) +
                     rec.alone.decode_us;
       rec.ratio = rec.bound_us > 0 ? static_cast<double>(rec.timings.ttft()) / rec.bound_us : 0;
       if (rec.ratio > kRatioLimit) rec.excess_stage = ExcessStage(rec);
@@ -340,6 +345,7 @@ std::string SweepJsonl(const SweepResult& result) {
         {"alone_ms",
          {{"prefill", r.alone.prefill_us / 1e3},
           {"last_rebuild", r.alone.last_rebuild_us / 1e3},
+          {"rebuild", r.alone.rebuild_us / 1e3},
           {"decode", r.alone.decode_us / 1e3}}},
         {"transfer_bound_ms", r.transfer_bound_us / 1e3},
         {"bound_ms", r.bound_us / 1e3},

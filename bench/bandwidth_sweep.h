@@ -10,12 +10,15 @@
 // prompt anywhere in the run (`alone_repeats` stage runs and every cell: on an unshaped link the
 // last rebuild queues behind the prefill, on a slow one it shows alone). Each request's lower
 // bound is
-//   max(prefill alone, (payload bytes - burst) / bandwidth + latency + last rebuild alone)
-//   + decode step alone
+//   max(prefill alone, (payload bytes - burst) / bandwidth + latency + last rebuild alone,
+//       rebuild alone) + decode step alone
 // -- the issue's max(prefill, bytes / bandwidth) + last rebuild + decode wherever the last chunk
 // leaves at the prefill's end (every KV mode; there the two differ by the last rebuild, ~1 ms);
 // when the last chunk is a patch layer's hidden-state code it leaves before the producer's last
-// layer runs and its rebuild overlaps that layer, which the issue's form would count twice.
+// layer runs and its rebuild overlaps that layer, which the issue's form would count twice. The
+// third term (issue 28): the consumer cannot be done before it has rebuilt every layer, however
+// the rebuild overlaps the transfer; where its aligners cost more than the producer's prefill
+// (the hard 260K pair's: 3 patch layers of a 512-wide MLP on a 64-wide model) that is the bound.
 // (local: the consumer's own prefill alone), so TTFT / bound >= 1 up to noise, and where a cell
 // exceeds the bound the stage holding the excess is named. Quality (real weights only) is measured
 // against the consumer's own prefill: greedy-token agreement over the first 32 tokens and the
@@ -69,6 +72,7 @@ struct SweepOptions {
 struct StagesAlone {
   double prefill_us = 0;       // producer prefill (local: the consumer's own)
   double last_rebuild_us = 0;  // last layer's rebuild after the last chunk
+  double rebuild_us = 0;       // the consumer's whole rebuild (every layer)
   double decode_us = 0;        // first decode step
 };
 

@@ -21,6 +21,11 @@
 //     (bench/bandwidth_sweep.h): results.jsonl, summary.csv and the plots (bench/plot_sweep.py).
 //     With --producer it starts `scd serve --all-in-one` itself (a config.json: dummy weights,
 //     timings only, "no fidelity").
+//   scd-bench mixed --server HOST:PORT --target NAME [--decoders 8] [--decode-mode M]
+//                   [--decode-prompt-len 64] [--decode-tokens 400] [--long-mode local|scd|...]
+//                   [--long-prompt-len 2048] [--vocab-size V] [--out DIR]
+//     A long prompt arriving beside running decodes (bench/mixed_load.h): the decoders' ITL p50
+//     before it, p50 / p99 / max while it is prefilled or rebuilt; with --out, mixed.json.
 // Errors: one line on stderr, exit status 1.
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -49,6 +54,7 @@
 #include "base/progress.h"
 #include "base/status_macros.h"
 #include "bench/bandwidth_sweep.h"
+#include "bench/mixed_load.h"
 #include "bench/netns_link.h"
 #include "bench/serve_benchmark.h"
 #include "bench/sweep_deployment.h"
@@ -294,6 +300,30 @@ absl::Status RunSweep(SweepFlags& flags) {
   return absl::OkStatus();
 }
 
+absl::Status RunMixed(const MixedLoadOptions& options, const std::string& out) {
+  SCD_ASSIGN_OR_RETURN(MixedLoadResult r, RunMixedLoad(options));
+  std::printf("%d decoders (%s, %d-token prompts) while a %d-token prompt arrives (%s)\n",
+              options.decoders, options.decode_mode.c_str(), options.decode_prompt_len,
+              options.long_prompt_len, r.long_finished.mode().c_str());
+  std::printf("  ITL p50 before it:           %9.2f ms (%lld gaps)\n", r.itl_p50_baseline_ms,
+              static_cast<long long>(r.baseline_gaps));
+  std::printf("  ITL p50 / p99 / max while it is prefilled or rebuilt: %.2f / %.2f / %.2f ms "
+              "(%lld gaps over %.0f ms)\n",
+              r.itl_p50_during_ms, r.itl_p99_during_ms, r.itl_max_during_ms,
+              static_cast<long long>(r.during_gaps), r.window_ms);
+  std::printf("  p99 during / p50 before:     %9.2f\n", r.ratio());
+  std::printf("  the long request's TTFT:     %9.1f ms; decoders ended well: %d of %d; window "
+              "covered: %s\n",
+              r.long_ttft_ms, r.decoders_ok, options.decoders, r.window_covered ? "yes" : "no");
+  if (!r.error.empty()) std::printf("  failure: %s\n", r.error.c_str());
+  if (!out.empty()) {
+    std::filesystem::create_directories(out);
+    std::ofstream(out + "/mixed.json") << MixedLoadJson(options, r) << "\n";
+  }
+  if (!r.error.empty()) return absl::InternalError(r.error);
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{"scd-bench: serving load and bandwidth-sweep benchmarks"};
   app.require_subcommand(1);
@@ -410,6 +440,38 @@ int Main(int argc, char** argv) {
   ccpus->needs(pcpus);
   w->add_option("--out", sweep.out, "output directory")->required();
   w->add_flag("--quiet", sweep.quiet, "no progress bar");
+
+  MixedLoadOptions mixed;
+  std::string mixed_out;
+  CLI::App* m = app.add_subcommand(
+      "mixed", "a long prompt arriving beside running decodes: their inter-token latency");
+  m->add_option("--server", mixed.server, "coordinator or all-in-one server")->required();
+  m->add_option("--target", mixed.target, "the consumer")->required();
+  m->add_option("--decoders", mixed.decoders, "streams decoding")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  m->add_option("--decode-mode", mixed.decode_mode, "their mode")->capture_default_str();
+  m->add_option("--decode-prompt-len", mixed.decode_prompt_len, "their prompts' ids")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  m->add_option("--decode-tokens", mixed.decode_tokens,
+                "their max_tokens (they must outlast the long prompt's prefill)")
+      ->check(CLI::Range(2, 1 << 20))
+      ->capture_default_str();
+  m->add_option("--baseline-tokens", mixed.baseline_tokens,
+                "tokens per decoder measured before the long prompt arrives")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  m->add_option("--long-mode", mixed.long_mode, "the long request's mode (local, scd, ...)")
+      ->capture_default_str();
+  m->add_option("--long-prompt-len", mixed.long_prompt_len, "the long prompt's ids")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  m->add_option("--vocab-size", mixed.vocab_size, "ids are drawn from [3, V)")
+      ->check(CLI::Range(4, 1 << 24))
+      ->capture_default_str();
+  m->add_option("--seed", mixed.seed, "prompts");
+  m->add_option("--out", mixed_out, "write mixed.json here");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -432,7 +494,9 @@ int Main(int argc, char** argv) {
       std::_Exit(128 + signal);
     }).detach();
   }
-  absl::Status status = s->parsed() ? RunServe(serve) : RunSweep(sweep);
+  absl::Status status = s->parsed()   ? RunServe(serve)
+                        : m->parsed() ? RunMixed(mixed, mixed_out)
+                                      : RunSweep(sweep);
   if (!status.ok()) {
     std::fprintf(stderr, "scd-bench: error: %s\n", std::string(status.message()).c_str());
     return 1;

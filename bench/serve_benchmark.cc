@@ -28,31 +28,6 @@ namespace {
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
-// Linear interpolation between closest ranks (numpy's default), as vLLM reports.
-double Percentile(std::vector<double> sorted, double p) {
-  if (sorted.empty()) return 0;
-  const double rank = p / 100.0 * static_cast<double>(sorted.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(rank));
-  const size_t hi = std::min(lo + 1, sorted.size() - 1);
-  return sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - static_cast<double>(lo));
-}
-
-MetricSummary Summarize(std::vector<double> values_s, const std::vector<double>& percentiles) {
-  MetricSummary s;
-  s.count = static_cast<int64_t>(values_s.size());
-  if (values_s.empty()) return s;
-  for (double& v : values_s) v *= 1e3;
-  std::sort(values_s.begin(), values_s.end());
-  const double n = static_cast<double>(values_s.size());
-  s.mean = std::accumulate(values_s.begin(), values_s.end(), 0.0) / n;
-  double sq = 0;
-  for (double v : values_s) sq += (v - s.mean) * (v - s.mean);
-  s.std = std::sqrt(sq / n);
-  s.median = Percentile(values_s, 50);
-  for (double p : percentiles) s.percentiles[p] = Percentile(values_s, p);
-  return s;
-}
-
 std::string CodeName(int code) {
   static const char* const kNames[] = {"OK",
                                        "CANCELLED",
@@ -180,6 +155,31 @@ NodeStatsDelta Delta(const std::string& address, const v1::NodeStats& before,
 }
 
 }  // namespace
+
+// Linear interpolation between closest ranks (numpy's default), as vLLM reports.
+double Percentile(std::vector<double> sorted, double p) {
+  if (sorted.empty()) return 0;
+  const double rank = p / 100.0 * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(rank));
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - static_cast<double>(lo));
+}
+
+MetricSummary Summarize(std::vector<double> values_s, const std::vector<double>& percentiles) {
+  MetricSummary s;
+  s.count = static_cast<int64_t>(values_s.size());
+  if (values_s.empty()) return s;
+  for (double& v : values_s) v *= 1e3;
+  std::sort(values_s.begin(), values_s.end());
+  const double n = static_cast<double>(values_s.size());
+  s.mean = std::accumulate(values_s.begin(), values_s.end(), 0.0) / n;
+  double sq = 0;
+  for (double v : values_s) sq += (v - s.mean) * (v - s.mean);
+  s.std = std::sqrt(sq / n);
+  s.median = Percentile(values_s, 50);
+  for (double p : percentiles) s.percentiles[p] = Percentile(values_s, p);
+  return s;
+}
 
 std::vector<BenchPrompt> RandomPrompts(int num_prompts, int input_len, int shared_prefix_len,
                                        int vocab_size, uint64_t seed, uint64_t prefix_seed,

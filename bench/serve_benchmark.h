@@ -110,6 +110,12 @@ struct MetricSummary {
   int64_t count = 0;
 };
 
+// Linear interpolation between closest ranks (numpy's default), as vLLM reports; `sorted`
+// ascending.
+double Percentile(std::vector<double> sorted, double p);
+// `values_s` (seconds) summarised in milliseconds.
+MetricSummary Summarize(std::vector<double> values_s, const std::vector<double>& percentiles);
+
 struct ServeBenchResult {
   double request_rate = 0, burstiness = 1;
   int max_concurrency = 0;

@@ -29,6 +29,23 @@ int64_t PhysicalMemoryBytes() {
   return pages > 0 && page > 0 ? int64_t{pages} * page : int64_t{8} << 30;
 }
 
+// Admission's settings: --kv-cache-mb, or room for `capacity` sequences of the model's whole
+// context within half the machine's memory.
+Admission::Options AdmissionOptions(const ConsumerNodeOptions& options, const LlamaModel& model) {
+  const int64_t per_token =
+      model.config().KvBytesPerToken(static_cast<int64_t>(c10::elementSize(model.dtype())));
+  Admission::Options admission;
+  admission.capacity = options.capacity;
+  admission.max_queued = options.max_queued;
+  admission.budget_bytes = std::llround(options.kv_cache_mb * (1 << 20));
+  if (admission.budget_bytes == 0) {
+    admission.budget_bytes = std::min<int64_t>(
+        int64_t{options.capacity} * model.config().max_position_embeddings * per_token,
+        PhysicalMemoryBytes() / 2);
+  }
+  return admission;
+}
+
 // The calibrated KL per mode an artifact's fit measured (Artifact::fidelity_json: {"scd": {"kl":
 // ..}, ...}), as gauges.
 void SetArtifactGauges(MetricsRegistry* metrics, const std::string& id, const Artifact& artifact) {
@@ -89,28 +106,18 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
     spdlog::info("artifact {} ({} -> {}) from {}", id, node->artifacts_[id].producer.name,
                  node->name_, path);
   }
-  const int64_t kv_bytes_per_token = node->model_->config().KvBytesPerToken(
-      static_cast<int64_t>(c10::elementSize(node->model_->dtype())));
-  Admission::Options admission;
-  admission.capacity = options.capacity;
-  admission.max_queued = options.max_queued;
-  admission.budget_bytes = std::llround(options.kv_cache_mb * (1 << 20));
-  if (admission.budget_bytes == 0) {
-    admission.budget_bytes = std::min<int64_t>(
-        int64_t{options.capacity} * node->model_->config().max_position_embeddings *
-            kv_bytes_per_token,
-        PhysicalMemoryBytes() / 2);
-  }
   if (options.capacity == 0) return absl::InvalidArgumentError("--capacity must be at least 1");
   if (options.max_batched_tokens < 1) {
     return absl::InvalidArgumentError("--max-batched-tokens must be at least 1");
   }
+  const Admission::Options admission = AdmissionOptions(options, *node->model_);
+  const int64_t kv_bytes_per_token = node->model_->config().KvBytesPerToken(
+      static_cast<int64_t>(c10::elementSize(node->model_->dtype())));
   node->admission_ = Admission::Create(admission);
   spdlog::info("consumer {}: KV memory {:.2f} MiB ({} bytes per position: {} positions), "
                "capacity {} requests, queue {}, {} rows per step",
                node->name_, static_cast<double>(admission.budget_bytes) / (1 << 20),
-               kv_bytes_per_token,
-               admission.budget_bytes / kv_bytes_per_token, options.capacity,
+               kv_bytes_per_token, admission.budget_bytes / kv_bytes_per_token, options.capacity,
                options.max_queued, options.max_batched_tokens);
   transport::TransportOptions transport_options;
   transport_options.backend = options.transport;

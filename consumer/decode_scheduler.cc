@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/exception_guard.h"
+#include "model/skinny_gemm.h"
 #include "proto/serving_metrics.h"
 
 namespace scd::consumer {
@@ -21,7 +22,7 @@ constexpr double kAverageWeight = 0.25;
 // Rebuild rows a step runs at least (and, beside decodes, before any is measured).
 constexpr int64_t kMinPieceRows = 16;
 // Prefill tokens a step beside decodes runs at least, when a prompt waits.
-constexpr int64_t kMinChunk = 8;
+constexpr int64_t kMinChunk = 2;
 
 void Average(double* average, double sample) {
   *average = *average == 0 ? sample : (1 - kAverageWeight) * *average + kAverageWeight * sample;
@@ -230,137 +231,144 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
   running.remove_if([](const auto& seq) { return seq->ended; });
 
   // The budget beside the decodes (see the header).
-  int64_t decodes = 0;
-  for (const auto& seq : running) decodes += seq->decoding();
-  const double kUnlimited = std::numeric_limits<double>::infinity();
-  double allowed = decodes > 0 ? (options_.step_slack - 1) * decode_step_s_ : kUnlimited;
-  int64_t rows_left = std::max<int64_t>(0, options_.max_batched_tokens - decodes);
+  Plan plan;
+  for (const auto& seq : running) plan.decodes += seq->decoding();
+  double allowed = plan.decodes > 0 ? (options_.step_slack - 1) * decode_step_s_
+                                    : std::numeric_limits<double>::infinity();
+  int64_t rows_left = std::max<int64_t>(0, options_.max_batched_tokens - plan.decodes);
   // The decodes' own step time is measured first: until then they run alone.
-  const bool decodes_only = decodes > 0 && decode_step_s_ == 0;
+  const bool decodes_only = plan.decodes > 0 && decode_step_s_ == 0;
 
   // Rebuild pieces handed in by transfers, oldest first.
   const absl::Time pieces_start = absl::Now();
-  if (!decodes_only) RunPieces(decodes, &allowed, &rows_left);
+  if (!decodes_only) RunPieces(plan.decodes, &allowed, &rows_left);
   const double pieces_s = absl::ToDoubleSeconds(absl::Now() - pieces_start);
 
-  // The batch: every decode, then prefill chunks oldest first. Beside decodes the chunk is the
-  // adaptive chunk_tokens_, shrunk by the share of the time budget rebuild pieces took.
-  std::vector<BatchSequence> batch;
-  std::vector<Sequence*> members;
-  std::vector<int64_t> chunk;  // prompt tokens per member (0 for a decode)
-  int64_t prefill_tokens = 0;
-  for (auto& seq : running) {
-    if (!seq->decoding()) continue;
-    batch.push_back({absl::MakeConstSpan(&*seq->input, 1), &seq->req.cache, &seq->workspace, true});
-    members.push_back(seq.get());
-    chunk.push_back(0);
-  }
-  int64_t chunk_left = rows_left;
-  if (decodes > 0) {
-    const double budget = (options_.step_slack - 1) * decode_step_s_;
-    const double share = budget > 0 ? std::max(0.0, allowed) / budget : 0;
-    chunk_left = std::min<int64_t>(rows_left, static_cast<int64_t>(chunk_tokens_ * share));
-  }
-  for (auto& seq : running) {
-    if (decodes_only) break;
-    if (!seq->prefilling()) continue;
-    const int64_t remaining = static_cast<int64_t>(seq->req.prompt.size()) - seq->prompt_next;
-    int64_t can = chunk_left;
-    if (prefill_tokens == 0) can = std::max<int64_t>(can, kMinChunk);  // progress in every step
-    const int64_t n = std::min(remaining, can);
-    if (n <= 0) break;
-    const bool last = n == remaining;
-    batch.push_back({absl::MakeConstSpan(seq->req.prompt).subspan(
-                         static_cast<size_t>(seq->prompt_next), static_cast<size_t>(n)),
-                     &seq->req.cache, &seq->workspace, last});
-    members.push_back(seq.get());
-    chunk.push_back(n);
-    prefill_tokens += n;
-    chunk_left -= n;
-  }
-
+  PlanBatch(running, decodes_only ? 0 : ChunkBudget(plan.decodes, allowed, rows_left), &plan);
   std::vector<at::Tensor> logits;
-  if (!batch.empty()) {
+  if (!plan.batch.empty()) {
     const absl::Time start = absl::Now();
-    absl::StatusOr<std::vector<at::Tensor>> out = model_.ForwardBatch(batch);
+    absl::StatusOr<std::vector<at::Tensor>> out = model_.ForwardBatch(plan.batch);
     const double took = absl::ToDoubleSeconds(absl::Now() - start);
     if (!out.ok()) {
-      for (Sequence* seq : members) End(*seq, out.status(), "");
+      for (Sequence* seq : plan.members) End(*seq, out.status(), "");
       running.remove_if([](const auto& seq) { return seq->ended; });
       return;
     }
     logits = *std::move(out);
-    if (prefill_tokens == 0) {
-      Average(&decode_step_s_, took);
-    } else if (decodes > 0 && decode_step_s_ > 0) {
-      // The chunk beside decodes follows the step's measured time: smaller when the step ran
-      // past its target, larger when a full chunk left room.
-      const double target = options_.step_slack * decode_step_s_ - pieces_s;
-      if (took > target) {
-        chunk_tokens_ = std::max<double>(kMinChunk, chunk_tokens_ * 0.75);
-      } else if (took < 0.8 * target && prefill_tokens >= static_cast<int64_t>(chunk_tokens_)) {
-        chunk_tokens_ = std::min<double>(static_cast<double>(options_.max_batched_tokens),
-                                         chunk_tokens_ * 1.25);
-      }
-    }
-    if (options_.metrics != nullptr) {
-      options_.metrics->ObserveStep(static_cast<int64_t>(batch.size()),
-                                    decodes + prefill_tokens, took);
-    }
+    Learn(plan, took, pieces_s);
   }
-
-  // Sampling: each sequence with logits picks its next token.
-  const absl::Time sampled_at = absl::Now();
-  auto pick = [&](Sequence& seq, const at::Tensor& row) {
-    if (!seq.sampled) {
-      seq.sampled = true;
-      seq.prefill = sampled_at - seq.joined;
-    }
-    absl::Status failed;
-    std::optional<TokenId> next;
-    failed = GuardExceptions("sampling", [&]() -> absl::Status {
-      next = seq.state.Next(row, seq.req.cache.length(),
-                            [&](TokenId id, const TokenLogprobs& logprobs) {
-                              if (seq.first_token == absl::InfinitePast()) {
-                                seq.first_token = absl::Now();
-                              }
-                              return seq.req.sink->Token(id, logprobs);
-                            });
-      return absl::OkStatus();
-    });
-    if (!failed.ok()) return End(seq, failed, "");
-    if (next.has_value()) {
-      seq.input = *next;
-      return;
-    }
-    const std::string& reason = seq.state.finish_reason();
-    End(seq, absl::OkStatus(), reason == "stop" ? "stop" : "length");
-  };
-  for (size_t i = 0; i < members.size(); ++i) {
-    Sequence& seq = *members[i];
-    if (chunk[i] > 0) {
-      seq.prompt_next += chunk[i];
+  for (size_t i = 0; i < plan.members.size(); ++i) {
+    Sequence& seq = *plan.members[i];
+    if (plan.chunk[i] > 0) {
+      seq.prompt_next += plan.chunk[i];
       if (!logits[i].defined()) continue;  // more chunks to come
       seq.req.sink->PromptDone(seq.req.cache);
     }
-    pick(seq, logits[i]);
+    Pick(seq, logits[i]);
   }
   // Sequences that joined with their first logits (rebuilt caches) need no forward.
   for (auto& seq : running) {
     if (seq->ended || seq->sampled || !seq->req.first_logits.defined()) continue;
     seq->req.sink->PromptDone(seq->req.cache);
-    pick(*seq, seq->req.first_logits);
+    Pick(*seq, seq->req.first_logits);
   }
   running.remove_if([](const auto& seq) { return seq->ended; });
 
   absl::MutexLock lock(&mu_);
-  if (!batch.empty()) ++stats_.steps;
-  stats_.max_batch = std::max<int64_t>(stats_.max_batch, static_cast<int64_t>(batch.size()));
+  if (!plan.batch.empty()) ++stats_.steps;
+  stats_.max_batch = std::max<int64_t>(stats_.max_batch, static_cast<int64_t>(plan.batch.size()));
   stats_.running = static_cast<int64_t>(running.size());
   stats_.decoding = 0;
   for (const auto& seq : running) stats_.decoding += seq->decoding();
   stats_.decode_step_ms = decode_step_s_ * 1e3;
   stats_.chunk_tokens = static_cast<int64_t>(chunk_tokens_);
+}
+
+int64_t DecodeScheduler::ChunkBudget(int64_t decodes, double allowed, int64_t rows_left) const {
+  if (decodes == 0) return rows_left;
+  // The adaptive chunk, shrunk by the share of the time budget rebuild pieces took; within the
+  // rows SkinnyGemm takes (model/skinny_gemm.h): past them the whole step's projections go to
+  // BLAS and cost another way.
+  const double budget = (options_.step_slack - 1) * decode_step_s_;
+  const double share = budget > 0 ? std::max(0.0, allowed) / budget : 0;
+  const int64_t chunk = std::min<int64_t>(rows_left, static_cast<int64_t>(chunk_tokens_ * share));
+  return std::min<int64_t>(chunk, std::max<int64_t>(0, kSkinnyMaxRows - decodes));
+}
+
+void DecodeScheduler::PlanBatch(const std::list<std::unique_ptr<Sequence>>& running,
+                                int64_t chunk_left, Plan* plan) const {
+  // Every decode, then prefill chunks oldest first (at least kMinChunk tokens when a prompt waits,
+  // unless the decodes run alone to be measured: chunk_left 0 and no decode yet measured).
+  for (const auto& seq : running) {
+    if (!seq->decoding()) continue;
+    plan->batch.push_back(
+        {absl::MakeConstSpan(&*seq->input, 1), &seq->req.cache, &seq->workspace, true});
+    plan->members.push_back(seq.get());
+    plan->chunk.push_back(0);
+  }
+  const bool measuring = plan->decodes > 0 && decode_step_s_ == 0;
+  for (const auto& seq : running) {
+    if (measuring) break;
+    if (!seq->prefilling()) continue;
+    const int64_t remaining = static_cast<int64_t>(seq->req.prompt.size()) - seq->prompt_next;
+    int64_t can = chunk_left;
+    if (plan->prefill_tokens == 0) can = std::max<int64_t>(can, kMinChunk);  // progress
+    const int64_t n = std::min(remaining, can);
+    if (n <= 0) break;
+    plan->batch.push_back({absl::MakeConstSpan(seq->req.prompt).subspan(
+                               static_cast<size_t>(seq->prompt_next), static_cast<size_t>(n)),
+                           &seq->req.cache, &seq->workspace, n == remaining});
+    plan->members.push_back(seq.get());
+    plan->chunk.push_back(n);
+    plan->prefill_tokens += n;
+    chunk_left -= n;
+  }
+}
+
+void DecodeScheduler::Learn(const Plan& plan, double took, double pieces_s) {
+  if (plan.prefill_tokens == 0) {
+    Average(&decode_step_s_, took);
+  } else if (plan.decodes > 0 && decode_step_s_ > 0) {
+    // The chunk beside decodes follows the step's measured time, kept under its target with room
+    // for the machine's noise: smaller when the step came near the target, larger when a full
+    // chunk left much of it unused.
+    const double target = options_.step_slack * decode_step_s_ - pieces_s;
+    if (took > 0.85 * target) {
+      chunk_tokens_ = std::max<double>(kMinChunk, chunk_tokens_ * 0.7);
+    } else if (took < 0.6 * target && plan.prefill_tokens >= static_cast<int64_t>(chunk_tokens_)) {
+      chunk_tokens_ =
+          std::min<double>(static_cast<double>(options_.max_batched_tokens), chunk_tokens_ * 1.2);
+    }
+  }
+  if (options_.metrics != nullptr) {
+    options_.metrics->ObserveStep(static_cast<int64_t>(plan.batch.size()),
+                                  plan.decodes + plan.prefill_tokens, took);
+  }
+}
+
+void DecodeScheduler::Pick(Sequence& seq, const at::Tensor& logits) {
+  if (!seq.sampled) {
+    seq.sampled = true;
+    seq.prefill = absl::Now() - seq.joined;
+  }
+  std::optional<TokenId> next;
+  const absl::Status failed = GuardExceptions("sampling", [&]() -> absl::Status {
+    next = seq.state.Next(logits, seq.req.cache.length(),
+                          [&](TokenId id, const TokenLogprobs& logprobs) {
+                            if (seq.first_token == absl::InfinitePast()) {
+                              seq.first_token = absl::Now();
+                            }
+                            return seq.req.sink->Token(id, logprobs);
+                          });
+    return absl::OkStatus();
+  });
+  if (!failed.ok()) return End(seq, failed, "");
+  if (next.has_value()) {
+    seq.input = *next;
+    return;
+  }
+  End(seq, absl::OkStatus(), seq.state.finish_reason() == "stop" ? "stop" : "length");
 }
 
 }  // namespace scd::consumer

@@ -13,10 +13,11 @@
 // all; while sequences decode, only as much as keeps the step within `step_slack` times the
 // decodes' own step time (a moving average of steps without other work). Rebuild pieces are
 // sized from their measured time per row and layer; the prefill chunk beside decodes is adapted
-// from step to step on the measured step time (three quarters of it after a step past its target,
-// a quarter more after a full chunk that left a fifth of it unused), as a prefill chunk's cost is
-// not proportional to its tokens (a chunk adds a segment, and past kSkinnyMaxRows rows the step
-// leaves model/skinny_gemm.h for BLAS). At least 16 rebuild rows and 8 prefill tokens go into
+// from step to step on the measured step time, kept under its target with room for noise (0.7
+// of it after a step past 85 % of the target, 1.2 times after a full chunk that used under 60 %),
+// as a prefill chunk's cost is not proportional to its tokens (a chunk adds a segment and
+// attends to a growing cache); beside decodes a step stays within kSkinnyMaxRows rows
+// (model/skinny_gemm.h). At least 16 rebuild rows and 2 prefill tokens go into
 // every step that has them, so nothing starves. With no sequence decoding, prefill and rebuild
 // take the whole budget. A rebuild piece's rows count against the row budget times the layers
 // it covers divided by the model's layers.
@@ -148,9 +149,25 @@ class DecodeScheduler {
     bool done = false;
   };
 
+  // What one step runs: the batch, its sequences and their prompt tokens (0 for a decode).
+  struct Plan {
+    int64_t decodes = 0, prefill_tokens = 0;
+    std::vector<BatchSequence> batch;
+    std::vector<Sequence*> members;
+    std::vector<int64_t> chunk;
+  };
+
   void Loop();
-  // One step: leaves, joins, rebuild pieces, the batched forward, sampling.
+  // One step: leaves, rebuild pieces, the batched forward, sampling.
   void Step(std::list<std::unique_ptr<Sequence>>& running);
+  // Prompt tokens the step may take beside `decodes` decodes, given the time and rows left.
+  int64_t ChunkBudget(int64_t decodes, double allowed, int64_t rows_left) const;
+  void PlanBatch(const std::list<std::unique_ptr<Sequence>>& running, int64_t chunk_left,
+                 Plan* plan) const;
+  // Updates the moving averages and the chunk size from a step that took `took` seconds.
+  void Learn(const Plan& plan, double took, double pieces_s);
+  // The sequence picks its next token from `logits`, or ends.
+  void Pick(Sequence& seq, const at::Tensor& logits);
   void End(Sequence& seq, absl::Status status, const std::string& reason);
   // Runs rebuild pieces within the budget; updates it.
   void RunPieces(int64_t decodes, double* allowed, int64_t* rows_left);

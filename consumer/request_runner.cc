@@ -181,6 +181,59 @@ absl::StatusOr<PrefixOutcome> PreparePrefix(
   return outcome;
 }
 
+// Hands the sequence to the scheduler and writes its events as they come (SequenceStream);
+// returns how it ended and, in *first_token, when its first token's event was made.
+// INVALID_ARGUMENT and the like when the scheduler refused it.
+absl::StatusOr<SequenceEnd> Decode(const ConsumerModel& consumer, DecodeScheduler& scheduler,
+                                   const std::vector<TokenId>& ids, KvCache cache,
+                                   const at::Tensor& first_logits,
+                                   const GenerationOptions& options, absl::Time deadline,
+                                   const std::atomic<bool>* cancelled,
+                                   std::function<void(const KvCache&)> on_prompt_done,
+                                   const EventSink& emit, absl::Time* first_token) {
+  SequenceStream::Options stream_options;
+  stream_options.target = consumer.name;
+  stream_options.tokenizer = consumer.tokenizer;
+  stream_options.stop_strings = options.stop_strings;
+  stream_options.top_logprobs = options.top_logprobs;
+  stream_options.on_prompt_done = std::move(on_prompt_done);
+  SequenceStream stream(std::move(stream_options), ids);
+  SequenceRequest sequence{ids,      std::move(cache), first_logits, options,
+                           deadline, cancelled,        &stream};
+  SCD_RETURN_IF_ERROR(scheduler.Submit(std::move(sequence)));
+  SequenceEnd end = stream.Drain(emit);
+  *first_token = stream.first_token();
+  return end;
+}
+
+// The Finished event of a target that decoded: how the prefix came to be and the sequence ended.
+v1::Finished FinishedOf(const PrefixOutcome& prefix, const SequenceEnd& end, size_t prompt_tokens,
+                        absl::Time start, absl::Time first_token, absl::Time received) {
+  v1::Finished f;
+  f.set_reason(absl::IsCancelled(end.status) ? "cancelled" : end.finish_reason);
+  f.set_prompt_tokens(static_cast<uint32_t>(prompt_tokens));
+  f.set_output_tokens(static_cast<uint32_t>(end.output_tokens));
+  f.set_payload_bytes(static_cast<uint64_t>(prefix.payload_bytes));
+  f.set_mode(prefix.mode);
+  f.set_mode_reason(prefix.reason);
+  f.set_consumer_cached_tokens(static_cast<uint32_t>(prefix.cached_tokens));
+  v1::Timings* t = f.mutable_timings();
+  t->set_queue(Micros(start - received));
+  if (prefix.mode == "local") {
+    t->set_prefill(Micros(end.prefill));
+  } else {
+    // The last prompt token's steps (most overlapped with the rebuild) and the first sampling.
+    t->set_first_decode(Micros(prefix.tail + end.prefill));
+  }
+  t->set_transfer(Micros(prefix.transfer));
+  t->set_rebuild(Micros(prefix.rebuild));
+  t->set_patch(Micros(prefix.patch));
+  t->set_last_rebuild(Micros(prefix.last_rebuild));
+  t->set_ttft(first_token == absl::InfinitePast() ? 0 : Micros(first_token - received));
+  t->set_total(Micros(absl::Now() - received));
+  return f;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<TokenId>> PromptIds(const ConsumerModel& consumer,
@@ -318,53 +371,22 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
 
   // The scheduler prefills what is left (local) and decodes; the stream turns its tokens into
   // events, written here, on this request's thread.
-  SequenceStream::Options stream_options;
-  stream_options.target = consumer.name;
-  stream_options.tokenizer = consumer.tokenizer;
-  stream_options.stop_strings = options->stop_strings;
-  stream_options.top_logprobs = options->top_logprobs;
-  stream_options.on_prompt_done = store_prefix;  // local prefill done: the positions are final
-  SequenceStream stream(std::move(stream_options), *ids);
-  SequenceRequest sequence{*ids,      std::move(cache), prefix->first_logits, *options,
-                           deadline,  context.cancelled, &stream};
-  if (absl::Status submitted = scheduler.Submit(std::move(sequence)); !submitted.ok()) {
-    return fail(submitted);
-  }
-  const SequenceEnd end = stream.Drain(emit);
-  const bool cancelled = absl::IsCancelled(end.status);
-  if (!end.status.ok() && !cancelled) {
-    if (absl::IsDeadlineExceeded(end.status)) {
+  absl::Time first_token = absl::InfinitePast();
+  absl::StatusOr<SequenceEnd> end =
+      Decode(consumer, scheduler, *ids, std::move(cache), prefix->first_logits, *options,
+             deadline, context.cancelled, store_prefix, emit, &first_token);
+  if (!end.ok()) return fail(end.status());
+  if (!end->status.ok() && !absl::IsCancelled(end->status)) {
+    if (absl::IsDeadlineExceeded(end->status)) {
       return fail(absl::DeadlineExceededError(
           absl::StrCat("deadline of ", absl::FormatDuration(budget), " reached while ",
-                       end.first_token == absl::InfinitePast() ? "prefilling" : "decoding")));
+                       end->first_token == absl::InfinitePast() ? "prefilling" : "decoding")));
     }
-    return fail(end.status);
+    return fail(end->status);
   }
-
-  const absl::Time first_token = stream.first_token();
   v1::GenerateEvent finished = event();
-  v1::Finished* f = finished.mutable_finished();
-  f->set_reason(cancelled ? "cancelled" : end.finish_reason);
-  f->set_prompt_tokens(static_cast<uint32_t>(ids->size()));
-  f->set_output_tokens(static_cast<uint32_t>(end.output_tokens));
-  f->set_payload_bytes(static_cast<uint64_t>(prefix->payload_bytes));
-  f->set_mode(prefix->mode);
-  f->set_mode_reason(prefix->reason);
-  f->set_consumer_cached_tokens(static_cast<uint32_t>(prefix->cached_tokens));
-  v1::Timings* t = f->mutable_timings();
-  t->set_queue(Micros(start - context.received));
-  if (prefix->mode == "local") {
-    t->set_prefill(Micros(end.prefill));
-  } else {
-    // The last prompt token's steps (most overlapped with the rebuild) and the first sampling.
-    t->set_first_decode(Micros(prefix->tail + end.prefill));
-  }
-  t->set_transfer(Micros(prefix->transfer));
-  t->set_rebuild(Micros(prefix->rebuild));
-  t->set_patch(Micros(prefix->patch));
-  t->set_last_rebuild(Micros(prefix->last_rebuild));
-  t->set_ttft(first_token == absl::InfinitePast() ? 0 : Micros(first_token - context.received));
-  t->set_total(Micros(absl::Now() - context.received));
+  *finished.mutable_finished() =
+      FinishedOf(*prefix, *end, ids->size(), start, first_token, context.received);
   emit(finished);
   return absl::OkStatus();
 }
