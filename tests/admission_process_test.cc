@@ -28,6 +28,7 @@
 #include "absl/time/clock.h"
 #include "proto/inference_client.h"
 #include "scd/v1/control.grpc.pb.h"
+#include "tests/cluster_client.h"
 #include "tests/test_daemon.h"
 #include "tests/test_files.h"
 
@@ -82,13 +83,8 @@ class AdmissionProcessTest : public ::testing::Test {
     wide_ = consumer("wide", {"--capacity", "16", "--kv-cache-mb", "1"});
     // 209,715 bytes: 163 positions; one waiting request at most.
     narrow_ = consumer("narrow", {"--capacity", "16", "--kv-cache-mb", "0.2", "--max-queued", "1"});
-    const absl::Time limit = absl::Now() + absl::Seconds(60);
-    while (absl::Now() < limit) {
-      auto models = ListModels(server_, absl::Seconds(2));
-      if (models.ok() && models->size() == 3) return;
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    FAIL() << "daemons did not register; logs in " << dir_;
+    ASSERT_TRUE(testing::WaitForModels(server_, 3, absl::Seconds(60)))
+        << "daemons did not register; logs in " << dir_;
   }
   void TearDown() override {
     producer_->Kill(SIGCONT);
@@ -119,17 +115,7 @@ class AdmissionProcessTest : public ::testing::Test {
     });
     return reply;
   }
-  v1::NodeStats Stats(Daemon& daemon) {
-    auto stub = v1::Consumer::NewStub(
-        grpc::CreateChannel(daemon.ControlAddress(), grpc::InsecureChannelCredentials()));
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    context.AddMetadata("x-scd-cluster-secret", testing::kTestClusterSecret);
-    v1::NodeStats stats;
-    const grpc::Status status = stub->Stats(&context, v1::StatsRequest(), &stats);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return stats;
-  }
+  v1::NodeStats Stats(Daemon& daemon) { return testing::StatsOf<v1::Consumer>(daemon); }
   // Waits until `daemon` holds nothing; returns how long that took (InfiniteDuration: never).
   absl::Duration UntilIdle(Daemon& daemon, absl::Duration limit) {
     const absl::Time start = absl::Now();

@@ -38,6 +38,7 @@
 #include "scd/v1/control.grpc.pb.h"
 #include "scd/v1/inference.grpc.pb.h"
 #include "scd/v1/registry.grpc.pb.h"
+#include "tests/cluster_client.h"
 #include "tests/test_daemon.h"
 #include "tests/test_util.h"
 
@@ -98,13 +99,8 @@ class DaemonsProcessTest : public ::testing::TestWithParam<std::string> {
     for (const std::string& flag : ConsumerFlags()) copy_argv.push_back(flag);
     copy_daemon_ = std::make_unique<Daemon>(dir_, "copy", copy_argv);
     // Registered: all three models routable.
-    const absl::Time limit = absl::Now() + absl::Seconds(60);
-    while (absl::Now() < limit) {
-      auto models = ListModels(server_, absl::Seconds(2));
-      if (models.ok() && models->size() == 3) return;
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    FAIL() << "daemons did not register; logs in " << dir_;
+    ASSERT_TRUE(testing::WaitForModels(server_, 3, absl::Seconds(60)))
+        << "daemons did not register; logs in " << dir_;
   }
   void TearDown() override {
     if (HasFailure()) return;  // keep the logs
@@ -482,20 +478,8 @@ class DaemonsFaultTest : public DaemonsProcessTest {
     return {"--link-gbps", absl::StrCat(kLinkGbps)};
   }
 
-  template <typename Service>
-  v1::NodeStats StatsOf(Daemon& daemon) {
-    auto stub = Service::NewStub(
-        grpc::CreateChannel(daemon.ControlAddress(), grpc::InsecureChannelCredentials()));
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    context.AddMetadata("x-scd-cluster-secret", testing::kTestClusterSecret);
-    v1::NodeStats stats;
-    const grpc::Status status = stub->Stats(&context, v1::StatsRequest(), &stats);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return stats;
-  }
-  v1::NodeStats ProducerStats() { return StatsOf<v1::Producer>(*producer_daemon_); }
-  v1::NodeStats CopyStats() { return StatsOf<v1::Consumer>(*copy_daemon_); }
+  v1::NodeStats ProducerStats() { return testing::StatsOf<v1::Producer>(*producer_daemon_); }
+  v1::NodeStats CopyStats() { return testing::StatsOf<v1::Consumer>(*copy_daemon_); }
 
   // A prompt whose raw transfer takes seconds on the shaped link.
   static std::vector<TokenId> LongPrompt() {

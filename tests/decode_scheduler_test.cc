@@ -81,11 +81,7 @@ class RecordingSink : public SequenceSink {
 };
 
 std::vector<TokenId> Prompt(const std::string& model, int index, size_t length) {
-  const testing::GoldenPrompt golden = testing::LoadGolden(model).prompts[index];
-  std::vector<TokenId> ids = golden.ids;
-  ids.insert(ids.end(), golden.greedy_40.begin(), golden.greedy_40.end());
-  ids.resize(std::min(ids.size(), length));
-  return ids;
+  return testing::GoldenContinuation(model, index, length);
 }
 
 GenerationOptions Options(int max_tokens) {

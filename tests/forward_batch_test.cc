@@ -69,12 +69,7 @@ AloneRun RunAlone(const LlamaModel& model, const std::vector<TokenId>& prompt, i
 }
 
 std::vector<TokenId> Prompt(const std::string& model, int index, size_t length) {
-  const testing::GoldenPrompt golden = testing::LoadGolden(model).prompts[index];
-  std::vector<TokenId> ids = golden.ids;
-  // Longer prompts: the golden continuation extends them (real text, real distributions).
-  ids.insert(ids.end(), golden.greedy_40.begin(), golden.greedy_40.end());
-  ids.resize(std::min(ids.size(), length));
-  return ids;
+  return testing::GoldenContinuation(model, index, length);
 }
 
 class ForwardBatchTest : public ::testing::TestWithParam<std::string> {

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -37,6 +39,14 @@ Golden LoadGolden(const std::string& model_name) {
   EXPECT_TRUE(file.ok()) << file.status();
   if (file.ok()) g.tensors = std::move(*file);
   return g;
+}
+
+std::vector<TokenId> GoldenContinuation(const std::string& model_name, int index, size_t length) {
+  const GoldenPrompt golden = LoadGolden(model_name).prompts[static_cast<size_t>(index)];
+  std::vector<TokenId> ids = golden.ids;
+  ids.insert(ids.end(), golden.greedy_40.begin(), golden.greedy_40.end());
+  ids.resize(std::min(ids.size(), length));
+  return ids;
 }
 
 double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b) {

@@ -35,6 +35,9 @@ struct Golden {
   at::Tensor Tensor(const std::string& name) const;  // float32; fails the test when absent
 };
 Golden LoadGolden(const std::string& model_name);
+// Golden prompt `index` continued by its 40 greedy tokens (real text, the model's own
+// distribution), cut to `length` ids.
+std::vector<TokenId> GoldenContinuation(const std::string& model_name, int index, size_t length);
 
 double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b);
 // max |actual - expected| / max |expected|: the largest error relative to the magnitude compared
