@@ -33,14 +33,15 @@ cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; wait 
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# serve_all_in_one BIN_DIR NAME ARGS...: starts `scd serve --all-in-one`, prints its address.
+# serve_all_in_one BIN_DIR NAME ARGS...: starts `scd serve --all-in-one`; its address is then in
+# $OUT/NAME.addr (ADDR too).
 serve_all_in_one() {
   local bin=$1 name=$2; shift 2
   rm -f "$OUT/$name.addr"
   "$bin/scd" serve --all-in-one --listen 127.0.0.1:0 --address-file "$OUT/$name.addr" \
-    --capacity 16 --log-level warn "$@" 2> "$OUT/$name.log" &
+    --capacity 16 --log-level warn "$@" > /dev/null 2> "$OUT/$name.log" &
   PIDS+=($!)
-  for _ in $(seq 1200); do [ -s "$OUT/$name.addr" ] && { cat "$OUT/$name.addr"; return 0; }; sleep 0.1; done
+  for _ in $(seq 1200); do [ -s "$OUT/$name.addr" ] && { ADDR=$(cat "$OUT/$name.addr"); return 0; }; sleep 0.1; done
   echo "scd serve $name did not start; see $OUT/$name.log" >&2; return 1
 }
 
@@ -53,7 +54,8 @@ serve_part() {
   for round in $(seq "$ROUNDS"); do
     for entry in "${builds[@]}"; do
       local tag=${entry%%:*} bin=${entry#*:}
-      local addr; addr=$(serve_all_in_one "$bin" "$name-$tag" "$@")
+      serve_all_in_one "$bin" "$name-$tag" "$@"
+      local addr=$ADDR
       for c in $CONCURRENCY; do
         echo "== $name ($tag) round $round, concurrency $c" >&2
         "$bin/scd-bench" serve --server "$addr" --targets c --mode "$mode" --request-rate inf \
@@ -108,9 +110,9 @@ MIXED=(--decoders 8 --decode-prompt-len 64 --decode-tokens 1000 --long-prompt-le
        --vocab-size 32000)
 if want mixed-local; then
   echo "== mixed-local" >&2
-  addr=$(serve_all_in_one "$BIN" mixed-local --dummy-weights "$CONFIG" --layers 4 \
-    --consumer "c=$CONFIG:$ARTIFACT_TL")
-  "$BIN/scd-bench" mixed --server "$addr" --target c "${MIXED[@]}" --long-mode local \
+  serve_all_in_one "$BIN" mixed-local --dummy-weights "$CONFIG" --layers 4 \
+    --consumer "c=$CONFIG:$ARTIFACT_TL"
+  "$BIN/scd-bench" mixed --server "$ADDR" --target c "${MIXED[@]}" --long-mode local \
     --out "$OUT/mixed-local" | tee "$OUT/mixed-local.txt"
   cleanup
 fi
