@@ -11,16 +11,18 @@
 // Pacing -- what keeps running decodes at their pace while prompts arrive. The decodes always run.
 // Prefill chunks and rebuild pieces fill the rest of a step, up to `max_batched_tokens` rows in
 // all; while sequences decode, only as much as keeps the step within `step_slack` times the
-// decodes' own step time (a moving average of steps without other work). Rebuild pieces are
-// sized from their measured time per row and layer; the prefill chunk beside decodes is adapted
-// from step to step on the measured step time, kept under its target with room for noise (0.7
-// of it after a step past 85 % of the target, 1.2 times after a full chunk that used under 60 %),
-// as a prefill chunk's cost is not proportional to its tokens (a chunk adds a segment and
-// attends to a growing cache); beside decodes a step stays within kSkinnyMaxRows rows
-// (model/skinny_gemm.h). At least 16 rebuild rows and 2 prefill tokens go into
-// every step that has them, so nothing starves. With no sequence decoding, prefill and rebuild
-// take the whole budget. A rebuild piece's rows count against the row budget times the layers
-// it covers divided by the model's layers.
+// decodes' own step time. That time is a moving average per number of decodes, since a step of
+// 8 decodes costs more than one of 1: a count not measured yet, or last measured 64 steps ago
+// (the caches grew), runs one step of decodes alone to measure it (prompts that keep arriving
+// would otherwise leave no step to measure in). Rebuild pieces are sized from their measured time per row and layer, prefill
+// chunks from their measured time per token beside decodes (the step's time less the decodes'
+// estimate, over its prompt tokens: it includes a chunk's fixed cost and its attention to a
+// growing cache, and the chunk it sizes is the one that fits), each aiming at 85 % of what is
+// left (room for the machine's noise). Beside decodes a step stays within kSkinnyMaxRows rows
+// (model/skinny_gemm.h). At least 16 rebuild rows and 2 prefill tokens go into every step that
+// has them, so nothing starves. With no sequence decoding, prefill and rebuild take the whole
+// budget. A rebuild piece's rows count against the row budget times the layers it covers
+// divided by the model's layers.
 //
 // Every submitted sequence ends exactly once (SequenceSink::Ended): finished ("stop" / "length"),
 // cancelled, past its deadline, failed, or with UNAVAILABLE when the scheduler is destroyed. Its
@@ -132,8 +134,8 @@ class DecodeScheduler {
     int64_t pending_work = 0;    // rebuild pieces waiting for a step
     int64_t steps = 0;           // steps run
     int64_t max_batch = 0;       // the most sequences one step advanced
-    double decode_step_ms = 0;   // moving average of a step with decodes only
-    int64_t chunk_tokens = 0;    // prefill tokens a step beside decodes takes now
+    double decode_step_ms = 0;   // the estimated step time of the decodes running now, alone
+    int64_t chunk_tokens = 0;    // prefill tokens the last step beside decodes could take
   };
   Stats stats() const;
   const SchedulerOptions& options() const { return options_; }
@@ -161,11 +163,15 @@ class DecodeScheduler {
   // One step: leaves, rebuild pieces, the batched forward, sampling.
   void Step(std::list<std::unique_ptr<Sequence>>& running);
   // Prompt tokens the step may take beside `decodes` decodes, given the time and rows left.
-  int64_t ChunkBudget(int64_t decodes, double allowed, int64_t rows_left) const;
+  int64_t ChunkBudget(int64_t decodes, double allowed, int64_t rows_left);
   void PlanBatch(const std::list<std::unique_ptr<Sequence>>& running, int64_t chunk_left,
                  Plan* plan) const;
-  // Updates the moving averages and the chunk size from a step that took `took` seconds.
-  void Learn(const Plan& plan, double took, double pieces_s);
+  // Updates the moving averages from a step whose forward took `took` seconds.
+  void Learn(const Plan& plan, double took);
+  // Whether the step time of `decodes` decodes alone is unmeasured or old.
+  bool NeedsMeasure(int64_t decodes) const;
+  // The step time of `decodes` decodes alone (0: none measured yet).
+  double DecodeStepEstimate(int64_t decodes) const;
   // The sequence picks its next token from `logits`, or ends.
   void Pick(Sequence& seq, const at::Tensor& logits);
   void End(Sequence& seq, absl::Status status, const std::string& reason);
@@ -182,9 +188,12 @@ class DecodeScheduler {
   Stats stats_ ABSL_GUARDED_BY(mu_);
 
   // Moving averages (scheduler thread only; copied into stats_ under mu_).
-  double decode_step_s_ = 0;     // a step with decodes and nothing else
-  double chunk_tokens_ = 32;     // prefill tokens beside decodes, adapted to the step time
+  std::vector<double> decode_step_s_;  // [decodes]: a step with them alone (0: not measured)
+  std::vector<int64_t> decode_measured_at_;  // [decodes]: step_count_ at its last measure
+  int64_t step_count_ = 0;                   // forward passes run
+  double prefill_token_s_ = 0;         // a prompt token's share of a step beside decodes
   double rebuild_row_layer_s_ = 0;
+  int64_t last_chunk_budget_ = 0;
 
   std::thread thread_;
 };
