@@ -18,6 +18,25 @@
 // against GEMM to for whole generations. Greedy tokens then agree wherever the top two logits
 // are further apart than that, which the reference runs below check first (a near-tie would make
 // the token comparison meaningless, not wrong).
+//
+// The device: $SCD_TEST_DEVICE (tests/test_util.h), the CPU by default; with "cuda" the model and
+// its caches live on the GPU and every assertion is the same. The bound holds there for the same
+// reason. Alone a sequence's decode rows go through cuBLAS GEMVs, batched through cuBLAS GEMMs,
+// whose kernels may also split the reduction over K between thread blocks (split-K) and add the
+// partial sums afterwards: still the same K float32 products summed in another order, inside
+// 2 gamma_K sum |x_i w_i|. That needs float32 products: TF32 (inputs rounded to 10-bit mantissas,
+// ~2^-11 relative per product, some 10^4 eps32) would break the bound. libtorch leaves TF32 off
+// for float32 matmuls (float32 matmul precision "highest": allowTF32CuBLAS() is false unless
+// TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 or a caller sets it); the fixture asserts that it is off.
+// Unlike the CPU's, the GPU's other reductions may change order with the batch too: ATen's CUDA
+// reduction kernels choose their thread layout from the tensor's shape, so a row's RMSNorm mean
+// of squares (hidden <= K non-negative terms) may be summed differently among the batch's rows
+// than alone, a relative difference of at most gamma_hidden in the row's scale. Attention runs
+// per sequence on the shapes it has alone (scores over head_dim terms, outputs over at most 64
+// cached keys here, both < K). So every difference is again a float32 sum of at most K terms in
+// another order, of the kind and size the per-layer K eps32 already counts.
+// One sequence alone in a step is bit-identical on the GPU as well: the same kernels on the same
+// shapes, and cuBLAS returns bit-identical results for the same call on one stream.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -75,7 +94,15 @@ std::vector<TokenId> Prompt(const std::string& model, int index, size_t length) 
 class ForwardBatchTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    model_ = testing::Ok(LlamaModel::Load(testing::ModelDir(GetParam()), {}));
+    const absl::StatusOr<c10::Device> device = testing::TestDevice();
+    ASSERT_TRUE(device.ok()) << device.status();
+    if (device->is_cuda()) {
+      // The bound above assumes float32 products in cuBLAS (libtorch's default: no TF32).
+      ASSERT_FALSE(at::globalContext().allowTF32CuBLAS()) << "TF32 is on for float32 matmuls";
+    }
+    LlamaModel::Options options;
+    options.device = *device;
+    model_ = testing::Ok(LlamaModel::Load(testing::ModelDir(GetParam()), options));
   }
   std::unique_ptr<LlamaModel> model_;
 };
@@ -162,8 +189,9 @@ TEST_P(ForwardBatchTest, BatchedSequencesMatchEachAlone) {
                                         alone[s].tokens.begin() + lengths[s]);
     EXPECT_EQ(got[s], expected) << "sequence " << s;
   }
-  std::printf("%s: largest logit difference batched vs alone %.3g of the magnitude (bound %.3g)\n",
-              GetParam().c_str(), worst, bound);
+  std::printf(
+      "%s on %s: largest logit difference batched vs alone %.3g of the magnitude (bound %.3g)\n",
+      GetParam().c_str(), model_->device().str().c_str(), worst, bound);
 }
 
 // A chunked prefill (the prompt in pieces beside a decoding sequence) leaves the cache and the

@@ -4,9 +4,12 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+
+#include "model/runtime.h"
 
 namespace scd::testing {
 
@@ -47,6 +50,11 @@ std::vector<TokenId> GoldenContinuation(const std::string& model_name, int index
   ids.insert(ids.end(), golden.greedy_40.begin(), golden.greedy_40.end());
   ids.resize(std::min(ids.size(), length));
   return ids;
+}
+
+absl::StatusOr<c10::Device> TestDevice() {
+  const char* name = std::getenv("SCD_TEST_DEVICE");
+  return ParseDevice(name != nullptr && *name != '\0' ? name : "cpu");
 }
 
 double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b) {

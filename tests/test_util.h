@@ -4,11 +4,13 @@
 #define SCD_TESTS_TEST_UTIL_H_
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "base/token_id.h"
 #include "codec/artifact.h"
 #include "codec/code_batch.h"
@@ -38,6 +40,11 @@ Golden LoadGolden(const std::string& model_name);
 // Golden prompt `index` continued by its 40 greedy tokens (real text, the model's own
 // distribution), cut to `length` ids.
 std::vector<TokenId> GoldenContinuation(const std::string& model_name, int index, size_t length);
+
+// The device the model tests that take one run on: $SCD_TEST_DEVICE, "cpu" when unset ("cuda",
+// "cuda:N": model and caches on that GPU, the same assertions). An error when that device is not
+// usable here (no CUDA in this libtorch, no GPU): the test fails, it does not fall back.
+absl::StatusOr<c10::Device> TestDevice();
 
 double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b);
 // max |actual - expected| / max |expected|: the largest error relative to the magnitude compared
