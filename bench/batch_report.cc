@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "model/runtime.h"
 
 namespace scd {
 
@@ -48,8 +49,26 @@ double MvReadGbps() {
 
 namespace {
 
-constexpr int64_t kContext = 128;
 constexpr int kSteps = 8;
+
+// Waits for the work queued before `t` on its device (nothing to wait for on the CPU): a copy of
+// one element to the host waits for the stream.
+void Sync(const at::Tensor& t) {
+  if (!t.device().is_cpu()) (void)t.reshape({-1})[0].item();
+}
+
+// Read bandwidth of at::mv over a 1 GiB f32 matrix on a GPU, GB/s: 10 products, then one wait
+// (best of 5).
+double DeviceMvReadGbps(const c10::Device& device) {
+  const auto options = at::TensorOptions().device(device);
+  at::Tensor m = at::randn({16384, 16384}, options), v = at::randn({16384}, options);
+  at::Tensor y;
+  const double seconds = BestSeconds(5, [&] {
+    for (int i = 0; i < 10; ++i) y = at::mv(m, v);
+    Sync(y);
+  });
+  return 10 * static_cast<double>(m.nbytes()) / seconds / 1e9;
+}
 
 std::vector<TokenId> Ids(int64_t n, int64_t vocab, int64_t salt) {
   std::vector<TokenId> ids(n);
@@ -57,20 +76,20 @@ std::vector<TokenId> Ids(int64_t n, int64_t vocab, int64_t salt) {
   return ids;
 }
 
-// Decode tokens/s of B sequences after kContext-token contexts: kSteps steps, either one
-// ForwardBatch of B rows per step or B Forward calls.
-double DecodeRate(const LlamaModel& model, int B, bool batched) {
+// Decode tokens/s of B sequences after `context`-token contexts: kSteps steps, either one
+// ForwardBatch of B rows per step or B Forward calls. On a GPU each step (each sequence's, alone)
+// ends with its greedy tokens on the host.
+double DecodeRate(const LlamaModel& model, int B, bool batched, int64_t context) {
+  const bool gpu = !model.device().is_cpu();
   std::vector<KvCache> caches;
   std::vector<DecodeWorkspace> workspaces;
   for (int b = 0; b < B; ++b) {
-    caches.push_back(model.NewCache(kContext + kSteps + 1));
-    workspaces.push_back(model.NewWorkspace(kContext + kSteps + 1));
-    if (!model.Forward(Ids(kContext, model.config().vocab_size, b), &caches.back(),
-                       {.logits = LogitsMode::kNone})
-             .ok()) {
-      return 0;
-    }
+    caches.push_back(model.NewCache(context + kSteps + 1));
+    workspaces.push_back(model.NewWorkspace(context + kSteps + 1));
+    const std::vector<TokenId> ids = Ids(context, model.config().vocab_size, b);
+    if (!model.Forward(ids, &caches.back(), {.logits = LogitsMode::kNone}).ok()) return 0;
   }
+  if (gpu) Sync(caches.back().keys(0));
   const TokenId next = 5;
   const auto t0 = std::chrono::steady_clock::now();
   for (int step = 0; step < kSteps; ++step) {
@@ -79,10 +98,14 @@ double DecodeRate(const LlamaModel& model, int B, bool batched) {
       for (int b = 0; b < B; ++b) {
         batch.push_back({absl::MakeConstSpan(&next, 1), &caches[b], &workspaces[b], true});
       }
-      if (!model.ForwardBatch(batch).ok()) return 0;
+      auto logits = model.ForwardBatch(batch);
+      if (!logits.ok()) return 0;
+      if (gpu) (void)at::cat(*logits, 0).argmax(1).to(at::kCPU);
     } else {
       for (int b = 0; b < B; ++b) {
-        if (!model.Forward({&next, 1}, &caches[b], {.workspace = &workspaces[b]}).ok()) return 0;
+        auto out = model.Forward({&next, 1}, &caches[b], {.workspace = &workspaces[b]});
+        if (!out.ok()) return 0;
+        if (gpu) (void)out->logits.argmax().item<int64_t>();
       }
     }
   }
@@ -91,27 +114,51 @@ double DecodeRate(const LlamaModel& model, int B, bool batched) {
   return B * kSteps / seconds;
 }
 
-void DecodeTable(const std::string& name, const LlamaModel& model, double mv_gbps) {
+void DecodeTable(const std::string& name, const LlamaModel& model, double mv_gbps,
+                 int64_t context) {
   const double gb = static_cast<double>(WeightBytes(model)) / 1e9;
-  std::printf(
-      "\ndecode, %s, f32, %.3f GB of weights per step, after %lld-token contexts (median of 3 "
-      "interleaved rounds of %d steps):\n",
-      name.c_str(), gb, static_cast<long long>(kContext), kSteps);
-  std::printf("%4s %16s %14s %8s %18s %12s\n", "B", "per-seq tok/s", "batched tok/s", "gain",
-              "batched weight GB/s", "% of at::mv");
+  const bool gpu = !model.device().is_cpu();
+  if (gpu) {
+    // Warm-up: cuBLAS handles, kernels loaded on first use, the caching allocator's pools.
+    DecodeRate(model, 2, true, context);
+    DecodeRate(model, 2, false, context);
+    std::printf(
+        "\ndecode on %s, %s, %s, %.3f GB of weights per step, after %lld-token contexts (median "
+        "of 3 interleaved rounds of %d steps; every step ends with its tokens on the host):\n\n",
+        model.device().str().c_str(), name.c_str(), DtypeName(model.dtype()).c_str(), gb,
+        static_cast<long long>(context), kSteps);
+    std::printf(
+        "| B | per-sequence Forward, tok/s | ForwardBatch, tok/s | gain | batched step, ms | "
+        "batched weight reads, GB/s | %% of at::mv |\n");
+    std::printf("|---:|---:|---:|---:|---:|---:|---:|\n");
+  } else {
+    std::printf(
+        "\ndecode, %s, %s, %.3f GB of weights per step, after %lld-token contexts (median of 3 "
+        "interleaved rounds of %d steps):\n",
+        name.c_str(), DtypeName(model.dtype()).c_str(), gb, static_cast<long long>(context),
+        kSteps);
+    std::printf("%4s %16s %14s %8s %18s %12s\n", "B", "per-seq tok/s", "batched tok/s", "gain",
+                "batched weight GB/s", "% of at::mv");
+  }
   double one = 0;
   for (int B : {1, 2, 4, 8, 16}) {
     std::vector<double> alone, together;
     for (int round = 0; round < 3; ++round) {
-      alone.push_back(DecodeRate(model, B, false));
-      together.push_back(DecodeRate(model, B, true));
+      alone.push_back(DecodeRate(model, B, false, context));
+      together.push_back(DecodeRate(model, B, true, context));
     }
     const double a = Median(alone), t = Median(together);
     if (B == 1) one = t;
     const double gbps = t / B * gb;  // steps per second x weights per step
-    std::printf("%4d %16.1f %14.1f %7.2fx %18.1f %11.0f%%   (%.2fx the B = 1 rate)\n", B, a, t,
-                t / a, gbps, 100 * gbps / mv_gbps, t / one);
+    if (gpu) {
+      std::printf("| %d | %.1f | %.1f | %.2fx | %.2f | %.1f | %.0f%% |\n", B, a, t, t / a,
+                  1e3 * B / t, gbps, 100 * gbps / mv_gbps);
+    } else {
+      std::printf("%4d %16.1f %14.1f %7.2fx %18.1f %11.0f%%   (%.2fx the B = 1 rate)\n", B, a, t,
+                  t / a, gbps, 100 * gbps / mv_gbps, t / one);
+    }
   }
+  std::fflush(stdout);
 }
 
 // One layer's attention for B decoding sequences with caches of `lengths`: per sequence against
@@ -162,26 +209,38 @@ void AttentionTable(const std::string& name, const ModelConfig& c,
 
 }  // namespace
 
-int BatchReport(const std::string& configs) {
-  const double mv_gbps = MvReadGbps();
-  std::printf("read bandwidth: at::mv 4096x16384 f32 %.1f GB/s\n", mv_gbps);
+int BatchReport(const std::string& configs, const BatchReportOptions& options) {
+  const bool gpu = !options.device.is_cpu();
+  const double mv_gbps = gpu ? DeviceMvReadGbps(options.device) : MvReadGbps();
+  std::printf("read bandwidth: at::mv %s f32 %.1f GB/s\n",
+              gpu ? absl::StrCat("16384x16384 on ", options.device.str()).c_str() : "4096x16384",
+              mv_gbps);
   struct Shape {
     std::string name, file;
-    int layers;
+    int64_t layers;
   };
+  const int64_t cut = options.tinyllama_layers;
   const std::vector<Shape> shapes = {
-      {"tinyllama-1.1b-4L", configs + "/tinyllama-1.1b.json", 4},
+      {cut > 0 ? absl::StrCat("tinyllama-1.1b-", cut, "L") : "tinyllama-1.1b",
+       configs + "/tinyllama-1.1b.json", cut},
       {"tinystories-4m", configs + "/../models/tinystories-4m/config.json", 0}};
   std::vector<std::unique_ptr<LlamaModel>> models;
   for (const Shape& shape : shapes) {
-    auto model = LlamaModel::DummyFromConfig(shape.file, 1, shape.layers, {});
-    if (!model.ok()) {
-      std::fprintf(stderr, "scd_model_bench: %s\n", std::string(model.status().message()).c_str());
-      return 1;
+    for (const c10::ScalarType dtype : options.dtypes) {
+      LlamaModel::Options model_options;
+      model_options.device = options.device;
+      model_options.dtype = dtype;
+      auto model = LlamaModel::DummyFromConfig(shape.file, 1, shape.layers, model_options);
+      if (!model.ok()) {
+        std::fprintf(stderr, "scd_model_bench: %s\n",
+                     std::string(model.status().message()).c_str());
+        return 1;
+      }
+      DecodeTable(shape.name, **model, mv_gbps, options.context);
+      if (!gpu && dtype == options.dtypes.front()) models.push_back(*std::move(model));
     }
-    models.push_back(*std::move(model));
-    DecodeTable(shape.name, *models.back(), mv_gbps);
   }
+  if (gpu) return 0;  // the attention layouts below are measured on the CPU's tensors
   std::printf(
       "\nattention of one layer for B decoding sequences, microseconds (best of 20): per sequence "
       "against its own cache (ForwardBatch) vs padded to the longest + mask, with the copy into "

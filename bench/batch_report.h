@@ -8,10 +8,16 @@
 // - one layer's attention for B decoding sequences whose caches hold mixed lengths: per sequence
 //   against its own cache (what ForwardBatch runs) against padding the caches to the longest and
 //   masking (one bmm over the batch, after copying every cache into the padded tensor).
+// On a GPU (--device cuda; scripts/device_batched_check.sh) the decode tables alone, as markdown,
+// for each --dtype, with the step time; every timed step ends with its greedy tokens on the host
+// (ATen runs GPU work asynchronously: that copy waits for the step, as a decoding loop would).
 // Also the helpers the model bench's reports share.
 // Thread-safety: call from main().
 #ifndef SCD_BENCH_BATCH_REPORT_H_
 #define SCD_BENCH_BATCH_REPORT_H_
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
 
 #include <cstdint>
 #include <functional>
@@ -30,8 +36,16 @@ int64_t WeightBytes(const LlamaModel& model);
 // Read bandwidth of at::mv over a 256 MiB f32 matrix, GB/s (best of 10).
 double MvReadGbps();
 
+// Where --batch-report runs and on what; the defaults give bench/README.md's CPU report.
+struct BatchReportOptions {
+  c10::Device device = c10::Device(c10::kCPU);
+  std::vector<c10::ScalarType> dtypes = {c10::kFloat};  // one decode table per dtype and shape
+  int64_t tinyllama_layers = 4;  // TinyLlama-1.1B cut to this many layers; 0: all of them
+  int64_t context = 128;         // tokens in every sequence's cache before the timed steps
+};
+
 // `configs`: ../shared/configs. Returns the process exit code.
-int BatchReport(const std::string& configs);
+int BatchReport(const std::string& configs, const BatchReportOptions& options = {});
 
 }  // namespace scd
 

@@ -8,6 +8,10 @@
 //                                               GEMV + workspace decode path, in one run
 //   build/bin/scd_model_bench --batch-report    batched decode steps against per-sequence ones
 //                                               and the attention layouts (bench/batch_report.h)
+//       [--device cuda] [--dtype f32,bf16] [--layers N] [--context N]
+//                                               on a GPU, in these dtypes, TinyLlama cut to N
+//                                               layers (0: all; default 4), N-token contexts
+//                                               (default 128)
 //
 // Against the machine, not only against itself: before the benchmarks it prints the CPU's FP32
 // peak estimate and the speed of each prefill's dominant GEMM under every OpenBLAS kernel this CPU
@@ -289,6 +293,8 @@ int Main(int argc, char** argv) {
   bool quick = false, decode_report = false, batch_report = false;
   std::string gemm_probe;  // child mode (machine_limits.h)
   int gemm_reps = 3;
+  std::string device_name = "cpu", dtype_names = "f32";
+  BatchReportOptions batch_options;
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--configs") && i + 1 < argc) {
@@ -303,6 +309,14 @@ int Main(int argc, char** argv) {
       decode_report = true;
     } else if (!std::strcmp(argv[i], "--batch-report")) {
       batch_report = true;
+    } else if (!std::strcmp(argv[i], "--device") && i + 1 < argc) {
+      device_name = argv[++i];
+    } else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) {
+      dtype_names = argv[++i];
+    } else if (!std::strcmp(argv[i], "--layers") && i + 1 < argc) {
+      batch_options.tinyllama_layers = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--context") && i + 1 < argc) {
+      batch_options.context = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--gemm-probe") && i + 1 < argc) {
       gemm_probe = argv[++i];
     } else if (!std::strcmp(argv[i], "--gemm-reps") && i + 1 < argc) {
@@ -321,7 +335,23 @@ int Main(int argc, char** argv) {
   }
   if (batch_report) {
     std::printf("threads: %s\n", thread_settings.ToString().c_str());
-    return BatchReport(configs);
+    auto device = ParseDevice(device_name);
+    if (!device.ok()) {
+      std::fprintf(stderr, "scd_model_bench: %s\n", std::string(device.status().message()).c_str());
+      return 1;
+    }
+    batch_options.device = *device;
+    batch_options.dtypes.clear();
+    for (absl::string_view name : absl::StrSplit(dtype_names, ',')) {
+      auto dtype = ParseDtype(std::string(name), *device);
+      if (!dtype.ok()) {
+        std::fprintf(stderr, "scd_model_bench: %s\n",
+                     std::string(dtype.status().message()).c_str());
+        return 1;
+      }
+      batch_options.dtypes.push_back(*dtype);
+    }
+    return BatchReport(configs, batch_options);
   }
 
   const std::vector<Shape> shapes = {{"tinyllama-1.1b-4L", "tinyllama-1.1b.json", 4},
