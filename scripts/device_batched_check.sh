@@ -118,7 +118,7 @@ run() {
   local status=0
   for device in ${SCD_TEST_DEVICES:-cuda cpu}; do
     section "forward_batch_test on $device"
-    SCD_TEST_DEVICE=$device timeout 300 "$build/bin/forward_batch_test" --gtest_color=no \
+    SCD_TEST_DEVICE=$device timeout 150 "$build/bin/forward_batch_test" --gtest_color=no \
       > "$out/test_$device.log" 2>&1
     rc=$?
     grep -E "^\[  (PASSED|FAILED) |^\[       OK|^\[  FAILED|largest logit|Failure|Expected|Which is|error" \
@@ -128,7 +128,7 @@ run() {
   done
 
   section "scd_model_bench --batch-report on $bench_device ($dtypes, ${context}-token contexts)"
-  timeout 240 "$build/bin/scd_model_bench" --batch-report --device "$bench_device" \
+  timeout 180 "$build/bin/scd_model_bench" --batch-report --device "$bench_device" \
     --dtype "$dtypes" --layers "$layers" --context "$context" --configs "$SHARED_COPY/configs" \
     > "$out/bench.log" 2>&1
   rc=$?
