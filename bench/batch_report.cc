@@ -81,13 +81,18 @@ std::vector<TokenId> Ids(int64_t n, int64_t vocab, int64_t salt) {
 // ends with its greedy tokens on the host.
 double DecodeRate(const LlamaModel& model, int B, bool batched, int64_t context) {
   const bool gpu = !model.device().is_cpu();
+  const auto failed = [](const absl::Status& status) {
+    std::fprintf(stderr, "scd_model_bench: %s\n", status.ToString().c_str());
+    return 0.0;
+  };
   std::vector<KvCache> caches;
   std::vector<DecodeWorkspace> workspaces;
   for (int b = 0; b < B; ++b) {
     caches.push_back(model.NewCache(context + kSteps + 1));
     workspaces.push_back(model.NewWorkspace(context + kSteps + 1));
     const std::vector<TokenId> ids = Ids(context, model.config().vocab_size, b);
-    if (!model.Forward(ids, &caches.back(), {.logits = LogitsMode::kNone}).ok()) return 0;
+    auto prefill = model.Forward(ids, &caches.back(), {.logits = LogitsMode::kNone});
+    if (!prefill.ok()) return failed(prefill.status());
   }
   if (gpu) Sync(caches.back().keys(0));
   const TokenId next = 5;
@@ -99,12 +104,12 @@ double DecodeRate(const LlamaModel& model, int B, bool batched, int64_t context)
         batch.push_back({absl::MakeConstSpan(&next, 1), &caches[b], &workspaces[b], true});
       }
       auto logits = model.ForwardBatch(batch);
-      if (!logits.ok()) return 0;
+      if (!logits.ok()) return failed(logits.status());
       if (gpu) (void)at::cat(*logits, 0).argmax(1).to(at::kCPU);
     } else {
       for (int b = 0; b < B; ++b) {
         auto out = model.Forward({&next, 1}, &caches[b], {.workspace = &workspaces[b]});
-        if (!out.ok()) return 0;
+        if (!out.ok()) return failed(out.status());
         if (gpu) (void)out->logits.argmax().item<int64_t>();
       }
     }
@@ -116,6 +121,8 @@ double DecodeRate(const LlamaModel& model, int B, bool batched, int64_t context)
 
 void DecodeTable(const std::string& name, const LlamaModel& model, double mv_gbps,
                  int64_t context) {
+  // A model with fewer positions (tinystories-4m: 512) runs at the longest context it takes.
+  context = std::min(context, model.config().max_position_embeddings - kSteps - 1);
   const double gb = static_cast<double>(WeightBytes(model)) / 1e9;
   const bool gpu = !model.device().is_cpu();
   if (gpu) {
