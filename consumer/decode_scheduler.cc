@@ -23,10 +23,6 @@ constexpr double kAverageWeight = 0.25;
 constexpr int64_t kMinPieceRows = 16;
 // Prefill tokens a step beside decodes runs at least, when a prompt waits.
 constexpr int64_t kMinChunk = 2;
-// Steps after which the decodes' own step time is measured again.
-constexpr int64_t kMeasureEvery = 64;
-// The share of a step's time left beside decodes that prefill chunks aim at.
-constexpr double kChunkAim = 0.85;
 
 void Average(double* average, double sample) {
   *average = *average == 0 ? sample : (1 - kAverageWeight) * *average + kAverageWeight * sample;
@@ -58,8 +54,7 @@ struct DecodeScheduler::Sequence {
 };
 
 DecodeScheduler::DecodeScheduler(const LlamaModel& model, SchedulerOptions options)
-    : model_(model), options_(options), decode_step_s_(kSkinnyMaxRows + 1, 0.0),
-      decode_measured_at_(kSkinnyMaxRows + 1, 0) {
+    : model_(model), options_(options), pacer_(options.step_slack, kSkinnyMaxRows) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -238,13 +233,11 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
   // The budget beside the decodes (see the header).
   Plan plan;
   for (const auto& seq : running) plan.decodes += seq->decoding();
-  const double decode_s = DecodeStepEstimate(plan.decodes);
-  double allowed = plan.decodes > 0 ? (options_.step_slack - 1) * decode_s
-                                    : std::numeric_limits<double>::infinity();
+  double allowed = pacer_.Allowed(plan.decodes);
   int64_t rows_left = std::max<int64_t>(0, options_.max_batched_tokens - plan.decodes);
   // The decodes' own step time is measured first, and again when its measure grew old (their
   // caches grow): that step they run alone.
-  const bool decodes_only = plan.decodes > 0 && NeedsMeasure(plan.decodes);
+  const bool decodes_only = pacer_.NeedsMeasure(plan.decodes);
 
   // Rebuild pieces handed in by transfers, oldest first.
   if (!decodes_only) RunPieces(plan.decodes, &allowed, &rows_left);
@@ -261,7 +254,6 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
       return;
     }
     logits = *std::move(out);
-    ++step_count_;
     Learn(plan, took);
   }
   for (size_t i = 0; i < plan.members.size(); ++i) {
@@ -287,21 +279,16 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
   stats_.running = static_cast<int64_t>(running.size());
   stats_.decoding = 0;
   for (const auto& seq : running) stats_.decoding += seq->decoding();
-  stats_.decode_step_ms = DecodeStepEstimate(stats_.decoding) * 1e3;
+  stats_.decode_step_ms = pacer_.DecodeStepEstimate(stats_.decoding) * 1e3;
   stats_.chunk_tokens = last_chunk_budget_;
 }
 
 int64_t DecodeScheduler::ChunkBudget(int64_t decodes, double allowed, int64_t rows_left) {
   if (decodes == 0) return rows_left;
-  // The time left after rebuild pieces, at the measured cost of a prompt token beside decodes
-  // (none measured yet: the floor, which measures it); within the rows SkinnyGemm takes
-  // (model/skinny_gemm.h): past them the whole step's projections go to BLAS and cost another way.
-  int64_t chunk = 0;
-  if (prefill_token_s_ > 0 && allowed > 0) {
-    chunk = static_cast<int64_t>(std::min<double>(static_cast<double>(rows_left),
-                                                  kChunkAim * allowed / prefill_token_s_));
-  }
-  chunk = std::min<int64_t>(chunk, std::max<int64_t>(0, kSkinnyMaxRows - decodes));
+  // Within the rows SkinnyGemm takes (model/skinny_gemm.h): past them the whole step's
+  // projections go to BLAS and cost another way.
+  const int64_t chunk = std::min({pacer_.ChunkTokens(allowed), rows_left,
+                                  std::max<int64_t>(0, kSkinnyMaxRows - decodes)});
   last_chunk_budget_ = chunk;
   return chunk;
 }
@@ -317,7 +304,7 @@ void DecodeScheduler::PlanBatch(const std::list<std::unique_ptr<Sequence>>& runn
     plan->members.push_back(seq.get());
     plan->chunk.push_back(0);
   }
-  const bool measuring = plan->decodes > 0 && chunk_left == 0 && NeedsMeasure(plan->decodes);
+  const bool measuring = chunk_left == 0 && pacer_.NeedsMeasure(plan->decodes);
   for (const auto& seq : running) {
     if (measuring) break;
     if (!seq->prefilling()) continue;
@@ -337,46 +324,11 @@ void DecodeScheduler::PlanBatch(const std::list<std::unique_ptr<Sequence>>& runn
 }
 
 void DecodeScheduler::Learn(const Plan& plan, double took) {
-  if (plan.prefill_tokens == 0) {
-    if (plan.decodes > 0) {
-      const size_t n = std::min<size_t>(static_cast<size_t>(plan.decodes),
-                                        decode_step_s_.size() - 1);
-      Average(&decode_step_s_[n], took);
-      decode_measured_at_[n] = step_count_;
-    }
-  } else if (plan.decodes > 0) {
-    // What the prompt tokens added to the decodes' own time (at least a tenth of the step: an
-    // estimate from a quieter moment must not make the tokens look free).
-    const double decodes_s = DecodeStepEstimate(plan.decodes);
-    const double added = std::max(took - decodes_s, 0.1 * took);
-    Average(&prefill_token_s_, added / static_cast<double>(plan.prefill_tokens));
-  } else if (prefill_token_s_ == 0) {
-    // A first estimate from a prefill alone (cheaper per token than beside decodes: bigger
-    // chunks), corrected by the first step beside decodes.
-    prefill_token_s_ = took / static_cast<double>(plan.prefill_tokens);
-  }
+  pacer_.Observe(plan.decodes, plan.prefill_tokens, took);
   if (options_.metrics != nullptr) {
     options_.metrics->ObserveStep(static_cast<int64_t>(plan.batch.size()),
                                   plan.decodes + plan.prefill_tokens, took);
   }
-}
-
-bool DecodeScheduler::NeedsMeasure(int64_t decodes) const {
-  const size_t n = std::min<size_t>(static_cast<size_t>(decodes), decode_step_s_.size() - 1);
-  return decode_step_s_[n] == 0 || step_count_ - decode_measured_at_[n] > kMeasureEvery;
-}
-
-double DecodeScheduler::DecodeStepEstimate(int64_t decodes) const {
-  if (decodes <= 0) return 0;
-  const int64_t last = static_cast<int64_t>(decode_step_s_.size()) - 1;
-  const int64_t n = std::min<int64_t>(decodes, last);
-  for (int64_t i = n; i >= 1; --i) {
-    if (decode_step_s_[static_cast<size_t>(i)] > 0) return decode_step_s_[static_cast<size_t>(i)];
-  }
-  for (int64_t i = n + 1; i <= last; ++i) {
-    if (decode_step_s_[static_cast<size_t>(i)] > 0) return decode_step_s_[static_cast<size_t>(i)];
-  }
-  return 0;
 }
 
 void DecodeScheduler::Pick(Sequence& seq, const at::Tensor& logits) {

@@ -11,14 +11,10 @@
 // Pacing -- what keeps running decodes at their pace while prompts arrive. The decodes always run.
 // Prefill chunks and rebuild pieces fill the rest of a step, up to `max_batched_tokens` rows in
 // all; while sequences decode, only as much as keeps the step within `step_slack` times the
-// decodes' own step time. That time is a moving average per number of decodes, since a step of
-// 8 decodes costs more than one of 1: a count not measured yet, or last measured 64 steps ago
-// (the caches grew), runs one step of decodes alone to measure it (prompts that keep arriving
-// would otherwise leave no step to measure in). Rebuild pieces are sized from their measured time per row and layer, prefill
-// chunks from their measured time per token beside decodes (the step's time less the decodes'
-// estimate, over its prompt tokens: it includes a chunk's fixed cost and its attention to a
-// growing cache, and the chunk it sizes is the one that fits), each aiming at 85 % of what is
-// left (room for the machine's noise). Beside decodes a step stays within kSkinnyMaxRows rows
+// decodes' own step time, as StepPacer (consumer/step_pacer.h) learns them: the decodes' step
+// time per number of decodes (measured alone when due), a prefill chunk's cost beside them as a
+// fixed part and a part per token. Rebuild pieces are sized from their measured time per row
+// and layer. Beside decodes a step stays within kSkinnyMaxRows rows
 // (model/skinny_gemm.h). At least 16 rebuild rows and 2 prefill tokens go into every step that
 // has them, so nothing starves. With no sequence decoding, prefill and rebuild take the whole
 // budget. A rebuild piece's rows count against the row budget times the layers it covers
@@ -41,8 +37,10 @@
 #include <functional>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -52,6 +50,7 @@
 #include "base/token_id.h"
 #include "model/generator.h"
 #include "model/kv_cache.h"
+#include "consumer/step_pacer.h"
 #include "model/llama_model.h"
 
 namespace scd {
@@ -166,12 +165,8 @@ class DecodeScheduler {
   int64_t ChunkBudget(int64_t decodes, double allowed, int64_t rows_left);
   void PlanBatch(const std::list<std::unique_ptr<Sequence>>& running, int64_t chunk_left,
                  Plan* plan) const;
-  // Updates the moving averages from a step whose forward took `took` seconds.
+  // Tells the pacer and the metrics about a step whose forward took `took` seconds.
   void Learn(const Plan& plan, double took);
-  // Whether the step time of `decodes` decodes alone is unmeasured or old.
-  bool NeedsMeasure(int64_t decodes) const;
-  // The step time of `decodes` decodes alone (0: none measured yet).
-  double DecodeStepEstimate(int64_t decodes) const;
   // The sequence picks its next token from `logits`, or ends.
   void Pick(Sequence& seq, const at::Tensor& logits);
   void End(Sequence& seq, absl::Status status, const std::string& reason);
@@ -188,10 +183,7 @@ class DecodeScheduler {
   Stats stats_ ABSL_GUARDED_BY(mu_);
 
   // Moving averages (scheduler thread only; copied into stats_ under mu_).
-  std::vector<double> decode_step_s_;  // [decodes]: a step with them alone (0: not measured)
-  std::vector<int64_t> decode_measured_at_;  // [decodes]: step_count_ at its last measure
-  int64_t step_count_ = 0;                   // forward passes run
-  double prefill_token_s_ = 0;         // a prompt token's share of a step beside decodes
+  StepPacer pacer_;
   double rebuild_row_layer_s_ = 0;
   int64_t last_chunk_budget_ = 0;
 

@@ -1,0 +1,63 @@
+// StepPacer: how much prompt work a decode step may carry beside its decodes (continuous
+// batching's pacing, consumer/decode_scheduler.h). It learns from the steps it is told about:
+//   - the decodes' own step time, a moving average per number of decodes (a step of 8 decodes
+//     costs more than one of 1). A count not measured yet, or last measured 64 steps ago (the
+//     caches grew), is due a measure: the scheduler runs that step with the decodes alone, since
+//     prompts that keep arriving would otherwise leave no step to measure in;
+//   - a prefill chunk's cost beside decodes as a line fitted by least squares to (its tokens, the
+//     step's time less the decodes' estimate), older steps weighing less (0.9 per step): a fixed
+//     part (one more segment: its attention and small operations) and a part per token.
+// A chunk takes 85 % of the time left (room for the machine's noise), its fixed part counted up
+// to half of that: in a model so small that a step costs its count of operations, one more
+// segment alone costs about a decode step, and prompts must still move in chunks worth it. Until
+// two chunk sizes were seen, a chunk is the time left over the cost per token seen, and at least
+// twice the last (so that a line can be fitted).
+//
+// Thread-safety: not thread-safe (the scheduler's thread owns it).
+#ifndef SCD_CONSUMER_STEP_PACER_H_
+#define SCD_CONSUMER_STEP_PACER_H_
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace scd::consumer {
+
+class StepPacer {
+ public:
+  // `step_slack`: a step with prompt work beside decodes aims at no more than this many times
+  // the decodes' own step time. `max_decodes`: decode counts past it share its estimate.
+  StepPacer(double step_slack, int64_t max_decodes);
+
+  // Whether a step of `decodes` decodes should run them alone, to measure them.
+  bool NeedsMeasure(int64_t decodes) const;
+  // The step time of `decodes` decodes alone, seconds (the nearest measured count below, else
+  // above, when this one is not measured; 0: none measured).
+  double DecodeStepEstimate(int64_t decodes) const;
+  // Seconds a step of `decodes` decodes may spend on other work (infinite with no decodes).
+  double Allowed(int64_t decodes) const;
+  // Prompt tokens a step beside decodes may take in `allowed` seconds (0 until a chunk's cost
+  // was seen: the scheduler's floor then measures it).
+  int64_t ChunkTokens(double allowed) const;
+  // A step ran: `decodes` decodes and `prefill_tokens` prompt tokens in `seconds`.
+  void Observe(int64_t decodes, int64_t prefill_tokens, double seconds);
+
+  // The fitted chunk cost {fixed seconds, seconds per token}; none until chunks of spread sizes
+  // were seen.
+  std::optional<std::pair<double, double>> ChunkLine() const;
+
+ private:
+  double step_slack_;
+  std::vector<double> decode_step_s_;        // [decodes]: 0 = not measured
+  std::vector<int64_t> decode_measured_at_;  // [decodes]: steps_ at its last measure
+  int64_t steps_ = 0;
+  // Decayed sums of 1, p, p^2, y, p*y over chunks (p tokens, y seconds).
+  double w_ = 0, wp_ = 0, wpp_ = 0, wy_ = 0, wpy_ = 0;
+  int64_t last_chunk_tokens_ = 0;
+  double slope_ = 0;  // the last cost per token fitted from chunks of spread sizes (0: none)
+};
+
+}  // namespace scd::consumer
+
+#endif  // SCD_CONSUMER_STEP_PACER_H_

@@ -1,0 +1,113 @@
+// StepPacer against costs given by formula: a step of d decodes and p prompt tokens takes
+// decode(d) + (p > 0 ? fixed + per_token * p : 0) seconds, so the chunk it should converge to is
+// known in closed form: 0.85 * allowed - min(fixed, 0.85 * allowed / 2), over per_token.
+#include "consumer/step_pacer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+
+namespace scd::consumer {
+namespace {
+
+struct Costs {
+  double base, per_decode, fixed, per_token;
+  double Step(int64_t decodes, int64_t tokens) const {
+    return base + per_decode * static_cast<double>(decodes) +
+           (tokens > 0 ? fixed + per_token * static_cast<double>(tokens) : 0.0);
+  }
+};
+
+// Runs the scheduler's loop against `costs` for `steps` steps with `decodes` decodes and a
+// prompt always waiting; returns the last chunk granted.
+int64_t Converge(StepPacer& pacer, const Costs& costs, int64_t decodes, int steps) {
+  int64_t chunk = 0;
+  for (int i = 0; i < steps; ++i) {
+    if (pacer.NeedsMeasure(decodes)) {
+      pacer.Observe(decodes, 0, costs.Step(decodes, 0));
+      continue;
+    }
+    chunk = std::max<int64_t>(2, pacer.ChunkTokens(pacer.Allowed(decodes)));  // the floor
+    pacer.Observe(decodes, chunk, costs.Step(decodes, chunk));
+  }
+  return chunk;
+}
+
+double Expected(const Costs& costs, int64_t decodes, double slack) {
+  const double allowed = (slack - 1) * costs.Step(decodes, 0);
+  const double aim = 0.85 * allowed;
+  return (aim - std::min(costs.fixed, aim / 2)) / costs.per_token;
+}
+
+TEST(StepPacerTest, DecodesAreMeasuredFirstAndAgainWhenTheirMeasureIsOld) {
+  StepPacer pacer(2.0, 64);
+  EXPECT_FALSE(pacer.NeedsMeasure(0));
+  EXPECT_TRUE(pacer.NeedsMeasure(3));
+  EXPECT_EQ(pacer.DecodeStepEstimate(3), 0);
+  EXPECT_EQ(pacer.ChunkTokens(pacer.Allowed(3)), 0);  // nothing known: the floor measures
+  pacer.Observe(3, 0, 0.004);
+  EXPECT_FALSE(pacer.NeedsMeasure(3));
+  EXPECT_TRUE(pacer.NeedsMeasure(4));                  // another count: its own measure
+  EXPECT_DOUBLE_EQ(pacer.DecodeStepEstimate(4), 0.004);  // meanwhile the nearest below
+  EXPECT_DOUBLE_EQ(pacer.DecodeStepEstimate(1), 0.004);  // or above
+  EXPECT_DOUBLE_EQ(pacer.Allowed(3), 0.004);
+  EXPECT_TRUE(std::isinf(pacer.Allowed(0)));
+  for (int i = 0; i < 64; ++i) pacer.Observe(3, 8, 0.006);
+  EXPECT_FALSE(pacer.NeedsMeasure(3));
+  pacer.Observe(3, 8, 0.006);
+  EXPECT_TRUE(pacer.NeedsMeasure(3)) << "65 steps since its measure";
+}
+
+TEST(StepPacerTest, TheChunkConvergesToWhatFitsTheStep) {
+  // A mid-size model: the fixed part small beside the time left.
+  const Costs costs{0.002, 0.0005, 0.0002, 0.00005};
+  StepPacer pacer(2.0, 64);
+  const int64_t chunk = Converge(pacer, costs, 8, 200);
+  const double expected = Expected(costs, 8, 2.0);  // (0.85 * 6 ms - 0.2 ms) / 0.05 ms = 98
+  EXPECT_NEAR(static_cast<double>(chunk), expected, 1.0);
+  const auto line = pacer.ChunkLine();
+  ASSERT_TRUE(line.has_value());
+  // The costs lie on the line exactly: only rounding in sums of a few hundred terms (p^2 up to
+  // 1e4) separates the fit from them, far below a millionth of either.
+  EXPECT_NEAR(line->first, costs.fixed, 1e-6 * costs.fixed);
+  EXPECT_NEAR(line->second, costs.per_token, 1e-6 * costs.per_token);
+  // The step it plans stays within the slack.
+  EXPECT_LE(costs.Step(8, chunk), 2.0 * costs.Step(8, 0));
+}
+
+TEST(StepPacerTest, AFixedCostNearAStepCountsOnlyHalfTheTimeLeft) {
+  // A model so small that one more segment costs about a decode step.
+  const Costs costs{0.0008, 0.00002, 0.0007, 0.00001};
+  StepPacer pacer(2.0, 64);
+  const int64_t chunk = Converge(pacer, costs, 4, 200);
+  EXPECT_NEAR(static_cast<double>(chunk), Expected(costs, 4, 2.0), 1.0);
+  EXPECT_GT(chunk, 10) << "prompts would move at the floor";
+}
+
+// The failure this design answers: a batch that grows while prompts keep arriving never runs
+// its decodes alone, and a step of 1 decode standing for 8 made every prompt token look costly.
+TEST(StepPacerTest, ABatchGrowingWhilePromptsWaitKeepsItsChunk) {
+  const Costs costs{0.001, 0.0006, 0.0002, 0.00008};
+  StepPacer pacer(2.0, 64);
+  Converge(pacer, costs, 1, 50);
+  for (int64_t decodes = 2; decodes <= 8; ++decodes) {
+    const int64_t chunk = Converge(pacer, costs, decodes, 12);
+    EXPECT_NEAR(static_cast<double>(chunk), Expected(costs, decodes, 2.0), 2.0)
+        << decodes << " decodes";
+  }
+}
+
+TEST(StepPacerTest, UntilALineIsDeterminedChunksGrowToFitOne) {
+  StepPacer pacer(2.0, 64);
+  pacer.Observe(2, 0, 0.002);
+  pacer.Observe(2, 2, 0.003);  // 1 ms for 2 tokens: 0.5 ms each, so far
+  EXPECT_FALSE(pacer.ChunkLine().has_value());
+  // 0.85 * 2 ms / 0.5 ms = 3 tokens, but at least twice the last to see another size.
+  EXPECT_EQ(pacer.ChunkTokens(pacer.Allowed(2)), 4);
+  pacer.Observe(2, 4, 0.0032);
+  EXPECT_TRUE(pacer.ChunkLine().has_value());
+}
+
+}  // namespace
+}  // namespace scd::consumer
