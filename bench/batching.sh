@@ -120,17 +120,23 @@ if want mixed-scd; then
   echo "== mixed-scd" >&2
   read -r P_CPUS C_CPUS < <("$PY" -c 'import os; c = sorted(os.sched_getaffinity(0)); h = len(c) // 2
 print(",".join(map(str, c[:h])) or "-", ",".join(map(str, c[h:])))')
-  pin() {  # pin CPUS ARGV...: taskset and one compute thread per CPU (exec: cleanup reaches it)
+  # pin CPUS ARGV...: taskset and one compute thread per CPU (exec: cleanup reaches it);
+  # pin_only CPUS ARGV...: taskset alone (the coordinator computes nothing: no --threads).
+  pin() {
     local cpus=$1; shift
     if [ "$cpus" = "-" ]; then exec "$@"; else
       exec taskset -c "$cpus" "$@" --threads "$(tr ',' '\n' <<< "$cpus" | wc -l)"; fi
+  }
+  pin_only() {
+    local cpus=$1; shift
+    if [ "$cpus" = "-" ]; then exec "$@"; else exec taskset -c "$cpus" "$@"; fi
   }
   N="$OUT/mixed-scd-nodes"
   mkdir -p "$N"
   rm -f "$N"/*.addr
   head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$N/secret"
   common=(--cluster-secret-file "$N/secret" --log-level warn)
-  (pin "$C_CPUS" "$BIN/scd-coordinator" --listen 127.0.0.1:0 --control-listen 127.0.0.1:0 \
+  (pin_only "$C_CPUS" "$BIN/scd-coordinator" --listen 127.0.0.1:0 --control-listen 127.0.0.1:0 \
     --address-file "$N/coordinator.addr" --control-address-file "$N/coordinator.control.addr" \
     "${common[@]}" 2> "$N/coordinator.log") &
   PIDS+=($!)

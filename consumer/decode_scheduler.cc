@@ -254,7 +254,7 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
       return;
     }
     logits = *std::move(out);
-    Learn(plan, took);
+    Learn(plan, took, allowed);
   }
   for (size_t i = 0; i < plan.members.size(); ++i) {
     Sequence& seq = *plan.members[i];
@@ -323,8 +323,8 @@ void DecodeScheduler::PlanBatch(const std::list<std::unique_ptr<Sequence>>& runn
   }
 }
 
-void DecodeScheduler::Learn(const Plan& plan, double took) {
-  pacer_.Observe(plan.decodes, plan.prefill_tokens, took);
+void DecodeScheduler::Learn(const Plan& plan, double took, double allowed) {
+  pacer_.Observe(plan.decodes, plan.prefill_tokens, took, allowed);
   if (options_.metrics != nullptr) {
     options_.metrics->ObserveStep(static_cast<int64_t>(plan.batch.size()),
                                   plan.decodes + plan.prefill_tokens, took);

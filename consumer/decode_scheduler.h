@@ -165,8 +165,9 @@ class DecodeScheduler {
   int64_t ChunkBudget(int64_t decodes, double allowed, int64_t rows_left);
   void PlanBatch(const std::list<std::unique_ptr<Sequence>>& running, int64_t chunk_left,
                  Plan* plan) const;
-  // Tells the pacer and the metrics about a step whose forward took `took` seconds.
-  void Learn(const Plan& plan, double took);
+  // Tells the pacer and the metrics about a step whose forward took `took` seconds, with
+  // `allowed` seconds beside its decodes left after rebuild pieces.
+  void Learn(const Plan& plan, double took, double allowed);
   // The sequence picks its next token from `logits`, or ends.
   void Pick(Sequence& seq, const at::Tensor& logits);
   void End(Sequence& seq, absl::Status status, const std::string& reason);

@@ -10,6 +10,10 @@ constexpr double kAverageWeight = 0.25;  // the newest decode step's weight
 constexpr int64_t kMeasureEvery = 64;    // steps after which decodes are measured again
 constexpr double kKeep = 0.9;            // an older chunk's weight, per newer chunk
 constexpr double kChunkAim = 0.85;       // the share of the time left a chunk aims at
+constexpr double kTrim = 0.8;            // the aim after a step past its time, per step
+constexpr double kUntrim = 1.02;         // ... and after one within it
+constexpr double kMinTrim = 0.25;
+constexpr int64_t kLongAlone = 32;       // prompt tokens of a prefill alone that bound the slope
 
 int64_t ToTokens(double tokens) { return static_cast<int64_t>(std::min(tokens, 1e9)); }
 
@@ -52,6 +56,9 @@ std::optional<std::pair<double, double>> StepPacer::ChunkLine() const {
   const double det = w_ * wpp_ - wp_ * wp_;
   if (det >= 0.5 * w_ * w_) per_token = (w_ * wpy_ - wp_ * wy_) / det;
   if (per_token == 0) return std::nullopt;
+  // Noise over chunks of a few sizes can flatten the slope to nothing; a token beside decodes
+  // costs at least half what it cost in a long prefill alone (its arithmetic does not shrink).
+  per_token = std::max(per_token, 0.5 * alone_token_s_);
   // A line through noise can tilt past what costs can be (a chunk costs time, more tokens more,
   // and nothing costs less than nothing): then the cost per token seen.
   const double fixed = (wy_ - per_token * wp_) / w_;
@@ -61,7 +68,7 @@ std::optional<std::pair<double, double>> StepPacer::ChunkLine() const {
 
 int64_t StepPacer::ChunkTokens(double allowed) const {
   if (w_ <= 0 || !(allowed > 0)) return 0;
-  const double aim = kChunkAim * std::min(allowed, 1e6);
+  const double aim = this->aim() * std::min(allowed, 1e6);
   constexpr double kFree = 1e-9;  // seconds per token below which tokens count as this
   if (const auto line = ChunkLine()) {
     const auto [fixed, per_token] = *line;
@@ -70,7 +77,10 @@ int64_t StepPacer::ChunkTokens(double allowed) const {
   return std::max<int64_t>(ToTokens(aim / std::max(wy_ / wp_, kFree)), 2 * last_chunk_tokens_);
 }
 
-void StepPacer::Observe(int64_t decodes, int64_t prefill_tokens, double seconds) {
+double StepPacer::aim() const { return kChunkAim * trim_; }
+
+void StepPacer::Observe(int64_t decodes, int64_t prefill_tokens, double seconds,
+                        double allowed) {
   ++steps_;
   const auto add_chunk = [this](double p, double y) {
     w_ = kKeep * w_ + 1;
@@ -88,15 +98,28 @@ void StepPacer::Observe(int64_t decodes, int64_t prefill_tokens, double seconds)
   } else if (decodes > 0) {
     // What the prompt tokens added to the decodes' own time. An estimate from a slower moment
     // can make them look free: the chunk it sizes is then large, and its own cost corrects it.
-    const double added = std::max(seconds - DecodeStepEstimate(decodes), 0.0);
+    const double decodes_s = DecodeStepEstimate(decodes);
+    const double added = std::max(seconds - decodes_s, 0.0);
+    // Past its time: past what the step had, or (a fixed part counted only in half) past what
+    // the line foresaw for this chunk, with 5 % for rounding.
+    double foreseen = 0;
+    if (const auto line = ChunkLine()) {
+      foreseen = 1.05 * (line->first + line->second * static_cast<double>(prefill_tokens));
+    }
+    trim_ = added > std::max(allowed, foreseen) ? std::max(kMinTrim, trim_ * kTrim)
+                                                : std::min(1.0, trim_ * kUntrim);
     add_chunk(static_cast<double>(prefill_tokens), added);
     last_chunk_tokens_ = prefill_tokens;
     const double det = w_ * wpp_ - wp_ * wp_;
     if (det >= 0.5 * w_ * w_) slope_ = (w_ * wpy_ - wp_ * wy_) / det;
-  } else if (w_ == 0) {
+  } else {
+    const double per_token = seconds / static_cast<double>(prefill_tokens);
+    if (prefill_tokens >= kLongAlone) {
+      alone_token_s_ = alone_token_s_ == 0 ? per_token : std::min(alone_token_s_, per_token);
+    }
     // A first estimate from a prefill alone (cheaper per token than beside decodes: bigger
     // chunks), soon outweighed by steps beside decodes.
-    add_chunk(static_cast<double>(prefill_tokens), seconds);
+    if (w_ == 0) add_chunk(static_cast<double>(prefill_tokens), seconds);
   }
 }
 

@@ -6,12 +6,23 @@
 //     prompts that keep arriving would otherwise leave no step to measure in;
 //   - a prefill chunk's cost beside decodes as a line fitted by least squares to (its tokens, the
 //     step's time less the decodes' estimate), older steps weighing less (0.9 per step): a fixed
-//     part (one more segment: its attention and small operations) and a part per token.
-// A chunk takes 85 % of the time left (room for the machine's noise), its fixed part counted up
-// to half of that: in a model so small that a step costs its count of operations, one more
-// segment alone costs about a decode step, and prompts must still move in chunks worth it. Until
-// two chunk sizes were seen, a chunk is the time left over the cost per token seen, and at least
-// twice the last (so that a line can be fitted).
+//     part (one more segment: its attention and small operations) and a part per token. The
+//     slope needs chunks of spread sizes; once chunks settle on one size the last slope fitted
+//     stays and the fixed part follows the recent costs. The slope is at least half a token's
+//     cost in a long prefill alone (32 tokens or more): noise over chunks of a few sizes can
+//     flatten it to nothing (a chunk of 56 then took 4.7 decode steps on the TinyLlama shape).
+// A chunk takes 85 % of the time left, its fixed part counted up to half of that: in a model so
+// small that a step costs its count of operations, one more segment alone costs about a decode
+// step, and prompts must still move in chunks worth it. Until two chunk sizes were seen, a chunk
+// is the time left over the cost per token seen, and at least twice the last (so that a line can
+// be fitted).
+//
+// The machine's noise: a step whose prompt work came out past the time it had, or past what the
+// line foresaw where a fixed part was counted in half (a busy core, a slower moment), trims the
+// aim of the next ones by 0.8, and each step within it gives back 2 % (down to a quarter, up to
+// all of it): where steps vary, chunks stay far enough under the target that few steps pass it,
+// which is what a running decode's inter-token latency sees (the TinyLlama mixed load: ITL p99
+// during a 2,040-token prefill 3.9x the p50 without it untrimmed, 2.6x trimmed).
 //
 // Thread-safety: not thread-safe (the scheduler's thread owns it).
 #ifndef SCD_CONSUMER_STEP_PACER_H_
@@ -40,8 +51,12 @@ class StepPacer {
   // Prompt tokens a step beside decodes may take in `allowed` seconds (0 until a chunk's cost
   // was seen: the scheduler's floor then measures it).
   int64_t ChunkTokens(double allowed) const;
-  // A step ran: `decodes` decodes and `prefill_tokens` prompt tokens in `seconds`.
-  void Observe(int64_t decodes, int64_t prefill_tokens, double seconds);
+  // A step ran: `decodes` decodes and `prefill_tokens` prompt tokens in `seconds`, planned with
+  // `allowed` seconds beside the decodes (ChunkTokens' argument).
+  void Observe(int64_t decodes, int64_t prefill_tokens, double seconds, double allowed);
+  // The share of the time left that chunks aim at now, after trims for steps past it (0.85 at
+  // most).
+  double aim() const;
 
   // The fitted chunk cost {fixed seconds, seconds per token}; none until chunks of spread sizes
   // were seen.
@@ -55,7 +70,9 @@ class StepPacer {
   // Decayed sums of 1, p, p^2, y, p*y over chunks (p tokens, y seconds).
   double w_ = 0, wp_ = 0, wpp_ = 0, wy_ = 0, wpy_ = 0;
   int64_t last_chunk_tokens_ = 0;
-  double slope_ = 0;  // the last cost per token fitted from chunks of spread sizes (0: none)
+  double slope_ = 0;          // the last cost per token fitted from spread sizes (0: none)
+  double trim_ = 1;           // (0.25, 1]: shrunk by steps past their time
+  double alone_token_s_ = 0;  // the least a token cost in a prefill alone of 32 or more
 };
 
 }  // namespace scd::consumer

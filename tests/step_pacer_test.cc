@@ -25,11 +25,12 @@ int64_t Converge(StepPacer& pacer, const Costs& costs, int64_t decodes, int step
   int64_t chunk = 0;
   for (int i = 0; i < steps; ++i) {
     if (pacer.NeedsMeasure(decodes)) {
-      pacer.Observe(decodes, 0, costs.Step(decodes, 0));
+      pacer.Observe(decodes, 0, costs.Step(decodes, 0), 0);
       continue;
     }
-    chunk = std::max<int64_t>(2, pacer.ChunkTokens(pacer.Allowed(decodes)));  // the floor
-    pacer.Observe(decodes, chunk, costs.Step(decodes, chunk));
+    const double allowed = pacer.Allowed(decodes);
+    chunk = std::max<int64_t>(2, pacer.ChunkTokens(allowed));  // the floor
+    pacer.Observe(decodes, chunk, costs.Step(decodes, chunk), allowed);
   }
   return chunk;
 }
@@ -46,16 +47,16 @@ TEST(StepPacerTest, DecodesAreMeasuredFirstAndAgainWhenTheirMeasureIsOld) {
   EXPECT_TRUE(pacer.NeedsMeasure(3));
   EXPECT_EQ(pacer.DecodeStepEstimate(3), 0);
   EXPECT_EQ(pacer.ChunkTokens(pacer.Allowed(3)), 0);  // nothing known: the floor measures
-  pacer.Observe(3, 0, 0.004);
+  pacer.Observe(3, 0, 0.004, 0);
   EXPECT_FALSE(pacer.NeedsMeasure(3));
   EXPECT_TRUE(pacer.NeedsMeasure(4));                  // another count: its own measure
   EXPECT_DOUBLE_EQ(pacer.DecodeStepEstimate(4), 0.004);  // meanwhile the nearest below
   EXPECT_DOUBLE_EQ(pacer.DecodeStepEstimate(1), 0.004);  // or above
   EXPECT_DOUBLE_EQ(pacer.Allowed(3), 0.004);
   EXPECT_TRUE(std::isinf(pacer.Allowed(0)));
-  for (int i = 0; i < 64; ++i) pacer.Observe(3, 8, 0.006);
+  for (int i = 0; i < 64; ++i) pacer.Observe(3, 8, 0.006, 0.004);
   EXPECT_FALSE(pacer.NeedsMeasure(3));
-  pacer.Observe(3, 8, 0.006);
+  pacer.Observe(3, 8, 0.006, 0.004);
   EXPECT_TRUE(pacer.NeedsMeasure(3)) << "65 steps since its measure";
 }
 
@@ -100,13 +101,37 @@ TEST(StepPacerTest, ABatchGrowingWhilePromptsWaitKeepsItsChunk) {
 
 TEST(StepPacerTest, UntilALineIsDeterminedChunksGrowToFitOne) {
   StepPacer pacer(2.0, 64);
-  pacer.Observe(2, 0, 0.002);
-  pacer.Observe(2, 2, 0.003);  // 1 ms for 2 tokens: 0.5 ms each, so far
+  pacer.Observe(2, 0, 0.002, 0);
+  pacer.Observe(2, 2, 0.003, 0.002);  // 1 ms for 2 tokens: 0.5 ms each, so far
   EXPECT_FALSE(pacer.ChunkLine().has_value());
   // 0.85 * 2 ms / 0.5 ms = 3 tokens, but at least twice the last to see another size.
   EXPECT_EQ(pacer.ChunkTokens(pacer.Allowed(2)), 4);
-  pacer.Observe(2, 4, 0.0032);
+  pacer.Observe(2, 4, 0.0032, 0.002);
   EXPECT_TRUE(pacer.ChunkLine().has_value());
+}
+
+// Steps that come out past their time (a busy core every fourth step, doubling it) trim the
+// chunk; once they stop, it grows back to what fits.
+TEST(StepPacerTest, StepsPastTheirTimeTrimTheChunkUntilTheyStop) {
+  const Costs costs{0.002, 0.0005, 0.0002, 0.00005};
+  StepPacer pacer(2.0, 64);
+  const int64_t quiet = Converge(pacer, costs, 8, 200);
+  EXPECT_DOUBLE_EQ(pacer.aim(), 0.85);
+  int64_t chunk = 0;
+  for (int i = 0; i < 200; ++i) {
+    if (pacer.NeedsMeasure(8)) {
+      pacer.Observe(8, 0, costs.Step(8, 0), 0);
+      continue;
+    }
+    const double allowed = pacer.Allowed(8);
+    chunk = std::max<int64_t>(2, pacer.ChunkTokens(allowed));
+    pacer.Observe(8, chunk, costs.Step(8, chunk) * (i % 4 == 0 ? 2.0 : 1.0), allowed);
+  }
+  EXPECT_LT(pacer.aim(), 0.85 * 0.5) << "a quarter of the steps past their time";
+  EXPECT_LT(chunk, quiet / 2);
+  const int64_t after = Converge(pacer, costs, 8, 400);
+  EXPECT_DOUBLE_EQ(pacer.aim(), 0.85);
+  EXPECT_NEAR(static_cast<double>(after), static_cast<double>(quiet), 1.0);
 }
 
 }  // namespace
