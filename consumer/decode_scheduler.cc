@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <optional>
 #include <utility>
 
@@ -237,12 +236,13 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
   int64_t rows_left = std::max<int64_t>(0, options_.max_batched_tokens - plan.decodes);
   // The decodes' own step time is measured first, and again when its measure grew old (their
   // caches grow): that step they run alone.
-  const bool decodes_only = pacer_.NeedsMeasure(plan.decodes);
+  plan.decodes_only = pacer_.NeedsMeasure(plan.decodes);
 
   // Rebuild pieces handed in by transfers, oldest first.
-  if (!decodes_only) RunPieces(plan.decodes, &allowed, &rows_left);
+  if (!plan.decodes_only) RunPieces(plan.decodes, &allowed, &rows_left);
 
-  PlanBatch(running, decodes_only ? 0 : ChunkBudget(plan.decodes, allowed, rows_left), &plan);
+  PlanBatch(running, plan.decodes_only ? 0 : ChunkBudget(plan.decodes, allowed, rows_left),
+            &plan);
   std::vector<at::Tensor> logits;
   if (!plan.batch.empty()) {
     const absl::Time start = absl::Now();
@@ -296,7 +296,7 @@ int64_t DecodeScheduler::ChunkBudget(int64_t decodes, double allowed, int64_t ro
 void DecodeScheduler::PlanBatch(const std::list<std::unique_ptr<Sequence>>& running,
                                 int64_t chunk_left, Plan* plan) const {
   // Every decode, then prefill chunks oldest first (at least kMinChunk tokens when a prompt waits,
-  // unless the decodes run alone to be measured: chunk_left 0 and their step time due a measure).
+  // unless the decodes run alone to be measured).
   for (const auto& seq : running) {
     if (!seq->decoding()) continue;
     plan->batch.push_back(
@@ -304,9 +304,8 @@ void DecodeScheduler::PlanBatch(const std::list<std::unique_ptr<Sequence>>& runn
     plan->members.push_back(seq.get());
     plan->chunk.push_back(0);
   }
-  const bool measuring = chunk_left == 0 && pacer_.NeedsMeasure(plan->decodes);
   for (const auto& seq : running) {
-    if (measuring) break;
+    if (plan->decodes_only) break;
     if (!seq->prefilling()) continue;
     const int64_t remaining = static_cast<int64_t>(seq->req.prompt.size()) - seq->prompt_next;
     int64_t can = chunk_left;

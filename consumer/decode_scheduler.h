@@ -153,6 +153,7 @@ class DecodeScheduler {
   // What one step runs: the batch, its sequences and their prompt tokens (0 for a decode).
   struct Plan {
     int64_t decodes = 0, prefill_tokens = 0;
+    bool decodes_only = false;  // the decodes alone, to measure their step time
     std::vector<BatchSequence> batch;
     std::vector<Sequence*> members;
     std::vector<int64_t> chunk;
