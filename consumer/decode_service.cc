@@ -101,7 +101,6 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
   ServingMetrics::Call metrics(consumer_.metrics);
   auto write = [&](const v1::GenerateEvent& event) {
     metrics.Observe(event);
-    if (context->IsCancelled()) cancelled = true;
     if (!cancelled && !writer->Write(event)) cancelled = true;
   };
   // A second Started (mode local) on this control stream tells the coordinator the consumer fell

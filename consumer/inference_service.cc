@@ -77,7 +77,6 @@ grpc::Status ConsumerInferenceService::Generate(grpc::ServerContext* context,
   absl::Status status = GuardExceptions("ConsumerInferenceService::Generate", [&] {
     return RunTarget(consumer_, req, route, run, [&](const v1::GenerateEvent& event) {
       metrics.Observe(event);
-      if (context->IsCancelled()) cancelled = true;
       if (!cancelled && !writer->Write(event)) cancelled = true;  // the client went away
     });
   });

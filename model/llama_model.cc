@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/exception_guard.h"
@@ -13,6 +14,7 @@
 #include "model/checkpoint.h"
 #include "model/compute_steps.h"
 #include "model/decode_attention.h"
+#include "model/skinny_gemm.h"
 
 namespace scd {
 namespace {
@@ -408,7 +410,18 @@ absl::Status LlamaModel::RunLayer(int layer, at::Tensor& h, absl::Span<const Seg
   const at::Tensor k_rot = RotaryEmbedding::Rotate(k, tables.k_cos, tables.k_sin);
   // [T, Hkv, g, hd]: as [T, heads * hd] the head index is kv_head * group + j, as W_o expects.
   at::Tensor attn = at::empty({T, Hkv, g, hd}, h.options());
-  for (const Segment& segment : segments) AttendSegment(layer, q_rot, k_rot, v, segment, &attn);
+  // Decode rows on the kernel: appended here, attended side by side on the compute pool (each
+  // row on one thread whole: the same result whatever the split).
+  std::vector<const Segment*> decode_rows;
+  for (const Segment& segment : segments) {
+    if (AppendDecodeRow(layer, k_rot, v, segment)) {
+      decode_rows.push_back(&segment);
+    } else {
+      AttendSegment(layer, q_rot, k_rot, v, segment, &attn);
+    }
+  }
+  SkinnyParallelFor(static_cast<int64_t>(decode_rows.size()),
+                    [&](int64_t i) { AttendDecodeRow(layer, q_rot, *decode_rows[i], &attn); });
   h.add_(Linear(attn.view({T, qd}), w.wo, w.bo));
 
   // MLP block: h += W_down (silu(x W_gate^T) * (x W_up^T)).
@@ -420,28 +433,34 @@ absl::Status LlamaModel::RunLayer(int layer, at::Tensor& h, absl::Span<const Seg
   return absl::OkStatus();
 }
 
+bool LlamaModel::AppendDecodeRow(int layer, const at::Tensor& k_rot, const at::Tensor& v,
+                                 const Segment& segment) const {
+  if (segment.step.tokens != 1 || !fast_decode_rows_) return false;
+  const int64_t row = config_.num_kv_heads * config_.head_dim;
+  return segment.cache->AppendRow(layer, k_rot.data_ptr<float>() + segment.row0 * row,
+                                  v.data_ptr<float>() + segment.row0 * v.stride(0));
+}
+
+void LlamaModel::AttendDecodeRow(int layer, const at::Tensor& q_rot, const Segment& segment,
+                                 at::Tensor* attn) const {
+  // A single row never needs a mask: the window, if any, is the key range.
+  const int64_t Hkv = config_.num_kv_heads, g = config_.group_size(), hd = config_.head_dim;
+  const int64_t row = Hkv * hd, r0 = segment.row0;
+  const AttentionBlock& b = segment.step.blocks[0];
+  const KvCache& cache = *segment.cache;
+  const at::Tensor& keys = cache.key_storage(layer);
+  const int64_t first = b.k_begin * hd;
+  DecodeAttention({q_rot.data_ptr<float>() + r0 * row * g, keys.data_ptr<float>() + first,
+                   cache.value_storage(layer).data_ptr<float>() + first, keys.stride(0), Hkv, g,
+                   hd, b.k_count, attn->data_ptr<float>() + r0 * row * g});
+}
+
 void LlamaModel::AttendSegment(int layer, const at::Tensor& q_rot, const at::Tensor& k_rot,
                                const at::Tensor& v, const Segment& segment,
                                at::Tensor* attn) const {
   const int64_t r0 = segment.row0, n = segment.step.tokens, Hkv = config_.num_kv_heads,
                 g = config_.group_size(), hd = config_.head_dim;
   KvCache* cache = segment.cache;
-  if (n == 1 && fast_decode_rows_) {
-    // A decode row on a CPU in float32: appended and attended on memory, no tensor per row
-    // (model/decode_attention.h). A single row never needs a mask: the window, if any, is the
-    // key range.
-    const int64_t row = Hkv * hd;
-    if (cache->AppendRow(layer, k_rot.data_ptr<float>() + r0 * row,
-                         v.data_ptr<float>() + r0 * v.stride(0))) {
-      const AttentionBlock& b = segment.step.blocks[0];
-      const at::Tensor& keys = cache->key_storage(layer);
-      const int64_t first = b.k_begin * hd;
-      DecodeAttention({q_rot.data_ptr<float>() + r0 * row * g, keys.data_ptr<float>() + first,
-                       cache->value_storage(layer).data_ptr<float>() + first, keys.stride(0), Hkv,
-                       g, hd, b.k_count, attn->data_ptr<float>() + r0 * row * g});
-      return;
-    }
-  }
   cache->Append(layer, k_rot.narrow(0, r0, n).transpose(0, 1), v.narrow(0, r0, n).transpose(0, 1));
   const at::Tensor keys = cache->keys(layer), values = cache->values(layer);
   if (n == 1) {

@@ -260,6 +260,14 @@ class LlamaModel {
   // values [T, Hkv, hd]; K/V appended to its cache, its rows of `attn` [T, Hkv, g, hd] written.
   void AttendSegment(int layer, const at::Tensor& q_rot, const at::Tensor& k_rot,
                      const at::Tensor& v, const Segment& segment, at::Tensor* attn) const;
+  // A decode row on a CPU in float32 (fast_decode_rows_): its K/V row appended on memory; false
+  // (nothing appended) where the kernel does not apply. May throw (the cache grows).
+  bool AppendDecodeRow(int layer, const at::Tensor& k_rot, const at::Tensor& v,
+                       const Segment& segment) const;
+  // Its attention with DecodeAttention into its row of `attn`, once appended. Never throws: the
+  // decode rows of a step run it side by side on the compute pool (SkinnyParallelFor).
+  void AttendDecodeRow(int layer, const at::Tensor& q_rot, const Segment& segment,
+                       at::Tensor* attn) const;
   // Causal (optionally sliding-window) attention of grouped queries against the cache layer.
   at::Tensor Attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                     const StepContext& step) const;

@@ -248,6 +248,17 @@ bool SkinnyGemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, a
   return true;
 }
 
+void SkinnyParallelFor(int64_t n, const std::function<void(int64_t)>& fn) {
+  if (n <= 1 || ComputeStepsShared()) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  ThePool().Run([&] {
+    for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) fn(i);
+  });
+}
+
 void SetSkinnyThreads(int threads) { ThePool().Resize(threads); }
 
 int SkinnyThreads() { return ThePool().threads(); }

@@ -27,6 +27,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 
 namespace scd {
 
@@ -47,6 +48,14 @@ bool SkinnyGemmAvailable();
 // apply: no AVX2/FMA, not float32 on the CPU, x not [M, K] with M >= 1 and M <= kSkinnyMaxRows
 // unless N x K <= kSkinnySmallWeights, W not [N, K], either not contiguous, b not [N].
 bool SkinnyGemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, at::Tensor* y);
+
+// Runs fn(i) for every i in [0, n) on the calling thread and on the pool's workers that come in
+// time (items handed out one at a time), as SkinnyGemm shares its rows: for per-sequence work of
+// a decode step (model/llama_model.cc: attention of the decode rows). Each item runs on one thread
+// whole, so its result does not depend on the split. Calling-thread only while model steps run
+// side by side (model/compute_steps.h) or for a single item. Returns when every item ran.
+// REQUIRES: fn does not throw (a worker has nowhere to send it).
+void SkinnyParallelFor(int64_t n, const std::function<void(int64_t)>& fn);
 
 // Threads a call may use (>= 1; the calling thread counts). Starts or stops pool workers.
 void SetSkinnyThreads(int threads);
