@@ -211,6 +211,17 @@ Pool& ThePool() {
 
 bool SkinnyGemmAvailable() { return CpuHasAvx2Fma(); }
 
+void SkinnyParallelFor(int64_t n, const std::function<void(int64_t)>& fn) {
+  if (n <= 1 || ComputeStepsShared()) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  ThePool().Run([&] {
+    for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) fn(i);
+  });
+}
+
 bool SkinnyGemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, at::Tensor* y) {
   if (!CpuHasAvx2Fma() || !x.defined() || !w.defined()) return false;
   if (x.dim() != 2 || w.dim() != 2 || x.size(1) != w.size(1)) return false;
@@ -230,33 +241,18 @@ bool SkinnyGemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, a
   at::Tensor out = at::empty({M, N}, x.options());
   const Problem p{x.data_ptr<float>(), w.data_ptr<float>(),
                   b.defined() ? b.data_ptr<float>() : nullptr, out.data_ptr<float>(), M, K, N};
-  Pool& pool = ThePool();
-  if (N * K < kParallelMinWeights || ComputeStepsShared()) {
+  if (N * K < kParallelMinWeights) {
     Range(p, 0, N);
   } else {
     // Slices of W's rows handed out one at a time to whichever thread comes: a worker that
     // starts late takes fewer, or none.
     constexpr int64_t kSlice = 4 * kBlock;
-    std::atomic<int64_t> next{0};
-    pool.Run([&] {
-      for (int64_t n0; (n0 = next.fetch_add(kSlice, std::memory_order_relaxed)) < N;) {
-        Range(p, n0, std::min(N, n0 + kSlice));
-      }
+    SkinnyParallelFor((N + kSlice - 1) / kSlice, [&](int64_t slice) {
+      Range(p, slice * kSlice, std::min(N, (slice + 1) * kSlice));
     });
   }
   *y = std::move(out);
   return true;
-}
-
-void SkinnyParallelFor(int64_t n, const std::function<void(int64_t)>& fn) {
-  if (n <= 1 || ComputeStepsShared()) {
-    for (int64_t i = 0; i < n; ++i) fn(i);
-    return;
-  }
-  std::atomic<int64_t> next{0};
-  ThePool().Run([&] {
-    for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) fn(i);
-  });
 }
 
 void SetSkinnyThreads(int threads) { ThePool().Resize(threads); }
