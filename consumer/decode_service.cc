@@ -123,6 +123,37 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status ConsumerControlService::TransferFailed(grpc::ServerContext* context,
+                                                    const v1::TransferFailedRequest* request,
+                                                    v1::TransferFailedResponse* response) {
+  if (grpc::Status auth = secret_.Check(*context); !auth.ok()) return auth;
+  if (request->target() != consumer_.name) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("this consumer serves '", consumer_.name, "', not '",
+                                     ForLog(request->target(), 128), "'"));
+  }
+  const std::string reason = ForLog(request->reason(), 1000);
+  const SessionRouter::FailOutcome found = router_->Fail(
+      SessionTag(request->session_id(), consumer_.name),
+      absl::UnavailableError(absl::StrCat("the coordinator reports the transfer failed: ",
+                                          reason.empty() ? "no reason given" : reason)));
+  switch (found) {
+    case SessionRouter::FailOutcome::kWaiting:
+      response->set_found(v1::TransferFailedResponse::FOUND_WAITING);
+      break;
+    case SessionRouter::FailOutcome::kReceiving:
+      response->set_found(v1::TransferFailedResponse::FOUND_RECEIVING);
+      break;
+    case SessionRouter::FailOutcome::kNone:
+      response->set_found(v1::TransferFailedResponse::FOUND_NONE);
+      break;
+  }
+  spdlog::info("[session {}] the coordinator reports its transfer failed ({}): {}",
+               ForLog(request->session_id(), 40),
+               v1::TransferFailedResponse::Found_Name(response->found()), reason);
+  return grpc::Status::OK;
+}
+
 grpc::Status ConsumerControlService::Stats(grpc::ServerContext* context, const v1::StatsRequest*,
                                            v1::NodeStats* stats) {
   if (grpc::Status auth = secret_.Check(*context); !auth.ok()) return auth;

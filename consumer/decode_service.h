@@ -36,6 +36,12 @@ class ConsumerControlService final : public v1::Consumer::Service {
 
   grpc::Status Decode(grpc::ServerContext* context, const v1::DecodeRequest* request,
                       grpc::ServerWriter<v1::GenerateEvent>* writer) override;
+  // The coordinator reports that the producer will not send (or finish) a request's session
+  // (its Prefill call failed): the request stops waiting for it (SessionRouter::Fail) and falls
+  // back or ends now. NOT_FOUND for another target's session.
+  grpc::Status TransferFailed(grpc::ServerContext* context,
+                              const v1::TransferFailedRequest* request,
+                              v1::TransferFailedResponse* response) override;
   // Admitted requests, capacity, open transfer sessions, the admission queue and KV bytes reserved,
   // the scheduler's sequences and steps, how requests ended ("request_" +
   // finished / cancelled / the error code's name) and how many were refused before any work

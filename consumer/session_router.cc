@@ -40,7 +40,7 @@ void SessionRouter::AcceptLoop() {
     {
       absl::MutexLock lock(&mu_);
       auto it = expected_.find(tag);
-      if (it != expected_.end() && it->second.session == nullptr) {
+      if (it != expected_.end() && it->second.session == nullptr && it->second.failed.ok()) {
         it->second.session = *session;
         delivered = true;
       } else {
@@ -79,6 +79,23 @@ void SessionRouter::Forget(const std::string& tag) {
   }
 }
 
+SessionRouter::FailOutcome SessionRouter::Fail(const std::string& tag, const absl::Status& why) {
+  std::shared_ptr<transport::ReceiveSession> arrived;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = expected_.find(tag);
+    if (it == expected_.end()) return FailOutcome::kNone;
+    if (it->second.session == nullptr) {
+      if (it->second.failed.ok()) it->second.failed = why;
+      return FailOutcome::kWaiting;
+    }
+    arrived = it->second.session;
+  }
+  if (arrived->state() != transport::SessionState::kOpen) return FailOutcome::kNone;
+  arrived->Cancel(std::string(why.message()));
+  return FailOutcome::kReceiving;
+}
+
 size_t SessionRouter::open_sessions() const { return acceptor_->open_sessions(); }
 
 int64_t SessionRouter::refused() const {
@@ -93,11 +110,14 @@ absl::StatusOr<std::shared_ptr<transport::ReceiveSession>> SessionRouter::Ticket
   absl::MutexLock lock(&router_->mu_);
   auto arrived = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(router_->mu_) {
     auto it = router_->expected_.find(tag_);
-    return router_->stopping_ || (it != router_->expected_.end() && it->second.session != nullptr);
+    return router_->stopping_ ||
+           (it != router_->expected_.end() &&
+            (it->second.session != nullptr || !it->second.failed.ok()));
   };
   router_->mu_.AwaitWithTimeout(absl::Condition(&arrived), timeout);
   auto it = router_->expected_.find(tag_);
   if (it != router_->expected_.end() && it->second.session != nullptr) return it->second.session;
+  if (it != router_->expected_.end() && !it->second.failed.ok()) return it->second.failed;
   if (router_->stopping_) return absl::UnavailableError("the consumer is shutting down");
   return absl::DeadlineExceededError(
       absl::StrCat("no transfer session for '", tag_, "' within ", absl::FormatDuration(timeout)));

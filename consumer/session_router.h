@@ -30,7 +30,8 @@ class SessionRouter {
     ~Ticket();
     Ticket(const Ticket&) = delete;
     Ticket& operator=(const Ticket&) = delete;
-    // The session, once it arrived; DEADLINE_EXCEEDED after `timeout`.
+    // The session, once it arrived; DEADLINE_EXCEEDED after `timeout`; the status Fail set when
+    // the producer was reported failed before its session arrived.
     absl::StatusOr<std::shared_ptr<transport::ReceiveSession>> Wait(absl::Duration timeout);
 
    private:
@@ -48,6 +49,16 @@ class SessionRouter {
   const std::string& address() const { return address_; }
   // ALREADY_EXISTS when the tag is expected already.
   absl::StatusOr<std::unique_ptr<Ticket>> Expect(const std::string& tag);
+  // What Fail found for a tag.
+  enum class FailOutcome {
+    kWaiting,    // expected, not arrived: the ticket's Wait returns `why` from now on
+    kReceiving,  // arrived and still open: cancelled with `why`'s message
+    kNone,       // nobody expects it, or its session ended already
+  };
+  // The producer will not send (or finish) the session `tag`: the coordinator knows that before
+  // this consumer can (a producer dead before its session's header arrived looks like a slow
+  // one). REQUIRES: !why.ok().
+  FailOutcome Fail(const std::string& tag, const absl::Status& why);
   int64_t refused() const;
   // Transfer sessions producers have open to this consumer (not yet ended).
   size_t open_sessions() const;
@@ -55,6 +66,7 @@ class SessionRouter {
  private:
   struct Slot {
     std::shared_ptr<transport::ReceiveSession> session;
+    absl::Status failed;  // set by Fail before the session arrived; a later arrival is refused
   };
   void AcceptLoop();
   void Forget(const std::string& tag);

@@ -28,6 +28,10 @@ std::chrono::system_clock::time_point Deadline(absl::Time t) { return absl::ToCh
 // Output positions routing assumes for a request without max_tokens (the consumers' default).
 constexpr int64_t kAssumedMaxTokens = 128;
 
+// How long telling a consumer that its transfer failed may take (a unary call on its control
+// plane; the grace period still bounds the wait for its fallback).
+constexpr absl::Duration kTellTimeout = absl::Seconds(1);
+
 // One target's Decode call on its consumer, read by its own thread.
 struct TargetCall {
   RouteTarget route;
@@ -181,6 +185,30 @@ void CoordinatorInferenceService::UseChannel(const std::string& address,
                                              std::shared_ptr<grpc::Channel> channel) {
   absl::MutexLock lock(&mu_);
   channels_[address] = std::move(channel);
+}
+
+void CoordinatorInferenceService::TellTransferFailed(const RouteTarget& target,
+                                                     const std::string& session_id,
+                                                     const std::string& reason,
+                                                     const std::string& id) {
+  v1::TransferFailedRequest told;
+  told.set_session_id(session_id);
+  told.set_target(target.target);
+  told.set_reason(reason);
+  grpc::ClientContext context;
+  secret_.Attach(&context);
+  context.set_deadline(Deadline(absl::Now() + kTellTimeout));
+  v1::TransferFailedResponse response;
+  const grpc::Status status = v1::Consumer::NewStub(Channel(target.consumer_address))
+                                  ->TransferFailed(&context, told, &response);
+  if (!status.ok()) {
+    // An older consumer, or one gone: the grace period below decides as before.
+    spdlog::warn("[{}] could not tell {} its transfer failed: {}", id, target.target,
+                 ForLog(status.error_message(), 200));
+    return;
+  }
+  spdlog::info("[{}] told {} its transfer failed ({})", id, target.target,
+               v1::TransferFailedResponse::Found_Name(response.found()));
 }
 
 grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
@@ -417,14 +445,25 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
                  status.ok() ? "ok" : ForLog(status.error_message(), 300), response.prefill_us(),
                  failed.size());
     // A failed target's consumer ends by itself once its session ended (peer lost within the
-    // liveness limit); one whose session never opened would wait for it. Without a fallback the
-    // request is over either way: cancel at once. With one, give the consumer the grace period to
-    // announce that it fell back to its own prefill; after that it runs to its end (its local
-    // prefill and decode may take longer than any grace).
+    // liveness limit); one whose session never reached it cannot tell a dead producer from a slow
+    // one, so it is told (Consumer.TransferFailed). Without a fallback the request is over either
+    // way: cancel at once. With one, give the consumer the grace period to announce that it fell
+    // back to its own prefill; after that it runs to its end (its local prefill and decode may
+    // take longer than any grace).
+    const bool fall_back = req.allow_local_fallback() && !context->IsCancelled();
+    if (fall_back) {
+      for (TargetCall* call : failed) {
+        std::string reason;
+        {
+          absl::MutexLock lock(&mu);
+          if (call->ended || call->fell_back) continue;  // settled by itself
+          reason = call->failure;
+        }
+        TellTransferFailed(call->route, session_id, reason, id);
+      }
+    }
     const absl::Time grace_end =
-        absl::Now() + (req.allow_local_fallback() && !context->IsCancelled()
-                           ? options_.failed_target_grace
-                           : absl::ZeroDuration());
+        absl::Now() + (fall_back ? options_.failed_target_grace : absl::ZeroDuration());
     for (TargetCall* call : failed) {
       absl::MutexLock lock(&mu);
       auto settled = [call]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {

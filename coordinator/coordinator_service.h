@@ -102,6 +102,11 @@ class CoordinatorInferenceService final : public v1::Inference::Service {
 
  private:
   std::shared_ptr<grpc::Channel> Channel(const std::string& address);
+  // Tells `target`'s consumer that the producer will not send (or finish) its session
+  // (Consumer.TransferFailed), so it falls back now; a consumer that cannot be told is left to
+  // the grace period. `id`: the request, for logs.
+  void TellTransferFailed(const RouteTarget& target, const std::string& session_id,
+                          const std::string& reason, const std::string& id);
 
   NodeRegistry* const registry_;
   const ClusterSecret secret_;

@@ -103,7 +103,7 @@ class DaemonsProcessTest : public ::testing::TestWithParam<std::string> {
         << "daemons did not register; logs in " << dir_;
   }
   void TearDown() override {
-    if (HasFailure()) return;  // keep the logs
+    if (HasFailure() || getenv("KEEP_LOGS")) return;  // keep the logs
     fs::remove_all(dir_);
   }
 
@@ -688,6 +688,48 @@ INSTANTIATE_TEST_SUITE_P(Transports, DaemonsFaultTest, ::testing::Values("grpc",
                          [](const auto& info) { return info.param; });
 
 // The shared-prefix code cache (issue 17) across real processes: both nodes keep prefix caches.
+// A producer whose frames reach the consumer only after a long one-way latency: its session is
+// open on its side (its codes held) while the consumer has not heard of it yet.
+class DaemonsSlowLinkFaultTest : public DaemonsFaultTest {
+ protected:
+  static constexpr int kLatencyUs = 4'000'000;  // longer than the coordinator's grace (2 s)
+  std::vector<std::string> ProducerFlags() const override {
+    std::vector<std::string> flags = DaemonsFaultTest::ProducerFlags();
+    flags.insert(flags.end(), {"--link-latency-us", absl::StrCat(kLatencyUs)});
+    return flags;
+  }
+};
+
+// The producer dies before its session's header reached the consumer (the CI run of 2026-11-25
+// hit this by timing: the kill landed while the first transfer link was still being set up). The
+// consumer cannot tell a producer that never sends from one that is slow; the coordinator can
+// (its Prefill call failed) and tells it (Consumer.TransferFailed): the request falls back to the
+// consumer's own prefill at once, instead of being cancelled after the grace period as a consumer
+// that never answered.
+TEST_P(DaemonsSlowLinkFaultTest, ProducerKilledBeforeTheSessionArrivesFallsBackToLocal) {
+  Call call(server_, LongRawRequest(/*allow_local_fallback=*/true));
+  WaitUntilTransferring(call);
+  ASSERT_EQ(CopyStats().open_sessions(), 0u) << "the session reached the consumer already";
+  producer_daemon_->Kill(SIGKILL);
+  const absl::Time killed = absl::Now();
+  ASSERT_TRUE(call.WaitDone(absl::Seconds(30)));
+  const std::vector<v1::GenerateEvent> events = call.events();
+  ASSERT_TRUE(events.back().has_finished()) << events.back().DebugString();
+  EXPECT_EQ(Terminals(events), 1);
+  EXPECT_EQ(events.back().finished().mode(), "local");
+  EXPECT_THAT(events.back().finished().mode_reason(), HasSubstr("fallback"));
+  EXPECT_THAT(events.back().finished().mode_reason(), HasSubstr("producer stories260k"));
+  std::vector<TokenId> ids;
+  for (const auto& e : events)
+    ids.insert(ids.end(), e.token().ids().begin(), e.token().ids().end());
+  EXPECT_EQ(ids, Reference(*producer_, TransferMode::kLocal, LongPrompt(), 8));
+  // Told, not timed out: well within the transfer timeout the consumer would otherwise wait.
+  EXPECT_LT(call.terminal_at() - killed, absl::Seconds(10));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, DaemonsSlowLinkFaultTest, ::testing::Values("grpc", "ucx"),
+                         [](const auto& info) { return info.param; });
+
 class DaemonsPrefixCacheFaultTest : public DaemonsFaultTest {
  protected:
   std::vector<std::string> ProducerFlags() const override {

@@ -202,6 +202,39 @@ TEST_F(CoordinatorHardeningTest, WithoutTheSecretNobodyCallsPrefillOrDecode) {
                                                    ? grpc::StatusCode::UNAUTHENTICATED
                                                    : grpc::StatusCode::UNIMPLEMENTED)
           << address;
+      // Nobody but the coordinator ends a consumer's wait for its transfer.
+      grpc::ClientContext t;
+      context(&t);
+      v1::TransferFailedRequest told;
+      told.set_session_id(prefill.session_id());
+      told.set_target("c");
+      v1::TransferFailedResponse found;
+      EXPECT_EQ(
+          v1::Consumer::NewStub(Channel(address))->TransferFailed(&t, told, &found).error_code(),
+          address == consumer_control ? grpc::StatusCode::UNAUTHENTICATED
+                                      : grpc::StatusCode::UNIMPLEMENTED)
+          << address;
+    }
+  }
+  {
+    // With the secret: another target's session is NOT_FOUND, one nobody expects is found none.
+    v1::TransferFailedRequest told;
+    told.set_session_id(prefill.session_id());
+    told.set_reason("producer gone");
+    for (const char* target : {"not-c", "c"}) {
+      told.set_target(target);
+      grpc::ClientContext t;
+      Deadline(&t);
+      t.AddMetadata("x-scd-cluster-secret", testing::kTestClusterSecret);
+      v1::TransferFailedResponse found;
+      const grpc::Status status =
+          v1::Consumer::NewStub(Channel(consumer_control))->TransferFailed(&t, told, &found);
+      if (std::string(target) == "c") {
+        EXPECT_TRUE(status.ok()) << status.error_message();
+        EXPECT_EQ(found.found(), v1::TransferFailedResponse::FOUND_NONE);
+      } else {
+        EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
+      }
     }
   }
   // With the secret, Decode runs (the refusals above were the secret's).

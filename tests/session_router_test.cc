@@ -1,0 +1,114 @@
+// SessionRouter over the in-process transport: sessions reach the ticket of their tag, and a
+// transfer reported failed (the coordinator's Consumer.TransferFailed) ends the wait at once, is
+// refused if it arrives afterwards, and is cancelled if it had arrived.
+#include "consumer/session_router.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "transport/session_acceptor.h"
+#include "transport/transfer_session.h"
+#include "transport/transport.h"
+
+namespace scd::consumer {
+namespace {
+
+using ::testing::HasSubstr;
+
+class SessionRouterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    transport_ = *transport::CreateTransport({});
+    router_ = std::make_unique<SessionRouter>(std::make_unique<transport::SessionAcceptor>(
+        *transport_->Listen("router:0"), transport::ConnectionOptions()));
+    connection_ = transport::TransferConnection::Create(
+        *transport_->Connect(router_->address(), absl::Seconds(1)), {});
+  }
+  void TearDown() override {
+    connection_->Close();
+    router_.reset();
+  }
+  std::shared_ptr<transport::SendSession> Open(const std::string& tag) {
+    v1::TransferHeader header;
+    header.set_request_id(tag);
+    absl::StatusOr<std::shared_ptr<transport::SendSession>> session =
+        connection_->StartSession(header, absl::Seconds(30));
+    EXPECT_TRUE(session.ok()) << session.status();
+    return session.ok() ? *session : nullptr;
+  }
+
+  std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<SessionRouter> router_;
+  std::shared_ptr<transport::TransferConnection> connection_;
+};
+
+TEST_F(SessionRouterTest, TheExpectedSessionReachesItsTicket) {
+  auto ticket = *router_->Expect("a#c");
+  EXPECT_EQ(router_->Expect("a#c").status().code(), absl::StatusCode::kAlreadyExists);
+  auto sent = Open("a#c");
+  absl::StatusOr<std::shared_ptr<transport::ReceiveSession>> got =
+      ticket->Wait(absl::Seconds(10));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*got)->header().request_id(), "a#c");
+  // One nobody expects is refused (cancelled, naming the tag).
+  auto stray = Open("b#c");
+  ASSERT_TRUE(stray->WaitForEnd(absl::Seconds(10)));
+  EXPECT_EQ(stray->state(), transport::SessionState::kCancelled);
+  EXPECT_THAT(stray->status().message(), HasSubstr("b#c"));
+  EXPECT_EQ(router_->refused(), 1);
+}
+
+TEST_F(SessionRouterTest, AFailureReportedBeforeTheSessionArrivesEndsTheWaitAtOnce) {
+  auto ticket = *router_->Expect("a#c");
+  EXPECT_EQ(router_->Fail("a#c", absl::UnavailableError("producer p failed: Socket closed")),
+            SessionRouter::FailOutcome::kWaiting);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::shared_ptr<transport::ReceiveSession>> got =
+      ticket->Wait(absl::Seconds(30));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // not the 30 s timeout
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(got.status().message(), HasSubstr("Socket closed"));
+  // Told twice: the first reason stays.
+  EXPECT_EQ(router_->Fail("a#c", absl::UnavailableError("again")),
+            SessionRouter::FailOutcome::kWaiting);
+  EXPECT_THAT(ticket->Wait(absl::ZeroDuration()).status().message(), HasSubstr("Socket closed"));
+  // The session arriving late (a producer that was only slow) is refused, not buffered.
+  auto late = Open("a#c");
+  ASSERT_TRUE(late->WaitForEnd(absl::Seconds(10)));
+  EXPECT_EQ(late->state(), transport::SessionState::kCancelled);
+  EXPECT_EQ(router_->refused(), 1);
+}
+
+TEST_F(SessionRouterTest, AFailureReportedAfterTheSessionArrivedCancelsIt) {
+  auto ticket = *router_->Expect("a#c");
+  auto sent = Open("a#c");
+  absl::StatusOr<std::shared_ptr<transport::ReceiveSession>> got =
+      ticket->Wait(absl::Seconds(10));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(router_->Fail("a#c", absl::UnavailableError("producer p failed")),
+            SessionRouter::FailOutcome::kReceiving);
+  EXPECT_EQ((*got)->state(), transport::SessionState::kCancelled);
+  // The sender hears it (the producer, if it is still there, stops sending).
+  ASSERT_TRUE(sent->WaitForEnd(absl::Seconds(10)));
+  EXPECT_NE(sent->state(), transport::SessionState::kCompleted);
+  // Ended already: nothing more to do.
+  EXPECT_EQ(router_->Fail("a#c", absl::UnavailableError("again")),
+            SessionRouter::FailOutcome::kNone);
+}
+
+TEST_F(SessionRouterTest, AFailureForATagNobodyExpectsFindsNone) {
+  EXPECT_EQ(router_->Fail("x#c", absl::UnavailableError("gone")),
+            SessionRouter::FailOutcome::kNone);
+  {
+    auto ticket = *router_->Expect("x#c");
+  }  // the request ended: its ticket is gone
+  EXPECT_EQ(router_->Fail("x#c", absl::UnavailableError("gone")),
+            SessionRouter::FailOutcome::kNone);
+}
+
+}  // namespace
+}  // namespace scd::consumer
