@@ -50,4 +50,17 @@ absl::Status WriteStringToFile(const std::string& path, std::string_view content
   return absl::OkStatus();
 }
 
+absl::Status CreateDirectories(const std::string& path) {
+  std::error_code error;
+  std::filesystem::create_directories(path, error);
+  if (error) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(path, ": cannot create the directory: ", error.message()));
+  }
+  if (!std::filesystem::is_directory(path, error)) {
+    return absl::PermissionDeniedError(absl::StrCat(path, ": not a directory"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace scd

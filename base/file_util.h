@@ -19,6 +19,10 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 // Replaces the file's contents. PermissionDenied (naming the path) if it cannot be written.
 absl::Status WriteStringToFile(const std::string& path, std::string_view contents);
 
+// Makes the directory and its missing parents (an existing one is fine). PermissionDenied,
+// naming the path and why, when it cannot (a file in the way, no permission).
+absl::Status CreateDirectories(const std::string& path);
+
 }  // namespace scd
 
 #endif  // SCD_BASE_FILE_UTIL_H_

@@ -85,16 +85,16 @@ TEST(HardPairTest, ReducedFitMeetsTheQualityBars) {
       calib + " eval --quiet --producer " + testing::ModelDir("stories260k") + " --consumer " +
       testing::ModelDir("llama2xs-260k") + " --artifact " + dir.File("hard.scd") +
       " --modes local,scd --windows 8 --greedy-tokens 4" + " --json " + dir.File("out.json") +
-      " --depth-errors --out-dir " + dir.path());
+      " --depth-errors --out-dir " + dir.File("plots/depth"));  // made by the command
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("scd "), std::string::npos) << r.out;
   auto json = nlohmann::json::parse(testing::ReadFile(dir.File("out.json")));
   EXPECT_LT(json["modes"]["local"]["kl"].get<double>(), 1e-6);
   EXPECT_LE(json["modes"]["scd"]["payload_ratio"].get<double>(), 0.25);
   // Drawn by bench/plot_calib.py (matplotlib): a PNG file.
-  EXPECT_EQ(testing::ReadFile(dir.File("depth_errors.png")).substr(1, 3), "PNG");
-  EXPECT_NE(
-      testing::ReadFile(dir.File("depth_errors.csv")).find("layer,reuse_rel_error,scd_rel_error"),
+  EXPECT_EQ(testing::ReadFile(dir.File("plots/depth/depth_errors.png")).substr(1, 3), "PNG");
+  EXPECT_NE(testing::ReadFile(dir.File("plots/depth/depth_errors.csv"))
+                .find("layer,reuse_rel_error,scd_rel_error"),
       std::string::npos);
   auto wrong = testing::RunCommand(
       calib + " eval --quiet --producer " + testing::ModelDir("stories260k") + " --consumer " +

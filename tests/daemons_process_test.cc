@@ -103,7 +103,7 @@ class DaemonsProcessTest : public ::testing::TestWithParam<std::string> {
         << "daemons did not register; logs in " << dir_;
   }
   void TearDown() override {
-    if (HasFailure() || getenv("KEEP_LOGS")) return;  // keep the logs
+    if (HasFailure() || getenv("SCD_KEEP_TEST_LOGS")) return;  // keep the logs
     fs::remove_all(dir_);
   }
 

@@ -43,5 +43,20 @@ TEST(FileUtilTest, UnwritablePathIsAnError) {
   EXPECT_NE(s.message().find("out.txt"), std::string::npos);
 }
 
+TEST(FileUtilTest, CreatesDirectoriesWithTheirParentsOrSaysWhyNot) {
+  testing::TempDir dir;
+  const std::string nested = dir.File("a/b/c");
+  ASSERT_TRUE(CreateDirectories(nested).ok());
+  ASSERT_TRUE(CreateDirectories(nested).ok());  // there already: fine
+  ASSERT_TRUE(WriteStringToFile(nested + "/x.txt", "x").ok());
+  // A file in the way, at the leaf or above it.
+  for (const std::string& blocked : {nested + "/x.txt", nested + "/x.txt/d"}) {
+    absl::Status s = CreateDirectories(blocked);
+    ASSERT_FALSE(s.ok()) << blocked;
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_NE(s.message().find(blocked), std::string::npos) << s;
+  }
+}
+
 }  // namespace
 }  // namespace scd

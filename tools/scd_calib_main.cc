@@ -171,6 +171,11 @@ struct EvalCommand {
   }
 
   absl::Status Run(const Common& common) {
+    // Where the results go exists before the evaluation runs (minutes), not after.
+    if (depth_errors || rank_sweep) SCD_RETURN_IF_ERROR(CreateDirectories(out_dir));
+    if (!json.empty() && json != "-" && fs::path(json).has_parent_path()) {
+      SCD_RETURN_IF_ERROR(CreateDirectories(fs::path(json).parent_path().string()));
+    }
     SCD_ASSIGN_OR_RETURN(ModelPair m, common.Load());
     SCD_ASSIGN_OR_RETURN(Artifact a, Artifact::LoadFor(artifact, *m.producer, *m.consumer));
     SCD_ASSIGN_OR_RETURN(std::vector<TransferMode> mode_list, ParseTransferModes(modes));
