@@ -238,13 +238,20 @@ TEST(CodeBatchTest, ScdPayloadMatchesTheFormula) {
   Artifact artifact = testing::SyntheticArtifact(*model);
   const std::vector<TokenId> prefix = testing::LoadGolden("stories260k").prompts[2].ids;
   const int64_t T = static_cast<int64_t>(prefix.size());
-  for (WireDtype dtype : {WireDtype::kF16, WireDtype::kInt8}) {
+  for (WireDtype dtype : {WireDtype::kF16, WireDtype::kInt8, WireDtype::kInt4}) {
     TransferOptions options;
     options.code_dtype = dtype;
     auto plan =
         testing::Ok(TransferPlan::Make(TransferMode::kScd, model->config(), &artifact, options));
     CodeEncoder encoder(plan, &artifact, options);
     auto batch = testing::Ok(encoder.Prefill(*model, prefix));
+    if (dtype == WireDtype::kInt4) {
+      // Per chunk of n values: ceil(n / 2) bytes and an f16 scale and zero per 32-value group.
+      auto int4 = [](int64_t n) { return (n + 1) / 2 + (n + 31) / 32 * 4; };
+      EXPECT_EQ(batch.bytes(), 3 * (int4(4 * T * 2) + int4(4 * T * 3)) + 2 * int4(T * 5));
+      EXPECT_EQ(batch.BytesPerLayer().at(1), int4(T * 5));
+      continue;
+    }
     // method.md: T * [sum_reuse H_kv (r_K + r_V) + sum_patch r_H] * bytes per element
     // (+ for int8 one f16 scale per code row: H_kv rows per K and per V code, one per H code).
     const int64_t elements = T * (3 * 4 * (2 + 3) + 2 * 5);

@@ -54,7 +54,11 @@ const std::map<std::string, FitMethod> kFitMethods = {
 const std::map<std::string, WireDtype> kCodeDtypes = {{"f32", WireDtype::kF32},
                                                       {"f16", WireDtype::kF16},
                                                       {"bf16", WireDtype::kBF16},
-                                                      {"int8", WireDtype::kInt8}};
+                                                      {"int8", WireDtype::kInt8},
+                                                      {"int4", WireDtype::kInt4}};
+constexpr const char* kCodeDtypeHelp =
+    "f16 | bf16 | f32 | int8 (one f16 scale per code row) | int4 (groups of 32 values of the "
+    "flattened code, f16 scale and zero each)";
 const std::map<std::string, AlignerTrainOptions::Loss> kAlignerLosses = {
     {"kv", AlignerTrainOptions::Loss::kKeyValue}, {"hidden", AlignerTrainOptions::Loss::kHidden}};
 
@@ -157,9 +161,9 @@ struct EvalCommand {
     cmd->add_option("--rank-k", transfer.rank_k, "truncate key codes to this rank");
     cmd->add_option("--rank-v", transfer.rank_v, "truncate value codes to this rank");
     cmd->add_option("--rank-h", transfer.rank_h, "truncate hidden-state codes to this rank");
-    cmd->add_option("--code-dtype", transfer.code_dtype, "f16 | bf16 | f32 | int8")
+    cmd->add_option("--code-dtype", transfer.code_dtype, kCodeDtypeHelp)
         ->transform(CLI::CheckedTransformer(kCodeDtypes));
-    cmd->add_option("--raw-dtype", transfer.raw_dtype, "raw K/V: f16 | bf16 | f32")
+    cmd->add_option("--raw-dtype", transfer.raw_dtype, "raw K/V: f16 | bf16 | f32 | int8 | int4")
         ->transform(CLI::CheckedTransformer(kCodeDtypes));
     cmd->add_option("--recompute-layers", transfer.recompute_layers,
                     "e.g. 1,2 (default: the artifact's plan)")
@@ -234,7 +238,7 @@ struct GenerateCommand {
     cmd->add_option("--artifact", artifact, "artifact (needed by reuse and scd)");
     cmd->add_option("--prompt", options.prompt, "prompt text")->required();
     cmd->add_option("--mode", modes, "transfer mode(s), comma-separated")->capture_default_str();
-    cmd->add_option("--code-dtype", options.transfer.code_dtype, "f16 | bf16 | f32 | int8")
+    cmd->add_option("--code-dtype", options.transfer.code_dtype, kCodeDtypeHelp)
         ->transform(CLI::CheckedTransformer(kCodeDtypes));
     options.generation.max_tokens = 64;
     cmd->add_option("--max-tokens", options.generation.max_tokens, "tokens to generate")
