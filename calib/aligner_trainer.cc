@@ -16,7 +16,8 @@ namespace {
 // under the loss metric), split into train and held-out rows with a fixed permutation.
 struct AlignerData {
   at::Tensor z_scale;
-  at::Tensor proj;  // e -> e proj: [W_k; W_v]^T (key-value loss) or undefined (identity)
+  at::Tensor proj;   // e -> e proj: [W_k; W_v]^T (key-value loss) or undefined (identity)
+  at::Tensor w_dec;  // [rank, hidden]: the basis's linear decode rows (nested training)
   at::Tensor x_train, t_train, x_held, t_held;
   int64_t hidden = 0;
 
@@ -30,6 +31,7 @@ AlignerData PrepareData(const ReuseTranslator& basis, const at::Tensor& h_a, con
   at::Tensor z = basis.Encode(h_a, basis.rank()).detach();                // [n, r]
   at::Tensor residual = (h_b.to(at::kFloat) - basis.Decode(z)).detach();  // [n, hidden]
   d.hidden = residual.size(1);
+  d.w_dec = basis.w_dec().select(0, 0).to(at::kCPU, at::kFloat);
   d.z_scale = z.std(0).clamp_min(1e-6);
   at::Tensor x = z / d.z_scale;
   if (options.loss == AlignerTrainOptions::Loss::kKeyValue) {
@@ -89,12 +91,19 @@ class AlignerOptimizer {
         static_cast<torch::optim::AdamOptions&>(group.options()).lr(lr);
       }
       at::Tensor idx = order.narrow(0, b * batch_, batch_);
+      at::Tensor x = data_.x_train.index_select(0, idx), t = data_.t_train.index_select(0, idx);
+      if (options_.nested_min_rank > 0) {
+        const int64_t r = x.size(1);
+        at::Tensor keep = at::randint(options_.nested_min_rank, r + 1, {x.size(0), 1},
+                                      at::TensorOptions().dtype(at::kLong));
+        keep = at::where(at::rand({x.size(0), 1}) < 0.5, keep, at::full_like(keep, r));
+        at::Tensor mask = (at::arange(r, at::TensorOptions().dtype(at::kLong)).unsqueeze(0) < keep)
+                              .to(at::kFloat);
+        Truncate(mask, &x, &t);
+      }
       torch::AutoGradMode enable(true);
       adam_.zero_grad();
-      at::Tensor loss = (data_.Metric(mlp_->forward(data_.x_train.index_select(0, idx))) -
-                         data_.t_train.index_select(0, idx))
-                            .pow(2)
-                            .mean();
+      at::Tensor loss = (data_.Metric(mlp_->forward(x)) - t).pow(2).mean();
       loss.backward();
       adam_.step();
     }
@@ -102,10 +111,32 @@ class AlignerOptimizer {
 
   double HeldoutLoss() {
     torch::NoGradGuard g;
-    return (data_.Metric(mlp_->forward(data_.x_held)) - data_.t_held).pow(2).mean().item<double>();
+    const int64_t r = data_.x_held.size(1);
+    if (options_.nested_min_rank <= 0 || options_.nested_min_rank >= r) return HeldoutLoss(r);
+    const int64_t low = options_.nested_min_rank;
+    return (HeldoutLoss(low) + HeldoutLoss((low + r) / 2) + HeldoutLoss(r)) / 3;
   }
 
  private:
+  // Rows whose code keeps only the columns `mask` [n, r] marks: inputs zeroed there, targets
+  // grown by what the linear decode of the dropped columns would have given.
+  void Truncate(const at::Tensor& mask, at::Tensor* x, at::Tensor* t) const {
+    at::Tensor dropped = *x * data_.z_scale * (1 - mask);  // codes as sent, dropped columns
+    *t = *t + data_.Metric(dropped.mm(data_.w_dec));
+    *x = *x * mask;
+  }
+  double HeldoutLoss(int64_t rank) {
+    at::Tensor x = data_.x_held, t = data_.t_held;
+    if (rank < x.size(1)) {
+      at::Tensor mask = (at::arange(x.size(1), at::TensorOptions().dtype(at::kLong)) < rank)
+                            .to(at::kFloat)
+                            .unsqueeze(0)
+                            .expand({x.size(0), x.size(1)});
+      Truncate(mask, &x, &t);
+    }
+    return (data_.Metric(mlp_->forward(x)) - t).pow(2).mean().item<double>();
+  }
+
   torch::nn::Sequential mlp_;
   const AlignerData& data_;
   const AlignerTrainOptions& options_;

@@ -26,12 +26,19 @@ struct AlignerTrainOptions {
   double lr = 3e-3;
   double weight_decay = 0.0;
   int max_epochs = 60;
-  int patience = 8;         // epochs without held-out improvement before stopping
-  double holdout = 0.1;     // share of rows held out
+  int patience = 8;      // epochs without held-out improvement before stopping
+  double holdout = 0.1;  // share of rows held out
   // Wall-clock budget per aligner; 0 = none. A budget makes the fit depend on the machine's speed
   // (fewer epochs on a slower or busier machine), so reproducible fits pass 0.
   double max_seconds = 60;
   uint64_t seed = 0;
+  // Nested codes (a frontier's lower points send fewer hidden-code columns): half the training
+  // rows of every minibatch keep only their first r' columns, r' uniform in
+  // [nested_min_rank, rank], the rest read as zero, as the consumer reads a truncated code; the
+  // target is then what the linear decode of the truncated code leaves over. Held-out loss (early
+  // stopping, the report) is the mean over r in {nested_min_rank, midway, rank}. 0: off (trained
+  // at the full rank only; a truncated code then costs far more than its dropped columns).
+  int64_t nested_min_rank = 0;
 };
 
 struct AlignerTrainReport {

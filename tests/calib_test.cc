@@ -89,6 +89,52 @@ TEST(AlignerTrainerTest, LearnsWhatTheLinearDecodeCannot) {
   EXPECT_LT(mlp, 0.3 * linear);
 }
 
+// Nested training (AlignerTrainOptions::nested_min_rank): the last code direction is a nonlinear
+// function of the first two (linearly uncorrelated with them, and the smallest, so the basis
+// orders it last). An aligner trained on full codes only cannot restore it when that column is
+// not sent; one trained on truncated codes too predicts it from the columns that were sent.
+TEST(AlignerTrainerTest, NestedTrainingServesTruncatedCodes) {
+  at::Generator gen = at::detail::createCPUGenerator(5);
+  const int64_t n = 6000, d = 8;
+  auto sample = [&](int64_t rows) {
+    at::Tensor a = at::randn({rows, d}, gen);
+    a.select(1, d - 1).copy_(0.4 * at::tanh(2 * a.select(1, 0)) * a.select(1, 1) +
+                             0.02 * at::randn({rows}, gen));
+    return a;
+  };
+  at::Tensor a = sample(n);
+  GramStats g(d, d);
+  g.Add(a, a);
+  auto basis = ReuseTranslator::Fit({g}, {FitMethod::kRrr, d, 0.99, 1e-6});
+  ASSERT_TRUE(basis.ok());
+  AlignerTrainOptions options;
+  options.shape = {64, 2};
+  options.loss = AlignerTrainOptions::Loss::kHidden;
+  options.max_epochs = 30;
+  options.batch = 256;
+  options.max_seconds = 0;
+  options.seed = 1;
+  AlignerTrainReport report;
+  auto plain = TrainAligner(*basis, a, a, at::Tensor(), options, &report);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  options.nested_min_rank = d - 1;
+  auto nested = TrainAligner(*basis, a, a, at::Tensor(), options, &report);
+  ASSERT_TRUE(nested.ok()) << nested.status();
+
+  at::Tensor test = sample(1000);
+  auto error = [&](const PatchAligner& aligner, int64_t rank) {
+    return (aligner.Align(aligner.Encode(test, rank)) - test).pow(2).mean().item<double>();
+  };
+  const double linear =
+      (basis->Decode(basis->Encode(test, d - 1)) - test).pow(2).mean().item<double>();
+  ASSERT_GT(linear, 1e-3);  // the dropped direction carries something
+  EXPECT_GT(error(*plain, d - 1), 0.7 * linear);
+  EXPECT_LT(error(*nested, d - 1), 0.4 * linear);
+  // Both still decode full codes: the residual there is only the basis's ridge.
+  EXPECT_LT(error(*nested, d), 0.1 * linear);
+  EXPECT_LT(error(*plain, d), 0.1 * linear);
+}
+
 TEST(TextCorpusTest, SplitsDocumentsAndCutsSequences) {
   auto tokenizer = Tokenizer::FromFile(testing::ModelDir("stories260k") + "/tokenizer.json");
   ASSERT_TRUE(tokenizer.ok());

@@ -108,6 +108,9 @@ struct FitCommand {
     cmd->add_option("--aligner-seconds", o.aligner.max_seconds,
                     "time budget per aligner (0: none; a budget makes the fit machine-dependent)")
         ->capture_default_str();
+    cmd->add_option("--aligner-nested-min-rank", o.aligner.nested_min_rank,
+                    "train aligners for hidden codes truncated down to this rank too (0: off)")
+        ->capture_default_str();
     cmd->add_option("--aligner-loss", o.aligner.loss, "kv (regenerated K/V error) | hidden")
         ->transform(CLI::CheckedTransformer(kAlignerLosses));
     cmd->add_option("--reservoir", o.reservoir_rows, "aligner training rows kept per layer")
