@@ -55,6 +55,18 @@ TEST(LayerPolicyTest, RestoreOneGreedyAndEfficientBudget) {
   EXPECT_EQ(SelectLayers(5, score, options)->k, 2);
 }
 
+// A small aligner on the hidden-state loss, trained to a fixed epoch count (no time budget).
+AlignerTrainOptions SmallAlignerOptions(int epochs) {
+  AlignerTrainOptions options;
+  options.shape = {64, 2};
+  options.loss = AlignerTrainOptions::Loss::kHidden;
+  options.max_epochs = epochs;
+  options.batch = 256;
+  options.max_seconds = 0;
+  options.seed = 1;
+  return options;
+}
+
 TEST(AlignerTrainerTest, LearnsWhatTheLinearDecodeCannot) {
   // H_B = H_A + 0.5 * tanh(3 * H_A[:, 0]) on one axis: the MLP must take most of that residual.
   at::Generator gen = at::detail::createCPUGenerator(3);
@@ -66,12 +78,7 @@ TEST(AlignerTrainerTest, LearnsWhatTheLinearDecodeCannot) {
   g.Add(a, b);
   auto basis = ReuseTranslator::Fit({g}, {FitMethod::kRrr, d, 0.99, 1e-6});
   ASSERT_TRUE(basis.ok());
-  AlignerTrainOptions options;
-  options.shape = {64, 2};
-  options.loss = AlignerTrainOptions::Loss::kHidden;
-  options.max_epochs = 40;
-  options.batch = 256;
-  options.seed = 1;
+  const AlignerTrainOptions options = SmallAlignerOptions(40);
   AlignerTrainReport report;
   int epochs_seen = 0;
   auto aligner = TrainAligner(*basis, a, b, at::Tensor(), options, &report,
@@ -107,13 +114,7 @@ TEST(AlignerTrainerTest, NestedTrainingServesTruncatedCodes) {
   g.Add(a, a);
   auto basis = ReuseTranslator::Fit({g}, {FitMethod::kRrr, d, 0.99, 1e-6});
   ASSERT_TRUE(basis.ok());
-  AlignerTrainOptions options;
-  options.shape = {64, 2};
-  options.loss = AlignerTrainOptions::Loss::kHidden;
-  options.max_epochs = 30;
-  options.batch = 256;
-  options.max_seconds = 0;
-  options.seed = 1;
+  AlignerTrainOptions options = SmallAlignerOptions(30);
   AlignerTrainReport report;
   auto plain = TrainAligner(*basis, a, a, at::Tensor(), options, &report);
   ASSERT_TRUE(plain.ok()) << plain.status();

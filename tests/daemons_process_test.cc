@@ -590,6 +590,21 @@ class DaemonsFaultTest : public DaemonsProcessTest {
     for (const auto& e : events) terminal += e.has_finished() || e.has_error();
     return terminal;
   }
+
+  // The call (LongRawRequest with the fallback allowed) ends in one Finished, mode local with a
+  // fallback reason, and its tokens are the consumer's own greedy continuation.
+  void ExpectLocalFallback(Call& call) {
+    ASSERT_TRUE(call.WaitDone(absl::Seconds(30)));
+    const std::vector<v1::GenerateEvent> events = call.events();
+    ASSERT_TRUE(events.back().has_finished()) << events.back().DebugString();
+    EXPECT_EQ(Terminals(events), 1);
+    EXPECT_EQ(events.back().finished().mode(), "local");
+    EXPECT_THAT(events.back().finished().mode_reason(), HasSubstr("fallback"));
+    std::vector<TokenId> ids;
+    for (const auto& e : events)
+      ids.insert(ids.end(), e.token().ids().begin(), e.token().ids().end());
+    EXPECT_EQ(ids, Reference(*producer_, TransferMode::kLocal, LongPrompt(), 8));
+  }
 };
 
 TEST_P(DaemonsFaultTest, ProducerKilledMidTransferEndsInOneErrorWithinOneSecond) {
@@ -617,16 +632,7 @@ TEST_P(DaemonsFaultTest, ProducerKilledMidTransferFallsBackToLocalWhenAllowed) {
   Call call(server_, LongRawRequest(/*allow_local_fallback=*/true));
   WaitUntilTransferring(call);
   producer_daemon_->Kill(SIGKILL);
-  ASSERT_TRUE(call.WaitDone(absl::Seconds(30)));
-  const std::vector<v1::GenerateEvent> events = call.events();
-  ASSERT_TRUE(events.back().has_finished()) << events.back().DebugString();
-  EXPECT_EQ(Terminals(events), 1);
-  EXPECT_EQ(events.back().finished().mode(), "local");
-  EXPECT_THAT(events.back().finished().mode_reason(), HasSubstr("fallback"));
-  std::vector<TokenId> ids;
-  for (const auto& e : events)
-    ids.insert(ids.end(), e.token().ids().begin(), e.token().ids().end());
-  EXPECT_EQ(ids, Reference(*producer_, TransferMode::kLocal, LongPrompt(), 8));
+  ExpectLocalFallback(call);
 }
 
 TEST_P(DaemonsFaultTest, ConsumerKilledMidTransferFreesTheProducersSessionWithinOneSecond) {
@@ -712,17 +718,8 @@ TEST_P(DaemonsSlowLinkFaultTest, ProducerKilledBeforeTheSessionArrivesFallsBackT
   ASSERT_EQ(CopyStats().open_sessions(), 0u) << "the session reached the consumer already";
   producer_daemon_->Kill(SIGKILL);
   const absl::Time killed = absl::Now();
-  ASSERT_TRUE(call.WaitDone(absl::Seconds(30)));
-  const std::vector<v1::GenerateEvent> events = call.events();
-  ASSERT_TRUE(events.back().has_finished()) << events.back().DebugString();
-  EXPECT_EQ(Terminals(events), 1);
-  EXPECT_EQ(events.back().finished().mode(), "local");
-  EXPECT_THAT(events.back().finished().mode_reason(), HasSubstr("fallback"));
-  EXPECT_THAT(events.back().finished().mode_reason(), HasSubstr("producer stories260k"));
-  std::vector<TokenId> ids;
-  for (const auto& e : events)
-    ids.insert(ids.end(), e.token().ids().begin(), e.token().ids().end());
-  EXPECT_EQ(ids, Reference(*producer_, TransferMode::kLocal, LongPrompt(), 8));
+  ExpectLocalFallback(call);
+  EXPECT_THAT(call.events().back().finished().mode_reason(), HasSubstr("producer stories260k"));
   // Told, not timed out: well within the transfer timeout the consumer would otherwise wait.
   EXPECT_LT(call.terminal_at() - killed, absl::Seconds(10));
 }
