@@ -92,7 +92,7 @@ class AlignerOptimizer {
       }
       at::Tensor idx = order.narrow(0, b * batch_, batch_);
       at::Tensor x = data_.x_train.index_select(0, idx), t = data_.t_train.index_select(0, idx);
-      if (options_.nested_min_rank > 0) {
+      if (options_.nested_min_rank > 0 && options_.nested_min_rank < x.size(1)) {
         const int64_t r = x.size(1);
         at::Tensor keep = at::randint(options_.nested_min_rank, r + 1, {x.size(0), 1},
                                       at::TensorOptions().dtype(at::kLong));

@@ -37,7 +37,8 @@ struct AlignerTrainOptions {
   // [nested_min_rank, rank], the rest read as zero, as the consumer reads a truncated code; the
   // target is then what the linear decode of the truncated code leaves over. Held-out loss (early
   // stopping, the report) is the mean over r in {nested_min_rank, midway, rank}. 0: off (trained
-  // at the full rank only; a truncated code then costs far more than its dropped columns).
+  // at the full rank only; a truncated code then costs far more than its dropped columns); at or
+  // above the code's rank there is nothing to truncate, so also off.
   int64_t nested_min_rank = 0;
 };
 

@@ -110,6 +110,7 @@ struct FitCommand {
         ->capture_default_str();
     cmd->add_option("--aligner-nested-min-rank", o.aligner.nested_min_rank,
                     "train aligners for hidden codes truncated down to this rank too (0: off)")
+        ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     cmd->add_option("--aligner-loss", o.aligner.loss, "kv (regenerated K/V error) | hidden")
         ->transform(CLI::CheckedTransformer(kAlignerLosses));
