@@ -3,10 +3,13 @@
 
     python3 bench/plot_calib.py depth DIR/depth_errors.csv --title T --out DIR/depth_errors.png
     python3 bench/plot_calib.py rank  DIR/rank_sweep.csv   --title T --out DIR/rank_sweep.png
+    python3 bench/plot_calib.py frontier DIR/frontier.csv  --title T --out DIR/frontier.png
 
 depth: relative l2 error of each layer's attention input, reuse vs scd, patch layers marked
 (the method paper's Fig. 6). rank: KL against payload over nested (r_K, r_V), the Pareto front
-joined. Debian's python3-matplotlib, Agg backend.
+joined. frontier: the artifact's frontier (per-layer ranks, f16/int8/int4 codes) measured on
+the evaluation's windows, one marker per precision, the fixed modes beside it.
+Debian's python3-matplotlib, Agg backend.
 """
 import argparse
 import csv
@@ -58,9 +61,41 @@ def rank(rows, title, out):
     fig.savefig(out, dpi=110)
 
 
+def frontier(rows, title, out):
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    points = sorted((100 * float(r["payload_ratio"]), float(r["kl"]), r) for r in rows
+                    if r["kind"] == "frontier")
+    ax.plot([p[0] for p in points], [p[1] for p in points], "-", color="#d62728", alpha=0.5,
+            label="frontier")
+    markers = {"f16": "o", "int8": "s", "int4": "^"}
+    for dtype, marker in markers.items():
+        sel = [p for p in points if p[2]["code_dtype"] == dtype]
+        if sel:
+            ax.scatter([p[0] for p in sel], [p[1] for p in sel], marker=marker, s=30,
+                       color="#d62728", label=f"frontier, {dtype} codes", zorder=3)
+    for x, y, r in points:
+        if r["label"].startswith("*"):
+            ax.annotate("recommended", (x, y), textcoords="offset points", xytext=(6, 6),
+                        fontsize=8)
+    colors = {"scd": "#1f77b4", "reuse": "#2ca02c", "int4": "#9467bd", "raw": "#7f7f7f"}
+    for r in rows:
+        if r["kind"] == "mode":
+            ax.scatter([100 * float(r["payload_ratio"])], [float(r["kl"])], marker="D", s=40,
+                       color=colors.get(r["label"], "k"), label=f"{r['label']} (fixed)", zorder=4)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("payload, % of raw f16 KV (log)")
+    ax.set_ylabel("KL(consumer's own prefill || mode) (log)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=["depth", "rank"])
+    parser.add_argument("kind", choices=["depth", "rank", "frontier"])
     parser.add_argument("csv")
     parser.add_argument("--title", default="")
     parser.add_argument("--out", required=True)
@@ -70,7 +105,7 @@ def main():
     if not rows:
         print(f"plot_calib.py: {args.csv} has no rows", file=sys.stderr)
         return 1
-    (depth if args.kind == "depth" else rank)(rows, args.title, args.out)
+    {"depth": depth, "rank": rank, "frontier": frontier}[args.kind](rows, args.title, args.out)
     return 0
 
 

@@ -35,7 +35,8 @@ struct ModeFidelity {
 };
 
 struct StageSeconds {
-  double traces = 0, translators = 0, policy = 0, aligners = 0, fidelity = 0, total = 0;
+  double traces = 0, translators = 0, policy = 0, aligners = 0, fidelity = 0, frontier = 0;
+  double total = 0;
 };
 
 struct CalibrationReport {
@@ -51,6 +52,7 @@ struct CalibrationReport {
   LayerPolicyResult patch_policy, recompute_policy;
   std::vector<ModeFidelity> fidelity;  // raw, reuse, scd on the held-out split
   std::string fidelity_split;          // what the held-out split is
+  int frontier_evaluations = 0;        // held-out evaluations the frontier fit ran (0: none)
   uint64_t seed = 0;
   StageSeconds seconds;
 };

@@ -192,6 +192,24 @@ absl::StatusOr<CalibrationData> LoadCalibrationData(const ModelConfig& producer,
   return data;
 }
 
+absl::StatusOr<FidelityEvaluator> LoadHeldoutSplit(const LlamaModel& consumer,
+                                                   const Tokenizer& tokenizer,
+                                                   const CalibrationOptions& options) {
+  const int heldout_len = options.heldout_prefix + options.heldout_continuation + 1;
+  SCD_ASSIGN_OR_RETURN(TextCorpus corpus, TextCorpus::Load(options.data_path, tokenizer));
+  SCD_ASSIGN_OR_RETURN(auto windows,
+                       corpus.Sequences(options.heldout_windows, heldout_len, 0.9, 1.0));
+  const FidelityOptions fo{options.heldout_prefix, options.heldout_continuation, 0};
+  return FidelityEvaluator::Create(consumer, std::move(windows), fo);
+}
+
+std::string HeldoutSplitName(const CalibrationOptions& options) {
+  return absl::StrCat("held-out: last 10% of ",
+                      std::filesystem::path(options.data_path).filename().string(), ", ",
+                      options.heldout_windows, " windows of ", options.heldout_prefix, "+",
+                      options.heldout_continuation, " tokens");
+}
+
 absl::Status CollectPairedTraces(const LlamaModel& producer, const LlamaModel& consumer,
                                  const std::vector<std::vector<TokenId>>& prefixes, bool progress,
                                  PairedTraces* traces) {
@@ -346,10 +364,17 @@ absl::StatusOr<CalibrationResult> Calibrate(const LlamaModel& producer, const Ll
 
   SCD_ASSIGN_OR_RETURN(report.fidelity, MeasureFidelity(producer, consumer, artifact, heldout));
   report.seconds.fidelity = stage.Lap();
-  report.fidelity_split = absl::StrCat(
-      "held-out: last 10% of ", std::filesystem::path(options.data_path).filename().string(), ", ",
-      options.heldout_windows, " windows of ", options.heldout_prefix, "+",
-      options.heldout_continuation, " tokens");
+  report.fidelity_split = HeldoutSplitName(options);
+  if (options.frontier) {
+    FrontierFitOptions fo = options.frontier_fit;
+    fo.progress = options.progress;
+    FrontierFitTrace trace;
+    SCD_ASSIGN_OR_RETURN(artifact.frontier,
+                         FitFrontier(producer, consumer, artifact, heldout, fo, &trace));
+    artifact.frontier.heldout = report.fidelity_split;
+    report.frontier_evaluations = trace.evaluations;
+    report.seconds.frontier = stage.Lap();
+  }
   FillSettings(options, traces, artifact, &report);
   report.seconds.total = total.Seconds();
   artifact.calibration_json = CalibrationJson(report).dump();
@@ -375,6 +400,11 @@ std::string FormatFitSummary(const std::string& artifact_path, const Calibration
                           "  %-6s KL %.4f  PPL/oracle %.3f  top1 %.3f  payload %.1f%% of raw f16\n",
                           TransferModeName(f.mode), f.metrics.kl, f.metrics.ppl_ratio(),
                           f.metrics.top1, 100 * f.payload_ratio);
+  }
+  if (!artifact.frontier.empty()) {
+    absl::StrAppendFormat(&out, "frontier (%d held-out evaluations, %.1f s):\n%s",
+                          report.frontier_evaluations, report.seconds.frontier,
+                          FormatFrontier(artifact.frontier));
   }
   absl::StrAppendFormat(&out, "calibration took %.1f s\n", report.seconds.total);
   return out;

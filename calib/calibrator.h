@@ -6,7 +6,9 @@
 //   4. SelectLayerPolicies: patch layers by the paper's policy, F = -KL(oracle || mode) on the
 //      held-out split; the DroidSpeak-style recompute plan by the same procedure on raw K/V;
 //   5. TrainPatchAligners: aligners for the patch layers;
-//   6. MeasureFidelity: the result through the real codec (RunTransfer) on the held-out split.
+//   6. MeasureFidelity: the result through the real codec (RunTransfer) on the held-out split;
+//   7. FitFrontier (calib/frontier_fit.h): quality against bytes over per-layer ranks and code
+//      precisions, stored in the artifact.
 // Each stage fills its part of a typed CalibrationReport.
 // Thread-safety: stateless functions.
 #ifndef SCD_CALIB_CALIBRATOR_H_
@@ -21,6 +23,7 @@
 #include "calib/aligner_trainer.h"
 #include "calib/calibration_report.h"
 #include "calib/fidelity.h"
+#include "calib/frontier_fit.h"
 #include "calib/layer_policy.h"
 #include "calib/paired_traces.h"
 #include "codec/artifact.h"
@@ -50,6 +53,8 @@ struct CalibrationOptions {
   LayerPolicyOptions policy;
   int recompute_layers = 0;  // recompute baseline's budget; 0: as many as patch layers
   AlignerTrainOptions aligner;
+  bool frontier = true;  // stage 7 (off: an artifact without a frontier, as before)
+  FrontierFitOptions frontier_fit;
   int64_t reservoir_rows = 32768;  // attention-input pairs kept per layer for aligners
   // Also calibrate on sequences holding every non-special token id once (shuffled), so that
   // tokens the text never shows (byte-fallback tokens, rare pieces) still map well. Layer 0's
@@ -82,6 +87,14 @@ absl::StatusOr<CalibrationData> LoadCalibrationData(const ModelConfig& producer,
                                                     const Tokenizer& tokenizer,
                                                     const CalibrationOptions& options,
                                                     CalibrationDataReport* report);
+
+// The held-out split alone, as a fit draws it (the last 10 % of the calibration text's
+// documents): for a stage run on an existing artifact (scd-calib frontier).
+absl::StatusOr<FidelityEvaluator> LoadHeldoutSplit(const LlamaModel& consumer,
+                                                   const Tokenizer& tokenizer,
+                                                   const CalibrationOptions& options);
+// "held-out: last 10% of FILE, N windows of P+C tokens".
+std::string HeldoutSplitName(const CalibrationOptions& options);
 
 absl::Status CollectPairedTraces(const LlamaModel& producer, const LlamaModel& consumer,
                                  const std::vector<std::vector<TokenId>>& prefixes, bool progress,

@@ -76,12 +76,14 @@ Json CalibrationJson(const CalibrationReport& r) {
             {"loss", r.aligner_loss},
             {"reports", aligners}}},
           {"seed", r.seed},
+          {"frontier_evaluations", r.frontier_evaluations},
           {"seconds",
            {{"traces", s.traces},
             {"translators", s.translators},
             {"policy", s.policy},
             {"aligners", s.aligners},
             {"fidelity", s.fidelity},
+            {"frontier", s.frontier},
             {"total", s.total}}}};
 }
 

@@ -114,6 +114,17 @@ std::vector<int> Artifact::PatchLayers() const {
   return out;
 }
 
+RankLimits Artifact::FrontierLimits() const {
+  RankLimits limits;
+  for (const ArtifactLayer& layer : layers) {
+    const bool patch = layer.route == LayerRoute::kPatch;
+    limits.max_k.push_back(patch ? 0 : layer.key.rank());
+    limits.max_v.push_back(patch ? 0 : layer.value.rank());
+    limits.max_h.push_back(patch ? layer.patch->rank() : 0);
+  }
+  return limits;
+}
+
 absl::Status Artifact::Save(const std::string& path) const {
   return GuardExceptions("Artifact::Save", [&]() -> absl::Status {
     std::map<std::string, at::Tensor> tensors;
@@ -156,6 +167,10 @@ absl::Status Artifact::Save(const std::string& path) const {
     writer.SetMetadata("scd.policy", ParseOrEmpty(policy_json).dump());
     writer.SetMetadata("scd.fidelity", ParseOrEmpty(fidelity_json).dump());
     writer.SetMetadata("scd.recompute_layers", Json(recompute_layers).dump());
+    if (!frontier.empty()) {
+      SCD_RETURN_IF_ERROR(frontier.CheckAgainst(FrontierLimits()));
+      writer.SetMetadata("scd.frontier", frontier.ToJson());
+    }
     writer.SetMetadata("scd.tensors_sha256", checksum.HexDigest());
     return writer.Write(path);
   });
@@ -324,6 +339,11 @@ absl::StatusOr<Artifact> Artifact::Load(const std::string& path) {
     }
     SCD_ASSIGN_OR_RETURN(a.recompute_layers,
                          reader.RecomputeLayers(version, static_cast<int>(layers.size())));
+    if (const std::string* m = reader.Meta("scd.frontier")) {
+      absl::StatusOr<Frontier> frontier = Frontier::FromJson(*m, a.FrontierLimits());
+      if (!frontier.ok()) return Corrupt(path, std::string(frontier.status().message()));
+      a.frontier = *std::move(frontier);
+    }
     return a;
   });
 }

@@ -1,10 +1,10 @@
 // Artifact: everything calibration learned for one producer -> consumer pair, in one safetensors
 // file. Tensors hold the per-layer reuse translators (K and V, every layer) and the patch aligners
 // (patch layers); `__metadata__` holds the format version, both models' fingerprints, names and
-// rope configs, the per-layer route (reuse or patch), ranks, the fit method, the calibration
-// summary, the layer-policy trace and the fidelity measured at fit time, plus a SHA-256 of all
-// tensor bytes so corruption is caught on load.
-// Thread-safety: a loaded Artifact is immutable; safe to share.
+// rope configs, the per-layer route (reuse or patch), ranks, the fit method, the frontier
+// (codec/frontier.h), the calibration summary, the layer-policy trace and the fidelity measured at
+// fit time, plus a SHA-256 of all tensor bytes so corruption is caught on load. Thread-safety: a
+// loaded Artifact is immutable; safe to share.
 #ifndef SCD_CODEC_ARTIFACT_H_
 #define SCD_CODEC_ARTIFACT_H_
 
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "codec/frontier.h"
 #include "codec/patch_aligner.h"
 #include "codec/reuse_translator.h"
 #include "model/config.h"
@@ -53,8 +54,13 @@ struct Artifact {
   std::string calibration_json;  // data, prefixes, tokens, ridge, seeds, timings
   std::string policy_json;       // restore-one sensitivities, greedy trace, chosen k
   std::string fidelity_json;     // metrics measured at fit time on the held-out split
+  // Quality against bytes over per-layer ranks and code precisions (empty: not fitted; artifacts
+  // from before the frontier load with none).
+  Frontier frontier;
 
   std::vector<int> PatchLayers() const;
+  // The ranks scd mode sends at most per layer (K/V on reuse layers, H on patch layers).
+  RankLimits FrontierLimits() const;
 
   absl::Status Save(const std::string& path) const;
   // Validates the file (safetensors structure, version, tensor checksum, shapes, routes).

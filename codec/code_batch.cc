@@ -27,31 +27,6 @@ std::string PayloadKindName(PayloadKind kind) {
   return "?";
 }
 
-std::string WireDtypeName(WireDtype dtype) {
-  switch (dtype) {
-    case WireDtype::kF32:
-      return "f32";
-    case WireDtype::kF16:
-      return "f16";
-    case WireDtype::kBF16:
-      return "bf16";
-    case WireDtype::kInt8:
-      return "int8";
-    case WireDtype::kInt4:
-      return "int4";
-  }
-  return "?";
-}
-
-absl::StatusOr<WireDtype> ParseWireDtype(const std::string& name) {
-  for (WireDtype d :
-       {WireDtype::kF32, WireDtype::kF16, WireDtype::kBF16, WireDtype::kInt8, WireDtype::kInt4}) {
-    if (WireDtypeName(d) == name) return d;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("wire dtype '", name, "' is not one of f32, f16, bf16, int8, int4"));
-}
-
 int64_t CodeChunk::bytes() const {
   int64_t n = data.defined() ? data.numel() * static_cast<int64_t>(data.element_size()) : 0;
   if (scales.defined()) n += scales.numel() * static_cast<int64_t>(scales.element_size());

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "codec/transfer_mode.h"
+#include "codec/wire_dtype.h"
 
 namespace scd {
 
@@ -27,13 +28,7 @@ enum class PayloadKind {
   kHiddenState,  // residual stream entering a recomputed segment [T, hidden]
 };
 
-// How values travel. kInt8: symmetric per-row scale (f16); kInt4: asymmetric groups of 32
-// consecutive values with f16 scale and zero, two values per byte.
-enum class WireDtype { kF32, kF16, kBF16, kInt8, kInt4 };
-
 std::string PayloadKindName(PayloadKind kind);
-std::string WireDtypeName(WireDtype dtype);
-absl::StatusOr<WireDtype> ParseWireDtype(const std::string& name);
 
 struct CodeChunk {
   int layer = 0;

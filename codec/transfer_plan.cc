@@ -80,6 +80,15 @@ CaptureSpec CaptureFor(const TransferPlan& plan) {
 
 }  // namespace
 
+TransferOptions TransferOptions::AtPoint(const FrontierPoint& point) {
+  TransferOptions options;
+  options.code_dtype = point.code_dtype;
+  options.layer_rank_k = point.rank_k;
+  options.layer_rank_v = point.rank_v;
+  options.layer_rank_h = point.rank_h;
+  return options;
+}
+
 absl::StatusOr<TransferPlan> TransferPlan::Make(TransferMode mode, const ModelConfig& producer,
                                                 const Artifact* artifact,
                                                 const TransferOptions& options) {
@@ -92,6 +101,19 @@ absl::StatusOr<TransferPlan> TransferPlan::Make(TransferMode mode, const ModelCo
     return absl::InvalidArgumentError(
         absl::StrCat("artifact has ", artifact->layers.size(), " layers, the producer ", layers));
   }
+  for (const auto* v : {&options.layer_rank_k, &options.layer_rank_v, &options.layer_rank_h}) {
+    if (!v->empty() && static_cast<int>(v->size()) != layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("per-layer ranks for ", v->size(), " layers, the producer has ", layers));
+    }
+    if (std::any_of(v->begin(), v->end(), [](int64_t r) { return r < 0; })) {
+      return absl::InvalidArgumentError("per-layer ranks must not be negative");
+    }
+  }
+  // The rank asked for layer l: its per-layer entry when there is one, else the scalar.
+  auto asked = [](const std::vector<int64_t>& per_layer, int64_t scalar, int l) {
+    return per_layer.empty() ? scalar : per_layer[l];
+  };
   TransferPlan plan;
   plan.mode = mode;
   plan.rank_k.assign(layers, 0);
@@ -104,10 +126,10 @@ absl::StatusOr<TransferPlan> TransferPlan::Make(TransferMode mode, const ModelCo
     const ArtifactLayer* a = artifact != nullptr ? &artifact->layers[l] : nullptr;
     plan.layers.push_back(PayloadFor(mode, a));
     if (plan.layers[l] == LayerPayload::kCodes) {
-      plan.rank_k[l] = pick(options.rank_k, a->key.rank());
-      plan.rank_v[l] = pick(options.rank_v, a->value.rank());
+      plan.rank_k[l] = pick(asked(options.layer_rank_k, options.rank_k, l), a->key.rank());
+      plan.rank_v[l] = pick(asked(options.layer_rank_v, options.rank_v, l), a->value.rank());
     } else if (plan.layers[l] == LayerPayload::kPatch) {
-      plan.rank_h[l] = pick(options.rank_h, a->patch->rank());
+      plan.rank_h[l] = pick(asked(options.layer_rank_h, options.rank_h, l), a->patch->rank());
     }
   }
   if (mode == TransferMode::kRecompute)

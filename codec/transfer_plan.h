@@ -21,6 +21,12 @@ struct TransferOptions {
   WireDtype code_dtype = WireDtype::kF16;  // reuse / scd codes
   // Code ranks; 0 keeps the artifact's, smaller values truncate the nested codes.
   int64_t rank_k = 0, rank_v = 0, rank_h = 0;
+  // Per-layer ranks (a frontier point, codec/frontier.h): when not empty, one entry per layer,
+  // taking precedence over the scalar ranks above; 0 again keeps the artifact's rank.
+  std::vector<int64_t> layer_rank_k, layer_rank_v, layer_rank_h;
+
+  // The options that send exactly `point` (its precision and every layer's ranks).
+  static TransferOptions AtPoint(const FrontierPoint& point);
   // Recompute mode: layers the consumer recomputes; empty takes the artifact's plan.
   std::vector<int> recompute_layers;
 };
@@ -40,6 +46,7 @@ struct TransferPlan {
   CaptureSpec capture;
 
   // REQUIRES for artifact modes: `artifact` fitted for a model shaped like `producer`.
+  // Per-layer ranks of the wrong length or negative are refused (InvalidArgument).
   static absl::StatusOr<TransferPlan> Make(TransferMode mode, const ModelConfig& producer,
                                            const Artifact* artifact,
                                            const TransferOptions& options);

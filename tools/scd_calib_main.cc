@@ -2,6 +2,7 @@
 //   scd-calib fit  --producer DIR --consumer DIR --out FILE [options]
 //   scd-calib eval --producer DIR --consumer DIR --artifact FILE [options]
 //   scd-calib generate --producer DIR --consumer DIR --artifact FILE --prompt TEXT [--mode scd]
+//   scd-calib frontier --producer DIR --consumer DIR --artifact FILE [--out FILE]
 //   scd-calib synth --producer CONFIG --consumer CONFIG --out FILE [--layers N --rank-k R ...]
 // A thin shell: flags bind straight to calib/'s options structs, the work is library calls.
 // Tables go to stdout, progress and logs to stderr; errors are one line and exit status 1.
@@ -59,12 +60,43 @@ const std::map<std::string, WireDtype> kCodeDtypes = {{"f32", WireDtype::kF32},
 constexpr const char* kCodeDtypeHelp =
     "f16 | bf16 | f32 | int8 (one f16 scale per code row) | int4 (groups of 32 values of the "
     "flattened code, f16 scale and zero each)";
+// The frontier fit's flags, shared by fit and frontier (precisions as names: ParseFrontierDtypes).
+void AddFrontierFlags(CLI::App* cmd, FrontierFitOptions* o, std::vector<std::string>* dtypes) {
+  cmd->add_option("--frontier-dtypes", *dtypes, "code precisions on the frontier")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"f16", "int8", "int4"}))
+      ->default_str("f16,int8,int4");
+  cmd->add_option("--frontier-points", o->points_per_dtype,
+                  "points measured along each precision's greedy path")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--frontier-ladder", o->ladder_steps,
+                  "rungs of each code's rank ladder (full, 3/4, 1/2, 1/4, ...)")
+      ->check(CLI::Range(1, 7))
+      ->capture_default_str();
+  cmd->add_option("--frontier-recommend", o->recommend_kl_ratio,
+                  "recommended point: the cheapest with KL <= this x the full f16 KL")
+      ->check(CLI::Range(1.0, 100.0))
+      ->capture_default_str();
+}
+
+absl::Status ParseFrontierDtypes(const std::vector<std::string>& names, FrontierFitOptions* o) {
+  if (names.empty()) return absl::OkStatus();  // the default list
+  o->dtypes.clear();
+  for (const std::string& name : names) {
+    SCD_ASSIGN_OR_RETURN(WireDtype dtype, ParseWireDtype(name));
+    o->dtypes.push_back(dtype);
+  }
+  return absl::OkStatus();
+}
+
 const std::map<std::string, AlignerTrainOptions::Loss> kAlignerLosses = {
     {"kv", AlignerTrainOptions::Loss::kKeyValue}, {"hidden", AlignerTrainOptions::Loss::kHidden}};
 
 struct FitCommand {
   CalibrationOptions options;
   std::string out, patch_budget = "auto";
+  std::vector<std::string> frontier_dtypes;
 
   void Register(CLI::App* cmd) {
     CalibrationOptions& o = options;
@@ -119,9 +151,13 @@ struct FitCommand {
     cmd->add_flag("--no-vocab-sweep{false}", o.vocab_sweep,
                   "calibrate on the text only (no sequences covering the whole vocabulary)");
     cmd->add_option("--seed", o.seed, "seed")->capture_default_str();
+    cmd->add_flag("--no-frontier{false}", o.frontier,
+                  "skip the quality-against-bytes frontier (an artifact without one)");
+    AddFrontierFlags(cmd, &o.frontier_fit, &frontier_dtypes);
   }
 
   absl::Status Run(const Common& common) {
+    SCD_RETURN_IF_ERROR(ParseFrontierDtypes(frontier_dtypes, &options.frontier_fit));
     SCD_ASSIGN_OR_RETURN(ModelPair m, common.Load());
     options.data_path = common.Data(options.data_path, "tinystories_train_head.txt");
     options.progress = !common.tool.quiet;
@@ -148,7 +184,7 @@ struct EvalCommand {
   int windows = 64;
   FidelityOptions fidelity;
   TransferOptions transfer;
-  bool depth_errors = false, rank_sweep = false;
+  bool depth_errors = false, rank_sweep = false, frontier = false;
 
   void Register(CLI::App* cmd) {
     cmd->add_option("--artifact", artifact, "artifact from scd-calib fit")->required();
@@ -175,17 +211,23 @@ struct EvalCommand {
     cmd->add_option("--json", json, "write results as JSON to this file ('-' = stdout)");
     cmd->add_flag("--depth-errors", depth_errors, "per-layer attention-input errors: CSV + PNG");
     cmd->add_flag("--rank-sweep", rank_sweep, "KL vs bytes over nested ranks: CSV + PNG");
+    cmd->add_flag("--frontier", frontier,
+                  "the artifact's frontier measured here, beside the fixed modes: CSV + PNG");
     cmd->add_option("--out-dir", out_dir, "where CSV and PNG files go")->capture_default_str();
   }
 
   absl::Status Run(const Common& common) {
     // Where the results go exists before the evaluation runs (minutes), not after.
-    if (depth_errors || rank_sweep) SCD_RETURN_IF_ERROR(CreateDirectories(out_dir));
+    if (depth_errors || rank_sweep || frontier) SCD_RETURN_IF_ERROR(CreateDirectories(out_dir));
     if (!json.empty() && json != "-" && fs::path(json).has_parent_path()) {
       SCD_RETURN_IF_ERROR(CreateDirectories(fs::path(json).parent_path().string()));
     }
     SCD_ASSIGN_OR_RETURN(ModelPair m, common.Load());
     SCD_ASSIGN_OR_RETURN(Artifact a, Artifact::LoadFor(artifact, *m.producer, *m.consumer));
+    if (frontier && a.frontier.empty()) {  // before the evaluation, not after it
+      return absl::FailedPreconditionError(
+          absl::StrCat(artifact, " has no frontier (scd-calib frontier --artifact FILE fits one)"));
+    }
     SCD_ASSIGN_OR_RETURN(std::vector<TransferMode> mode_list, ParseTransferModes(modes));
     data = common.Data(data, "tinystories_valid_hf.txt");
     SCD_ASSIGN_OR_RETURN(
@@ -228,6 +270,10 @@ struct EvalCommand {
       SCD_ASSIGN_OR_RETURN(std::string text, WriteRankSweep(eval, a, transfer, out_dir));
       std::fputs(text.c_str(), stdout);
     }
+    if (frontier) {
+      SCD_ASSIGN_OR_RETURN(std::string text, WriteFrontierEval(eval, a, out_dir));
+      std::fputs(text.c_str(), stdout);
+    }
     return absl::OkStatus();
   }
 };
@@ -267,6 +313,54 @@ struct GenerateCommand {
                          CompareContinuations(m, a ? &*a : nullptr, options));
     const std::string name = fs::path(common.consumer).filename().string();
     std::fputs(FormatContinuations(report, name, options.prompt).c_str(), stdout);
+    return absl::OkStatus();
+  }
+};
+
+// frontier: fits (or refits) the frontier of an existing artifact on the held-out split of the
+// calibration text, as `fit` would have, and writes the artifact with it.
+struct FrontierCommand {
+  CalibrationOptions options;
+  std::string artifact, out;
+  std::vector<std::string> frontier_dtypes;
+
+  void Register(CLI::App* cmd) {
+    cmd->add_option("--artifact", artifact, "artifact from scd-calib fit")->required();
+    cmd->add_option("--out", out, "artifact file to write (default: --artifact, replaced)");
+    cmd->add_option("--data", options.data_path,
+                    "calibration text whose last 10 % is the held-out split "
+                    "(default: <shared>/data/tinystories_train_head.txt)");
+    cmd->add_option("--heldout-windows", options.heldout_windows, "held-out windows")
+        ->capture_default_str();
+    AddFrontierFlags(cmd, &options.frontier_fit, &frontier_dtypes);
+  }
+
+  absl::Status Run(const Common& common) {
+    SCD_RETURN_IF_ERROR(ParseFrontierDtypes(frontier_dtypes, &options.frontier_fit));
+    if (out.empty()) out = artifact;
+    if (fs::path(out).has_parent_path()) {
+      SCD_RETURN_IF_ERROR(CreateDirectories(fs::path(out).parent_path().string()));
+    }
+    SCD_ASSIGN_OR_RETURN(ModelPair m, common.Load());
+    SCD_ASSIGN_OR_RETURN(Artifact a, Artifact::LoadFor(artifact, *m.producer, *m.consumer));
+    options.data_path = common.Data(options.data_path, "tinystories_train_head.txt");
+    SCD_ASSIGN_OR_RETURN(FidelityEvaluator heldout,
+                         LoadHeldoutSplit(*m.consumer, *m.tokenizer, options));
+    FrontierFitOptions fo = options.frontier_fit;
+    fo.progress = !common.tool.quiet;
+    FrontierFitTrace trace;
+    SCD_ASSIGN_OR_RETURN(a.frontier, FitFrontier(*m.producer, *m.consumer, a, heldout, fo, &trace));
+    a.frontier.heldout = HeldoutSplitName(options);
+    // Through a temporary file: `out` may be the artifact just read.
+    const std::string tmp = out + ".tmp";
+    SCD_RETURN_IF_ERROR(a.Save(tmp));
+    std::error_code ec;
+    fs::rename(tmp, out, ec);
+    if (ec) return absl::InternalError(absl::StrCat("cannot replace ", out, ": ", ec.message()));
+    std::printf("wrote %s (%s -> %s): frontier of %zu points, %d held-out evaluations, %.1f s\n%s",
+                out.c_str(), a.producer.name.c_str(), a.consumer.name.c_str(),
+                a.frontier.points.size(), trace.evaluations, trace.seconds,
+                FormatFrontier(a.frontier).c_str());
     return absl::OkStatus();
   }
 };
@@ -338,6 +432,10 @@ int Main(int argc, char** argv) {
   CLI::App* gen_cmd =
       add("generate", "continue a prompt with the consumer: own prefill vs a transferred cache");
   generate.Register(gen_cmd);
+  FrontierCommand frontier;
+  CLI::App* frontier_cmd =
+      add("frontier", "fit the quality-against-bytes frontier of an existing artifact");
+  frontier.Register(frontier_cmd);
   SynthCommand synth;
   CLI::App* synth_cmd = app.add_subcommand(
       "synth", "random orthonormal translators for two dummy-weight configs (no calibration)");
@@ -347,6 +445,7 @@ int Main(int argc, char** argv) {
     if (fit_cmd->parsed()) return fit.Run(common);
     if (eval_cmd->parsed()) return eval.Run(common);
     if (synth_cmd->parsed()) return synth.Run(common.tool);
+    if (frontier_cmd->parsed()) return frontier.Run(common);
     return generate.Run(common);
   });
 }
