@@ -142,40 +142,48 @@ absl::StatusOr<Frontier> Frontier::FromJson(const std::string& text, const RankL
   return f;
 }
 
+absl::Status CheckPoint(const FrontierPoint& p, const RankLimits& limits) {
+  const size_t layers = limits.max_k.size();
+  if (p.code_dtype != WireDtype::kF16 && p.code_dtype != WireDtype::kInt8 &&
+      p.code_dtype != WireDtype::kInt4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("code precision ", WireDtypeName(p.code_dtype), " (f16, int8 or int4)"));
+  }
+  if (p.rank_k.size() != layers || p.rank_v.size() != layers || p.rank_h.size() != layers ||
+      limits.max_v.size() != layers || limits.max_h.size() != layers) {
+    return absl::InvalidArgumentError(absl::StrCat("ranks for ", p.rank_k.size(), "/",
+                                                   p.rank_v.size(), "/", p.rank_h.size(),
+                                                   " layers, the model has ", layers));
+  }
+  auto fits = [](int64_t rank, int64_t max) {
+    return max == 0 ? rank == 0 : rank >= 1 && rank <= max;
+  };
+  for (size_t l = 0; l < layers; ++l) {
+    if (!fits(p.rank_k[l], limits.max_k[l]) || !fits(p.rank_v[l], limits.max_v[l]) ||
+        !fits(p.rank_h[l], limits.max_h[l])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", l, " ranks K/V/H ", p.rank_k[l], "/", p.rank_v[l], "/",
+                       p.rank_h[l], " outside 1..", limits.max_k[l], "/", limits.max_v[l], "/",
+                       limits.max_h[l], " (0 where that code does not travel)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Frontier::CheckAgainst(const RankLimits& limits) const {
   if (points.empty()) return absl::OkStatus();
   if (recommended < 0 || recommended >= static_cast<int>(points.size())) {
     return absl::InvalidArgumentError(
         absl::StrCat("frontier recommends point ", recommended, " of ", points.size()));
   }
-  const size_t layers = limits.max_k.size();
   for (size_t i = 0; i < points.size(); ++i) {
     const FrontierPoint& p = points[i];
-    auto bad = [&](const std::string& what) {
-      return absl::InvalidArgumentError(absl::StrCat("frontier point ", i, ": ", what));
-    };
-    if (p.code_dtype != WireDtype::kF16 && p.code_dtype != WireDtype::kInt8 &&
-        p.code_dtype != WireDtype::kInt4) {
-      return bad(absl::StrCat("code precision ", WireDtypeName(p.code_dtype)));
-    }
-    if (p.rank_k.size() != layers || p.rank_v.size() != layers || p.rank_h.size() != layers) {
-      return bad(absl::StrCat("ranks for ", p.rank_k.size(), "/", p.rank_v.size(), "/",
-                              p.rank_h.size(), " layers, the model has ", layers));
-    }
-    for (size_t l = 0; l < layers; ++l) {
-      auto fits = [](int64_t rank, int64_t max) {
-        return max == 0 ? rank == 0 : rank >= 1 && rank <= max;
-      };
-      if (limits.max_v.size() != layers || limits.max_h.size() != layers ||
-          !fits(p.rank_k[l], limits.max_k[l]) || !fits(p.rank_v[l], limits.max_v[l]) ||
-          !fits(p.rank_h[l], limits.max_h[l])) {
-        return bad(absl::StrCat("layer ", l, " ranks K/V/H ", p.rank_k[l], "/", p.rank_v[l], "/",
-                                p.rank_h[l], " outside 1..", limits.max_k[l], "/", limits.max_v[l],
-                                "/", limits.max_h[l]));
-      }
+    if (absl::Status s = CheckPoint(p, limits); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("frontier point ", i, ": ", s.message()));
     }
     if (i > 0 && p.bytes_per_token < points[i - 1].bytes_per_token) {
-      return bad("points are not in ascending bytes");
+      return absl::InvalidArgumentError(
+          absl::StrCat("frontier point ", i, ": points are not in ascending bytes"));
     }
   }
   return absl::OkStatus();

@@ -45,6 +45,10 @@ struct FrontierPoint {
   std::string Describe() const;
 };
 
+// A point's ranks against `limits`: one per layer, each code that travels at rank 1 or more and
+// within its limit, none where the limit is 0. INVALID_ARGUMENT naming the layer otherwise.
+absl::Status CheckPoint(const FrontierPoint& point, const RankLimits& limits);
+
 struct Frontier {
   // Ascending bytes_per_token; KL falls strictly, except that the fitted configuration (every
   // code at full rank, f16) is kept as the top point when a cheaper point measured as well.
@@ -56,6 +60,8 @@ struct Frontier {
   bool empty() const { return points.empty(); }
   // The cheapest point whose KL is at most `max_kl`; null when none is.
   const FrontierPoint* CheapestWithin(double max_kl) const;
+  // The point of lowest KL; null when empty.
+  const FrontierPoint* BestQuality() const { return BestUnder(1e300); }
   // The best-quality point of at most `bytes_per_token`; null when every point is larger.
   const FrontierPoint* BestUnder(double bytes_per_token) const;
 

@@ -1,6 +1,7 @@
 #include "codec/transfer_plan.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -81,7 +82,11 @@ CaptureSpec CaptureFor(const TransferPlan& plan) {
 }  // namespace
 
 TransferOptions TransferOptions::AtPoint(const FrontierPoint& point) {
-  TransferOptions options;
+  return AtPoint(point, TransferOptions());
+}
+
+TransferOptions TransferOptions::AtPoint(const FrontierPoint& point, TransferOptions base) {
+  TransferOptions options = std::move(base);
   options.code_dtype = point.code_dtype;
   options.layer_rank_k = point.rank_k;
   options.layer_rank_v = point.rank_v;

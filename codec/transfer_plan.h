@@ -25,8 +25,9 @@ struct TransferOptions {
   // taking precedence over the scalar ranks above; 0 again keeps the artifact's rank.
   std::vector<int64_t> layer_rank_k, layer_rank_v, layer_rank_h;
 
-  // The options that send exactly `point` (its precision and every layer's ranks).
-  static TransferOptions AtPoint(const FrontierPoint& point);
+  // `base` (a node's options) sending exactly `point`: its precision and every layer's ranks.
+  static TransferOptions AtPoint(const FrontierPoint& point, TransferOptions base);
+  static TransferOptions AtPoint(const FrontierPoint& point);  // from the default options
   // Recompute mode: layers the consumer recomputes; empty takes the artifact's plan.
   std::vector<int> recompute_layers;
 };

@@ -101,7 +101,8 @@ absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& sessio
     const absl::Time now = absl::Now();
     if (report.chunks == 0) report.first_chunk = now;
     report.last_chunk = now;
-    report.bytes += static_cast<int64_t>(received.payload.size());
+    // What travelled: the data and, for int8 / int4, the scales beside it (the header's count).
+    report.bytes += static_cast<int64_t>(received.payload.size() + received.meta.scales().size());
     ++report.chunks;
     absl::StatusOr<CodeChunk> chunk = UnframeChunk(received.meta, received.payload.view(), T);
     if (!chunk.ok()) return fail(chunk.status());

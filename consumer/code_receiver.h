@@ -32,7 +32,7 @@ struct ReceiveReport {
   absl::Duration last_rebuild;
   // The tail token's layer steps (its part of rebuild-time work, overlapped the same way).
   absl::Duration tail;
-  int64_t bytes = 0;
+  int64_t bytes = 0;  // data and scales received (the header's expected_bytes when complete)
   int64_t chunks = 0;
 };
 

@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "codec/fingerprint.h"
+#include "proto/frontier_proto.h"
 #include "proto/prefix_cache_stats.h"
 #include "proto/grpc_server.h"
 #include "proto/grpc_util.h"
@@ -101,6 +102,7 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
     entry->set_id(id);
     entry->set_producer_fingerprint(artifact.producer.fingerprint);
     entry->set_consumer_fingerprint(artifact.consumer.fingerprint);
+    FrontierToEntry(artifact.frontier, entry);  // the coordinator chooses scd's point from it
     node->artifacts_[id] = std::move(artifact);
     held[id] = &node->artifacts_[id];
     spdlog::info("artifact {} ({} -> {}) from {}", id, node->artifacts_[id].producer.name,

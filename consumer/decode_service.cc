@@ -10,10 +10,11 @@
 #include "base/exception_guard.h"
 #include "base/log_text.h"
 #include "codec/transfer_mode.h"
-#include "proto/prefix_cache_stats.h"
 #include "proto/call_watch.h"
 #include "proto/checked_inference.h"
+#include "proto/frontier_proto.h"
 #include "proto/grpc_util.h"
+#include "proto/prefix_cache_stats.h"
 
 namespace scd::consumer {
 
@@ -43,9 +44,9 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
   }
   const std::string id = ForLog(request->request().request_id(), 40);  // for logs
   if (request->target() != consumer_.name) {
-    return Refuse(id, absl::NotFoundError(absl::StrCat("this consumer serves '", consumer_.name,
-                                                       "', not '", ForLog(request->target()),
-                                                       "'")));
+    return Refuse(
+        id, absl::NotFoundError(absl::StrCat("this consumer serves '", consumer_.name, "', not '",
+                                             ForLog(request->target()), "'")));
   }
   TargetRoute route;
   route.mode = request->mode().empty() ? "local" : request->mode();
@@ -58,12 +59,29 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
   if (ModeServedWithArtifact(*mode)) {
     auto it = artifacts_.find(request->artifact_id());
     if (it == artifacts_.end()) {
-      return Refuse(id, absl::FailedPreconditionError(absl::StrCat(
-                            "mode ", route.mode, " needs artifact '",
-                            ForLog(request->artifact_id()),
-                            "', which this consumer does not hold")));
+      return Refuse(
+          id, absl::FailedPreconditionError(absl::StrCat("mode ", route.mode, " needs artifact '",
+                                                         ForLog(request->artifact_id()),
+                                                         "', which this consumer does not hold")));
     }
     route.artifact = it->second;
+  }
+  if (request->has_point()) {
+    absl::StatusOr<FrontierPoint> point = CodePointFromProto(request->point());
+    if (point.ok() && *mode != TransferMode::kScd) {
+      point = absl::InvalidArgumentError(
+          absl::StrCat("point: a frontier point is for mode scd, not ", route.mode));
+    }
+    if (point.ok()) {
+      if (absl::Status s = CheckPoint(*point, route.artifact->FrontierLimits()); !s.ok()) {
+        point = absl::InvalidArgumentError(absl::StrCat("point: not one artifact ",
+                                                        ForLog(request->artifact_id()),
+                                                        " can send: ", s.message()));
+      }
+    }
+    if (!point.ok()) return Refuse(id, point.status());
+    route.point = *std::move(point);
+    route.expected_kl = request->expected_kl();
   }
   if (route.mode != "local" && request->session_id().empty()) {
     return Refuse(id, absl::InvalidArgumentError("session_id: empty (the coordinator sets it)"));
@@ -83,15 +101,14 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
   CallCancellationWatch watch(context, &cancelled);
   const v1::GenerateRequest& req = request->request();
   const absl::Time deadline =
-      received + (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms())
-                                        : consumer_.default_deadline);
-  absl::StatusOr<std::unique_ptr<Admission::Reservation>> reservation = admission_->Admit(
-      ReservationBytes(consumer_, req, prompt_ids->size()), deadline, &cancelled);
+      received +
+      (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms()) : consumer_.default_deadline);
+  absl::StatusOr<std::unique_ptr<Admission::Reservation>> reservation =
+      admission_->Admit(ReservationBytes(consumer_, req, prompt_ids->size()), deadline, &cancelled);
   if (!reservation.ok()) return Refuse(id, reservation.status());
   spdlog::info("[{}] admitted for {} from {} ({} of {} running, {} KV bytes reserved, waited {})",
-               id, route.mode, ForLog(route.producer), admission_->active(),
-               admission_->capacity(), (*reservation)->bytes(),
-               absl::FormatDuration((*reservation)->waited()));
+               id, route.mode, ForLog(route.producer), admission_->active(), admission_->capacity(),
+               (*reservation)->bytes(), absl::FormatDuration((*reservation)->waited()));
 
   RunContext run;
   run.received = received;

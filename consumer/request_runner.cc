@@ -14,6 +14,7 @@
 #include "consumer/code_receiver.h"
 #include "consumer/sequence_stream.h"
 #include "model/generator.h"
+#include "proto/frontier_proto.h"
 #include "proto/request_validation.h"
 #include "tokenizer/prompt_ids.h"
 
@@ -26,7 +27,7 @@ uint64_t Micros(absl::Duration d) {
 
 // How the prefix's cache came to be.
 struct PrefixOutcome {
-  std::string mode, reason;  // the mode actually used and why
+  std::string mode, reason;   // the mode actually used and why
   int64_t cached_tokens = 0;  // positions the prefix cache held (0 after a fallback)
   int64_t payload_bytes = 0;
   absl::Duration transfer = absl::ZeroDuration();
@@ -57,11 +58,13 @@ absl::StatusOr<ExpectedTransfer> PlanTransfer(const ConsumerModel& consumer,
   ExpectedTransfer expected;
   expected.artifact = ModeServedWithArtifact(mode) ? route.artifact : nullptr;
   const ModelConfig& config = consumer.model->config();
-  SCD_ASSIGN_OR_RETURN(expected.plan, TransferPlan::Make(mode, config, expected.artifact,
-                                                         consumer.transfer_options));
-  SCD_ASSIGN_OR_RETURN(expected.chunks,
-                       CodeEncoder(expected.plan, expected.artifact, consumer.transfer_options)
-                           .PlannedChunks(config, tokens));
+  const TransferOptions options =
+      route.point ? TransferOptions::AtPoint(*route.point, consumer.transfer_options)
+                  : consumer.transfer_options;
+  SCD_ASSIGN_OR_RETURN(expected.plan, TransferPlan::Make(mode, config, expected.artifact, options));
+  SCD_ASSIGN_OR_RETURN(
+      expected.chunks,
+      CodeEncoder(expected.plan, expected.artifact, options).PlannedChunks(config, tokens));
   return expected;
 }
 
@@ -130,8 +133,9 @@ absl::StatusOr<GenerationOptions> GenerationOptionsFor(const ConsumerModel& cons
   options.sampling.seed = request.seed();
   options.stop_strings.assign(request.stop().begin(), request.stop().end());
   if (!options.stop_strings.empty() && consumer.tokenizer == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "stop: ", consumer.name, " is served without a tokenizer (dummy weights): no stop strings"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("stop: ", consumer.name,
+                     " is served without a tokenizer (dummy weights): no stop strings"));
   }
   options.top_logprobs = static_cast<int>(request.logprobs());
   SCD_RETURN_IF_ERROR(options.sampling.Validate());
@@ -186,9 +190,8 @@ absl::StatusOr<PrefixOutcome> PreparePrefix(
 // INVALID_ARGUMENT and the like when the scheduler refused it.
 absl::StatusOr<SequenceEnd> Decode(const ConsumerModel& consumer, DecodeScheduler& scheduler,
                                    const std::vector<TokenId>& ids, KvCache cache,
-                                   const at::Tensor& first_logits,
-                                   const GenerationOptions& options, absl::Time deadline,
-                                   const std::atomic<bool>* cancelled,
+                                   const at::Tensor& first_logits, const GenerationOptions& options,
+                                   absl::Time deadline, const std::atomic<bool>* cancelled,
                                    std::function<void(const KvCache&)> on_prompt_done,
                                    const EventSink& emit, absl::Time* first_token) {
   SequenceStream::Options stream_options;
@@ -252,10 +255,10 @@ absl::StatusOr<std::vector<TokenId>> CheckRequest(const ConsumerModel& consumer,
   const int64_t positions = consumer.model->config().max_position_embeddings;
   const int64_t room = positions - static_cast<int64_t>(ids.size());
   if (request.max_tokens() > 0 && static_cast<int64_t>(request.max_tokens()) > room) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "max_tokens: the prompt's ", ids.size(), " tokens and max_tokens ", request.max_tokens(),
-        " exceed the ", positions, " positions of ", consumer.name, " (at most ", room,
-        " more tokens)"));
+    return absl::OutOfRangeError(absl::StrCat("max_tokens: the prompt's ", ids.size(),
+                                              " tokens and max_tokens ", request.max_tokens(),
+                                              " exceed the ", positions, " positions of ",
+                                              consumer.name, " (at most ", room, " more tokens)"));
   }
   return ids;
 }
@@ -265,8 +268,8 @@ int64_t ReservationBytes(const ConsumerModel& consumer, const v1::GenerateReques
   const ModelConfig& config = consumer.model->config();
   const int64_t max_tokens =
       request.max_tokens() > 0 ? request.max_tokens() : consumer.default_max_tokens;
-  const int64_t positions = std::min<int64_t>(
-      config.max_position_embeddings, static_cast<int64_t>(prompt_tokens) + max_tokens);
+  const int64_t positions = std::min<int64_t>(config.max_position_embeddings,
+                                              static_cast<int64_t>(prompt_tokens) + max_tokens);
   return positions *
          config.KvBytesPerToken(static_cast<int64_t>(c10::elementSize(consumer.model->dtype())));
 }
@@ -312,6 +315,10 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
   started.mutable_started()->set_consumer(consumer.name);
   started.mutable_started()->set_mode(route.mode);
   started.mutable_started()->set_mode_reason(route.mode_reason);
+  if (route.point && route.mode != "local") {
+    *started.mutable_started()->mutable_point() = CodePointToProto(*route.point);
+    started.mutable_started()->set_expected_kl(route.expected_kl);
+  }
   // The prefix cache's part of the prefix: loaded before anything else happens.
   const int64_t capacity =
       std::min<int64_t>(consumer.model->config().max_position_embeddings,
@@ -322,7 +329,10 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
   int64_t cached_tokens = 0;
   if (consumer.prefix_cache != nullptr && prefix_tokens > 0) {
     prefix_keys = consumer.prefix_cache->KeysFor(
-        ConsumerPrefixCache::RouteScope(route.mode, route.producer_fingerprint, route.artifact_id),
+        ConsumerPrefixCache::RouteScope(
+            route.mode, route.producer_fingerprint,
+            route.point ? absl::StrCat(route.artifact_id, "@", route.point->Describe())
+                        : route.artifact_id),
         request.cache_salt(), absl::MakeConstSpan(*ids).first(static_cast<size_t>(prefix_tokens)));
     // A transfer keeps at least one position to send; local prefill runs the last token anyway.
     const int64_t most = route.mode == "local" ? prefix_tokens : prefix_tokens - 1;
@@ -366,6 +376,8 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
     notice.mutable_started()->set_mode(prefix->mode);
     notice.mutable_started()->set_mode_reason(prefix->reason);
     notice.mutable_started()->clear_expected_payload_bytes();
+    notice.mutable_started()->clear_point();
+    notice.mutable_started()->clear_expected_kl();
     context.on_fallback(notice);
   }
 
@@ -373,8 +385,8 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
   // events, written here, on this request's thread.
   absl::Time first_token = absl::InfinitePast();
   absl::StatusOr<SequenceEnd> end =
-      Decode(consumer, scheduler, *ids, std::move(cache), prefix->first_logits, *options,
-             deadline, context.cancelled, store_prefix, emit, &first_token);
+      Decode(consumer, scheduler, *ids, std::move(cache), prefix->first_logits, *options, deadline,
+             context.cancelled, store_prefix, emit, &first_token);
   if (!end.ok()) return fail(end.status());
   if (!end->status.ok() && !absl::IsCancelled(end->status)) {
     if (absl::IsDeadlineExceeded(end->status)) {

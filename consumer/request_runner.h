@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "codec/artifact.h"
+#include "codec/frontier.h"
 #include "codec/transfer_plan.h"
 #include "consumer/consumer_prefix_cache.h"
 #include "consumer/decode_scheduler.h"
@@ -70,6 +71,10 @@ struct TargetRoute {
   // Where the codes come from (the consumer's prefix cache keeps caches of different codes apart).
   std::string producer_fingerprint = {};  // the producer's codec fingerprint ("" for local)
   std::string artifact_id = {};           // the artifact's id ("" when none)
+  // scd: the frontier point the coordinator chose (DecodeRequest.point, checked against the
+  // artifact); unset: the fitted configuration at this node's code precision.
+  std::optional<FrontierPoint> point = {};
+  double expected_kl = 0;  // the frontier's KL at `point` (Started.expected_kl)
 };
 
 // This request's transfer session, once the producer has opened it (waits up to `timeout`).

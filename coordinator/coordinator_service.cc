@@ -8,13 +8,14 @@
 #include <utility>
 #include <vector>
 
-#include "base/grpc_tls.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/grpc_tls.h"
 #include "base/log_text.h"
 #include "base/prefix_hash.h"
 #include "base/random_id.h"
 #include "proto/checked_inference.h"
+#include "proto/frontier_proto.h"
 #include "proto/grpc_util.h"
 #include "proto/registry_client.h"
 #include "proto/request_validation.h"
@@ -40,7 +41,7 @@ struct TargetCall {
   // Guarded by the run's mutex.
   bool started = false, ended = false, terminal = false;
   uint32_t consumer_cached_tokens = 0;  // its Started said (the producer sends the rest)
-  bool fell_back = false;  // the consumer announced its fallback to its own prefill
+  bool fell_back = false;               // the consumer announced its fallback to its own prefill
   std::string started_mode;
   std::string failure;  // why the coordinator gave up on it (for the Error it writes)
   grpc::Status status;  // how the Decode call ended (once `ended`)
@@ -125,11 +126,11 @@ grpc::Status RegistryService::SetLinkShape(grpc::ServerContext* context,
   const std::vector<NodeRegistry::ProducerNode> producers =
       registry_->Producers(request->producer());
   if (producers.empty()) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        request->producer().empty()
-                            ? "no live producer"
-                            : absl::StrCat("no live producer named '",
-                                           ForLog(request->producer(), 128), "'"));
+    return grpc::Status(
+        grpc::StatusCode::NOT_FOUND,
+        request->producer().empty()
+            ? "no live producer"
+            : absl::StrCat("no live producer named '", ForLog(request->producer(), 128), "'"));
   }
   // One call per producer, all at once; each answers on its own row.
   std::vector<std::thread> calls;
@@ -139,8 +140,8 @@ grpc::Status RegistryService::SetLinkShape(grpc::ServerContext* context,
     row->set_name(producer.name);
     row->set_address(producer.control_address);
     calls.emplace_back([this, request, row] {
-      auto stub = v1::Producer::NewStub(
-          grpc::CreateChannel(row->address(), GrpcChannelCredentials()));
+      auto stub =
+          v1::Producer::NewStub(grpc::CreateChannel(row->address(), GrpcChannelCredentials()));
       grpc::ClientContext call;
       secret_.Attach(&call);
       call.set_deadline(Deadline(absl::Now() + absl::Seconds(5)));
@@ -167,10 +168,7 @@ grpc::Status RegistryService::SetLinkShape(grpc::ServerContext* context,
 CoordinatorInferenceService::CoordinatorInferenceService(NodeRegistry* registry,
                                                          ClusterSecret secret, Tally* counters,
                                                          CoordinatorOptions options)
-    : registry_(registry),
-      secret_(std::move(secret)),
-      counters_(counters),
-      options_(options) {}
+    : registry_(registry), secret_(std::move(secret)), counters_(counters), options_(options) {}
 
 std::shared_ptr<grpc::Channel> CoordinatorInferenceService::Channel(const std::string& address) {
   absl::MutexLock lock(&mu_);
@@ -226,9 +224,9 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
         options_.tokenizer, req.prompt(),
         absl::MakeConstSpan(req.prompt_ids().data(), static_cast<size_t>(req.prompt_ids_size())),
         int64_t{1} << 31, int64_t{1} << 31);
-    hint.kv_positions = static_cast<int64_t>(req.max_tokens() > 0 ? req.max_tokens()
-                                                                  : kAssumedMaxTokens) +
-                        (ids.ok() ? static_cast<int64_t>(ids->size()) : 0);
+    hint.kv_positions =
+        static_cast<int64_t>(req.max_tokens() > 0 ? req.max_tokens() : kAssumedMaxTokens) +
+        (ids.ok() ? static_cast<int64_t>(ids->size()) : 0);
     if (ids.ok() && ids->size() > 1) {
       hint.block_tokens = kPrefixBlockTokens;
       hint.blocks = RoutingKeys(PrefixBlockChain(
@@ -236,8 +234,9 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
     }
   }
   const PrefixHint* hint_ptr = &hint;
-  absl::StatusOr<Route> route = registry_->Resolve(
-      std::vector<std::string>(req.targets().begin(), req.targets().end()), req.mode(), hint_ptr);
+  absl::StatusOr<Route> route =
+      registry_->Resolve(std::vector<std::string>(req.targets().begin(), req.targets().end()),
+                         req.mode(), hint_ptr, req.max_kl());
   if (!route.ok()) {
     spdlog::info("[{}] not routed: {}", id, ForLog(route.status().ToString(), 300));
     CountRefusal(counters_, route.status());
@@ -253,7 +252,7 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
   bool prefill_known = false;  // the producer answered (or there is no producer call)
   uint64_t prefill_us = 0, encode_us = 0;
   uint32_t producer_cached_tokens = 0;  // the producer's answer: positions its cache served
-  std::optional<v1::LinkShape> link;  // the shape the producer's sessions travelled under
+  std::optional<v1::LinkShape> link;    // the shape the producer's sessions travelled under
   std::vector<std::unique_ptr<TargetCall>> calls;
   for (const RouteTarget& target : route->targets) {
     auto call = std::make_unique<TargetCall>();
@@ -294,6 +293,10 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
     decode.set_producer_fingerprint(route->producer_fingerprint);
     decode.set_artifact_id(call->route.artifact_id);
     decode.set_session_id(session_id);
+    if (call->route.point) {
+      *decode.mutable_point() = CodePointToProto(*call->route.point);
+      decode.set_expected_kl(call->route.point->kl);
+    }
     secret_.Attach(&call->context);
     auto stub = v1::Consumer::NewStub(Channel(call->route.consumer_address));
     call->reader = std::thread([&, call, decode, stub = std::move(stub)] {
@@ -400,6 +403,7 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
       target->set_mode(call->started_mode);
       target->set_artifact_id(call->route.artifact_id);
       target->set_consumer_cached_tokens(call->consumer_cached_tokens);
+      if (call->route.point) *target->mutable_point() = CodePointToProto(*call->route.point);
       by_target[call->route.target] = call.get();
     }
   }

@@ -7,10 +7,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/log_text.h"
 #include "base/random_id.h"
 #include "codec/transfer_mode.h"
+#include "proto/frontier_proto.h"
 
 namespace scd::coordinator {
 namespace {
@@ -33,8 +35,8 @@ absl::Status CheckMode(const std::string& mode) {
   if (mode == "auto") return absl::OkStatus();
   absl::StatusOr<TransferMode> parsed = ParseTransferMode(mode);
   if (!parsed.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown mode '", ForLog(mode), "' (auto, local, raw, int4, recompute, reuse, scd)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown mode '", ForLog(mode), "' (auto, local, raw, int4, recompute, reuse, scd)"));
   }
   return absl::OkStatus();
 }
@@ -73,8 +75,27 @@ absl::Status ValidateRegistration(const v1::RegisterRequest& request) {
           "register: artifact ", artifact.id(), " is for consumer model ",
           ShortFingerprint(artifact.consumer_fingerprint()), ", which this node does not serve"));
     }
+    if (absl::StatusOr<Frontier> f = FrontierFromEntry(artifact); !f.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("register: ", f.status().message()));
+    }
   }
   return absl::OkStatus();
+}
+
+// The frontiers of a validated registration, by artifact id.
+std::map<std::string, Frontier> Frontiers(const v1::RegisterRequest& request) {
+  std::map<std::string, Frontier> out;
+  for (const v1::ArtifactEntry& artifact : request.artifacts()) {
+    absl::StatusOr<Frontier> f = FrontierFromEntry(artifact);
+    if (f.ok() && !f->empty()) out[artifact.id()] = *std::move(f);
+  }
+  return out;
+}
+
+// "#3 int4 K 6,12 V 10,15 H 32,48 (KL 0.0181, 157.5 B/token)".
+std::string PointText(const Frontier& frontier, const FrontierPoint& p) {
+  return absl::StrFormat("#%d %s (KL %.4g, %.1f B/token)", &p - frontier.points.data(),
+                         p.Describe(), p.kl, p.bytes_per_token);
 }
 
 }  // namespace
@@ -88,6 +109,7 @@ absl::StatusOr<Lease> NodeRegistry::Register(const v1::RegisterRequest& request)
     for (const v1::ModelEntry& model : request.models()) known_targets_.insert(model.name());
   }
   node.info = request;
+  node.frontiers = Frontiers(request);
   node.last_heartbeat = clock_();
   const std::string id = node.id;
   nodes_.emplace(id, std::move(node));
@@ -99,8 +121,7 @@ absl::Status NodeRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
   auto it = nodes_.find(request.node_id());
   const absl::Time now = clock_();
   if (it == nodes_.end() || !Live(it->second, now)) {
-    return absl::NotFoundError(absl::StrCat("heartbeat: no lease '",
-                                            ShortNodeId(request.node_id()),
+    return absl::NotFoundError(absl::StrCat("heartbeat: no lease '", ShortNodeId(request.node_id()),
                                             "...' (lapsed or unknown): register"));
   }
   it->second.last_heartbeat = now;
@@ -129,6 +150,7 @@ absl::Status NodeRegistry::Upsert(const std::string& node_id, const v1::Register
   Node& node = nodes_[node_id];
   node.id = node_id;
   node.info = request;
+  node.frontiers = Frontiers(request);
   node.external = true;
   node.last_heartbeat = clock_();
   if (request.role() == v1::NODE_ROLE_CONSUMER) {
@@ -221,8 +243,7 @@ void NodeRegistry::RoutedDone(const Route& route) {
 absl::Status NodeRegistry::Deregister(const std::string& node_id) {
   absl::MutexLock lock(&mu_);
   if (nodes_.erase(node_id) == 0) {
-    return absl::NotFoundError(
-        absl::StrCat("deregister: no node '", ShortNodeId(node_id), "...'"));
+    return absl::NotFoundError(absl::StrCat("deregister: no node '", ShortNodeId(node_id), "...'"));
   }
   return absl::OkStatus();
 }
@@ -257,8 +278,7 @@ const NodeRegistry::Node* NodeRegistry::PickConsumer(const std::string& name, ab
                                     [&](const v1::ModelEntry& m) { return m.name() == name; });
     if (!serves) continue;
     const double cost = Cost(node, hint);
-    if (best == nullptr || cost < best_cost ||
-        (cost == best_cost && Load(node) < Load(*best))) {
+    if (best == nullptr || cost < best_cost || (cost == best_cost && Load(node) < Load(*best))) {
       best = &node;
       best_cost = cost;
     }
@@ -269,7 +289,8 @@ const NodeRegistry::Node* NodeRegistry::PickConsumer(const std::string& name, ab
 absl::StatusOr<RouteTarget> NodeRegistry::ResolveTarget(const Node& consumer,
                                                         const std::string& name,
                                                         const Node* producer,
-                                                        const std::string& mode) const {
+                                                        const std::string& mode,
+                                                        double max_kl) const {
   RouteTarget target;
   target.target = name;
   target.consumer_node = consumer.id;
@@ -302,11 +323,39 @@ absl::StatusOr<RouteTarget> NodeRegistry::ResolveTarget(const Node& consumer,
   }
   const bool identical = source.fingerprint() == target.consumer_fingerprint;
   const std::string pair = absl::StrCat(source.name(), " -> ", name);
+  const Frontier* frontier = nullptr;
+  if (artifact != nullptr) {
+    auto it = consumer.frontiers.find(artifact->id());
+    if (it != consumer.frontiers.end()) frontier = &it->second;
+  }
+  // With a quality budget: the frontier's cheapest point within it (null: none is, or no
+  // frontier to tell).
+  const FrontierPoint* within =
+      frontier != nullptr && max_kl > 0 ? frontier->CheapestWithin(max_kl) : nullptr;
+  const std::string budget = absl::StrFormat("max_kl %g", max_kl);
   if (mode == "auto") {
-    if (artifact != nullptr) {
+    if (artifact != nullptr && max_kl > 0 && within == nullptr) {
+      target.mode = "local";
+      target.mode_reason =
+          frontier == nullptr
+              ? absl::StrCat("artifact ", artifact->id(), " for ", pair,
+                             " has no frontier to meet ", budget, ": local prefill")
+              : absl::StrCat("no point of artifact ", artifact->id(), "'s frontier for ", pair,
+                             " is within ", budget,
+                             " (the best: ", PointText(*frontier, *frontier->BestQuality()),
+                             "): local prefill");
+    } else if (artifact != nullptr) {
       target.mode = "scd";
       target.mode_reason = absl::StrCat("artifact ", artifact->id(), " for ", pair);
       target.artifact_id = artifact->id();
+      if (frontier != nullptr) {
+        const FrontierPoint& p =
+            within != nullptr ? *within : frontier->points[frontier->recommended];
+        target.point = p;
+        absl::StrAppend(&target.mode_reason, ", frontier point ", PointText(*frontier, p),
+                        within != nullptr ? absl::StrCat(": the cheapest within ", budget)
+                                          : ": the recommended one");
+      }
     } else if (identical) {
       target.mode = "raw";
       target.mode_reason = absl::StrCat("identical weights (", pair, "), no artifact needed");
@@ -339,16 +388,31 @@ absl::StatusOr<RouteTarget> NodeRegistry::ResolveTarget(const Node& consumer,
           " faithfully: the weights differ (this coordinator runs with --strict-modes; use scd, "
           "recompute, local or auto)"));
     }
-    target.mode_reason = absl::StrCat("requested; the weights differ (", pair,
-                                      "): quality degraded");
+    target.mode_reason =
+        absl::StrCat("requested; the weights differ (", pair, "): quality degraded");
   }
   if (artifact != nullptr && NeedsArtifact(mode)) target.artifact_id = artifact->id();
+  if (mode == "scd" && max_kl > 0) {
+    if (within == nullptr) {
+      return absl::FailedPreconditionError(
+          frontier == nullptr
+              ? absl::StrCat("max_kl: artifact ", artifact->id(), " for ", pair,
+                             " has no frontier to choose a point within ", budget)
+              : absl::StrCat("max_kl: no point of artifact ", artifact->id(), "'s frontier for ",
+                             pair, " is within ", budget,
+                             " (the best: ", PointText(*frontier, *frontier->BestQuality()),
+                             "); raise it, or use mode auto to prefill locally"));
+    }
+    target.point = *within;
+    target.mode_reason = absl::StrCat("requested; frontier point ", PointText(*frontier, *within),
+                                      ": the cheapest within ", budget);
+  }
   return target;
 }
 
 absl::StatusOr<Route> NodeRegistry::Resolve(const std::vector<std::string>& targets,
                                             const std::string& requested_mode,
-                                            const PrefixHint* hint) const {
+                                            const PrefixHint* hint, double max_kl) const {
   const std::string mode = requested_mode.empty() ? "auto" : requested_mode;
   if (targets.empty()) return absl::InvalidArgumentError("no target named");
   if (std::set<std::string>(targets.begin(), targets.end()).size() != targets.size()) {
@@ -363,18 +427,19 @@ absl::StatusOr<Route> NodeRegistry::Resolve(const std::vector<std::string>& targ
     const Node* consumer = PickConsumer(name, now, hint);
     if (consumer == nullptr) {
       if (known_targets_.count(name) > 0) {
-        return absl::UnavailableError(absl::StrCat(
-            "target '", ForLog(name), "' has no live consumer right now (its nodes stopped "
-            "heartbeating or are draining); retry later"));
+        return absl::UnavailableError(
+            absl::StrCat("target '", ForLog(name),
+                         "' has no live consumer right now (its nodes stopped "
+                         "heartbeating or are draining); retry later"));
       }
       std::set<std::string> known;
       for (const auto& [id, node] : nodes_) {
         if (node.info.role() != v1::NODE_ROLE_CONSUMER || !Live(node, now)) continue;
         for (const v1::ModelEntry& m : node.info.models()) known.insert(m.name());
       }
-      return absl::NotFoundError(absl::StrCat("unknown target '", ForLog(name),
-                                              "'; known targets: ",
-                                              known.empty() ? "none" : absl::StrJoin(known, ", ")));
+      return absl::NotFoundError(
+          absl::StrCat("unknown target '", ForLog(name),
+                       "'; known targets: ", known.empty() ? "none" : absl::StrJoin(known, ", ")));
     }
     consumers.push_back(consumer);
   }
@@ -401,7 +466,8 @@ absl::StatusOr<Route> NodeRegistry::Resolve(const std::vector<std::string>& targ
     int score = 0;
     absl::Status error;
     for (size_t i = 0; i < targets.size(); ++i) {
-      absl::StatusOr<RouteTarget> target = ResolveTarget(*consumers[i], targets[i], producer, mode);
+      absl::StatusOr<RouteTarget> target =
+          ResolveTarget(*consumers[i], targets[i], producer, mode, max_kl);
       if (!target.ok()) {
         error = target.status();
         break;

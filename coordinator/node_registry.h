@@ -7,7 +7,10 @@
 // fan-out runs one prefill), and per target a consumer node and the mode actually used, chosen
 // only where the pair can serve it: modes that need a translator artifact (reuse, scd) only where
 // the consumer registered an artifact for that producer's fingerprint; `auto` picks scd with an
-// artifact, else raw between identical weights, else local, and says why.
+// artifact, else raw between identical weights, else local, and says why. With the artifact's
+// frontier (registered with it, codec/frontier.h) scd sends a chosen point: auto the cheapest
+// within the request's max_kl, else the recommended one, and local prefill when no point is
+// within max_kl; explicit scd the fitted configuration, or with max_kl the cheapest within it.
 //
 // Cache-aware routing: nodes report the prefix blocks their caches hold with every heartbeat
 // (registry.proto PrefixBlocks); Resolve, given the routing keys of a prompt's prefix blocks
@@ -20,9 +23,10 @@
 // reported reserved and queued and the bytes of the requests routed to it and not yet done (each
 // request's prompt + max_tokens positions at the consumer's KV bytes per position). A consumer
 // whose free bytes cannot hold the request (a producer at its capacity) is taken only when every
-// candidate is: the consumer then queues it. NoteRouted records what a routed request will leave in its nodes' caches (the next
-// heartbeat's report replaces it), so a second request right behind the first follows it; only
-// for nodes that report a cache, and never past kReportedPrefixBlocks per node.
+// candidate is: the consumer then queues it. NoteRouted records what a routed request will leave in
+// its nodes' caches (the next heartbeat's report replaces it), so a second request right behind the
+// first follows it; only for nodes that report a cache, and never past kReportedPrefixBlocks per
+// node.
 //
 // Thread-safety: thread-safe (one mutex); the clock is called under it.
 #ifndef SCD_COORDINATOR_NODE_REGISTRY_H_
@@ -31,6 +35,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -40,8 +45,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "scd/v1/inference.pb.h"
+#include "codec/frontier.h"
 #include "proto/registry_client.h"
+#include "scd/v1/inference.pb.h"
 #include "scd/v1/registry.pb.h"
 
 namespace scd::coordinator {
@@ -83,6 +89,9 @@ struct RouteTarget {
   std::string mode_reason;  // why (always set)
   std::string artifact_id;  // the artifact the mode uses ("" when none)
   int64_t kv_bytes = 0;     // the KV memory the request will reserve on the consumer (0: unknown)
+  // scd from an artifact with a frontier: the point chosen (ranks and precision; the measured
+  // fields as the frontier has them). Unset: the fitted configuration at the nodes' precision.
+  std::optional<FrontierPoint> point;
 };
 
 struct Route {
@@ -121,11 +130,13 @@ class NodeRegistry {
   // INVALID_ARGUMENT: no target, a duplicate, or an unknown mode. NOT_FOUND: a target no consumer
   // ever registered (the message names the live ones; a long name is cut). UNAVAILABLE: a target
   // known from an earlier registration whose nodes are all out of routing (stalled, lapsed), or
-  // codes needed but no live producer. FAILED_PRECONDITION: an explicit mode no producer/consumer pair can serve (names the
-  // artifacts held). Nodes with leases lapsed but not yet swept are not routed to.
-  // `hint` (may be null): the prompt's prefix blocks, for cache-aware routing.
+  // codes needed but no live producer. FAILED_PRECONDITION: an explicit mode no producer/consumer
+  // pair can serve (names the artifacts held). Nodes with leases lapsed but not yet swept are not
+  // routed to. `hint` (may be null): the prompt's prefix blocks, for cache-aware routing. `max_kl`
+  // (0: none): the request's quality budget (GenerateRequest.max_kl); FAILED_PRECONDITION for
+  // explicit scd when no frontier point of the pair is within it.
   absl::StatusOr<Route> Resolve(const std::vector<std::string>& targets, const std::string& mode,
-                                const PrefixHint* hint = nullptr) const;
+                                const PrefixHint* hint = nullptr, double max_kl = 0) const;
   // A request routed on `route` starts (its nodes count it as load until RoutedDone) and will
   // leave `hint`'s blocks in their caches.
   void NoteRouted(const Route& route, const PrefixHint* hint);
@@ -155,6 +166,7 @@ class NodeRegistry {
     std::set<uint64_t> prefix_blocks;  // routing keys its cache holds (reported + routed since)
     bool has_prefix_cache = false;     // it reports one (else nothing is predicted for it)
     bool external = false;             // Upsert: liveness kept elsewhere (etcd)
+    std::map<std::string, Frontier> frontiers;  // by artifact id (consumers), as registered
   };
   void ApplyState(Node& node, const v1::HeartbeatRequest& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Live(const Node& node, absl::Time now) const;
@@ -173,7 +185,8 @@ class NodeRegistry {
   // Resolves one target against one producer (nullptr: none live). Returns an error only for an
   // explicit mode the pair cannot serve.
   absl::StatusOr<RouteTarget> ResolveTarget(const Node& consumer, const std::string& name,
-                                            const Node* producer, const std::string& mode) const;
+                                            const Node* producer, const std::string& mode,
+                                            double max_kl) const;
 
   const RegistryOptions options_;
   const Clock clock_;

@@ -193,6 +193,8 @@ absl::Status ParseOptions(const Json& body, ParsedRequest* out) {
   r.set_allow_local_fallback(fallback.value_or(false));
   SCD_FIELD(deadline_ms, uint32_t, body, "deadline_ms");
   r.set_deadline_ms(deadline_ms.value_or(0));
+  SCD_FIELD(max_kl, double, body, "max_kl");
+  r.set_max_kl(max_kl.value_or(0));
   return absl::OkStatus();
 }
 

@@ -3,9 +3,9 @@
 // gRPC API (an in-process channel to its CheckedInferenceService: the same validation, routing,
 // limits and metrics as a gRPC client gets):
 //   POST /v1/completions        prompt (a string, or one list of token ids), max_tokens (16),
-//                               temperature (1), top_p, seed, stop (a string or a list), n (1 only),
-//                               logprobs (0..20: top alternatives per token), stream, echo (false
-//                               only), stream_options.include_usage; answers text_completion
+//                               temperature (1), top_p, seed, stop (a string or a list), n (1
+//                               only), logprobs (0..20: top alternatives per token), stream, echo
+//                               (false only), stream_options.include_usage; answers text_completion
 //   POST /v1/chat/completions   messages [{role, content: a string or [{type: "text", text}]}]
 //                               in the plain chat format below, logprobs (bool) + top_logprobs,
 //                               max_tokens / max_completion_tokens; answers chat.completion
@@ -13,7 +13,8 @@
 //   GET  /health, /metrics      passed on to `fallback`
 // SCD extensions (request body): "targets": [names] (a fan-out from one prefill: choices[i] is
 // targets[i]'s; without it, "model" names the target), "mode" (auto | scd | reuse | raw | int4 |
-// recompute | local), "top_k", "cache_salt", "allow_local_fallback", "deadline_ms". Every choice
+// recompute | local), "top_k", "cache_salt", "allow_local_fallback", "deadline_ms", "max_kl"
+// (scd's quality budget: GenerateRequest.max_kl). Every choice
 // also carries "scd": {mode, mode_reason, payload_bytes, ttft_ms, producer_cached_tokens,
 // consumer_cached_tokens} (streamed: on its last chunk).
 // Chat prompts: the serving model's chat template (tokenizer_config.json's, rendered as

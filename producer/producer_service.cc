@@ -13,9 +13,10 @@
 #include "codec/code_encoder.h"
 #include "codec/transfer_mode.h"
 #include "producer/prefill_streamer.h"
-#include "proto/prefix_cache_stats.h"
 #include "proto/call_watch.h"
+#include "proto/frontier_proto.h"
 #include "proto/grpc_util.h"
+#include "proto/prefix_cache_stats.h"
 #include "proto/request_validation.h"
 #include "tokenizer/prompt_ids.h"
 
@@ -31,6 +32,7 @@ struct OpenTarget {
   absl::Status status;
   transport::LinkShape shape;  // the link its session travels on
   int64_t begin = 0;           // the first position sent (the consumer holds the rest)
+  TransferOptions options;     // the node's, at the target's frontier point when it has one
 };
 
 }  // namespace
@@ -62,8 +64,8 @@ ProducerControlService::ProducerControlService(ProducerModel producer,
         if (plan.ok()) plans.push_back(*std::move(plan));
       }
     }
-    prefix_store_ = std::make_unique<ProducerPrefixStore>(
-        *producer_.model, producer_.fingerprint, plans, producer_.prefix_cache_bytes);
+    prefix_store_ = std::make_unique<ProducerPrefixStore>(*producer_.model, producer_.fingerprint,
+                                                          plans, producer_.prefix_cache_bytes);
   }
 }
 
@@ -195,17 +197,32 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
         }
         artifact = it->second;
       }
+      o.options = producer_.transfer_options;
+      if (target.has_point()) {
+        SCD_ASSIGN_OR_RETURN(FrontierPoint point, CodePointFromProto(target.point()));
+        if (mode != TransferMode::kScd) {
+          return absl::InvalidArgumentError(absl::StrCat("point of ", target.target(),
+                                                         ": a frontier point is for mode scd, not ",
+                                                         target.mode()));
+        }
+        if (absl::Status s = CheckPoint(point, artifact->FrontierLimits()); !s.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("point of ", target.target(), ": not one artifact ",
+                           target.artifact_id(), " can send: ", s.message()));
+        }
+        o.options = TransferOptions::AtPoint(point, producer_.transfer_options);
+      }
       SCD_ASSIGN_OR_RETURN(TransferPlan plan,
-                           TransferPlan::Make(mode, config, artifact, producer_.transfer_options));
-      o.encoder = std::make_unique<CodeEncoder>(plan, artifact, producer_.transfer_options);
-      TransferIdentity identity{SessionTag(request->session_id(), target.target()), producer_.fingerprint,
-                                target.consumer_fingerprint(), target.artifact_id()};
+                           TransferPlan::Make(mode, config, artifact, o.options));
+      o.encoder = std::make_unique<CodeEncoder>(plan, artifact, o.options);
+      TransferIdentity identity{SessionTag(request->session_id(), target.target()),
+                                producer_.fingerprint, target.consumer_fingerprint(),
+                                target.artifact_id()};
       o.begin = target.consumer_cached_tokens();
       if (o.begin % B != 0 || o.begin >= static_cast<int64_t>(prefix.size())) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "consumer_cached_tokens ", o.begin, " of ", target.target(),
-            ": not a multiple of the ", B, "-position prefix block below the prefix's ",
-            prefix.size(), " positions"));
+            "consumer_cached_tokens ", o.begin, " of ", target.target(), ": not a multiple of the ",
+            B, "-position prefix block below the prefix's ", prefix.size(), " positions"));
       }
       SCD_ASSIGN_OR_RETURN(
           v1::TransferHeader header,
@@ -218,9 +235,9 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
     if (o.status.ok()) {
       // The artifact names the encoding only where the mode uses one (raw and int4 ignore it).
       const bool uses_artifact = ModeServedWithArtifact(o.encoder->plan().mode);
-      streams.push_back({o.encoder.get(), o.session, o.begin,
-                         CodesKey(o.encoder->plan(), producer_.transfer_options,
-                                  uses_artifact ? target.artifact_id() : "")});
+      streams.push_back(
+          {o.encoder.get(), o.session, o.begin,
+           CodesKey(o.encoder->plan(), o.options, uses_artifact ? target.artifact_id() : "")});
       stream_index.push_back(i);
     }
   }
@@ -241,9 +258,9 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
     for (;;) {
       cached = servable ? prefix_store_->Lookup(*keys, full) : CachedPrefix{};
       if (cached.blocks.size() >= full) break;
-      claim = prefix_store_->blocks().ClaimOrWait(keys->keys, cached.blocks.size(), full,
-                                                  wait_until,
-                                                  [context] { return context->IsCancelled(); });
+      claim =
+          prefix_store_->blocks().ClaimOrWait(keys->keys, cached.blocks.size(), full, wait_until,
+                                              [context] { return context->IsCancelled(); });
       if (claim.has_value() || absl::Now() >= wait_until || context->IsCancelled()) break;
     }
     prefix_store_->Record(cached.tokens, static_cast<int64_t>(prefix.size()));

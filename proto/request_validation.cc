@@ -11,7 +11,7 @@ namespace {
 
 // The transfer modes the API names (codec/transfer_mode.h, plus auto and "").
 bool KnownMode(const std::string& mode) {
-  static const std::set<std::string> kModes = {"",    "auto",      "local", "raw",
+  static const std::set<std::string> kModes = {"",     "auto",      "local", "raw",
                                                "int4", "recompute", "reuse", "scd"};
   return kModes.count(mode) > 0;
 }
@@ -36,10 +36,10 @@ absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
   // request_id first: every later message may name it.
   const std::string& id = request.request_id();
   if (id.size() > limits.max_request_id_bytes || !IsPrintableAscii(id)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "request_id: at most ", limits.max_request_id_bytes,
-        " printable ASCII characters without spaces (got ", id.size(), " bytes: '", ForLog(id, 32),
-        "')"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("request_id: at most ", limits.max_request_id_bytes,
+                     " printable ASCII characters without spaces (got ", id.size(), " bytes: '",
+                     ForLog(id, 32), "')"));
   }
   const bool has_text = !request.prompt().empty(), has_ids = request.prompt_ids_size() > 0;
   if (has_text && has_ids) {
@@ -114,25 +114,23 @@ absl::Status ValidateGenerationValues(const v1::GenerateRequest& request,
   }
   const float temperature = request.temperature();
   if (!std::isfinite(temperature) || temperature < 0 || temperature > limits.max_temperature) {
-    return absl::OutOfRangeError(absl::StrCat("temperature: ", temperature, " is not in [0, ",
-                                              limits.max_temperature, "]"));
+    return absl::OutOfRangeError(
+        absl::StrCat("temperature: ", temperature, " is not in [0, ", limits.max_temperature, "]"));
   }
   const float top_p = request.top_p();
   if (!std::isfinite(top_p) || top_p < 0 || top_p > 1) {
-    return absl::OutOfRangeError(
-        absl::StrCat("top_p: ", top_p, " is not in [0, 1] (0 or 1: off)"));
+    return absl::OutOfRangeError(absl::StrCat("top_p: ", top_p, " is not in [0, 1] (0 or 1: off)"));
   }
   if (request.top_k() > limits.max_top_k) {
-    return absl::OutOfRangeError(absl::StrCat("top_k: ", request.top_k(),
-                                              " is more than the limit of ", limits.max_top_k));
+    return absl::OutOfRangeError(
+        absl::StrCat("top_k: ", request.top_k(), " is more than the limit of ", limits.max_top_k));
   }
   if (request.logprobs() > limits.max_logprobs) {
     return absl::OutOfRangeError(absl::StrCat("logprobs: ", request.logprobs(),
-                                              " is more than the limit of ",
-                                              limits.max_logprobs));
+                                              " is more than the limit of ", limits.max_logprobs));
   }
-  if (absl::Status s = Length("stop", static_cast<size_t>(request.stop_size()), limits.max_stops,
-                              "strings");
+  if (absl::Status s =
+          Length("stop", static_cast<size_t>(request.stop_size()), limits.max_stops, "strings");
       !s.ok()) {
     return s;
   }
@@ -151,6 +149,18 @@ absl::Status ValidateGenerationValues(const v1::GenerateRequest& request,
     return s;
   }
   if (absl::Status s = Utf8("cache_salt", request.cache_salt()); !s.ok()) return s;
+  const double max_kl = request.max_kl();
+  if (!std::isfinite(max_kl) || max_kl < 0 || max_kl > limits.max_kl) {
+    return absl::OutOfRangeError(absl::StrCat("max_kl: ", max_kl, " is not in [0, ", limits.max_kl,
+                                              "] (nats per token; 0: the recommended point)"));
+  }
+  if (max_kl > 0 && !request.mode().empty() && request.mode() != "auto" &&
+      request.mode() != "scd") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_kl: a quality budget chooses among scd's frontier points, so it needs mode auto or "
+        "scd, not ",
+        ForLog(request.mode(), 40)));
+  }
   if (request.deadline_ms() > limits.max_deadline_ms) {
     return absl::OutOfRangeError(absl::StrCat("deadline_ms: ", request.deadline_ms(),
                                               " is more than the limit of ",

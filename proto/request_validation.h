@@ -29,6 +29,7 @@ struct RequestLimits {
   size_t max_stops = 16;
   size_t max_stop_bytes = 256;
   size_t max_cache_salt_bytes = 256;
+  double max_kl = 10;  // nats per token: far beyond any useful budget (raw across weights ~1.2)
   uint32_t max_tokens = uint32_t{1} << 20;
   uint32_t max_top_k = uint32_t{1} << 20;
   uint32_t max_logprobs = 20;
@@ -36,8 +37,8 @@ struct RequestLimits {
   uint32_t max_deadline_ms = 3600 * 1000;
 };
 
-// The generation values alone (max_tokens, temperature, top_p, top_k, logprobs, stop): what a consumer
-// re-checks cheaply where it turns them into sampling options (no prompt scan).
+// The generation values alone (max_tokens, temperature, top_p, top_k, logprobs, stop): what a
+// consumer re-checks cheaply where it turns them into sampling options (no prompt scan).
 absl::Status ValidateGenerationValues(const v1::GenerateRequest& request,
                                       const RequestLimits& limits = {});
 

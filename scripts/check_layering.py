@@ -25,7 +25,7 @@ ALLOWED = {
     # Bytes and frames only: never models or codecs.
     "transport": ["base", "proto"],
     # The daemons' libraries. Producer and consumer meet only through transport and proto; the
-    # coordinator routes without models (torch-free; codec/transfer_mode only).
+    # coordinator routes without models (torch-free: codec/transfer_mode, wire_dtype, frontier).
     "producer": ["base", "tokenizer", "model", "codec", "proto", "transport"],
     "consumer": ["base", "tokenizer", "model", "codec", "proto", "transport"],
     "coordinator": ["base", "tokenizer", "codec", "proto", "transport"],

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "proto/registry_client.h"
 
 namespace scd::coordinator {
@@ -104,8 +106,7 @@ TEST_F(NodeRegistryTest, SilentNodeLeavesRoutingWithinThreeSeconds) {
 TEST_F(NodeRegistryTest, DeregisterRemovesAtOnce) {
   const std::string id = Add(Consumer("fables", kFablesFp, {}));
   ASSERT_TRUE(registry_.Deregister(id).ok());
-  EXPECT_EQ(registry_.Resolve({"fables"}, "local").status().code(),
-            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(registry_.Resolve({"fables"}, "local").status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(registry_.Deregister(id).code(), absl::StatusCode::kNotFound);
 }
 
@@ -143,6 +144,107 @@ TEST_F(NodeRegistryTest, AutoPicksScdWithArtifactRawForIdenticalWeightsElseLocal
   EXPECT_THAT(route->targets[2].mode_reason, HasSubstr("identical weights"));
 }
 
+// A 2-layer frontier: int4 at 10 B/token KL 0.05, int8 at 40 KL 0.02 (recommended), f16 at 100
+// KL 0.018 (the fitted configuration).
+void AddFrontier(v1::ArtifactEntry* artifact) {
+  auto add = [&](const char* dtype, uint32_t rank, double bytes, double kl) {
+    v1::FrontierPointEntry* e = artifact->add_frontier();
+    e->mutable_point()->set_code_dtype(dtype);
+    for (uint32_t l = 0; l < 2; ++l) {
+      e->mutable_point()->add_rank_k(rank);
+      e->mutable_point()->add_rank_v(rank);
+      e->mutable_point()->add_rank_h(0);
+    }
+    e->set_bytes_per_token(bytes);
+    e->set_kl(kl);
+  };
+  add("int4", 2, 10, 0.05);
+  add("int8", 4, 40, 0.02);
+  add("f16", 8, 100, 0.018);
+  artifact->set_recommended(1);
+}
+
+TEST_F(NodeRegistryTest, FrontierPointsChosenByTheQualityBudget) {
+  Add(Producer("base", kBaseFp));
+  v1::RegisterRequest consumer = Consumer("fables", kFablesFp, {kBaseFp});
+  AddFrontier(consumer.mutable_artifacts(0));
+  Add(consumer);
+  // auto without a budget: the recommended point, said in the reason.
+  absl::StatusOr<Route> route = registry_.Resolve({"fables"}, "auto");
+  ASSERT_TRUE(route.ok()) << route.status();
+  const RouteTarget& t = route->targets[0];
+  EXPECT_EQ(t.mode, "scd");
+  ASSERT_TRUE(t.point.has_value());
+  EXPECT_EQ(t.point->code_dtype, WireDtype::kInt8);
+  EXPECT_EQ(t.point->rank_k, (std::vector<int64_t>{4, 4}));
+  EXPECT_DOUBLE_EQ(t.point->kl, 0.02);
+  EXPECT_THAT(t.mode_reason,
+              HasSubstr("frontier point #1 int8 K 4,4 V 4,4 (KL 0.02, 40.0 B/token)"));
+  EXPECT_THAT(t.mode_reason, HasSubstr("the recommended one"));
+  // auto with a budget: the cheapest point within it.
+  route = registry_.Resolve({"fables"}, "", nullptr, 0.06);
+  ASSERT_TRUE(route.ok()) << route.status();
+  EXPECT_EQ(route->targets[0].point->code_dtype, WireDtype::kInt4);
+  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("the cheapest within max_kl 0.06"));
+  route = registry_.Resolve({"fables"}, "auto", nullptr, 0.019);
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->targets[0].point->code_dtype, WireDtype::kF16);
+  // No point within it: auto prefills locally (KL 0) and says why, naming the best point.
+  route = registry_.Resolve({"fables"}, "auto", nullptr, 0.001);
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->targets[0].mode, "local");
+  EXPECT_FALSE(route->targets[0].point.has_value());
+  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("within max_kl 0.001"));
+  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("#2 f16"));
+  // Explicit scd: the fitted configuration without a budget (no point sent), the cheapest
+  // within one, FAILED_PRECONDITION naming the field when none is.
+  route = registry_.Resolve({"fables"}, "scd");
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->targets[0].mode, "scd");
+  EXPECT_FALSE(route->targets[0].point.has_value());
+  route = registry_.Resolve({"fables"}, "scd", nullptr, 0.03);
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->targets[0].point->code_dtype, WireDtype::kInt8);
+  absl::Status status = registry_.Resolve({"fables"}, "scd", nullptr, 0.001).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("max_kl: no point"));
+  EXPECT_THAT(status.message(), HasSubstr("mode auto to prefill locally"));
+
+  // An artifact without a frontier: a budget cannot be checked, so auto goes local and explicit
+  // scd is refused; without a budget, scd at the fitted configuration as before.
+  Add(Consumer("xs", kXsFp, {kBaseFp}, "10.0.0.3:7001"));
+  route = registry_.Resolve({"xs"}, "auto", nullptr, 0.05);
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->targets[0].mode, "local");
+  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("has no frontier"));
+  EXPECT_EQ(registry_.Resolve({"xs"}, "scd", nullptr, 0.05).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  route = registry_.Resolve({"xs"}, "auto");
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->targets[0].mode, "scd");
+  EXPECT_FALSE(route->targets[0].point.has_value());
+}
+
+TEST_F(NodeRegistryTest, RegistrationWithABrokenFrontierIsRefused) {
+  v1::RegisterRequest consumer = Consumer("fables", kFablesFp, {kBaseFp});
+  AddFrontier(consumer.mutable_artifacts(0));
+  v1::RegisterRequest unordered = consumer;
+  unordered.mutable_artifacts(0)->mutable_frontier(0)->set_bytes_per_token(1000);
+  absl::Status status = registry_.Register(unordered).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("ascending"));
+  v1::RegisterRequest dtype = consumer;
+  dtype.mutable_artifacts(0)->mutable_frontier(1)->mutable_point()->set_code_dtype("int3");
+  EXPECT_THAT(registry_.Register(dtype).status().message(), HasSubstr("int3"));
+  v1::RegisterRequest recommended = consumer;
+  recommended.mutable_artifacts(0)->set_recommended(3);
+  EXPECT_THAT(registry_.Register(recommended).status().message(),
+              HasSubstr("recommends point 3 of 3"));
+  v1::RegisterRequest nan = consumer;
+  nan.mutable_artifacts(0)->mutable_frontier(2)->set_kl(std::nan(""));
+  EXPECT_EQ(registry_.Register(nan).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(NodeRegistryTest, ExplicitModesNeedWhatTheyNeed) {
   Add(Producer("base", kBaseFp));
   Add(Consumer("xs", kXsFp, {}));
@@ -164,8 +266,7 @@ TEST_F(NodeRegistryTest, ExplicitModesNeedWhatTheyNeed) {
     EXPECT_EQ(route->targets[0].mode, mode);
     EXPECT_EQ(route->producer_name.empty(), std::string(mode) == "local") << mode;
     const bool degraded = std::string(mode) == "raw" || std::string(mode) == "int4";
-    EXPECT_EQ(route->targets[0].mode_reason.find("quality degraded") != std::string::npos,
-              degraded)
+    EXPECT_EQ(route->targets[0].mode_reason.find("quality degraded") != std::string::npos, degraded)
         << mode << ": " << route->targets[0].mode_reason;
   }
 }
@@ -182,9 +283,8 @@ TEST_F(NodeRegistryTest, StrictModesRefuseCachesAcrossDifferentWeights) {
     EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << mode;
     EXPECT_THAT(status.message(), HasSubstr("weights differ")) << mode;
     // Identical weights stay faithful: served, reason "requested".
-    absl::StatusOr<Route> same = strict.Resolve({"base-copy"}, mode == std::string("reuse")
-                                                                   ? "raw"
-                                                                   : mode);
+    absl::StatusOr<Route> same =
+        strict.Resolve({"base-copy"}, mode == std::string("reuse") ? "raw" : mode);
     ASSERT_TRUE(same.ok()) << mode << ": " << same.status();
     EXPECT_EQ(same->targets[0].mode_reason, "requested");
   }

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "codec/fingerprint.h"
+#include "proto/frontier_proto.h"
 #include "proto/registry_client.h"
 #include "tests/test_files.h"
 #include "transport/session_acceptor.h"
@@ -58,6 +59,7 @@ void ServingStack::AddConsumer(const std::string& name, std::unique_ptr<LlamaMod
     entry->set_id(id);
     entry->set_producer_fingerprint(producer_fp_);
     entry->set_consumer_fingerprint(node->fingerprint);
+    FrontierToEntry(artifacts_[id].frontier, entry);
   }
   node->transport = Backend(options_.backend);
   node->router =
@@ -75,11 +77,10 @@ void ServingStack::AddConsumer(const std::string& name, std::unique_ptr<LlamaMod
   admission.max_queued = options_.consumer_max_queued;
   admission.budget_bytes = options_.consumer_kv_budget_bytes;
   node->admission = consumer::Admission::Create(admission);
-  node->scheduler =
-      std::make_unique<consumer::DecodeScheduler>(*node->model, options_.scheduling);
+  node->scheduler = std::make_unique<consumer::DecodeScheduler>(*node->model, options_.scheduling);
   served.scheduler = node->scheduler.get();
-  node->control = std::make_unique<consumer::ConsumerControlService>(
-      served, held, node->admission, node->router.get(), secret_);
+  node->control = std::make_unique<consumer::ConsumerControlService>(served, held, node->admission,
+                                                                     node->router.get(), secret_);
   node->server = Serve({node->control.get()}, &node->address);
   SetNodeIdentity(v1::NODE_ROLE_CONSUMER, node->address, name, node->fingerprint, &request);
   request.set_transfer_address(node->router->address());
@@ -104,8 +105,8 @@ void ServingStack::Start() {
                   &producer);
   ASSERT_TRUE(registry_.Register(producer).ok());
 
-  coordinator_ = std::make_unique<coordinator::CoordinatorInferenceService>(&registry_, secret_,
-                                                                           &counters_);
+  coordinator_ =
+      std::make_unique<coordinator::CoordinatorInferenceService>(&registry_, secret_, &counters_);
   checked_ = std::make_unique<CheckedInferenceService>(coordinator_.get(), RequestLimits(),
                                                        /*require_target=*/true, &counters_);
   std::string coordinator_address;

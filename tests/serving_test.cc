@@ -48,19 +48,44 @@ class ServingTest : public ::testing::Test {
   void AddConsumer(const std::string& name, const std::string& dir, bool with_artifact) {
     std::optional<Artifact> artifact;
     if (with_artifact) artifact = testing::SyntheticArtifact(*producer_);
+    if (name == "xs") artifact->frontier = XsFrontier();
     stack_->AddConsumer(name, testing::Ok(LlamaModel::Load(testing::ModelDir(dir), {})),
                         std::move(artifact));
   }
 
-  // Greedy continuation of `prompt` on consumer `name` via the batch path.
+  // xs's frontier (the synthetic artifact: r_K 2, r_V 3 on layers 0, 2, 4; r_H 5 on 1 and 3):
+  // int4 at the lowest ranks, int8 lowered, the fitted configuration; the KLs are made up (the
+  // routing only reads them), the middle point recommended.
+  static Frontier XsFrontier() {
+    Frontier f;
+    auto point = [](WireDtype dtype, int64_t k, int64_t v, int64_t h, double bytes, double kl) {
+      FrontierPoint p;
+      p.code_dtype = dtype;
+      p.rank_k = {k, 0, k, 0, k};
+      p.rank_v = {v, 0, v, 0, v};
+      p.rank_h = {0, h, 0, h, 0};
+      p.bytes_per_token = bytes;
+      p.kl = kl;
+      return p;
+    };
+    f.points = {point(WireDtype::kInt4, 1, 1, 2, 10, 0.3),
+                point(WireDtype::kInt8, 1, 2, 4, 40, 0.1),
+                point(WireDtype::kF16, 2, 3, 5, 140, 0.05)};
+    f.recommended = 1;
+    return f;
+  }
+
+  // Greedy continuation of `prompt` on consumer `name` via the batch path (`transfer`: the
+  // options codes are sent at).
   std::vector<TokenId> Reference(const std::string& name, TransferMode mode,
-                                 const std::vector<TokenId>& prompt, int max_tokens) {
+                                 const std::vector<TokenId>& prompt, int max_tokens,
+                                 const TransferOptions& transfer = TransferOptions()) {
     const testing::ServedConsumer& node = stack_->consumer(name);
     KvCache cache = node.model->NewCache(64);
     if (mode != TransferMode::kLocal) {
       const Artifact* artifact = ModeServedWithArtifact(mode) ? node.artifact : nullptr;
-      TransferPath path = testing::Ok(
-          TransferPath::Create(mode, *producer_, *node.model, artifact, TransferOptions()));
+      TransferPath path =
+          testing::Ok(TransferPath::Create(mode, *producer_, *node.model, artifact, transfer));
       const std::vector<TokenId> prefix(prompt.begin(), prompt.end() - 1);
       EXPECT_TRUE(path.Run(prefix, &cache, InProcessHandOff()).ok());
     }
@@ -157,6 +182,76 @@ TEST_F(ServingTest, RawBetweenIdenticalModelsEqualsLocalGeneration) {
   ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
   EXPECT_EQ(reply.events["base-copy"].front().started().mode(), "raw");
   EXPECT_EQ(reply.ids["base-copy"], Reference("base-copy", TransferMode::kLocal, Prompt(1), 16));
+}
+
+// Issue 29: auto on a pair with a frontier sends the point its quality budget picks (the
+// recommended one without a budget, local prefill when none is within it), and the tokens are
+// those of that configuration run through the batch path; explicit scd keeps the fitted one.
+TEST_F(ServingTest, AutoSendsTheFrontierPointItsBudgetPicks) {
+  const Frontier frontier = XsFrontier();
+  struct Case {
+    double max_kl;
+    int point;  // -1: local prefill
+  };
+  for (const Case& c : {Case{0, 1}, Case{0.35, 0}, Case{0.06, 2}, Case{0.01, -1}}) {
+    v1::GenerateRequest request;
+    request.add_targets("xs");
+    for (TokenId id : Prompt(2)) request.add_prompt_ids(id);
+    request.set_max_tokens(16);
+    request.set_max_kl(c.max_kl);
+    Reply reply = stack_->Generate(request);
+    ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+    const v1::Started& started = reply.events["xs"].front().started();
+    const v1::Finished& finished = reply.events["xs"].back().finished();
+    if (c.point < 0) {
+      EXPECT_EQ(started.mode(), "local") << c.max_kl;
+      EXPECT_THAT(started.mode_reason(), HasSubstr("is within max_kl 0.01"));
+      EXPECT_EQ(reply.ids["xs"], Reference("xs", TransferMode::kLocal, Prompt(2), 16));
+      continue;
+    }
+    const FrontierPoint& p = frontier.points[c.point];
+    EXPECT_EQ(started.mode(), "scd") << c.max_kl;
+    EXPECT_THAT(started.mode_reason(), HasSubstr(absl::StrCat("frontier point #", c.point)));
+    EXPECT_EQ(started.point().code_dtype(), WireDtypeName(p.code_dtype));
+    EXPECT_EQ(
+        std::vector<int64_t>(started.point().rank_h().begin(), started.point().rank_h().end()),
+        p.rank_h);
+    EXPECT_DOUBLE_EQ(started.expected_kl(), p.kl);
+    // What travelled is that point's payload, and the tokens are that configuration's.
+    EXPECT_EQ(started.expected_payload_bytes(), finished.payload_bytes());
+    EXPECT_EQ(reply.ids["xs"],
+              Reference("xs", TransferMode::kScd, Prompt(2), 16, TransferOptions::AtPoint(p)))
+        << c.max_kl;
+  }
+  // The points differ in what they send: the cheaper, the fewer bytes.
+  v1::GenerateRequest low, high;
+  for (v1::GenerateRequest* r : {&low, &high}) {
+    r->add_targets("xs");
+    for (TokenId id : Prompt(2)) r->add_prompt_ids(id);
+    r->set_max_tokens(2);
+  }
+  low.set_max_kl(0.35);
+  high.set_max_kl(0.06);
+  EXPECT_LT(stack_->Generate(low).events["xs"].back().finished().payload_bytes(),
+            stack_->Generate(high).events["xs"].back().finished().payload_bytes());
+  // Explicit scd without a budget: the fitted configuration, no point named.
+  Reply scd = Generate({"xs"}, "scd", Prompt(2), 16);
+  EXPECT_FALSE(scd.events["xs"].front().started().has_point());
+  EXPECT_EQ(scd.ids["xs"], Reference("xs", TransferMode::kScd, Prompt(2), 16));
+  // A budget no point meets refuses explicit scd before any work; a budget for raw is refused
+  // by validation, naming the field.
+  v1::GenerateRequest strict;
+  strict.add_targets("xs");
+  strict.set_prompt("Once upon a time");
+  strict.set_mode("scd");
+  strict.set_max_kl(0.01);
+  Reply refused = stack_->Generate(strict);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("max_kl: no point"));
+  strict.set_mode("raw");
+  refused = stack_->Generate(strict);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("max_kl"));
 }
 
 TEST_F(ServingTest, FanOutRunsOnePrefillAndMatchesBothSingleTargetReferences) {
