@@ -57,7 +57,9 @@ TEST(InferenceContractTest, GenerateRequestFields) {
                                                    {"deadline_ms", 11, kUint32, false},
                                                    {"request_id", 12, kString, false},
                                                    {"allow_local_fallback", 13, kBool, false},
-                                                   {"logprobs", 14, kUint32, false}});
+                                                   {"logprobs", 14, kUint32, false},
+                                                   {"cache_salt", 15, kString, false},
+                                                   {"max_kl", 16, kDouble, false}});
 }
 
 TEST(InferenceContractTest, GenerateEventIsATargetAndOneOfFourEvents) {
@@ -85,7 +87,15 @@ TEST(InferenceContractTest, EventBodies) {
                                            {"consumer", 3, kString, false},
                                            {"mode", 4, kString, false},
                                            {"mode_reason", 5, kString, false},
-                                           {"expected_payload_bytes", 6, kUint64, false}});
+                                           {"expected_payload_bytes", 6, kUint64, false},
+                                           {"consumer_cached_tokens", 7, kUint32, false},
+                                           {"producer_cached_tokens", 8, kUint32, false},
+                                           {"point", 9, kMessage, false},
+                                           {"expected_kl", 10, kDouble, false}});
+  ExpectFields(v1::CodePoint::descriptor(), {{"code_dtype", 1, kString, false},
+                                             {"rank_k", 2, kUint32, true},
+                                             {"rank_v", 3, kUint32, true},
+                                             {"rank_h", 4, kUint32, true}});
   ExpectFields(v1::TokenDelta::descriptor(), {{"text", 1, kString, false},
                                               {"ids", 2, kInt32, true},
                                               {"logprobs", 3, kMessage, true}});
