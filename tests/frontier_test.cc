@@ -5,6 +5,7 @@
 // falling in KL, a precision's path is nested, the recommended point keeps its quality budget.
 #include "codec/frontier.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,9 +22,7 @@
 namespace scd {
 namespace {
 
-bool Contains(const absl::Status& s, const std::string& text) {
-  return std::string(s.message()).find(text) != std::string::npos;
-}
+using ::testing::HasSubstr;
 
 class FrontierTest : public ::testing::Test {
  protected:
@@ -75,7 +74,7 @@ TEST_F(FrontierTest, PerLayerRanksSendExactlyWhatThePointSays) {
   short_list.layer_rank_v = {1, 1};
   auto s = TransferPlan::Make(TransferMode::kScd, model_->config(), &artifact_, short_list);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(s.status(), "2 layers")) << s.status();
+  EXPECT_THAT(s.status().message(), HasSubstr("2 layers"));
   TransferOptions negative;
   negative.layer_rank_h = {0, -1, 0, 0, 0};
   EXPECT_FALSE(TransferPlan::Make(TransferMode::kScd, model_->config(), &artifact_, negative).ok());
@@ -123,7 +122,7 @@ TEST_F(FrontierTest, StoredInTheArtifactAndCheckedOnLoad) {
   bad.points[1].rank_k[1] = 1;  // a key code on a patch layer
   artifact_.frontier = bad;
   absl::Status s = artifact_.Save(dir.File("bad.scd"));
-  EXPECT_TRUE(Contains(s, "frontier point 1: layer 1")) << s;
+  EXPECT_THAT(s.message(), HasSubstr("frontier point 1: layer 1"));
   bad = f;
   bad.points[0].rank_v[2] = 4;  // above the artifact's rank 3
   EXPECT_FALSE(bad.CheckAgainst(limits).ok());
@@ -132,10 +131,10 @@ TEST_F(FrontierTest, StoredInTheArtifactAndCheckedOnLoad) {
   EXPECT_FALSE(bad.CheckAgainst(limits).ok());
   bad = f;
   bad.recommended = 2;
-  EXPECT_TRUE(Contains(bad.CheckAgainst(limits), "recommends point 2 of 2"));
+  EXPECT_THAT(bad.CheckAgainst(limits).message(), HasSubstr("recommends point 2 of 2"));
   bad = f;
   std::swap(bad.points[0], bad.points[1]);
-  EXPECT_TRUE(Contains(bad.CheckAgainst(limits), "ascending"));
+  EXPECT_THAT(bad.CheckAgainst(limits).message(), HasSubstr("ascending"));
   // The stored text is parsed strictly.
   EXPECT_FALSE(Frontier::FromJson("{\"points\": 3}", limits).ok());
   EXPECT_FALSE(Frontier::FromJson("not json", limits).ok());
