@@ -208,6 +208,34 @@ std::vector<FrontierPoint> ParetoFront(std::vector<FrontierPoint> points) {
   return front;
 }
 
+// The frontier from the measured points: the Pareto front, the fitted configuration (every code
+// at full rank, f16) as the top point, even where a cheaper point measured a hair better on these
+// windows — a byte budget of what scd sent before frontiers existed then always finds that very
+// configuration; nothing costs more than it (int8 codes of rank 1-2 can: their per-row scales
+// outweigh the halved elements) — and the recommended point.
+Frontier Assemble(const std::vector<FrontierPoint>& measured, const FrontierPoint& full,
+                  const FrontierFitOptions& options, double raw_f16) {
+  Frontier frontier;
+  frontier.raw_f16_bytes_per_token = raw_f16;
+  frontier.points = ParetoFront(measured);
+  if (std::count(options.dtypes.begin(), options.dtypes.end(), WireDtype::kF16) > 0) {
+    while (!frontier.points.empty() &&
+           frontier.points.back().bytes_per_token >= full.bytes_per_token) {
+      frontier.points.pop_back();
+    }
+    frontier.points.push_back(full);
+    frontier.points.back().predicted_kl = full.kl;
+  }
+  for (size_t i = 0; i < frontier.points.size(); ++i) {
+    if (frontier.points[i].kl <= options.recommend_kl_ratio * full.kl) {
+      frontier.recommended = static_cast<int>(i);
+      break;
+    }
+  }
+  if (frontier.recommended < 0) frontier.recommended = static_cast<int>(frontier.points.size()) - 1;
+  return frontier;
+}
+
 }  // namespace
 
 std::vector<int64_t> RankLadder(int64_t full, int steps) {
@@ -280,29 +308,7 @@ absl::StatusOr<Frontier> FitFrontier(const LlamaModel& producer, const LlamaMode
   }
   progress.Done();
 
-  Frontier frontier;
-  frontier.raw_f16_bytes_per_token = measure.raw_f16();
-  frontier.points = ParetoFront(t.measured);
-  // The fitted configuration (every code at full rank, f16) is the top point, even where a
-  // cheaper point measured a hair better on these windows: a byte budget of what scd sent before
-  // frontiers existed then always finds that very configuration. Nothing costs more than it (int8
-  // codes of rank 1-2 can: their per-row scales outweigh the halved elements).
-  const bool f16 = std::count(options.dtypes.begin(), options.dtypes.end(), WireDtype::kF16) > 0;
-  if (f16) {
-    while (!frontier.points.empty() &&
-           frontier.points.back().bytes_per_token >= full.bytes_per_token) {
-      frontier.points.pop_back();
-    }
-    frontier.points.push_back(full);
-    frontier.points.back().predicted_kl = full.kl;
-  }
-  for (size_t i = 0; i < frontier.points.size(); ++i) {
-    if (frontier.points[i].kl <= options.recommend_kl_ratio * full.kl) {
-      frontier.recommended = static_cast<int>(i);
-      break;
-    }
-  }
-  if (frontier.recommended < 0) frontier.recommended = static_cast<int>(frontier.points.size()) - 1;
+  Frontier frontier = Assemble(t.measured, full, options, measure.raw_f16());
   t.seconds = clock.Seconds();
   return frontier;
 }
