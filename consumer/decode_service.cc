@@ -12,9 +12,9 @@
 #include "codec/transfer_mode.h"
 #include "proto/call_watch.h"
 #include "proto/checked_inference.h"
-#include "proto/frontier_proto.h"
 #include "proto/grpc_util.h"
 #include "proto/prefix_cache_stats.h"
+#include "proto/requested_point.h"
 
 namespace scd::consumer {
 
@@ -67,18 +67,8 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
     route.artifact = it->second;
   }
   if (request->has_point()) {
-    absl::StatusOr<FrontierPoint> point = CodePointFromProto(request->point());
-    if (point.ok() && *mode != TransferMode::kScd) {
-      point = absl::InvalidArgumentError(
-          absl::StrCat("point: a frontier point is for mode scd, not ", route.mode));
-    }
-    if (point.ok()) {
-      if (absl::Status s = CheckPoint(*point, route.artifact->FrontierLimits()); !s.ok()) {
-        point = absl::InvalidArgumentError(absl::StrCat("point: not one artifact ",
-                                                        ForLog(request->artifact_id()),
-                                                        " can send: ", s.message()));
-      }
-    }
+    absl::StatusOr<FrontierPoint> point =
+        RequestedPoint(request->point(), *mode, route.artifact, request->artifact_id());
     if (!point.ok()) return Refuse(id, point.status());
     route.point = *std::move(point);
     route.expected_kl = request->expected_kl();

@@ -332,16 +332,16 @@ absl::StatusOr<RouteTarget> NodeRegistry::ResolveTarget(const Node& consumer,
   // frontier to tell).
   const FrontierPoint* within =
       frontier != nullptr && max_kl > 0 ? frontier->CheapestWithin(max_kl) : nullptr;
-  const std::string budget = absl::StrFormat("max_kl %g", max_kl);
+  auto budget = [max_kl] { return absl::StrFormat("max_kl %g", max_kl); };  // for reasons only
   if (mode == "auto") {
     if (artifact != nullptr && max_kl > 0 && within == nullptr) {
       target.mode = "local";
       target.mode_reason =
           frontier == nullptr
               ? absl::StrCat("artifact ", artifact->id(), " for ", pair,
-                             " has no frontier to meet ", budget, ": local prefill")
+                             " has no frontier to meet ", budget(), ": local prefill")
               : absl::StrCat("no point of artifact ", artifact->id(), "'s frontier for ", pair,
-                             " is within ", budget,
+                             " is within ", budget(),
                              " (the best: ", PointText(*frontier, *frontier->BestQuality()),
                              "): local prefill");
     } else if (artifact != nullptr) {
@@ -353,7 +353,7 @@ absl::StatusOr<RouteTarget> NodeRegistry::ResolveTarget(const Node& consumer,
             within != nullptr ? *within : frontier->points[frontier->recommended];
         target.point = p;
         absl::StrAppend(&target.mode_reason, ", frontier point ", PointText(*frontier, p),
-                        within != nullptr ? absl::StrCat(": the cheapest within ", budget)
+                        within != nullptr ? absl::StrCat(": the cheapest within ", budget())
                                           : ": the recommended one");
       }
     } else if (identical) {
@@ -397,15 +397,15 @@ absl::StatusOr<RouteTarget> NodeRegistry::ResolveTarget(const Node& consumer,
       return absl::FailedPreconditionError(
           frontier == nullptr
               ? absl::StrCat("max_kl: artifact ", artifact->id(), " for ", pair,
-                             " has no frontier to choose a point within ", budget)
+                             " has no frontier to choose a point within ", budget())
               : absl::StrCat("max_kl: no point of artifact ", artifact->id(), "'s frontier for ",
-                             pair, " is within ", budget,
+                             pair, " is within ", budget(),
                              " (the best: ", PointText(*frontier, *frontier->BestQuality()),
                              "); raise it, or use mode auto to prefill locally"));
     }
     target.point = *within;
     target.mode_reason = absl::StrCat("requested; frontier point ", PointText(*frontier, *within),
-                                      ": the cheapest within ", budget);
+                                      ": the cheapest within ", budget());
   }
   return target;
 }

@@ -14,10 +14,10 @@
 #include "codec/transfer_mode.h"
 #include "producer/prefill_streamer.h"
 #include "proto/call_watch.h"
-#include "proto/frontier_proto.h"
 #include "proto/grpc_util.h"
 #include "proto/prefix_cache_stats.h"
 #include "proto/request_validation.h"
+#include "proto/requested_point.h"
 #include "tokenizer/prompt_ids.h"
 
 namespace scd::producer {
@@ -199,18 +199,13 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
       }
       o.options = producer_.transfer_options;
       if (target.has_point()) {
-        SCD_ASSIGN_OR_RETURN(FrontierPoint point, CodePointFromProto(target.point()));
-        if (mode != TransferMode::kScd) {
-          return absl::InvalidArgumentError(absl::StrCat("point of ", target.target(),
-                                                         ": a frontier point is for mode scd, not ",
-                                                         target.mode()));
-        }
-        if (absl::Status s = CheckPoint(point, artifact->FrontierLimits()); !s.ok()) {
+        absl::StatusOr<FrontierPoint> point =
+            RequestedPoint(target.point(), mode, artifact, target.artifact_id());
+        if (!point.ok()) {
           return absl::InvalidArgumentError(
-              absl::StrCat("point of ", target.target(), ": not one artifact ",
-                           target.artifact_id(), " can send: ", s.message()));
+              absl::StrCat(target.target(), "'s ", point.status().message()));
         }
-        o.options = TransferOptions::AtPoint(point, producer_.transfer_options);
+        o.options = TransferOptions::AtPoint(*point, producer_.transfer_options);
       }
       SCD_ASSIGN_OR_RETURN(TransferPlan plan,
                            TransferPlan::Make(mode, config, artifact, o.options));

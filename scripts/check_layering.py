@@ -20,7 +20,7 @@ ALLOWED = {
     "model": ["base", "tokenizer"],
     "codec": ["base", "tokenizer", "model"],
     "calib": ["base", "tokenizer", "model", "codec"],
-    # The wire protocol; its codec framing (code_chunk_framing) is the one file that sees codec/.
+    # The wire protocol; code_chunk_framing and requested_point see codec/'s libtorch side.
     "proto": ["base", "tokenizer", "model", "codec"],
     # Bytes and frames only: never models or codecs.
     "transport": ["base", "proto"],

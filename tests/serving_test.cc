@@ -21,6 +21,8 @@
 
 #include "codec/transfer.h"
 #include "model/generator.h"
+#include "proto/frontier_proto.h"
+#include "proto/requested_point.h"
 #include "tests/serving_stack.h"
 #include "tests/test_util.h"
 
@@ -252,6 +254,38 @@ TEST_F(ServingTest, AutoSendsTheFrontierPointItsBudgetPicks) {
   refused = stack_->Generate(strict);
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(refused.status.error_message(), HasSubstr("max_kl"));
+}
+
+// What producer and consumer do with the point a control call names: the coordinator's points
+// pass, anything their artifact cannot send is INVALID_ARGUMENT starting "point: ".
+TEST_F(ServingTest, APointTheArtifactCannotSendIsRefused) {
+  const Artifact* artifact = stack_->consumer("xs").artifact;
+  const v1::CodePoint good = CodePointToProto(XsFrontier().points[0]);
+  EXPECT_TRUE(RequestedPoint(good, TransferMode::kScd, artifact, "a").ok());
+  std::vector<std::pair<std::string, v1::CodePoint>> bad;
+  v1::CodePoint p = good;
+  p.set_code_dtype("int3");
+  bad.emplace_back("int3", p);
+  p = good;
+  p.set_rank_v(0, 4);  // above the artifact's r_V 3
+  bad.emplace_back("outside", p);
+  p = good;
+  p.set_rank_k(1, 1);  // a key code on patch layer 1
+  bad.emplace_back("layer 1", p);
+  p = good;
+  p.add_rank_h(1);  // lists of different lengths
+  bad.emplace_back("ranks for", p);
+  p = good;
+  p.set_rank_h(1, 1u << 20);
+  bad.emplace_back("at most", p);
+  for (const auto& [what, point] : bad) {
+    absl::StatusOr<FrontierPoint> r = RequestedPoint(point, TransferMode::kScd, artifact, "a");
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << what;
+    EXPECT_THAT(r.status().message(), HasSubstr("point: ")) << what;
+    EXPECT_THAT(r.status().message(), HasSubstr(what)) << r.status();
+  }
+  EXPECT_THAT(RequestedPoint(good, TransferMode::kRaw, nullptr, "").status().message(),
+              HasSubstr("for mode scd, not raw"));
 }
 
 TEST_F(ServingTest, FanOutRunsOnePrefillAndMatchesBothSingleTargetReferences) {
