@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "bench/timings_json.h"
+#include "codec/ttft_model.h"
 #include "proto/inference_client.h"
 #include "scd/v1/registry.grpc.pb.h"
 
@@ -285,10 +286,8 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
                 keep_min(&a.last_rebuild_us, rec.timings.last_rebuild());
                 keep_min(&a.rebuild_us, rec.timings.rebuild());
                 keep_min(&a.decode_us, rec.timings.first_decode());
-                const double shaped =
-                    std::max(0.0, static_cast<double>(rec.payload_bytes) - o.burst_bytes);
-                rec.transfer_bound_us =
-                    (std::isfinite(gbps) ? shaped * 8 / (gbps * 1e3) : 0) + o.latency_us;
+                rec.transfer_bound_us = TransferUs(static_cast<double>(rec.payload_bytes),
+                                                   o.burst_bytes, gbps * 1e9 / 8, o.latency_us);
               }
               if (o.fidelity) {
                 rec.agreement = Agreement(reference[p].ids, r.ids, 32);
@@ -305,12 +304,20 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
     for (SweepRecord& rec : result.records) {
       if (rec.consumer != consumer || !rec.ok) continue;
       rec.alone = alone[{rec.mode_used == "local" ? "local" : rec.mode, rec.prompt}];
-      rec.bound_us =
-          rec.mode_used == "local"
-              ? rec.alone.prefill_us
-              : std::max({rec.alone.prefill_us, rec.transfer_bound_us + rec.alone.last_rebuild_us,
-                          rec.alone.rebuild_us}) +
-                    rec.alone.decode_us;
+      // The TTFT model auto mode predicts with (codec/ttft_model.h), on the stages alone.
+      TtftInputs stages;
+      stages.transfer = rec.mode_used != "local";
+      stages.prefill_us = rec.alone.prefill_us;  // local: its first token included
+      if (stages.transfer) {
+        stages.payload_bytes = static_cast<double>(rec.payload_bytes);
+        stages.burst_bytes = o.burst_bytes;
+        stages.goodput_bytes_per_s = rec.bandwidth_gbps * 1e9 / 8;
+        stages.latency_us = o.latency_us;
+        stages.rebuild_us = rec.alone.rebuild_us;
+        stages.last_rebuild_us = rec.alone.last_rebuild_us;
+        stages.decode_us = rec.alone.decode_us;
+      }
+      rec.bound_us = PredictTtft(stages).total_us;
       rec.ratio = rec.bound_us > 0 ? static_cast<double>(rec.timings.ttft()) / rec.bound_us : 0;
       if (rec.ratio > kRatioLimit) rec.excess_stage = ExcessStage(rec);
     }

@@ -135,6 +135,7 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
       MetricLabels{{"role", "consumer"}, {"model", node->name_}});
   node->serving_metrics_ = std::make_unique<ServingMetrics>(
       node->metrics_.get(), static_cast<uint64_t>(node->model_->config().KvBytesPerToken(2)));
+  node->serving_metrics_->set_speed_tracker(&node->speeds_);
   ConsumerModel model{node->model_.get(), node->tokenizer_.get(),     node->name_,
                       TransferOptions(),  options.default_max_tokens, absl::Seconds(60)};
   model.metrics = node->serving_metrics_.get();
@@ -185,8 +186,9 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
     }
     node->registration_ = std::make_unique<RegistryClient>(
         options.coordinator, registration,
-        [admission_ptr](v1::HeartbeatRequest* beat) {
+        [admission_ptr, speeds = &node->speeds_](v1::HeartbeatRequest* beat) {
           beat->set_active_requests(admission_ptr->active());
+          *beat->mutable_speeds() = speeds->Report();
           beat->set_kv_reserved_bytes(static_cast<uint64_t>(admission_ptr->reserved_bytes()));
           beat->set_queued_requests(admission_ptr->queued());
           beat->set_kv_queued_bytes(static_cast<uint64_t>(admission_ptr->queued_bytes()));

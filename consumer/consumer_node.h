@@ -18,6 +18,7 @@
 #include "base/http_server.h"
 #include "base/metrics.h"
 #include "proto/checked_inference.h"
+#include "proto/node_speeds.h"
 #include "proto/serving_metrics.h"
 #include "codec/artifact.h"
 #include "codec/served_model_spec.h"
@@ -85,6 +86,7 @@ class ConsumerNode {
   static void SetUpMetrics(ConsumerNode* node);
 
   std::unique_ptr<MetricsRegistry> metrics_;  // first: outlives everything that records
+  NodeSpeedTracker speeds_;  // fed by serving_metrics_, reported with every heartbeat
   std::unique_ptr<ServingMetrics> serving_metrics_;
   std::shared_ptr<HttpHandler> http_;
 

@@ -155,6 +155,7 @@ grpc::Status RegistryService::SetLinkShape(grpc::ServerContext* context,
   }
   for (std::thread& call : calls) call.join();
   for (const v1::ProducerLink& row : response->producers()) {
+    if (row.code() == 0) registry_->NoteLinkShape(row.node_id(), row.shape());
     if (request->has_shape()) {
       spdlog::info("link shape of producer {} ({}): {}", row.name(), ShortNodeId(row.node_id()),
                    row.code() == 0 ? absl::StrCat(row.shape().gbps(), " Gbit/s, ",
@@ -224,6 +225,10 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
         options_.tokenizer, req.prompt(),
         absl::MakeConstSpan(req.prompt_ids().data(), static_cast<size_t>(req.prompt_ids_size())),
         int64_t{1} << 31, int64_t{1} << 31);
+    // Without a tokenizer a text prompt's length is estimated (auto's cost model): ~4 bytes a
+    // token, as English text runs under the Llama tokenizers.
+    hint.prompt_tokens = ids.ok() ? static_cast<int64_t>(ids->size())
+                                  : (static_cast<int64_t>(req.prompt().size()) + 3) / 4;
     hint.kv_positions =
         static_cast<int64_t>(req.max_tokens() > 0 ? req.max_tokens() : kAssumedMaxTokens) +
         (ids.ok() ? static_cast<int64_t>(ids->size()) : 0);
@@ -236,7 +241,7 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
   const PrefixHint* hint_ptr = &hint;
   absl::StatusOr<Route> route =
       registry_->Resolve(std::vector<std::string>(req.targets().begin(), req.targets().end()),
-                         req.mode(), hint_ptr, req.max_kl());
+                         req.mode(), hint_ptr, req.max_kl(), req.ttft_slo_ms());
   if (!route.ok()) {
     spdlog::info("[{}] not routed: {}", id, ForLog(route.status().ToString(), 300));
     CountRefusal(counters_, route.status());
@@ -327,6 +332,14 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
           if (call->started_mode != "local") {
             event.mutable_started()->set_producer_cached_tokens(route->producer_cached_tokens);
           }
+        }
+        if (event.has_finished()) {
+          v1::Finished* finished = event.mutable_finished();
+          // Auto's prediction, where the mode it predicted for is the one that ran.
+          if (call->route.predicted_ttft_us > 0 && finished->mode() == call->route.mode) {
+            finished->set_predicted_ttft_us(static_cast<uint64_t>(call->route.predicted_ttft_us));
+          }
+          registry_->ObserveFinished(*route, call->route, *finished);
         }
         if (event.has_finished() || event.has_error()) call->terminal = true;
         write_locked(event);

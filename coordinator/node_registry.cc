@@ -92,11 +92,6 @@ std::map<std::string, Frontier> Frontiers(const v1::RegisterRequest& request) {
   return out;
 }
 
-// "#3 int4 K 6,12 V 10,15 H 32,48 (KL 0.0181, 157.5 B/token)".
-std::string PointText(const Frontier& frontier, const FrontierPoint& p) {
-  return absl::StrFormat("#%d %s (KL %.4g, %.1f B/token)", &p - frontier.points.data(),
-                         p.Describe(), p.kl, p.bytes_per_token);
-}
 
 }  // namespace
 
@@ -133,6 +128,8 @@ void NodeRegistry::ApplyState(Node& node, const v1::HeartbeatRequest& state) {
   node.active_requests = state.active_requests();
   node.kv_reserved = static_cast<int64_t>(state.kv_reserved_bytes());
   node.kv_queued = static_cast<int64_t>(state.kv_queued_bytes());
+  node.queued_requests = state.queued_requests();
+  node.speeds = state.speeds();
   if (state.has_prefix_blocks()) {
     // At most what registry.proto allows a report (the most recently used come first).
     const auto& blocks = state.prefix_blocks().blocks();
@@ -245,6 +242,7 @@ absl::Status NodeRegistry::Deregister(const std::string& node_id) {
   if (nodes_.erase(node_id) == 0) {
     return absl::NotFoundError(absl::StrCat("deregister: no node '", ShortNodeId(node_id), "...'"));
   }
+  ForgetLinks(node_id);
   return absl::OkStatus();
 }
 
@@ -259,9 +257,18 @@ std::vector<std::string> NodeRegistry::ExpireLapsed() {
     }
     dropped.push_back(absl::StrCat(ShortNodeId(it->first), " (", RoleName(it->second.info.role()),
                                    " ", ForLog(it->second.info.address()), ")"));
+    const std::string id = it->first;
     it = nodes_.erase(it);
+    ForgetLinks(id);
   }
   return dropped;
+}
+
+void NodeRegistry::ForgetLinks(const std::string& node_id) {
+  for (auto it = links_.begin(); it != links_.end();) {
+    const bool either = it->first.first == node_id || it->first.second == node_id;
+    it = either ? links_.erase(it) : std::next(it);
+  }
 }
 
 bool NodeRegistry::Live(const Node& node, absl::Time now) const {
@@ -289,8 +296,10 @@ const NodeRegistry::Node* NodeRegistry::PickConsumer(const std::string& name, ab
 absl::StatusOr<RouteTarget> NodeRegistry::ResolveTarget(const Node& consumer,
                                                         const std::string& name,
                                                         const Node* producer,
-                                                        const std::string& mode,
-                                                        double max_kl) const {
+                                                        const std::string& mode, double max_kl,
+                                                        double ttft_slo_ms,
+                                                        const PrefixHint* hint,
+                                                        absl::Time now) const {
   RouteTarget target;
   target.target = name;
   target.consumer_node = consumer.id;
@@ -333,6 +342,37 @@ absl::StatusOr<RouteTarget> NodeRegistry::ResolveTarget(const Node& consumer,
   const FrontierPoint* within =
       frontier != nullptr && max_kl > 0 ? frontier->CheapestWithin(max_kl) : nullptr;
   auto budget = [max_kl] { return absl::StrFormat("max_kl %g", max_kl); };  // for reasons only
+  if (mode == "auto" && (frontier != nullptr || (identical && artifact == nullptr))) {
+    // With the nodes' speeds measured: the choice predicted to reach the first token soonest.
+    const AutoInputs inputs = InputsFor(consumer, *producer, hint, now);
+    if (hint != nullptr && hint->prompt_tokens > 0 && CanPredict(inputs)) {
+      const std::vector<AutoCandidate> candidates = AutoCandidates(
+          inputs, frontier, static_cast<double>(consumer.info.kv_bytes_per_token()));
+      const double budget_kl =
+          max_kl > 0 ? max_kl : frontier != nullptr ? frontier->points[frontier->recommended].kl : 0;
+      const std::string budget =
+          max_kl > 0 ? absl::StrFormat("max_kl %g", max_kl)
+          : frontier != nullptr
+              ? absl::StrFormat("the recommended point's KL %.4g", budget_kl)
+              : std::string("exact caches (identical weights)");
+      // What auto chose before it had a cost model: the cheapest point within max_kl, else the
+      // recommended one (local when no point is within max_kl), or the raw cache.
+      size_t incumbent = 1;
+      if (frontier != nullptr) {
+        incumbent = max_kl > 0 ? (within != nullptr ? 1 + (within - frontier->points.data()) : 0)
+                               : 1 + static_cast<size_t>(frontier->recommended);
+      }
+      const AutoChoice choice =
+          ChooseAuto(candidates, budget_kl, budget, ttft_slo_ms * 1e3, incumbent);
+      const AutoCandidate& chosen = candidates[choice.chosen];
+      target.mode = chosen.mode;
+      target.point = chosen.point;
+      target.predicted_ttft_us = chosen.predicted.total_us;
+      if (chosen.mode == "scd") target.artifact_id = artifact->id();
+      target.mode_reason = absl::StrCat(choice.reason, " (", pair, ", link ", inputs.link, ")");
+      return target;
+    }
+  }
   if (mode == "auto") {
     if (artifact != nullptr && max_kl > 0 && within == nullptr) {
       target.mode = "local";
@@ -412,7 +452,8 @@ absl::StatusOr<RouteTarget> NodeRegistry::ResolveTarget(const Node& consumer,
 
 absl::StatusOr<Route> NodeRegistry::Resolve(const std::vector<std::string>& targets,
                                             const std::string& requested_mode,
-                                            const PrefixHint* hint, double max_kl) const {
+                                            const PrefixHint* hint, double max_kl,
+                                            double ttft_slo_ms) const {
   const std::string mode = requested_mode.empty() ? "auto" : requested_mode;
   if (targets.empty()) return absl::InvalidArgumentError("no target named");
   if (std::set<std::string>(targets.begin(), targets.end()).size() != targets.size()) {
@@ -467,7 +508,7 @@ absl::StatusOr<Route> NodeRegistry::Resolve(const std::vector<std::string>& targ
     absl::Status error;
     for (size_t i = 0; i < targets.size(); ++i) {
       absl::StatusOr<RouteTarget> target =
-          ResolveTarget(*consumers[i], targets[i], producer, mode, max_kl);
+          ResolveTarget(*consumers[i], targets[i], producer, mode, max_kl, ttft_slo_ms, hint, now);
       if (!target.ok()) {
         error = target.status();
         break;
@@ -500,6 +541,58 @@ absl::StatusOr<Route> NodeRegistry::Resolve(const std::vector<std::string>& targ
   }
   if (!best.has_value()) return first_error;
   return *std::move(best);
+}
+
+AutoInputs NodeRegistry::InputsFor(const Node& consumer, const Node& producer,
+                                   const PrefixHint* hint, absl::Time now) const {
+  AutoInputs in;
+  if (hint != nullptr) {
+    in.prompt_tokens = static_cast<double>(hint->prompt_tokens);
+    in.consumer_cached_tokens = static_cast<double>(Matched(consumer, hint) * hint->block_tokens);
+    in.producer_cached_tokens = static_cast<double>(Matched(producer, hint) * hint->block_tokens);
+  }
+  in.consumer = consumer.speeds;
+  in.producer = producer.speeds;
+  in.consumer_queue = consumer.queued_requests;
+  in.producer_queue = Load(producer);
+  if (producer.shape.has_value()) {
+    in.goodput_bytes_per_s = producer.shape->gbps() * 1e9 / 8;
+    in.latency_us = producer.shape->latency_us();
+    in.link = absl::StrFormat("%g Gbit/s as shaped", producer.shape->gbps());
+  } else if (auto it = links_.find({producer.id, consumer.id});
+             it != links_.end() && it->second.Known(now)) {
+    in.goodput_bytes_per_s = it->second.goodput_bytes_per_s();
+    in.latency_us = it->second.latency_us();
+    in.link = absl::StrFormat("%.3g Gbit/s as measured", in.goodput_bytes_per_s * 8 / 1e9);
+  } else {
+    in.link = "never seen holding a transfer back: taken as unlimited";
+  }
+  return in;
+}
+
+void NodeRegistry::NoteLinkShape(const std::string& producer_node, const v1::LinkShape& shape) {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(producer_node);
+  if (it == nodes_.end()) return;
+  if (shape.gbps() > 0) {
+    it->second.shape = shape;
+  } else {
+    it->second.shape.reset();
+  }
+}
+
+void NodeRegistry::ObserveFinished(const Route& route, const RouteTarget& target,
+                                   const v1::Finished& finished) {
+  if (route.producer_node.empty() || finished.mode() == "local") return;
+  absl::MutexLock lock(&mu_);
+  links_[{route.producer_node, target.consumer_node}].Observe(finished, clock_());
+  auto it = nodes_.find(route.producer_node);
+  if (it == nodes_.end()) return;
+  if (finished.has_link() && finished.link().gbps() > 0) {
+    it->second.shape = finished.link();
+  } else {
+    it->second.shape.reset();
+  }
 }
 
 std::vector<v1::ModelInfo> NodeRegistry::Models() const {

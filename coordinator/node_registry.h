@@ -11,6 +11,12 @@
 // frontier (registered with it, codec/frontier.h) scd sends a chosen point: auto the cheapest
 // within the request's max_kl, else the recommended one, and local prefill when no point is
 // within max_kl; explicit scd the fitted configuration, or with max_kl the cheapest within it.
+// Once the nodes report their speeds (heartbeats' NodeSpeeds), auto instead weighs local prefill
+// against every point within the budget (max_kl, else the recommended point's KL), or the raw
+// cache between identical weights, by predicted time to first token (coordinator/auto_choice.h),
+// or with ttft_slo_ms picks the best quality predicted to meet it; the link as the shape the
+// producer's codes travel under (SetLinkShape, Finished.link) or as measured from finished
+// transfers (ObserveFinished).
 //
 // Cache-aware routing: nodes report the prefix blocks their caches hold with every heartbeat
 // (registry.proto PrefixBlocks); Resolve, given the routing keys of a prompt's prefix blocks
@@ -38,6 +44,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -46,6 +53,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "codec/frontier.h"
+#include "coordinator/auto_choice.h"
 #include "proto/registry_client.h"
 #include "scd/v1/inference.pb.h"
 #include "scd/v1/registry.pb.h"
@@ -70,6 +78,7 @@ struct PrefixHint {
   std::vector<uint64_t> blocks;
   int block_tokens = 0;
   int64_t kv_positions = 0;
+  int64_t prompt_tokens = 0;  // 0: unknown (auto then predicts nothing)
 };
 
 struct Lease {
@@ -92,6 +101,8 @@ struct RouteTarget {
   // scd from an artifact with a frontier: the point chosen (ranks and precision; the measured
   // fields as the frontier has them). Unset: the fitted configuration at the nodes' precision.
   std::optional<FrontierPoint> point;
+  // Auto's predicted time to first token for the choice (Finished.predicted_ttft_us; 0: none).
+  double predicted_ttft_us = 0;
 };
 
 struct Route {
@@ -134,13 +145,21 @@ class NodeRegistry {
   // pair can serve (names the artifacts held). Nodes with leases lapsed but not yet swept are not
   // routed to. `hint` (may be null): the prompt's prefix blocks, for cache-aware routing. `max_kl`
   // (0: none): the request's quality budget (GenerateRequest.max_kl); FAILED_PRECONDITION for
-  // explicit scd when no frontier point of the pair is within it.
+  // explicit scd when no frontier point of the pair is within it. `ttft_slo_ms` (0: none): auto's
+  // TTFT objective (GenerateRequest.ttft_slo_ms).
   absl::StatusOr<Route> Resolve(const std::vector<std::string>& targets, const std::string& mode,
-                                const PrefixHint* hint = nullptr, double max_kl = 0) const;
+                                const PrefixHint* hint = nullptr, double max_kl = 0,
+                                double ttft_slo_ms = 0) const;
   // A request routed on `route` starts (its nodes count it as load until RoutedDone) and will
   // leave `hint`'s blocks in their caches.
   void NoteRouted(const Route& route, const PrefixHint* hint);
   void RoutedDone(const Route& route);
+  // The shape `producer_node`'s sessions travel under now (Registry.SetLinkShape's answer; gbps
+  // 0: unshaped, the link then as measured).
+  void NoteLinkShape(const std::string& producer_node, const v1::LinkShape& shape);
+  // A target's Finished as its client gets it (the producer's prefill and link filled in): the
+  // link's goodput from transfers it held back, and the shape the codes travelled under.
+  void ObserveFinished(const Route& route, const RouteTarget& target, const v1::Finished& finished);
 
   // A live producer as the control plane reaches it.
   struct ProducerNode {
@@ -167,6 +186,9 @@ class NodeRegistry {
     bool has_prefix_cache = false;     // it reports one (else nothing is predicted for it)
     bool external = false;             // Upsert: liveness kept elsewhere (etcd)
     std::map<std::string, Frontier> frontiers;  // by artifact id (consumers), as registered
+    v1::NodeSpeeds speeds;                      // as its last heartbeat said
+    uint32_t queued_requests = 0;               // consumers: waiting for admission
+    std::optional<v1::LinkShape> shape;         // producers: its sessions' shape, when shaped
   };
   void ApplyState(Node& node, const v1::HeartbeatRequest& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Live(const Node& node, absl::Time now) const;
@@ -186,7 +208,13 @@ class NodeRegistry {
   // explicit mode the pair cannot serve.
   absl::StatusOr<RouteTarget> ResolveTarget(const Node& consumer, const std::string& name,
                                             const Node* producer, const std::string& mode,
-                                            double max_kl) const;
+                                            double max_kl, double ttft_slo_ms,
+                                            const PrefixHint* hint, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ForgetLinks(const std::string& node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What auto's cost model knows of a request on the pair (auto_choice.h).
+  AutoInputs InputsFor(const Node& consumer, const Node& producer, const PrefixHint* hint,
+                       absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RegistryOptions options_;
   const Clock clock_;
@@ -194,6 +222,8 @@ class NodeRegistry {
   std::map<std::string, Node> nodes_ ABSL_GUARDED_BY(mu_);
   // Target names consumers have registered, live or not (UNAVAILABLE rather than NOT_FOUND).
   std::set<std::string> known_targets_ ABSL_GUARDED_BY(mu_);
+  // The links auto measured, by (producer node, consumer node).
+  std::map<std::pair<std::string, std::string>, LinkEstimate> links_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace scd::coordinator

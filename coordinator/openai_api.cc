@@ -195,6 +195,8 @@ absl::Status ParseOptions(const Json& body, ParsedRequest* out) {
   r.set_deadline_ms(deadline_ms.value_or(0));
   SCD_FIELD(max_kl, double, body, "max_kl");
   r.set_max_kl(max_kl.value_or(0));
+  SCD_FIELD(ttft_slo_ms, uint32_t, body, "ttft_slo_ms");
+  r.set_ttft_slo_ms(ttft_slo_ms.value_or(0));
   return absl::OkStatus();
 }
 

@@ -188,9 +188,11 @@ absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
           framed.owner =
               std::make_shared<HeldChunk>(std::move(framed.owner), framed.size, held_payload_bytes);
         }
+        const absl::Time send_start = absl::Now();
         status = targets[i].session->SendChunk(
             std::move(framed.meta),
             transport::Payload(framed.data, framed.size, std::move(framed.owner)));
+        report.send += absl::Now() - send_start;
       }
       if (!status.ok()) {
         // The session may still be open (an encode error): end it so the consumer hears why.

@@ -63,6 +63,9 @@ struct StreamReport {
   absl::Time prefill_end;  // the forward pass's last layer done (and sent)
   absl::Time first_chunk;  // first chunk handed to a session (InfinitePast: none)
   absl::Duration encode;   // summed over layers and targets
+  // Time the pass spent handing chunks to sessions (a session short of credit holds it: the
+  // link's time, not the pass's), summed.
+  absl::Duration send;
   int64_t bytes = 0;       // payload bytes handed to sessions, all targets
   int64_t chunks = 0;
   int layers_run = 0;

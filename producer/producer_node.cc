@@ -72,8 +72,10 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
     if (ProducerPrefixStore* store = node->service_->prefix_store(); store != nullptr) {
       prefix_blocks = [store] { return PrefixBlocksReport(store->blocks()); };
     }
-    node->registration_ = std::make_unique<RegistryClient>(options.coordinator, registration,
-                                                           nullptr, secret, prefix_blocks);
+    node->registration_ = std::make_unique<RegistryClient>(
+        options.coordinator, registration,
+        [service](v1::HeartbeatRequest* beat) { *beat->mutable_speeds() = service->Speeds(); },
+        secret, prefix_blocks);
     node->registration_->Start();
   }
   return node;

@@ -326,6 +326,12 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
   response->set_prefills(prefills_.load());
   response->set_cached_tokens(static_cast<uint32_t>(report.cached_tokens));
   response->set_computed_tokens(static_cast<uint32_t>(report.computed_tokens));
+  if (report.computed_tokens > 0) {
+    // The pass's own time: what the link held it back while sending is the link's.
+    speeds_.ObservePrefill(static_cast<int64_t>(report.computed_tokens),
+                           absl::ToDoubleMicroseconds(report.prefill_end - report.start -
+                                                      report.send));
+  }
   spdlog::info("[{}] prefill of {} tokens ({} cached) for {} targets: {} us", id, prefix.size(),
                report.cached_tokens, request->targets_size(), response->prefill_us());
   return grpc::Status::OK;

@@ -25,6 +25,7 @@
 #include "codec/transfer_plan.h"
 #include "model/llama_model.h"
 #include "producer/prefix_store.h"
+#include "proto/node_speeds.h"
 #include "proto/cluster_secret.h"
 #include "scd/v1/control.grpc.pb.h"
 #include "tokenizer/tokenizer.h"
@@ -64,6 +65,8 @@ class ProducerControlService final : public v1::Producer::Service {
                             v1::LinkShape* shape) override;
   // Prefills run so far (a fan-out request runs one).
   uint64_t prefills() const { return prefills_.load(); }
+  // Its prefills' speed (computed tokens against time, encoding included), for the heartbeat.
+  v1::NodeSpeeds Speeds() const { return speeds_.Report(); }
   // Prompt positions forward passes computed so far (prefix cache hits are not computed).
   uint64_t prefill_tokens() const { return prefill_tokens_.load(); }
   // The prefix cache (null when off).
@@ -90,6 +93,7 @@ class ProducerControlService final : public v1::Producer::Service {
   const transport::ConnectionOptions connection_options_;
   std::unique_ptr<ProducerPrefixStore> prefix_store_;  // null: off
   std::atomic<uint64_t> prefills_{0};
+  NodeSpeedTracker speeds_;
   std::atomic<uint64_t> prefill_tokens_{0};
   std::atomic<uint32_t> running_{0};
   std::atomic<uint64_t> held_payload_bytes_{0};

@@ -161,6 +161,17 @@ absl::Status ValidateGenerationValues(const v1::GenerateRequest& request,
         "scd, not ",
         ForLog(request.mode(), 40)));
   }
+  if (request.ttft_slo_ms() > limits.max_ttft_slo_ms) {
+    return absl::OutOfRangeError(absl::StrCat("ttft_slo_ms: ", request.ttft_slo_ms(),
+                                              " is more than the limit of ",
+                                              limits.max_ttft_slo_ms));
+  }
+  if (request.ttft_slo_ms() > 0 && !request.mode().empty() && request.mode() != "auto") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ttft_slo_ms: a time-to-first-token objective chooses the mode, so it needs mode auto, "
+        "not ",
+        ForLog(request.mode(), 40)));
+  }
   if (request.deadline_ms() > limits.max_deadline_ms) {
     return absl::OutOfRangeError(absl::StrCat("deadline_ms: ", request.deadline_ms(),
                                               " is more than the limit of ",

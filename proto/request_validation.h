@@ -35,6 +35,7 @@ struct RequestLimits {
   uint32_t max_logprobs = 20;
   float max_temperature = 100;
   uint32_t max_deadline_ms = 3600 * 1000;
+  uint32_t max_ttft_slo_ms = 3600 * 1000;
 };
 
 // The generation values alone (max_tokens, temperature, top_p, top_k, logprobs, stop): what a

@@ -3,6 +3,7 @@
 #include <grpcpp/support/status_code_enum.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace scd {
 namespace {
@@ -145,6 +146,14 @@ void ServingMetrics::Finished(const v1::Finished& f) {
       .Increment();
   prompt_tokens_.Increment(f.prompt_tokens());
   generation_tokens_.Increment(f.output_tokens());
+  if (f.predicted_ttft_us() > 0 && t.ttft() > 0) {
+    registry_
+        ->GetHistogram("scd:ttft_prediction_ratio",
+                       "time to first token over what auto mode predicted when it chose",
+                       ExponentialBuckets(0.125, std::sqrt(2.0), 13), mode)
+        .Observe(static_cast<double>(t.ttft()) / static_cast<double>(f.predicted_ttft_us()));
+  }
+  if (speeds_ != nullptr) speeds_->ObserveFinished(f);
 }
 
 void ServingMetrics::Call::Leave(Target& target) {

@@ -18,6 +18,8 @@
 //                                             Error events by code, and whole calls refused
 //   scd:prompt_tokens_total, scd:generation_tokens_total
 //   scd:num_requests_waiting / _running       targets before / after their first token
+//   scd:ttft_prediction_ratio{mode}           timings.ttft / Finished.predicted_ttft_us, where
+//                                             auto mode predicted one (the coordinator)
 // Node gauges from the node's Stats (SetNodeGauges) come from a collector at scrape time.
 // Thread-safety: ServingMetrics is thread-safe; a Call is used by its call's thread.
 #ifndef SCD_PROTO_SERVING_METRICS_H_
@@ -30,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "base/metrics.h"
+#include "proto/node_speeds.h"
 #include "scd/v1/control.pb.h"
 #include "scd/v1/inference.pb.h"
 
@@ -74,6 +77,9 @@ class ServingMetrics {
   static const char* FailureReason(int grpc_code);
 
   MetricsRegistry* registry() const { return registry_; }
+  // Every Finished observed also feeds `speeds` (a consumer's own speeds for its heartbeat).
+  // Set before the node serves; REQUIRES: `speeds` outlives this.
+  void set_speed_tracker(NodeSpeedTracker* speeds) { speeds_ = speeds; }
 
  private:
   void Finished(const v1::Finished& finished);
@@ -96,6 +102,7 @@ class ServingMetrics {
   Histogram& batch_size_;
   Histogram& batch_tokens_;
   Histogram& step_time_;
+  NodeSpeedTracker* speeds_ = nullptr;
 };
 
 // A node's Stats as gauges and totals: scd:node_requests_active (NodeStats.running),

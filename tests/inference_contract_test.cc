@@ -59,7 +59,8 @@ TEST(InferenceContractTest, GenerateRequestFields) {
                                                    {"allow_local_fallback", 13, kBool, false},
                                                    {"logprobs", 14, kUint32, false},
                                                    {"cache_salt", 15, kString, false},
-                                                   {"max_kl", 16, kDouble, false}});
+                                                   {"max_kl", 16, kDouble, false},
+                                                   {"ttft_slo_ms", 17, kUint32, false}});
 }
 
 TEST(InferenceContractTest, GenerateEventIsATargetAndOneOfFourEvents) {
@@ -111,7 +112,8 @@ TEST(InferenceContractTest, EventBodies) {
                                             {"timings", 5, kMessage, false},
                                             {"mode", 6, kString, false},
                                             {"mode_reason", 7, kString, false},
-                                            {"link", 8, kMessage, false}});
+                                            {"link", 8, kMessage, false},
+                                            {"predicted_ttft_us", 11, kUint64, false}});
   ExpectFields(v1::LinkShape::descriptor(),
                {{"gbps", 1, kDouble, false}, {"latency_us", 2, kDouble, false}});
   ExpectFields(v1::Timings::descriptor(), {{"queue", 1, kUint64, false},

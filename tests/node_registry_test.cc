@@ -164,6 +164,85 @@ void AddFrontier(v1::ArtifactEntry* artifact) {
   artifact->set_recommended(1);
 }
 
+// With the nodes' speeds in their heartbeats, auto weighs local prefill against the frontier's
+// points by predicted TTFT (coordinator/auto_choice.h), over the link as shaped or measured.
+TEST_F(NodeRegistryTest, AutoWeighsLocalAgainstPointsByPredictedTtft) {
+  const std::string producer = Add(Producer("base", kBaseFp));
+  v1::RegisterRequest registration = Consumer("fables", kFablesFp, {kBaseFp});
+  AddFrontier(registration.mutable_artifacts(0));
+  const std::string consumer = Add(registration);
+  // Before any speed is reported: the rule without a cost model (the recommended point).
+  PrefixHint hint;
+  hint.prompt_tokens = 200;
+  absl::StatusOr<Route> route = registry_.Resolve({"fables"}, "auto", &hint);
+  ASSERT_TRUE(route.ok()) << route.status();
+  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("the recommended one"));
+  EXPECT_EQ(route->targets[0].predicted_ttft_us, 0);
+  // Both prefill at 20 us per token; the consumer rebuilds at 1 us per token.
+  for (const std::string& id : {producer, consumer}) {
+    v1::HeartbeatRequest beat;
+    beat.set_node_id(id);
+    v1::LinearCost* prefill = beat.mutable_speeds()->mutable_prefill();
+    prefill->set_per_unit_us(20);
+    prefill->set_samples(4);
+    if (id == consumer) {
+      beat.mutable_speeds()->mutable_rebuild()->set_per_unit_us(1);
+      beat.mutable_speeds()->mutable_rebuild()->set_samples(4);
+    }
+    ASSERT_TRUE(registry_.Heartbeat(beat).ok());
+  }
+  // An unlimited link: every choice is predicted at 4 ms (the prefill holds each), so the
+  // recommended point stands, as before speeds were known: nothing is clearly faster.
+  route = registry_.Resolve({"fables"}, "auto", &hint);
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->targets[0].mode, "scd");
+  ASSERT_TRUE(route->targets[0].point.has_value());
+  EXPECT_EQ(route->targets[0].point->code_dtype, WireDtype::kInt8);
+  EXPECT_DOUBLE_EQ(route->targets[0].predicted_ttft_us, 4000);
+  EXPECT_THAT(route->targets[0].mode_reason,
+              HasSubstr("kept: nothing within the recommended point's KL 0.02 is predicted "
+                        "faster by 1 ms and 5 %"));
+  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("runner-up local prefill predicted 4.0 ms"));
+  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("taken as unlimited"));
+  // With a TTFT objective of 5 ms every choice meets it: the best quality, local prefill.
+  route = registry_.Resolve({"fables"}, "auto", &hint, 0, 5);
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->targets[0].mode, "local");
+  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("meet ttft_slo_ms 5"));
+  // A slow link set through SetLinkShape (0.0001 Gbit/s = 12.5 kB/s): 199 x 40 B take 637 ms.
+  v1::LinkShape shape;
+  shape.set_gbps(0.0001);
+  registry_.NoteLinkShape(producer, shape);
+  route = registry_.Resolve({"fables"}, "auto", &hint);
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->targets[0].mode, "local");
+  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("0.0001 Gbit/s as shaped"));
+  // A finished transfer that travelled unshaped clears the shape; one the link held back
+  // (transfer far beyond the prefill) is then the link's measure.
+  v1::Finished finished;
+  finished.set_mode("scd");
+  finished.set_payload_bytes(8000);
+  finished.mutable_timings()->set_prefill(4000);
+  finished.mutable_timings()->set_transfer(800'000);  // 10 kB/s
+  RouteTarget target;
+  target.consumer_node = consumer;
+  registry_.ObserveFinished(*route, target, finished);  // a local route: no producer, no link
+  Route with_producer;
+  with_producer.producer_node = producer;
+  registry_.ObserveFinished(with_producer, target, finished);
+  route = registry_.Resolve({"fables"}, "auto", &hint);
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->targets[0].mode, "local");
+  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("8e-05 Gbit/s as measured"));
+  // A budget no point meets leaves local alone; explicit modes predict nothing.
+  route = registry_.Resolve({"fables"}, "auto", &hint, 0.001);
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->targets[0].mode, "local");
+  route = registry_.Resolve({"fables"}, "scd", &hint);
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->targets[0].predicted_ttft_us, 0);
+}
+
 TEST_F(NodeRegistryTest, FrontierPointsChosenByTheQualityBudget) {
   Add(Producer("base", kBaseFp));
   v1::RegisterRequest consumer = Consumer("fables", kFablesFp, {kBaseFp});

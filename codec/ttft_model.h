@@ -1,0 +1,50 @@
+// The time-to-first-token model: what one way of getting a prompt's cache onto the consumer
+// costs, from its stages' costs. One formula, shared by the coordinator's auto mode (predicting
+// each choice from the nodes' measured speeds, coordinator/auto_choice.h) and the bandwidth
+// sweep's lower bound (the same stages measured alone, bench/bandwidth_sweep.h):
+//   local:    queue + prefill + decode
+//   transfer: queue + max(prefill, transfer(bytes) + last rebuild, rebuild) + decode
+//   transfer(bytes) = max(0, bytes - burst) / goodput + latency
+// Layer-wise streaming overlaps the producer's prefill, the link and the consumer's rebuild, so
+// the slowest of the three holds the first token; what cannot overlap is the rebuild of the last
+// chunk after it arrives (the link's term), and the rebuild as a whole (the consumer is not done
+// before every layer is rebuilt, however the rebuild hides behind the transfer).
+// Torch-free. Thread-safety: pure functions.
+#ifndef SCD_CODEC_TTFT_MODEL_H_
+#define SCD_CODEC_TTFT_MODEL_H_
+
+namespace scd {
+
+// The stage that holds the first token back.
+enum class TtftStage { kPrefill, kLink, kRebuild };
+const char* TtftStageName(TtftStage stage);  // prefill | link | rebuild
+
+struct TtftInputs {
+  bool transfer = false;  // the cache crosses the link (else the consumer prefills it itself)
+  double queue_us = 0;    // waiting before the computing pass starts
+  // The pass over the prompt's uncached positions: the consumer's own (local), or the
+  // producer's prefill with its encoding (transfer).
+  double prefill_us = 0;
+  // Transfers only.
+  double payload_bytes = 0;
+  double burst_bytes = 0;          // bytes that pass before a shaped rate applies (token bucket)
+  double goodput_bytes_per_s = 0;  // <= 0 or infinite: the link adds no time per byte
+  double latency_us = 0;           // one way
+  double rebuild_us = 0;           // the consumer's whole rebuild
+  double last_rebuild_us = 0;      // the rebuild the last chunk sets off on arrival
+  double decode_us = 0;            // the first decode step (0 where the prefill includes it)
+};
+
+struct TtftPrediction {
+  double total_us = 0;
+  double transfer_us = 0;  // the link's term alone (0 for local)
+  TtftStage bound_by = TtftStage::kPrefill;
+};
+
+// max(0, bytes - burst) / goodput + latency, microseconds.
+double TransferUs(double bytes, double burst_bytes, double goodput_bytes_per_s, double latency_us);
+TtftPrediction PredictTtft(const TtftInputs& inputs);
+
+}  // namespace scd
+
+#endif  // SCD_CODEC_TTFT_MODEL_H_

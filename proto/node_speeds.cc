@@ -1,0 +1,45 @@
+#include "proto/node_speeds.h"
+
+#include <algorithm>
+
+namespace scd {
+
+void ToProto(const CostEstimate& estimate, v1::LinearCost* out) {
+  out->set_fixed_us(estimate.fixed());
+  out->set_per_unit_us(estimate.per_unit());
+  out->set_samples(static_cast<uint32_t>(estimate.samples()));
+}
+
+double CostAt(const v1::LinearCost& cost, double n) {
+  return cost.samples() == 0 ? 0 : cost.fixed_us() + cost.per_unit_us() * n;
+}
+
+void NodeSpeedTracker::ObservePrefill(int64_t computed_tokens, double us) {
+  absl::MutexLock lock(&mu_);
+  prefill_.Add(static_cast<double>(computed_tokens), us);
+}
+
+void NodeSpeedTracker::ObserveFinished(const v1::Finished& finished) {
+  if (finished.reason() == "cancelled") return;  // cut short: not the work's cost
+  const v1::Timings& t = finished.timings();
+  const int64_t cached = std::min(finished.consumer_cached_tokens(), finished.prompt_tokens());
+  const double computed = static_cast<double>(finished.prompt_tokens()) - cached;
+  absl::MutexLock lock(&mu_);
+  if (finished.mode() == "local") {
+    if (t.ttft() >= t.queue()) prefill_.Add(computed, static_cast<double>(t.ttft() - t.queue()));
+  } else if (finished.mode() == "scd") {
+    rebuild_.Add(computed, static_cast<double>(t.rebuild() + t.patch()));
+    first_decode_.Add(finished.prompt_tokens(), static_cast<double>(t.first_decode()));
+  }
+}
+
+v1::NodeSpeeds NodeSpeedTracker::Report() const {
+  v1::NodeSpeeds speeds;
+  absl::MutexLock lock(&mu_);
+  if (prefill_.known()) ToProto(prefill_, speeds.mutable_prefill());
+  if (rebuild_.known()) ToProto(rebuild_, speeds.mutable_rebuild());
+  if (first_decode_.known()) ToProto(first_decode_, speeds.mutable_first_decode());
+  return speeds;
+}
+
+}  // namespace scd
