@@ -84,8 +84,17 @@ void ServingStack::AddConsumer(const std::string& name, std::unique_ptr<LlamaMod
   node->server = Serve({node->control.get()}, &node->address);
   SetNodeIdentity(v1::NODE_ROLE_CONSUMER, node->address, name, node->fingerprint, &request);
   request.set_transfer_address(node->router->address());
-  ASSERT_TRUE(registry_.Register(request).ok());
+  absl::StatusOr<coordinator::Lease> lease = registry_.Register(request);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  node_ids_[name] = lease->node_id;
   consumers_[name] = std::move(node);
+}
+
+void ServingStack::ReportSpeeds(const std::string& node, const v1::NodeSpeeds& speeds) {
+  v1::HeartbeatRequest beat;
+  beat.set_node_id(node_ids_.at(node));
+  *beat.mutable_speeds() = speeds;
+  ASSERT_TRUE(registry_.Heartbeat(beat).ok());
 }
 
 void ServingStack::Start() {
@@ -103,7 +112,9 @@ void ServingStack::Start() {
   v1::RegisterRequest producer;
   SetNodeIdentity(v1::NODE_ROLE_PRODUCER, producer_address, producer_name_, producer_fp_,
                   &producer);
-  ASSERT_TRUE(registry_.Register(producer).ok());
+  absl::StatusOr<coordinator::Lease> lease = registry_.Register(producer);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  node_ids_[""] = lease->node_id;
 
   coordinator_ =
       std::make_unique<coordinator::CoordinatorInferenceService>(&registry_, secret_, &counters_);

@@ -82,6 +82,10 @@ class ServingStack {
   ServingReply Generate(const std::vector<std::string>& targets, const std::string& mode,
                         const std::vector<TokenId>& prompt, int max_tokens);
 
+  // A heartbeat of `node` (a consumer's name, "" the producer) reporting `speeds`, as a node
+  // process reports its measured ones (the stack's nodes report none by themselves).
+  void ReportSpeeds(const std::string& node, const v1::NodeSpeeds& speeds);
+
   ServedConsumer& consumer(const std::string& name) { return *consumers_.at(name); }
   producer::ProducerControlService& producer_service() { return *producer_service_; }
   v1::Inference::Stub& stub() { return *stub_; }
@@ -96,6 +100,7 @@ class ServingStack {
   std::string producer_fp_;
   std::map<std::string, Artifact> artifacts_;  // by artifact id
   std::map<std::string, std::unique_ptr<ServedConsumer>> consumers_;
+  std::map<std::string, std::string> node_ids_;  // registry node ids by ReportSpeeds' names
   const ClusterSecret secret_ = ClusterSecret::Random();
   Tally counters_;  // the coordinator's refusals
   coordinator::NodeRegistry registry_{coordinator::RegistryOptions{absl::Seconds(3600)}};

@@ -189,6 +189,56 @@ TEST_F(ServingTest, RawBetweenIdenticalModelsEqualsLocalGeneration) {
 // Issue 29: auto on a pair with a frontier sends the point its quality budget picks (the
 // recommended one without a budget, local prefill when none is within it), and the tokens are
 // those of that configuration run through the batch path; explicit scd keeps the fitted one.
+// Issue 29: with the nodes' speeds reported, auto predicts each choice's TTFT and takes the
+// fastest within the budget; the tokens are those of the chosen configuration requested
+// explicitly, and Finished carries the prediction.
+TEST_F(ServingTest, AutoChoosesByPredictedTtftAndTheTokensAreThatChoices) {
+  auto speeds = [](double producer_us_per_token, double consumer_us_per_token) {
+    v1::NodeSpeeds producer, consumer;
+    producer.mutable_prefill()->set_per_unit_us(producer_us_per_token);
+    producer.mutable_prefill()->set_samples(4);
+    consumer.mutable_prefill()->set_per_unit_us(consumer_us_per_token);
+    consumer.mutable_prefill()->set_samples(4);
+    return std::make_pair(producer, consumer);
+  };
+  v1::GenerateRequest request;
+  request.add_targets("xs");
+  for (TokenId id : Prompt(2)) request.add_prompt_ids(id);
+  request.set_max_tokens(16);
+  // A consumer far slower than its producer: the recommended point is clearly the fastest.
+  auto [fast_producer, slow_consumer] = speeds(1, 100'000);
+  stack_->ReportSpeeds("", fast_producer);
+  stack_->ReportSpeeds("xs", slow_consumer);
+  Reply reply = stack_->Generate(request);
+  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+  const v1::Started& sent = reply.events["xs"].front().started();
+  const v1::Finished& sent_end = reply.events["xs"].back().finished();
+  EXPECT_EQ(sent.mode(), "scd");
+  EXPECT_THAT(sent.mode_reason(), HasSubstr("auto: scd point #1 int8"));
+  EXPECT_THAT(sent.mode_reason(), HasSubstr("runner-up"));
+  EXPECT_GT(sent_end.predicted_ttft_us(), 0u);
+  EXPECT_EQ(reply.ids["xs"], Reference("xs", TransferMode::kScd, Prompt(2), 16,
+                                       TransferOptions::AtPoint(XsFrontier().points[1])));
+  // A producer far slower than the consumer: local prefill, said so, and local's tokens.
+  auto [slow_producer, fast_consumer] = speeds(100'000, 1);
+  stack_->ReportSpeeds("", slow_producer);
+  stack_->ReportSpeeds("xs", fast_consumer);
+  reply = stack_->Generate(request);
+  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+  const v1::Started& local = reply.events["xs"].front().started();
+  const v1::Finished& local_end = reply.events["xs"].back().finished();
+  EXPECT_EQ(local.mode(), "local");
+  EXPECT_THAT(local.mode_reason(), HasSubstr("auto: local prefill predicted"));
+  EXPECT_THAT(local.mode_reason(), HasSubstr("runner-up scd point"));
+  EXPECT_EQ(local_end.mode(), "local");
+  EXPECT_GT(local_end.predicted_ttft_us(), 0u);
+  EXPECT_EQ(reply.ids["xs"], Reference("xs", TransferMode::kLocal, Prompt(2), 16));
+  // An explicit mode predicts nothing.
+  reply = Generate({"xs"}, "local", Prompt(2), 4);
+  ASSERT_TRUE(reply.status.ok());
+  EXPECT_EQ(reply.events["xs"].back().finished().predicted_ttft_us(), 0u);
+}
+
 TEST_F(ServingTest, AutoSendsTheFrontierPointItsBudgetPicks) {
   const Frontier frontier = XsFrontier();
   struct Case {
