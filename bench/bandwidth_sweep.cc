@@ -12,6 +12,7 @@
 #include "base/grpc_tls.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "bench/timings_json.h"
 #include "codec/ttft_model.h"
@@ -30,9 +31,19 @@ struct Reply {
   v1::Finished f;
   std::vector<int32_t> ids;
   v1::TokenLogprobs first;  // the first generated position's logprobs
+  v1::Started started;
   double client_ttft_us = 0;
   std::string error;
 };
+
+// What a request ran as: its mode, with the frontier point its codes were sent at.
+std::string ChoiceText(const v1::Started& started, const v1::Finished& finished) {
+  if (finished.mode() != "scd" || !started.has_point()) return finished.mode();
+  const v1::CodePoint& p = started.point();
+  auto ranks = [](const auto& r) { return absl::StrJoin(r, ","); };
+  return absl::StrCat("scd ", p.code_dtype(), " K ", ranks(p.rank_k()), " V ", ranks(p.rank_v()),
+                      " H ", ranks(p.rank_h()));
+}
 
 Reply Run(const SweepOptions& o, const std::string& consumer, const std::string& mode,
           const BenchPrompt& prompt) {
@@ -44,6 +55,10 @@ Reply Run(const SweepOptions& o, const std::string& consumer, const std::string&
   }
   request.add_targets(consumer);
   request.set_mode(mode);
+  if (mode == "auto") {
+    request.set_max_kl(o.max_kl);
+    request.set_ttft_slo_ms(o.ttft_slo_ms);
+  }
   request.set_max_tokens(static_cast<uint32_t>(o.max_tokens));
   if (o.fidelity) request.set_logprobs(static_cast<uint32_t>(o.logprobs));
   Reply reply;
@@ -56,6 +71,8 @@ Reply Run(const SweepOptions& o, const std::string& consumer, const std::string&
             if (e.token().logprobs_size() > 0) reply.first = e.token().logprobs(0);
           }
           reply.ids.insert(reply.ids.end(), e.token().ids().begin(), e.token().ids().end());
+        } else if (e.has_started()) {
+          reply.started = e.started();
         } else if (e.has_finished()) {
           reply.finished = true;
           reply.f = e.finished();
@@ -168,12 +185,13 @@ std::string ExcessStage(const SweepRecord& r) {
 }  // namespace
 
 absl::Status ValidateSweepModes(const std::vector<std::string>& modes) {
-  static const std::set<std::string> kModes = {"local", "raw", "int4", "recompute", "reuse", "scd"};
+  static const std::set<std::string> kModes = {"local", "raw",  "int4", "recompute",
+                                               "reuse", "scd", "auto"};
   if (modes.empty()) return absl::InvalidArgumentError("--modes: none given");
   for (const std::string& m : modes) {
     if (!kModes.count(m)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--modes: unknown mode '", m, "' (local, raw, int4, recompute, reuse, scd)"));
+          "--modes: unknown mode '", m, "' (local, raw, int4, recompute, reuse, scd, auto)"));
     }
   }
   return absl::OkStatus();
@@ -192,7 +210,7 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
   }
   const int n_prompts = static_cast<int>(o.prompts.size());
   int code_modes = 0;
-  for (const std::string& m : o.modes) code_modes += m != "local";
+  for (const std::string& m : o.modes) code_modes += m != "local" && m != "auto";
   const int total =
       static_cast<int>(o.consumers.size()) *
       (n_prompts * (1 + code_modes) * std::max(1, o.alone_repeats) +
@@ -228,7 +246,7 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
         if (rep == 0) reference[p] = std::move(r);
       }
       for (const std::string& mode : o.modes) {
-        if (mode == "local") continue;
+        if (mode == "local" || mode == "auto") continue;  // auto: its choices' own cells
         for (int p = 0; p < n_prompts; ++p) {
           progress(absl::StrCat(consumer, " ", mode, " (stages alone)"));
           const Reply r = Run(o, consumer, mode, o.prompts[p]);
@@ -274,10 +292,14 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
               rec.payload_bytes = r.f.payload_bytes();
               rec.shaper_gbps = r.f.link().gbps();
               rec.timings = r.f.timings();
+              rec.predicted_ttft_us = static_cast<double>(r.f.predicted_ttft_us());
+              rec.choice = ChoiceText(r.started, r.f);
               // Each stage alone: the fastest seen for this mode and prompt, in the stage runs or
               // in any cell (an unshaped link lets the rebuild queue behind the prefill, so a slow
               // link's cells are where the last layer's rebuild shows alone).
-              const std::string key_mode = rec.mode_used == "local" ? "local" : mode;
+              const std::string key_mode = rec.mode_used == "local" ? "local"
+                                           : mode == "auto"          ? "auto " + rec.choice
+                                                                     : mode;
               StagesAlone& a = alone[{key_mode, p}];
               if (rec.mode_used == "local") {
                 keep_min(&a.prefill_us, rec.timings.prefill());
@@ -303,7 +325,10 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
     // Bounds once every measurement of the consumer is in.
     for (SweepRecord& rec : result.records) {
       if (rec.consumer != consumer || !rec.ok) continue;
-      rec.alone = alone[{rec.mode_used == "local" ? "local" : rec.mode, rec.prompt}];
+      rec.alone = alone[{rec.mode_used == "local" ? "local"
+                         : rec.mode == "auto"     ? "auto " + rec.choice
+                                                  : rec.mode,
+                         rec.prompt}];
       // The TTFT model auto mode predicts with (codec/ttft_model.h), on the stages alone.
       TtftInputs stages;
       stages.transfer = rec.mode_used != "local";
@@ -335,6 +360,8 @@ std::string SweepJsonl(const SweepResult& result) {
         {"mode", r.mode},
         {"mode_used", r.mode_used},
         {"mode_reason", r.mode_reason},
+        {"choice", r.choice},
+        {"predicted_ttft_ms", r.predicted_ttft_us / 1e3},
         {"bandwidth_gbps", std::isfinite(r.bandwidth_gbps) ? nlohmann::json(r.bandwidth_gbps)
                                                            : nlohmann::json("inf")},
         {"latency_us", r.latency_us},
@@ -378,12 +405,14 @@ std::string SweepSummaryCsv(const SweepResult& result) {
   std::string out =
       "consumer,mode,mode_used,bandwidth_gbps,requests,failed,prompt_tokens,payload_bytes,"
       "bytes_per_token,ttft_ms,bound_ms,ratio,max_ratio,prefill_alone_ms,transfer_bound_ms,"
-      "last_rebuild_alone_ms,decode_alone_ms,excess_stage,agreement,first_kl\n";
+      "last_rebuild_alone_ms,decode_alone_ms,excess_stage,agreement,first_kl,predicted_ttft_ms,"
+      "predicted_within_25pct,choices\n";
   for (const auto& key : order) {
     const auto& rs = cells[key];
     std::vector<double> ttft, bound, ratio, bytes, tokens, prefill, transfer, rebuild, decode,
-        agreement, kl;
-    int failed = 0;
+        agreement, kl, predicted;
+    int failed = 0, within = 0;
+    std::map<std::string, int> choices;
     std::map<std::string, int> excess;
     std::string used;
     for (const SweepRecord* r : rs) {
@@ -392,6 +421,12 @@ std::string SweepSummaryCsv(const SweepResult& result) {
         continue;
       }
       used = r->mode_used;
+      ++choices[r->choice];
+      if (r->predicted_ttft_us > 0) {
+        predicted.push_back(r->predicted_ttft_us / 1e3);
+        const double actual = static_cast<double>(r->timings.ttft());
+        within += std::abs(r->predicted_ttft_us - actual) <= 0.25 * actual;
+      }
       ttft.push_back(r->timings.ttft() / 1e3);
       bound.push_back(r->bound_us / 1e3);
       ratio.push_back(r->ratio);
@@ -413,13 +448,20 @@ std::string SweepSummaryCsv(const SweepResult& result) {
     const double max_ratio = ratio.empty() ? 0 : *std::max_element(ratio.begin(), ratio.end());
     const double tok = Median(tokens);
     absl::StrAppendFormat(
-        &out, "%s,%s,%s,%s,%d,%d,%.0f,%.0f,%.1f,%.3f,%.3f,%.4f,%.4f,%.3f,%.3f,%.3f,%.3f,%s,%s,%s\n",
+        &out,
+        "%s,%s,%s,%s,%d,%d,%.0f,%.0f,%.1f,%.3f,%.3f,%.4f,%.4f,%.3f,%.3f,%.3f,%.3f,%s,%s,%s,%s,%s,"
+        "\"%s\"\n",
         std::get<0>(key), std::get<1>(key), used, RateText(std::get<2>(key)),
         static_cast<int>(rs.size()), failed, tok, Median(bytes), tok > 0 ? Median(bytes) / tok : 0,
         Median(ttft), Median(bound), Median(ratio), max_ratio, Median(prefill), Median(transfer),
         Median(rebuild), Median(decode), stage,
         agreement.empty() ? "" : absl::StrFormat("%.4f", Median(agreement)),
-        kl.empty() ? "" : absl::StrFormat("%.5f", Median(kl)));
+        kl.empty() ? "" : absl::StrFormat("%.5f", Median(kl)),
+        predicted.empty() ? "" : absl::StrFormat("%.3f", Median(predicted)),
+        predicted.empty() ? ""
+                          : absl::StrFormat("%.3f", static_cast<double>(within) /
+                                                        static_cast<double>(predicted.size())),
+        absl::StrJoin(choices, "; ", absl::PairFormatter(": ")));
   }
   return out;
 }

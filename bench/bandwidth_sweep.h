@@ -44,7 +44,11 @@ struct SweepOptions {
   std::string control;                 // the coordinator's control plane (Registry.SetLinkShape)
   std::string secret;                  // the cluster secret
   std::vector<std::string> consumers;  // swept one after another
+  // auto: the coordinator chooses per request (with max_kl and ttft_slo_ms below); its cells
+  // record the choice and the TTFT it predicted.
   std::vector<std::string> modes = {"local", "raw", "int4", "recompute", "reuse", "scd"};
+  double max_kl = 0;         // auto's quality budget (0: the recommended point's)
+  uint32_t ttft_slo_ms = 0;  // auto's TTFT objective (0: none)
   std::vector<double> bandwidths_gbps = {0.01, 0.1, 1, 10, 100, INFINITY};  // inf: unshaped
   double latency_us = 0;
   std::vector<BenchPrompt> prompts;
@@ -78,6 +82,10 @@ struct StagesAlone {
 
 struct SweepRecord {
   std::string consumer, mode, mode_used, mode_reason;
+  // What it ran as ("local", "raw", "scd int4 K 2,2 V ..": the point's precision and ranks), and
+  // auto's predicted TTFT (0: none; Finished.predicted_ttft_us).
+  std::string choice;
+  double predicted_ttft_us = 0;
   double bandwidth_gbps = 0;  // inf = unshaped
   double latency_us = 0;
   std::string link;  // shaper | netns
@@ -109,7 +117,8 @@ struct SweepResult {
   double prefill_tokens_per_s = 0;
 };
 
-// INVALID_ARGUMENT naming the first mode that is none of local, raw, int4, recompute, reuse, scd.
+// INVALID_ARGUMENT naming the first mode that is none of local, raw, int4, recompute, reuse, scd,
+// auto.
 absl::Status ValidateSweepModes(const std::vector<std::string>& modes);
 
 // INVALID_ARGUMENT: no server, control address, consumers, modes, bandwidths or prompts, an

@@ -24,9 +24,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
-MODE_ORDER = ["local", "raw", "int4", "recompute", "reuse", "scd"]
+MODE_ORDER = ["local", "raw", "int4", "recompute", "reuse", "scd", "auto"]
 COLORS = {"local": "#555555", "raw": "#d62728", "int4": "#ff7f0e", "recompute": "#9467bd",
-          "reuse": "#2ca02c", "scd": "#1f77b4"}
+          "reuse": "#2ca02c", "scd": "#1f77b4", "auto": "#000000"}
 
 
 def load(out):
@@ -75,6 +75,12 @@ def plot_ttft(rows, meta, out, consumer):
                 label=f"{mode} TTFT")
         ax.plot(xs, [float(r["bound_ms"]) for _, r in cells], "--", color=color, alpha=0.7,
                 label=f"{mode} bound")
+        # auto: what the coordinator predicted when it chose (its cost model).
+        predicted = [(x, float(r["predicted_ttft_ms"])) for x, r in cells
+                     if r.get("predicted_ttft_ms")]
+        if predicted:
+            ax.plot([x for x, _ in predicted], [y for _, y in predicted], ":", color=color,
+                    marker="x", label=f"{mode} predicted")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))

@@ -13,7 +13,8 @@
 //                    | --server HOST:PORT --control HOST:PORT --cluster-secret-file FILE
 //                      --consumer NAME ...)
 //                   [--bandwidths 0.01,0.1,1,10,100,inf] [--latency-us U]
-//                   [--modes local,raw,int4,recompute,reuse,scd]
+//                   [--modes local,raw,int4,recompute,reuse,scd,auto] [--max-kl K]
+//                   [--ttft-slo-ms MS]
 //                   [--prompts FILE [--prompt-words W] | --prompt-len T [--vocab-size V]]
 //                   [--num-prompts N]
 //                   [--max-tokens M] [--compute-scale GPU_TOKENS_PER_S] --out DIR
@@ -403,7 +404,14 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   w->add_option("--latency-us", sweep.options.latency_us, "one-way latency of the link")
       ->check(CLI::Range(0.0, 1e7));
-  w->add_option("--modes", sweep.modes, "comma-separated")->capture_default_str();
+  w->add_option("--modes", sweep.modes, "comma-separated; auto: the coordinator chooses")
+      ->capture_default_str();
+  w->add_option("--max-kl", sweep.options.max_kl,
+                "auto's quality budget (0: the artifact's recommended point's KL)")
+      ->check(CLI::Range(0.0, 10.0));
+  w->add_option("--ttft-slo-ms", sweep.options.ttft_slo_ms,
+                "auto's TTFT objective: the best quality predicted to meet it (0: none)")
+      ->check(CLI::Range(0, 3600 * 1000));
   CLI::Option* wfile = w->add_option("--prompts", sweep.prompts_file, "prompts, one per line");
   w->add_option("--prompt-words", sweep.prompt_words,
                 "with --prompts: cut the file's text into prompts of W words instead")

@@ -13,6 +13,7 @@
 #include "base/random_id.h"
 #include "codec/transfer_mode.h"
 #include "proto/frontier_proto.h"
+#include "transport/link_shaper.h"
 
 namespace scd::coordinator {
 namespace {
@@ -558,6 +559,8 @@ AutoInputs NodeRegistry::InputsFor(const Node& consumer, const Node& producer,
   if (producer.shape.has_value()) {
     in.goodput_bytes_per_s = producer.shape->gbps() * 1e9 / 8;
     in.latency_us = producer.shape->latency_us();
+    // Every session's bucket starts full (transport/link_shaper.h).
+    in.burst_bytes = static_cast<double>(transport::LinkShape().burst_bytes);
     in.link = absl::StrFormat("%g Gbit/s as shaped", producer.shape->gbps());
   } else if (auto it = links_.find({producer.id, consumer.id});
              it != links_.end() && it->second.Known(now)) {

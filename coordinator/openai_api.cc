@@ -421,11 +421,15 @@ class OpenAiHttpHandler::Impl {
               {"total_tokens", prompt + completion}};
     }
     static Json ScdInfo(const v1::Finished& f) {
-      return {{"mode", f.mode()}, {"mode_reason", f.mode_reason()},
-              {"payload_bytes", f.payload_bytes()},
-              {"ttft_ms", static_cast<double>(f.timings().ttft()) / 1000.0},
-              {"producer_cached_tokens", f.producer_cached_tokens()},
-              {"consumer_cached_tokens", f.consumer_cached_tokens()}};
+      Json info = {{"mode", f.mode()}, {"mode_reason", f.mode_reason()},
+                   {"payload_bytes", f.payload_bytes()},
+                   {"ttft_ms", static_cast<double>(f.timings().ttft()) / 1000.0},
+                   {"producer_cached_tokens", f.producer_cached_tokens()},
+                   {"consumer_cached_tokens", f.consumer_cached_tokens()}};
+      if (f.predicted_ttft_us() > 0) {
+        info["predicted_ttft_ms"] = static_cast<double>(f.predicted_ttft_us()) / 1000.0;
+      }
+      return info;
     }
     static Json ErrorObject(const v1::Error& e) {
       const int status = HttpStatusOfGrpcCode(e.code());

@@ -173,7 +173,7 @@ TEST_F(NodeRegistryTest, AutoWeighsLocalAgainstPointsByPredictedTtft) {
   const std::string consumer = Add(registration);
   // Before any speed is reported: the rule without a cost model (the recommended point).
   PrefixHint hint;
-  hint.prompt_tokens = 200;
+  hint.prompt_tokens = 4000;
   absl::StatusOr<Route> route = registry_.Resolve({"fables"}, "auto", &hint);
   ASSERT_TRUE(route.ok()) << route.status();
   EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("the recommended one"));
@@ -191,25 +191,26 @@ TEST_F(NodeRegistryTest, AutoWeighsLocalAgainstPointsByPredictedTtft) {
     }
     ASSERT_TRUE(registry_.Heartbeat(beat).ok());
   }
-  // An unlimited link: every choice is predicted at 4 ms (the prefill holds each), so the
+  // An unlimited link: every choice is predicted at 80 ms (the prefill holds each), so the
   // recommended point stands, as before speeds were known: nothing is clearly faster.
   route = registry_.Resolve({"fables"}, "auto", &hint);
   ASSERT_TRUE(route.ok());
   EXPECT_EQ(route->targets[0].mode, "scd");
   ASSERT_TRUE(route->targets[0].point.has_value());
   EXPECT_EQ(route->targets[0].point->code_dtype, WireDtype::kInt8);
-  EXPECT_DOUBLE_EQ(route->targets[0].predicted_ttft_us, 4000);
+  EXPECT_DOUBLE_EQ(route->targets[0].predicted_ttft_us, 80000);
   EXPECT_THAT(route->targets[0].mode_reason,
               HasSubstr("kept: nothing within the recommended point's KL 0.02 is predicted "
                         "faster by 1 ms and 5 %"));
-  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("runner-up local prefill predicted 4.0 ms"));
+  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("runner-up local prefill predicted 80.0 ms"));
   EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("taken as unlimited"));
-  // With a TTFT objective of 5 ms every choice meets it: the best quality, local prefill.
-  route = registry_.Resolve({"fables"}, "auto", &hint, 0, 5);
+  // With a TTFT objective of 100 ms every choice meets it: the best quality, local prefill.
+  route = registry_.Resolve({"fables"}, "auto", &hint, 0, 100);
   ASSERT_TRUE(route.ok());
   EXPECT_EQ(route->targets[0].mode, "local");
-  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("meet ttft_slo_ms 5"));
-  // A slow link set through SetLinkShape (0.0001 Gbit/s = 12.5 kB/s): 199 x 40 B take 637 ms.
+  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("meet ttft_slo_ms 100"));
+  // A slow link set through SetLinkShape (0.0001 Gbit/s = 12.5 kB/s): 3999 x 40 B take 7.6 s
+  // past the shaper's 64 KiB burst.
   v1::LinkShape shape;
   shape.set_gbps(0.0001);
   registry_.NoteLinkShape(producer, shape);

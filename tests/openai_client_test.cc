@@ -94,6 +94,26 @@ TEST(OpenAiClientTest, ChatUsesTheModelsChatTemplate) {
   EXPECT_EQ(refused_status, "400");
   EXPECT_THAT(refused["error"]["message"].get<std::string>(),
               ::testing::HasSubstr("the model's chat template: user first"));
+
+  // Auto's objectives in the body: refused before any work with the field named when out of
+  // range or with a mode that does not choose; served otherwise.
+  for (const auto& [extra, field] :
+       std::vector<std::pair<nlohmann::json, std::string>>{
+           {{{"ttft_slo_ms", 3600001}}, "ttft_slo_ms"},
+           {{{"ttft_slo_ms", -5}}, "ttft_slo_ms"},
+           {{{"ttft_slo_ms", 100}, {"mode", "raw"}}, "ttft_slo_ms"},
+           {{{"max_kl", 11}}, "max_kl"}}) {
+    nlohmann::json body = {{"model", "copy"}, {"max_tokens", 2}, {"prompt", "Once"}};
+    body.update(extra);
+    const auto [status, reply] = post("/v1/completions", body);
+    EXPECT_EQ(status, "400") << extra.dump();
+    EXPECT_THAT(reply["error"]["message"].get<std::string>(), ::testing::HasSubstr(field));
+  }
+  const auto [slo_status, slo] = post("/v1/completions", {{"model", "copy"},
+                                                          {"max_tokens", 2},
+                                                          {"prompt", "Once"},
+                                                          {"ttft_slo_ms", 60000}});
+  EXPECT_EQ(slo_status, "200") << slo.dump();
 }
 
 }  // namespace
