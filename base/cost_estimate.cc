@@ -1,6 +1,8 @@
 #include "base/cost_estimate.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace scd {
 
@@ -12,15 +14,33 @@ void CostEstimate::Add(double n, double cost) {
 }
 
 void CostEstimate::Refit() {
-  const double count = static_cast<double>(points_.size());
-  double sn = 0, sc = 0;
+  Fit(points_);
+  if (points_.size() < 5) return;
+  // Noise only adds time (a busy core, a page fault): drop what lies far above the line, by
+  // more than 3x the median absolute residual, and fit the rest once more.
+  std::vector<double> residuals;
+  for (const auto& [n, cost] : points_) residuals.push_back(std::abs(cost - At(n)));
+  std::nth_element(residuals.begin(), residuals.begin() + residuals.size() / 2, residuals.end());
+  double scale = 0;
+  for (const auto& point : points_) scale = std::max(scale, point.second);
+  const double limit = 3 * residuals[residuals.size() / 2] + 1e-9 * scale;
+  std::deque<std::pair<double, double>> kept;
   for (const auto& [n, cost] : points_) {
+    if (cost - At(n) <= limit) kept.emplace_back(n, cost);
+  }
+  if (kept.size() < points_.size() && !kept.empty()) Fit(kept);
+}
+
+void CostEstimate::Fit(const std::deque<std::pair<double, double>>& points) {
+  const double count = static_cast<double>(points.size());
+  double sn = 0, sc = 0;
+  for (const auto& [n, cost] : points) {
     sn += n;
     sc += cost;
   }
   const double mean_n = sn / count, mean_c = sc / count;
   double snn = 0, snc = 0;
-  for (const auto& [n, cost] : points_) {
+  for (const auto& [n, cost] : points) {
     snn += (n - mean_n) * (n - mean_n);
     snc += (n - mean_n) * (cost - mean_c);
   }
@@ -40,7 +60,7 @@ void CostEstimate::Refit() {
     }
     // Through the origin: the least-squares slope of cost = per_unit * n.
     double sq = 0, cross = 0;
-    for (const auto& [n, cost] : points_) {
+    for (const auto& [n, cost] : points) {
       sq += n * n;
       cross += n * cost;
     }

@@ -3,7 +3,9 @@
 // fitted by least squares over the last `window` observations (a prefill's microseconds against
 // the tokens it computed; a transfer's against its bytes: fixed = latency, per_unit = 1 /
 // goodput). Older observations fall out, so the estimate follows a node whose speed changes (a
-// busier machine, a slower link) within `window` completed passes. With one distinct size seen
+// busier machine, a slower link) within `window` completed passes. With 5 or more observations,
+// those far above the line (over 3x the median absolute residual: noise only adds time) are left
+// out of a second fit, so the estimate follows the typical pass. With one distinct size seen
 // the fit cannot separate the two terms: fixed is 0 and per_unit the mean cost per unit. Both
 // terms are kept >= 0 (a negative intercept from noise becomes 0 with the slope refitted
 // through the origin).
@@ -34,6 +36,7 @@ class CostEstimate {
 
  private:
   void Refit();
+  void Fit(const std::deque<std::pair<double, double>>& points);
   size_t window_;
   std::deque<std::pair<double, double>> points_;  // (n, cost), oldest first
   double fixed_ = 0, per_unit_ = 0;

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `make bench-sweep`: the README's bandwidth-sweep figures, two runs of `scd-bench sweep`:
 #   hard/      the hard pair stories260k -> llama2xs-260k (no shared training) with its fitted
-#              artifact: every mode, with fidelity (agreement, first-token KL);
+#              artifact: every mode and auto, with fidelity (agreement, first-token KL);
 #   tinyllama/ the TinyLlama-1.1B shape cut to 4 layers with seeded dummy weights and a
-#              synthesized artifact (scd-calib synth): timings at real KV sizes, 1,024-token
+#              synthesized artifact with a frontier (scd-calib synth --frontier; its KLs made
+#              up): every mode and auto, timings at real KV sizes, 1,024-token
 #              prompts, no fidelity; over the producer's shaper (tinyllama/shaper) and over a
 #              tc-shaped veth between network namespaces (tinyllama/netns, needs root), one run;
 #              on a machine with >= 2 CPUs the producer daemon is pinned to the first half of
@@ -24,7 +25,7 @@ start=$(date +%s)
 echo "== hard pair: stories260k -> llama2xs-260k, every mode, with fidelity"
 "$BUILD/bin/scd-bench" sweep --producer "$SHARED/models/stories260k" \
   --consumer "xs=$SHARED/models/llama2xs-260k:$ARTIFACT" \
-  --modes local,raw,int4,recompute,reuse,scd --bandwidths 0.01,0.1,1,10,100,inf \
+  --modes local,raw,int4,recompute,reuse,scd,auto --bandwidths 0.01,0.1,1,10,100,inf \
   --prompts "$SHARED/data/tinystories_valid_hf.txt" --prompt-words 70 --num-prompts 4 \
   --max-tokens 32 --out "$OUT/hard" > "$OUT/hard.csv"
 
@@ -36,10 +37,10 @@ print(",".join(map(str, c[:h])) or "-", ",".join(map(str, c[h:])))')
 PIN=()
 [ "$P_CPUS" != "-" ] && PIN=(--producer-cpus "$P_CPUS" --consumer-cpus "$C_CPUS")
 "$BUILD/bin/scd-calib" synth --producer "$CONFIG" --consumer "$CONFIG" --layers 4 \
-  --patch-layers 0,3 --recompute-layers 0 --rank-k 16 --rank-v 16 --rank-h 256 \
+  --patch-layers 0,3 --recompute-layers 0 --rank-k 16 --rank-v 16 --rank-h 256 --frontier \
   --out "$OUT/tinyllama-synth.scd"
 "$BUILD/bin/scd-bench" sweep --producer "$CONFIG" --consumer "tl=$CONFIG:$OUT/tinyllama-synth.scd" \
-  --layers 4 --modes local,raw,int4,recompute,reuse,scd \
+  --layers 4 --modes local,raw,int4,recompute,reuse,scd,auto \
   --bandwidths 0.005,0.01,0.1,1,10,inf --prompt-len 1024 --vocab-size 32000 \
   --num-prompts 2 --max-tokens 2 --compute-scale 20000 --link shaper,netns "${PIN[@]}" \
   --out "$OUT/tinyllama" > "$OUT/tinyllama.csv"

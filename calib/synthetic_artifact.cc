@@ -3,11 +3,15 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "base/exception_guard.h"
 #include "base/status_macros.h"
+#include "codec/transfer.h"
+#include "codec/transfer_plan.h"
 
 namespace scd {
 namespace {
@@ -99,6 +103,104 @@ absl::StatusOr<Artifact> SynthesizeArtifact(const LlamaModel& producer, const Ll
          options.patch_layers}}.dump();
     return artifact;
   });
+}
+
+namespace {
+
+// One synthetic frontier point: `dtype` at `fraction` of the artifact's ranks, bytes and costs
+// measured by sending `prefix` through the codec.
+absl::StatusOr<FrontierPoint> MeasureSyntheticPoint(const LlamaModel& producer,
+                                                    const LlamaModel& consumer,
+                                                    const Artifact& artifact,
+                                                    const std::vector<TokenId>& prefix,
+                                                    WireDtype dtype, double fraction) {
+  auto scaled = [fraction](int64_t rank) {
+    return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(static_cast<double>(rank) *
+                                                               fraction)));
+  };
+  FrontierPoint p;
+  p.code_dtype = dtype;
+  for (const ArtifactLayer& layer : artifact.layers) {
+    const bool patch = layer.route == LayerRoute::kPatch;
+    p.rank_k.push_back(patch ? 0 : scaled(layer.key.rank()));
+    p.rank_v.push_back(patch ? 0 : scaled(layer.value.rank()));
+    p.rank_h.push_back(patch ? scaled(layer.patch->rank()) : 0);
+  }
+  SCD_ASSIGN_OR_RETURN(TransferPath path,
+                       TransferPath::Create(TransferMode::kScd, producer, consumer, &artifact,
+                                            TransferOptions::AtPoint(p)));
+  KvCache cache = consumer.NewCache(static_cast<int64_t>(prefix.size()) + 1);
+  SCD_ASSIGN_OR_RETURN(TransferStats stats, path.Run(prefix, &cache));
+  const double tokens = static_cast<double>(std::max<int64_t>(1, stats.tokens));
+  p.bytes_per_token = static_cast<double>(stats.payload_bytes) / tokens;
+  p.encode_us_per_token = stats.encode_seconds * 1e6 / tokens;
+  p.rebuild_us_per_token = stats.decode_seconds * 1e6 / tokens;
+  return p;
+}
+
+// The made-up KL of SyntheticFrontierOptions, and the point's share of raw f16 bytes.
+void MakeUpKl(const FrontierPoint& full, double full_kl, double raw_f16, FrontierPoint* p) {
+  const double precision = p->code_dtype == WireDtype::kInt4   ? 1.5
+                           : p->code_dtype == WireDtype::kInt8 ? 1.15
+                                                               : 1.0;
+  p->kl = p->predicted_kl = full_kl * std::sqrt(full.bytes_per_token / p->bytes_per_token) *
+                            precision;
+  p->payload_ratio = raw_f16 > 0 ? p->bytes_per_token / raw_f16 : 0;
+}
+
+}  // namespace
+
+absl::StatusOr<Frontier> SynthesizeFrontier(const LlamaModel& producer, const LlamaModel& consumer,
+                                            const Artifact& artifact,
+                                            const SyntheticFrontierOptions& options) {
+  if (options.dtypes.empty() || options.fractions.empty() || options.probe_tokens < 2 ||
+      !(options.full_kl > 0)) {
+    return absl::InvalidArgumentError(
+        "synthetic frontier: needs precisions, fractions, a probe of 2+ tokens and a KL > 0");
+  }
+  for (double f : options.fractions) {
+    if (!(f > 0 && f <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("synthetic frontier: fraction ", f, " is not in (0, 1]"));
+    }
+  }
+  std::mt19937_64 rng(options.seed);  // the probe: random ids, as a dummy model's prompts are
+  std::uniform_int_distribution<int64_t> id(3, producer.config().vocab_size - 1);
+  std::vector<TokenId> prefix(static_cast<size_t>(options.probe_tokens - 1));
+  for (TokenId& t : prefix) t = static_cast<TokenId>(id(rng));
+  SCD_ASSIGN_OR_RETURN(FrontierPoint full, MeasureSyntheticPoint(producer, consumer, artifact,
+                                                                 prefix, WireDtype::kF16, 1));
+  const double raw_f16 = static_cast<double>(consumer.config().KvBytesPerToken(2));
+  MakeUpKl(full, options.full_kl, raw_f16, &full);
+  std::vector<FrontierPoint> points;
+  for (WireDtype dtype : options.dtypes) {
+    for (double f : options.fractions) {
+      if (dtype == WireDtype::kF16 && f == 1) continue;
+      SCD_ASSIGN_OR_RETURN(FrontierPoint p, MeasureSyntheticPoint(producer, consumer, artifact,
+                                                                  prefix, dtype, f));
+      MakeUpKl(full, options.full_kl, raw_f16, &p);
+      if (p.bytes_per_token < full.bytes_per_token) points.push_back(std::move(p));
+    }
+  }
+  std::sort(points.begin(), points.end(), [](const FrontierPoint& a, const FrontierPoint& b) {
+    return a.bytes_per_token != b.bytes_per_token ? a.bytes_per_token < b.bytes_per_token
+                                                  : a.kl < b.kl;
+  });
+  Frontier frontier;  // ascending bytes, KL falling: the Pareto front, then the full point
+  for (FrontierPoint& p : points) {
+    const FrontierPoint* last = frontier.points.empty() ? nullptr : &frontier.points.back();
+    if (last != nullptr && (p.bytes_per_token <= last->bytes_per_token || p.kl >= last->kl)) {
+      continue;
+    }
+    if (p.kl > full.kl) frontier.points.push_back(std::move(p));
+  }
+  frontier.points.push_back(full);
+  for (size_t i = 0; i < frontier.points.size() && frontier.recommended < 0; ++i) {
+    if (frontier.points[i].kl <= 1.25 * full.kl) frontier.recommended = static_cast<int>(i);
+  }
+  frontier.raw_f16_bytes_per_token = raw_f16;
+  frontier.heldout = "synthetic: KL made up (dummy weights, scd-calib synth --frontier)";
+  return frontier;
 }
 
 }  // namespace scd

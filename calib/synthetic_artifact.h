@@ -15,6 +15,8 @@
 
 #include "absl/status/statusor.h"
 #include "codec/artifact.h"
+#include "codec/frontier.h"
+#include "codec/wire_dtype.h"
 #include "model/llama_model.h"
 
 namespace scd {
@@ -32,6 +34,24 @@ struct SyntheticArtifactOptions {
 // [1, dim], a layer outside the model.
 absl::StatusOr<Artifact> SynthesizeArtifact(const LlamaModel& producer, const LlamaModel& consumer,
                                             const SyntheticArtifactOptions& options);
+
+// A frontier for a synthesized artifact (dummy weights have nothing to measure quality on):
+// every precision in `dtypes` at each of `fractions` of the artifact's ranks (rounded up, at least
+// 1; nested), its bytes and encode / rebuild costs measured through the real codec on a random
+// prompt of `probe_tokens`, its KL made up: full_kl x (the full point's bytes / the point's)^0.5,
+// x 1.15 for int8 and x 1.5 for int4 codes. Kept where the KL falls with bytes; the fitted
+// configuration (f16, full ranks) on top; recommended: the cheapest within 1.25x its KL.
+// `heldout` says the KLs are made up. For timing benches of auto mode's choices only.
+struct SyntheticFrontierOptions {
+  std::vector<WireDtype> dtypes = {WireDtype::kF16, WireDtype::kInt8, WireDtype::kInt4};
+  std::vector<double> fractions = {1, 0.75, 0.5, 0.25, 0.125};
+  int64_t probe_tokens = 256;
+  double full_kl = 0.02;
+  uint64_t seed = 0;
+};
+absl::StatusOr<Frontier> SynthesizeFrontier(const LlamaModel& producer, const LlamaModel& consumer,
+                                            const Artifact& artifact,
+                                            const SyntheticFrontierOptions& options);
 
 }  // namespace scd
 

@@ -77,7 +77,6 @@ TtftPrediction PredictTransfer(const AutoInputs& in, double bytes_per_token,
   t.queue_us = in.producer_queue * t.prefill_us;
   t.payload_bytes = bytes_per_token * sent;
   t.goodput_bytes_per_s = in.goodput_bytes_per_s;
-  t.burst_bytes = in.burst_bytes;
   t.latency_us = in.latency_us;
   if (rebuilds) {
     t.rebuild_us = in.consumer.rebuild().samples() > 0 ? CostAt(in.consumer.rebuild(), sent)

@@ -62,7 +62,6 @@ struct AutoInputs {
   v1::NodeSpeeds consumer, producer;
   double consumer_queue = 0, producer_queue = 0;  // requests ahead on each
   double goodput_bytes_per_s = 0;                 // 0: unlimited
-  double burst_bytes = 0;  // what passes before a shaped rate applies (the shaper's bucket)
   double latency_us = 0;
   std::string link;  // how the link is known, for reasons: "0.1 Gbit/s as set", "measured 3 MB/s"
   int layers = 1;    // layers the codes cover (the last chunk's share of the rebuild)

@@ -13,7 +13,6 @@
 #include "base/random_id.h"
 #include "codec/transfer_mode.h"
 #include "proto/frontier_proto.h"
-#include "transport/link_shaper.h"
 
 namespace scd::coordinator {
 namespace {
@@ -559,8 +558,8 @@ AutoInputs NodeRegistry::InputsFor(const Node& consumer, const Node& producer,
   if (producer.shape.has_value()) {
     in.goodput_bytes_per_s = producer.shape->gbps() * 1e9 / 8;
     in.latency_us = producer.shape->latency_us();
-    // Every session's bucket starts full (transport/link_shaper.h).
-    in.burst_bytes = static_cast<double>(transport::LinkShape().burst_bytes);
+    // No burst: the shaper's bucket is only full after the link idled (back-to-back transfers
+    // find it empty), so the rate is taken from the first byte.
     in.link = absl::StrFormat("%g Gbit/s as shaped", producer.shape->gbps());
   } else if (auto it = links_.find({producer.id, consumer.id});
              it != links_.end() && it->second.Known(now)) {

@@ -38,6 +38,18 @@ TEST(CostEstimateTest, OldObservationsLeaveTheWindow) {
   EXPECT_NEAR(estimate.fixed(), 0, 1e-9);
 }
 
+TEST(CostEstimateTest, SlowOutliersDoNotMoveTheTypicalPass) {
+  CostEstimate estimate;
+  for (int i = 0; i < 10; ++i) estimate.Add(100, 1000 + (i % 2 ? 10 : -10));  // 10 us/token
+  estimate.Add(100, 5000);  // two passes that met a busy core
+  estimate.Add(100, 7000);
+  EXPECT_NEAR(estimate.per_unit(), 10, 1e-9);
+  CostEstimate line;  // an exact line stays exact
+  for (double n : {10.0, 20.0, 30.0, 40.0, 50.0, 60.0}) line.Add(n, 7 + 3 * n);
+  EXPECT_NEAR(line.per_unit(), 3, 1e-12);
+  EXPECT_NEAR(line.fixed(), 7, 1e-9);
+}
+
 TEST(CostEstimateTest, TermsStayNonNegative) {
   CostEstimate falling;  // cost falling with size: a constant, not a negative slope
   falling.Add(10, 100);

@@ -209,8 +209,7 @@ TEST_F(NodeRegistryTest, AutoWeighsLocalAgainstPointsByPredictedTtft) {
   ASSERT_TRUE(route.ok());
   EXPECT_EQ(route->targets[0].mode, "local");
   EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("meet ttft_slo_ms 100"));
-  // A slow link set through SetLinkShape (0.0001 Gbit/s = 12.5 kB/s): 3999 x 40 B take 7.6 s
-  // past the shaper's 64 KiB burst.
+  // A slow link set through SetLinkShape (0.0001 Gbit/s = 12.5 kB/s): 3999 x 40 B take 12.8 s.
   v1::LinkShape shape;
   shape.set_gbps(0.0001);
   registry_.NoteLinkShape(producer, shape);

@@ -4,6 +4,7 @@
 //   scd-calib generate --producer DIR --consumer DIR --artifact FILE --prompt TEXT [--mode scd]
 //   scd-calib frontier --producer DIR --consumer DIR --artifact FILE [--out FILE]
 //   scd-calib synth --producer CONFIG --consumer CONFIG --out FILE [--layers N --rank-k R ...]
+//                   [--frontier]
 // A thin shell: flags bind straight to calib/'s options structs, the work is library calls.
 // Tables go to stdout, progress and logs to stderr; errors are one line and exit status 1.
 #include <spdlog/spdlog.h>
@@ -371,6 +372,7 @@ struct SynthCommand {
   std::string producer, consumer, out;
   uint64_t producer_seed = 1, consumer_seed = 2;
   int64_t layers = 0;
+  bool frontier = false;
 
   void Register(CLI::App* cmd) {
     cmd->add_option("--producer", producer, "producer config.json (or a directory holding one)")
@@ -393,6 +395,9 @@ struct SynthCommand {
                     "layers the recompute baseline recomputes")
         ->delimiter(',');
     cmd->add_option("--seed", options.seed, "translator seed")->capture_default_str();
+    cmd->add_flag("--frontier", frontier,
+                  "add a frontier: every precision at 1, 3/4, 1/2, 1/4, 1/8 of the ranks, bytes "
+                  "and costs measured through the codec, KLs made up (timing benches of auto)");
   }
 
   absl::Status Run(const CommonToolFlags& tool) {
@@ -400,6 +405,11 @@ struct SynthCommand {
     SCD_ASSIGN_OR_RETURN(auto p, LlamaModel::DummyFromConfig(producer, producer_seed, layers, {}));
     SCD_ASSIGN_OR_RETURN(auto c, LlamaModel::DummyFromConfig(consumer, consumer_seed, layers, {}));
     SCD_ASSIGN_OR_RETURN(Artifact artifact, SynthesizeArtifact(*p, *c, options));
+    if (frontier) {
+      SCD_ASSIGN_OR_RETURN(artifact.frontier,
+                           SynthesizeFrontier(*p, *c, artifact, SyntheticFrontierOptions()));
+      std::printf("%s", FormatFrontier(artifact.frontier).c_str());
+    }
     SCD_RETURN_IF_ERROR(artifact.Save(out));
     std::printf("wrote %s: %lld layers, ranks k/v %lld/%lld, %zu patch layers (rank %lld)\n",
                 out.c_str(), static_cast<long long>(p->config().num_layers),
