@@ -24,105 +24,21 @@ namespace {
 
 constexpr double kRatioLimit = 1.15;  // the acceptance band of issue 16
 
-// One request's events as the sweep needs them.
-struct Reply {
-  absl::Status status;
-  bool finished = false;
-  v1::Finished f;
-  std::vector<int32_t> ids;
-  v1::TokenLogprobs first;  // the first generated position's logprobs
-  v1::Started started;
-  double client_ttft_us = 0;
-  std::string error;
-};
 
-// What a request ran as: its mode, with the frontier point its codes were sent at.
-std::string ChoiceText(const v1::Started& started, const v1::Finished& finished) {
-  if (finished.mode() != "scd" || !started.has_point()) return finished.mode();
-  const v1::CodePoint& p = started.point();
-  auto ranks = [](const auto& r) { return absl::StrJoin(r, ","); };
-  return absl::StrCat("scd ", p.code_dtype(), " K ", ranks(p.rank_k()), " V ", ranks(p.rank_v()),
-                      " H ", ranks(p.rank_h()));
-}
 
-Reply Run(const SweepOptions& o, const std::string& consumer, const std::string& mode,
-          const BenchPrompt& prompt) {
-  v1::GenerateRequest request;
-  if (prompt.ids.empty()) {
-    request.set_prompt(prompt.text);
-  } else {
-    for (int32_t id : prompt.ids) request.add_prompt_ids(id);
-  }
-  request.add_targets(consumer);
-  request.set_mode(mode);
-  if (mode == "auto") {
-    request.set_max_kl(o.max_kl);
-    request.set_ttft_slo_ms(o.ttft_slo_ms);
-  }
-  request.set_max_tokens(static_cast<uint32_t>(o.max_tokens));
-  if (o.fidelity) request.set_logprobs(static_cast<uint32_t>(o.logprobs));
-  Reply reply;
-  const absl::Time sent = absl::Now();
-  reply.status =
-      StreamGenerate(o.server, request, absl::Seconds(600), [&](const v1::GenerateEvent& e) {
-        if (e.has_token()) {
-          if (reply.ids.empty() && e.token().ids_size() > 0) {
-            reply.client_ttft_us = absl::ToDoubleMicroseconds(absl::Now() - sent);
-            if (e.token().logprobs_size() > 0) reply.first = e.token().logprobs(0);
-          }
-          reply.ids.insert(reply.ids.end(), e.token().ids().begin(), e.token().ids().end());
-        } else if (e.has_started()) {
-          reply.started = e.started();
-        } else if (e.has_finished()) {
-          reply.finished = true;
-          reply.f = e.finished();
-        } else if (e.has_error()) {
-          reply.error = absl::StrCat("code ", e.error().code(), ": ", e.error().message());
-        }
-      });
-  if (!reply.status.ok() && reply.error.empty()) reply.error = reply.status.ToString();
-  if (reply.status.ok() && !reply.finished && reply.error.empty()) {
-    reply.error = "the stream ended without Finished";
-  }
-  return reply;
-}
 
-absl::Status CoordinatorShape(const SweepOptions& o, double gbps) {
-  auto stub =
-      v1::Registry::NewStub(grpc::CreateChannel(o.control, GrpcChannelCredentials()));
-  grpc::ClientContext context;
-  context.AddMetadata("x-scd-cluster-secret", o.secret);
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  v1::SetLinkShapeRequest request;
-  request.mutable_shape()->set_gbps(std::isfinite(gbps) ? gbps : 0);
-  request.mutable_shape()->set_latency_us(o.latency_us);
-  v1::SetLinkShapeResponse response;
-  const grpc::Status status = stub->SetLinkShape(&context, request, &response);
-  if (!status.ok()) {
-    return absl::Status(
-        static_cast<absl::StatusCode>(status.error_code()),
-        absl::StrCat("Registry.SetLinkShape at ", o.control, ": ", status.error_message()));
-  }
-  for (const v1::ProducerLink& p : response.producers()) {
-    if (p.code() != 0) {
-      return absl::UnavailableError(
-          absl::StrCat("producer ", p.name(), " did not take the link shape: ", p.message()));
-    }
-  }
-  return absl::OkStatus();
-}
 
 // Link `index` at `gbps`, every other one unshaped; index -1: all unshaped.
 absl::Status SetShape(const SweepOptions& o, int index, double gbps) {
   for (int i = 0; i < static_cast<int>(o.links.size()); ++i) {
     if (i == index) continue;
     const SweepOptions::Link& link = o.links[static_cast<size_t>(i)];
-    absl::Status s = link.set ? link.set(INFINITY, 0) : CoordinatorShape(o, INFINITY);
+    absl::Status s = link.set ? link.set(INFINITY, 0) : SetCoordinatorShape(o, INFINITY);
     if (!s.ok()) return s;
   }
   if (index < 0) return absl::OkStatus();
   const SweepOptions::Link& link = o.links[static_cast<size_t>(index)];
-  return link.set ? link.set(gbps, o.latency_us) : CoordinatorShape(o, gbps);
+  return link.set ? link.set(gbps, o.latency_us) : SetCoordinatorShape(o, gbps);
 }
 
 double Agreement(const std::vector<int32_t>& reference, const std::vector<int32_t>& ids, size_t n) {
@@ -184,6 +100,81 @@ std::string ExcessStage(const SweepRecord& r) {
 
 }  // namespace
 
+std::string ChoiceText(const v1::Started& started, const v1::Finished& finished) {
+  if (finished.mode() != "scd" || !started.has_point()) return finished.mode();
+  const v1::CodePoint& p = started.point();
+  auto ranks = [](const auto& r) { return absl::StrJoin(r, ","); };
+  return absl::StrCat("scd ", p.code_dtype(), " K ", ranks(p.rank_k()), " V ", ranks(p.rank_v()),
+                      " H ", ranks(p.rank_h()));
+}
+
+SweepReply SendSweepRequest(const SweepOptions& o, const std::string& consumer, const std::string& mode,
+          const BenchPrompt& prompt) {
+  v1::GenerateRequest request;
+  if (prompt.ids.empty()) {
+    request.set_prompt(prompt.text);
+  } else {
+    for (int32_t id : prompt.ids) request.add_prompt_ids(id);
+  }
+  request.add_targets(consumer);
+  request.set_mode(mode);
+  if (mode == "auto") {
+    request.set_max_kl(o.max_kl);
+    request.set_ttft_slo_ms(o.ttft_slo_ms);
+  }
+  request.set_max_tokens(static_cast<uint32_t>(o.max_tokens));
+  if (o.fidelity) request.set_logprobs(static_cast<uint32_t>(o.logprobs));
+  SweepReply reply;
+  const absl::Time sent = absl::Now();
+  reply.status =
+      StreamGenerate(o.server, request, absl::Seconds(600), [&](const v1::GenerateEvent& e) {
+        if (e.has_token()) {
+          if (reply.ids.empty() && e.token().ids_size() > 0) {
+            reply.client_ttft_us = absl::ToDoubleMicroseconds(absl::Now() - sent);
+            if (e.token().logprobs_size() > 0) reply.first = e.token().logprobs(0);
+          }
+          reply.ids.insert(reply.ids.end(), e.token().ids().begin(), e.token().ids().end());
+        } else if (e.has_started()) {
+          reply.started = e.started();
+        } else if (e.has_finished()) {
+          reply.finished = true;
+          reply.f = e.finished();
+        } else if (e.has_error()) {
+          reply.error = absl::StrCat("code ", e.error().code(), ": ", e.error().message());
+        }
+      });
+  if (!reply.status.ok() && reply.error.empty()) reply.error = reply.status.ToString();
+  if (reply.status.ok() && !reply.finished && reply.error.empty()) {
+    reply.error = "the stream ended without Finished";
+  }
+  return reply;
+}
+
+absl::Status SetCoordinatorShape(const SweepOptions& o, double gbps) {
+  auto stub =
+      v1::Registry::NewStub(grpc::CreateChannel(o.control, GrpcChannelCredentials()));
+  grpc::ClientContext context;
+  context.AddMetadata("x-scd-cluster-secret", o.secret);
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  v1::SetLinkShapeRequest request;
+  request.mutable_shape()->set_gbps(std::isfinite(gbps) ? gbps : 0);
+  request.mutable_shape()->set_latency_us(o.latency_us);
+  v1::SetLinkShapeResponse response;
+  const grpc::Status status = stub->SetLinkShape(&context, request, &response);
+  if (!status.ok()) {
+    return absl::Status(
+        static_cast<absl::StatusCode>(status.error_code()),
+        absl::StrCat("Registry.SetLinkShape at ", o.control, ": ", status.error_message()));
+  }
+  for (const v1::ProducerLink& p : response.producers()) {
+    if (p.code() != 0) {
+      return absl::UnavailableError(
+          absl::StrCat("producer ", p.name(), " did not take the link shape: ", p.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateSweepModes(const std::vector<std::string>& modes) {
   static const std::set<std::string> kModes = {"local", "raw",  "int4", "recompute",
                                                "reuse", "scd", "auto"};
@@ -227,7 +218,7 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
     // Stages alone, unshaped: the consumer's own prefill (also the quality reference), then each
     // code mode's producer prefill, last rebuild and decode step.
     if (absl::Status s = SetShape(o, -1, INFINITY); !s.ok()) return s;
-    std::vector<Reply> reference(static_cast<size_t>(n_prompts));
+    std::vector<SweepReply> reference(static_cast<size_t>(n_prompts));
     std::map<std::pair<std::string, int>, StagesAlone> alone;
     // The fastest of the repeats, stage by stage.
     auto keep_min = [](double* slot, uint64_t value) {
@@ -237,7 +228,7 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
     for (int rep = 0; rep < o.alone_repeats; ++rep) {
       for (int p = 0; p < n_prompts; ++p) {
         progress(absl::StrCat(consumer, " local (own prefill alone)"));
-        Reply r = Run(o, consumer, "local", o.prompts[p]);
+        SweepReply r = SendSweepRequest(o, consumer, "local", o.prompts[p]);
         if (!r.finished) {
           return absl::FailedPreconditionError(
               absl::StrCat("the reference (local) request on ", consumer, " failed: ", r.error));
@@ -249,7 +240,7 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
         if (mode == "local" || mode == "auto") continue;  // auto: its choices' own cells
         for (int p = 0; p < n_prompts; ++p) {
           progress(absl::StrCat(consumer, " ", mode, " (stages alone)"));
-          const Reply r = Run(o, consumer, mode, o.prompts[p]);
+          const SweepReply r = SendSweepRequest(o, consumer, mode, o.prompts[p]);
           if (!r.finished) continue;  // the cells say why
           StagesAlone& a = alone[{mode, p}];
           keep_min(&a.prefill_us, r.f.timings().prefill());
@@ -272,7 +263,7 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
           for (const std::string& mode : o.modes) {
             progress(absl::StrCat(consumer, " ", mode, " at ", RateText(gbps), " Gbit/s (",
                                   o.links[static_cast<size_t>(li)].name, ")"));
-            const Reply r = Run(o, consumer, mode, o.prompts[p]);
+            const SweepReply r = SendSweepRequest(o, consumer, mode, o.prompts[p]);
             SweepRecord rec;
             rec.consumer = consumer;
             rec.mode = mode;

@@ -117,6 +117,26 @@ struct SweepResult {
   double prefill_tokens_per_s = 0;
 };
 
+// One request as the sweep sends it (auto with the options' max_kl and ttft_slo_ms), and what
+// came back.
+struct SweepReply {
+  absl::Status status;
+  bool finished = false;
+  v1::Finished f;
+  std::vector<int32_t> ids;
+  v1::TokenLogprobs first;  // the first generated position's logprobs
+  v1::Started started;
+  double client_ttft_us = 0;
+  std::string error;
+};
+// What a request ran as: "local", "raw", or "scd int4 K 2,2 V 3,3 H 0,0" (the point sent).
+std::string ChoiceText(const v1::Started& started, const v1::Finished& finished);
+SweepReply SendSweepRequest(const SweepOptions& o, const std::string& consumer,
+                            const std::string& mode, const BenchPrompt& prompt);
+// Every producer's shaper at `gbps` (inf: unshaped) through the coordinator's
+// Registry.SetLinkShape.
+absl::Status SetCoordinatorShape(const SweepOptions& o, double gbps);
+
 // INVALID_ARGUMENT naming the first mode that is none of local, raw, int4, recompute, reuse, scd,
 // auto.
 absl::Status ValidateSweepModes(const std::vector<std::string>& modes);

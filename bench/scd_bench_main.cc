@@ -14,14 +14,15 @@
 //                      --consumer NAME ...)
 //                   [--bandwidths 0.01,0.1,1,10,100,inf] [--latency-us U]
 //                   [--modes local,raw,int4,recompute,reuse,scd,auto] [--max-kl K]
-//                   [--ttft-slo-ms MS]
+//                   [--ttft-slo-ms MS] [--bandwidth-trace FILE [--trace-hold S]]
 //                   [--prompts FILE [--prompt-words W] | --prompt-len T [--vocab-size V]]
 //                   [--num-prompts N]
 //                   [--max-tokens M] [--compute-scale GPU_TOKENS_PER_S] --out DIR
 //     TTFT and its breakdown against link bandwidth per mode, the bound, quality
 //     (bench/bandwidth_sweep.h): results.jsonl, summary.csv and the plots (bench/plot_sweep.py).
 //     With --producer it starts `scd serve --all-in-one` itself (a config.json: dummy weights,
-//     timings only, "no fidelity").
+//     timings only, "no fidelity"). --bandwidth-trace replays a rate trace for every mode
+//     instead (bench/bandwidth_trace.h): trace.jsonl, trace.csv, trace.png.
 //   scd-bench mixed --server HOST:PORT --target NAME [--decoders 8] [--decode-mode M]
 //                   [--decode-prompt-len 64] [--decode-tokens 400] [--long-mode local|scd|...]
 //                   [--long-prompt-len 2048] [--vocab-size V] [--out DIR]
@@ -51,10 +52,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/file_util.h"
 #include "base/plot_script.h"
 #include "base/progress.h"
 #include "base/status_macros.h"
 #include "bench/bandwidth_sweep.h"
+#include "bench/bandwidth_trace.h"
 #include "bench/mixed_load.h"
 #include "bench/netns_link.h"
 #include "bench/serve_benchmark.h"
@@ -177,6 +180,8 @@ struct SweepFlags {
   uint64_t seed = 0;
   double compute_scale = 0;
   std::string links = "shaper";
+  std::string bandwidth_trace;  // a file: replay it instead of the bandwidth grid
+  double trace_hold_s = 5;
   std::string producer_cpus, consumer_cpus;
   std::string out;
   bool quiet = false;
@@ -217,6 +222,27 @@ absl::Status WriteSweep(const SweepFlags& flags, const SweepOptions& o, const Sw
   return RunPlotScript("plot_sweep.py", {out});
 }
 
+// --bandwidth-trace: every mode over the trace; trace.jsonl, trace.csv and trace.png.
+absl::Status RunTrace(const SweepFlags& flags, SweepOptions o) {
+  SCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(flags.bandwidth_trace));
+  SCD_ASSIGN_OR_RETURN(std::vector<TraceStep> trace, ParseBandwidthTrace(text));
+  std::unique_ptr<Progress> bar;
+  o.on_progress = [&](int done, int total, const std::string& what) {
+    if (flags.quiet) return;
+    if (!bar) bar = std::make_unique<Progress>("trace", total);
+    if (done > 0) bar->Advance();
+    bar->SetDetail(what);
+  };
+  SCD_ASSIGN_OR_RETURN(std::vector<TraceRecord> records,
+                       RunBandwidthTrace(o, trace, flags.trace_hold_s));
+  if (bar) bar->Done();
+  std::ofstream(flags.out + "/trace.jsonl") << TraceJsonl(records);
+  const std::string csv = TraceSummaryCsv(records, trace);
+  std::ofstream(flags.out + "/trace.csv") << csv;
+  std::fputs(csv.c_str(), stdout);
+  return RunPlotScript("plot_trace.py", {flags.out});
+}
+
 absl::Status RunSweep(SweepFlags& flags) {
   SweepOptions& o = flags.options;
   SCD_ASSIGN_OR_RETURN(o.bandwidths_gbps, ParseList("--bandwidths", flags.bandwidths));
@@ -236,6 +262,10 @@ absl::Status RunSweep(SweepFlags& flags) {
     return absl::InvalidArgumentError(
         "give --producer and --consumer NAME=PATH (a server started here), or --server, "
         "--control and --consumer NAME (a running deployment)");
+  }
+  if (!flags.bandwidth_trace.empty() && netns) {
+    return absl::InvalidArgumentError(
+        "--bandwidth-trace replays through the producers' shapers: --link shaper only");
   }
   if (netns && flags.producer.empty()) {
     return absl::InvalidArgumentError("--link netns starts its own nodes: give --producer");
@@ -268,6 +298,12 @@ absl::Status RunSweep(SweepFlags& flags) {
   } else {
     o.consumers = flags.consumers;
     SCD_ASSIGN_OR_RETURN(o.secret, ClusterSecret(flags.secret_file, "--control"));
+  }
+  if (!flags.bandwidth_trace.empty()) {
+    SCD_RETURN_IF_ERROR(RunTrace(flags, o));
+    deployment.reset();
+    std::fprintf(stderr, "scd-bench: wrote %s\n", flags.out.c_str());
+    return absl::OkStatus();
   }
   o.links.clear();
   for (const std::string& link : links) {
@@ -405,6 +441,13 @@ int Main(int argc, char** argv) {
   w->add_option("--latency-us", sweep.options.latency_us, "one-way latency of the link")
       ->check(CLI::Range(0.0, 1e7));
   w->add_option("--modes", sweep.modes, "comma-separated; auto: the coordinator chooses")
+      ->capture_default_str();
+  w->add_option("--bandwidth-trace", sweep.bandwidth_trace,
+                "replay this trace (lines \"SECONDS GBPS\") for every mode instead of the "
+                "bandwidth grid: TTFT against time (trace.csv, trace.png)")
+      ->check(CLI::ExistingFile);
+  w->add_option("--trace-hold", sweep.trace_hold_s, "seconds the trace's last rate holds")
+      ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
   w->add_option("--max-kl", sweep.options.max_kl,
                 "auto's quality budget (0: the artifact's recommended point's KL)")

@@ -6,11 +6,13 @@
 // request records the shape it travelled under. (Shaped against unshaped TTFT is not compared: on
 // a loaded 2-core machine an unshaped 200-token request has taken longer than the shaped floor.)
 #include "bench/bandwidth_sweep.h"
+#include "bench/bandwidth_trace.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -159,6 +161,61 @@ TEST(BandwidthSweepTest, LinkComparisonIsMedianAgainstMedian) {
             "consumer,mode,bandwidth_gbps,shaper_ttft_ms,netns_ttft_ms,netns_vs_shaper\n"
             "c,raw,0.1,200.000,220.000,+10.0%\n"
             "c,raw,inf,50.000,45.000,-10.0%\n");
+}
+
+TEST(BandwidthTraceTest, ParsesStepsAndNamesTheBadLine) {
+  absl::StatusOr<std::vector<bench::TraceStep>> trace =
+      bench::ParseBandwidthTrace("# a trace\n0 inf\n\n2.5 0.01  # down\n4,1\n");
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_EQ(trace->size(), 3u);
+  EXPECT_TRUE(std::isinf((*trace)[0].gbps));
+  EXPECT_DOUBLE_EQ((*trace)[1].at_s, 2.5);
+  EXPECT_DOUBLE_EQ(bench::RateAt(*trace, 3), 0.01);
+  EXPECT_DOUBLE_EQ(bench::RateAt(*trace, 9), 1);
+  EXPECT_TRUE(std::isinf(bench::RateAt(*trace, 0.1)));
+  for (const auto& [text, why] : std::vector<std::pair<std::string, std::string>>{
+           {"1 0.1\n", "line 1: times must start at 0"},
+           {"0 0.1\n0 1\n", "line 2: times must start at 0 and ascend"},
+           {"0 -1\n", "line 1: '0 -1' is not"},
+           {"0 fast\n", "line 1"},
+           {"0 1 2\n", "line 1"},
+           {"# nothing\n", "no step"}}) {
+    EXPECT_THAT(bench::ParseBandwidthTrace(text).status().message(), HasSubstr(why)) << text;
+  }
+}
+
+// The trace replayed through the coordinator: requests in every step, each recording the rate in
+// force, and a raw cache that crossed the slow step entirely cannot have been faster than its
+// bytes past the shaper's bucket at that rate.
+TEST(BandwidthTraceTest, ReplaysTheRateChangesDuringTheRun) {
+  testing::TempDir temp;
+  const std::string out = temp.File("trace");
+  testing::WriteFile(temp.File("trace.txt"), "0 inf\n1 0.001\n");
+  const testing::CommandResult run =
+      SweepCopy("--modes raw --bandwidth-trace " + temp.File("trace.txt") +
+                " --trace-hold 2 --prompt-len 200 --num-prompts 1 --max-tokens 2 --quiet --out " +
+                out);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(fs::exists(out + "/trace.png"));
+  EXPECT_THAT(testing::ReadFile(out + "/trace.csv"), HasSubstr("copy,raw,1,1,0.001,"));
+  std::ifstream in(out + "/trace.jsonl");
+  int fast = 0, slow = 0;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json r = nlohmann::json::parse(line);
+    ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+    // A step is in force once the coordinator confirmed it: never before its time.
+    EXPECT_TRUE(r["gbps_start"] == "inf" || r["start_s"].get<double>() >= 1) << r.dump();
+    if (r["step"] == 0) {
+      ++fast;
+      continue;
+    }
+    ++slow;
+    const double bytes = r["payload_bytes"].get<double>();
+    const double floor_ms = std::max(0.0, bytes - 64 * 1024) / (0.001e9 / 8) * 1e3;
+    EXPECT_GE(r["ttft_ms"].get<double>(), floor_ms) << r.dump();
+  }
+  EXPECT_GT(fast, 0);
+  EXPECT_GT(slow, 0);
 }
 
 TEST(BandwidthSweepTest, BadInputIsOneLineAndExitOne) {

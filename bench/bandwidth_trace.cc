@@ -1,0 +1,235 @@
+#include "bench/bandwidth_trace.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+
+namespace scd::bench {
+namespace {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+nlohmann::json Rate(double gbps) {
+  return std::isfinite(gbps) ? nlohmann::json(gbps) : nlohmann::json("inf");
+}
+
+// Replays `trace` from `start` on a thread of its own until stopped. A step is in force from
+// the moment the coordinator confirmed it (its Registry.SetLinkShape returned), not from its
+// scheduled time: a request started in between still travels at the rate before it.
+class TracePlayer {
+ public:
+  TracePlayer(const SweepOptions& o, const std::vector<TraceStep>& trace, absl::Time start)
+      : thread_([this, &o, &trace, start] {
+          for (size_t i = 1; i < trace.size(); ++i) {
+            if (done_.WaitForNotificationWithDeadline(start + absl::Seconds(trace[i].at_s))) {
+              return;
+            }
+            const absl::Status s = SetCoordinatorShape(o, trace[i].gbps);
+            absl::MutexLock lock(&mu_);
+            if (!s.ok()) {
+              if (error_.ok()) error_ = s;
+              return;
+            }
+            applied_.push_back({absl::ToDoubleSeconds(absl::Now() - start), trace[i].gbps});
+          }
+        }) {}
+  ~TracePlayer() { Stop().IgnoreError(); }  // an early return already has its error
+  // Stops the replay; the first error (a producer that did not take a shape).
+  absl::Status Stop() {
+    if (!done_.HasBeenNotified()) done_.Notify();
+    if (thread_.joinable()) thread_.join();
+    absl::MutexLock lock(&mu_);
+    return error_;
+  }
+  // The steps as applied: their confirmed times. REQUIRES: stopped.
+  std::vector<TraceStep> Applied() {
+    absl::MutexLock lock(&mu_);
+    return applied_;
+  }
+
+ private:
+  absl::Notification done_;
+  absl::Mutex mu_;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  std::vector<TraceStep> applied_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;  // last: started once the rest is built
+};
+
+// Index of the step in force at `t` in `applied` (ascending times).
+int StepAt(const std::vector<TraceStep>& applied, double t) {
+  int step = 0;
+  for (size_t i = 0; i < applied.size(); ++i) {
+    if (applied[i].at_s <= t) step = static_cast<int>(i);
+  }
+  return step;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<TraceStep>> ParseBandwidthTrace(const std::string& text) {
+  std::vector<TraceStep> trace;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    line = absl::StripAsciiWhitespace(line.substr(0, line.find('#')));
+    if (line.empty()) continue;
+    const std::vector<absl::string_view> fields =
+        absl::StrSplit(line, absl::ByAnyChar(" \t,"), absl::SkipEmpty());
+    TraceStep step;
+    const bool rate_ok = fields.size() == 2 && (fields[1] == "inf"
+                                                    ? (step.gbps = INFINITY, true)
+                                                    : absl::SimpleAtod(fields[1], &step.gbps));
+    if (!rate_ok || !absl::SimpleAtod(fields[0], &step.at_s) || !std::isfinite(step.at_s) ||
+        !(step.gbps > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--bandwidth-trace line ", line_number, ": '", line,
+          "' is not \"SECONDS GBPS\" (a time and a rate > 0 in Gbit/s, or inf)"));
+    }
+    if (trace.empty() ? step.at_s != 0 : step.at_s <= trace.back().at_s) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--bandwidth-trace line ", line_number,
+          ": times must start at 0 and ascend (got ", step.at_s, ")"));
+    }
+    trace.push_back(step);
+  }
+  if (trace.empty()) return absl::InvalidArgumentError("--bandwidth-trace: no step");
+  return trace;
+}
+
+double RateAt(const std::vector<TraceStep>& trace, double t) {
+  double rate = trace.empty() ? INFINITY : trace.front().gbps;
+  for (const TraceStep& step : trace) {
+    if (step.at_s <= t) rate = step.gbps;
+  }
+  return rate;
+}
+
+absl::StatusOr<std::vector<TraceRecord>> RunBandwidthTrace(const SweepOptions& o,
+                                                          const std::vector<TraceStep>& trace,
+                                                          double hold_s) {
+  if (trace.empty() || o.modes.empty() || o.consumers.empty() || o.prompts.empty() ||
+      !(hold_s >= 0)) {
+    return absl::InvalidArgumentError(
+        "the trace needs steps, modes, consumers, prompts and a hold >= 0");
+  }
+  if (absl::Status s = ValidateSweepModes(o.modes); !s.ok()) return s;
+  const double duration = trace.back().at_s + hold_s;
+  std::vector<TraceRecord> records;
+  int done = 0;
+  const int total = static_cast<int>(o.consumers.size() * o.modes.size());
+  for (const std::string& consumer : o.consumers) {
+    for (const std::string& mode : o.modes) {
+      if (o.on_progress) o.on_progress(done++, total, absl::StrCat(consumer, " ", mode));
+      if (absl::Status s = SetCoordinatorShape(o, trace.front().gbps); !s.ok()) return s;
+      const absl::Time start = absl::Now();
+      TracePlayer player(o, trace, start);
+      auto since = [start] { return absl::ToDoubleSeconds(absl::Now() - start); };
+      const size_t first = records.size();
+      for (int p = 0; since() < duration; ++p) {
+        TraceRecord rec;
+        rec.consumer = consumer;
+        rec.mode = mode;
+        rec.prompt = p % static_cast<int>(o.prompts.size());
+        rec.start_s = since();
+        const SweepReply r = SendSweepRequest(o, consumer, mode, o.prompts[rec.prompt]);
+        rec.end_s = since();
+        rec.ok = r.finished;
+        rec.error = r.error;
+        if (r.finished) {
+          rec.mode_used = r.f.mode();
+          rec.choice = ChoiceText(r.started, r.f);
+          rec.ttft_ms = static_cast<double>(r.f.timings().ttft()) / 1e3;
+          rec.predicted_ttft_ms = static_cast<double>(r.f.predicted_ttft_us()) / 1e3;
+          rec.payload_bytes = r.f.payload_bytes();
+        }
+        records.push_back(std::move(rec));
+      }
+      if (absl::Status s = player.Stop(); !s.ok()) return s;
+      std::vector<TraceStep> applied = {{0, trace.front().gbps}};
+      for (const TraceStep& step : player.Applied()) applied.push_back(step);
+      for (size_t i = first; i < records.size(); ++i) {
+        TraceRecord& rec = records[i];
+        rec.step = StepAt(applied, rec.start_s);
+        rec.gbps_start = applied[static_cast<size_t>(rec.step)].gbps;
+        rec.gbps_end = applied[static_cast<size_t>(StepAt(applied, rec.end_s))].gbps;
+      }
+    }
+  }
+  if (absl::Status s = SetCoordinatorShape(o, INFINITY); !s.ok()) return s;
+  return records;
+}
+
+std::string TraceJsonl(const std::vector<TraceRecord>& records) {
+  std::string out;
+  for (const TraceRecord& r : records) {
+    const nlohmann::json j = {
+        {"consumer", r.consumer},       {"mode", r.mode},
+        {"mode_used", r.mode_used},     {"choice", r.choice},
+        {"prompt", r.prompt},           {"ok", r.ok},
+        {"error", r.error},             {"start_s", r.start_s},
+        {"end_s", r.end_s},             {"step", r.step},
+        {"gbps_start", Rate(r.gbps_start)},
+        {"gbps_end", Rate(r.gbps_end)}, {"ttft_ms", r.ttft_ms},
+        {"predicted_ttft_ms", r.predicted_ttft_ms}, {"payload_bytes", r.payload_bytes},
+    };
+    absl::StrAppend(&out, j.dump(), "\n");
+  }
+  return out;
+}
+
+std::string TraceSummaryCsv(const std::vector<TraceRecord>& records,
+                            const std::vector<TraceStep>& trace) {
+  std::string out =
+      "consumer,mode,step,from_s,gbps,requests,failed,ttft_ms,predicted_ttft_ms,choices\n";
+  std::vector<std::pair<std::string, std::string>> order;
+  for (const TraceRecord& r : records) {
+    if (std::find(order.begin(), order.end(), std::make_pair(r.consumer, r.mode)) == order.end()) {
+      order.emplace_back(r.consumer, r.mode);
+    }
+  }
+  for (const auto& [consumer, mode] : order) {
+    for (size_t i = 0; i < trace.size(); ++i) {
+      const double from = trace[i].at_s;
+      std::vector<double> ttft, predicted;
+      int requests = 0, failed = 0;
+      std::map<std::string, int> choices;
+      for (const TraceRecord& r : records) {
+        if (r.consumer != consumer || r.mode != mode || r.step != static_cast<int>(i)) continue;
+        ++requests;
+        if (!r.ok) {
+          ++failed;
+          continue;
+        }
+        ttft.push_back(r.ttft_ms);
+        if (r.predicted_ttft_ms > 0) predicted.push_back(r.predicted_ttft_ms);
+        ++choices[r.choice];
+      }
+      absl::StrAppendFormat(&out, "%s,%s,%d,%g,%s,%d,%d,%.3f,%s,\"%s\"\n", consumer, mode,
+                            static_cast<int>(i), from, RateText(trace[i].gbps), requests, failed,
+                            Median(ttft),
+                            predicted.empty() ? "" : absl::StrFormat("%.3f", Median(predicted)),
+                            absl::StrJoin(choices, "; ", absl::PairFormatter(": ")));
+    }
+  }
+  return out;
+}
+
+}  // namespace scd::bench

@@ -1,0 +1,61 @@
+// `scd-bench sweep --bandwidth-trace FILE`: the link's rate changing during a run, as a real
+// network's does. For each mode in turn the harness replays the trace -- sets every producer's
+// shaper through the coordinator's Registry.SetLinkShape at each step's time -- while it sends
+// requests back to back (the prompts in turn), and records each request's start, the rate in
+// force at its start and its end, its TTFT, and (auto) its choice and prediction. The plot
+// (bench/plot_trace.py) draws every mode's TTFT against time over the trace's rate.
+// Trace file: one step per line, "SECONDS GBPS" (time from the start; GBPS a rate > 0 or inf:
+// unshaped), ascending, the first at 0; '#' starts a comment. The run lasts until the last step
+// plus `hold_s`.
+// Thread-safety: RunBandwidthTrace is reentrant; one request at a time.
+#ifndef SCD_BENCH_BANDWIDTH_TRACE_H_
+#define SCD_BENCH_BANDWIDTH_TRACE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "bench/bandwidth_sweep.h"
+
+namespace scd::bench {
+
+struct TraceStep {
+  double at_s = 0;
+  double gbps = 0;  // inf: unshaped
+};
+
+// INVALID_ARGUMENT naming the line: not two numbers, a rate <= 0, times not ascending from 0.
+absl::StatusOr<std::vector<TraceStep>> ParseBandwidthTrace(const std::string& text);
+// The rate in force `t` seconds into the trace.
+double RateAt(const std::vector<TraceStep>& trace, double t);
+
+struct TraceRecord {
+  std::string consumer, mode, mode_used, choice, error;
+  int prompt = 0;
+  bool ok = false;
+  double start_s = 0, end_s = 0;  // since the trace's start (client clock)
+  // The trace step in force at the start, and its rate and the one at the end: a step is in
+  // force once the coordinator confirmed it (a request started before travels at the old rate).
+  int step = 0;
+  double gbps_start = 0, gbps_end = 0;
+  double ttft_ms = 0;                   // the server's (Finished.timings.ttft)
+  double predicted_ttft_ms = 0;         // auto's (0: none)
+  uint64_t payload_bytes = 0;
+};
+
+// Uses o.server, o.control, o.secret, o.consumers, o.modes, o.prompts, o.max_tokens (and auto's
+// max_kl / ttft_slo_ms); the link is left unshaped at the end. INVALID_ARGUMENT: an empty trace,
+// no modes, consumers or prompts, hold_s < 0.
+absl::StatusOr<std::vector<TraceRecord>> RunBandwidthTrace(const SweepOptions& o,
+                                                          const std::vector<TraceStep>& trace,
+                                                          double hold_s);
+
+std::string TraceJsonl(const std::vector<TraceRecord>& records);
+// Per (consumer, mode, trace step): requests started while it was in force, failures, median TTFT,
+// median predicted TTFT and the choices made; with a header.
+std::string TraceSummaryCsv(const std::vector<TraceRecord>& records,
+                            const std::vector<TraceStep>& trace);
+
+}  // namespace scd::bench
+
+#endif  // SCD_BENCH_BANDWIDTH_TRACE_H_
