@@ -39,6 +39,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -194,15 +195,21 @@ std::string SelfDir() {
   return ec ? "." : self.parent_path().string();
 }
 
+// SweepOptions::on_progress drawing `bar` (made at the first call) on stderr, unless quiet.
+std::function<void(int, int, const std::string&)> ProgressTo(bool quiet, const char* name,
+                                                             std::unique_ptr<Progress>* bar) {
+  return [quiet, name, bar](int done, int total, const std::string& what) {
+    if (quiet) return;
+    if (!*bar) *bar = std::make_unique<Progress>(name, total);
+    if (done > 0) (*bar)->Advance();
+    (*bar)->SetDetail(what);
+  };
+}
+
 // The sweep with a progress bar on stderr.
 absl::StatusOr<SweepResult> RunSweepWithProgress(const SweepFlags& flags, SweepOptions o) {
   std::unique_ptr<Progress> bar;
-  o.on_progress = [&](int done, int total, const std::string& what) {
-    if (flags.quiet) return;
-    if (!bar) bar = std::make_unique<Progress>("sweep", total);
-    if (done > 0) bar->Advance();
-    bar->SetDetail(what);
-  };
+  o.on_progress = ProgressTo(flags.quiet, "sweep", &bar);
   SCD_ASSIGN_OR_RETURN(SweepResult result, RunBandwidthSweep(o));
   if (bar) bar->Done();
   return result;
@@ -227,12 +234,7 @@ absl::Status RunTrace(const SweepFlags& flags, SweepOptions o) {
   SCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(flags.bandwidth_trace));
   SCD_ASSIGN_OR_RETURN(std::vector<TraceStep> trace, ParseBandwidthTrace(text));
   std::unique_ptr<Progress> bar;
-  o.on_progress = [&](int done, int total, const std::string& what) {
-    if (flags.quiet) return;
-    if (!bar) bar = std::make_unique<Progress>("trace", total);
-    if (done > 0) bar->Advance();
-    bar->SetDetail(what);
-  };
+  o.on_progress = ProgressTo(flags.quiet, "trace", &bar);
   SCD_ASSIGN_OR_RETURN(std::vector<TraceRecord> records,
                        RunBandwidthTrace(o, trace, flags.trace_hold_s));
   if (bar) bar->Done();

@@ -66,11 +66,8 @@ TEST(SyntheticArtifactTest, OrthonormalTranslatorsAtTheRequestedRanksDriveTheScd
 TEST(SyntheticArtifactTest, AFrontierWhoseBytesAreTheCodecs) {
   auto producer = testing::Ok(LlamaModel::DummyFromConfig(Config("smollm2-135m"), 1, 3, {}));
   auto consumer = testing::Ok(LlamaModel::DummyFromConfig(Config("smollm2-135m"), 2, 3, {}));
-  SyntheticArtifactOptions options;
-  options.key_rank = 8;
-  options.value_rank = 8;
-  options.patch_layers = {1};
-  options.patch_rank = 32;
+  SyntheticArtifactOptions options{.key_rank = 8, .value_rank = 8, .patch_layers = {1},
+                                   .patch_rank = 32, .recompute_layers = {}, .seed = 0};
   Artifact artifact = testing::Ok(SynthesizeArtifact(*producer, *consumer, options));
   SyntheticFrontierOptions frontier_options;
   frontier_options.probe_tokens = 33;
