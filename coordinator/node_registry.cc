@@ -13,6 +13,7 @@
 #include "base/random_id.h"
 #include "codec/transfer_mode.h"
 #include "proto/frontier_proto.h"
+#include "proto/node_speeds.h"
 
 namespace scd::coordinator {
 namespace {
@@ -129,7 +130,7 @@ void NodeRegistry::ApplyState(Node& node, const v1::HeartbeatRequest& state) {
   node.kv_reserved = static_cast<int64_t>(state.kv_reserved_bytes());
   node.kv_queued = static_cast<int64_t>(state.kv_queued_bytes());
   node.queued_requests = state.queued_requests();
-  node.speeds = state.speeds();
+  node.speeds = CheckedSpeeds(state.speeds());
   if (state.has_prefix_blocks()) {
     // At most what registry.proto allows a report (the most recently used come first).
     const auto& blocks = state.prefix_blocks().blocks();
@@ -344,8 +345,10 @@ absl::StatusOr<RouteTarget> NodeRegistry::ResolveTarget(const Node& consumer,
   auto budget = [max_kl] { return absl::StrFormat("max_kl %g", max_kl); };  // for reasons only
   if (mode == "auto" && (frontier != nullptr || (identical && artifact == nullptr))) {
     // With the nodes' speeds measured: the choice predicted to reach the first token soonest.
-    const AutoInputs inputs = InputsFor(consumer, *producer, hint, now);
-    if (hint != nullptr && hint->prompt_tokens > 0 && CanPredict(inputs)) {
+    const AutoInputs inputs =
+        hint != nullptr && hint->prompt_tokens > 0 ? InputsFor(consumer, *producer, hint, now)
+                                                   : AutoInputs();
+    if (CanPredict(inputs)) {
       const std::vector<AutoCandidate> candidates = AutoCandidates(
           inputs, frontier, static_cast<double>(consumer.info.kv_bytes_per_token()));
       const double budget_kl =

@@ -1,6 +1,7 @@
 #include "proto/node_speeds.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace scd {
 
@@ -12,6 +13,18 @@ void ToProto(const CostEstimate& estimate, v1::LinearCost* out) {
 
 double CostAt(const v1::LinearCost& cost, double n) {
   return cost.samples() == 0 ? 0 : cost.fixed_us() + cost.per_unit_us() * n;
+}
+
+v1::NodeSpeeds CheckedSpeeds(const v1::NodeSpeeds& speeds) {
+  auto valid = [](const v1::LinearCost& c) {
+    return std::isfinite(c.fixed_us()) && std::isfinite(c.per_unit_us()) && c.fixed_us() >= 0 &&
+           c.per_unit_us() >= 0;
+  };
+  v1::NodeSpeeds out;
+  if (valid(speeds.prefill())) *out.mutable_prefill() = speeds.prefill();
+  if (valid(speeds.rebuild())) *out.mutable_rebuild() = speeds.rebuild();
+  if (valid(speeds.first_decode())) *out.mutable_first_decode() = speeds.first_decode();
+  return out;
 }
 
 void NodeSpeedTracker::ObservePrefill(int64_t computed_tokens, double us) {

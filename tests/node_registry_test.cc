@@ -234,6 +234,20 @@ TEST_F(NodeRegistryTest, AutoWeighsLocalAgainstPointsByPredictedTtft) {
   ASSERT_TRUE(route.ok());
   EXPECT_EQ(route->targets[0].mode, "local");
   EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("8e-05 Gbit/s as measured"));
+  // A report that cannot be a cost (NaN, negative) counts as not measured: no prediction from it.
+  for (const std::string& id : {producer, consumer}) {
+    v1::HeartbeatRequest broken;
+    broken.set_node_id(id);
+    broken.mutable_speeds()->mutable_prefill()->set_per_unit_us(std::nan(""));
+    broken.mutable_speeds()->mutable_prefill()->set_samples(4);
+    broken.mutable_speeds()->mutable_rebuild()->set_fixed_us(-5);
+    broken.mutable_speeds()->mutable_rebuild()->set_samples(4);
+    ASSERT_TRUE(registry_.Heartbeat(broken).ok());
+  }
+  route = registry_.Resolve({"fables"}, "auto", &hint);
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->targets[0].predicted_ttft_us, 0);
+  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("the recommended one"));
   // A budget no point meets leaves local alone; explicit modes predict nothing.
   route = registry_.Resolve({"fables"}, "auto", &hint, 0.001);
   ASSERT_TRUE(route.ok());
