@@ -161,4 +161,46 @@ absl::StatusOr<CodeChunk> JoinChunkRows(const std::vector<const CodeChunk*>& par
   });
 }
 
+absl::StatusOr<CodeChunk> LowerChunkRank(const CodeChunk& chunk, int64_t rank) {
+  return GuardExceptions("LowerChunkRank", [&]() -> absl::StatusOr<CodeChunk> {
+    const bool code = chunk.kind == PayloadKind::kKeyCode ||
+                      chunk.kind == PayloadKind::kValueCode ||
+                      chunk.kind == PayloadKind::kHiddenCode;
+    if (!code) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a ", PayloadKindName(chunk.kind), " has no nested rank to lower"));
+    }
+    SCD_RETURN_IF_ERROR(CheckChunkTensors(chunk));
+    const int64_t columns = chunk.shape.back();
+    if (rank < 1 || rank > columns) {
+      return absl::InvalidArgumentError(absl::StrCat(PayloadKindName(chunk.kind), " of layer ",
+                                                     chunk.layer, ": rank ", rank, " of ",
+                                                     columns, " columns"));
+    }
+    if (rank == columns) return chunk;
+    CodeChunk out;
+    switch (chunk.dtype) {
+      case WireDtype::kF32:
+      case WireDtype::kF16:
+      case WireDtype::kBF16:
+        out.dtype = chunk.dtype;
+        out.shape = chunk.shape;
+        out.data = chunk.data.reshape(chunk.shape).narrow(-1, 0, rank).contiguous();
+        break;
+      case WireDtype::kInt8:
+      case WireDtype::kInt4: {
+        SCD_ASSIGN_OR_RETURN(at::Tensor values, UnpackTensor(chunk, at::kCPU));
+        out = PackTensor(values.narrow(-1, 0, rank), chunk.dtype);
+        break;
+      }
+    }
+    out.shape.back() = rank;
+    out.layer = chunk.layer;
+    out.kind = chunk.kind;
+    out.token_begin = chunk.token_begin;
+    out.token_end = chunk.token_end;
+    return out;
+  });
+}
+
 }  // namespace scd

@@ -30,6 +30,14 @@ absl::StatusOr<CodeChunk> SliceChunkRows(const CodeChunk& chunk, int64_t begin, 
 // positions, each starting where the previous ends. InvalidArgument otherwise.
 absl::StatusOr<CodeChunk> JoinChunkRows(const std::vector<const CodeChunk*>& parts);
 
+// A code chunk cut to its first `rank` columns (the last dimension): the nested codes' lower
+// rank (codec/reuse_translator.h), what a producer sends when the link falls behind
+// (codec/rank_governor.h). f32, f16 and bf16 columns are sliced as they are (the chunk an encode
+// at `rank` gives); int8 and int4 are dequantized, cut and quantized again (one more rounding
+// step). InvalidArgument for kinds that are not codes, a rank outside [1, columns], tensors that
+// do not match the shape.
+absl::StatusOr<CodeChunk> LowerChunkRank(const CodeChunk& chunk, int64_t rank);
+
 }  // namespace scd
 
 #endif  // SCD_CODEC_CHUNK_ROWS_H_

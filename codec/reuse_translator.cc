@@ -172,10 +172,13 @@ absl::StatusOr<ReuseTranslator> ReuseTranslator::FromTensors(at::Tensor mu_a, at
 
 at::Tensor ReuseTranslator::Encode(const at::Tensor& x, int64_t rank) const {
   // Shared map: [1, d_in, r] broadcasts over heads; per-head maps pair up with x's head dim.
-  at::Tensor enc = w_enc_.narrow(2, 0, std::min(rank, this->rank()));
+  // Every column, then the first `rank`: a lower rank's codes are then exactly a prefix of a
+  // higher rank's, bit for bit (a GEMM of another width may round differently), so a chunk cut
+  // to a lower rank in flight (LowerChunkRank) is what an encode at that rank sends.
   const bool single = x.dim() == 2;
   at::Tensor xs = single ? x.unsqueeze(0) : x;  // [heads, T, d_in]
-  at::Tensor z = at::matmul(xs.to(at::kFloat) - mu_a_.unsqueeze(1), enc);
+  at::Tensor z = at::matmul(xs.to(at::kFloat) - mu_a_.unsqueeze(1), w_enc_);
+  if (rank < this->rank()) z = z.narrow(-1, 0, rank).contiguous();
   return single ? z.squeeze(0) : z;
 }
 

@@ -29,6 +29,7 @@ TtftPrediction PredictTtft(const TtftInputs& in) {
   if (in.transfer) {
     out.transfer_us =
         TransferUs(in.payload_bytes, in.burst_bytes, in.goodput_bytes_per_s, in.latency_us);
+    out.delivered_us = in.queue_us + std::max(in.prefill_us, out.transfer_us);
     const double link = out.transfer_us + in.last_rebuild_us;
     if (link > held) {
       held = link;

@@ -39,6 +39,10 @@ struct TtftPrediction {
   double total_us = 0;
   double transfer_us = 0;  // the link's term alone (0 for local)
   TtftStage bound_by = TtftStage::kPrefill;
+  // Transfers: when the last byte is predicted to arrive, from the start (queue + the longer of
+  // the prefill and the link's term): the deadline adaptation holds the link to
+  // (codec/rank_governor.h); 0 for local.
+  double delivered_us = 0;
 };
 
 // max(0, bytes - burst) / goodput + latency, microseconds.

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "codec/layerwise_rebuilder.h"
@@ -40,6 +41,49 @@ std::string HeaderMismatch(const v1::TransferHeader& header, const TransferPlan&
                         " / ", bytes, " (different artifact or options?)");
   }
   return "";
+}
+
+// Why `chunk` is not one `expected` holds ("" when it is): the same layer, kind and dtype, the same
+// shape but for a code's rank, which under an adaptive header may be lower. Sets `lowered_rank`
+// to the rank that arrived when it is below the plan's (else 0).
+std::string ChunkMismatch(const CodeChunk& chunk, const std::vector<PlannedChunk>& expected,
+                          bool adaptive, int64_t* lowered_rank) {
+  *lowered_rank = 0;
+  const std::string what = absl::StrCat(PayloadKindName(chunk.kind), " of layer ", chunk.layer);
+  auto planned = std::find_if(expected.begin(), expected.end(), [&](const PlannedChunk& p) {
+    return p.layer == chunk.layer && p.kind == chunk.kind;
+  });
+  if (planned == expected.end()) return absl::StrCat("the plan sends no ", what);
+  if (planned->dtype != chunk.dtype) {
+    return absl::StrCat(what, " arrives as ", WireDtypeName(chunk.dtype), ", the plan's is ",
+                        WireDtypeName(planned->dtype));
+  }
+  const bool code = chunk.kind == PayloadKind::kKeyCode || chunk.kind == PayloadKind::kValueCode ||
+                    chunk.kind == PayloadKind::kHiddenCode;
+  const std::vector<int64_t>& want = planned->shape;
+  bool same = chunk.shape.size() == want.size() && !want.empty();
+  for (size_t d = 0; same && d + 1 < want.size(); ++d) same = chunk.shape[d] == want[d];
+  if (same && chunk.shape.back() != want.back()) {
+    same = adaptive && code && chunk.shape.back() >= 1 && chunk.shape.back() < want.back();
+    if (same) *lowered_rank = chunk.shape.back();
+  }
+  if (!same) {
+    return absl::StrCat(what, " has shape [", absl::StrJoin(chunk.shape, ", "), "], the plan's [",
+                        absl::StrJoin(want, ", "), "]",
+                        adaptive && code ? " (a lower rank at most)" : "");
+  }
+  return "";
+}
+
+// Records a code that arrived at `rank`, below the plan's, in `report.lowered`.
+void NoteLowered(const CodeChunk& chunk, int64_t rank, ReceiveReport* report) {
+  if (report->lowered.empty() || report->lowered.back().layer != chunk.layer) {
+    report->lowered.push_back({chunk.layer});
+  }
+  LoweredLayer& layer = report->lowered.back();
+  (chunk.kind == PayloadKind::kKeyCode     ? layer.rank_k
+   : chunk.kind == PayloadKind::kValueCode ? layer.rank_v
+                                           : layer.rank_h) = rank;
 }
 
 }  // namespace
@@ -106,6 +150,13 @@ absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& sessio
     ++report.chunks;
     absl::StatusOr<CodeChunk> chunk = UnframeChunk(received.meta, received.payload.view(), T);
     if (!chunk.ok()) return fail(chunk.status());
+    int64_t lowered_rank = 0;
+    if (std::string why = ChunkMismatch(*chunk, expected, session.header().adaptive(),
+                                        &lowered_rank);
+        !why.empty()) {
+      return fail(absl::InvalidArgumentError(why));
+    }
+    if (lowered_rank > 0) NoteLowered(*chunk, lowered_rank, &report);
     received.payload.Reset();  // unframing copied the bytes into the chunk's tensors
     absl::StatusOr<std::vector<int>> filled = (*rebuilder)->Add(*std::move(chunk));
     if (!filled.ok()) return fail(filled.status());

@@ -3,7 +3,9 @@
 // transfer and the producer's prefill. The header is checked against what this consumer expects
 // first (mode, prefix length, the exact chunks its plan implies) and the session is cancelled,
 // naming the difference, when it does not match; a chunk that does not unframe or rebuild cancels
-// it too. The cache is complete exactly when this returns OK.
+// it too. Every chunk must be one the plan sends, of its shape; under an adaptive header a code
+// chunk may come at a lower rank (its first columns: the nested codes), and the cache is
+// rebuilt from what arrived. The cache is complete exactly when this returns OK.
 // Thread-safety: ReceiveIntoCache may run concurrently for distinct sessions and caches.
 #ifndef SCD_CONSUMER_CODE_RECEIVER_H_
 #define SCD_CONSUMER_CODE_RECEIVER_H_
@@ -21,6 +23,14 @@
 
 namespace scd::consumer {
 
+// A layer whose codes arrived below the plan's ranks (an adaptive transfer whose link fell behind,
+// TransferHeader.adaptive): the ranks that arrived, 0 for a code that came at the plan's rank or
+// that the layer does not carry.
+struct LoweredLayer {
+  int layer = 0;
+  int64_t rank_k = 0, rank_v = 0, rank_h = 0;
+};
+
 struct ReceiveReport {
   absl::Time first_chunk = absl::InfinitePast();
   absl::Time last_chunk = absl::InfinitePast();
@@ -34,6 +44,7 @@ struct ReceiveReport {
   absl::Duration tail;
   int64_t bytes = 0;  // data and scales received (the header's expected_bytes when complete)
   int64_t chunks = 0;
+  std::vector<LoweredLayer> lowered;  // ascending layers; empty when the plan's ranks arrived
 };
 
 // `expected` are the chunks the producer's plan sends for `tokens` (CodeEncoder::PlannedChunks of

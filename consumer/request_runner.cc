@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "codec/code_decoder.h"
@@ -38,7 +39,22 @@ struct PrefixOutcome {
   // rebuilt (the cache then holds the whole prompt), and the time its steps took.
   at::Tensor first_logits;
   absl::Duration tail = absl::ZeroDuration();
+  std::vector<LoweredLayer> lowered;  // layers whose codes came below the plan's ranks
 };
+
+// "; the link fell behind: layers 5 (K 3, V 6), 7 (H 16) sent at lower ranks".
+std::string LoweredText(const std::vector<LoweredLayer>& lowered) {
+  std::vector<std::string> parts;
+  for (const LoweredLayer& l : lowered) {
+    std::vector<std::string> ranks;
+    if (l.rank_k > 0) ranks.push_back(absl::StrCat("K ", l.rank_k));
+    if (l.rank_v > 0) ranks.push_back(absl::StrCat("V ", l.rank_v));
+    if (l.rank_h > 0) ranks.push_back(absl::StrCat("H ", l.rank_h));
+    parts.push_back(absl::StrCat(l.layer, " (", absl::StrJoin(ranks, ", "), ")"));
+  }
+  return absl::StrCat("; the link fell behind: layer", lowered.size() > 1 ? "s " : " ",
+                      absl::StrJoin(parts, ", "), " sent at lower ranks");
+}
 
 // What the producer's plan sends for this route and prefix, as this consumer expects it (same
 // architecture on both sides: the consumer's config makes the producer's plan).
@@ -173,6 +189,8 @@ absl::StatusOr<PrefixOutcome> PreparePrefix(
     outcome.rebuild = received->rebuild;
     outcome.patch = received->patch;
     outcome.last_rebuild = received->last_rebuild;
+    outcome.lowered = received->lowered;
+    if (!outcome.lowered.empty()) absl::StrAppend(&outcome.reason, LoweredText(outcome.lowered));
     return outcome;
   }
   const bool cancelled = context.cancelled != nullptr && context.cancelled->load();
@@ -220,6 +238,13 @@ v1::Finished FinishedOf(const PrefixOutcome& prefix, const SequenceEnd& end, siz
   f.set_mode(prefix.mode);
   f.set_mode_reason(prefix.reason);
   f.set_consumer_cached_tokens(static_cast<uint32_t>(prefix.cached_tokens));
+  for (const LoweredLayer& l : prefix.lowered) {
+    v1::LoweredLayer* out = f.add_lowered_layers();
+    out->set_layer(static_cast<uint32_t>(l.layer));
+    out->set_rank_k(static_cast<uint32_t>(l.rank_k));
+    out->set_rank_v(static_cast<uint32_t>(l.rank_v));
+    out->set_rank_h(static_cast<uint32_t>(l.rank_h));
+  }
   v1::Timings* t = f.mutable_timings();
   t->set_queue(Micros(start - received));
   if (prefix.mode == "local") {

@@ -174,4 +174,12 @@ AutoChoice ChooseAuto(const std::vector<AutoCandidate>& candidates, double max_k
   return choice;
 }
 
+double DeliverByUs(const TtftPrediction& predicted, double slo_us) {
+  if (slo_us > 0) {
+    const double after_last_byte = std::max(0.0, predicted.total_us - predicted.delivered_us);
+    return std::max(1.0, slo_us - after_last_byte);
+  }
+  return predicted.delivered_us * 1.25 + 2000.0;
+}
+
 }  // namespace scd::coordinator

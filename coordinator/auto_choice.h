@@ -106,6 +106,13 @@ AutoChoice ChooseAuto(const std::vector<AutoCandidate>& candidates, double max_k
                       const std::string& budget, double slo_us,
                       std::optional<size_t> incumbent = std::nullopt);
 
+// By when (microseconds from the request's start) a chosen transfer's last byte should arrive:
+// the point then travels adapted, later layers at lower ranks when the link falls behind
+// (codec/rank_governor.h). With `slo_us` > 0 the objective less what follows the last byte
+// (the last rebuild and the first decode, as predicted; at least 1 us); else the predicted
+// delivery with 25 % and 2 ms of slack, so only a link slower than predicted lowers anything.
+double DeliverByUs(const TtftPrediction& predicted, double slo_us);
+
 }  // namespace scd::coordinator
 
 #endif  // SCD_COORDINATOR_AUTO_CHOICE_H_

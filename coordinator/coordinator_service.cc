@@ -247,6 +247,7 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
     CountRefusal(counters_, route.status());
     return ToGrpcStatus(route.status());
   }
+  const absl::Time routed_at = absl::Now();  // where the predictions' clocks start
   counters_->Add("routed");
   registry_->NoteRouted(*route, hint_ptr);
   ++active_;
@@ -417,6 +418,13 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
       target->set_artifact_id(call->route.artifact_id);
       target->set_consumer_cached_tokens(call->consumer_cached_tokens);
       if (call->route.point) *target->mutable_point() = CodePointToProto(*call->route.point);
+      if (call->route.deliver_by_us > 0 && !req.keep_ranks()) {
+        // The codes' delivery deadline, from now: what the choice's prediction left of it.
+        const double left_us =
+            call->route.deliver_by_us - absl::ToDoubleMicroseconds(absl::Now() - routed_at);
+        target->set_adapt_within_us(static_cast<uint64_t>(std::max(1.0, left_us)));
+        target->set_planned_goodput_bytes_per_s(call->route.planned_goodput_bytes_per_s);
+      }
       by_target[call->route.target] = call.get();
     }
   }

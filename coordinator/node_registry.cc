@@ -371,7 +371,11 @@ absl::StatusOr<RouteTarget> NodeRegistry::ResolveTarget(const Node& consumer,
       target.mode = chosen.mode;
       target.point = chosen.point;
       target.predicted_ttft_us = chosen.predicted.total_us;
-      if (chosen.mode == "scd") target.artifact_id = artifact->id();
+      if (chosen.mode == "scd") {
+        target.artifact_id = artifact->id();
+        target.deliver_by_us = DeliverByUs(chosen.predicted, ttft_slo_ms * 1e3);
+        target.planned_goodput_bytes_per_s = inputs.goodput_bytes_per_s;
+      }
       target.mode_reason = absl::StrCat(choice.reason, " (", pair, ", link ", inputs.link, ")");
       return target;
     }

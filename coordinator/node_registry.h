@@ -103,6 +103,12 @@ struct RouteTarget {
   std::optional<FrontierPoint> point;
   // Auto's predicted time to first token for the choice (Finished.predicted_ttft_us; 0: none).
   double predicted_ttft_us = 0;
+  // Auto's frontier point, adapted in flight (PrefillTarget.adapt_within_us): the codes should
+  // have arrived this long after the request's start (the ttft_slo_ms less what follows the
+  // last byte, else the prediction's delivery with 25 % slack); 0: no adaptation. And the
+  // goodput the prediction assumed (bytes/s, 0: unlimited or unknown).
+  double deliver_by_us = 0;
+  double planned_goodput_bytes_per_s = 0;
 };
 
 struct Route {

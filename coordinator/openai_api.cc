@@ -197,6 +197,8 @@ absl::Status ParseOptions(const Json& body, ParsedRequest* out) {
   r.set_max_kl(max_kl.value_or(0));
   SCD_FIELD(ttft_slo_ms, uint32_t, body, "ttft_slo_ms");
   r.set_ttft_slo_ms(ttft_slo_ms.value_or(0));
+  SCD_FIELD(keep_ranks, bool, body, "keep_ranks");
+  r.set_keep_ranks(keep_ranks.value_or(false));
   return absl::OkStatus();
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -52,6 +53,52 @@ class HeldChunk {
   std::atomic<uint64_t>* const held_;
 };
 
+bool IsCode(PayloadKind kind) {
+  return kind == PayloadKind::kKeyCode || kind == PayloadKind::kValueCode ||
+         kind == PayloadKind::kHiddenCode;
+}
+
+// What an adapting target's governor plans with: each layer's bytes at the plan's ranks.
+absl::StatusOr<std::vector<LayerBytes>> PlannedLayerBytes(const CodeEncoder& encoder,
+                                                          const ModelConfig& config,
+                                                          int64_t tokens) {
+  SCD_ASSIGN_OR_RETURN(std::vector<PlannedChunk> chunks, encoder.PlannedChunks(config, tokens));
+  std::vector<LayerBytes> layers(static_cast<size_t>(config.num_layers));
+  for (const PlannedChunk& chunk : chunks) {
+    LayerBytes& layer = layers[static_cast<size_t>(chunk.layer)];
+    (IsCode(chunk.kind) ? layer.scalable : layer.fixed) += chunk.bytes;
+  }
+  return layers;
+}
+
+// An adapting target's layer: waits until the link is ready for it (at most one layer's planned
+// bytes in flight, or the budget's deadline), learns the link's goodput from that wait, and cuts
+// the layer's codes to the share of their ranks the budget leaves. True when it lowered them.
+// `waited` accumulates the time the link held the pass.
+absl::StatusOr<bool> AdaptLayer(RankGovernor& governor, transport::SendSession& session,
+                                int layer, size_t window, std::vector<CodeChunk>* chunks,
+                                absl::Duration* waited) {
+  const size_t before = session.inflight_bytes();
+  size_t inflight = before;
+  if (before > window) {
+    const absl::Time wait_start = absl::Now();
+    inflight = session.AwaitInflightAtMost(window, governor.deadline());
+    const absl::Duration wait = absl::Now() - wait_start;
+    *waited += wait;
+    if (inflight < before) governor.ObserveDrain(static_cast<int64_t>(before - inflight), wait);
+  }
+  const double scale = governor.ScaleFor(layer, absl::Now(), static_cast<int64_t>(inflight));
+  bool lowered = false;
+  for (CodeChunk& chunk : *chunks) {
+    if (!IsCode(chunk.kind) || chunk.shape.empty()) continue;
+    const int64_t rank = RankGovernor::ScaledRank(chunk.shape.back(), scale);
+    if (rank == chunk.shape.back()) continue;
+    SCD_ASSIGN_OR_RETURN(chunk, LowerChunkRank(chunk, rank));
+    lowered = true;
+  }
+  return lowered;
+}
+
 }  // namespace
 
 absl::StatusOr<v1::TransferHeader> StreamHeader(const CodeEncoder& encoder,
@@ -87,6 +134,21 @@ absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
   report.computed_tokens = T - M;
   const CaptureSpec capture = MergedCapture(
       targets, reuse != nullptr && reuse->keep != nullptr ? &reuse->store->capture() : nullptr);
+
+  // Adapting targets' governors and their windows (one layer's planned bytes, at least 64 KiB).
+  report.lowered.assign(targets.size(), {});
+  std::vector<std::optional<RankGovernor>> governors(targets.size());
+  std::vector<size_t> windows(targets.size(), 0);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (!targets[i].adapt.enabled()) continue;
+    SCD_ASSIGN_OR_RETURN(
+        std::vector<LayerBytes> planned,
+        PlannedLayerBytes(*targets[i].encoder, producer.config(), T - targets[i].begin));
+    int64_t largest = 0;
+    for (const LayerBytes& layer : planned) largest = std::max(largest, layer.scalable + layer.fixed);
+    windows[i] = std::max<size_t>(size_t{64} << 10, static_cast<size_t>(largest));
+    governors[i].emplace(targets[i].adapt, std::move(planned), report.start);
+  }
 
   // Per target, where encoding starts: positions [begin, coded) come from codes kept with the
   // cached blocks (none without a codes key or a cache).
@@ -179,6 +241,13 @@ absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
         made.emplace(made_key, Made{i, *chunks});  // tensors shared, not copied
       }
       absl::Status status = chunks.status();
+      if (status.ok() && governors[i].has_value()) {
+        absl::StatusOr<bool> lowered =
+            AdaptLayer(*governors[i], *targets[i].session, layer, windows[i], &*chunks,
+                       &report.send);
+        if (!lowered.ok()) status = lowered.status();
+        if (lowered.ok() && *lowered) report.lowered[i].push_back(layer);
+      }
       for (size_t c = 0; status.ok() && c < chunks->size(); ++c) {
         FramedChunk framed = FrameChunk((*chunks)[c]);
         if (report.chunks == 0) report.first_chunk = absl::Now();

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "codec/code_encoder.h"
+#include "codec/rank_governor.h"
 #include "model/llama_model.h"
 #include "producer/prefix_store.h"
 #include "proto/code_chunk_framing.h"
@@ -43,6 +44,11 @@ struct StreamTarget {
   // sent as they are, and the codes this prefill encodes are handed back (PrefixReuse::codes).
   // Empty: always encode, keep nothing.
   std::string codes_key = {};
+  // With a budget: code chunks go at lower nested ranks when the link falls behind it
+  // (codec/rank_governor.h). The layer is then handed over only once at most one layer's
+  // planned bytes are still in flight, so its ranks are chosen when the link is ready for it:
+  // an adapting target paces the pass to its link. Its header must say `adaptive`.
+  AdaptBudget adapt = {};
 };
 
 // A prefill that starts from the producer's prefix cache: positions [0, cached->tokens) are
@@ -74,6 +80,9 @@ struct StreamReport {
   int64_t code_hit_tokens = 0;  // positions sent from kept codes, summed over targets
   bool forward_complete = false;  // every layer ran over every position (nothing cut short)
   std::vector<absl::Status> targets;  // per target: OK (acked) or why it ended
+  // Per target: the layers sent below the plan's ranks (an adapting target whose link fell
+  // behind), ascending.
+  std::vector<std::vector<int>> lowered;
 };
 
 // Runs `producer` over `tokens` once, streaming to every target, then finishes each live session

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -33,7 +34,20 @@ struct OpenTarget {
   transport::LinkShape shape;  // the link its session travels on
   int64_t begin = 0;           // the first position sent (the consumer holds the rest)
   TransferOptions options;     // the node's, at the target's frontier point when it has one
+  AdaptBudget adapt;           // none unless the target asks for adaptation
 };
+
+// A target's adaptation budget, checked: at most an hour, a finite goodput of 0 or more.
+absl::StatusOr<AdaptBudget> AdaptBudgetOf(const v1::PrefillTarget& target) {
+  constexpr uint64_t kMaxUs = uint64_t{3600} * 1000 * 1000;
+  const double goodput = target.planned_goodput_bytes_per_s();
+  if (target.adapt_within_us() > kMaxUs || !std::isfinite(goodput) || goodput < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        target.target(), ": adapt_within_us ", target.adapt_within_us(),
+        " (at most an hour) / planned_goodput_bytes_per_s ", goodput, " (finite, 0 or more)"));
+  }
+  return AdaptBudget{absl::Microseconds(static_cast<int64_t>(target.adapt_within_us())), goodput};
+}
 
 }  // namespace
 
@@ -219,9 +233,11 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
             "consumer_cached_tokens ", o.begin, " of ", target.target(), ": not a multiple of the ",
             B, "-position prefix block below the prefix's ", prefix.size(), " positions"));
       }
+      SCD_ASSIGN_OR_RETURN(o.adapt, AdaptBudgetOf(target));
       SCD_ASSIGN_OR_RETURN(
           v1::TransferHeader header,
           StreamHeader(*o.encoder, config, static_cast<int64_t>(prefix.size()), identity, o.begin));
+      header.set_adaptive(o.adapt.enabled());
       SCD_ASSIGN_OR_RETURN(std::shared_ptr<transport::TransferConnection> connection,
                            Connection(target.transfer_address(), &o.shape));
       SCD_ASSIGN_OR_RETURN(o.session, connection->StartSession(std::move(header), deadline));
@@ -232,7 +248,8 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
       const bool uses_artifact = ModeServedWithArtifact(o.encoder->plan().mode);
       streams.push_back(
           {o.encoder.get(), o.session, o.begin,
-           CodesKey(o.encoder->plan(), o.options, uses_artifact ? target.artifact_id() : "")});
+           CodesKey(o.encoder->plan(), o.options, uses_artifact ? target.artifact_id() : ""),
+           o.adapt});
       stream_index.push_back(i);
     }
   }

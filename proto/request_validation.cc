@@ -172,6 +172,11 @@ absl::Status ValidateGenerationValues(const v1::GenerateRequest& request,
         "not ",
         ForLog(request.mode(), 40)));
   }
+  if (request.keep_ranks() && !request.mode().empty() && request.mode() != "auto") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "keep_ranks: only auto adapts a point's ranks to the link, so it needs mode auto, not ",
+        ForLog(request.mode(), 40)));
+  }
   if (request.deadline_ms() > limits.max_deadline_ms) {
     return absl::OutOfRangeError(absl::StrCat("deadline_ms: ", request.deadline_ms(),
                                               " is more than the limit of ",

@@ -101,5 +101,32 @@ TEST(ChunkRowsRefusals, Int4RowsThatShareAGroupAndRangesOutside) {
   EXPECT_FALSE(SliceChunkRows(wrong_shape, 16, 20).ok());
 }
 
+TEST_P(ChunkRowsTest, LoweredRankIsPackingTheFirstColumns) {
+  const auto& [dtype, shape] = GetParam();
+  at::manual_seed(11);
+  const at::Tensor x = at::randn(shape) * 3;
+  const CodeChunk whole = Packed(x, dtype, 8);
+  const int64_t columns = x.size(-1), rank = columns / 4;
+  auto lowered = LowerChunkRank(whole, rank);
+  ASSERT_TRUE(lowered.ok()) << lowered.status();
+  if (dtype == WireDtype::kInt8 || dtype == WireDtype::kInt4) {
+    // Quantized codes are cut from what the consumer would decode, then packed again.
+    const at::Tensor decoded = *UnpackTensor(whole, at::kCPU);
+    ExpectSameWire(*lowered, Packed(decoded.narrow(-1, 0, rank), dtype, 8), "lowered");
+  } else {
+    ExpectSameWire(*lowered, Packed(x.narrow(-1, 0, rank), dtype, 8), "lowered");
+  }
+  EXPECT_EQ(lowered->layer, whole.layer);
+  EXPECT_EQ(lowered->kind, whole.kind);
+  auto same = LowerChunkRank(whole, columns);  // the full rank: the chunk itself
+  ASSERT_TRUE(same.ok());
+  ExpectSameWire(*same, whole, "full rank");
+  EXPECT_FALSE(LowerChunkRank(whole, 0).ok());
+  EXPECT_FALSE(LowerChunkRank(whole, columns + 1).ok());
+  CodeChunk raw = whole;
+  raw.kind = PayloadKind::kRawKey;  // raw K/V have no nested rank
+  EXPECT_FALSE(LowerChunkRank(raw, rank).ok());
+}
+
 }  // namespace
 }  // namespace scd

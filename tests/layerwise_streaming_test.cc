@@ -188,5 +188,88 @@ TEST_F(LayerwiseStreamingTest, ConsumerExpectingAnotherModeRefusesAndTheProducer
   EXPECT_LT(sent.layers_run, producer_->config().num_layers + 1);
 }
 
+// Streams `pair` to an adapting target under `budget`, the header saying `adaptive`; returns
+// what the consumer received (or why it refused) and fills `cache` and `sent`.
+absl::StatusOr<consumer::ReceiveReport> StreamAdapting(
+    const LlamaModel& producer, const Pair& pair,
+    const std::vector<TokenId>& prompt, AdaptBudget budget, bool adaptive_header, KvCache* cache,
+    producer::StreamReport* sent) {
+  testing::SessionPeers peers = testing::ConnectSessions("inproc");
+  v1::TransferHeader header = testing::Ok(producer::StreamHeader(
+      *pair.encoder, producer.config(), static_cast<int64_t>(prompt.size()), {"a", "", "", ""}));
+  header.set_adaptive(adaptive_header);
+  auto session = testing::Ok(peers.sender->StartSession(header, absl::Seconds(30)));
+  absl::StatusOr<consumer::ReceiveReport> received;
+  std::thread receiver([&] {
+    auto incoming = peers.acceptor->Accept(absl::Seconds(10));
+    ASSERT_TRUE(incoming.ok()) << incoming.status();
+    received = consumer::ReceiveIntoCache(**incoming, *pair.decoder, pair.plan, pair.expected,
+                                          prompt, cache, absl::Seconds(30));
+  });
+  producer::StreamTarget target{pair.encoder.get(), session};
+  target.adapt = budget;
+  *sent = testing::Ok(producer::StreamPrefill(producer, prompt, {target}));
+  receiver.join();
+  return received;
+}
+
+TEST_F(LayerwiseStreamingTest, AnAdaptedTransferRebuildsAnEncodeAtTheRanksThatArrived) {
+  Pair pair = MakePair(TransferMode::kScd, *consumer_);
+  const int layers = static_cast<int>(producer_->config().num_layers);
+  {
+    // A budget the plan meets: every layer at the plan's ranks, the plan's cache bit for bit.
+    KvCache cache = consumer_->NewCache(64);
+    producer::StreamReport sent;
+    auto received = StreamAdapting(*producer_, pair, prompt_,
+                                   {absl::Hours(1), 1e12}, true, &cache, &sent);
+    ASSERT_TRUE(received.ok()) << received.status();
+    EXPECT_TRUE(received->lowered.empty());
+    EXPECT_TRUE(sent.lowered[0].empty());
+    EXPECT_EQ(received->bytes, TotalBytes(pair.expected));
+    ExpectSameCache(cache, Reference(pair, *consumer_), "kept ranks");
+  }
+  // A link planned at 1 byte a second: no time for any code beyond rank 1, from the first layer.
+  KvCache cache = consumer_->NewCache(64);
+  producer::StreamReport sent;
+  auto received = StreamAdapting(*producer_, pair, prompt_, {absl::Seconds(1), 1.0},
+                                 true, &cache, &sent);
+  ASSERT_TRUE(received.ok()) << received.status();
+  ASSERT_TRUE(sent.targets[0].ok()) << sent.targets[0];
+  EXPECT_LT(received->bytes, TotalBytes(pair.expected));
+  std::vector<int> code_layers, lowered_layers;
+  for (const PlannedChunk& chunk : pair.expected) {
+    if (code_layers.empty() || code_layers.back() != chunk.layer) code_layers.push_back(chunk.layer);
+  }
+  for (const consumer::LoweredLayer& l : received->lowered) lowered_layers.push_back(l.layer);
+  EXPECT_EQ(lowered_layers, code_layers);  // every layer with a code of rank > 1 came at rank 1
+  EXPECT_EQ(sent.lowered[0], code_layers);
+  // The reference: the producer encoding at exactly those ranks, the batch decoder rebuilding.
+  Pair at_ranks;
+  at_ranks.options.layer_rank_k.assign(layers, 0);
+  at_ranks.options.layer_rank_v.assign(layers, 0);
+  at_ranks.options.layer_rank_h.assign(layers, 0);
+  for (const consumer::LoweredLayer& l : received->lowered) {
+    EXPECT_TRUE(l.rank_k == 1 || l.rank_k == 0) << l.layer;
+    at_ranks.options.layer_rank_k[l.layer] = l.rank_k;
+    at_ranks.options.layer_rank_v[l.layer] = l.rank_v;
+    at_ranks.options.layer_rank_h[l.layer] = l.rank_h;
+  }
+  at_ranks.plan = testing::Ok(
+      TransferPlan::Make(TransferMode::kScd, producer_->config(), &artifact_, at_ranks.options));
+  at_ranks.encoder = std::make_unique<CodeEncoder>(at_ranks.plan, &artifact_, at_ranks.options);
+  at_ranks.decoder = std::make_unique<CodeDecoder>(*consumer_, &artifact_);
+  ExpectSameCache(cache, Reference(at_ranks, *consumer_), "lowered ranks");
+  EXPECT_FALSE(at::equal(cache.keys(code_layers.back()),
+                         Reference(pair, *consumer_).keys(code_layers.back())));
+
+  // Lower ranks under a header that did not announce adaptation: refused, naming the chunk.
+  KvCache refused_cache = consumer_->NewCache(64);
+  auto refused = StreamAdapting(*producer_, pair, prompt_, {absl::Seconds(1), 1.0},
+                                false, &refused_cache, &sent);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("the plan's ["));
+  EXPECT_FALSE(sent.targets[0].ok());
+}
+
 }  // namespace
 }  // namespace scd

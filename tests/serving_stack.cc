@@ -97,6 +97,10 @@ void ServingStack::ReportSpeeds(const std::string& node, const v1::NodeSpeeds& s
   ASSERT_TRUE(registry_.Heartbeat(beat).ok());
 }
 
+void ServingStack::NoteLinkShape(const v1::LinkShape& shape) {
+  registry_.NoteLinkShape(node_ids_.at(""), shape);
+}
+
 void ServingStack::Start() {
   producer_transport_ = Backend(options_.backend);
   producer::ProducerModel model{producer_,         tokenizer_, producer_name_,   producer_fp_,

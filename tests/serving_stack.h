@@ -85,6 +85,9 @@ class ServingStack {
   // A heartbeat of `node` (a consumer's name, "" the producer) reporting `speeds`, as a node
   // process reports its measured ones (the stack's nodes report none by themselves).
   void ReportSpeeds(const std::string& node, const v1::NodeSpeeds& speeds);
+  // The coordinator told that the producer's codes travel under `shape` (as Registry.SetLinkShape
+  // tells it; the link itself is not shaped by this).
+  void NoteLinkShape(const v1::LinkShape& shape);
 
   ServedConsumer& consumer(const std::string& name) { return *consumers_.at(name); }
   producer::ProducerControlService& producer_service() { return *producer_service_; }

@@ -239,6 +239,55 @@ TEST_F(ServingTest, AutoChoosesByPredictedTtftAndTheTokensAreThatChoices) {
   EXPECT_EQ(reply.events["xs"].back().finished().predicted_ttft_us(), 0u);
 }
 
+TEST_F(ServingTest, AutoLowersLaterRanksWhenTheLinkCannotMeetItsSloAndSaysWhich) {
+  // A consumer far slower than its producer, a link the coordinator knows at 12.5 kB/s: auto
+  // sends xs's f16 point (within max_kl 0.06) as the fastest, though no choice meets 1 ms. The
+  // producer, planning with that goodput, has no time for more than rank 1 in any layer.
+  v1::NodeSpeeds producer, consumer;
+  producer.mutable_prefill()->set_per_unit_us(1);
+  producer.mutable_prefill()->set_samples(4);
+  consumer.mutable_prefill()->set_per_unit_us(100'000);
+  consumer.mutable_prefill()->set_samples(4);
+  stack_->ReportSpeeds("", producer);
+  stack_->ReportSpeeds("xs", consumer);
+  v1::LinkShape slow;
+  slow.set_gbps(0.0001);
+  stack_->NoteLinkShape(slow);
+  v1::GenerateRequest request;
+  request.add_targets("xs");
+  for (TokenId id : Prompt(2)) request.add_prompt_ids(id);
+  request.set_max_tokens(16);
+  request.set_max_kl(0.06);
+  request.set_ttft_slo_ms(1);
+  Reply reply = stack_->Generate(request);
+  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+  const v1::Finished& adapted = reply.events["xs"].back().finished();
+  ASSERT_EQ(adapted.mode(), "scd") << adapted.mode_reason();
+  FrontierPoint sent = XsFrontier().points[2];  // K 2, V 3 on layers 0, 2, 4; H 5 on 1 and 3
+  std::vector<uint32_t> layers;
+  for (const v1::LoweredLayer& l : adapted.lowered_layers()) {
+    layers.push_back(l.layer());
+    sent.rank_k[l.layer()] = l.rank_k() > 0 ? l.rank_k() : sent.rank_k[l.layer()];
+    sent.rank_v[l.layer()] = l.rank_v() > 0 ? l.rank_v() : sent.rank_v[l.layer()];
+    sent.rank_h[l.layer()] = l.rank_h() > 0 ? l.rank_h() : sent.rank_h[l.layer()];
+  }
+  EXPECT_EQ(layers, (std::vector<uint32_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(sent.rank_k, (std::vector<int64_t>{1, 0, 1, 0, 1}));
+  EXPECT_EQ(sent.rank_v, (std::vector<int64_t>{1, 0, 1, 0, 1}));
+  EXPECT_EQ(sent.rank_h, (std::vector<int64_t>{0, 1, 0, 1, 0}));
+  EXPECT_THAT(adapted.mode_reason(), HasSubstr("the link fell behind: layers 0 (K 1, V 1)"));
+  // The tokens are those of the point at the ranks that arrived.
+  EXPECT_EQ(reply.ids["xs"],
+            Reference("xs", TransferMode::kScd, Prompt(2), 16, TransferOptions::AtPoint(sent)));
+  // keep_ranks: the point as chosen, whatever the link.
+  request.set_keep_ranks(true);
+  reply = stack_->Generate(request);
+  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+  EXPECT_EQ(reply.events["xs"].back().finished().lowered_layers_size(), 0);
+  EXPECT_EQ(reply.ids["xs"], Reference("xs", TransferMode::kScd, Prompt(2), 16,
+                                       TransferOptions::AtPoint(XsFrontier().points[2])));
+}
+
 TEST_F(ServingTest, AutoSendsTheFrontierPointItsBudgetPicks) {
   const Frontier frontier = XsFrontier();
   struct Case {

@@ -108,6 +108,15 @@ size_t SendSession::inflight_bytes() const {
   return inflight_;
 }
 
+size_t SendSession::AwaitInflightAtMost(size_t bytes, absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  auto drained = [this, bytes]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return state_ != SessionState::kOpen || inflight_ <= bytes;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&drained), deadline);
+  return inflight_;
+}
+
 // ---- ReceiveSession ----------------------------------------------------------------------------
 
 absl::StatusOr<std::optional<ReceivedChunk>> ReceiveSession::Next(absl::Duration timeout) {
@@ -132,7 +141,9 @@ absl::StatusOr<std::optional<ReceivedChunk>> ReceiveSession::Next(absl::Duration
         mismatch = absl::StrCat("trailer says ", trailer_->chunk_count(), " chunks / ",
                                 trailer_->byte_count(), " bytes, received ", stats_.chunks, " / ",
                                 stats_.bytes);
-      } else if (header_.expected_bytes() != 0 && header_.expected_bytes() != stats_.bytes) {
+      } else if (header_.expected_bytes() != 0 &&
+                 (header_.adaptive() ? stats_.bytes > header_.expected_bytes()
+                                     : header_.expected_bytes() != stats_.bytes)) {
         mismatch = absl::StrCat("header expected ", header_.expected_bytes(), " bytes, received ",
                                 stats_.bytes);
       } else if (header_.expected_chunks() != 0 && header_.expected_chunks() != stats_.chunks) {

@@ -77,6 +77,10 @@ class SendSession : public SessionCore {
   // Ends the session kCancelled (no-op when already ended) and tells the receiver.
   void Cancel(const std::string& reason);
   size_t inflight_bytes() const;
+  // Waits until at most `bytes` are in flight (the receiver took the rest), the session ended or
+  // `deadline` passed; returns the bytes in flight then. What a sender that adapts to the link
+  // uses to hand each piece over only when the link is ready for it (codec/rank_governor.h).
+  size_t AwaitInflightAtMost(size_t bytes, absl::Time deadline) const;
 
  private:
   friend class TransferConnection;
