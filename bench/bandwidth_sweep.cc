@@ -100,6 +100,8 @@ std::string ExcessStage(const SweepRecord& r) {
 
 }  // namespace
 
+bool IsAutoMode(const std::string& mode) { return mode == "auto" || mode == "auto-keep"; }
+
 std::string ChoiceText(const v1::Started& started, const v1::Finished& finished) {
   if (finished.mode() != "scd" || !started.has_point()) return finished.mode();
   const v1::CodePoint& p = started.point();
@@ -117,10 +119,13 @@ SweepReply SendSweepRequest(const SweepOptions& o, const std::string& consumer, 
     for (int32_t id : prompt.ids) request.add_prompt_ids(id);
   }
   request.add_targets(consumer);
-  request.set_mode(mode);
-  if (mode == "auto") {
+  // auto-keep: auto's choice sent at its ranks, however the link does (no adaptation).
+  const bool automatic = mode == "auto" || mode == "auto-keep";
+  request.set_mode(automatic ? "auto" : mode);
+  if (automatic) {
     request.set_max_kl(o.max_kl);
     request.set_ttft_slo_ms(o.ttft_slo_ms);
+    request.set_keep_ranks(mode == "auto-keep");
   }
   request.set_max_tokens(static_cast<uint32_t>(o.max_tokens));
   if (o.fidelity) request.set_logprobs(static_cast<uint32_t>(o.logprobs));
@@ -176,13 +181,14 @@ absl::Status SetCoordinatorShape(const SweepOptions& o, double gbps) {
 }
 
 absl::Status ValidateSweepModes(const std::vector<std::string>& modes) {
-  static const std::set<std::string> kModes = {"local", "raw",  "int4", "recompute",
-                                               "reuse", "scd", "auto"};
+  static const std::set<std::string> kModes = {"local", "raw", "int4",     "recompute",
+                                               "reuse", "scd", "auto", "auto-keep"};
   if (modes.empty()) return absl::InvalidArgumentError("--modes: none given");
   for (const std::string& m : modes) {
     if (!kModes.count(m)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--modes: unknown mode '", m, "' (local, raw, int4, recompute, reuse, scd, auto)"));
+          "--modes: unknown mode '", m,
+          "' (local, raw, int4, recompute, reuse, scd, auto, auto-keep)"));
     }
   }
   return absl::OkStatus();
@@ -201,7 +207,7 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
   }
   const int n_prompts = static_cast<int>(o.prompts.size());
   int code_modes = 0;
-  for (const std::string& m : o.modes) code_modes += m != "local" && m != "auto";
+  for (const std::string& m : o.modes) code_modes += m != "local" && !IsAutoMode(m);
   const int total =
       static_cast<int>(o.consumers.size()) *
       (n_prompts * (1 + code_modes) * std::max(1, o.alone_repeats) +
@@ -237,7 +243,7 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
         if (rep == 0) reference[p] = std::move(r);
       }
       for (const std::string& mode : o.modes) {
-        if (mode == "local" || mode == "auto") continue;  // auto: its choices' own cells
+        if (mode == "local" || IsAutoMode(mode)) continue;  // auto: its choices' own cells
         for (int p = 0; p < n_prompts; ++p) {
           progress(absl::StrCat(consumer, " ", mode, " (stages alone)"));
           const SweepReply r = SendSweepRequest(o, consumer, mode, o.prompts[p]);
@@ -289,7 +295,7 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
               // in any cell (an unshaped link lets the rebuild queue behind the prefill, so a slow
               // link's cells are where the last layer's rebuild shows alone).
               const std::string key_mode = rec.mode_used == "local" ? "local"
-                                           : mode == "auto"          ? "auto " + rec.choice
+                                           : IsAutoMode(mode)        ? "auto " + rec.choice
                                                                      : mode;
               StagesAlone& a = alone[{key_mode, p}];
               if (rec.mode_used == "local") {
@@ -317,7 +323,7 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
     for (SweepRecord& rec : result.records) {
       if (rec.consumer != consumer || !rec.ok) continue;
       rec.alone = alone[{rec.mode_used == "local" ? "local"
-                         : rec.mode == "auto"     ? "auto " + rec.choice
+                         : IsAutoMode(rec.mode)   ? "auto " + rec.choice
                                                   : rec.mode,
                          rec.prompt}];
       // The TTFT model auto mode predicts with (codec/ttft_model.h), on the stages alone.

@@ -49,6 +49,8 @@ struct SweepOptions {
   std::vector<std::string> modes = {"local", "raw", "int4", "recompute", "reuse", "scd"};
   double max_kl = 0;         // auto's quality budget (0: the recommended point's)
   uint32_t ttft_slo_ms = 0;  // auto's TTFT objective (0: none)
+  // The trace judges each request's TTFT against this (0: ttft_slo_ms), without sending it.
+  double judge_ttft_ms = 0;
   std::vector<double> bandwidths_gbps = {0.01, 0.1, 1, 10, 100, INFINITY};  // inf: unshaped
   double latency_us = 0;
   std::vector<BenchPrompt> prompts;
@@ -130,6 +132,8 @@ struct SweepReply {
   std::string error;
 };
 // What a request ran as: "local", "raw", or "scd int4 K 2,2 V 3,3 H 0,0" (the point sent).
+// auto or auto-keep (auto's choice sent at its ranks: GenerateRequest.keep_ranks).
+bool IsAutoMode(const std::string& mode);
 std::string ChoiceText(const v1::Started& started, const v1::Finished& finished);
 SweepReply SendSweepRequest(const SweepOptions& o, const std::string& consumer,
                             const std::string& mode, const BenchPrompt& prompt);

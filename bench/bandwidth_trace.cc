@@ -159,6 +159,9 @@ absl::StatusOr<std::vector<TraceRecord>> RunBandwidthTrace(const SweepOptions& o
           rec.ttft_ms = static_cast<double>(r.f.timings().ttft()) / 1e3;
           rec.predicted_ttft_ms = static_cast<double>(r.f.predicted_ttft_us()) / 1e3;
           rec.payload_bytes = r.f.payload_bytes();
+          rec.lowered_layers = r.f.lowered_layers_size();
+          const double slo = o.judge_ttft_ms > 0 ? o.judge_ttft_ms : o.ttft_slo_ms;
+          rec.met_slo = slo > 0 && rec.ttft_ms <= slo;
         }
         records.push_back(std::move(rec));
       }
@@ -189,6 +192,7 @@ std::string TraceJsonl(const std::vector<TraceRecord>& records) {
         {"gbps_start", Rate(r.gbps_start)},
         {"gbps_end", Rate(r.gbps_end)}, {"ttft_ms", r.ttft_ms},
         {"predicted_ttft_ms", r.predicted_ttft_ms}, {"payload_bytes", r.payload_bytes},
+        {"lowered_layers", r.lowered_layers}, {"met_slo", r.met_slo},
     };
     absl::StrAppend(&out, j.dump(), "\n");
   }
@@ -198,7 +202,8 @@ std::string TraceJsonl(const std::vector<TraceRecord>& records) {
 std::string TraceSummaryCsv(const std::vector<TraceRecord>& records,
                             const std::vector<TraceStep>& trace) {
   std::string out =
-      "consumer,mode,step,from_s,gbps,requests,failed,ttft_ms,predicted_ttft_ms,choices\n";
+      "consumer,mode,step,from_s,gbps,requests,failed,ttft_ms,predicted_ttft_ms,met_slo,"
+      "lowered,choices\n";
   std::vector<std::pair<std::string, std::string>> order;
   for (const TraceRecord& r : records) {
     if (std::find(order.begin(), order.end(), std::make_pair(r.consumer, r.mode)) == order.end()) {
@@ -209,7 +214,7 @@ std::string TraceSummaryCsv(const std::vector<TraceRecord>& records,
     for (size_t i = 0; i < trace.size(); ++i) {
       const double from = trace[i].at_s;
       std::vector<double> ttft, predicted;
-      int requests = 0, failed = 0;
+      int requests = 0, failed = 0, met_slo = 0, lowered = 0;
       std::map<std::string, int> choices;
       for (const TraceRecord& r : records) {
         if (r.consumer != consumer || r.mode != mode || r.step != static_cast<int>(i)) continue;
@@ -219,13 +224,16 @@ std::string TraceSummaryCsv(const std::vector<TraceRecord>& records,
           continue;
         }
         ttft.push_back(r.ttft_ms);
+        met_slo += r.met_slo;
+        lowered += r.lowered_layers > 0;
         if (r.predicted_ttft_ms > 0) predicted.push_back(r.predicted_ttft_ms);
         ++choices[r.choice];
       }
-      absl::StrAppendFormat(&out, "%s,%s,%d,%g,%s,%d,%d,%.3f,%s,\"%s\"\n", consumer, mode,
+      absl::StrAppendFormat(&out, "%s,%s,%d,%g,%s,%d,%d,%.3f,%s,%d,%d,\"%s\"\n", consumer, mode,
                             static_cast<int>(i), from, RateText(trace[i].gbps), requests, failed,
                             Median(ttft),
                             predicted.empty() ? "" : absl::StrFormat("%.3f", Median(predicted)),
+                            met_slo, lowered,
                             absl::StrJoin(choices, "; ", absl::PairFormatter(": ")));
     }
   }

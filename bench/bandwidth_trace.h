@@ -41,6 +41,8 @@ struct TraceRecord {
   double ttft_ms = 0;                   // the server's (Finished.timings.ttft)
   double predicted_ttft_ms = 0;         // auto's (0: none)
   uint64_t payload_bytes = 0;
+  int lowered_layers = 0;  // layers the producer sent below the choice's ranks (adaptation)
+  bool met_slo = false;    // ttft_ms within o.judge_ttft_ms, else o.ttft_slo_ms (false: none)
 };
 
 // Uses o.server, o.control, o.secret, o.consumers, o.modes, o.prompts, o.max_tokens (and auto's
@@ -52,7 +54,8 @@ absl::StatusOr<std::vector<TraceRecord>> RunBandwidthTrace(const SweepOptions& o
 
 std::string TraceJsonl(const std::vector<TraceRecord>& records);
 // Per (consumer, mode, trace step): requests started while it was in force, failures, median TTFT,
-// median predicted TTFT and the choices made; with a header.
+// median predicted TTFT, requests within the TTFT SLO and with lowered layers, the choices made;
+// with a header.
 std::string TraceSummaryCsv(const std::vector<TraceRecord>& records,
                             const std::vector<TraceStep>& trace);
 

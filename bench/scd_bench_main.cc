@@ -13,8 +13,8 @@
 //                    | --server HOST:PORT --control HOST:PORT --cluster-secret-file FILE
 //                      --consumer NAME ...)
 //                   [--bandwidths 0.01,0.1,1,10,100,inf] [--latency-us U]
-//                   [--modes local,raw,int4,recompute,reuse,scd,auto] [--max-kl K]
-//                   [--ttft-slo-ms MS] [--bandwidth-trace FILE [--trace-hold S]]
+//                   [--modes local,raw,int4,recompute,reuse,scd,auto,auto-keep] [--max-kl K]
+//                   [--ttft-slo-ms MS] [--bandwidth-trace FILE [--trace-hold S] [--judge-ttft-ms MS]]
 //                   [--prompts FILE [--prompt-words W] | --prompt-len T [--vocab-size V]]
 //                   [--num-prompts N]
 //                   [--max-tokens M] [--compute-scale GPU_TOKENS_PER_S] --out DIR
@@ -457,6 +457,10 @@ int Main(int argc, char** argv) {
   w->add_option("--ttft-slo-ms", sweep.options.ttft_slo_ms,
                 "auto's TTFT objective: the best quality predicted to meet it (0: none)")
       ->check(CLI::Range(0, 3600 * 1000));
+  w->add_option("--judge-ttft-ms", sweep.options.judge_ttft_ms,
+                "with --bandwidth-trace: count requests within this TTFT (met_slo) without "
+                "sending it as an objective (0: --ttft-slo-ms)")
+      ->check(CLI::Range(0.0, 3600.0 * 1000));
   CLI::Option* wfile = w->add_option("--prompts", sweep.prompts_file, "prompts, one per line");
   w->add_option("--prompt-words", sweep.prompt_words,
                 "with --prompts: cut the file's text into prompts of W words instead")

@@ -21,7 +21,8 @@ void RankGovernor::ObserveDrain(int64_t bytes, absl::Duration elapsed) {
   measured_ = static_cast<double>(bytes) / absl::ToDoubleSeconds(elapsed);
 }
 
-double RankGovernor::ScaleFor(int layer, absl::Time now, int64_t inflight_bytes) const {
+double RankGovernor::ScaleFor(int layer, absl::Time now, int64_t inflight_bytes,
+                              absl::Time compute_done) const {
   const double rate = goodput();
   if (!budget_.enabled() || rate <= 0 || !std::isfinite(rate)) return 1.0;
   double scalable = 0, fixed = 0;
@@ -30,7 +31,8 @@ double RankGovernor::ScaleFor(int layer, absl::Time now, int64_t inflight_bytes)
     fixed += static_cast<double>(planned_[l].fixed);
   }
   if (scalable <= 0) return 1.0;
-  const double left_s = std::max(0.0, absl::ToDoubleSeconds(deadline_ - now));
+  const absl::Time deadline = std::max(deadline_, compute_done);
+  const double left_s = std::max(0.0, absl::ToDoubleSeconds(deadline - now));
   const double room = rate * left_s - static_cast<double>(inflight_bytes) - fixed;
   const double scale = room / scalable;
   if (!(scale < 1.0)) return 1.0;

@@ -41,8 +41,12 @@ class RankGovernor {
   // link was busy throughout): the goodput now. Short or empty drains are ignored.
   void ObserveDrain(int64_t bytes, absl::Duration elapsed);
   // The share of its planned ranks layer `layer` goes at, in (0, 1]: 1 while the budget holds or
-  // no goodput is known. `inflight_bytes`: sent, not yet delivered.
-  double ScaleFor(int layer, absl::Time now, int64_t inflight_bytes) const;
+  // no goodput is known. `inflight_bytes`: sent, not yet delivered. `compute_done`: when the
+  // producer's pass is expected to have made the last layer (InfinitePast: unknown); a pass
+  // later than the budget moves the deadline with it -- the link is not what is behind then,
+  // and lower ranks would buy nothing.
+  double ScaleFor(int layer, absl::Time now, int64_t inflight_bytes,
+                  absl::Time compute_done = absl::InfinitePast()) const;
   // The deadline the budget sets.
   absl::Time deadline() const { return deadline_; }
   // Bytes per second the next scale assumes (0: none known).

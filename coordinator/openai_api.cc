@@ -431,6 +431,12 @@ class OpenAiHttpHandler::Impl {
       if (f.predicted_ttft_us() > 0) {
         info["predicted_ttft_ms"] = static_cast<double>(f.predicted_ttft_us()) / 1000.0;
       }
+      for (const v1::LoweredLayer& l : f.lowered_layers()) {
+        info["lowered_layers"].push_back({{"layer", l.layer()},
+                                          {"rank_k", l.rank_k()},
+                                          {"rank_v", l.rank_v()},
+                                          {"rank_h", l.rank_h()}});
+      }
       return info;
     }
     static Json ErrorObject(const v1::Error& e) {

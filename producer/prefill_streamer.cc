@@ -71,23 +71,38 @@ absl::StatusOr<std::vector<LayerBytes>> PlannedLayerBytes(const CodeEncoder& enc
   return layers;
 }
 
+// An adapting target's pacing state: the governor, the window (one layer's planned bytes), and
+// what was in flight right after the last hand-over.
+struct Adapter {
+  RankGovernor governor;
+  size_t window = 0;
+  absl::Time start;  // the pass's
+  int layers = 0;    // the pass's
+  absl::Time handed = absl::InfinitePast();
+  size_t inflight_after = 0;
+};
+
 // An adapting target's layer: waits until the link is ready for it (at most one layer's planned
-// bytes in flight, or the budget's deadline), learns the link's goodput from that wait, and cuts
-// the layer's codes to the share of their ranks the budget leaves. True when it lowered them.
-// `waited` accumulates the time the link held the pass.
-absl::StatusOr<bool> AdaptLayer(RankGovernor& governor, transport::SendSession& session,
-                                int layer, size_t window, std::vector<CodeChunk>* chunks,
-                                absl::Duration* waited) {
-  const size_t before = session.inflight_bytes();
-  size_t inflight = before;
-  if (before > window) {
+// bytes in flight, or the budget's deadline), learns the link's goodput from what drained since
+// the last hand-over (when bytes were queued throughout, the link's rate), and cuts the layer's
+// codes to the share of their ranks the budget leaves. True when it lowered them. `waited`
+// accumulates the time the link held the pass.
+absl::StatusOr<bool> AdaptLayer(Adapter& a, transport::SendSession& session, int layer,
+                                std::vector<CodeChunk>* chunks, absl::Duration* waited) {
+  size_t inflight = session.inflight_bytes();
+  if (inflight > a.window) {
     const absl::Time wait_start = absl::Now();
-    inflight = session.AwaitInflightAtMost(window, governor.deadline());
-    const absl::Duration wait = absl::Now() - wait_start;
-    *waited += wait;
-    if (inflight < before) governor.ObserveDrain(static_cast<int64_t>(before - inflight), wait);
+    inflight = session.AwaitInflightAtMost(a.window, a.governor.deadline());
+    *waited += absl::Now() - wait_start;
   }
-  const double scale = governor.ScaleFor(layer, absl::Now(), static_cast<int64_t>(inflight));
+  const absl::Time now = absl::Now();
+  if (a.handed != absl::InfinitePast() && inflight > 0 && a.inflight_after > inflight) {
+    a.governor.ObserveDrain(static_cast<int64_t>(a.inflight_after - inflight), now - a.handed);
+  }
+  // When the pass will have made its last layer, at its pace so far (layer `layer` is made).
+  const absl::Time compute_done = now + (now - a.start) / (layer + 1) * (a.layers - layer - 1);
+  const double scale =
+      a.governor.ScaleFor(layer, now, static_cast<int64_t>(inflight), compute_done);
   bool lowered = false;
   for (CodeChunk& chunk : *chunks) {
     if (!IsCode(chunk.kind) || chunk.shape.empty()) continue;
@@ -137,8 +152,7 @@ absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
 
   // Adapting targets' governors and their windows (one layer's planned bytes, at least 64 KiB).
   report.lowered.assign(targets.size(), {});
-  std::vector<std::optional<RankGovernor>> governors(targets.size());
-  std::vector<size_t> windows(targets.size(), 0);
+  std::vector<std::optional<Adapter>> adapters(targets.size());
   for (size_t i = 0; i < targets.size(); ++i) {
     if (!targets[i].adapt.enabled()) continue;
     SCD_ASSIGN_OR_RETURN(
@@ -146,8 +160,9 @@ absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
         PlannedLayerBytes(*targets[i].encoder, producer.config(), T - targets[i].begin));
     int64_t largest = 0;
     for (const LayerBytes& layer : planned) largest = std::max(largest, layer.scalable + layer.fixed);
-    windows[i] = std::max<size_t>(size_t{64} << 10, static_cast<size_t>(largest));
-    governors[i].emplace(targets[i].adapt, std::move(planned), report.start);
+    adapters[i].emplace(Adapter{RankGovernor(targets[i].adapt, std::move(planned), report.start),
+                                std::max<size_t>(size_t{64} << 10, static_cast<size_t>(largest)),
+                                report.start, static_cast<int>(producer.config().num_layers)});
   }
 
   // Per target, where encoding starts: positions [begin, coded) come from codes kept with the
@@ -241,10 +256,9 @@ absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
         made.emplace(made_key, Made{i, *chunks});  // tensors shared, not copied
       }
       absl::Status status = chunks.status();
-      if (status.ok() && governors[i].has_value()) {
+      if (status.ok() && adapters[i].has_value()) {
         absl::StatusOr<bool> lowered =
-            AdaptLayer(*governors[i], *targets[i].session, layer, windows[i], &*chunks,
-                       &report.send);
+            AdaptLayer(*adapters[i], *targets[i].session, layer, &*chunks, &report.send);
         if (!lowered.ok()) status = lowered.status();
         if (lowered.ok() && *lowered) report.lowered[i].push_back(layer);
       }
@@ -262,6 +276,10 @@ absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
             std::move(framed.meta),
             transport::Payload(framed.data, framed.size, std::move(framed.owner)));
         report.send += absl::Now() - send_start;
+      }
+      if (status.ok() && adapters[i].has_value()) {
+        adapters[i]->handed = absl::Now();
+        adapters[i]->inflight_after = targets[i].session->inflight_bytes();
       }
       if (!status.ok()) {
         // The session may still be open (an encode error): end it so the consumer hears why.

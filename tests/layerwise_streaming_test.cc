@@ -193,8 +193,11 @@ TEST_F(LayerwiseStreamingTest, ConsumerExpectingAnotherModeRefusesAndTheProducer
 absl::StatusOr<consumer::ReceiveReport> StreamAdapting(
     const LlamaModel& producer, const Pair& pair,
     const std::vector<TokenId>& prompt, AdaptBudget budget, bool adaptive_header, KvCache* cache,
-    producer::StreamReport* sent) {
-  testing::SessionPeers peers = testing::ConnectSessions("inproc");
+    producer::StreamReport* sent, double gbps = 0) {
+  transport::ConnectionOptions sender;
+  sender.shape.gbps = gbps;  // 0: unshaped
+  sender.shape.burst_bytes = 1;
+  testing::SessionPeers peers = testing::ConnectSessions("inproc", {}, sender);
   v1::TransferHeader header = testing::Ok(producer::StreamHeader(
       *pair.encoder, producer.config(), static_cast<int64_t>(prompt.size()), {"a", "", "", ""}));
   header.set_adaptive(adaptive_header);
@@ -228,11 +231,12 @@ TEST_F(LayerwiseStreamingTest, AnAdaptedTransferRebuildsAnEncodeAtTheRanksThatAr
     EXPECT_EQ(received->bytes, TotalBytes(pair.expected));
     ExpectSameCache(cache, Reference(pair, *consumer_), "kept ranks");
   }
-  // A link planned at 1 byte a second: no time for any code beyond rank 1, from the first layer.
+  // A deadline already past when the first layer is ready, over a link of 1.25 kB/s: no time
+  // for any code beyond rank 1 (the pass's own pace gives the link a few milliseconds).
   KvCache cache = consumer_->NewCache(64);
   producer::StreamReport sent;
-  auto received = StreamAdapting(*producer_, pair, prompt_, {absl::Seconds(1), 1.0},
-                                 true, &cache, &sent);
+  auto received = StreamAdapting(*producer_, pair, prompt_, {absl::Microseconds(1), 1.0},
+                                 true, &cache, &sent, 1e-5);
   ASSERT_TRUE(received.ok()) << received.status();
   ASSERT_TRUE(sent.targets[0].ok()) << sent.targets[0];
   EXPECT_LT(received->bytes, TotalBytes(pair.expected));
@@ -264,8 +268,8 @@ TEST_F(LayerwiseStreamingTest, AnAdaptedTransferRebuildsAnEncodeAtTheRanksThatAr
 
   // Lower ranks under a header that did not announce adaptation: refused, naming the chunk.
   KvCache refused_cache = consumer_->NewCache(64);
-  auto refused = StreamAdapting(*producer_, pair, prompt_, {absl::Seconds(1), 1.0},
-                                false, &refused_cache, &sent);
+  auto refused = StreamAdapting(*producer_, pair, prompt_, {absl::Microseconds(1), 1.0},
+                                false, &refused_cache, &sent, 1e-5);
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("the plan's ["));
   EXPECT_FALSE(sent.targets[0].ok());

@@ -40,6 +40,16 @@ TEST(RankGovernorTest, ScaleIsTheRunningBudgetOverTheBytesLeft) {
   EXPECT_LT(governor.ScaleFor(3, kStart + absl::Seconds(3), 0), 1e-6);
 }
 
+TEST(RankGovernorTest, APassLaterThanTheBudgetMovesTheDeadline) {
+  // 1000 B/s, 1 s: at t = 1 s nothing is left of the budget, but the pass will make its last
+  // layer only at t = 3 s: the link has 2 s for layers 2-3 (2000 scalable + 500 fixed).
+  RankGovernor governor({absl::Seconds(1), 1000}, FourLayers(), kStart);
+  const absl::Time now = kStart + absl::Seconds(1);
+  EXPECT_LT(governor.ScaleFor(2, now, 0), 1e-6);
+  EXPECT_DOUBLE_EQ(governor.ScaleFor(2, now, 0, kStart + absl::Seconds(3)), 1500.0 / 2000.0);
+  EXPECT_LT(governor.ScaleFor(2, now, 0, kStart), 1e-6);  // an earlier pass changes nothing
+}
+
 TEST(RankGovernorTest, ShortOrEmptyDrainsAreIgnored) {
   RankGovernor governor({absl::Seconds(1), 0}, FourLayers(), kStart);
   governor.ObserveDrain(1 << 20, absl::Microseconds(100));

@@ -39,8 +39,13 @@ class ServingTest : public ::testing::Test {
     producer_ = testing::Ok(LlamaModel::Load(testing::ModelDir("stories260k"), {}));
     tokenizer_ =
         testing::Ok(Tokenizer::FromFile(testing::ModelDir("stories260k") + "/tokenizer.json"));
-    stack_ = std::make_unique<testing::ServingStack>(
-        producer_.get(), tokenizer_.get(), "stories260k", testing::ServingStack::Options());
+    StartStack(testing::ServingStack::Options());
+  }
+
+  void StartStack(testing::ServingStack::Options options) {
+    stack_.reset();
+    stack_ = std::make_unique<testing::ServingStack>(producer_.get(), tokenizer_.get(),
+                                                     "stories260k", std::move(options));
     AddConsumer("xs", "llama2xs-260k", true);
     AddConsumer("fables", "stories260k-fables", true);
     AddConsumer("base-copy", "stories260k", false);
@@ -240,14 +245,22 @@ TEST_F(ServingTest, AutoChoosesByPredictedTtftAndTheTokensAreThatChoices) {
 }
 
 TEST_F(ServingTest, AutoLowersLaterRanksWhenTheLinkCannotMeetItsSloAndSaysWhich) {
-  // A consumer far slower than its producer, a link the coordinator knows at 12.5 kB/s: auto
-  // sends xs's f16 point (within max_kl 0.06) as the fastest, though no choice meets 1 ms. The
-  // producer, planning with that goodput, has no time for more than rank 1 in any layer.
+  // A consumer far slower than its producer, a link of 12.5 kB/s that the coordinator knows:
+  // auto sends xs's f16 point (within max_kl 0.06) as the fastest, though no choice meets 1 ms.
+  // Its first decode step alone (5 ms) is past the objective, so the codes' delivery deadline
+  // is gone before the first layer is ready: the producer lowers what the link cannot carry in
+  // the pass's own time, the last layer at least.
+  testing::ServingStack::Options options;
+  options.producer_link.gbps = 0.0001;
+  options.producer_link.burst_bytes = 1;
+  StartStack(options);
   v1::NodeSpeeds producer, consumer;
   producer.mutable_prefill()->set_per_unit_us(1);
   producer.mutable_prefill()->set_samples(4);
   consumer.mutable_prefill()->set_per_unit_us(100'000);
   consumer.mutable_prefill()->set_samples(4);
+  consumer.mutable_first_decode()->set_fixed_us(5000);
+  consumer.mutable_first_decode()->set_samples(4);
   stack_->ReportSpeeds("", producer);
   stack_->ReportSpeeds("xs", consumer);
   v1::LinkShape slow;
@@ -263,19 +276,27 @@ TEST_F(ServingTest, AutoLowersLaterRanksWhenTheLinkCannotMeetItsSloAndSaysWhich)
   ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
   const v1::Finished& adapted = reply.events["xs"].back().finished();
   ASSERT_EQ(adapted.mode(), "scd") << adapted.mode_reason();
-  FrontierPoint sent = XsFrontier().points[2];  // K 2, V 3 on layers 0, 2, 4; H 5 on 1 and 3
+  const FrontierPoint chosen = XsFrontier().points[2];  // K 2, V 3 on 0, 2, 4; H 5 on 1, 3
+  FrontierPoint sent = chosen;
   std::vector<uint32_t> layers;
   for (const v1::LoweredLayer& l : adapted.lowered_layers()) {
     layers.push_back(l.layer());
+    EXPECT_GT(l.rank_k() + l.rank_v() + l.rank_h(), 0u) << l.layer();
     sent.rank_k[l.layer()] = l.rank_k() > 0 ? l.rank_k() : sent.rank_k[l.layer()];
     sent.rank_v[l.layer()] = l.rank_v() > 0 ? l.rank_v() : sent.rank_v[l.layer()];
     sent.rank_h[l.layer()] = l.rank_h() > 0 ? l.rank_h() : sent.rank_h[l.layer()];
   }
-  EXPECT_EQ(layers, (std::vector<uint32_t>{0, 1, 2, 3, 4}));
-  EXPECT_EQ(sent.rank_k, (std::vector<int64_t>{1, 0, 1, 0, 1}));
-  EXPECT_EQ(sent.rank_v, (std::vector<int64_t>{1, 0, 1, 0, 1}));
-  EXPECT_EQ(sent.rank_h, (std::vector<int64_t>{0, 1, 0, 1, 0}));
-  EXPECT_THAT(adapted.mode_reason(), HasSubstr("the link fell behind: layers 0 (K 1, V 1)"));
+  ASSERT_FALSE(layers.empty());
+  EXPECT_EQ(layers.back(), 4u);  // no time left at the last layer: its codes at rank 1
+  EXPECT_EQ(sent.rank_k[4], 1);
+  EXPECT_EQ(sent.rank_v[4], 1);
+  for (size_t l = 0; l < 5; ++l) {
+    EXPECT_LE(sent.rank_k[l], chosen.rank_k[l]);
+    EXPECT_LE(sent.rank_v[l], chosen.rank_v[l]);
+    EXPECT_LE(sent.rank_h[l], chosen.rank_h[l]);
+  }
+  EXPECT_THAT(adapted.mode_reason(), HasSubstr("the link fell behind: layer"));
+  EXPECT_THAT(adapted.mode_reason(), HasSubstr("4 (K 1, V 1) sent at lower ranks"));
   // The tokens are those of the point at the ranks that arrived.
   EXPECT_EQ(reply.ids["xs"],
             Reference("xs", TransferMode::kScd, Prompt(2), 16, TransferOptions::AtPoint(sent)));
