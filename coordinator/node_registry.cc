@@ -511,6 +511,7 @@ absl::StatusOr<Route> NodeRegistry::Resolve(const std::vector<std::string>& targ
   absl::Status first_error;
   for (const Node* producer : producers) {
     Route route;
+    route.routed_at = now;
     int score = 0;
     absl::Status error;
     for (size_t i = 0; i < targets.size(); ++i) {
@@ -583,6 +584,7 @@ void NodeRegistry::NoteLinkShape(const std::string& producer_node, const v1::Lin
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(producer_node);
   if (it == nodes_.end()) return;
+  it->second.shape_set = clock_();
   if (shape.gbps() > 0) {
     it->second.shape = shape;
   } else {
@@ -597,6 +599,9 @@ void NodeRegistry::ObserveFinished(const Route& route, const RouteTarget& target
   links_[{route.producer_node, target.consumer_node}].Observe(finished, clock_());
   auto it = nodes_.find(route.producer_node);
   if (it == nodes_.end()) return;
+  // A request routed before the shape was last set travelled under the old one: it says nothing
+  // of the link now.
+  if (route.routed_at < it->second.shape_set) return;
   if (finished.has_link() && finished.link().gbps() > 0) {
     it->second.shape = finished.link();
   } else {

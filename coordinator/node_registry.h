@@ -118,6 +118,7 @@ struct Route {
   // it since) said: Started.producer_cached_tokens.
   uint32_t producer_cached_tokens = 0;
   std::vector<RouteTarget> targets;  // in the request's order
+  absl::Time routed_at;  // the registry's clock when Resolve made it
 };
 
 class NodeRegistry {
@@ -195,6 +196,7 @@ class NodeRegistry {
     v1::NodeSpeeds speeds;                      // as its last heartbeat said
     uint32_t queued_requests = 0;               // consumers: waiting for admission
     std::optional<v1::LinkShape> shape;         // producers: its sessions' shape, when shaped
+    absl::Time shape_set = absl::InfinitePast();  // the last NoteLinkShape
   };
   void ApplyState(Node& node, const v1::HeartbeatRequest& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Live(const Node& node, absl::Time now) const;

@@ -229,6 +229,13 @@ TEST_F(NodeRegistryTest, AutoWeighsLocalAgainstPointsByPredictedTtft) {
   registry_.ObserveFinished(*route, target, finished);  // a local route: no producer, no link
   Route with_producer;
   with_producer.producer_node = producer;
+  // Routed before the shape was set: its Finished tells nothing of the link now.
+  with_producer.routed_at = route->routed_at - absl::Seconds(1);
+  registry_.ObserveFinished(with_producer, target, finished);
+  route = registry_.Resolve({"fables"}, "auto", &hint);
+  ASSERT_TRUE(route.ok());
+  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("0.0001 Gbit/s as shaped"));
+  with_producer.routed_at = route->routed_at;
   registry_.ObserveFinished(with_producer, target, finished);
   route = registry_.Resolve({"fables"}, "auto", &hint);
   ASSERT_TRUE(route.ok());
