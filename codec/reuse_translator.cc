@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/exception_guard.h"
@@ -170,6 +171,24 @@ absl::StatusOr<ReuseTranslator> ReuseTranslator::FromTensors(at::Tensor mu_a, at
   });
 }
 
+namespace {
+
+// a [heads, T, k] times each head's map (w [maps, k, n], maps 1 or heads) as one 2-D GEMM per
+// head: a batched matmul of few rows takes ATen's own small-matrix loop instead of BLAS, so a
+// row's result would depend on how many rows came with it -- and a cache rebuilt in pieces
+// (codec/layerwise_rebuilder.h) would differ from one rebuilt whole.
+at::Tensor PerHeadMatmul(const at::Tensor& a, const at::Tensor& w) {
+  const int64_t heads = std::max(a.size(0), w.size(0));  // either side may broadcast
+  std::vector<at::Tensor> out;
+  out.reserve(static_cast<size_t>(heads));
+  for (int64_t h = 0; h < heads; ++h) {
+    out.push_back(at::mm(a[a.size(0) == 1 ? 0 : h], w[w.size(0) == 1 ? 0 : h]));
+  }
+  return at::stack(out);
+}
+
+}  // namespace
+
 at::Tensor ReuseTranslator::Encode(const at::Tensor& x, int64_t rank) const {
   // Shared map: [1, d_in, r] broadcasts over heads; per-head maps pair up with x's head dim.
   // Every column, then the first `rank`: a lower rank's codes are then exactly a prefix of a
@@ -177,7 +196,7 @@ at::Tensor ReuseTranslator::Encode(const at::Tensor& x, int64_t rank) const {
   // to a lower rank in flight (LowerChunkRank) is what an encode at that rank sends.
   const bool single = x.dim() == 2;
   at::Tensor xs = single ? x.unsqueeze(0) : x;  // [heads, T, d_in]
-  at::Tensor z = at::matmul(xs.to(at::kFloat) - mu_a_.unsqueeze(1), w_enc_);
+  at::Tensor z = PerHeadMatmul(xs.to(at::kFloat) - mu_a_.unsqueeze(1), w_enc_);
   if (rank < this->rank()) z = z.narrow(-1, 0, rank).contiguous();
   return single ? z.squeeze(0) : z;
 }
@@ -186,7 +205,7 @@ at::Tensor ReuseTranslator::Decode(const at::Tensor& z) const {
   const bool single = z.dim() == 2;
   at::Tensor zs = single ? z.unsqueeze(0) : z;
   at::Tensor x =
-      at::matmul(zs.to(at::kFloat), w_dec_.narrow(1, 0, zs.size(-1))) + mu_b_.unsqueeze(1);
+      PerHeadMatmul(zs.to(at::kFloat), w_dec_.narrow(1, 0, zs.size(-1))) + mu_b_.unsqueeze(1);
   return single ? x.squeeze(0) : x;
 }
 
