@@ -163,10 +163,7 @@ absl::StatusOr<CodeChunk> JoinChunkRows(const std::vector<const CodeChunk*>& par
 
 absl::StatusOr<CodeChunk> LowerChunkRank(const CodeChunk& chunk, int64_t rank) {
   return GuardExceptions("LowerChunkRank", [&]() -> absl::StatusOr<CodeChunk> {
-    const bool code = chunk.kind == PayloadKind::kKeyCode ||
-                      chunk.kind == PayloadKind::kValueCode ||
-                      chunk.kind == PayloadKind::kHiddenCode;
-    if (!code) {
+    if (!IsCodeKind(chunk.kind)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "a ", PayloadKindName(chunk.kind), " has no nested rank to lower"));
     }
@@ -200,6 +197,38 @@ absl::StatusOr<CodeChunk> LowerChunkRank(const CodeChunk& chunk, int64_t rank) {
     out.token_begin = chunk.token_begin;
     out.token_end = chunk.token_end;
     return out;
+  });
+}
+
+absl::StatusOr<CodeChunk> JoinMixedRankRows(const std::vector<const CodeChunk*>& parts) {
+  if (parts.empty()) return absl::InvalidArgumentError("no chunks to join");
+  int64_t rank = 0;
+  bool mixed = false;
+  for (const CodeChunk* part : parts) {
+    if (!IsCodeKind(part->kind) || part->shape.size() < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layer ", part->layer, " ", PayloadKindName(part->kind), " has no nested rank"));
+    }
+    mixed |= rank != 0 && part->shape.back() != rank;
+    rank = std::max(rank, part->shape.back());
+  }
+  if (!mixed) return JoinChunkRows(parts);
+  return GuardExceptions("JoinMixedRankRows", [&]() -> absl::StatusOr<CodeChunk> {
+    std::vector<CodeChunk> widened;  // each piece as f32 at `rank` columns
+    widened.reserve(parts.size());
+    for (const CodeChunk* part : parts) {
+      SCD_ASSIGN_OR_RETURN(at::Tensor values, UnpackTensor(*part, at::kCPU));
+      values = at::constant_pad_nd(values, {0, rank - part->shape.back()});
+      CodeChunk wide = PackTensor(values, WireDtype::kF32);
+      wide.layer = part->layer;
+      wide.kind = part->kind;
+      wide.token_begin = part->token_begin;
+      wide.token_end = part->token_end;
+      widened.push_back(std::move(wide));
+    }
+    std::vector<const CodeChunk*> wide_parts;
+    for (const CodeChunk& wide : widened) wide_parts.push_back(&wide);
+    return JoinChunkRows(wide_parts);
   });
 }
 

@@ -38,6 +38,14 @@ absl::StatusOr<CodeChunk> JoinChunkRows(const std::vector<const CodeChunk*>& par
 // do not match the shape.
 absl::StatusOr<CodeChunk> LowerChunkRank(const CodeChunk& chunk, int64_t rank);
 
+// Pieces of positions of one code (`parts`, consecutive, as JoinChunkRows) that may have come at
+// different nested ranks (an adapting producer lowers each piece to what the link allows): the
+// whole code at the highest of their ranks. Pieces of one rank are joined as they are (their
+// dtype); otherwise every piece is unpacked (dequantized), its missing columns are zeros -- the
+// nested code at its lower rank, decoded the same -- and the whole travels on as f32, exact for
+// every wire dtype. InvalidArgument: as JoinChunkRows, or a kind that is not a code.
+absl::StatusOr<CodeChunk> JoinMixedRankRows(const std::vector<const CodeChunk*>& parts);
+
 }  // namespace scd
 
 #endif  // SCD_CODEC_CHUNK_ROWS_H_

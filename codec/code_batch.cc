@@ -9,6 +9,11 @@
 
 namespace scd {
 
+bool IsCodeKind(PayloadKind kind) {
+  return kind == PayloadKind::kKeyCode || kind == PayloadKind::kValueCode ||
+         kind == PayloadKind::kHiddenCode;
+}
+
 std::string PayloadKindName(PayloadKind kind) {
   switch (kind) {
     case PayloadKind::kKeyCode:

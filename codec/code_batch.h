@@ -29,6 +29,8 @@ enum class PayloadKind {
 };
 
 std::string PayloadKindName(PayloadKind kind);
+// Whether `kind` is a nested code (key, value or hidden code), whose rank may be cut.
+bool IsCodeKind(PayloadKind kind);
 
 struct CodeChunk {
   int layer = 0;

@@ -22,13 +22,16 @@ void RankGovernor::ObserveDrain(int64_t bytes, absl::Duration elapsed) {
 }
 
 double RankGovernor::ScaleFor(int layer, absl::Time now, int64_t inflight_bytes,
-                              absl::Time compute_done) const {
+                              absl::Time compute_done, double layer_share_left) const {
   const double rate = goodput();
   if (!budget_.enabled() || rate <= 0 || !std::isfinite(rate)) return 1.0;
   double scalable = 0, fixed = 0;
   for (size_t l = static_cast<size_t>(std::max(layer, 0)); l < planned_.size(); ++l) {
-    scalable += static_cast<double>(planned_[l].scalable);
-    fixed += static_cast<double>(planned_[l].fixed);
+    const double share =
+        static_cast<int>(l) == layer ? std::clamp(layer_share_left, 0.0, 1.0) : 1.0;
+    scalable += share * static_cast<double>(planned_[l].scalable);
+    // A layer's fixed payload goes whole with its first piece: in flight once a piece went.
+    if (share >= 1.0) fixed += static_cast<double>(planned_[l].fixed);
   }
   if (scalable <= 0) return 1.0;
   const absl::Time deadline = std::max(deadline_, compute_done);

@@ -44,9 +44,11 @@ class RankGovernor {
   // no goodput is known. `inflight_bytes`: sent, not yet delivered. `compute_done`: when the
   // producer's pass is expected to have made the last layer (InfinitePast: unknown); a pass
   // later than the budget moves the deadline with it -- the link is not what is behind then,
-  // and lower ranks would buy nothing.
+  // and lower ranks would buy nothing. `layer_share_left`: the share of layer `layer`'s positions
+  // not yet handed over (a layer that goes in pieces; its earlier pieces are in flight).
   double ScaleFor(int layer, absl::Time now, int64_t inflight_bytes,
-                  absl::Time compute_done = absl::InfinitePast()) const;
+                  absl::Time compute_done = absl::InfinitePast(),
+                  double layer_share_left = 1.0) const;
   // The deadline the budget sets.
   absl::Time deadline() const { return deadline_; }
   // Bytes per second the next scale assumes (0: none known).

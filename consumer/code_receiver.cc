@@ -1,6 +1,8 @@
 #include "consumer/code_receiver.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -9,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "codec/chunk_rows.h"
 #include "codec/layerwise_rebuilder.h"
 #include "proto/code_chunk_framing.h"
 
@@ -58,11 +61,14 @@ std::string ChunkMismatch(const CodeChunk& chunk, const std::vector<PlannedChunk
     return absl::StrCat(what, " arrives as ", WireDtypeName(chunk.dtype), ", the plan's is ",
                         WireDtypeName(planned->dtype));
   }
-  const bool code = chunk.kind == PayloadKind::kKeyCode || chunk.kind == PayloadKind::kValueCode ||
-                    chunk.kind == PayloadKind::kHiddenCode;
+  const bool code = IsCodeKind(chunk.kind);
   const std::vector<int64_t>& want = planned->shape;
-  bool same = chunk.shape.size() == want.size() && !want.empty();
-  for (size_t d = 0; same && d + 1 < want.size(); ++d) same = chunk.shape[d] == want[d];
+  bool same = chunk.shape.size() == want.size() && want.size() >= 2;
+  for (size_t d = 0; same && d + 1 < want.size(); ++d) {
+    // An adapting producer may send a code in pieces of positions.
+    const bool rows = d + 2 == want.size() && adaptive && code;
+    same = chunk.shape[d] == (rows ? chunk.token_end - chunk.token_begin : want[d]);
+  }
   if (same && chunk.shape.back() != want.back()) {
     same = adaptive && code && chunk.shape.back() >= 1 && chunk.shape.back() < want.back();
     if (same) *lowered_rank = chunk.shape.back();
@@ -81,10 +87,44 @@ void NoteLowered(const CodeChunk& chunk, int64_t rank, ReceiveReport* report) {
     report->lowered.push_back({chunk.layer});
   }
   LoweredLayer& layer = report->lowered.back();
-  (chunk.kind == PayloadKind::kKeyCode     ? layer.rank_k
-   : chunk.kind == PayloadKind::kValueCode ? layer.rank_v
-                                           : layer.rank_h) = rank;
+  int64_t& lowest = chunk.kind == PayloadKind::kKeyCode     ? layer.rank_k
+                    : chunk.kind == PayloadKind::kValueCode ? layer.rank_v
+                                                            : layer.rank_h;
+  lowest = lowest == 0 ? rank : std::min(lowest, rank);  // pieces may differ: the lowest
+  report->lowered_pieces.push_back({chunk.layer, chunk.kind, chunk.token_begin, chunk.token_end,
+                                    rank});
 }
+
+// The pieces of positions of codes an adapting producer sends, per layer and kind, until each
+// code is whole.
+class PieceJoiner {
+ public:
+  PieceJoiner(int64_t begin, int64_t end) : begin_(begin), end_(end) {}
+  // Takes `chunk`; returns the whole code once its last piece is here, else nothing.
+  absl::StatusOr<std::optional<CodeChunk>> Take(CodeChunk chunk) {
+    std::vector<CodeChunk>& held = held_[{chunk.layer, static_cast<int>(chunk.kind)}];
+    const int64_t due = held.empty() ? begin_ : held.back().token_end;
+    if (chunk.token_begin != due) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a piece of positions [", chunk.token_begin, ", ", chunk.token_end, ") of the ",
+          PayloadKindName(chunk.kind), " of layer ", chunk.layer, " where position ", due,
+          " was due"));
+    }
+    const bool last = chunk.token_end == end_;
+    held.push_back(std::move(chunk));
+    if (!last) return std::optional<CodeChunk>();
+    std::vector<const CodeChunk*> parts;
+    for (const CodeChunk& part : held) parts.push_back(&part);
+    absl::StatusOr<CodeChunk> whole = JoinMixedRankRows(parts);
+    held_.erase({held.front().layer, static_cast<int>(held.front().kind)});
+    if (!whole.ok()) return whole.status();
+    return std::optional<CodeChunk>(*std::move(whole));
+  }
+
+ private:
+  const int64_t begin_, end_;
+  std::map<std::pair<int, int>, std::vector<CodeChunk>> held_;
+};
 
 }  // namespace
 
@@ -117,6 +157,7 @@ absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& sessio
   if (absl::Status advanced = advance_tail(); !advanced.ok()) return fail(advanced);
 
   ReceiveReport report;
+  PieceJoiner pieces(begin, T);
   const absl::Time deadline = absl::Now() + timeout;
   absl::Time progress = absl::Now();  // the last chunk (or the start)
   for (;;) {
@@ -158,6 +199,15 @@ absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& sessio
     }
     if (lowered_rank > 0) NoteLowered(*chunk, lowered_rank, &report);
     received.payload.Reset();  // unframing copied the bytes into the chunk's tensors
+    if (session.header().adaptive() && IsCodeKind(chunk->kind)) {
+      absl::StatusOr<std::optional<CodeChunk>> whole = pieces.Take(*std::move(chunk));
+      if (!whole.ok()) return fail(whole.status());
+      if (!whole->has_value()) {  // more pieces of this code to come
+        progress = absl::Now();
+        continue;
+      }
+      chunk = **std::move(whole);
+    }
     absl::StatusOr<std::vector<int>> filled = (*rebuilder)->Add(*std::move(chunk));
     if (!filled.ok()) return fail(filled.status());
     if (!filled->empty()) {

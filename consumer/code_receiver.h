@@ -28,7 +28,15 @@ namespace scd::consumer {
 // that the layer does not carry.
 struct LoweredLayer {
   int layer = 0;
-  int64_t rank_k = 0, rank_v = 0, rank_h = 0;
+  int64_t rank_k = 0, rank_v = 0, rank_h = 0;  // the lowest rank of the layer's pieces
+};
+
+// One piece of positions of a code that arrived below the plan's rank.
+struct LoweredPiece {
+  int layer = 0;
+  PayloadKind kind = PayloadKind::kKeyCode;
+  int64_t token_begin = 0, token_end = 0;
+  int64_t rank = 0;
 };
 
 struct ReceiveReport {
@@ -45,6 +53,7 @@ struct ReceiveReport {
   int64_t bytes = 0;  // data and scales received (the header's expected_bytes when complete)
   int64_t chunks = 0;
   std::vector<LoweredLayer> lowered;  // ascending layers; empty when the plan's ranks arrived
+  std::vector<LoweredPiece> lowered_pieces;  // in arrival order
 };
 
 // `expected` are the chunks the producer's plan sends for `tokens` (CodeEncoder::PlannedChunks of

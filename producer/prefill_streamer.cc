@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "codec/chunk_rows.h"
+#include "producer/adaptive_sender.h"
 
 namespace scd::producer {
 namespace {
@@ -36,28 +37,6 @@ CaptureSpec MergedCapture(const std::vector<StreamTarget>& targets, const Captur
   return merged;
 }
 
-// Keeps a chunk's bytes alive while the transport holds them, counted in `held`.
-class HeldChunk {
- public:
-  HeldChunk(std::shared_ptr<const void> owner, uint64_t size, std::atomic<uint64_t>* held)
-      : owner_(std::move(owner)), size_(size), held_(held) {
-    held_->fetch_add(size_);
-  }
-  ~HeldChunk() { held_->fetch_sub(size_); }
-  HeldChunk(const HeldChunk&) = delete;
-  HeldChunk& operator=(const HeldChunk&) = delete;
-
- private:
-  std::shared_ptr<const void> owner_;
-  const uint64_t size_;
-  std::atomic<uint64_t>* const held_;
-};
-
-bool IsCode(PayloadKind kind) {
-  return kind == PayloadKind::kKeyCode || kind == PayloadKind::kValueCode ||
-         kind == PayloadKind::kHiddenCode;
-}
-
 // What an adapting target's governor plans with: each layer's bytes at the plan's ranks.
 absl::StatusOr<std::vector<LayerBytes>> PlannedLayerBytes(const CodeEncoder& encoder,
                                                           const ModelConfig& config,
@@ -66,52 +45,9 @@ absl::StatusOr<std::vector<LayerBytes>> PlannedLayerBytes(const CodeEncoder& enc
   std::vector<LayerBytes> layers(static_cast<size_t>(config.num_layers));
   for (const PlannedChunk& chunk : chunks) {
     LayerBytes& layer = layers[static_cast<size_t>(chunk.layer)];
-    (IsCode(chunk.kind) ? layer.scalable : layer.fixed) += chunk.bytes;
+    (IsCodeKind(chunk.kind) ? layer.scalable : layer.fixed) += chunk.bytes;
   }
   return layers;
-}
-
-// An adapting target's pacing state: the governor, the window (one layer's planned bytes), and
-// what was in flight right after the last hand-over.
-struct Adapter {
-  RankGovernor governor;
-  size_t window = 0;
-  absl::Time start;  // the pass's
-  int layers = 0;    // the pass's
-  absl::Time handed = absl::InfinitePast();
-  size_t inflight_after = 0;
-};
-
-// An adapting target's layer: waits until the link is ready for it (at most one layer's planned
-// bytes in flight, or the budget's deadline), learns the link's goodput from what drained since
-// the last hand-over (when bytes were queued throughout, the link's rate), and cuts the layer's
-// codes to the share of their ranks the budget leaves. True when it lowered them. `waited`
-// accumulates the time the link held the pass.
-absl::StatusOr<bool> AdaptLayer(Adapter& a, transport::SendSession& session, int layer,
-                                std::vector<CodeChunk>* chunks, absl::Duration* waited) {
-  size_t inflight = session.inflight_bytes();
-  if (inflight > a.window) {
-    const absl::Time wait_start = absl::Now();
-    inflight = session.AwaitInflightAtMost(a.window, a.governor.deadline());
-    *waited += absl::Now() - wait_start;
-  }
-  const absl::Time now = absl::Now();
-  if (a.handed != absl::InfinitePast() && inflight > 0 && a.inflight_after > inflight) {
-    a.governor.ObserveDrain(static_cast<int64_t>(a.inflight_after - inflight), now - a.handed);
-  }
-  // When the pass will have made its last layer, at its pace so far (layer `layer` is made).
-  const absl::Time compute_done = now + (now - a.start) / (layer + 1) * (a.layers - layer - 1);
-  const double scale =
-      a.governor.ScaleFor(layer, now, static_cast<int64_t>(inflight), compute_done);
-  bool lowered = false;
-  for (CodeChunk& chunk : *chunks) {
-    if (!IsCode(chunk.kind) || chunk.shape.empty()) continue;
-    const int64_t rank = RankGovernor::ScaledRank(chunk.shape.back(), scale);
-    if (rank == chunk.shape.back()) continue;
-    SCD_ASSIGN_OR_RETURN(chunk, LowerChunkRank(chunk, rank));
-    lowered = true;
-  }
-  return lowered;
 }
 
 }  // namespace
@@ -150,19 +86,18 @@ absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
   const CaptureSpec capture = MergedCapture(
       targets, reuse != nullptr && reuse->keep != nullptr ? &reuse->store->capture() : nullptr);
 
-  // Adapting targets' governors and their windows (one layer's planned bytes, at least 64 KiB).
+  // Adapting targets' senders: each paces its target's layers to the link on a thread of its own.
   report.lowered.assign(targets.size(), {});
-  std::vector<std::optional<Adapter>> adapters(targets.size());
+  std::vector<std::unique_ptr<AdaptiveSender>> senders(targets.size());
   for (size_t i = 0; i < targets.size(); ++i) {
     if (!targets[i].adapt.enabled()) continue;
     SCD_ASSIGN_OR_RETURN(
         std::vector<LayerBytes> planned,
         PlannedLayerBytes(*targets[i].encoder, producer.config(), T - targets[i].begin));
-    int64_t largest = 0;
-    for (const LayerBytes& layer : planned) largest = std::max(largest, layer.scalable + layer.fixed);
-    adapters[i].emplace(Adapter{RankGovernor(targets[i].adapt, std::move(planned), report.start),
-                                std::max<size_t>(size_t{64} << 10, static_cast<size_t>(largest)),
-                                report.start, static_cast<int>(producer.config().num_layers)});
+    senders[i] = std::make_unique<AdaptiveSender>(
+        targets[i].session, AdaptiveSender::Options{targets[i].adapt, std::move(planned),
+                                                    report.start, held_payload_bytes,
+                                                    targets[i].adapt_max_window});
   }
 
   // Per target, where encoding starts: positions [begin, coded) come from codes kept with the
@@ -256,30 +191,16 @@ absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
         made.emplace(made_key, Made{i, *chunks});  // tensors shared, not copied
       }
       absl::Status status = chunks.status();
-      if (status.ok() && adapters[i].has_value()) {
-        absl::StatusOr<bool> lowered =
-            AdaptLayer(*adapters[i], *targets[i].session, layer, &*chunks, &report.send);
-        if (!lowered.ok()) status = lowered.status();
-        if (lowered.ok() && *lowered) report.lowered[i].push_back(layer);
+      if (status.ok() && senders[i] != nullptr) {
+        status = senders[i]->Push(layer, *std::move(chunks));
       }
-      for (size_t c = 0; status.ok() && c < chunks->size(); ++c) {
-        FramedChunk framed = FrameChunk((*chunks)[c]);
+      for (size_t c = 0; status.ok() && senders[i] == nullptr && c < chunks->size(); ++c) {
         if (report.chunks == 0) report.first_chunk = absl::Now();
-        report.bytes += static_cast<int64_t>(framed.size);
         ++report.chunks;
-        if (held_payload_bytes != nullptr) {
-          framed.owner =
-              std::make_shared<HeldChunk>(std::move(framed.owner), framed.size, held_payload_bytes);
-        }
         const absl::Time send_start = absl::Now();
-        status = targets[i].session->SendChunk(
-            std::move(framed.meta),
-            transport::Payload(framed.data, framed.size, std::move(framed.owner)));
+        status = SendCodeChunk(*targets[i].session, (*chunks)[c], held_payload_bytes,
+                               &report.bytes);
         report.send += absl::Now() - send_start;
-      }
-      if (status.ok() && adapters[i].has_value()) {
-        adapters[i]->handed = absl::Now();
-        adapters[i]->inflight_after = targets[i].session->inflight_bytes();
       }
       if (!status.ok()) {
         // The session may still be open (an encode error): end it so the consumer hears why.
@@ -327,6 +248,22 @@ absl::StatusOr<StreamReport> StreamPrefill(const LlamaModel& producer,
       target.session->Cancel(absl::StrCat("producer prefill failed: ", forward.status().message()));
     }
     return forward.status();
+  }
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (senders[i] == nullptr) continue;
+    absl::Status sent = senders[i]->Finish();  // every piece handed over
+    const AdaptiveSender::Report& paced = senders[i]->report();
+    report.bytes += paced.bytes;
+    report.chunks += paced.chunks;
+    if (paced.chunks > 0 && (report.first_chunk == absl::InfinitePast() ||
+                             paced.first_chunk < report.first_chunk)) {
+      report.first_chunk = paced.first_chunk;
+    }
+    report.lowered[i] = paced.lowered;
+    if (report.targets[i].ok() && !sent.ok()) {
+      targets[i].session->Cancel(std::string(sent.message()));
+      report.targets[i] = sent;
+    }
   }
   for (size_t i = 0; i < targets.size(); ++i) {
     if (report.targets[i].ok()) report.targets[i] = targets[i].session->Finish();

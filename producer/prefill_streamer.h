@@ -45,10 +45,11 @@ struct StreamTarget {
   // Empty: always encode, keep nothing.
   std::string codes_key = {};
   // With a budget: code chunks go at lower nested ranks when the link falls behind it
-  // (codec/rank_governor.h). The layer is then handed over only once at most one layer's
-  // planned bytes are still in flight, so its ranks are chosen when the link is ready for it:
-  // an adapting target paces the pass to its link. Its header must say `adaptive`.
+  // (codec/rank_governor.h), in pieces of positions handed over by an AdaptiveSender only when
+  // the link is ready for each, so every piece's ranks are chosen when it goes; the pass is not
+  // held by the link. Its header must say `adaptive`.
   AdaptBudget adapt = {};
+  size_t adapt_max_window = 0;  // AdaptiveSender::Options::max_window (0: its default)
 };
 
 // A prefill that starts from the producer's prefix cache: positions [0, cached->tokens) are

@@ -128,5 +128,36 @@ TEST_P(ChunkRowsTest, LoweredRankIsPackingTheFirstColumns) {
   EXPECT_FALSE(LowerChunkRank(raw, rank).ok());
 }
 
+TEST_P(ChunkRowsTest, PiecesAtDifferentRanksJoinAsTheCodeZeroPaddedToTheHighest) {
+  const auto& [dtype, shape] = GetParam();
+  at::manual_seed(12);
+  const at::Tensor x = at::randn(shape) * 3;
+  const CodeChunk whole = Packed(x, dtype, 8);
+  const int64_t T = x.size(-2), columns = x.size(-1), low = columns / 4;
+  // Positions [8, 8 + T/2) at the full rank, the rest at `low`.
+  const CodeChunk head = *SliceChunkRows(whole, 8, 8 + T / 2);
+  const CodeChunk tail = *LowerChunkRank(*SliceChunkRows(whole, 8 + T / 2, 8 + T), low);
+  auto joined = JoinMixedRankRows({&head, &tail});
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->dtype, WireDtype::kF32);
+  // The reference: what the consumer decodes from each piece, the tail's missing columns zero.
+  at::Tensor want = *UnpackTensor(whole, at::kCPU);
+  want.narrow(-2, T / 2, T - T / 2).copy_(at::constant_pad_nd(*UnpackTensor(tail, at::kCPU),
+                                                               {0, columns - low}));
+  EXPECT_TRUE(at::equal(*UnpackTensor(*joined, at::kCPU), want));
+  EXPECT_EQ(joined->token_begin, 8);
+  EXPECT_EQ(joined->token_end, 8 + T);
+  // Pieces of one rank: joined as they are, in their own dtype.
+  const CodeChunk tail_full = *SliceChunkRows(whole, 8 + T / 2, 8 + T);
+  auto same = JoinMixedRankRows({&head, &tail_full});
+  ASSERT_TRUE(same.ok()) << same.status();
+  ExpectSameWire(*same, whole, "one rank");
+  // Out of order, or not a code: refused.
+  EXPECT_FALSE(JoinMixedRankRows({&tail, &head}).ok());
+  CodeChunk raw = head;
+  raw.kind = PayloadKind::kRawKey;
+  EXPECT_FALSE(JoinMixedRankRows({&raw, &tail}).ok());
+}
+
 }  // namespace
 }  // namespace scd

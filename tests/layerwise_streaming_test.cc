@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "codec/chunk_rows.h"
 #include "codec/code_decoder.h"
 #include "codec/code_encoder.h"
 #include "codec/fingerprint.h"
@@ -193,7 +194,7 @@ TEST_F(LayerwiseStreamingTest, ConsumerExpectingAnotherModeRefusesAndTheProducer
 absl::StatusOr<consumer::ReceiveReport> StreamAdapting(
     const LlamaModel& producer, const Pair& pair,
     const std::vector<TokenId>& prompt, AdaptBudget budget, bool adaptive_header, KvCache* cache,
-    producer::StreamReport* sent, double gbps = 0) {
+    producer::StreamReport* sent, double gbps = 0, size_t max_window = 0) {
   transport::ConnectionOptions sender;
   sender.shape.gbps = gbps;  // 0: unshaped
   sender.shape.burst_bytes = 1;
@@ -211,6 +212,7 @@ absl::StatusOr<consumer::ReceiveReport> StreamAdapting(
   });
   producer::StreamTarget target{pair.encoder.get(), session};
   target.adapt = budget;
+  target.adapt_max_window = max_window;
   *sent = testing::Ok(producer::StreamPrefill(producer, prompt, {target}));
   receiver.join();
   return received;
@@ -273,6 +275,59 @@ TEST_F(LayerwiseStreamingTest, AnAdaptedTransferRebuildsAnEncodeAtTheRanksThatAr
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("the plan's ["));
   EXPECT_FALSE(sent.targets[0].ok());
+}
+
+// The link drops under a transfer planned at 100 kB/s (it gives 12.5 kB/s): the producer hands
+// each layer over in pieces of positions as the link takes them, the first ones at the plan's
+// ranks (nothing measured yet), the later ones lower once the drain shows the rate. The consumer
+// joins pieces of different ranks; its cache equals the batch decoder's on the full encode with
+// each piece's columns beyond the rank it came at set to zero (the nested code at that rank),
+// row by row, bit for bit.
+TEST_F(LayerwiseStreamingTest, PiecesOfALayerSentAtDifferentRanksRebuildEachAtItsOwn) {
+  Pair pair = MakePair(TransferMode::kScd, *consumer_);
+  const int64_t T = static_cast<int64_t>(prompt_.size());
+  KvCache cache = consumer_->NewCache(64);
+  producer::StreamReport sent;
+  auto received = StreamAdapting(*producer_, pair, prompt_, {absl::Milliseconds(100), 1e5}, true,
+                                 &cache, &sent, 1e-4, 256);
+  ASSERT_TRUE(received.ok()) << received.status();
+  ASSERT_TRUE(sent.targets[0].ok()) << sent.targets[0];
+  ASSERT_FALSE(received->lowered_pieces.empty());
+  EXPECT_GT(received->chunks, static_cast<int64_t>(pair.expected.size()));  // in pieces
+  EXPECT_LT(received->bytes, TotalBytes(pair.expected));
+  EXPECT_EQ(received->lowered.size(), sent.lowered[0].size());
+
+  // The reference: the whole encode, each row's columns beyond the rank it arrived at zeroed.
+  CodeBatch batch = testing::Ok(pair.encoder->Prefill(*producer_, prompt_));
+  bool mixed = false;  // some code came at more than one rank
+  for (CodeChunk& chunk : batch.chunks) {
+    if (!IsCodeKind(chunk.kind)) continue;
+    const int64_t full = chunk.shape.back();
+    std::vector<int64_t> rank(static_cast<size_t>(T), full);
+    for (const consumer::LoweredPiece& piece : received->lowered_pieces) {
+      if (piece.layer != chunk.layer || piece.kind != chunk.kind) continue;
+      for (int64_t t = piece.token_begin; t < piece.token_end; ++t) rank[t] = piece.rank;
+    }
+    const int64_t top = *std::max_element(rank.begin(), rank.end());
+    const int64_t bottom = *std::min_element(rank.begin(), rank.end());
+    if (bottom == full) continue;
+    at::Tensor values = testing::Ok(UnpackTensor(chunk, at::kCPU));  // [.., T, r]
+    for (int64_t t = 0; t < T; ++t) {
+      values.narrow(-2, t, 1).narrow(-1, rank[t], full - rank[t]).zero_();
+    }
+    // Pieces of one rank travel at it; of several, zero-padded to the highest (JoinMixedRankRows).
+    CodeChunk at_ranks = PackTensor(values.narrow(-1, 0, top), WireDtype::kF32);
+    mixed |= top != bottom;
+    at_ranks.layer = chunk.layer;
+    at_ranks.kind = chunk.kind;
+    at_ranks.token_begin = chunk.token_begin;
+    at_ranks.token_end = chunk.token_end;
+    chunk = std::move(at_ranks);
+  }
+  EXPECT_TRUE(mixed) << "no layer's pieces came at different ranks";
+  KvCache reference = consumer_->NewCache(64);
+  ASSERT_TRUE(pair.decoder->Decode(batch, prompt_, &reference).ok());
+  ExpectSameCache(cache, reference, "pieces at their ranks");
 }
 
 }  // namespace

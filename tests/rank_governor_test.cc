@@ -40,6 +40,20 @@ TEST(RankGovernorTest, ScaleIsTheRunningBudgetOverTheBytesLeft) {
   EXPECT_LT(governor.ScaleFor(3, kStart + absl::Seconds(3), 0), 1e-6);
 }
 
+TEST(RankGovernorTest, ALayerInPiecesCountsOnlyThePositionsLeft) {
+  // Planned 1000 B/s, 2 s, at t = 1 s, layer 3 with a quarter of its positions left (its fixed
+  // 500 bytes went with its first piece, in flight): room 1000 - 200 in flight over 250 = 1.
+  RankGovernor governor({absl::Seconds(2), 1000}, FourLayers(), kStart);
+  EXPECT_EQ(governor.ScaleFor(3, kStart + absl::Seconds(1), 200, absl::InfinitePast(), 0.25), 1.0);
+  // Layer 2 with half left: 500 + 1000 scalable, 500 fixed; room 1000 - 200 - 500 = 300.
+  EXPECT_DOUBLE_EQ(
+      governor.ScaleFor(2, kStart + absl::Seconds(1), 200, absl::InfinitePast(), 0.5),
+      300.0 / 1500.0);
+  // The whole layer left: its share is 1, as without pieces.
+  EXPECT_DOUBLE_EQ(governor.ScaleFor(2, kStart + absl::Seconds(1), 200, absl::InfinitePast(), 1.0),
+                   governor.ScaleFor(2, kStart + absl::Seconds(1), 200));
+}
+
 TEST(RankGovernorTest, APassLaterThanTheBudgetMovesTheDeadline) {
   // 1000 B/s, 1 s: at t = 1 s nothing is left of the budget, but the pass will make its last
   // layer only at t = 3 s: the link has 2 s for layers 2-3 (2000 scalable + 500 fixed).

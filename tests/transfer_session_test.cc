@@ -324,6 +324,39 @@ TEST_P(TransferSessionTest, MoreBytesThanTheHeaderAnnouncedAreRefusedAsTheyArriv
   EXPECT_EQ((*received)->state(), SessionState::kProtocolError);
 }
 
+// An adaptive header's counts bound the transfer: bytes at most, chunks at least (an adapting
+// producer sends codes in pieces, at lower ranks); an exact header's counts are exact.
+TEST_P(TransferSessionTest, AnAdaptiveHeadersCountsAreACeilingAndAFloor) {
+  Peers peers = Connect();
+  // Sends `chunks` chunks of 100 bytes under a header announcing 3 chunks / 600 bytes; returns
+  // the receiver's terminal state.
+  auto run = [&](bool adaptive, int chunks) {
+    v1::TransferHeader header = Header(absl::StrCat("req-adaptive-", adaptive, "-", chunks));
+    header.set_expected_bytes(600);
+    header.set_expected_chunks(3);
+    header.set_adaptive(adaptive);
+    auto session = peers.sender->StartSession(header, absl::Seconds(30));
+    EXPECT_TRUE(session.ok()) << session.status();
+    auto received = peers.acceptor->Accept(absl::Seconds(5));
+    EXPECT_TRUE(received.ok()) << received.status();
+    std::thread sender([&] {
+      SenderBytes bytes{std::make_shared<std::string>(PatternBytes(100, 2))};
+      for (int i = 0; i < chunks; ++i) (*session)->SendChunk(ChunkMeta(0), bytes.View()).IgnoreError();
+      (*session)->Finish().IgnoreError();
+    });
+    absl::StatusOr<std::optional<ReceivedChunk>> next;
+    do {
+      next = (*received)->Next(absl::Seconds(10));
+    } while (next.ok() && next->has_value());
+    sender.join();
+    return (*received)->state();
+  };
+  EXPECT_EQ(run(true, 5), SessionState::kCompleted);  // 500 of 600 bytes, 5 chunks >= 3
+  EXPECT_EQ(run(true, 3), SessionState::kCompleted);
+  EXPECT_EQ(run(true, 2), SessionState::kProtocolError);   // fewer chunks than announced
+  EXPECT_EQ(run(false, 6), SessionState::kProtocolError);  // 600 bytes, but 6 chunks of 3
+}
+
 TEST_P(TransferSessionTest, WrongFingerprintIsRefusedWithItsOwnCode) {
   ConnectionOptions receiver_options;
   receiver_options.expected_consumer_fingerprint = "the-real-consumer";

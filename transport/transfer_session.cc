@@ -146,7 +146,9 @@ absl::StatusOr<std::optional<ReceivedChunk>> ReceiveSession::Next(absl::Duration
                                      : header_.expected_bytes() != stats_.bytes)) {
         mismatch = absl::StrCat("header expected ", header_.expected_bytes(), " bytes, received ",
                                 stats_.bytes);
-      } else if (header_.expected_chunks() != 0 && header_.expected_chunks() != stats_.chunks) {
+      } else if (header_.expected_chunks() != 0 &&
+                 (header_.adaptive() ? stats_.chunks < header_.expected_chunks()
+                                     : header_.expected_chunks() != stats_.chunks)) {
         mismatch = absl::StrCat("header expected ", header_.expected_chunks(), " chunks, received ",
                                 stats_.chunks);
       }
