@@ -155,7 +155,7 @@ SweepReply SendSweepRequest(const SweepOptions& o, const std::string& consumer, 
   return reply;
 }
 
-absl::Status SetCoordinatorShape(const SweepOptions& o, double gbps) {
+absl::Status SetCoordinatorShape(const SweepOptions& o, double gbps, bool unannounced) {
   auto stub =
       v1::Registry::NewStub(grpc::CreateChannel(o.control, GrpcChannelCredentials()));
   grpc::ClientContext context;
@@ -164,6 +164,7 @@ absl::Status SetCoordinatorShape(const SweepOptions& o, double gbps) {
   v1::SetLinkShapeRequest request;
   request.mutable_shape()->set_gbps(std::isfinite(gbps) ? gbps : 0);
   request.mutable_shape()->set_latency_us(o.latency_us);
+  request.set_unannounced(unannounced);
   v1::SetLinkShapeResponse response;
   const grpc::Status status = stub->SetLinkShape(&context, request, &response);
   if (!status.ok()) {

@@ -51,6 +51,9 @@ struct SweepOptions {
   uint32_t ttft_slo_ms = 0;  // auto's TTFT objective (0: none)
   // The trace judges each request's TTFT against this (0: ttft_slo_ms), without sending it.
   double judge_ttft_ms = 0;
+  // The trace's steps after the first change the shaper without the coordinator planning with
+  // them (SetLinkShapeRequest.unannounced): it learns the rate from completed transfers.
+  bool trace_unannounced = false;
   std::vector<double> bandwidths_gbps = {0.01, 0.1, 1, 10, 100, INFINITY};  // inf: unshaped
   double latency_us = 0;
   std::vector<BenchPrompt> prompts;
@@ -139,7 +142,7 @@ SweepReply SendSweepRequest(const SweepOptions& o, const std::string& consumer,
                             const std::string& mode, const BenchPrompt& prompt);
 // Every producer's shaper at `gbps` (inf: unshaped) through the coordinator's
 // Registry.SetLinkShape.
-absl::Status SetCoordinatorShape(const SweepOptions& o, double gbps);
+absl::Status SetCoordinatorShape(const SweepOptions& o, double gbps, bool unannounced = false);
 
 // INVALID_ARGUMENT naming the first mode that is none of local, raw, int4, recompute, reuse, scd,
 // auto.

@@ -42,7 +42,7 @@ class TracePlayer {
             if (done_.WaitForNotificationWithDeadline(start + absl::Seconds(trace[i].at_s))) {
               return;
             }
-            const absl::Status s = SetCoordinatorShape(o, trace[i].gbps);
+            const absl::Status s = SetCoordinatorShape(o, trace[i].gbps, o.trace_unannounced);
             absl::MutexLock lock(&mu_);
             if (!s.ok()) {
               if (error_.ok()) error_ = s;

@@ -14,7 +14,8 @@
 //                      --consumer NAME ...)
 //                   [--bandwidths 0.01,0.1,1,10,100,inf] [--latency-us U]
 //                   [--modes local,raw,int4,recompute,reuse,scd,auto,auto-keep] [--max-kl K]
-//                   [--ttft-slo-ms MS] [--bandwidth-trace FILE [--trace-hold S] [--judge-ttft-ms MS]]
+//                   [--ttft-slo-ms MS] [--bandwidth-trace FILE [--trace-hold S] [--judge-ttft-ms MS]
+//                   [--trace-unannounced]]
 //                   [--prompts FILE [--prompt-words W] | --prompt-len T [--vocab-size V]]
 //                   [--num-prompts N]
 //                   [--max-tokens M] [--compute-scale GPU_TOKENS_PER_S] --out DIR
@@ -461,6 +462,9 @@ int Main(int argc, char** argv) {
                 "with --bandwidth-trace: count requests within this TTFT (met_slo) without "
                 "sending it as an objective (0: --ttft-slo-ms)")
       ->check(CLI::Range(0.0, 3600.0 * 1000));
+  w->add_flag("--trace-unannounced", sweep.options.trace_unannounced,
+              "with --bandwidth-trace: steps after the first shape the link without the "
+              "coordinator planning with them (it learns the rate from completed transfers)");
   CLI::Option* wfile = w->add_option("--prompts", sweep.prompts_file, "prompts, one per line");
   w->add_option("--prompt-words", sweep.prompt_words,
                 "with --prompts: cut the file's text into prompts of W words instead")

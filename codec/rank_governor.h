@@ -1,8 +1,9 @@
 // RankGovernor (torch-free): adapts a transfer's nested code ranks while it travels. The plan
 // fixes, per layer, the bytes its codes carry at the chosen point; a budget says by when the last
 // byte should be delivered (from the producer's start) and what goodput the plan assumed. Before
-// each layer goes out the producer asks for a scale: the largest share of the planned ranks whose
-// remaining bytes -- this layer's and every later one's, plus what is still in flight -- drain
+// each piece of a layer goes out (producer/adaptive_sender.h) the producer asks for a scale: the
+// largest share of the planned ranks whose remaining bytes -- this layer's positions still to
+// go and every later layer's, plus what is still in flight -- drain
 // by the deadline at the goodput measured now (the drains the producer observes while the link
 // holds it back), the planned goodput until one is measured. A running budget (time left against
 // bytes left), not a fixed share per layer: a layer sent at full rank while the link kept up costs

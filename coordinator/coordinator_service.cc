@@ -155,7 +155,9 @@ grpc::Status RegistryService::SetLinkShape(grpc::ServerContext* context,
   }
   for (std::thread& call : calls) call.join();
   for (const v1::ProducerLink& row : response->producers()) {
-    if (row.code() == 0) registry_->NoteLinkShape(row.node_id(), row.shape());
+    if (row.code() == 0 && !request->unannounced()) {
+      registry_->NoteLinkShape(row.node_id(), row.shape());
+    }
     if (request->has_shape()) {
       spdlog::info("link shape of producer {} ({}): {}", row.name(), ShortNodeId(row.node_id()),
                    row.code() == 0 ? absl::StrCat(row.shape().gbps(), " Gbit/s, ",

@@ -373,8 +373,12 @@ absl::StatusOr<RouteTarget> NodeRegistry::ResolveTarget(const Node& consumer,
       target.predicted_ttft_us = chosen.predicted.total_us;
       if (chosen.mode == "scd") {
         target.artifact_id = artifact->id();
-        target.deliver_by_us = DeliverByUs(chosen.predicted, ttft_slo_ms * 1e3);
-        target.planned_goodput_bytes_per_s = inputs.goodput_bytes_per_s;
+        // Adapt only over a link known to be limited (shaped or measured): with none known, a
+        // transfer later than predicted is the nodes' compute, which lower ranks do not speed up.
+        if (inputs.goodput_bytes_per_s > 0) {
+          target.deliver_by_us = DeliverByUs(chosen.predicted, ttft_slo_ms * 1e3);
+          target.planned_goodput_bytes_per_s = inputs.goodput_bytes_per_s;
+        }
       }
       target.mode_reason = absl::StrCat(choice.reason, " (", pair, ", link ", inputs.link, ")");
       return target;

@@ -204,6 +204,9 @@ TEST_F(NodeRegistryTest, AutoWeighsLocalAgainstPointsByPredictedTtft) {
                         "faster by 1 ms and 5 %"));
   EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("runner-up local prefill predicted 80.0 ms"));
   EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("taken as unlimited"));
+  // No limited link known: nothing to adapt to (a late transfer would be the nodes' compute).
+  EXPECT_EQ(route->targets[0].deliver_by_us, 0);
+  EXPECT_EQ(route->targets[0].planned_goodput_bytes_per_s, 0);
   // With a TTFT objective of 100 ms every choice meets it: the best quality, local prefill.
   route = registry_.Resolve({"fables"}, "auto", &hint, 0, 100);
   ASSERT_TRUE(route.ok());

@@ -1,0 +1,103 @@
+// AdaptiveSender: the in-flight window against its formula, and a layer handed over in pieces of
+// positions over a real (in-process, shaped) transport -- consecutive, covering every position,
+// each piece's codes the rows of the layer's, the first at the plan's rank and, once the drain
+// shows the link cannot meet the budget, lower; raw payloads whole with the first piece.
+#include "producer/adaptive_sender.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "codec/chunk_rows.h"
+#include "proto/code_chunk_framing.h"
+#include "tests/test_util.h"
+#include "tests/transport_test_util.h"
+
+namespace scd::producer {
+namespace {
+
+TEST(AdaptiveSenderTest, TheWindowIsTwentyMillisecondsOfGoodputWithinItsBounds) {
+  EXPECT_EQ(AdaptiveSender::Window(0), size_t{1} << 20);            // nothing known
+  EXPECT_EQ(AdaptiveSender::Window(1.25e6), size_t{32} << 10);      // 25 kB: the floor
+  EXPECT_EQ(AdaptiveSender::Window(1.25e9), size_t{25000000});      // 10 Gbit/s: 25 MB
+  EXPECT_EQ(AdaptiveSender::Window(1e12), size_t{64} << 20);        // the cap
+  EXPECT_EQ(AdaptiveSender::Window(1.25e9, 4096), size_t{4096});    // a caller's cap
+}
+
+CodeChunk Chunk(PayloadKind kind, const at::Tensor& values) {
+  CodeChunk chunk = PackTensor(values, WireDtype::kF16);
+  chunk.layer = 0;
+  chunk.kind = kind;
+  chunk.token_begin = 0;
+  chunk.token_end = values.size(-2);
+  return chunk;
+}
+
+TEST(AdaptiveSenderTest, ALayerGoesInPiecesLoweredOnceTheLinkShowsItIsBehind) {
+  // One layer: a key code [2, 64, 8] and a raw value [2, 64, 4] (f16: 32 + 16 bytes a position).
+  at::manual_seed(5);
+  const at::Tensor key = at::randn({2, 64, 8});
+  const at::Tensor value = at::randn({2, 64, 4});
+  // 12.5 kB/s against a plan of 100 kB/s and a budget of 100 ms: the 4 kB planned fit the plan,
+  // not the link.
+  transport::ConnectionOptions shaped;
+  shaped.shape.gbps = 1e-4;
+  shaped.shape.burst_bytes = 1;
+  testing::SessionPeers peers = testing::ConnectSessions("inproc", {}, shaped);
+  v1::TransferHeader header;
+  header.set_request_id("pieces");
+  header.set_adaptive(true);
+  auto session = testing::Ok(peers.sender->StartSession(header, absl::Seconds(30)));
+  std::vector<CodeChunk> received;
+  std::thread receiver([&] {
+    auto incoming = peers.acceptor->Accept(absl::Seconds(10));
+    ASSERT_TRUE(incoming.ok()) << incoming.status();
+    for (;;) {
+      auto next = (*incoming)->Next(absl::Seconds(30));
+      ASSERT_TRUE(next.ok()) << next.status();
+      if (!next->has_value()) break;
+      received.push_back(testing::Ok(UnframeChunk((**next).meta, (**next).payload.view(), 64)));
+    }
+  });
+  AdaptiveSender sender(session, {{absl::Milliseconds(100), 1e5},
+                                  {{2 * 64 * 8 * 2, 2 * 64 * 4 * 2}},
+                                  absl::Now(),
+                                  nullptr,
+                                  /*max_window=*/512});
+  ASSERT_TRUE(sender.Push(0, {Chunk(PayloadKind::kKeyCode, key), Chunk(PayloadKind::kRawValue,
+                                                                        value)})
+                  .ok());
+  ASSERT_TRUE(sender.Finish().ok());
+  ASSERT_TRUE(session->Finish().ok());
+  receiver.join();
+
+  ASSERT_GE(received.size(), 3u);
+  EXPECT_EQ(received[0].kind, PayloadKind::kRawValue);  // whole, with the first piece
+  EXPECT_EQ(received[0].token_end - received[0].token_begin, 64);
+  int64_t due = 0;
+  bool full_first = false, lowered_later = false;
+  const at::Tensor key_f16 = key.to(at::kHalf).to(at::kFloat);
+  for (size_t i = 1; i < received.size(); ++i) {
+    const CodeChunk& piece = received[i];
+    ASSERT_EQ(piece.kind, PayloadKind::kKeyCode);
+    EXPECT_EQ(piece.token_begin, due) << "piece " << i;
+    due = piece.token_end;
+    const int64_t rank = piece.shape.back();
+    // The piece is the layer's rows at its first `rank` columns.
+    const at::Tensor want =
+        key_f16.narrow(1, piece.token_begin, piece.token_end - piece.token_begin)
+            .narrow(-1, 0, rank);
+    EXPECT_TRUE(at::equal(testing::Ok(UnpackTensor(piece, at::kCPU)), want)) << "piece " << i;
+    if (i == 1) full_first = rank == 8;
+    if (i > 1 && rank < 8) lowered_later = true;
+  }
+  EXPECT_EQ(due, 64);
+  EXPECT_TRUE(full_first);  // nothing measured yet: the plan's rank
+  EXPECT_TRUE(lowered_later);
+  EXPECT_EQ(sender.report().lowered, std::vector<int>{0});
+  EXPECT_EQ(sender.report().chunks, static_cast<int64_t>(received.size()));
+}
+
+}  // namespace
+}  // namespace scd::producer
