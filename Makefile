@@ -5,7 +5,7 @@ BUILD ?= build
 export SCD_BUILD_DIR := $(BUILD)
 export SCD_SHARED_DIR := $(abspath $(SHARED))
 
-.PHONY: demo story test numeric-kernels build bench bench-sweep bench-prefix bench-batching bench-transport asan fuzz-smoke format clean compose-test
+.PHONY: demo story test numeric-kernels build bench bench-sweep bench-prefix bench-auto-load bench-batching bench-transport asan fuzz-smoke format clean compose-test
 
 # The method's showcase on the hard pair (no shared training between the two models): fit once
 # (cached in $(BUILD)/demo; `make clean` or deleting the file refits), evaluate every transfer
@@ -62,6 +62,12 @@ bench-sweep: build $(DEMO_ARTIFACT)
 # TinyLlama shape, scd-bench serve per scenario, bench/prefix_check.py; under $(BUILD)/bench-prefix.
 bench-prefix: build
 	bash bench/prefix_cache.sh $(BUILD) $(SHARED) $(BUILD)/bench-prefix
+
+# Where auto pays under load (issue 29, bench/README.md): a producer and two replicas of one
+# consumer pinned apart on the TinyLlama shape, shared-prefix prompts under three tenants' salts,
+# scd-bench serve --goodput per mode (local, scd, auto). Under $(BUILD)/bench-auto-load.
+bench-auto-load: build
+	bash bench/auto_load.sh $(BUILD) $(SHARED) $(BUILD)/bench-auto-load
 
 # Continuous batching (issue 28, bench/README.md): scd-bench serve at concurrency 1..16 on
 # tinystories-4m, the TinyLlama shape and the hard 4M pair in scd mode; scd-bench mixed (a long

@@ -404,7 +404,8 @@ int Main(int argc, char** argv) {
                 "prefix seed share the prefix, their own ids differ with --seed)")
       ->excludes(file);
   s->add_option("--cache-salt", serve.options.cache_salt,
-                "every request's cache_salt (requests with different salts never share cached "
+                "every request's cache_salt, or a comma-separated list taken in turn (tenants; "
+                "requests with different salts never share cached "
                 "prefixes)");
   s->add_option("--node-stats", serve.options.node_stats,
                 "a node's control address (producer, consumer or coordinator): its prefill "

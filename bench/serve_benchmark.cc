@@ -52,7 +52,7 @@ std::string CodeName(int code) {
 
 // Runs one request; fills one StreamRecord per target (in `targets` order).
 std::vector<StreamRecord> RunOne(const ServeBenchOptions& options, const BenchPrompt& prompt,
-                                 absl::Time sent) {
+                                 absl::Time sent, int index) {
   v1::GenerateRequest request;
   if (prompt.ids.empty()) {
     request.set_prompt(prompt.text);
@@ -61,7 +61,9 @@ std::vector<StreamRecord> RunOne(const ServeBenchOptions& options, const BenchPr
   }
   for (const std::string& target : options.targets) request.add_targets(target);
   request.set_mode(options.mode);
-  request.set_cache_salt(options.cache_salt);
+  // Several salts (tenants): request i takes the (i mod n)-th.
+  const std::vector<std::string> salts = absl::StrSplit(options.cache_salt, ',');
+  request.set_cache_salt(salts[static_cast<size_t>(index) % salts.size()]);
   request.set_max_tokens(static_cast<uint32_t>(options.output_len));
   std::map<std::string, StreamRecord> by_target;
   std::map<std::string, absl::Time> last_token;
@@ -304,7 +306,7 @@ absl::StatusOr<ServeBenchResult> RunServeBenchmark(const ServeBenchOptions& opti
     result.send_s[static_cast<size_t>(i)] = Seconds(sent - start);
     threads.emplace_back([&, i, sent] {
       records[static_cast<size_t>(i)] =
-          RunOne(options, options.prompts[static_cast<size_t>(i)], sent);
+          RunOne(options, options.prompts[static_cast<size_t>(i)], sent, i);
       std::lock_guard<std::mutex> lock(mu);
       --in_flight;
       ++done;

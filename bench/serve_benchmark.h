@@ -56,7 +56,8 @@ struct ServeBenchOptions {
   std::vector<std::string> targets;  // consumer names; several = fan-out
   std::string mode;                  // "" = auto
   std::vector<BenchPrompt> prompts;  // one request each, in order
-  std::string cache_salt;            // GenerateRequest.cache_salt of every request
+  // GenerateRequest.cache_salt; comma-separated: request i takes the (i mod n)-th (tenants).
+  std::string cache_salt;
   int output_len = 128;              // max_tokens, with ignore-eos behaviour left to the model
   double request_rate = INFINITY;    // requests/s; inf = all at once
   double burstiness = 1.0;           // gamma shape: 1 = Poisson, < 1 burstier, > 1 steadier

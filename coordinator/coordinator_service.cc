@@ -36,10 +36,11 @@ constexpr absl::Duration kTellTimeout = absl::Seconds(1);
 // One target's Decode call on its consumer, read by its own thread.
 struct TargetCall {
   RouteTarget route;
+  size_t index = 0;  // in the route's targets
   grpc::ClientContext context;
   std::thread reader;
   // Guarded by the run's mutex.
-  bool started = false, ended = false, terminal = false;
+  bool started = false, ended = false, terminal = false, first_token = false;
   uint32_t consumer_cached_tokens = 0;  // its Started said (the producer sends the rest)
   bool fell_back = false;               // the consumer announced its fallback to its own prefill
   std::string started_mode;
@@ -265,6 +266,7 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
   for (const RouteTarget& target : route->targets) {
     auto call = std::make_unique<TargetCall>();
     call->route = target;
+    call->index = calls.size();
     call->context.set_deadline(Deadline(deadline));
     calls.push_back(std::move(call));
   }
@@ -343,6 +345,10 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
             finished->set_predicted_ttft_us(static_cast<uint64_t>(call->route.predicted_ttft_us));
           }
           registry_->ObserveFinished(*route, call->route, *finished);
+        }
+        if (event.has_token() && !call->first_token) {
+          call->first_token = true;
+          registry_->NoteFirstToken(*route, call->index);  // its prefill no longer runs
         }
         if (event.has_finished() || event.has_error()) call->terminal = true;
         write_locked(event);

@@ -223,7 +223,19 @@ void NodeRegistry::NoteRouted(const Route& route, const PrefixHint* hint) {
     }
   };
   if (!route.producer_node.empty()) note(route.producer_node, 0);
-  for (const RouteTarget& target : route.targets) note(target.consumer_node, target.kv_bytes);
+  for (size_t i = 0; i < route.targets.size(); ++i) {
+    const RouteTarget& target = route.targets[i];
+    note(target.consumer_node, target.kv_bytes);
+    auto it = nodes_.find(target.consumer_node);
+    if (target.mode == "local" && it != nodes_.end()) it->second.prefilling.insert({route.id, i});
+  }
+}
+
+void NodeRegistry::NoteFirstToken(const Route& route, size_t target) {
+  if (target >= route.targets.size()) return;
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(route.targets[target].consumer_node);
+  if (it != nodes_.end()) it->second.prefilling.erase({route.id, target});
 }
 
 void NodeRegistry::RoutedDone(const Route& route) {
@@ -235,7 +247,12 @@ void NodeRegistry::RoutedDone(const Route& route) {
     it->second.routed_bytes = std::max<int64_t>(0, it->second.routed_bytes - kv_bytes);
   };
   if (!route.producer_node.empty()) done(route.producer_node, 0);
-  for (const RouteTarget& target : route.targets) done(target.consumer_node, target.kv_bytes);
+  for (size_t i = 0; i < route.targets.size(); ++i) {
+    const RouteTarget& target = route.targets[i];
+    done(target.consumer_node, target.kv_bytes);
+    auto it = nodes_.find(target.consumer_node);
+    if (it != nodes_.end()) it->second.prefilling.erase({route.id, i});
+  }
 }
 
 absl::Status NodeRegistry::Deregister(const std::string& node_id) {
@@ -414,6 +431,12 @@ absl::StatusOr<RouteTarget> NodeRegistry::ResolveTarget(const Node& consumer,
       target.mode = "local";
       target.mode_reason = absl::StrCat("no artifact for ", pair, ": local prefill");
     }
+    if (ttft_slo_ms > 0) {  // reached only without a prediction
+      const bool choosable = frontier != nullptr || (identical && artifact == nullptr);
+      absl::StrAppend(&target.mode_reason, "; ttft_slo_ms ", ttft_slo_ms, " not weighed: ",
+                      choosable ? "no node's prefill speed is measured yet"
+                                : "no frontier to choose from");
+    }
     return target;
   }
   if (NeedsArtifact(mode) && artifact == nullptr) {
@@ -516,6 +539,7 @@ absl::StatusOr<Route> NodeRegistry::Resolve(const std::vector<std::string>& targ
   for (const Node* producer : producers) {
     Route route;
     route.routed_at = now;
+    route.id = routes_.fetch_add(1) + 1;
     int score = 0;
     absl::Status error;
     for (size_t i = 0; i < targets.size(); ++i) {
@@ -565,7 +589,9 @@ AutoInputs NodeRegistry::InputsFor(const Node& consumer, const Node& producer,
   }
   in.consumer = consumer.speeds;
   in.producer = producer.speeds;
-  in.consumer_queue = consumer.queued_requests;
+  // Ahead of a local prefill: those waiting for admission and the local prefills routed there
+  // and still running (they share the consumer's compute).
+  in.consumer_queue = static_cast<double>(consumer.queued_requests + consumer.prefilling.size());
   in.producer_queue = Load(producer);
   if (producer.shape.has_value()) {
     in.goodput_bytes_per_s = producer.shape->gbps() * 1e9 / 8;

@@ -40,6 +40,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <atomic>
 #include <map>
 #include <optional>
 #include <set>
@@ -119,6 +120,7 @@ struct Route {
   uint32_t producer_cached_tokens = 0;
   std::vector<RouteTarget> targets;  // in the request's order
   absl::Time routed_at;  // the registry's clock when Resolve made it
+  uint64_t id = 0;       // Resolve's, unique in this registry
 };
 
 class NodeRegistry {
@@ -161,6 +163,9 @@ class NodeRegistry {
   // leave `hint`'s blocks in their caches.
   void NoteRouted(const Route& route, const PrefixHint* hint);
   void RoutedDone(const Route& route);
+  // Target `target` of `route` (its index) produced its first token: a local prefill no longer
+  // holds its consumer's compute (auto's queue ahead of the next local prefill there).
+  void NoteFirstToken(const Route& route, size_t target);
   // The shape `producer_node`'s sessions travel under now (Registry.SetLinkShape's answer; gbps
   // 0: unshaped, the link then as measured).
   void NoteLinkShape(const std::string& producer_node, const v1::LinkShape& shape);
@@ -195,6 +200,9 @@ class NodeRegistry {
     std::map<std::string, Frontier> frontiers;  // by artifact id (consumers), as registered
     v1::NodeSpeeds speeds;                      // as its last heartbeat said
     uint32_t queued_requests = 0;               // consumers: waiting for admission
+    // Consumers: local prefills routed to it and not yet at their first token (route id,
+    // target index): the prefill work ahead of another local one.
+    std::set<std::pair<uint64_t, size_t>> prefilling;
     std::optional<v1::LinkShape> shape;         // producers: its sessions' shape, when shaped
     absl::Time shape_set = absl::InfinitePast();  // the last NoteLinkShape
   };
@@ -228,6 +236,7 @@ class NodeRegistry {
   const Clock clock_;
   mutable absl::Mutex mu_;
   std::map<std::string, Node> nodes_ ABSL_GUARDED_BY(mu_);
+  mutable std::atomic<uint64_t> routes_{0};  // Route ids made so far (Resolve is const)
   // Target names consumers have registered, live or not (UNAVAILABLE rather than NOT_FOUND).
   std::set<std::string> known_targets_ ABSL_GUARDED_BY(mu_);
   // The links auto measured, by (producer node, consumer node).

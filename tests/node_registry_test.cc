@@ -267,13 +267,61 @@ TEST_F(NodeRegistryTest, AutoWeighsLocalAgainstPointsByPredictedTtft) {
   EXPECT_EQ(route->targets[0].predicted_ttft_us, 0);
 }
 
+// Local prefills routed to a consumer and not yet at their first token share its compute: the
+// next local prefill there waits behind them, so auto sends codes instead; once they produced
+// their first tokens (or ended) local prefill is as fast as before.
+TEST_F(NodeRegistryTest, LocalPrefillsStillRunningOnAConsumerQueueTheNextOne) {
+  const std::string producer = Add(Producer("base", kBaseFp));
+  v1::RegisterRequest registration = Consumer("fables", kFablesFp, {kBaseFp});
+  AddFrontier(registration.mutable_artifacts(0));
+  const std::string consumer = Add(registration);
+  // The consumer prefills at 10 us per token, the producer at 15: local is the faster when idle.
+  for (const std::string& id : {producer, consumer}) {
+    v1::HeartbeatRequest beat;
+    beat.set_node_id(id);
+    beat.mutable_speeds()->mutable_prefill()->set_per_unit_us(id == consumer ? 10 : 15);
+    beat.mutable_speeds()->mutable_prefill()->set_samples(4);
+    ASSERT_TRUE(registry_.Heartbeat(beat).ok());
+  }
+  PrefixHint hint;
+  hint.prompt_tokens = 4000;
+  absl::StatusOr<Route> first = registry_.Resolve({"fables"}, "auto", &hint);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->targets[0].mode, "local");
+  EXPECT_DOUBLE_EQ(first->targets[0].predicted_ttft_us, 40000);
+  registry_.NoteRouted(*first, &hint);
+  // One local prefill running there: 40 ms queued + 40 ms; the codes 60 ms.
+  absl::StatusOr<Route> second = registry_.Resolve({"fables"}, "auto", &hint);
+  ASSERT_TRUE(second.ok());
+  EXPECT_NE(second->id, first->id);
+  EXPECT_EQ(second->targets[0].mode, "scd");
+  EXPECT_DOUBLE_EQ(second->targets[0].predicted_ttft_us, 60000);
+  // Its first token came (it may still be decoding): local again, at 40 ms.
+  registry_.NoteFirstToken(*first, 0);
+  absl::StatusOr<Route> third = registry_.Resolve({"fables"}, "auto", &hint);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->targets[0].mode, "local");
+  EXPECT_DOUBLE_EQ(third->targets[0].predicted_ttft_us, 40000);
+  // A route that ends before its first token leaves no prefill behind either.
+  registry_.NoteRouted(*third, &hint);
+  registry_.RoutedDone(*third);
+  absl::StatusOr<Route> fourth = registry_.Resolve({"fables"}, "auto", &hint);
+  ASSERT_TRUE(fourth.ok());
+  EXPECT_EQ(fourth->targets[0].mode, "local");
+}
+
 TEST_F(NodeRegistryTest, FrontierPointsChosenByTheQualityBudget) {
   Add(Producer("base", kBaseFp));
   v1::RegisterRequest consumer = Consumer("fables", kFablesFp, {kBaseFp});
   AddFrontier(consumer.mutable_artifacts(0));
   Add(consumer);
+  // auto without speeds cannot weigh a TTFT objective: it says so.
+  absl::StatusOr<Route> route = registry_.Resolve({"fables"}, "auto", nullptr, 0, 500);
+  ASSERT_TRUE(route.ok()) << route.status();
+  EXPECT_THAT(route->targets[0].mode_reason,
+              HasSubstr("ttft_slo_ms 500 not weighed: no node's prefill speed is measured yet"));
   // auto without a budget: the recommended point, said in the reason.
-  absl::StatusOr<Route> route = registry_.Resolve({"fables"}, "auto");
+  route = registry_.Resolve({"fables"}, "auto");
   ASSERT_TRUE(route.ok()) << route.status();
   const RouteTarget& t = route->targets[0];
   EXPECT_EQ(t.mode, "scd");
