@@ -21,12 +21,7 @@ MODES=("${@:9}")
 INPUT_LEN=${INPUT_LEN:-1024}
 SHARED_LEN=${SHARED_LEN:-768}
 [ ${#MODES[@]} -gt 0 ] || MODES=(local scd auto)
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-BIN=$(cd "$BUILD/bin" && pwd)
-mkdir -p "$OUT/nodes"
-OUT=$(cd "$OUT" && pwd)
-start=$(date +%s)
+source "$(dirname "$0")/daemons.sh"
 
 CONFIG="$SHARED/configs/tinyllama-1.1b.json"
 LAYERS=4
@@ -34,76 +29,18 @@ ARTIFACT="$OUT/tinyllama-synth.scd"
 [ -s "$ARTIFACT" ] || "$BIN/scd-calib" synth --producer "$CONFIG" --consumer "$CONFIG" \
   --layers $LAYERS --patch-layers 0,3 --recompute-layers 0 --rank-k 16 --rank-v 16 \
   --rank-h 256 --frontier --out "$ARTIFACT" > "$OUT/synth.log"
-
-# The CPUs this process may use, split in two halves (comma lists).
-read -r P_CPUS C_CPUS < <("$PY" -c 'import os; c = sorted(os.sched_getaffinity(0)); h = len(c) // 2
-print(",".join(map(str, c[:h])) or "-", ",".join(map(str, c[h:])))')
-pin() {  # pin CPUS ARGV...: taskset and one compute thread per CPU, unless there is one CPU
-  local cpus=$1; shift
-  if [ "$cpus" = "-" ]; then exec "$@"; else
-    exec taskset -c "$cpus" "$@" --threads "$(tr ',' '\n' <<< "$cpus" | wc -l)"; fi
-}
-[ "$P_CPUS" = "-" ] && C_CPUS=-
-
-N="$OUT/nodes"
-SECRET="$N/cluster-secret"
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$SECRET"
-chmod 600 "$SECRET"
-PIDS=()
-cleanup() {  # the nodes first, the coordinator last
-  for ((k = ${#PIDS[@]} - 1; k >= 0; k--)); do
-    kill -TERM "${PIDS[$k]}" 2>/dev/null || true
-    wait "${PIDS[$k]}" 2>/dev/null || true
-  done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-wait_file() {  # wait_file FILE PID: the file's content once written (the daemon must live)
-  for _ in $(seq 1 1200); do
-    [ -s "$1" ] && { cat "$1"; return 0; }
-    kill -0 "$2" 2>/dev/null || { echo "daemon for $1 exited; log:" >&2; tail -20 "${1%.addr}.log" >&2; return 1; }
-    sleep 0.5
-  done
-  echo "timed out waiting for $1" >&2; return 1
-}
-common=(--cluster-secret-file "$SECRET" --log-level info)
 MB=1024
-rm -f "$N"/*.addr
-cpus() { [ "$1" = "-" ] || echo taskset -c "$1"; }
-$(cpus "$C_CPUS") "$BIN/scd-coordinator" --listen 127.0.0.1:0 --control-listen 127.0.0.1:0 \
-  --address-file "$N/coordinator.addr" --control-address-file "$N/coordinator.control.addr" \
-  "${common[@]}" > "$N/coordinator.log" 2>&1 &
-PIDS+=($!)
-SERVER=$(wait_file "$N/coordinator.addr" $!)
-REGISTRY=$(wait_file "$N/coordinator.control.addr" "${PIDS[-1]}")
+start_coordinator
 NODE_STATS=()
-for r in 1 2; do
-  pin "$C_CPUS" "$BIN/scd-consumer" --dummy-weights "$CONFIG" --layers $LAYERS --name tl \
-    --artifact "$ARTIFACT" --listen 127.0.0.1:0 --control-listen 127.0.0.1:0 \
-    --transfer-listen 127.0.0.1:0 --coordinator "$REGISTRY" --transport grpc \
-    --prefix-cache-mb $MB --address-file "$N/tl$r.addr" \
-    --control-address-file "$N/tl$r.control.addr" "${common[@]}" > "$N/tl$r.log" 2>&1 &
-  PIDS+=($!)
-done
-pin "$P_CPUS" "$BIN/scd-producer" --dummy-weights "$CONFIG" --layers $LAYERS --name tinyllama \
-  --artifact "$ARTIFACT" --control-listen 127.0.0.1:0 --coordinator "$REGISTRY" \
-  --transport grpc --link-gbps 1 --prefix-cache-mb $MB \
-  --address-file "$N/producer.addr" --control-address-file "$N/producer.control.addr" \
-  "${common[@]}" > "$N/producer.log" 2>&1 &
-PIDS+=($!)
+for r in 1 2; do start_consumer tl "tl$r"; done
+start_producer
 NODE_STATS+=(--node-stats "$(wait_file "$N/producer.control.addr" "${PIDS[-1]}")")
 for r in 1 2; do
   NODE_STATS+=(--node-stats "$(wait_file "$N/tl$r.control.addr" "${PIDS[$r]}")")
 done
 # Every node registered, and every node's speeds measured once (auto predicts from them): a few
 # requests of each fixed mode, one at a time.
-for _ in $(seq 1 240); do
-  "$BIN/scd-bench" serve --server "$SERVER" --targets tl --mode scd --num-prompts 1 \
-    --input-len 16 --output-len 1 --vocab-size 32000 --quiet --seed 999 \
-    --cache-salt warmup > "$N/ready.txt" 2>&1 && grep -q "Failed streams: *0" "$N/ready.txt" && break
-  sleep 1
-done
-grep -q "Failed streams: *0" "$N/ready.txt" || { cat "$N/ready.txt"; exit 1; }
+wait_ready tl
 for mode in local scd; do
   "$BIN/scd-bench" serve --server "$SERVER" --targets tl --mode $mode --num-prompts 4 \
     --input-len 1024 --output-len 2 --vocab-size 32000 --quiet --seed 998 \

@@ -203,16 +203,23 @@ absl::StatusOr<CodeChunk> LowerChunkRank(const CodeChunk& chunk, int64_t rank) {
 absl::StatusOr<CodeChunk> JoinMixedRankRows(const std::vector<const CodeChunk*>& parts) {
   if (parts.empty()) return absl::InvalidArgumentError("no chunks to join");
   int64_t rank = 0;
-  bool mixed = false;
+  bool mixed = false, separable = true;
   for (const CodeChunk* part : parts) {
     if (!IsCodeKind(part->kind) || part->shape.size() < 2) {
       return absl::InvalidArgumentError(absl::StrCat(
           "layer ", part->layer, " ", PayloadKindName(part->kind), " has no nested rank"));
     }
     mixed |= rank != 0 && part->shape.back() != rank;
+    separable &= RowSeparable(part->dtype, part->shape);
     rank = std::max(rank, part->shape.back());
   }
-  if (!mixed) return JoinChunkRows(parts);
+  if (parts.size() == 1) {  // nothing to join (an int4 code need not be packed per position)
+    SCD_RETURN_IF_ERROR(CheckChunkTensors(*parts[0]));
+    return *parts[0];
+  }
+  // One rank, packed per position: joined on the packed bytes. Else (an int4 rank that is no
+  // multiple of its groups packs across positions) through the values.
+  if (!mixed && separable) return JoinChunkRows(parts);
   return GuardExceptions("JoinMixedRankRows", [&]() -> absl::StatusOr<CodeChunk> {
     std::vector<CodeChunk> widened;  // each piece as f32 at `rank` columns
     widened.reserve(parts.size());

@@ -40,10 +40,12 @@ absl::StatusOr<CodeChunk> LowerChunkRank(const CodeChunk& chunk, int64_t rank);
 
 // Pieces of positions of one code (`parts`, consecutive, as JoinChunkRows) that may have come at
 // different nested ranks (an adapting producer lowers each piece to what the link allows): the
-// whole code at the highest of their ranks. Pieces of one rank are joined as they are (their
-// dtype); otherwise every piece is unpacked (dequantized), its missing columns are zeros -- the
-// nested code at its lower rank, decoded the same -- and the whole travels on as f32, exact for
-// every wire dtype. InvalidArgument: as JoinChunkRows, or a kind that is not a code.
+// whole code at the highest of their ranks. One piece is the code itself; pieces of one rank
+// packed per position are joined as they are (their dtype); otherwise (several ranks, or int4 of
+// a rank its groups do not divide) every piece is unpacked (dequantized), its missing columns
+// are zeros -- the nested code at its lower rank, decoded the same -- and the whole travels on
+// as f32, exact for every wire dtype. InvalidArgument: pieces that do not follow one another,
+// of other layers, kinds or shapes, or a kind that is not a code.
 absl::StatusOr<CodeChunk> JoinMixedRankRows(const std::vector<const CodeChunk*>& parts);
 
 }  // namespace scd

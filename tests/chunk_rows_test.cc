@@ -152,6 +152,19 @@ TEST_P(ChunkRowsTest, PiecesAtDifferentRanksJoinAsTheCodeZeroPaddedToTheHighest)
   auto same = JoinMixedRankRows({&head, &tail_full});
   ASSERT_TRUE(same.ok()) << same.status();
   ExpectSameWire(*same, whole, "one rank");
+  // Both pieces lowered to one rank (int4: a rank its groups do not divide, packed across
+  // positions): the code at that rank, decoded the same.
+  const CodeChunk head_low = *LowerChunkRank(head, low);
+  auto both_low = JoinMixedRankRows({&head_low, &tail});
+  ASSERT_TRUE(both_low.ok()) << both_low.status();
+  const at::Tensor low_want =
+      at::cat({*UnpackTensor(head_low, at::kCPU), *UnpackTensor(tail, at::kCPU)}, -2);
+  EXPECT_TRUE(at::equal(*UnpackTensor(*both_low, at::kCPU), low_want));
+  // One piece, the whole code at a lower rank: itself.
+  const CodeChunk whole_low = *LowerChunkRank(whole, low);
+  auto single = JoinMixedRankRows({&whole_low});
+  ASSERT_TRUE(single.ok()) << single.status();
+  ExpectSameWire(*single, whole_low, "one piece");
   // Out of order, or not a code: refused.
   EXPECT_FALSE(JoinMixedRankRows({&tail, &head}).ok());
   CodeChunk raw = head;
