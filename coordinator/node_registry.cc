@@ -211,23 +211,24 @@ double NodeRegistry::Cost(const Node& node, const PrefixHint* hint) const {
 
 void NodeRegistry::NoteRouted(const Route& route, const PrefixHint* hint) {
   absl::MutexLock lock(&mu_);
-  auto note = [&](const std::string& id, int64_t kv_bytes) {
+  // `target`: the route's target index when it prefills locally on node `id` (-1: none).
+  auto note = [&](const std::string& id, int64_t kv_bytes, int64_t target) {
     auto it = nodes_.find(id);
     if (it == nodes_.end()) return;
     Node& node = it->second;
     ++node.routed;
     node.routed_bytes += kv_bytes;
+    if (target >= 0) node.prefilling.insert({route.id, static_cast<size_t>(target)});
     if (hint != nullptr && node.has_prefix_cache &&
         node.prefix_blocks.size() + hint->blocks.size() <= kReportedPrefixBlocks) {
       node.prefix_blocks.insert(hint->blocks.begin(), hint->blocks.end());
     }
   };
-  if (!route.producer_node.empty()) note(route.producer_node, 0);
+  if (!route.producer_node.empty()) note(route.producer_node, 0, -1);
   for (size_t i = 0; i < route.targets.size(); ++i) {
     const RouteTarget& target = route.targets[i];
-    note(target.consumer_node, target.kv_bytes);
-    auto it = nodes_.find(target.consumer_node);
-    if (target.mode == "local" && it != nodes_.end()) it->second.prefilling.insert({route.id, i});
+    note(target.consumer_node, target.kv_bytes,
+         target.mode == "local" ? static_cast<int64_t>(i) : -1);
   }
 }
 
@@ -240,18 +241,17 @@ void NodeRegistry::NoteFirstToken(const Route& route, size_t target) {
 
 void NodeRegistry::RoutedDone(const Route& route) {
   absl::MutexLock lock(&mu_);
-  auto done = [&](const std::string& id, int64_t kv_bytes) {
+  auto done = [&](const std::string& id, int64_t kv_bytes, size_t target) {
     auto it = nodes_.find(id);
-    if (it == nodes_.end() || it->second.routed == 0) return;
+    if (it == nodes_.end()) return;
+    it->second.prefilling.erase({route.id, target});  // ended before its first token
+    if (it->second.routed == 0) return;
     --it->second.routed;
     it->second.routed_bytes = std::max<int64_t>(0, it->second.routed_bytes - kv_bytes);
   };
-  if (!route.producer_node.empty()) done(route.producer_node, 0);
+  if (!route.producer_node.empty()) done(route.producer_node, 0, route.targets.size());
   for (size_t i = 0; i < route.targets.size(); ++i) {
-    const RouteTarget& target = route.targets[i];
-    done(target.consumer_node, target.kv_bytes);
-    auto it = nodes_.find(target.consumer_node);
-    if (it != nodes_.end()) it->second.prefilling.erase({route.id, i});
+    done(route.targets[i].consumer_node, route.targets[i].kv_bytes, i);
   }
 }
 
@@ -360,7 +360,9 @@ absl::StatusOr<RouteTarget> NodeRegistry::ResolveTarget(const Node& consumer,
   const FrontierPoint* within =
       frontier != nullptr && max_kl > 0 ? frontier->CheapestWithin(max_kl) : nullptr;
   auto budget = [max_kl] { return absl::StrFormat("max_kl %g", max_kl); };  // for reasons only
-  if (mode == "auto" && (frontier != nullptr || (identical && artifact == nullptr))) {
+  // Auto has choices to weigh: a frontier's points, or the raw cache between identical weights.
+  const bool choosable = frontier != nullptr || (identical && artifact == nullptr);
+  if (mode == "auto" && choosable) {
     // With the nodes' speeds measured: the choice predicted to reach the first token soonest.
     const AutoInputs inputs =
         hint != nullptr && hint->prompt_tokens > 0 ? InputsFor(consumer, *producer, hint, now)
@@ -432,7 +434,6 @@ absl::StatusOr<RouteTarget> NodeRegistry::ResolveTarget(const Node& consumer,
       target.mode_reason = absl::StrCat("no artifact for ", pair, ": local prefill");
     }
     if (ttft_slo_ms > 0) {  // reached only without a prediction
-      const bool choosable = frontier != nullptr || (identical && artifact == nullptr);
       absl::StrAppend(&target.mode_reason, "; ttft_slo_ms ", ttft_slo_ms, " not weighed: ",
                       choosable ? "no node's prefill speed is measured yet"
                                 : "no frontier to choose from");
