@@ -153,6 +153,8 @@ NodeStatsDelta Delta(const std::string& address, const v1::NodeStats& before,
   n.code_hit_tokens = d(a.code_hit_tokens(), b.code_hit_tokens());
   n.cache_entries = static_cast<int64_t>(a.entries());
   n.cache_bytes = static_cast<int64_t>(a.bytes());
+  n.local_itl_us_per_token = after.local_itl_us_per_token();
+  n.rebuild_itl_us_per_token = after.rebuild_itl_us_per_token();
   return n;
 }
 
@@ -416,7 +418,9 @@ std::string ServeBenchJson(const ServeBenchResult& r, const ServeBenchOptions& o
                      {"cache_evictions", n.cache_evictions},
                      {"cache_entries", n.cache_entries},
                      {"cache_bytes", n.cache_bytes},
-                     {"code_hit_tokens", n.code_hit_tokens}});
+                     {"code_hit_tokens", n.code_hit_tokens},
+                     {"local_itl_us_per_token", n.local_itl_us_per_token},
+                     {"rebuild_itl_us_per_token", n.rebuild_itl_us_per_token}});
   }
   j["nodes"] = nodes;
   j["good"] = r.good;
@@ -524,6 +528,10 @@ std::string ServeBenchTable(const ServeBenchResult& r) {
     line("  Cache evictions:", absl::StrCat(n.cache_evictions));
     line("  Cache entries / MiB after:",
          absl::StrFormat("%d / %.1f", n.cache_entries, static_cast<double>(n.cache_bytes) / (1 << 20)));
+    if (n.role == "consumer") {
+      line("  ITL per prompt token local / rebuild (us):",
+           absl::StrFormat("%.0f / %.0f", n.local_itl_us_per_token, n.rebuild_itl_us_per_token));
+    }
   }
   absl::StrAppend(&out, "==================================================\n");
   return out;

@@ -102,6 +102,8 @@ struct NodeStatsDelta {
   int64_t cache_hits = 0, cache_misses = 0, cache_hit_tokens = 0, cache_evictions = 0;
   int64_t cache_entries = 0, cache_bytes = 0;  // after the run
   int64_t code_hit_tokens = 0;  // producer: positions whose codes were sent as kept
+  // Consumer, after the run: ITL per prompt token of a local prefill / a rebuild (NodeStats).
+  double local_itl_us_per_token = 0, rebuild_itl_us_per_token = 0;
 };
 
 // Mean, median, std and the chosen percentiles of one metric (milliseconds).

@@ -186,9 +186,15 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
     }
     node->registration_ = std::make_unique<RegistryClient>(
         options.coordinator, registration,
-        [admission_ptr, speeds = &node->speeds_](v1::HeartbeatRequest* beat) {
+        [admission_ptr, speeds = &node->speeds_,
+         scheduler = node->scheduler_.get()](v1::HeartbeatRequest* beat) {
           beat->set_active_requests(admission_ptr->active());
           *beat->mutable_speeds() = speeds->Report();
+          const DecodeScheduler::Stats steps = scheduler->stats();
+          SetItlCost(steps.local_itl_us_per_token, beat->mutable_speeds()->mutable_local_itl());
+          SetItlCost(steps.rebuild_itl_us_per_token,
+                     beat->mutable_speeds()->mutable_rebuild_itl());
+          beat->set_decoding_sequences(static_cast<uint32_t>(steps.decoding));
           beat->set_kv_reserved_bytes(static_cast<uint64_t>(admission_ptr->reserved_bytes()));
           beat->set_queued_requests(admission_ptr->queued());
           beat->set_kv_queued_bytes(static_cast<uint64_t>(admission_ptr->queued_bytes()));

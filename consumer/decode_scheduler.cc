@@ -27,7 +27,15 @@ void Average(double* average, double sample) {
   *average = *average == 0 ? sample : (1 - kAverageWeight) * *average + kAverageWeight * sample;
 }
 
+// The weight of earlier steps in the ITL costs' sums, per step that adds to them.
+constexpr double kItlDecay = 0.95;
+
 }  // namespace
+
+void DecodeScheduler::ItlCost::Add(double s, double t) {
+  seconds = kItlDecay * seconds + std::max(0.0, s);
+  tokens = kItlDecay * tokens + t;
+}
 
 struct DecodeScheduler::Sequence {
   explicit Sequence(SequenceRequest r, const LlamaModel& model)
@@ -206,6 +214,10 @@ void DecodeScheduler::RunPieces(int64_t decodes, double* allowed, int64_t* rows_
     work->next_row += n;
     if (work->layers > 0) {
       Average(&rebuild_row_layer_s_, took / (static_cast<double>(n) * work->layers));
+      // Every decoding sequence waits for the piece: its whole time is their ITL.
+      if (decodes > 0) {
+        rebuild_itl_.Add(took, static_cast<double>(n) * work->layers / static_cast<double>(layers));
+      }
     }
     *allowed -= took;
     *rows_left = std::max<int64_t>(0, *rows_left - (n * work->layers + layers - 1) / layers);
@@ -281,6 +293,8 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
   for (const auto& seq : running) stats_.decoding += seq->decoding();
   stats_.decode_step_ms = pacer_.DecodeStepEstimate(stats_.decoding) * 1e3;
   stats_.chunk_tokens = last_chunk_budget_;
+  stats_.local_itl_us_per_token = local_itl_.UsPerToken();
+  stats_.rebuild_itl_us_per_token = rebuild_itl_.UsPerToken();
 }
 
 int64_t DecodeScheduler::ChunkBudget(int64_t decodes, double allowed, int64_t rows_left) {
@@ -323,6 +337,10 @@ void DecodeScheduler::PlanBatch(const std::list<std::unique_ptr<Sequence>>& runn
 }
 
 void DecodeScheduler::Learn(const Plan& plan, double took, double allowed) {
+  if (plan.decodes > 0 && plan.prefill_tokens > 0) {
+    const double alone = pacer_.DecodeStepEstimate(plan.decodes);
+    if (alone > 0) local_itl_.Add(took - alone, static_cast<double>(plan.prefill_tokens));
+  }
   pacer_.Observe(plan.decodes, plan.prefill_tokens, took, allowed);
   if (options_.metrics != nullptr) {
     options_.metrics->ObserveStep(static_cast<int64_t>(plan.batch.size()),

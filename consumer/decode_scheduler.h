@@ -135,6 +135,14 @@ class DecodeScheduler {
     int64_t max_batch = 0;       // the most sequences one step advanced
     double decode_step_ms = 0;   // the estimated step time of the decodes running now, alone
     int64_t chunk_tokens = 0;    // prefill tokens the last step beside decodes could take
+    // What prompt work costs the sequences decoding beside it (0: not seen yet): the seconds a
+    // step spends past its decodes' own time, per prompt token of a local prefill chunk it
+    // carried, and per token rebuilt from codes between steps (a piece of n rows over l of the
+    // model's L layers: n * l / L tokens). Every decoding sequence waits that long for its next
+    // token: a prompt of n tokens costs each one n times it in inter-token latency. Moving
+    // averages over the steps that had decodes.
+    double local_itl_us_per_token = 0;
+    double rebuild_itl_us_per_token = 0;
   };
   Stats stats() const;
   const SchedulerOptions& options() const { return options_; }
@@ -188,6 +196,13 @@ class DecodeScheduler {
   StepPacer pacer_;
   double rebuild_row_layer_s_ = 0;
   int64_t last_chunk_budget_ = 0;
+  // Decayed sums behind Stats' ITL costs: {seconds added to the decodes, prompt tokens}.
+  struct ItlCost {
+    double seconds = 0, tokens = 0;
+    void Add(double s, double t);
+    double UsPerToken() const { return tokens > 0 ? seconds / tokens * 1e6 : 0; }
+  };
+  ItlCost local_itl_, rebuild_itl_;
 
   std::thread thread_;
 };

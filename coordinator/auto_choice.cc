@@ -25,8 +25,10 @@ const v1::LinearCost& PrefillOf(const v1::NodeSpeeds& own, const v1::NodeSpeeds&
 std::string Ms(double us) { return absl::StrFormat("%.1f ms", us / 1e3); }
 
 std::string Prediction(const AutoCandidate& c) {
-  return absl::StrCat(Ms(c.predicted.total_us), " (", TtftStageName(c.predicted.bound_by),
-                      "-bound)");
+  std::string out = absl::StrCat(Ms(c.predicted.total_us), " (",
+                                 TtftStageName(c.predicted.bound_by), "-bound)");
+  if (c.batch_us > 0) absl::StrAppend(&out, " + ", Ms(c.batch_us), " of the batch's ITL");
+  return out;
 }
 
 }  // namespace
@@ -66,6 +68,11 @@ TtftPrediction PredictLocal(const AutoInputs& in) {
   return PredictTtft(local);
 }
 
+double BatchDelayUs(const AutoInputs& in, const v1::LinearCost& itl, double tokens) {
+  if (in.consumer_decoding <= 0 || itl.samples() == 0) return 0;
+  return in.consumer_decoding * std::max(0.0, tokens) * itl.per_unit_us();
+}
+
 TtftPrediction PredictTransfer(const AutoInputs& in, double bytes_per_token,
                                double rebuild_us_per_token, bool rebuilds) {
   const double computed = std::max(1.0, in.prompt_tokens - in.producer_cached_tokens);
@@ -99,6 +106,8 @@ std::vector<AutoCandidate> AutoCandidates(const AutoInputs& in, const Frontier* 
   local.mode = "local";
   local.label = "local prefill";
   local.predicted = PredictLocal(in);
+  local.batch_us = BatchDelayUs(in, in.consumer.local_itl(),
+                                std::max(1.0, in.prompt_tokens - in.consumer_cached_tokens));
   if (frontier == nullptr) {
     AutoCandidate& raw = out.emplace_back();
     raw.mode = "raw";
@@ -115,6 +124,8 @@ std::vector<AutoCandidate> AutoCandidates(const AutoInputs& in, const Frontier* 
     c.kl = p.kl;
     c.label = absl::StrCat("scd point ", PointText(*frontier, p));
     c.predicted = PredictTransfer(at, p.bytes_per_token, p.rebuild_us_per_token, true);
+    c.batch_us = BatchDelayUs(in, in.consumer.rebuild_itl(),
+                              std::max(0.0, in.prompt_tokens - 1 - in.consumer_cached_tokens));
   }
   return out;
 }
@@ -127,12 +138,16 @@ AutoChoice ChooseAuto(const std::vector<AutoCandidate>& candidates, double max_k
   }
   if (order.empty()) order.push_back(0);  // nothing within the budget: callers put local first
   auto faster = [&](size_t a, size_t b) {
-    const double ta = candidates[a].predicted.total_us, tb = candidates[b].predicted.total_us;
+    const double ta = candidates[a].cost_us(), tb = candidates[b].cost_us();
     return ta != tb ? ta < tb : candidates[a].kl < candidates[b].kl;
   };
   std::stable_sort(order.begin(), order.end(), faster);
   AutoChoice choice;
   std::string why = absl::StrCat("the fastest predicted within ", budget);
+  if (candidates[order[0]].batch_us > 0 || (order.size() > 1 && candidates[order[1]].batch_us > 0)) {
+    why = absl::StrCat("the least delay predicted (its TTFT and the decoding sequences' ITL) "
+                       "within ", budget);
+  }
   if (slo_us > 0) {
     auto meets = [&](size_t i) { return candidates[i].predicted.total_us <= slo_us; };
     const std::string slo = absl::StrCat("ttft_slo_ms ", absl::StrFormat("%g", slo_us / 1e3));
@@ -154,8 +169,8 @@ AutoChoice ChooseAuto(const std::vector<AutoCandidate>& candidates, double max_k
   if (slo_us <= 0 && incumbent.has_value() && *incumbent < candidates.size() &&
       order[0] != *incumbent &&
       std::find(order.begin(), order.end(), *incumbent) != order.end()) {
-    const double kept = candidates[*incumbent].predicted.total_us;
-    const double best = candidates[order[0]].predicted.total_us;
+    const double kept = candidates[*incumbent].cost_us();
+    const double best = candidates[order[0]].cost_us();
     if (kept - best < std::max(kMinGainUs, kMinGainRatio * kept)) {
       order.erase(std::find(order.begin(), order.end(), *incumbent));
       order.insert(order.begin(), *incumbent);

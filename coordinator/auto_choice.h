@@ -10,6 +10,12 @@
 //     one's pass (a CPU runs them one after another);
 //   - the link: the shape the coordinator set or the codes travelled under, else the goodput
 //     measured from transfers the link held back (LinkEstimate), else unlimited;
+//   - the consumer's running batch: the sequences decoding there wait for the prompt work a
+//     choice puts on the consumer (its local prefill's chunks, a transfer's rebuild), by the ITL
+//     cost per prompt token it measured for each (NodeSpeeds.local_itl / rebuild_itl): a
+//     choice's cost is its predicted TTFT plus that delay summed over the decoding sequences
+//     (the total latency the choice adds), so a local prefill that is a little faster for this
+//     request but stalls a busy batch loses to codes the consumer rebuilds cheaply;
 //   - the candidate's bytes per token (the frontier's measurement; raw: the consumer's 16-bit KV
 //     bytes per token) and its rebuild: the consumer's measured rebuild speed, else the
 //     frontier's fit-time cost; the last chunk's share 1 / layers of it.
@@ -61,6 +67,7 @@ struct AutoInputs {
   double consumer_cached_tokens = 0, producer_cached_tokens = 0;
   v1::NodeSpeeds consumer, producer;
   double consumer_queue = 0, producer_queue = 0;  // requests ahead on each
+  double consumer_decoding = 0;                   // sequences decoding on the consumer
   double goodput_bytes_per_s = 0;                 // 0: unlimited
   double latency_us = 0;
   std::string link;  // how the link is known, for reasons: "0.1 Gbit/s as set", "measured 3 MB/s"
@@ -80,6 +87,10 @@ struct AutoCandidate {
   std::optional<FrontierPoint> point;  // scd: the frontier point sent
   double kl = 0;                       // as the frontier measured it (local, raw: 0)
   TtftPrediction predicted;
+  // Inter-token latency its prompt work on the consumer adds, summed over the sequences decoding
+  // there (microseconds; 0 when none decode or the cost is not measured).
+  double batch_us = 0;
+  double cost_us() const { return predicted.total_us + batch_us; }
   std::string label;  // for reasons: "local prefill", "raw", "point #3 int4 K .. (KL ..)"
 };
 
@@ -97,8 +108,13 @@ struct AutoChoice {
   std::string reason;
 };
 
+// The ITL a consumer's running batch loses to `tokens` prompt tokens of work costing
+// `itl` per token (NodeSpeeds.local_itl / rebuild_itl), summed over its decoding sequences.
+double BatchDelayUs(const AutoInputs& in, const v1::LinearCost& itl, double tokens);
+
 // Chooses among `candidates` (at least one; local among them, KL 0): within `max_kl` (<= 0: no
-// budget), the fastest predicted, or with `slo_us` > 0 the lowest KL predicted to meet it.
+// budget), the cheapest (cost_us: predicted TTFT and the batch's delay), or with `slo_us` > 0
+// the lowest KL predicted to meet it (its own TTFT; the cheapest among equals).
 // `budget` names the budget in the reason ("max_kl 0.02", "the recommended point's KL 0.019").
 // `incumbent`: what auto chooses without a cost model (the recommended point, the raw cache);
 // without an objective it stands unless another is predicted faster by 1 ms and 5 %.

@@ -130,6 +130,7 @@ void NodeRegistry::ApplyState(Node& node, const v1::HeartbeatRequest& state) {
   node.kv_reserved = static_cast<int64_t>(state.kv_reserved_bytes());
   node.kv_queued = static_cast<int64_t>(state.kv_queued_bytes());
   node.queued_requests = state.queued_requests();
+  node.decoding = state.decoding_sequences();
   node.speeds = CheckedSpeeds(state.speeds());
   if (state.has_prefix_blocks()) {
     // At most what registry.proto allows a report (the most recently used come first).
@@ -594,6 +595,7 @@ AutoInputs NodeRegistry::InputsFor(const Node& consumer, const Node& producer,
   // and still running (they share the consumer's compute).
   in.consumer_queue = static_cast<double>(consumer.queued_requests + consumer.prefilling.size());
   in.producer_queue = Load(producer);
+  in.consumer_decoding = static_cast<double>(consumer.decoding);
   if (producer.shape.has_value()) {
     in.goodput_bytes_per_s = producer.shape->gbps() * 1e9 / 8;
     in.latency_us = producer.shape->latency_us();

@@ -200,6 +200,7 @@ class NodeRegistry {
     std::map<std::string, Frontier> frontiers;  // by artifact id (consumers), as registered
     v1::NodeSpeeds speeds;                      // as its last heartbeat said
     uint32_t queued_requests = 0;               // consumers: waiting for admission
+    uint32_t decoding = 0;                      // consumers: sequences decoding (heartbeat)
     // Consumers: local prefills routed to it and not yet at their first token (route id,
     // target index): the prefill work ahead of another local one.
     std::set<std::pair<uint64_t, size_t>> prefilling;

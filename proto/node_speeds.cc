@@ -24,6 +24,8 @@ v1::NodeSpeeds CheckedSpeeds(const v1::NodeSpeeds& speeds) {
   if (valid(speeds.prefill())) *out.mutable_prefill() = speeds.prefill();
   if (valid(speeds.rebuild())) *out.mutable_rebuild() = speeds.rebuild();
   if (valid(speeds.first_decode())) *out.mutable_first_decode() = speeds.first_decode();
+  if (valid(speeds.local_itl())) *out.mutable_local_itl() = speeds.local_itl();
+  if (valid(speeds.rebuild_itl())) *out.mutable_rebuild_itl() = speeds.rebuild_itl();
   return out;
 }
 
@@ -44,6 +46,13 @@ void NodeSpeedTracker::ObserveFinished(const v1::Finished& finished) {
     rebuild_.Add(computed, static_cast<double>(t.rebuild() + t.patch()));
     first_decode_.Add(finished.prompt_tokens(), static_cast<double>(t.first_decode()));
   }
+}
+
+void SetItlCost(double us_per_token, v1::LinearCost* out) {
+  if (!(us_per_token > 0) || !std::isfinite(us_per_token)) return;
+  out->set_fixed_us(0);
+  out->set_per_unit_us(us_per_token);
+  out->set_samples(1);
 }
 
 v1::NodeSpeeds NodeSpeedTracker::Report() const {

@@ -146,6 +146,42 @@ TEST(AutoChoiceTest, AFastLinkSendsTheFastestPointWithinTheBudget) {
   EXPECT_EQ(slow[choice.chosen].point->code_dtype, WireDtype::kInt4);
 }
 
+TEST(AutoChoiceTest, ABusyBatchWeighsTheItlAChoicesPromptWorkCostsIt) {
+  const Frontier f = ThreePoints();
+  AutoInputs in = Inputs(0);  // unlimited link: local 740 us, a point 740 + 500 us
+  in.consumer_decoding = 4;
+  // Nothing measured of the ITL cost yet: the TTFTs alone decide, local.
+  std::vector<AutoCandidate> c = AutoCandidates(in, &f, 0);
+  EXPECT_EQ(c[ChooseAuto(c, 0.02, "max_kl 0.02", 0).chosen].mode, "local");
+  EXPECT_EQ(c[0].batch_us, 0);
+  // Measured: a local prefill's chunks cost each decoding sequence 5 us per prompt token, a
+  // rebuild 0.5 us. Local: 740 us + 4 x 64 x 5 = 2,020 us of delay; a point: 1,240 us +
+  // 4 x 63 x 0.5 = 1,366 us. The codes win.
+  SetCost(in.consumer.mutable_local_itl(), 0, 5);
+  SetCost(in.consumer.mutable_rebuild_itl(), 0, 0.5);
+  c = AutoCandidates(in, &f, 0);
+  EXPECT_DOUBLE_EQ(c[0].batch_us, 1280);
+  EXPECT_DOUBLE_EQ(c[1].batch_us, 126);
+  EXPECT_DOUBLE_EQ(c[0].cost_us(), 740 + 1280);
+  EXPECT_DOUBLE_EQ(c[1].cost_us(), c[1].predicted.total_us + 126);
+  EXPECT_DOUBLE_EQ(c[1].predicted.total_us, 1240);
+  AutoChoice choice = ChooseAuto(c, 0.02, "max_kl 0.02", 0);
+  EXPECT_EQ(c[choice.chosen].mode, "scd");
+  EXPECT_THAT(choice.reason, HasSubstr("+ 0.1 ms of the batch's ITL"));
+  EXPECT_THAT(choice.reason, HasSubstr("the least delay predicted (its TTFT and the decoding "
+                                       "sequences' ITL) within max_kl 0.02"));
+  // Within KL 0.05 the int4 point is as fast; without it, local is the runner-up.
+  const std::vector<AutoCandidate> two = {c[0], c[2]};
+  choice = ChooseAuto(two, 0.02, "max_kl 0.02", 0);
+  EXPECT_EQ(two[choice.chosen].mode, "scd");
+  EXPECT_THAT(choice.reason, HasSubstr("runner-up local prefill predicted 0.7 ms (prefill-bound) "
+                                       "+ 1.3 ms of the batch's ITL"));
+  // No sequence decoding: nothing to slow, local again.
+  in.consumer_decoding = 0;
+  c = AutoCandidates(in, &f, 0);
+  EXPECT_EQ(c[ChooseAuto(c, 0.02, "max_kl 0.02", 0).chosen].mode, "local");
+}
+
 TEST(AutoChoiceTest, ATtftObjectiveTakesTheBestQualityThatMeetsIt) {
   const Frontier f = ThreePoints();
   AutoInputs in = Inputs(1e6);

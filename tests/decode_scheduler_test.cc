@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -319,6 +320,71 @@ TEST_P(DecodeSchedulerTest, ALongPrefillDoesNotFreezeRunningDecodes) {
     const SequenceEnd end = d->Wait();
     EXPECT_TRUE(end.status.ok() || absl::IsCancelled(end.status)) << end.status;
   }
+}
+
+// The ITL cost of prompt work beside decodes, per prompt token (what auto weighs, NodeSpeeds
+// local_itl / rebuild_itl): a rebuild piece's whole time over the tokens it rebuilt, against
+// the sleep each piece takes per row (a floor the clock cannot undercut); a local prefill's
+// chunks against what the running decode's own token gaps grew by while the prompt prefilled.
+TEST_P(DecodeSchedulerTest, PromptWorkBesideDecodesReportsItsItlCostPerToken) {
+  DecodeScheduler scheduler(*model_, SchedulerOptions());
+  EXPECT_EQ(scheduler.stats().local_itl_us_per_token, 0);
+  EXPECT_EQ(scheduler.stats().rebuild_itl_us_per_token, 0);
+  std::atomic<bool> enough{false};
+  RecordingSink decoding;
+  SequenceRequest request = Request(Prompt(GetParam(), 0, 8), Options(100000), &decoding);
+  request.options.max_tokens = static_cast<int>(model_->config().max_position_embeddings) - 8;
+  request.cancelled = &enough;
+  ASSERT_TRUE(scheduler.Submit(std::move(request)).ok());
+  while (decoding.tokens().size() < 20) absl::SleepFor(absl::Milliseconds(1));
+  // The decode's token gap alone (the median of its last 10).
+  const std::vector<absl::Time> before = decoding.times();
+  std::vector<double> gaps;
+  for (size_t i = before.size() - 10; i < before.size(); ++i) {
+    gaps.push_back(absl::ToDoubleMicroseconds(before[i] - before[i - 1]));
+  }
+  std::sort(gaps.begin(), gaps.end());
+  const double alone_gap = gaps[gaps.size() / 2];
+  // 600 rows of every layer at 30 us a row.
+  const int layers = static_cast<int>(model_->config().num_layers);
+  ASSERT_TRUE(scheduler
+                  .RunBetweenSteps(600, layers,
+                                   [&](int64_t, int64_t count) -> absl::Status {
+                                     absl::SleepFor(absl::Microseconds(30 * count));
+                                     return absl::OkStatus();
+                                   })
+                  .ok());
+  ASSERT_EQ(decoding.ended(), 0) << "the decode ended before the rebuild: nothing measured";
+  const double rebuild = scheduler.stats().rebuild_itl_us_per_token;
+  EXPECT_GE(rebuild, 30);
+  EXPECT_LE(rebuild, 300) << "10x the sleep a row took";
+
+  // A 300-token prompt prefilled in chunks beside the decode.
+  std::vector<TokenId> long_prompt;
+  while (long_prompt.size() < 300) {
+    for (TokenId id : Prompt(GetParam(), 1, 60)) long_prompt.push_back(id);
+  }
+  long_prompt.resize(300);
+  RecordingSink arriving;
+  const absl::Time submitted = absl::Now();
+  ASSERT_TRUE(scheduler.Submit(Request(long_prompt, Options(1), &arriving)).ok());
+  ASSERT_TRUE(arriving.Wait().status.ok());
+  const absl::Time first = arriving.times().front();
+  ASSERT_EQ(decoding.ended(), 0);
+  double extra_us = 0;
+  const std::vector<absl::Time> times = decoding.times();
+  for (size_t i = 1; i < times.size(); ++i) {
+    if (times[i] > submitted && times[i - 1] < first) {
+      extra_us += absl::ToDoubleMicroseconds(times[i] - times[i - 1]) - alone_gap;
+    }
+  }
+  const double reference = extra_us / 300;
+  const double local = scheduler.stats().local_itl_us_per_token;
+  EXPECT_GT(local, 0);
+  EXPECT_GE(local, reference / 4) << "reference " << reference << " us/token";
+  EXPECT_LE(local, reference * 4) << "reference " << reference << " us/token";
+  enough = true;
+  EXPECT_TRUE(absl::IsCancelled(decoding.Wait().status));
 }
 
 TEST_P(DecodeSchedulerTest, DestroyingTheSchedulerEndsEverySequenceOnce) {
