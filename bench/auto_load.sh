@@ -7,6 +7,8 @@
 # auto), `scd-bench serve` sends NUM requests at RATE requests/s: 1,024-token prompts of which
 # the first 768 are a shared prefix, under three tenants' cache salts (fresh ones per mode, so no
 # run warms another's caches), OUT_LEN output tokens, goodput against the TTFT and TPOT SLOs.
+# Mode "auto-slo" is auto with the TTFT SLO as every request's ttft_slo_ms (auto's objective:
+# the best quality predicted to meet it).
 #   bash bench/auto_load.sh BUILD SHARED OUT [RATE NUM OUT_LEN TTFT_MS TPOT_MS MODES...]
 set -euo pipefail
 BUILD=${1:-build}
@@ -20,7 +22,7 @@ TPOT_MS=${8:-300}
 MODES=("${@:9}")
 INPUT_LEN=${INPUT_LEN:-1024}
 SHARED_LEN=${SHARED_LEN:-768}
-[ ${#MODES[@]} -gt 0 ] || MODES=(local scd auto)
+[ ${#MODES[@]} -gt 0 ] || MODES=(local scd auto auto-slo)
 source "$(dirname "$0")/daemons.sh"
 
 CONFIG="$SHARED/configs/tinyllama-1.1b.json"
@@ -49,7 +51,9 @@ done
 
 for mode in "${MODES[@]}"; do
   echo "== $mode: $NUM requests at $RATE/s, goodput ttft:$TTFT_MS tpot:$TPOT_MS"
-  "$BIN/scd-bench" serve --server "$SERVER" --targets tl --mode "$mode" \
+  objective=()
+  [ "$mode" = auto-slo ] && objective=(--ttft-slo-ms "$TTFT_MS")
+  "$BIN/scd-bench" serve --server "$SERVER" --targets tl --mode "${mode%-slo}" "${objective[@]}" \
     --cache-salt "$mode-a,$mode-b,$mode-c" --num-prompts "$NUM" --request-rate "$RATE" \
     --seed 7 --prefix-seed 70 --shared-prefix-len "$SHARED_LEN" --input-len "$INPUT_LEN" --vocab-size 32000 \
     --output-len "$OUT_LEN" --goodput "ttft:$TTFT_MS" "tpot:$TPOT_MS" --quiet \

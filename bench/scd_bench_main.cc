@@ -407,6 +407,10 @@ int Main(int argc, char** argv) {
                 "every request's cache_salt, or a comma-separated list taken in turn (tenants; "
                 "requests with different salts never share cached "
                 "prefixes)");
+  s->add_option("--ttft-slo-ms", serve.options.ttft_slo_ms,
+                "every request's ttft_slo_ms: auto's objective, the best quality predicted to "
+                "meet it (with --mode auto; 0: none)")
+      ->check(CLI::Range(0, 3600000));
   s->add_option("--node-stats", serve.options.node_stats,
                 "a node's control address (producer, consumer or coordinator): its prefill "
                 "tokens and prefix-cache counters over each run (repeatable)");

@@ -65,6 +65,7 @@ std::vector<StreamRecord> RunOne(const ServeBenchOptions& options, const BenchPr
   const std::vector<std::string> salts = absl::StrSplit(options.cache_salt, ',');
   request.set_cache_salt(salts[static_cast<size_t>(index) % salts.size()]);
   request.set_max_tokens(static_cast<uint32_t>(options.output_len));
+  request.set_ttft_slo_ms(options.ttft_slo_ms);
   std::map<std::string, StreamRecord> by_target;
   std::map<std::string, absl::Time> last_token;
   for (const std::string& target : options.targets) by_target[target].target = target;
@@ -403,6 +404,7 @@ std::string ServeBenchJson(const ServeBenchResult& r, const ServeBenchOptions& o
   if (options.goodput.e2el_ms) slo["e2el_ms"] = *options.goodput.e2el_ms;
   j["goodput_slo"] = slo;
   j["cache_salt"] = options.cache_salt;
+  j["ttft_slo_ms"] = options.ttft_slo_ms;
   j["producer_cached_tokens"] = r.producer_cached_tokens;
   j["consumer_cached_tokens"] = r.consumer_cached_tokens;
   j["payload_bytes"] = r.payload_bytes;
@@ -439,7 +441,8 @@ std::string ServeBenchJson(const ServeBenchResult& r, const ServeBenchOptions& o
                  server_output = nlohmann::json::array(),
                  producer_cached = nlohmann::json::array(),
                  consumer_cached = nlohmann::json::array(),
-                 timings = nlohmann::json::array();
+                 timings = nlohmann::json::array(), reasons = nlohmann::json::array(),
+                 predicted = nlohmann::json::array();
   for (const StreamRecord& s : r.streams) {
     targets.push_back(s.target);
     ok.push_back(s.ok);
@@ -457,6 +460,8 @@ std::string ServeBenchJson(const ServeBenchResult& r, const ServeBenchOptions& o
     producer_cached.push_back(s.finished.producer_cached_tokens());
     consumer_cached.push_back(s.finished.consumer_cached_tokens());
     timings.push_back(TimingsJson(s.finished.timings()));
+    reasons.push_back(s.finished.mode_reason());
+    predicted.push_back(static_cast<double>(s.finished.predicted_ttft_us()) / 1e3);
   }
   j["per_stream"] = {{"target", targets},
                      {"ok", ok},
@@ -473,7 +478,9 @@ std::string ServeBenchJson(const ServeBenchResult& r, const ServeBenchOptions& o
                      {"server_output_tokens", server_output},
                      {"producer_cached_tokens", producer_cached},
                      {"consumer_cached_tokens", consumer_cached},
-                     {"server_timings_ms", timings}};
+                     {"server_timings_ms", timings},
+                     {"mode_reason", reasons},
+                     {"predicted_ttft_ms", predicted}};
   j["send_s"] = r.send_s;
   return j.dump(1);
 }

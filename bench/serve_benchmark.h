@@ -58,6 +58,7 @@ struct ServeBenchOptions {
   std::vector<BenchPrompt> prompts;  // one request each, in order
   // GenerateRequest.cache_salt; comma-separated: request i takes the (i mod n)-th (tenants).
   std::string cache_salt;
+  uint32_t ttft_slo_ms = 0;          // every request's ttft_slo_ms (auto's objective); 0: none
   int output_len = 128;              // max_tokens, with ignore-eos behaviour left to the model
   double request_rate = INFINITY;    // requests/s; inf = all at once
   double burstiness = 1.0;           // gamma shape: 1 = Poisson, < 1 burstier, > 1 steadier

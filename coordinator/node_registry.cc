@@ -225,7 +225,10 @@ void NodeRegistry::NoteRouted(const Route& route, const PrefixHint* hint) {
       node.prefix_blocks.insert(hint->blocks.begin(), hint->blocks.end());
     }
   };
-  if (!route.producer_node.empty()) note(route.producer_node, 0, -1);
+  // The producer's prefill runs until the route's first token (its key: the target count).
+  if (!route.producer_node.empty()) {
+    note(route.producer_node, 0, static_cast<int64_t>(route.targets.size()));
+  }
   for (size_t i = 0; i < route.targets.size(); ++i) {
     const RouteTarget& target = route.targets[i];
     note(target.consumer_node, target.kv_bytes,
@@ -238,6 +241,11 @@ void NodeRegistry::NoteFirstToken(const Route& route, size_t target) {
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(route.targets[target].consumer_node);
   if (it != nodes_.end()) it->second.prefilling.erase({route.id, target});
+  // A first token from codes: the producer's prefill for the route is over.
+  if (!route.producer_node.empty() && route.targets[target].mode != "local") {
+    it = nodes_.find(route.producer_node);
+    if (it != nodes_.end()) it->second.prefilling.erase({route.id, route.targets.size()});
+  }
 }
 
 void NodeRegistry::RoutedDone(const Route& route) {
@@ -594,7 +602,9 @@ AutoInputs NodeRegistry::InputsFor(const Node& consumer, const Node& producer,
   // Ahead of a local prefill: those waiting for admission and the local prefills routed there
   // and still running (they share the consumer's compute).
   in.consumer_queue = static_cast<double>(consumer.queued_requests + consumer.prefilling.size());
-  in.producer_queue = Load(producer);
+  // Ahead of the producer's prefill: the transfers routed to it whose first token has not come
+  // (its prefills and encodings still running; once decoding, the request no longer needs it).
+  in.producer_queue = static_cast<double>(producer.prefilling.size());
   in.consumer_decoding = static_cast<double>(consumer.decoding);
   if (producer.shape.has_value()) {
     in.goodput_bytes_per_s = producer.shape->gbps() * 1e9 / 8;

@@ -202,7 +202,8 @@ class NodeRegistry {
     uint32_t queued_requests = 0;               // consumers: waiting for admission
     uint32_t decoding = 0;                      // consumers: sequences decoding (heartbeat)
     // Consumers: local prefills routed to it and not yet at their first token (route id,
-    // target index): the prefill work ahead of another local one.
+    // target index): the prefill work ahead of another local one. Producers: routes sending
+    // codes from it and not yet at their first token (route id, the route's target count).
     std::set<std::pair<uint64_t, size_t>> prefilling;
     std::optional<v1::LinkShape> shape;         // producers: its sessions' shape, when shaped
     absl::Time shape_set = absl::InfinitePast();  // the last NoteLinkShape

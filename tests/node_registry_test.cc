@@ -308,6 +308,21 @@ TEST_F(NodeRegistryTest, LocalPrefillsStillRunningOnAConsumerQueueTheNextOne) {
   absl::StatusOr<Route> fourth = registry_.Resolve({"fables"}, "auto", &hint);
   ASSERT_TRUE(fourth.ok());
   EXPECT_EQ(fourth->targets[0].mode, "local");
+  // The producer's side: a transfer whose first token has not come queues the next one there
+  // (60 ms + 60 ms against local's 40 + 40 behind the fourth); once it came the transfer is
+  // decoding on the consumer and no longer holds the producer, though the route lives on.
+  registry_.NoteRouted(*second, &hint);
+  registry_.NoteRouted(*fourth, &hint);
+  absl::StatusOr<Route> fifth = registry_.Resolve({"fables"}, "auto", &hint);
+  ASSERT_TRUE(fifth.ok());
+  EXPECT_EQ(fifth->targets[0].mode, "local");
+  EXPECT_DOUBLE_EQ(fifth->targets[0].predicted_ttft_us, 80000);
+  EXPECT_THAT(fifth->targets[0].mode_reason, HasSubstr("120.0 ms"));
+  registry_.NoteFirstToken(*second, 0);
+  absl::StatusOr<Route> sixth = registry_.Resolve({"fables"}, "auto", &hint);
+  ASSERT_TRUE(sixth.ok());
+  EXPECT_EQ(sixth->targets[0].mode, "scd");
+  EXPECT_DOUBLE_EQ(sixth->targets[0].predicted_ttft_us, 60000);
 }
 
 TEST_F(NodeRegistryTest, FrontierPointsChosenByTheQualityBudget) {
