@@ -127,6 +127,7 @@ absl::Status NodeRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
 
 void NodeRegistry::ApplyState(Node& node, const v1::HeartbeatRequest& state) {
   node.active_requests = state.active_requests();
+  node.routed_since_beat = 0;
   node.kv_reserved = static_cast<int64_t>(state.kv_reserved_bytes());
   node.kv_queued = static_cast<int64_t>(state.kv_queued_bytes());
   node.queued_requests = state.queued_requests();
@@ -218,6 +219,7 @@ void NodeRegistry::NoteRouted(const Route& route, const PrefixHint* hint) {
     if (it == nodes_.end()) return;
     Node& node = it->second;
     ++node.routed;
+    ++node.routed_since_beat;
     node.routed_bytes += kv_bytes;
     if (target >= 0) node.prefilling.insert({route.id, static_cast<size_t>(target)});
     if (hint != nullptr && node.has_prefix_cache &&
@@ -603,8 +605,12 @@ AutoInputs NodeRegistry::InputsFor(const Node& consumer, const Node& producer,
   // and still running (they share the consumer's compute).
   in.consumer_queue = static_cast<double>(consumer.queued_requests + consumer.prefilling.size());
   // Ahead of the producer's prefill: the transfers routed to it whose first token has not come
-  // (its prefills and encodings still running; once decoding, the request no longer needs it).
-  in.producer_queue = static_cast<double>(producer.prefilling.size());
+  // (once decoding, the request no longer needs it), at most the prefills it said were running
+  // at its last heartbeat and those routed since (a transfer past its prefill may still wait for
+  // the consumer's rebuild: the producer is done with it).
+  in.producer_queue = static_cast<double>(
+      std::min<uint64_t>(producer.prefilling.size(),
+                         uint64_t{producer.active_requests} + producer.routed_since_beat));
   in.consumer_decoding = static_cast<double>(consumer.decoding);
   if (producer.shape.has_value()) {
     in.goodput_bytes_per_s = producer.shape->gbps() * 1e9 / 8;

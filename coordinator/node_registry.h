@@ -192,6 +192,7 @@ class NodeRegistry {
     absl::Time last_heartbeat;
     uint32_t active_requests = 0;  // as its last heartbeat said
     uint32_t routed = 0;           // requests routed to it, not yet done
+    uint32_t routed_since_beat = 0;  // routed to it since its last heartbeat
     // Consumers: as its last heartbeat said, and the bytes of requests routed to it not yet done.
     int64_t kv_reserved = 0, kv_queued = 0, routed_bytes = 0;
     std::set<uint64_t> prefix_blocks;  // routing keys its cache holds (reported + routed since)

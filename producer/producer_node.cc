@@ -74,7 +74,10 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
     }
     node->registration_ = std::make_unique<RegistryClient>(
         options.coordinator, registration,
-        [service](v1::HeartbeatRequest* beat) { *beat->mutable_speeds() = service->Speeds(); },
+        [service](v1::HeartbeatRequest* beat) {
+          *beat->mutable_speeds() = service->Speeds();
+          beat->set_active_requests(service->running());
+        },
         secret, prefix_blocks);
     node->registration_->Start();
   }

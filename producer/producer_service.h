@@ -67,6 +67,8 @@ class ProducerControlService final : public v1::Producer::Service {
   uint64_t prefills() const { return prefills_.load(); }
   // Its prefills' speed (computed tokens against time, encoding included), for the heartbeat.
   v1::NodeSpeeds Speeds() const { return speeds_.Report(); }
+  // Prefills running now (reported with each heartbeat as active_requests).
+  uint32_t running() const { return running_.load(); }
   // Prompt positions forward passes computed so far (prefix cache hits are not computed).
   uint64_t prefill_tokens() const { return prefill_tokens_.load(); }
   // The prefix cache (null when off).

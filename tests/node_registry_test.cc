@@ -323,6 +323,22 @@ TEST_F(NodeRegistryTest, LocalPrefillsStillRunningOnAConsumerQueueTheNextOne) {
   ASSERT_TRUE(sixth.ok());
   EXPECT_EQ(sixth->targets[0].mode, "scd");
   EXPECT_DOUBLE_EQ(sixth->targets[0].predicted_ttft_us, 60000);
+  // The producer's own word bounds it: routed again (one ahead), then a heartbeat saying no
+  // prefill runs there (the transfer waits on the consumer's side): nothing ahead.
+  registry_.NoteRouted(*sixth, &hint);
+  absl::StatusOr<Route> seventh = registry_.Resolve({"fables"}, "auto", &hint);
+  ASSERT_TRUE(seventh.ok());
+  EXPECT_THAT(seventh->targets[0].mode_reason, HasSubstr("120.0 ms"));
+  v1::HeartbeatRequest beat;
+  beat.set_node_id(producer);
+  beat.set_active_requests(0);
+  beat.mutable_speeds()->mutable_prefill()->set_per_unit_us(15);
+  beat.mutable_speeds()->mutable_prefill()->set_samples(4);
+  ASSERT_TRUE(registry_.Heartbeat(beat).ok());
+  absl::StatusOr<Route> eighth = registry_.Resolve({"fables"}, "auto", &hint);
+  ASSERT_TRUE(eighth.ok());
+  EXPECT_EQ(eighth->targets[0].mode, "scd");
+  EXPECT_DOUBLE_EQ(eighth->targets[0].predicted_ttft_us, 60000);
 }
 
 TEST_F(NodeRegistryTest, FrontierPointsChosenByTheQualityBudget) {
