@@ -41,13 +41,17 @@ for r in 1 2; do
   NODE_STATS+=(--node-stats "$(wait_file "$N/tl$r.control.addr" "${PIDS[$r]}")")
 done
 # Every node registered, and every node's speeds measured once (auto predicts from them): a few
-# requests of each fixed mode, one at a time.
+# requests of each fixed mode, one at a time, then local prefills beside decoding sequences
+# (what a local prefill costs a busy consumer, and how fast it goes there).
 wait_ready tl
 for mode in local scd; do
   "$BIN/scd-bench" serve --server "$SERVER" --targets tl --mode $mode --num-prompts 4 \
-    --input-len 1024 --output-len 2 --vocab-size 32000 --quiet --seed 998 \
+    --input-len "$INPUT_LEN" --output-len 2 --vocab-size 32000 --quiet --seed 998 \
     --max-concurrency 1 --request-rate inf --cache-salt "warm-$mode" > "$N/warm-$mode.txt"
 done
+"$BIN/scd-bench" serve --server "$SERVER" --targets tl --mode local --num-prompts 6 \
+  --input-len "$INPUT_LEN" --output-len 16 --vocab-size 32000 --quiet --seed 999 \
+  --max-concurrency 3 --request-rate inf --cache-salt warm-busy > "$N/warm-busy.txt"
 
 for mode in "${MODES[@]}"; do
   echo "== $mode: $NUM requests at $RATE/s, goodput ttft:$TTFT_MS tpot:$TPOT_MS"

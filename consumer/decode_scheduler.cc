@@ -295,6 +295,7 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
   stats_.chunk_tokens = last_chunk_budget_;
   stats_.local_itl_us_per_token = local_itl_.UsPerToken();
   stats_.rebuild_itl_us_per_token = rebuild_itl_.UsPerToken();
+  stats_.busy_prefill_us_per_token = busy_prefill_.UsPerToken();
 }
 
 int64_t DecodeScheduler::ChunkBudget(int64_t decodes, double allowed, int64_t rows_left) {
@@ -340,6 +341,7 @@ void DecodeScheduler::Learn(const Plan& plan, double took, double allowed) {
   if (plan.decodes > 0 && plan.prefill_tokens > 0) {
     const double alone = pacer_.DecodeStepEstimate(plan.decodes);
     if (alone > 0) local_itl_.Add(took - alone, static_cast<double>(plan.prefill_tokens));
+    busy_prefill_.Add(took, static_cast<double>(plan.prefill_tokens));
   }
   pacer_.Observe(plan.decodes, plan.prefill_tokens, took, allowed);
   if (options_.metrics != nullptr) {

@@ -143,6 +143,10 @@ class DecodeScheduler {
     // averages over the steps that had decodes.
     double local_itl_us_per_token = 0;
     double rebuild_itl_us_per_token = 0;
+    // How fast a local prefill advances beside decoding sequences: the whole time of the steps
+    // that carried its chunks per prompt token (it moves only in their slack), moving like the
+    // above (0: not seen).
+    double busy_prefill_us_per_token = 0;
   };
   Stats stats() const;
   const SchedulerOptions& options() const { return options_; }
@@ -202,7 +206,7 @@ class DecodeScheduler {
     void Add(double s, double t);
     double UsPerToken() const { return tokens > 0 ? seconds / tokens * 1e6 : 0; }
   };
-  ItlCost local_itl_, rebuild_itl_;
+  ItlCost local_itl_, rebuild_itl_, busy_prefill_;
 
   std::thread thread_;
 };

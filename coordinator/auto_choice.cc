@@ -64,6 +64,10 @@ TtftPrediction PredictLocal(const AutoInputs& in) {
   const double n = std::max(1.0, in.prompt_tokens - in.consumer_cached_tokens);
   TtftInputs local;
   local.prefill_us = CostAt(PrefillOf(in.consumer, in.producer), n);
+  // Beside decoding sequences a local prefill advances only in their steps' slack.
+  if (in.consumer_decoding > 0 && in.consumer.busy_prefill().samples() > 0) {
+    local.prefill_us = std::max(local.prefill_us, n * in.consumer.busy_prefill().per_unit_us());
+  }
   local.queue_us = in.consumer_queue * local.prefill_us;
   return PredictTtft(local);
 }

@@ -15,7 +15,10 @@
 //     cost per prompt token it measured for each (NodeSpeeds.local_itl / rebuild_itl): a
 //     choice's cost is its predicted TTFT plus that delay summed over the decoding sequences
 //     (the total latency the choice adds), so a local prefill that is a little faster for this
-//     request but stalls a busy batch loses to codes the consumer rebuilds cheaply;
+//     request but stalls a busy batch loses to codes the consumer rebuilds cheaply; and a local
+//     prefill beside decoding sequences takes at least its tokens times the time per token the
+//     consumer measured for prefills beside decodes (NodeSpeeds.busy_prefill: it advances only
+//     in their steps' slack);
 //   - the candidate's bytes per token (the frontier's measurement; raw: the consumer's 16-bit KV
 //     bytes per token) and its rebuild: the consumer's measured rebuild speed, else the
 //     frontier's fit-time cost; the last chunk's share 1 / layers of it.

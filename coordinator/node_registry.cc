@@ -612,7 +612,8 @@ AutoInputs NodeRegistry::InputsFor(const Node& consumer, const Node& producer,
       std::min<uint64_t>(producer.prefilling.size(),
                          uint64_t{producer.active_requests} + producer.routed_since_beat));
   in.consumer_decoding = static_cast<double>(consumer.decoding);
-  if (producer.shape.has_value()) {
+  if (producer.shape.has_value() &&
+      (producer.shape_announced || now - producer.shape_learnt <= options_.learnt_link_max_age)) {
     in.goodput_bytes_per_s = producer.shape->gbps() * 1e9 / 8;
     in.latency_us = producer.shape->latency_us();
     // No burst: the shaper's bucket is only full after the link idled (back-to-back transfers
@@ -634,6 +635,7 @@ void NodeRegistry::NoteLinkShape(const std::string& producer_node, const v1::Lin
   auto it = nodes_.find(producer_node);
   if (it == nodes_.end()) return;
   it->second.shape_set = clock_();
+  it->second.shape_announced = shape.gbps() > 0;
   if (shape.gbps() > 0) {
     it->second.shape = shape;
   } else {
@@ -653,8 +655,10 @@ void NodeRegistry::ObserveFinished(const Route& route, const RouteTarget& target
   if (route.routed_at < it->second.shape_set) return;
   if (finished.has_link() && finished.link().gbps() > 0) {
     it->second.shape = finished.link();
+    it->second.shape_learnt = clock_();
   } else {
     it->second.shape.reset();
+    it->second.shape_announced = false;
   }
 }
 

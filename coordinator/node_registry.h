@@ -71,6 +71,11 @@ struct RegistryOptions {
   // Cache-aware routing: one active request weighs this many cold prefills of the prompt's
   // blocks against a cache match (0: the longest match always wins among nodes not at capacity).
   double prefix_load_weight = 0.5;
+  // A link shape learnt from a Finished (the codes travelled under it), where the coordinator
+  // announced none, is forgotten this long after: the requests auto then prefills locally carry
+  // no word of the link, which may have recovered, so auto weighs sending again (and adaptation
+  // bounds what a transfer over a link still slow costs).
+  absl::Duration learnt_link_max_age = absl::Seconds(10);
 };
 
 // What routing knows of a request's prompt: the routing keys of its prefix's full blocks, and
@@ -208,6 +213,8 @@ class NodeRegistry {
     std::set<std::pair<uint64_t, size_t>> prefilling;
     std::optional<v1::LinkShape> shape;         // producers: its sessions' shape, when shaped
     absl::Time shape_set = absl::InfinitePast();  // the last NoteLinkShape
+    bool shape_announced = false;                 // that one set a shape (else learnt or none)
+    absl::Time shape_learnt = absl::InfinitePast();  // the last Finished that set `shape`
   };
   void ApplyState(Node& node, const v1::HeartbeatRequest& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Live(const Node& node, absl::Time now) const;

@@ -26,6 +26,7 @@ v1::NodeSpeeds CheckedSpeeds(const v1::NodeSpeeds& speeds) {
   if (valid(speeds.first_decode())) *out.mutable_first_decode() = speeds.first_decode();
   if (valid(speeds.local_itl())) *out.mutable_local_itl() = speeds.local_itl();
   if (valid(speeds.rebuild_itl())) *out.mutable_rebuild_itl() = speeds.rebuild_itl();
+  if (valid(speeds.busy_prefill())) *out.mutable_busy_prefill() = speeds.busy_prefill();
   return out;
 }
 

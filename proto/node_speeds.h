@@ -42,7 +42,8 @@ class NodeSpeedTracker {
 void ToProto(const CostEstimate& estimate, v1::LinearCost* out);
 // fixed_us + per_unit_us * n (0 when nothing was measured).
 double CostAt(const v1::LinearCost& cost, double n);
-// A consumer's ITL cost (registry.proto NodeSpeeds.local_itl / rebuild_itl) of `us_per_token`
+// A consumer's per-token cost (registry.proto NodeSpeeds.local_itl / rebuild_itl /
+// busy_prefill) of `us_per_token`
 // (left unset when it is 0: not measured).
 void SetItlCost(double us_per_token, v1::LinearCost* out);
 // `speeds` as a node reported them, each cost kept only when both terms are finite and >= 0

@@ -180,6 +180,12 @@ TEST(AutoChoiceTest, ABusyBatchWeighsTheItlAChoicesPromptWorkCostsIt) {
   in.consumer_decoding = 0;
   c = AutoCandidates(in, &f, 0);
   EXPECT_EQ(c[ChooseAuto(c, 0.02, "max_kl 0.02", 0).chosen].mode, "local");
+  // A local prefill beside decodes measured at 30 us per token (it moves in their slack): 64 x
+  // 30 = 1,920 us, not the 740 us it takes alone; alone again when nothing decodes.
+  SetCost(in.consumer.mutable_busy_prefill(), 0, 30);
+  EXPECT_DOUBLE_EQ(PredictLocal(in).total_us, 740);
+  in.consumer_decoding = 1;
+  EXPECT_DOUBLE_EQ(PredictLocal(in).total_us, 1920);
 }
 
 TEST(AutoChoiceTest, ATtftObjectiveTakesTheBestQualityThatMeetsIt) {

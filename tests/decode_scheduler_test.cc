@@ -383,6 +383,13 @@ TEST_P(DecodeSchedulerTest, PromptWorkBesideDecodesReportsItsItlCostPerToken) {
   EXPECT_GT(local, 0);
   EXPECT_GE(local, reference / 4) << "reference " << reference << " us/token";
   EXPECT_LE(local, reference * 4) << "reference " << reference << " us/token";
+  // The prefill's own pace beside the decode: about its wall time per token (the steps that
+  // carried no chunk, the last one's sampling aside).
+  const double wall = absl::ToDoubleMicroseconds(first - submitted) / 300;
+  const double busy = scheduler.stats().busy_prefill_us_per_token;
+  EXPECT_GE(busy, wall / 4);
+  EXPECT_LE(busy, wall * 4);
+  EXPECT_GE(busy, local) << "a step carrying chunks costs at least what it adds";
   enough = true;
   EXPECT_TRUE(absl::IsCancelled(decoding.Wait().status));
 }

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "proto/registry_client.h"
@@ -339,6 +340,72 @@ TEST_F(NodeRegistryTest, LocalPrefillsStillRunningOnAConsumerQueueTheNextOne) {
   ASSERT_TRUE(eighth.ok());
   EXPECT_EQ(eighth->targets[0].mode, "scd");
   EXPECT_DOUBLE_EQ(eighth->targets[0].predicted_ttft_us, 60000);
+}
+
+// A link shape learnt from a transfer's Finished (the coordinator announced none, as under
+// `scd-bench sweep --trace-unannounced`) stands for learnt_link_max_age: the local prefills it
+// sends auto to carry no word of the link, so auto weighs the codes again once it is old. One
+// the coordinator announced stays.
+TEST_F(NodeRegistryTest, ALearntLinkShapeIsForgottenAnAnnouncedOneStays) {
+  const std::string producer = Add(Producer("base", kBaseFp));
+  v1::RegisterRequest registration = Consumer("fables", kFablesFp, {kBaseFp});
+  AddFrontier(registration.mutable_artifacts(0));
+  const std::string consumer = Add(registration);
+  // Heartbeats with speeds (the consumer prefills at 20 us per token, the producer at 10), and
+  // time passing in steps within the lease.
+  auto beat = [&] {
+    for (const std::string& id : {producer, consumer}) {
+      v1::HeartbeatRequest b;
+      b.set_node_id(id);
+      b.mutable_speeds()->mutable_prefill()->set_per_unit_us(id == consumer ? 20 : 10);
+      b.mutable_speeds()->mutable_prefill()->set_samples(4);
+      ASSERT_TRUE(registry_.Heartbeat(b).ok());
+    }
+  };
+  auto pass = [&](absl::Duration d) {
+    while (d > absl::ZeroDuration()) {
+      const absl::Duration step = std::min(d, absl::Seconds(1));
+      now_ += step;
+      d -= step;
+      beat();
+    }
+  };
+  beat();
+  PrefixHint hint;
+  hint.prompt_tokens = 4000;
+  absl::StatusOr<Route> route = registry_.Resolve({"fables"}, "auto", &hint);
+  ASSERT_TRUE(route.ok()) << route.status();
+  EXPECT_EQ(route->targets[0].mode, "scd");
+  // The codes travelled under 0.0001 Gbit/s (the link did not hold the pass back for long
+  // enough to be measured): learnt, auto prefills locally.
+  v1::Finished finished;
+  finished.set_mode("scd");
+  finished.mutable_link()->set_gbps(0.0001);
+  RouteTarget target;
+  target.consumer_node = consumer;
+  registry_.ObserveFinished(*route, target, finished);
+  route = registry_.Resolve({"fables"}, "auto", &hint);
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->targets[0].mode, "local");
+  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("0.0001 Gbit/s as shaped"));
+  pass(registry_.options().learnt_link_max_age);
+  route = registry_.Resolve({"fables"}, "auto", &hint);
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->targets[0].mode, "local") << "forgotten only after the age";
+  pass(absl::Milliseconds(1));
+  route = registry_.Resolve({"fables"}, "auto", &hint);
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->targets[0].mode, "scd");
+  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("taken as unlimited"));
+  // Announced through SetLinkShape: it stays however old.
+  v1::LinkShape shape;
+  shape.set_gbps(0.0001);
+  registry_.NoteLinkShape(producer, shape);
+  pass(registry_.options().learnt_link_max_age * 3);
+  route = registry_.Resolve({"fables"}, "auto", &hint);
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->targets[0].mode, "local");
+  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("0.0001 Gbit/s as shaped"));
 }
 
 TEST_F(NodeRegistryTest, FrontierPointsChosenByTheQualityBudget) {
