@@ -244,6 +244,13 @@ void SetNodeGauges(MetricsRegistry* r, const v1::NodeStats& stats) {
         .Set(reserved / budget);
     r->GetCounter("scd:scheduler_steps_total", "Batched steps the consumer's scheduler ran")
         .SetTotal(static_cast<double>(stats.steps()));
+    const char* itl_help =
+        "Inter-token latency a prompt token of this work costs each decoding sequence, lately "
+        "(0: not seen)";
+    r->GetGauge("scd:prompt_itl_cost_seconds", itl_help, {{"work", "local_prefill"}})
+        .Set(stats.local_itl_us_per_token() / 1e6);
+    r->GetGauge("scd:prompt_itl_cost_seconds", itl_help, {{"work", "rebuild"}})
+        .Set(stats.rebuild_itl_us_per_token() / 1e6);
   }
   if (stats.has_prefix_cache()) {
     const v1::PrefixCacheStats& c = stats.prefix_cache();

@@ -57,6 +57,15 @@ class NodeRegistryTest : public ::testing::Test {
     beat.set_active_requests(active);
     ASSERT_TRUE(registry_.Heartbeat(beat).ok());
   }
+  // A heartbeat reporting a measured prefill speed (us per computed token).
+  void BeatSpeed(const std::string& id, double prefill_us_per_token, uint32_t active = 0) {
+    v1::HeartbeatRequest beat;
+    beat.set_node_id(id);
+    beat.set_active_requests(active);
+    beat.mutable_speeds()->mutable_prefill()->set_per_unit_us(prefill_us_per_token);
+    beat.mutable_speeds()->mutable_prefill()->set_samples(4);
+    ASSERT_TRUE(registry_.Heartbeat(beat).ok());
+  }
 
   absl::Time now_ = absl::FromUnixSeconds(1'000'000);
   NodeRegistry registry_;
@@ -277,13 +286,8 @@ TEST_F(NodeRegistryTest, LocalPrefillsStillRunningOnAConsumerQueueTheNextOne) {
   AddFrontier(registration.mutable_artifacts(0));
   const std::string consumer = Add(registration);
   // The consumer prefills at 10 us per token, the producer at 15: local is the faster when idle.
-  for (const std::string& id : {producer, consumer}) {
-    v1::HeartbeatRequest beat;
-    beat.set_node_id(id);
-    beat.mutable_speeds()->mutable_prefill()->set_per_unit_us(id == consumer ? 10 : 15);
-    beat.mutable_speeds()->mutable_prefill()->set_samples(4);
-    ASSERT_TRUE(registry_.Heartbeat(beat).ok());
-  }
+  BeatSpeed(producer, 15);
+  BeatSpeed(consumer, 10);
   PrefixHint hint;
   hint.prompt_tokens = 4000;
   absl::StatusOr<Route> first = registry_.Resolve({"fables"}, "auto", &hint);
@@ -330,12 +334,7 @@ TEST_F(NodeRegistryTest, LocalPrefillsStillRunningOnAConsumerQueueTheNextOne) {
   absl::StatusOr<Route> seventh = registry_.Resolve({"fables"}, "auto", &hint);
   ASSERT_TRUE(seventh.ok());
   EXPECT_THAT(seventh->targets[0].mode_reason, HasSubstr("120.0 ms"));
-  v1::HeartbeatRequest beat;
-  beat.set_node_id(producer);
-  beat.set_active_requests(0);
-  beat.mutable_speeds()->mutable_prefill()->set_per_unit_us(15);
-  beat.mutable_speeds()->mutable_prefill()->set_samples(4);
-  ASSERT_TRUE(registry_.Heartbeat(beat).ok());
+  BeatSpeed(producer, 15, /*active=*/0);
   absl::StatusOr<Route> eighth = registry_.Resolve({"fables"}, "auto", &hint);
   ASSERT_TRUE(eighth.ok());
   EXPECT_EQ(eighth->targets[0].mode, "scd");
@@ -354,13 +353,8 @@ TEST_F(NodeRegistryTest, ALearntLinkShapeIsForgottenAnAnnouncedOneStays) {
   // Heartbeats with speeds (the consumer prefills at 20 us per token, the producer at 10), and
   // time passing in steps within the lease.
   auto beat = [&] {
-    for (const std::string& id : {producer, consumer}) {
-      v1::HeartbeatRequest b;
-      b.set_node_id(id);
-      b.mutable_speeds()->mutable_prefill()->set_per_unit_us(id == consumer ? 20 : 10);
-      b.mutable_speeds()->mutable_prefill()->set_samples(4);
-      ASSERT_TRUE(registry_.Heartbeat(b).ok());
-    }
+    BeatSpeed(producer, 10);
+    BeatSpeed(consumer, 20);
   };
   auto pass = [&](absl::Duration d) {
     while (d > absl::ZeroDuration()) {
