@@ -57,6 +57,8 @@ class NodeRegistryTest : public ::testing::Test {
     beat.set_active_requests(active);
     ASSERT_TRUE(registry_.Heartbeat(beat).ok());
   }
+  // The fables consumer, its artifact for the base producer's codes with AddFrontier's points.
+  std::string AddFablesWithFrontier();
   // A heartbeat reporting a measured prefill speed (us per computed token).
   void BeatSpeed(const std::string& id, double prefill_us_per_token, uint32_t active = 0) {
     v1::HeartbeatRequest beat;
@@ -174,13 +176,17 @@ void AddFrontier(v1::ArtifactEntry* artifact) {
   artifact->set_recommended(1);
 }
 
+std::string NodeRegistryTest::AddFablesWithFrontier() {
+  v1::RegisterRequest registration = Consumer("fables", kFablesFp, {kBaseFp});
+  AddFrontier(registration.mutable_artifacts(0));
+  return Add(registration);
+}
+
 // With the nodes' speeds in their heartbeats, auto weighs local prefill against the frontier's
 // points by predicted TTFT (coordinator/auto_choice.h), over the link as shaped or measured.
 TEST_F(NodeRegistryTest, AutoWeighsLocalAgainstPointsByPredictedTtft) {
   const std::string producer = Add(Producer("base", kBaseFp));
-  v1::RegisterRequest registration = Consumer("fables", kFablesFp, {kBaseFp});
-  AddFrontier(registration.mutable_artifacts(0));
-  const std::string consumer = Add(registration);
+  const std::string consumer = AddFablesWithFrontier();
   // Before any speed is reported: the rule without a cost model (the recommended point).
   PrefixHint hint;
   hint.prompt_tokens = 4000;
@@ -282,63 +288,49 @@ TEST_F(NodeRegistryTest, AutoWeighsLocalAgainstPointsByPredictedTtft) {
 // their first tokens (or ended) local prefill is as fast as before.
 TEST_F(NodeRegistryTest, LocalPrefillsStillRunningOnAConsumerQueueTheNextOne) {
   const std::string producer = Add(Producer("base", kBaseFp));
-  v1::RegisterRequest registration = Consumer("fables", kFablesFp, {kBaseFp});
-  AddFrontier(registration.mutable_artifacts(0));
-  const std::string consumer = Add(registration);
+  const std::string consumer = AddFablesWithFrontier();
   // The consumer prefills at 10 us per token, the producer at 15: local is the faster when idle.
   BeatSpeed(producer, 15);
   BeatSpeed(consumer, 10);
   PrefixHint hint;
   hint.prompt_tokens = 4000;
-  absl::StatusOr<Route> first = registry_.Resolve({"fables"}, "auto", &hint);
-  ASSERT_TRUE(first.ok()) << first.status();
-  EXPECT_EQ(first->targets[0].mode, "local");
-  EXPECT_DOUBLE_EQ(first->targets[0].predicted_ttft_us, 40000);
-  registry_.NoteRouted(*first, &hint);
+  // The next auto route: its mode and predicted TTFT checked.
+  auto next = [&](const std::string& mode, double predicted_us) {
+    absl::StatusOr<Route> route = registry_.Resolve({"fables"}, "auto", &hint);
+    EXPECT_TRUE(route.ok()) << route.status();
+    if (!route.ok()) return Route{};
+    EXPECT_EQ(route->targets[0].mode, mode);
+    EXPECT_DOUBLE_EQ(route->targets[0].predicted_ttft_us, predicted_us);
+    return *std::move(route);
+  };
+  const Route first = next("local", 40000);
+  registry_.NoteRouted(first, &hint);
   // One local prefill running there: 40 ms queued + 40 ms; the codes 60 ms.
-  absl::StatusOr<Route> second = registry_.Resolve({"fables"}, "auto", &hint);
-  ASSERT_TRUE(second.ok());
-  EXPECT_NE(second->id, first->id);
-  EXPECT_EQ(second->targets[0].mode, "scd");
-  EXPECT_DOUBLE_EQ(second->targets[0].predicted_ttft_us, 60000);
+  const Route second = next("scd", 60000);
+  EXPECT_NE(second.id, first.id);
   // Its first token came (it may still be decoding): local again, at 40 ms.
-  registry_.NoteFirstToken(*first, 0);
-  absl::StatusOr<Route> third = registry_.Resolve({"fables"}, "auto", &hint);
-  ASSERT_TRUE(third.ok());
-  EXPECT_EQ(third->targets[0].mode, "local");
-  EXPECT_DOUBLE_EQ(third->targets[0].predicted_ttft_us, 40000);
+  registry_.NoteFirstToken(first, 0);
+  const Route third = next("local", 40000);
   // A route that ends before its first token leaves no prefill behind either.
-  registry_.NoteRouted(*third, &hint);
-  registry_.RoutedDone(*third);
-  absl::StatusOr<Route> fourth = registry_.Resolve({"fables"}, "auto", &hint);
-  ASSERT_TRUE(fourth.ok());
-  EXPECT_EQ(fourth->targets[0].mode, "local");
+  registry_.NoteRouted(third, &hint);
+  registry_.RoutedDone(third);
+  const Route fourth = next("local", 40000);
   // The producer's side: a transfer whose first token has not come queues the next one there
   // (60 ms + 60 ms against local's 40 + 40 behind the fourth); once it came the transfer is
   // decoding on the consumer and no longer holds the producer, though the route lives on.
-  registry_.NoteRouted(*second, &hint);
-  registry_.NoteRouted(*fourth, &hint);
-  absl::StatusOr<Route> fifth = registry_.Resolve({"fables"}, "auto", &hint);
-  ASSERT_TRUE(fifth.ok());
-  EXPECT_EQ(fifth->targets[0].mode, "local");
-  EXPECT_DOUBLE_EQ(fifth->targets[0].predicted_ttft_us, 80000);
-  EXPECT_THAT(fifth->targets[0].mode_reason, HasSubstr("120.0 ms"));
-  registry_.NoteFirstToken(*second, 0);
-  absl::StatusOr<Route> sixth = registry_.Resolve({"fables"}, "auto", &hint);
-  ASSERT_TRUE(sixth.ok());
-  EXPECT_EQ(sixth->targets[0].mode, "scd");
-  EXPECT_DOUBLE_EQ(sixth->targets[0].predicted_ttft_us, 60000);
+  registry_.NoteRouted(second, &hint);
+  registry_.NoteRouted(fourth, &hint);
+  const Route fifth = next("local", 80000);
+  EXPECT_THAT(fifth.targets[0].mode_reason, HasSubstr("120.0 ms"));
+  registry_.NoteFirstToken(second, 0);
+  const Route sixth = next("scd", 60000);
   // The producer's own word bounds it: routed again (one ahead), then a heartbeat saying no
   // prefill runs there (the transfer waits on the consumer's side): nothing ahead.
-  registry_.NoteRouted(*sixth, &hint);
-  absl::StatusOr<Route> seventh = registry_.Resolve({"fables"}, "auto", &hint);
-  ASSERT_TRUE(seventh.ok());
-  EXPECT_THAT(seventh->targets[0].mode_reason, HasSubstr("120.0 ms"));
+  registry_.NoteRouted(sixth, &hint);
+  const Route seventh = next("local", 80000);
+  EXPECT_THAT(seventh.targets[0].mode_reason, HasSubstr("120.0 ms"));
   BeatSpeed(producer, 15, /*active=*/0);
-  absl::StatusOr<Route> eighth = registry_.Resolve({"fables"}, "auto", &hint);
-  ASSERT_TRUE(eighth.ok());
-  EXPECT_EQ(eighth->targets[0].mode, "scd");
-  EXPECT_DOUBLE_EQ(eighth->targets[0].predicted_ttft_us, 60000);
+  next("scd", 60000);
 }
 
 // A link shape learnt from a transfer's Finished (the coordinator announced none, as under
@@ -347,9 +339,7 @@ TEST_F(NodeRegistryTest, LocalPrefillsStillRunningOnAConsumerQueueTheNextOne) {
 // the coordinator announced stays.
 TEST_F(NodeRegistryTest, ALearntLinkShapeIsForgottenAnAnnouncedOneStays) {
   const std::string producer = Add(Producer("base", kBaseFp));
-  v1::RegisterRequest registration = Consumer("fables", kFablesFp, {kBaseFp});
-  AddFrontier(registration.mutable_artifacts(0));
-  const std::string consumer = Add(registration);
+  const std::string consumer = AddFablesWithFrontier();
   // Heartbeats with speeds (the consumer prefills at 20 us per token, the producer at 10), and
   // time passing in steps within the lease.
   auto beat = [&] {
@@ -367,39 +357,36 @@ TEST_F(NodeRegistryTest, ALearntLinkShapeIsForgottenAnAnnouncedOneStays) {
   beat();
   PrefixHint hint;
   hint.prompt_tokens = 4000;
-  absl::StatusOr<Route> route = registry_.Resolve({"fables"}, "auto", &hint);
-  ASSERT_TRUE(route.ok()) << route.status();
-  EXPECT_EQ(route->targets[0].mode, "scd");
+  // The next auto route's mode, and a phrase of its reason.
+  auto expect = [&](const std::string& mode, const std::string& reason) {
+    absl::StatusOr<Route> route = registry_.Resolve({"fables"}, "auto", &hint);
+    ASSERT_TRUE(route.ok()) << route.status();
+    EXPECT_EQ(route->targets[0].mode, mode) << route->targets[0].mode_reason;
+    EXPECT_THAT(route->targets[0].mode_reason, HasSubstr(reason));
+  };
+  expect("scd", "taken as unlimited");
   // The codes travelled under 0.0001 Gbit/s (the link did not hold the pass back for long
   // enough to be measured): learnt, auto prefills locally.
+  Route with_producer;
+  with_producer.producer_node = producer;
+  with_producer.routed_at = now_;
   v1::Finished finished;
   finished.set_mode("scd");
   finished.mutable_link()->set_gbps(0.0001);
   RouteTarget target;
   target.consumer_node = consumer;
-  registry_.ObserveFinished(*route, target, finished);
-  route = registry_.Resolve({"fables"}, "auto", &hint);
-  ASSERT_TRUE(route.ok());
-  EXPECT_EQ(route->targets[0].mode, "local");
-  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("0.0001 Gbit/s as shaped"));
+  registry_.ObserveFinished(with_producer, target, finished);
+  expect("local", "0.0001 Gbit/s as shaped");
   pass(registry_.options().learnt_link_max_age);
-  route = registry_.Resolve({"fables"}, "auto", &hint);
-  ASSERT_TRUE(route.ok());
-  EXPECT_EQ(route->targets[0].mode, "local") << "forgotten only after the age";
+  expect("local", "0.0001 Gbit/s as shaped");  // forgotten only after the age
   pass(absl::Milliseconds(1));
-  route = registry_.Resolve({"fables"}, "auto", &hint);
-  ASSERT_TRUE(route.ok());
-  EXPECT_EQ(route->targets[0].mode, "scd");
-  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("taken as unlimited"));
+  expect("scd", "taken as unlimited");
   // Announced through SetLinkShape: it stays however old.
   v1::LinkShape shape;
   shape.set_gbps(0.0001);
   registry_.NoteLinkShape(producer, shape);
   pass(registry_.options().learnt_link_max_age * 3);
-  route = registry_.Resolve({"fables"}, "auto", &hint);
-  ASSERT_TRUE(route.ok());
-  EXPECT_EQ(route->targets[0].mode, "local");
-  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("0.0001 Gbit/s as shaped"));
+  expect("local", "0.0001 Gbit/s as shaped");
 }
 
 TEST_F(NodeRegistryTest, FrontierPointsChosenByTheQualityBudget) {
