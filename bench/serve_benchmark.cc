@@ -438,11 +438,9 @@ std::string ServeBenchJson(const ServeBenchResult& r, const ServeBenchOptions& o
                  ttfts = nlohmann::json::array(), itls = nlohmann::json::array(),
                  e2els = nlohmann::json::array(), modes = nlohmann::json::array(),
                  payload = nlohmann::json::array(), server_ttft = nlohmann::json::array(),
-                 server_output = nlohmann::json::array(),
-                 producer_cached = nlohmann::json::array(),
-                 consumer_cached = nlohmann::json::array(),
-                 timings = nlohmann::json::array(), reasons = nlohmann::json::array(),
-                 predicted = nlohmann::json::array();
+                 server_output = nlohmann::json::array(), producer_cached = nlohmann::json::array(),
+                 consumer_cached = nlohmann::json::array(), timings = nlohmann::json::array(),
+                 reasons = nlohmann::json::array(), predicted = nlohmann::json::array();
   for (const StreamRecord& s : r.streams) {
     targets.push_back(s.target);
     ok.push_back(s.ok);

@@ -191,11 +191,12 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
           beat->set_active_requests(admission_ptr->active());
           *beat->mutable_speeds() = speeds->Report();
           const DecodeScheduler::Stats steps = scheduler->stats();
-          SetItlCost(steps.local_itl_us_per_token, beat->mutable_speeds()->mutable_local_itl());
-          SetItlCost(steps.rebuild_itl_us_per_token,
-                     beat->mutable_speeds()->mutable_rebuild_itl());
-          SetItlCost(steps.busy_prefill_us_per_token,
-                     beat->mutable_speeds()->mutable_busy_prefill());
+          SetPerTokenCost(steps.local_itl_us_per_token,
+                          beat->mutable_speeds()->mutable_local_itl());
+          SetPerTokenCost(steps.rebuild_itl_us_per_token,
+                          beat->mutable_speeds()->mutable_rebuild_itl());
+          SetPerTokenCost(steps.busy_prefill_us_per_token,
+                          beat->mutable_speeds()->mutable_busy_prefill());
           beat->set_decoding_sequences(static_cast<uint32_t>(steps.decoding));
           beat->set_kv_reserved_bytes(static_cast<uint64_t>(admission_ptr->reserved_bytes()));
           beat->set_queued_requests(admission_ptr->queued());

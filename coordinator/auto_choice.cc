@@ -25,8 +25,8 @@ const v1::LinearCost& PrefillOf(const v1::NodeSpeeds& own, const v1::NodeSpeeds&
 std::string Ms(double us) { return absl::StrFormat("%.1f ms", us / 1e3); }
 
 std::string Prediction(const AutoCandidate& c) {
-  std::string out = absl::StrCat(Ms(c.predicted.total_us), " (",
-                                 TtftStageName(c.predicted.bound_by), "-bound)");
+  std::string out =
+      absl::StrCat(Ms(c.predicted.total_us), " (", TtftStageName(c.predicted.bound_by), "-bound)");
   if (c.batch_us > 0) absl::StrAppend(&out, " + ", Ms(c.batch_us), " of the batch's ITL");
   return out;
 }
@@ -148,9 +148,10 @@ AutoChoice ChooseAuto(const std::vector<AutoCandidate>& candidates, double max_k
   std::stable_sort(order.begin(), order.end(), faster);
   AutoChoice choice;
   std::string why = absl::StrCat("the fastest predicted within ", budget);
-  if (candidates[order[0]].batch_us > 0 || (order.size() > 1 && candidates[order[1]].batch_us > 0)) {
-    why = absl::StrCat("the least delay predicted (its TTFT and the decoding sequences' ITL) "
-                       "within ", budget);
+  if (candidates[order[0]].batch_us > 0 ||
+      (order.size() > 1 && candidates[order[1]].batch_us > 0)) {
+    why = absl::StrCat(
+        "the least delay predicted (its TTFT and the decoding sequences' ITL) within ", budget);
   }
   if (slo_us > 0) {
     auto meets = [&](size_t i) { return candidates[i].predicted.total_us <= slo_us; };

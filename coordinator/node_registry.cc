@@ -608,9 +608,8 @@ AutoInputs NodeRegistry::InputsFor(const Node& consumer, const Node& producer,
   // (once decoding, the request no longer needs it), at most the prefills it said were running
   // at its last heartbeat and those routed since (a transfer past its prefill may still wait for
   // the consumer's rebuild: the producer is done with it).
-  in.producer_queue = static_cast<double>(
-      std::min<uint64_t>(producer.prefilling.size(),
-                         uint64_t{producer.active_requests} + producer.routed_since_beat));
+  in.producer_queue = static_cast<double>(std::min<uint64_t>(
+      producer.prefilling.size(), uint64_t{producer.active_requests} + producer.routed_since_beat));
   in.consumer_decoding = static_cast<double>(consumer.decoding);
   if (producer.shape.has_value() &&
       (producer.shape_announced || now - producer.shape_learnt <= options_.learnt_link_max_age)) {

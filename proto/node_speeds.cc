@@ -49,7 +49,7 @@ void NodeSpeedTracker::ObserveFinished(const v1::Finished& finished) {
   }
 }
 
-void SetItlCost(double us_per_token, v1::LinearCost* out) {
+void SetPerTokenCost(double us_per_token, v1::LinearCost* out) {
   if (!(us_per_token > 0) || !std::isfinite(us_per_token)) return;
   out->set_fixed_us(0);
   out->set_per_unit_us(us_per_token);

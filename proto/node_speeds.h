@@ -43,9 +43,8 @@ void ToProto(const CostEstimate& estimate, v1::LinearCost* out);
 // fixed_us + per_unit_us * n (0 when nothing was measured).
 double CostAt(const v1::LinearCost& cost, double n);
 // A consumer's per-token cost (registry.proto NodeSpeeds.local_itl / rebuild_itl /
-// busy_prefill) of `us_per_token`
-// (left unset when it is 0: not measured).
-void SetItlCost(double us_per_token, v1::LinearCost* out);
+// busy_prefill) of `us_per_token`, left unset when it is 0 (not measured).
+void SetPerTokenCost(double us_per_token, v1::LinearCost* out);
 // `speeds` as a node reported them, each cost kept only when both terms are finite and >= 0
 // (else as not measured): what predictions may read. A report is a peer's word.
 v1::NodeSpeeds CheckedSpeeds(const v1::NodeSpeeds& speeds);
