@@ -110,8 +110,9 @@ std::string ChoiceText(const v1::Started& started, const v1::Finished& finished)
                       " H ", ranks(p.rank_h()));
 }
 
-SweepReply SendSweepRequest(const SweepOptions& o, const std::string& consumer, const std::string& mode,
-          const BenchPrompt& prompt) {
+SweepReply SendSweepRequest(const SweepOptions& o, const std::string& consumer,
+                            const std::string& mode, const BenchPrompt& prompt,
+                            double scd_max_kl) {
   v1::GenerateRequest request;
   if (prompt.ids.empty()) {
     request.set_prompt(prompt.text);
@@ -126,6 +127,8 @@ SweepReply SendSweepRequest(const SweepOptions& o, const std::string& consumer, 
     request.set_max_kl(o.max_kl);
     request.set_ttft_slo_ms(o.ttft_slo_ms);
     request.set_keep_ranks(mode == "auto-keep");
+  } else if (mode == "scd" && scd_max_kl > 0) {
+    request.set_max_kl(scd_max_kl);
   }
   request.set_max_tokens(static_cast<uint32_t>(o.max_tokens));
   if (o.fidelity) request.set_logprobs(static_cast<uint32_t>(o.logprobs));

@@ -54,6 +54,12 @@ struct SweepOptions {
   // The trace's steps after the first change the shaper without the coordinator planning with
   // them (SetLinkShapeRequest.unannounced): it learns the rate from completed transfers.
   bool trace_unannounced = false;
+  // The trace's paired replay (adaptation against none): after auto's pass over the trace, each
+  // of its requests is sent again at the same instant of the trace (the rate in force at its
+  // start, then the same steps at the same offsets), as what auto chose sent as a fixed mode --
+  // local, or scd at the point (max_kl = its KL: the frontier's cheapest within it is the point),
+  // which never adapts. Mode "auto-kept-replay" in the records.
+  bool trace_paired = false;
   std::vector<double> bandwidths_gbps = {0.01, 0.1, 1, 10, 100, INFINITY};  // inf: unshaped
   double latency_us = 0;
   std::vector<BenchPrompt> prompts;
@@ -138,8 +144,10 @@ struct SweepReply {
 // auto or auto-keep (auto's choice sent at its ranks: GenerateRequest.keep_ranks).
 bool IsAutoMode(const std::string& mode);
 std::string ChoiceText(const v1::Started& started, const v1::Finished& finished);
+// `scd_max_kl` > 0 with mode scd: the frontier's cheapest point within it.
 SweepReply SendSweepRequest(const SweepOptions& o, const std::string& consumer,
-                            const std::string& mode, const BenchPrompt& prompt);
+                            const std::string& mode, const BenchPrompt& prompt,
+                            double scd_max_kl = 0);
 // Every producer's shaper at `gbps` (inf: unshaped) through the coordinator's
 // Registry.SetLinkShape.
 absl::Status SetCoordinatorShape(const SweepOptions& o, double gbps, bool unannounced = false);

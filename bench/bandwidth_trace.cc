@@ -36,9 +36,12 @@ nlohmann::json Rate(double gbps) {
 // scheduled time: a request started in between still travels at the rate before it.
 class TracePlayer {
  public:
-  TracePlayer(const SweepOptions& o, const std::vector<TraceStep>& trace, absl::Time start)
-      : thread_([this, &o, &trace, start] {
+  // Steps at or before `from_s` (the first included) are the caller's to have set.
+  TracePlayer(const SweepOptions& o, const std::vector<TraceStep>& trace, absl::Time start,
+              double from_s = 0)
+      : thread_([this, &o, &trace, start, from_s] {
           for (size_t i = 1; i < trace.size(); ++i) {
+            if (trace[i].at_s <= from_s) continue;
             if (done_.WaitForNotificationWithDeadline(start + absl::Seconds(trace[i].at_s))) {
               return;
             }
@@ -80,6 +83,57 @@ int StepAt(const std::vector<TraceStep>& applied, double t) {
     if (applied[i].at_s <= t) step = static_cast<int>(i);
   }
   return step;
+}
+
+// What came back for `rec`'s request.
+void FillRecord(const SweepOptions& o, const SweepReply& r, TraceRecord* rec) {
+  rec->ok = r.finished;
+  rec->error = r.error;
+  if (!r.finished) return;
+  rec->mode_used = r.f.mode();
+  rec->choice = ChoiceText(r.started, r.f);
+  rec->ttft_ms = static_cast<double>(r.f.timings().ttft()) / 1e3;
+  rec->predicted_ttft_ms = static_cast<double>(r.f.predicted_ttft_us()) / 1e3;
+  rec->payload_bytes = r.f.payload_bytes();
+  rec->lowered_layers = r.f.lowered_layers_size();
+  rec->expected_kl = r.started.expected_kl();
+  const double slo = o.judge_ttft_ms > 0 ? o.judge_ttft_ms : o.ttft_slo_ms;
+  rec->met_slo = slo > 0 && rec->ttft_ms <= slo;
+}
+
+// The paired replay of auto's records [first, end): each sent again at its instant of `applied`
+// (the steps as auto's pass confirmed them) as the fixed mode auto chose, appended to `records`.
+absl::Status ReplayKept(const SweepOptions& o, const std::vector<TraceStep>& applied,
+                        size_t first, size_t end, std::vector<TraceRecord>* records) {
+  for (size_t i = first; i < end; ++i) {
+    const TraceRecord a = (*records)[i];  // a copy: the vector grows below
+    TraceRecord rec;
+    rec.consumer = a.consumer;
+    rec.mode = kKeptReplayMode;
+    rec.prompt = a.prompt;
+    rec.replay_of = static_cast<int>(i);
+    rec.start_s = a.start_s;
+    rec.step = a.step;
+    rec.gbps_start = a.gbps_start;
+    if (!a.ok) {
+      rec.error = "not replayed: auto's request failed";
+      records->push_back(std::move(rec));
+      continue;
+    }
+    if (absl::Status s = SetCoordinatorShape(o, a.gbps_start, o.trace_unannounced); !s.ok()) {
+      return s;
+    }
+    const absl::Time start = absl::Now() - absl::Seconds(a.start_s);
+    TracePlayer player(o, applied, start, a.start_s);
+    const SweepReply r = SendSweepRequest(o, a.consumer, a.mode_used, o.prompts[a.prompt],
+                                          a.mode_used == "scd" ? a.expected_kl : 0);
+    rec.end_s = absl::ToDoubleSeconds(absl::Now() - start);
+    if (absl::Status s = player.Stop(); !s.ok()) return s;
+    FillRecord(o, r, &rec);
+    rec.gbps_end = RateAt(applied, rec.end_s);
+    records->push_back(std::move(rec));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -131,10 +185,14 @@ absl::StatusOr<std::vector<TraceRecord>> RunBandwidthTrace(const SweepOptions& o
         "the trace needs steps, modes, consumers, prompts and a hold >= 0");
   }
   if (absl::Status s = ValidateSweepModes(o.modes); !s.ok()) return s;
+  const bool replay = o.trace_paired;
+  if (replay && std::find(o.modes.begin(), o.modes.end(), "auto") == o.modes.end()) {
+    return absl::InvalidArgumentError("the paired replay replays auto's requests: --modes auto");
+  }
   const double duration = trace.back().at_s + hold_s;
   std::vector<TraceRecord> records;
   int done = 0;
-  const int total = static_cast<int>(o.consumers.size() * o.modes.size());
+  const int total = static_cast<int>(o.consumers.size() * (o.modes.size() + replay));
   for (const std::string& consumer : o.consumers) {
     for (const std::string& mode : o.modes) {
       if (o.on_progress) o.on_progress(done++, total, absl::StrCat(consumer, " ", mode));
@@ -151,18 +209,7 @@ absl::StatusOr<std::vector<TraceRecord>> RunBandwidthTrace(const SweepOptions& o
         rec.start_s = since();
         const SweepReply r = SendSweepRequest(o, consumer, mode, o.prompts[rec.prompt]);
         rec.end_s = since();
-        rec.ok = r.finished;
-        rec.error = r.error;
-        if (r.finished) {
-          rec.mode_used = r.f.mode();
-          rec.choice = ChoiceText(r.started, r.f);
-          rec.ttft_ms = static_cast<double>(r.f.timings().ttft()) / 1e3;
-          rec.predicted_ttft_ms = static_cast<double>(r.f.predicted_ttft_us()) / 1e3;
-          rec.payload_bytes = r.f.payload_bytes();
-          rec.lowered_layers = r.f.lowered_layers_size();
-          const double slo = o.judge_ttft_ms > 0 ? o.judge_ttft_ms : o.ttft_slo_ms;
-          rec.met_slo = slo > 0 && rec.ttft_ms <= slo;
-        }
+        FillRecord(o, r, &rec);
         records.push_back(std::move(rec));
       }
       if (absl::Status s = player.Stop(); !s.ok()) return s;
@@ -173,6 +220,13 @@ absl::StatusOr<std::vector<TraceRecord>> RunBandwidthTrace(const SweepOptions& o
         rec.step = StepAt(applied, rec.start_s);
         rec.gbps_start = applied[static_cast<size_t>(rec.step)].gbps;
         rec.gbps_end = applied[static_cast<size_t>(StepAt(applied, rec.end_s))].gbps;
+      }
+      if (replay && mode == "auto") {
+        if (o.on_progress) {
+          o.on_progress(done++, total, absl::StrCat(consumer, " ", kKeptReplayMode));
+        }
+        const size_t end = records.size();
+        if (absl::Status s = ReplayKept(o, applied, first, end, &records); !s.ok()) return s;
       }
     }
   }
@@ -193,6 +247,7 @@ std::string TraceJsonl(const std::vector<TraceRecord>& records) {
         {"gbps_end", Rate(r.gbps_end)}, {"ttft_ms", r.ttft_ms},
         {"predicted_ttft_ms", r.predicted_ttft_ms}, {"payload_bytes", r.payload_bytes},
         {"lowered_layers", r.lowered_layers}, {"met_slo", r.met_slo},
+        {"expected_kl", r.expected_kl},       {"replay_of", r.replay_of},
     };
     absl::StrAppend(&out, j.dump(), "\n");
   }
@@ -236,6 +291,48 @@ std::string TraceSummaryCsv(const std::vector<TraceRecord>& records,
                             met_slo, lowered,
                             absl::StrJoin(choices, "; ", absl::PairFormatter(": ")));
     }
+  }
+  return out;
+}
+
+std::string TracePairsCsv(const std::vector<TraceRecord>& records) {
+  std::string out =
+      "consumer,pairs,point_pairs,same_point,within_adapted,within_kept,point_within_adapted,"
+      "point_within_kept,point_lowered,point_ttft_ms_adapted,point_ttft_ms_kept,"
+      "point_bytes_adapted,point_bytes_kept\n";
+  struct Tally {
+    int pairs = 0, point_pairs = 0, same_point = 0, within[2] = {0, 0}, point_within[2] = {0, 0};
+    int lowered = 0;
+    std::vector<double> ttft[2], bytes[2];
+  };
+  std::map<std::string, Tally> by_consumer;
+  std::vector<std::string> order;
+  for (const TraceRecord& b : records) {
+    if (b.replay_of < 0 || static_cast<size_t>(b.replay_of) >= records.size()) continue;
+    const TraceRecord& a = records[static_cast<size_t>(b.replay_of)];
+    if (!a.ok || !b.ok) continue;
+    if (!by_consumer.count(b.consumer)) order.push_back(b.consumer);
+    Tally& t = by_consumer[b.consumer];
+    ++t.pairs;
+    const TraceRecord* both[2] = {&a, &b};
+    const bool point = a.mode_used == "scd";
+    t.point_pairs += point;
+    t.same_point += point && a.choice == b.choice;
+    t.lowered += point && a.lowered_layers > 0;
+    for (int k = 0; k < 2; ++k) {
+      t.within[k] += both[k]->met_slo;
+      if (!point) continue;
+      t.point_within[k] += both[k]->met_slo;
+      t.ttft[k].push_back(both[k]->ttft_ms);
+      t.bytes[k].push_back(static_cast<double>(both[k]->payload_bytes));
+    }
+  }
+  for (const std::string& consumer : order) {
+    const Tally& t = by_consumer[consumer];
+    absl::StrAppendFormat(&out, "%s,%d,%d,%d,%d,%d,%d,%d,%d,%.1f,%.1f,%.0f,%.0f\n", consumer,
+                          t.pairs, t.point_pairs, t.same_point, t.within[0], t.within[1],
+                          t.point_within[0], t.point_within[1], t.lowered, Median(t.ttft[0]),
+                          Median(t.ttft[1]), Median(t.bytes[0]), Median(t.bytes[1]));
   }
   return out;
 }

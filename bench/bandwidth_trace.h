@@ -6,7 +6,8 @@
 // (bench/plot_trace.py) draws every mode's TTFT against time over the trace's rate.
 // Trace file: one step per line, "SECONDS GBPS" (time from the start; GBPS a rate > 0 or inf:
 // unshaped), ascending, the first at 0; '#' starts a comment. The run lasts until the last step
-// plus `hold_s`.
+// plus `hold_s`. With SweepOptions.trace_paired, auto's requests are replayed at the same
+// instants of the trace with auto's choice kept at its ranks (TracePairsCsv compares the two).
 // Thread-safety: RunBandwidthTrace is reentrant; one request at a time.
 #ifndef SCD_BENCH_BANDWIDTH_TRACE_H_
 #define SCD_BENCH_BANDWIDTH_TRACE_H_
@@ -43,7 +44,13 @@ struct TraceRecord {
   uint64_t payload_bytes = 0;
   int lowered_layers = 0;  // layers the producer sent below the choice's ranks (adaptation)
   bool met_slo = false;    // ttft_ms within o.judge_ttft_ms, else o.ttft_slo_ms (false: none)
+  double expected_kl = 0;  // the frontier's KL of the point sent (Started.expected_kl; 0: none)
+  // auto-kept-replay: the index (in the returned records) of auto's request it replays.
+  int replay_of = -1;
 };
+
+// The mode of a paired replay's records.
+inline constexpr char kKeptReplayMode[] = "auto-kept-replay";
 
 // Uses o.server, o.control, o.secret, o.consumers, o.modes, o.prompts, o.max_tokens (and auto's
 // max_kl / ttft_slo_ms); the link is left unshaped at the end. INVALID_ARGUMENT: an empty trace,
@@ -53,6 +60,12 @@ absl::StatusOr<std::vector<TraceRecord>> RunBandwidthTrace(const SweepOptions& o
                                                           double hold_s);
 
 std::string TraceJsonl(const std::vector<TraceRecord>& records);
+// The paired replay against auto's pass, per consumer, with a header: pairs (both ended), those
+// where auto sent a point and where the replay sent the same one, requests within the TTFT
+// objective adapted / kept over all pairs and over the point pairs, point pairs with lowered
+// layers, and the point pairs' median TTFT and bytes each way. Empty (header only) without a
+// replay.
+std::string TracePairsCsv(const std::vector<TraceRecord>& records);
 // Per (consumer, mode, trace step): requests started while it was in force, failures, median TTFT,
 // median predicted TTFT, requests within the TTFT SLO and with lowered layers, the choices made;
 // with a header.

@@ -15,7 +15,7 @@
 //                   [--bandwidths 0.01,0.1,1,10,100,inf] [--latency-us U]
 //                   [--modes local,raw,int4,recompute,reuse,scd,auto,auto-keep] [--max-kl K]
 //                   [--ttft-slo-ms MS] [--bandwidth-trace FILE [--trace-hold S] [--judge-ttft-ms MS]
-//                   [--trace-unannounced]]
+//                   [--trace-unannounced] [--trace-paired]]
 //                   [--prompts FILE [--prompt-words W] | --prompt-len T [--vocab-size V]]
 //                   [--num-prompts N]
 //                   [--max-tokens M] [--compute-scale GPU_TOKENS_PER_S] --out DIR
@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -243,6 +244,11 @@ absl::Status RunTrace(const SweepFlags& flags, SweepOptions o) {
   const std::string csv = TraceSummaryCsv(records, trace);
   std::ofstream(flags.out + "/trace.csv") << csv;
   std::fputs(csv.c_str(), stdout);
+  if (o.trace_paired) {
+    const std::string pairs = TracePairsCsv(records);
+    std::ofstream(flags.out + "/trace_pairs.csv") << pairs;
+    std::fputs(pairs.c_str(), stdout);
+  }
   return RunPlotScript("plot_trace.py", {flags.out});
 }
 
@@ -269,6 +275,13 @@ absl::Status RunSweep(SweepFlags& flags) {
   if (!flags.bandwidth_trace.empty() && netns) {
     return absl::InvalidArgumentError(
         "--bandwidth-trace replays through the producers' shapers: --link shaper only");
+  }
+  if (o.trace_paired &&
+      (flags.bandwidth_trace.empty() ||
+       std::find(o.modes.begin(), o.modes.end(), "auto") == o.modes.end())) {
+    return absl::InvalidArgumentError(
+        "--trace-paired replays auto's requests over the trace: give --bandwidth-trace and "
+        "--modes with auto");
   }
   if (netns && flags.producer.empty()) {
     return absl::InvalidArgumentError("--link netns starts its own nodes: give --producer");
@@ -470,6 +483,10 @@ int Main(int argc, char** argv) {
   w->add_flag("--trace-unannounced", sweep.options.trace_unannounced,
               "with --bandwidth-trace: steps after the first shape the link without the "
               "coordinator planning with them (it learns the rate from completed transfers)");
+  w->add_flag("--trace-paired", sweep.options.trace_paired,
+              "with --bandwidth-trace and --modes auto: replay each of auto's requests at the "
+              "same instant of the trace with its choice kept at its ranks (no adaptation); "
+              "trace_pairs.csv compares the two");
   CLI::Option* wfile = w->add_option("--prompts", sweep.prompts_file, "prompts, one per line");
   w->add_option("--prompt-words", sweep.prompt_words,
                 "with --prompts: cut the file's text into prompts of W words instead")

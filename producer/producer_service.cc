@@ -31,7 +31,8 @@ struct OpenTarget {
   std::unique_ptr<CodeEncoder> encoder;
   std::shared_ptr<transport::SendSession> session;
   absl::Status status;
-  transport::LinkShape shape;  // the link its session travels on
+  transport::LinkShape shape;  // the link its session travels on (at its start)
+  std::string address;         // the consumer's transfer address
   int64_t begin = 0;           // the first position sent (the consumer holds the rest)
   TransferOptions options;     // the node's, at the target's frontier point when it has one
   AdaptBudget adapt;           // none unless the target asks for adaptation
@@ -90,7 +91,8 @@ std::vector<uint64_t> ProducerControlService::CachedBlocks(size_t max) const {
 namespace {
 
 bool SameShape(const transport::LinkShape& a, const transport::LinkShape& b) {
-  return a.gbps == b.gbps && a.latency == b.latency && a.burst_bytes == b.burst_bytes;
+  return a.gbps == b.gbps && a.latency == b.latency && a.burst_bytes == b.burst_bytes &&
+         a.reshapable == b.reshapable;
 }
 
 }  // namespace
@@ -132,8 +134,18 @@ grpc::Status ProducerControlService::SetLinkShape(grpc::ServerContext* context,
     }
     shape_.gbps = request->shape().gbps();
     shape_.latency = absl::Microseconds(request->shape().latency_us());
-    spdlog::info("link shape set: {} Gbit/s (0: unlimited), {} us", shape_.gbps,
-                 request->shape().latency_us());
+    shape_.reshapable = true;  // once shaped, every link may be reshaped under way
+    // Transfers under way slow down or speed up at once, as on a real link; a connection opened
+    // unshaped cannot be and is replaced at its next session (Connection).
+    int reshaped = 0;
+    for (auto& [address, cached] : connections_) {
+      if (cached.connection->Reshape(shape_).ok()) {
+        cached.shape = shape_;
+        ++reshaped;
+      }
+    }
+    spdlog::info("link shape set: {} Gbit/s (0: unlimited), {} us; {} open connection(s) reshaped",
+                 shape_.gbps, request->shape().latency_us(), reshaped);
   }
   shape->set_gbps(shape_.gbps);
   shape->set_latency_us(absl::ToDoubleMicroseconds(shape_.latency));
@@ -238,8 +250,9 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
           v1::TransferHeader header,
           StreamHeader(*o.encoder, config, static_cast<int64_t>(prefix.size()), identity, o.begin));
       header.set_adaptive(o.adapt.enabled());
+      o.address = target.transfer_address();
       SCD_ASSIGN_OR_RETURN(std::shared_ptr<transport::TransferConnection> connection,
-                           Connection(target.transfer_address(), &o.shape));
+                           Connection(o.address, &o.shape));
       SCD_ASSIGN_OR_RETURN(o.session, connection->StartSession(std::move(header), deadline));
       return absl::OkStatus();
     }();
@@ -332,9 +345,16 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
   }
   for (const OpenTarget& o : open) {
     if (o.session == nullptr) continue;
-    if (o.shape.enabled()) {
-      response->mutable_link()->set_gbps(o.shape.gbps);
-      response->mutable_link()->set_latency_us(absl::ToDoubleMicroseconds(o.shape.latency));
+    // The link as it is at the end (a reshape reaches sessions under way), else at the start.
+    transport::LinkShape link = o.shape;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = connections_.find(o.address);
+      if (it != connections_.end()) link = it->second.shape;
+    }
+    if (link.enabled()) {
+      response->mutable_link()->set_gbps(link.gbps);
+      response->mutable_link()->set_latency_us(absl::ToDoubleMicroseconds(link.latency));
     }
     break;
   }

@@ -218,6 +218,48 @@ TEST(BandwidthTraceTest, ReplaysTheRateChangesDuringTheRun) {
   EXPECT_GT(slow, 0);
 }
 
+// The paired replay: every auto request sent again at the same instant of the trace as the
+// fixed mode auto chose, linked to it, and compared in trace_pairs.csv.
+TEST(BandwidthTraceTest, PairedReplaySendsAutosChoiceAtTheSameInstants) {
+  testing::TempDir temp;
+  const std::string out = temp.File("paired");
+  testing::WriteFile(temp.File("trace.txt"), "0 inf\n1 0.001\n");
+  const testing::CommandResult run =
+      SweepCopy("--modes auto --trace-paired --bandwidth-trace " + temp.File("trace.txt") +
+                " --trace-hold 1 --prompt-len 200 --num-prompts 2 --max-tokens 2 "
+                "--judge-ttft-ms 60000 --quiet --out " + out);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::vector<nlohmann::json> records;
+  std::ifstream in(out + "/trace.jsonl");
+  for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
+  int autos = 0, replays = 0;
+  for (const nlohmann::json& r : records) {
+    ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+    if (r["mode"] == "auto") {
+      ++autos;
+      EXPECT_EQ(r["replay_of"], -1);
+      continue;
+    }
+    ASSERT_EQ(r["mode"], "auto-kept-replay") << r.dump();
+    ++replays;
+    const int of = r["replay_of"].get<int>();
+    ASSERT_GE(of, 0);
+    ASSERT_LT(of, static_cast<int>(records.size()));
+    const nlohmann::json& a = records[static_cast<size_t>(of)];
+    EXPECT_EQ(a["mode"], "auto");
+    EXPECT_EQ(r["start_s"], a["start_s"]);
+    EXPECT_EQ(r["prompt"], a["prompt"]);
+    EXPECT_EQ(r["step"], a["step"]);
+    EXPECT_EQ(r["mode_used"], a["mode_used"]) << r.dump() << " replays " << a.dump();
+    EXPECT_TRUE(r["met_slo"].get<bool>());
+  }
+  EXPECT_GT(autos, 1);
+  EXPECT_EQ(replays, autos);
+  const std::string pairs = testing::ReadFile(out + "/trace_pairs.csv");
+  EXPECT_THAT(pairs, HasSubstr("consumer,pairs,point_pairs,"));
+  EXPECT_THAT(pairs, HasSubstr("\ncopy," + std::to_string(autos) + ","));
+}
+
 TEST(BandwidthSweepTest, BadInputIsOneLineAndExitOne) {
   testing::TempDir temp;
   const testing::CommandResult run = testing::RunCommand(
@@ -229,6 +271,10 @@ TEST(BandwidthSweepTest, BadInputIsOneLineAndExitOne) {
       SweepCopy("--modes raw,fast --prompt-len 8 --out " + temp.File("b"));
   EXPECT_EQ(modes.exit_code, 1);
   EXPECT_THAT(modes.err, HasSubstr("unknown mode 'fast'"));
+  const testing::CommandResult paired =
+      SweepCopy("--modes raw --trace-paired --prompt-len 8 --out " + temp.File("d"));
+  EXPECT_EQ(paired.exit_code, 1);
+  EXPECT_THAT(paired.err, HasSubstr("--trace-paired replays auto's requests"));
   // A CPU this process may not run on: refused before any node starts.
   const testing::CommandResult cpus =
       SweepCopy("--prompt-len 8 --producer-cpus 0 --consumer-cpus 1000 --out " + temp.File("c"));

@@ -1,7 +1,8 @@
 // The link shaper: measured goodput through a shaped in-process link is within 5 % of the setting
 // at 0.1, 1 and 10 Gbit/s; latency delays every frame by the setting; control frames
 // overtake queued data frames; a dropped session's queued frames are released at once and the
-// frames behind them move up.
+// frames behind them move up; a new rate reaches the frames already queued (a drop slows them, a
+// rise speeds them), as a real link's rate change reaches a transfer under way.
 #include "transport/link_shaper.h"
 
 #include <gtest/gtest.h>
@@ -143,6 +144,63 @@ TEST(LinkShaperTest, DroppedSessionReleasesItsQueuedFramesAndLaterFramesMoveUp) 
   EXPECT_LE(frames.size(), 2u);
   // Session 2's frame did not wait for the dropped second of session 1's frames.
   EXPECT_LT(absl::Now() - start, absl::Milliseconds(500));
+}
+
+// Sends `frames` x 100 KB through a link shaped at `from_gbps`, switches it to `to_gbps` right
+// after (Link::Reshape), and returns when the last frame arrived and when the switch happened,
+// since the first send.
+struct ReshapeRun {
+  absl::Duration switched, last;
+};
+ReshapeRun RunReshape(double from_gbps, double to_gbps, int frames) {
+  FrameRecorder recorder, unused;
+  auto transport = *CreateTransport({});
+  auto listener = *transport->Listen("shaper-reshape:0");
+  LinkShape shape;
+  shape.gbps = from_gbps;
+  auto sender = ShapeLink(*transport->Connect(listener->address(), absl::Seconds(1)), shape);
+  auto receiver = *listener->Accept(absl::Seconds(1));
+  receiver->Start(&recorder);
+  sender->Start(&unused);
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < frames; ++i) {
+    EXPECT_TRUE(sender->Send(MakeFrame(FrameType::kChunk, 1, "", std::string(100000, 'd'))).ok());
+  }
+  shape.gbps = to_gbps;
+  EXPECT_TRUE(sender->Reshape(shape).ok());
+  ReshapeRun run;
+  run.switched = absl::Now() - start;
+  EXPECT_TRUE(recorder.WaitForFrames(frames, absl::Seconds(30)));
+  run.last = absl::Now() - start;
+  return run;
+}
+
+TEST(LinkShaperTest, ARateChangeReachesTheFramesAlreadyQueued) {
+  // 500 KB queued at 2 MB/s (~220 ms of bucket), then the rate drops 10x: what the old rate had
+  // not released by the switch (at most the 64 KiB burst plus the switch's time at 2 MB/s) goes
+  // at 200 KB/s. Without the re-timing every frame would be through at ~220 ms.
+  constexpr double kFast = 0.016, kSlow = 0.0016;  // Gbit/s
+  constexpr int kFrames = 5;
+  constexpr double kTotal = kFrames * 100000.0, kBurst = 64 * 1024.0;
+  const ReshapeRun drop = RunReshape(kFast, kSlow, kFrames);
+  // (A switch measured late only lowers this floor: it counts more bytes as gone at the old rate.)
+  const double gone = kBurst + absl::ToDoubleSeconds(drop.switched) * kFast * 1e9 / 8;
+  const double floor_s =
+      absl::ToDoubleSeconds(drop.switched) + std::max(0.0, kTotal - gone) / (kSlow * 1e9 / 8);
+  std::printf("drop: switched at %s, last frame at %s (floor %.3f s)\n",
+              absl::FormatDuration(drop.switched).c_str(), absl::FormatDuration(drop.last).c_str(),
+              floor_s);
+  ASSERT_LT(drop.switched, absl::Milliseconds(150)) << "the sends took most of the old schedule";
+  EXPECT_GE(absl::ToDoubleSeconds(drop.last), floor_s - 1e-3);
+  EXPECT_GE(drop.last, absl::Seconds(1));  // never the old rate's ~220 ms
+  // The whole transfer at the slow rate is the most it can take (plus wake-up slack).
+  EXPECT_LE(drop.last, absl::Seconds(kTotal / (kSlow * 1e9 / 8)) + absl::Milliseconds(500));
+
+  // The other way: queued at 200 KB/s (~2.2 s of bucket), then 10x faster: through in ~220 ms.
+  const ReshapeRun rise = RunReshape(kSlow, kFast, kFrames);
+  std::printf("rise: switched at %s, last frame at %s\n",
+              absl::FormatDuration(rise.switched).c_str(), absl::FormatDuration(rise.last).c_str());
+  EXPECT_LE(rise.last, absl::Milliseconds(1200));
 }
 
 }  // namespace

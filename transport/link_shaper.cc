@@ -2,7 +2,9 @@
 // at which it is next empty ("free_at"): a data frame of n bytes leaves at
 // max(now - burst time, free_at) + n / rate, which is a token bucket of depth `burst_bytes` whose
 // tokens may go into debt by one frame. Frames wait in a LaneQueue: control frames skip the bucket
-// and never wait behind data.
+// and never wait behind data. A new rate (Reshape) stretches or shrinks what is left of the
+// bucket's schedule by old rate / new rate from that instant: the bytes not yet released go at
+// the new rate, as on a real link whose rate drops under a transfer.
 #include "transport/link_shaper.h"
 
 #include <deque>
@@ -41,7 +43,7 @@ class ShapedLink : public LinkWrapper {
       free_at_ = std::max(free_at_, earliest) + ByteTime(frame.wire_bytes());
       due = std::max(now, free_at_);
     }
-    queue_.Push({due + shape_.latency, std::move(frame)});
+    queue_.Push({due + shape_.latency, due, std::move(frame)});
     changed_ = true;
     return absl::OkStatus();
   }
@@ -56,13 +58,35 @@ class ShapedLink : public LinkWrapper {
       size_t bytes = 0;
       dropped = queue_.DropSession(
           session_id, [](const Due&) { return false; },
-          [this](Due& kept, size_t dropped_bytes) { kept.at -= ByteTime(dropped_bytes); }, &bytes);
+          [this](Due& kept, size_t dropped_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+            kept.at -= ByteTime(dropped_bytes);
+            kept.left_bucket -= ByteTime(dropped_bytes);
+          },
+          &bytes);
       if (!dropped.empty()) {
         free_at_ -= ByteTime(bytes);
         changed_ = true;
       }
     }
     LinkWrapper::DropSession(session_id);
+  }
+
+  absl::Status Reshape(const LinkShape& shape) override {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    // Each byte's time at the new rate against the old (0: to unlimited; from unlimited nothing
+    // waits in the bucket).
+    const double stretch = shape.gbps <= 0 ? 0 : shape_.gbps <= 0 ? 1 : shape_.gbps / shape.gbps;
+    auto retime = [&](absl::Time t) { return t > now ? now + (t - now) * stretch : t; };
+    for (Due& due : queue_.data()) {
+      const absl::Time left = retime(due.left_bucket);
+      due.at += left - due.left_bucket;  // the latency it was queued with stays
+      due.left_bucket = left;
+    }
+    free_at_ = retime(free_at_);
+    shape_ = shape;
+    changed_ = true;
+    return absl::OkStatus();
   }
 
   void Close() override {
@@ -76,6 +100,7 @@ class ShapedLink : public LinkWrapper {
   }
 
   std::string Describe() const override {
+    absl::MutexLock lock(&mu_);
     return absl::StrCat(LinkWrapper::Describe(),
                         absl::StrFormat(" shaped %.3g Gbit/s +%s", shape_.gbps,
                                         absl::FormatDuration(shape_.latency)));
@@ -83,12 +108,13 @@ class ShapedLink : public LinkWrapper {
 
  private:
   struct Due {
-    absl::Time at;
+    absl::Time at;           // delivered to the inner link
+    absl::Time left_bucket;  // through the bucket (at less the latency)
     Frame frame;
   };
 
   // How long `bytes` take at the shaped rate (zero when the rate is unlimited).
-  absl::Duration ByteTime(size_t bytes) const {
+  absl::Duration ByteTime(size_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (shape_.gbps <= 0) return absl::ZeroDuration();
     return absl::Seconds(static_cast<double>(bytes) * 8.0 / (shape_.gbps * 1e9));
   }
@@ -120,8 +146,8 @@ class ShapedLink : public LinkWrapper {
     }
   }
 
-  const LinkShape shape_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
+  LinkShape shape_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool changed_ ABSL_GUARDED_BY(mu_) = false;
@@ -133,7 +159,7 @@ class ShapedLink : public LinkWrapper {
 }  // namespace
 
 std::unique_ptr<Link> ShapeLink(std::unique_ptr<Link> inner, LinkShape shape) {
-  if (!shape.enabled()) return inner;
+  if (!shape.enabled() && !shape.reshapable) return inner;
   return std::make_unique<ShapedLink>(std::move(inner), shape);
 }
 

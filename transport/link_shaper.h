@@ -18,10 +18,14 @@ struct LinkShape {
   double gbps = 0;  // 0 = unlimited
   absl::Duration latency = absl::ZeroDuration();
   size_t burst_bytes = size_t{64} << 10;
+  // Wrap the link even while the shape is disabled, so that a later Link::Reshape reaches it
+  // (a link that may be shaped during its life: a bench's rate trace).
+  bool reshapable = false;
   bool enabled() const { return gbps > 0 || latency > absl::ZeroDuration(); }
 };
 
-// Wraps `inner`; what is sent through the result is shaped (what arrives is not).
+// Wraps `inner` (unless the shape is disabled and not reshapable); what is sent through the
+// result is shaped (what arrives is not).
 std::unique_ptr<Link> ShapeLink(std::unique_ptr<Link> inner, LinkShape shape);
 
 }  // namespace scd::transport

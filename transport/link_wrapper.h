@@ -21,6 +21,7 @@ class LinkWrapper : public Link {
   absl::Status Send(Frame frame) override { return inner_->Send(std::move(frame)); }
   void Close() override { inner_->Close(); }
   void DropSession(uint64_t session_id) override { inner_->DropSession(session_id); }
+  absl::Status Reshape(const LinkShape& shape) override { return inner_->Reshape(shape); }
   std::string Describe() const override { return inner_->Describe(); }
 
  protected:

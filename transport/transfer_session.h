@@ -142,6 +142,9 @@ class TransferConnection : public LinkHandler,
   // Closes the link; open sessions end kCancelled.
   void Close();
   bool alive() const;
+  // The link's shape from now on, for the frames it still holds too (Link::Reshape);
+  // UNIMPLEMENTED when the connection was opened unshaped (ConnectionOptions.shape disabled).
+  absl::Status Reshape(const LinkShape& shape) { return link_->Reshape(shape); }
   // Sessions not yet ended, both directions.
   size_t open_sessions() const;
   const std::string& describe() const { return describe_; }

@@ -33,6 +33,8 @@
 
 namespace scd::transport {
 
+struct LinkShape;  // link_shaper.h
+
 // What a backend can do; callers pick behaviour from this, never from the backend's name.
 struct Capabilities {
   std::string backend;               // "inproc", "grpc", "ucx"
@@ -69,6 +71,13 @@ class Link {
   // control frame still go (the peer learns of the session, then of its end). Decorators pass the
   // call on to the link they wrap (LinkWrapper); a backend with nothing queued ignores it.
   virtual void DropSession(uint64_t /*session_id*/) {}
+  // The link's shape from now on, for what it still holds too: a shaped link (link_shaper.h)
+  // re-times the data frames its bucket has not yet released at the new rate, as a real link's
+  // rate drop slows a transfer already under way. Decorators pass the call on (LinkWrapper);
+  // UNIMPLEMENTED for a link that is not shaped.
+  virtual absl::Status Reshape(const LinkShape& /*shape*/) {
+    return absl::UnimplementedError("the link is not shaped");
+  }
   // "ucx 127.0.0.1:40123 (tcp)" and the like, for logs.
   virtual std::string Describe() const = 0;
 };
