@@ -13,14 +13,20 @@
 namespace scd::producer {
 namespace {
 
-// Keeps a chunk's bytes alive while the transport holds them, counted in `held`.
+// Keeps a chunk's bytes alive while the transport holds them, counted in `held` and `queued`
+// (either may be null).
 class HeldChunk {
  public:
-  HeldChunk(std::shared_ptr<const void> owner, uint64_t size, std::atomic<uint64_t>* held)
-      : owner_(std::move(owner)), size_(size), held_(held) {
-    held_->fetch_add(size_);
+  HeldChunk(std::shared_ptr<const void> owner, uint64_t size, std::atomic<uint64_t>* held,
+            std::shared_ptr<ByteGauge> queued)
+      : owner_(std::move(owner)), size_(size), held_(held), queued_(std::move(queued)) {
+    if (held_ != nullptr) held_->fetch_add(size_);
+    if (queued_ != nullptr) queued_->Add(size_);
   }
-  ~HeldChunk() { held_->fetch_sub(size_); }
+  ~HeldChunk() {
+    if (held_ != nullptr) held_->fetch_sub(size_);
+    if (queued_ != nullptr) queued_->Release(size_);
+  }
   HeldChunk(const HeldChunk&) = delete;
   HeldChunk& operator=(const HeldChunk&) = delete;
 
@@ -28,6 +34,7 @@ class HeldChunk {
   std::shared_ptr<const void> owner_;
   const uint64_t size_;
   std::atomic<uint64_t>* const held_;
+  const std::shared_ptr<ByteGauge> queued_;
 };
 
 // The link time the in-flight window holds: long enough that waking to hand the next piece over
@@ -45,12 +52,43 @@ bool Pieceable(const CodeChunk& chunk) {
 
 }  // namespace
 
+void ByteGauge::Add(size_t bytes) {
+  absl::MutexLock lock(&mu_);
+  bytes_ += bytes;
+}
+
+void ByteGauge::Release(size_t bytes) {
+  absl::MutexLock lock(&mu_);
+  bytes_ -= std::min(bytes_, bytes);
+}
+
+size_t ByteGauge::bytes() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
+}
+
+size_t ByteGauge::AwaitAtMost(size_t bytes) {
+  absl::MutexLock lock(&mu_);
+  auto drained = [this, bytes]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopped_ || bytes_ <= bytes;
+  };
+  mu_.Await(absl::Condition(&drained));
+  return bytes_;
+}
+
+void ByteGauge::Stop() {
+  absl::MutexLock lock(&mu_);
+  stopped_ = true;
+}
+
 absl::Status SendCodeChunk(transport::SendSession& session, const CodeChunk& chunk,
-                           std::atomic<uint64_t>* held, int64_t* bytes) {
+                           std::atomic<uint64_t>* held, int64_t* bytes,
+                           std::shared_ptr<ByteGauge> queued) {
   FramedChunk framed = FrameChunk(chunk);
   *bytes += static_cast<int64_t>(framed.size);
-  if (held != nullptr) {
-    framed.owner = std::make_shared<HeldChunk>(std::move(framed.owner), framed.size, held);
+  if (held != nullptr || queued != nullptr) {
+    framed.owner = std::make_shared<HeldChunk>(std::move(framed.owner), framed.size, held,
+                                               std::move(queued));
   }
   return session.SendChunk(std::move(framed.meta),
                            transport::Payload(framed.data, framed.size, std::move(framed.owner)));
@@ -81,8 +119,9 @@ AdaptiveSender::~AdaptiveSender() {
     absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  // A wait on the link ends with the session.
+  // A wait on the link ends with the session (its queued frames are dropped) or here.
   session_->Cancel("the producer stopped before its codes were sent");
+  queued_->Stop();
   thread_.join();
 }
 
@@ -134,9 +173,10 @@ void AdaptiveSender::Run() {
 }
 
 size_t AdaptiveSender::AwaitLink() {
-  size_t inflight = session_->inflight_bytes();
-  const size_t window = Window(governor_.goodput(), options_.max_window);
-  if (inflight > window) inflight = session_->AwaitInflightAtMost(window, absl::InfiniteFuture());
+  // What this side still holds, not what the consumer has yet to take: a consumer rebuilding a
+  // layer between takes leaves the link free, and its pace is not the link's. (Over the
+  // in-process backend, which hands the payload itself to the receiver, the two are one.)
+  const size_t inflight = queued_->AwaitAtMost(Window(governor_.goodput(), options_.max_window));
   const absl::Time now = absl::Now();
   // Bytes still in flight: the link was busy since the last hand-over, so what drained is its rate.
   if (handed_ != absl::InfinitePast() && inflight > 0 && inflight_after_ > inflight) {
@@ -203,10 +243,10 @@ absl::Status AdaptiveSender::SendLayer(const Layer& l) {
       if (report_.chunks == 0) report_.first_chunk = absl::Now();
       ++report_.chunks;
       SCD_RETURN_IF_ERROR(
-          SendCodeChunk(*session_, chunk, options_.held_payload_bytes, &report_.bytes));
+          SendCodeChunk(*session_, chunk, options_.held_payload_bytes, &report_.bytes, queued_));
     }
     handed_ = absl::Now();
-    inflight_after_ = session_->inflight_bytes();
+    inflight_after_ = queued_->bytes();
     pos += rows;
   }
   if (lowered) report_.lowered.push_back(l.layer);

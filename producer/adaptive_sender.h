@@ -2,7 +2,9 @@
 // The forward pass hands it each layer's chunks at the plan's ranks and goes on computing; a
 // thread of its own hands them to the transfer session in pieces of positions, each only once
 // the link is ready for it (at most a window -- about 20 ms of the link's goodput, at least
-// 32 KiB -- still in flight), and cuts each piece's codes to the nested rank the running budget
+// 32 KiB -- still queued on this side: handed to the transport and not yet let go of, so a
+// consumer busy rebuilding between takes holds nothing up), and cuts each piece's codes to the
+// nested rank the running budget
 // allows at that moment. So a link that drops mid-layer is noticed within a window's drain, not
 // after the layer, and the pass itself is never held by the link. Raw payloads and codes whose
 // packing is not per position (int4 of a rank that is no multiple of 32) go whole with a layer's
@@ -31,10 +33,28 @@
 
 namespace scd::producer {
 
-// Frames `chunk` and hands it to `session`; its bytes are counted in `held` (may be null) until
-// the transport lets go of them. Adds the framed size to `*bytes`.
+// Bytes handed to a transport that it has not yet let go of (queued at the shaper or in the
+// backend's writer: not yet on the wire), and a wait for them to drain. Thread-safe.
+class ByteGauge {
+ public:
+  void Add(size_t bytes);
+  void Release(size_t bytes);
+  size_t bytes() const;
+  // Waits until at most `bytes` are held or Stop was called; returns what is held then.
+  size_t AwaitAtMost(size_t bytes);
+  void Stop();
+
+ private:
+  mutable absl::Mutex mu_;
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Frames `chunk` and hands it to `session`; its bytes are counted in `held` and `queued` (either
+// may be null) until the transport lets go of them. Adds the framed size to `*bytes`.
 absl::Status SendCodeChunk(transport::SendSession& session, const CodeChunk& chunk,
-                           std::atomic<uint64_t>* held, int64_t* bytes);
+                           std::atomic<uint64_t>* held, int64_t* bytes,
+                           std::shared_ptr<ByteGauge> queued = nullptr);
 
 class AdaptiveSender {
  public:
@@ -76,10 +96,11 @@ class AdaptiveSender {
   void Run();
   absl::Status SendLayer(const Layer& layer);
   // Waits until the link is ready for the next piece and learns its goodput from the drain since
-  // the last one; returns the bytes in flight then.
+  // the last one; returns the bytes still queued on this side then.
   size_t AwaitLink();
 
   const std::shared_ptr<transport::SendSession> session_;
+  const std::shared_ptr<ByteGauge> queued_ = std::make_shared<ByteGauge>();
   const Options options_;
   const int layers_;
   RankGovernor governor_;  // the sending thread's

@@ -1,7 +1,9 @@
 // AdaptiveSender: the in-flight window against its formula, and a layer handed over in pieces of
 // positions over a real (in-process, shaped) transport -- consecutive, covering every position,
 // each piece's codes the rows of the layer's, the first at the plan's rank and, once the drain
-// shows the link cannot meet the budget, lower; raw payloads whole with the first piece.
+// shows the link cannot meet the budget, lower; raw payloads whole with the first piece. A consumer
+// that takes nothing for a while (busy rebuilding) neither holds the link nor lowers the ranks:
+// the window counts what this side still holds, over gRPC as in a deployment.
 #include "producer/adaptive_sender.h"
 
 #include <ATen/ATen.h>
@@ -97,6 +99,58 @@ TEST(AdaptiveSenderTest, ALayerGoesInPiecesLoweredOnceTheLinkShowsItIsBehind) {
   EXPECT_TRUE(lowered_later);
   EXPECT_EQ(sender.report().lowered, std::vector<int>{0});
   EXPECT_EQ(sender.report().chunks, static_cast<int64_t>(received.size()));
+}
+
+TEST(AdaptiveSenderTest, AConsumerBusyBetweenTakesNeitherHoldsTheLinkNorLowersTheRanks) {
+  at::manual_seed(6);
+  const at::Tensor key = at::randn({2, 64, 8});
+  const at::Tensor value = at::randn({2, 64, 4});
+  // 100 kB/s, as planned: the 3 kB cross in ~30 ms, well within the 500 ms budget; the consumer
+  // takes its first chunk only after 800 ms. Counting what the consumer has not taken, the
+  // sender would wait for it with a 512-byte window, overrun the budget, and lower the ranks.
+  transport::ConnectionOptions shaped;
+  shaped.shape.gbps = 8e-4;
+  shaped.shape.burst_bytes = 1;
+  testing::SessionPeers peers = testing::ConnectSessions("grpc", {}, shaped);
+  v1::TransferHeader header;
+  header.set_request_id("busy-consumer");
+  header.set_adaptive(true);
+  auto session = testing::Ok(peers.sender->StartSession(header, absl::Seconds(30)));
+  std::vector<CodeChunk> received;
+  std::thread receiver([&] {
+    auto incoming = peers.acceptor->Accept(absl::Seconds(10));
+    ASSERT_TRUE(incoming.ok()) << incoming.status();
+    absl::SleepFor(absl::Milliseconds(800));  // rebuilding something else
+    for (;;) {
+      auto next = (*incoming)->Next(absl::Seconds(30));
+      ASSERT_TRUE(next.ok()) << next.status();
+      if (!next->has_value()) break;
+      received.push_back(testing::Ok(UnframeChunk((**next).meta, (**next).payload.view(), 64)));
+    }
+  });
+  const absl::Time start = absl::Now();
+  AdaptiveSender sender(session, {{absl::Milliseconds(500), 1e5},
+                                  {{2 * 64 * 8 * 2, 2 * 64 * 4 * 2}},
+                                  start,
+                                  nullptr,
+                                  /*max_window=*/512});
+  ASSERT_TRUE(sender.Push(0, {Chunk(PayloadKind::kKeyCode, key), Chunk(PayloadKind::kRawValue,
+                                                                        value)})
+                  .ok());
+  ASSERT_TRUE(sender.Finish().ok());
+  // Every piece handed over long before the consumer woke.
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(600));
+  ASSERT_TRUE(session->Finish().ok());
+  receiver.join();
+  EXPECT_TRUE(sender.report().lowered.empty());
+  ASSERT_GE(received.size(), 3u);  // in pieces: the window held each one back until the last left
+  int64_t due = 0;
+  for (size_t i = 1; i < received.size(); ++i) {
+    EXPECT_EQ(received[i].shape.back(), 8) << "piece " << i;
+    EXPECT_EQ(received[i].token_begin, due) << "piece " << i;
+    due = received[i].token_end;
+  }
+  EXPECT_EQ(due, 64);
 }
 
 }  // namespace
