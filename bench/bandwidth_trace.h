@@ -2,7 +2,8 @@
 // network's does. For each mode in turn the harness replays the trace -- sets every producer's
 // shaper through the coordinator's Registry.SetLinkShape at each step's time -- while it sends
 // requests back to back (the prompts in turn), and records each request's start, the rate in
-// force at its start and its end, its TTFT, and (auto) its choice and prediction. The plot
+// force at its start and its end, its TTFT, and (auto) its choice and prediction; one
+// unrecorded warm-up request per mode goes first, at the trace's first rate. The plot
 // (bench/plot_trace.py) draws every mode's TTFT against time over the trace's rate.
 // Trace file: one step per line, "SECONDS GBPS" (time from the start; GBPS a rate > 0 or inf:
 // unshaped), ascending, the first at 0; '#' starts a comment. The run lasts until the last step
