@@ -36,6 +36,38 @@ CodeChunk Chunk(PayloadKind kind, const at::Tensor& values) {
   return chunk;
 }
 
+// An adaptive session over `backend` whose link is shaped at `gbps` (no burst), and a thread
+// that takes every chunk into `received` after `busy` (a consumer busy before its first take).
+struct AdaptivePeers {
+  testing::SessionPeers peers;
+  std::shared_ptr<transport::SendSession> session;
+  std::thread receiver;
+};
+AdaptivePeers StartAdaptive(const std::string& backend, double gbps, absl::Duration busy,
+                            std::vector<CodeChunk>* received) {
+  transport::ConnectionOptions shaped;
+  shaped.shape.gbps = gbps;
+  shaped.shape.burst_bytes = 1;
+  AdaptivePeers p;
+  p.peers = testing::ConnectSessions(backend, {}, shaped);
+  v1::TransferHeader header;
+  header.set_request_id("adaptive");
+  header.set_adaptive(true);
+  p.session = testing::Ok(p.peers.sender->StartSession(header, absl::Seconds(30)));
+  p.receiver = std::thread([acceptor = p.peers.acceptor.get(), busy, received] {
+    auto incoming = acceptor->Accept(absl::Seconds(10));
+    ASSERT_TRUE(incoming.ok()) << incoming.status();
+    absl::SleepFor(busy);
+    for (;;) {
+      auto next = (*incoming)->Next(absl::Seconds(30));
+      ASSERT_TRUE(next.ok()) << next.status();
+      if (!next->has_value()) break;
+      received->push_back(testing::Ok(UnframeChunk((**next).meta, (**next).payload.view(), 64)));
+    }
+  });
+  return p;
+}
+
 TEST(AdaptiveSenderTest, ALayerGoesInPiecesLoweredOnceTheLinkShowsItIsBehind) {
   // One layer: a key code [2, 64, 8] and a raw value [2, 64, 4] (f16: 32 + 16 bytes a position).
   at::manual_seed(5);
@@ -43,25 +75,10 @@ TEST(AdaptiveSenderTest, ALayerGoesInPiecesLoweredOnceTheLinkShowsItIsBehind) {
   const at::Tensor value = at::randn({2, 64, 4});
   // 12.5 kB/s against a plan of 100 kB/s and a budget of 100 ms: the 4 kB planned fit the plan,
   // not the link.
-  transport::ConnectionOptions shaped;
-  shaped.shape.gbps = 1e-4;
-  shaped.shape.burst_bytes = 1;
-  testing::SessionPeers peers = testing::ConnectSessions("inproc", {}, shaped);
-  v1::TransferHeader header;
-  header.set_request_id("pieces");
-  header.set_adaptive(true);
-  auto session = testing::Ok(peers.sender->StartSession(header, absl::Seconds(30)));
   std::vector<CodeChunk> received;
-  std::thread receiver([&] {
-    auto incoming = peers.acceptor->Accept(absl::Seconds(10));
-    ASSERT_TRUE(incoming.ok()) << incoming.status();
-    for (;;) {
-      auto next = (*incoming)->Next(absl::Seconds(30));
-      ASSERT_TRUE(next.ok()) << next.status();
-      if (!next->has_value()) break;
-      received.push_back(testing::Ok(UnframeChunk((**next).meta, (**next).payload.view(), 64)));
-    }
-  });
+  AdaptivePeers p = StartAdaptive("inproc", 1e-4, absl::ZeroDuration(), &received);
+  auto& session = p.session;
+  auto& receiver = p.receiver;
   AdaptiveSender sender(session, {{absl::Milliseconds(100), 1e5},
                                   {{2 * 64 * 8 * 2, 2 * 64 * 4 * 2}},
                                   absl::Now(),
@@ -108,26 +125,10 @@ TEST(AdaptiveSenderTest, AConsumerBusyBetweenTakesNeitherHoldsTheLinkNorLowersTh
   // 100 kB/s, as planned: the 3 kB cross in ~30 ms, well within the 500 ms budget; the consumer
   // takes its first chunk only after 800 ms. Counting what the consumer has not taken, the
   // sender would wait for it with a 512-byte window, overrun the budget, and lower the ranks.
-  transport::ConnectionOptions shaped;
-  shaped.shape.gbps = 8e-4;
-  shaped.shape.burst_bytes = 1;
-  testing::SessionPeers peers = testing::ConnectSessions("grpc", {}, shaped);
-  v1::TransferHeader header;
-  header.set_request_id("busy-consumer");
-  header.set_adaptive(true);
-  auto session = testing::Ok(peers.sender->StartSession(header, absl::Seconds(30)));
   std::vector<CodeChunk> received;
-  std::thread receiver([&] {
-    auto incoming = peers.acceptor->Accept(absl::Seconds(10));
-    ASSERT_TRUE(incoming.ok()) << incoming.status();
-    absl::SleepFor(absl::Milliseconds(800));  // rebuilding something else
-    for (;;) {
-      auto next = (*incoming)->Next(absl::Seconds(30));
-      ASSERT_TRUE(next.ok()) << next.status();
-      if (!next->has_value()) break;
-      received.push_back(testing::Ok(UnframeChunk((**next).meta, (**next).payload.view(), 64)));
-    }
-  });
+  AdaptivePeers p = StartAdaptive("grpc", 8e-4, absl::Milliseconds(800), &received);
+  auto& session = p.session;
+  auto& receiver = p.receiver;
   const absl::Time start = absl::Now();
   AdaptiveSender sender(session, {{absl::Milliseconds(500), 1e5},
                                   {{2 * 64 * 8 * 2, 2 * 64 * 4 * 2}},
