@@ -179,8 +179,8 @@ size_t AdaptiveSender::AwaitLink() {
   const size_t inflight = queued_->AwaitAtMost(Window(governor_.goodput(), options_.max_window));
   const absl::Time now = absl::Now();
   // Bytes still in flight: the link was busy since the last hand-over, so what drained is its rate.
-  if (handed_ != absl::InfinitePast() && inflight > 0 && inflight_after_ > inflight) {
-    governor_.ObserveDrain(static_cast<int64_t>(inflight_after_ - inflight), now - handed_);
+  if (handed_ != absl::InfinitePast() && inflight > 0 && queued_after_ > inflight) {
+    governor_.ObserveDrain(static_cast<int64_t>(queued_after_ - inflight), now - handed_);
   }
   return inflight;
 }
@@ -246,7 +246,7 @@ absl::Status AdaptiveSender::SendLayer(const Layer& l) {
           SendCodeChunk(*session_, chunk, options_.held_payload_bytes, &report_.bytes, queued_));
     }
     handed_ = absl::Now();
-    inflight_after_ = queued_->bytes();
+    queued_after_ = queued_->bytes();
     pos += rows;
   }
   if (lowered) report_.lowered.push_back(l.layer);

@@ -106,7 +106,7 @@ class AdaptiveSender {
   RankGovernor governor_;  // the sending thread's
   Report report_;          // the sending thread's until Finish
   absl::Time handed_ = absl::InfinitePast();
-  size_t inflight_after_ = 0;
+  size_t queued_after_ = 0;  // what this side held right after the last hand-over
 
   absl::Mutex mu_;
   std::deque<Layer> queue_ ABSL_GUARDED_BY(mu_);

@@ -187,14 +187,20 @@ TEST(BandwidthTraceTest, ParsesStepsAndNamesTheBadLine) {
 // The trace replayed through the coordinator: requests in every step, each recording the rate in
 // force, and a raw cache that crossed the slow step entirely cannot have been faster than its
 // bytes past the shaper's bucket at that rate.
+// The sweep over the trace "unshaped for 1 s, then 0.001 Gbit/s" with 200-token prompts and
+// `args`, writing into `out`.
+testing::CommandResult SweepTrace(testing::TempDir& temp, const std::string& out,
+                                  const std::string& args) {
+  testing::WriteFile(temp.File("trace.txt"), "0 inf\n1 0.001\n");
+  return SweepCopy("--bandwidth-trace " + temp.File("trace.txt") +
+                   " --prompt-len 200 --max-tokens 2 --quiet --out " + out + " " + args);
+}
+
 TEST(BandwidthTraceTest, ReplaysTheRateChangesDuringTheRun) {
   testing::TempDir temp;
   const std::string out = temp.File("trace");
-  testing::WriteFile(temp.File("trace.txt"), "0 inf\n1 0.001\n");
   const testing::CommandResult run =
-      SweepCopy("--modes raw --bandwidth-trace " + temp.File("trace.txt") +
-                " --trace-hold 2 --prompt-len 200 --num-prompts 1 --max-tokens 2 --quiet --out " +
-                out);
+      SweepTrace(temp, out, "--modes raw --trace-hold 2 --num-prompts 1");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_TRUE(fs::exists(out + "/trace.png"));
   EXPECT_THAT(testing::ReadFile(out + "/trace.csv"), HasSubstr("copy,raw,1,1,0.001,"));
@@ -223,11 +229,8 @@ TEST(BandwidthTraceTest, ReplaysTheRateChangesDuringTheRun) {
 TEST(BandwidthTraceTest, PairedReplaySendsAutosChoiceAtTheSameInstants) {
   testing::TempDir temp;
   const std::string out = temp.File("paired");
-  testing::WriteFile(temp.File("trace.txt"), "0 inf\n1 0.001\n");
-  const testing::CommandResult run =
-      SweepCopy("--modes auto --trace-paired --bandwidth-trace " + temp.File("trace.txt") +
-                " --trace-hold 1 --prompt-len 200 --num-prompts 2 --max-tokens 2 "
-                "--judge-ttft-ms 60000 --quiet --out " + out);
+  const testing::CommandResult run = SweepTrace(
+      temp, out, "--modes auto --trace-paired --trace-hold 1 --num-prompts 2 --judge-ttft-ms 60000");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   std::vector<nlohmann::json> records;
   std::ifstream in(out + "/trace.jsonl");
