@@ -369,10 +369,9 @@ absl::StatusOr<CalibrationResult> Calibrate(const LlamaModel& producer, const Ll
     FrontierFitOptions fo = options.frontier_fit;
     fo.progress = options.progress;
     FrontierFitTrace trace;
-    SCD_ASSIGN_OR_RETURN(artifact.frontier,
-                         FitFrontier(producer, consumer, artifact, heldout, fo, &trace));
+    SCD_RETURN_IF_ERROR(FitFrontierInto(producer, consumer, &artifact, heldout, fo, &trace));
     artifact.frontier.heldout = report.fidelity_split;
-    report.frontier_evaluations = trace.evaluations;
+    report.frontier_evaluations = trace.evaluations + trace.head_evaluations;
     report.seconds.frontier = stage.Lap();
   }
   FillSettings(options, traces, artifact, &report);

@@ -50,8 +50,13 @@ std::vector<Slot> Slots(const Artifact& artifact, int ladder_steps) {
       slots.push_back({l, CodeKind::kHidden, RankLadder(a.patch->rank(), ladder_steps), 1, {}});
     } else {
       const int64_t heads = artifact.producer.kv_heads;
-      slots.push_back({l, CodeKind::kKey, RankLadder(a.key.rank(), ladder_steps), heads, {}});
-      slots.push_back({l, CodeKind::kValue, RankLadder(a.value.rank(), ladder_steps), heads, {}});
+      slots.push_back(
+          {l, CodeKind::kKey, RankLadder(a.key.rank(), ladder_steps), a.key.CodeRows(heads), {}});
+      slots.push_back({l,
+                       CodeKind::kValue,
+                       RankLadder(a.value.rank(), ladder_steps),
+                       a.value.CodeRows(heads),
+                       {}});
     }
   }
   return slots;
@@ -132,9 +137,12 @@ class PointMeasurer {
         evaluations_(evaluations),
         raw_f16_(static_cast<double>(consumer.config().KvBytesPerToken(2))) {}
 
-  absl::StatusOr<FrontierPoint> Measure(const TransferOptions& options) {
+  // At `options` with the measurer's artifact, or with `artifact` where given.
+  absl::StatusOr<FrontierPoint> Measure(const TransferOptions& options,
+                                        const Artifact* artifact = nullptr) {
+    const Artifact* a = artifact != nullptr ? artifact : &artifact_;
     SCD_ASSIGN_OR_RETURN(TransferPath path, TransferPath::Create(TransferMode::kScd, producer_,
-                                                                 consumer_, &artifact_, options));
+                                                                 consumer_, a, options));
     double encode = 0, rebuild = 0;
     int64_t tokens = 0;
     auto build = [&](int w, KvCache* cache, int64_t* bytes) -> absl::Status {
@@ -146,9 +154,8 @@ class PointMeasurer {
       return absl::OkStatus();
     };
     SCD_ASSIGN_OR_RETURN(FidelityMetrics m, heldout_.Evaluate(build, /*greedy=*/false));
-    SCD_ASSIGN_OR_RETURN(
-        TransferPlan plan,
-        TransferPlan::Make(TransferMode::kScd, producer_.config(), &artifact_, options));
+    SCD_ASSIGN_OR_RETURN(TransferPlan plan,
+                         TransferPlan::Make(TransferMode::kScd, producer_.config(), a, options));
     FrontierPoint p;
     p.code_dtype = options.code_dtype;
     p.rank_k = plan.rank_k;
@@ -236,6 +243,32 @@ Frontier Assemble(const std::vector<FrontierPoint>& measured, const FrontierPoin
   return frontier;
 }
 
+// One reuse code of per-head maps whose column order across heads the fit chooses.
+struct HeadCode {
+  int layer = 0;
+  CodeKind kind = CodeKind::kKey;
+  std::vector<int64_t> ladder;            // one head's ranks, descending
+  std::vector<std::vector<double>> loss;  // per head: KL increase at each rung, non-falling
+};
+
+ReuseTranslator* CodeMap(Artifact* artifact, int layer, CodeKind kind) {
+  ArtifactLayer& a = artifact->layers[static_cast<size_t>(layer)];
+  return kind == CodeKind::kKey ? &a.key : &a.value;
+}
+
+// A folded order in which head `h` keeps its first `keep` of `rank` columns and its others come
+// last: a code of heads * rank - (rank - keep) columns then lowers head h alone.
+std::vector<int> OrderDropping(int64_t heads, int64_t rank, int h, int64_t keep) {
+  std::vector<int> order;
+  for (int64_t j = 0; j < rank; ++j) {
+    for (int g = 0; g < heads; ++g) {
+      if (g != h || j < keep) order.push_back(g);
+    }
+  }
+  order.insert(order.end(), static_cast<size_t>(rank - keep), h);
+  return order;
+}
+
 }  // namespace
 
 std::vector<int64_t> RankLadder(int64_t full, int steps) {
@@ -247,6 +280,99 @@ std::vector<int64_t> RankLadder(int64_t full, int steps) {
     if (r < ladder.back()) ladder.push_back(r);
   }
   return ladder;
+}
+
+std::vector<int> GreedyHeadOrder(const std::vector<int64_t>& ladder,
+                                 const std::vector<std::vector<double>>& loss) {
+  const size_t heads = loss.size();
+  std::vector<size_t> rung(heads, 0);
+  std::vector<std::pair<size_t, size_t>> removed;  // (head, rung left), cheapest first
+  for (;;) {
+    size_t best = heads;
+    double best_cost = std::numeric_limits<double>::infinity();
+    for (size_t h = 0; h < heads; ++h) {
+      const size_t i = rung[h];
+      if (i + 1 >= ladder.size()) continue;
+      const double cost =
+          (loss[h][i + 1] - loss[h][i]) / static_cast<double>(ladder[i] - ladder[i + 1]);
+      // Ties (equal measured losses) go to the head with more columns left: balanced.
+      if (cost < best_cost ||
+          (cost == best_cost && best < heads && ladder[i] > ladder[rung[best]])) {
+        best_cost = cost;
+        best = h;
+      }
+    }
+    if (best == heads) break;
+    removed.emplace_back(best, rung[best]++);
+  }
+  // Most important first: the columns no rung removes, head by head, then the removed rungs in
+  // the reverse of their removal (a head's later rung holds its earlier columns).
+  std::vector<int> order;
+  for (int64_t j = 0; j < ladder.back(); ++j) {
+    for (size_t h = 0; h < heads; ++h) order.push_back(static_cast<int>(h));
+  }
+  for (auto it = removed.rbegin(); it != removed.rend(); ++it) {
+    const auto [h, i] = *it;
+    order.insert(order.end(), static_cast<size_t>(ladder[i] - ladder[i + 1]), static_cast<int>(h));
+  }
+  return order;
+}
+
+absl::Status FoldHeadRanks(const LlamaModel& producer, const LlamaModel& consumer,
+                           Artifact* artifact, const FidelityEvaluator& heldout,
+                           const FrontierFitOptions& options, FrontierFitTrace* trace) {
+  const int64_t heads = artifact->producer.kv_heads;
+  std::vector<HeadCode> codes;
+  for (int l = 0; l < static_cast<int>(artifact->layers.size()); ++l) {
+    if (artifact->layers[l].route != LayerRoute::kReuse) continue;
+    for (CodeKind kind : {CodeKind::kKey, CodeKind::kValue}) {
+      const ReuseTranslator& t = *CodeMap(artifact, l, kind);
+      if (heads < 2 || t.maps() != heads || t.folded()) continue;
+      HeadCode code{l, kind, RankLadder(t.rank(), options.ladder_steps), {}};
+      if (code.ladder.size() > 1) codes.push_back(std::move(code));
+    }
+  }
+  if (codes.empty()) return absl::OkStatus();
+  Stopwatch clock;
+  int64_t total = 1;
+  for (const HeadCode& c : codes) total += heads * static_cast<int64_t>(c.ladder.size() - 1);
+  Progress progress("head ranks", total, options.progress);
+  int evaluations = 0;
+  PointMeasurer measure(producer, consumer, *artifact, heldout, &progress, &evaluations);
+  SCD_ASSIGN_OR_RETURN(FrontierPoint full, measure.Measure(TransferOptions()));
+  // Each head of each code alone down its ladder, every other code at full rank.
+  for (HeadCode& code : codes) {
+    const ReuseTranslator per_head = *CodeMap(artifact, code.layer, code.kind);
+    const int64_t rank = per_head.rank();
+    for (int h = 0; h < heads; ++h) {
+      std::vector<double> loss{0.0};
+      for (size_t i = 1; i < code.ladder.size(); ++i) {
+        Artifact lowered = *artifact;
+        SCD_ASSIGN_OR_RETURN(
+            *CodeMap(&lowered, code.layer, code.kind),
+            ReuseTranslator::FoldHeads(per_head, OrderDropping(heads, rank, h, code.ladder[i])));
+        TransferOptions o;
+        auto& ranks = code.kind == CodeKind::kKey ? o.layer_rank_k : o.layer_rank_v;
+        ranks.assign(artifact->layers.size(), 0);
+        ranks[static_cast<size_t>(code.layer)] = heads * rank - (rank - code.ladder[i]);
+        SCD_ASSIGN_OR_RETURN(FrontierPoint p, measure.Measure(o, &lowered));
+        loss.push_back(std::max(loss.back(), p.kl - full.kl));
+      }
+      code.loss.push_back(std::move(loss));
+    }
+  }
+  for (const HeadCode& code : codes) {
+    ReuseTranslator* t = CodeMap(artifact, code.layer, code.kind);
+    SCD_ASSIGN_OR_RETURN(*t,
+                         ReuseTranslator::FoldHeads(*t, GreedyHeadOrder(code.ladder, code.loss)));
+  }
+  progress.Done();
+  if (trace != nullptr) {
+    trace->head_evaluations = evaluations;
+    trace->head_seconds = clock.Seconds();
+    trace->folded_codes = static_cast<int>(codes.size());
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Frontier> FitFrontier(const LlamaModel& producer, const LlamaModel& consumer,
@@ -311,6 +437,23 @@ absl::StatusOr<Frontier> FitFrontier(const LlamaModel& producer, const LlamaMode
   Frontier frontier = Assemble(t.measured, full, options, measure.raw_f16());
   t.seconds = clock.Seconds();
   return frontier;
+}
+
+absl::Status FitFrontierInto(const LlamaModel& producer, const LlamaModel& consumer,
+                             Artifact* artifact, const FidelityEvaluator& heldout,
+                             const FrontierFitOptions& options, FrontierFitTrace* trace) {
+  FrontierFitTrace local;
+  FrontierFitTrace& t = trace != nullptr ? *trace : local;
+  FrontierFitTrace heads;
+  if (options.head_ranks) {
+    SCD_RETURN_IF_ERROR(FoldHeadRanks(producer, consumer, artifact, heldout, options, &heads));
+  }
+  SCD_ASSIGN_OR_RETURN(artifact->frontier,
+                       FitFrontier(producer, consumer, *artifact, heldout, options, &t));
+  t.folded_codes = heads.folded_codes;
+  t.head_evaluations = heads.head_evaluations;
+  t.head_seconds = heads.head_seconds;
+  return absl::OkStatus();
 }
 
 std::string FormatFrontier(const Frontier& frontier) {

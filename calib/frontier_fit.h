@@ -1,5 +1,10 @@
 // FitFrontier (scd-calib fit's last stage, and `scd-calib frontier` for an existing artifact):
 // the pair's quality-against-bytes frontier over per-layer code ranks and code precision.
+//   0. Per-head ranks (FoldHeadRanks, before it): each reuse layer's per-head K and V maps
+//      folded into one map (ReuseTranslator::FoldHeads) whose columns run across heads in the
+//      order greedy marginal gain chooses from each head's measured KL down its own ladder
+//      (the cheapest KL per column dropped goes last). A layer's rank on the frontier is then a
+//      count of columns over every head, and lowering it lowers the heads that cost least.
 //   1. Sensitivities, measured: the held-out KL of scd with every code at full rank except one
 //      slot (a layer's key, value or hidden code) lowered along its rank ladder, and of the full
 //      ranks at each precision.
@@ -34,6 +39,9 @@ struct FrontierFitOptions {
   int points_per_dtype = 8;
   // The recommended point: the cheapest whose KL is at most this times the full-rank f16 KL.
   double recommend_kl_ratio = 1.25;
+  // FoldHeadRanks before the frontier (scd-calib's --no-frontier-head-ranks keeps one rank per
+  // layer for every head).
+  bool head_ranks = true;
   bool progress = true;
 };
 
@@ -51,16 +59,40 @@ struct FrontierFitTrace {
   std::vector<FrontierPoint> measured;
   double seconds = 0;
   int evaluations = 0;
+  // FoldHeadRanks: the codes folded, its held-out evaluations and time.
+  int folded_codes = 0;
+  int head_evaluations = 0;
+  double head_seconds = 0;
 };
 
 // The rank ladder of a code of full rank `full`.
 std::vector<int64_t> RankLadder(int64_t full, int steps);
+
+// The column order of one folded code from its heads' measured losses (`loss[h][i]`: the KL
+// increase with head h alone at ladder[i]; non-falling): from every head at full rank, the rung
+// of least KL per column removed goes first (ties: the head with more columns left); the order
+// lists the columns most important first, each head's in its own order. Size: heads * ladder[0].
+std::vector<int> GreedyHeadOrder(const std::vector<int64_t>& ladder,
+                                 const std::vector<std::vector<double>>& loss);
+
+// Step 0: folds every reuse layer's per-head K and V maps of `*artifact` (no-op where there are
+// none, or one kv head). The folded artifact sends the same codes at full rank.
+// REQUIRES: `heldout` built on `consumer`; `artifact` fitted for the pair.
+absl::Status FoldHeadRanks(const LlamaModel& producer, const LlamaModel& consumer,
+                           Artifact* artifact, const FidelityEvaluator& heldout,
+                           const FrontierFitOptions& options, FrontierFitTrace* trace = nullptr);
 
 // REQUIRES: `heldout` built on `consumer`; `artifact` fitted for the pair.
 absl::StatusOr<Frontier> FitFrontier(const LlamaModel& producer, const LlamaModel& consumer,
                                      const Artifact& artifact, const FidelityEvaluator& heldout,
                                      const FrontierFitOptions& options,
                                      FrontierFitTrace* trace = nullptr);
+
+// What scd-calib fit and frontier run: FoldHeadRanks where options.head_ranks, then FitFrontier,
+// stored in artifact->frontier. `trace` counts both stages' evaluations.
+absl::Status FitFrontierInto(const LlamaModel& producer, const LlamaModel& consumer,
+                             Artifact* artifact, const FidelityEvaluator& heldout,
+                             const FrontierFitOptions& options, FrontierFitTrace* trace = nullptr);
 
 // The frontier as a table (one row per point, the recommended one marked).
 std::string FormatFrontier(const Frontier& frontier);

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -78,6 +80,11 @@ void AddTranslator(std::map<std::string, at::Tensor>* out, const std::string& pr
   (*out)[prefix + ".mu_b"] = t.mu_b();
   (*out)[prefix + ".w_enc"] = t.w_enc();
   (*out)[prefix + ".w_dec"] = t.w_dec();
+  if (t.folded()) {  // head indices are small integers: exact in float32
+    std::vector<float> heads(t.column_heads().begin(), t.column_heads().end());
+    (*out)[prefix + ".column_heads"] =
+        at::tensor(heads, at::TensorOptions().dtype(at::kFloat)).clone();
+  }
 }
 
 absl::Status Corrupt(const std::string& path, const std::string& what) {
@@ -158,7 +165,11 @@ absl::Status Artifact::Save(const std::string& path) const {
       checksum.Update(name);
       checksum.Update(c.data_ptr(), c.numel() * sizeof(float));
     }
-    writer.SetMetadata("scd.format_version", std::to_string(kArtifactFormatVersion));
+    // Version 3 only where a reader needs it (folded maps), so older builds read the rest.
+    const bool folded = std::any_of(layers.begin(), layers.end(), [](const ArtifactLayer& l) {
+      return l.key.folded() || l.value.folded();
+    });
+    writer.SetMetadata("scd.format_version", std::to_string(folded ? kArtifactFormatVersion : 2));
     writer.SetMetadata("scd.producer", IdentityToJson(producer).dump());
     writer.SetMetadata("scd.consumer", IdentityToJson(consumer).dump());
     writer.SetMetadata("scd.layers", layer_meta.dump());
@@ -190,15 +201,15 @@ class ArtifactReader {
     return it == file_->metadata().end() ? nullptr : &it->second;
   }
 
-  // The format version (1 or 2; others are refused) after checking required keys and the
+  // The format version (1 to 3; others are refused) after checking required keys and the
   // checksum of every tensor byte.
   absl::StatusOr<int> CheckHeader() const {
     const std::string* version = Meta("scd.format_version");
     if (version == nullptr) return Corrupt(path_, "no scd.format_version (not an SCD artifact?)");
-    if (*version != "1" && *version != std::to_string(kArtifactFormatVersion)) {
+    if (*version != "1" && *version != "2" && *version != std::to_string(kArtifactFormatVersion)) {
       return absl::FailedPreconditionError(
           absl::StrCat(path_, ": artifact format version ", *version,
-                       " is not supported (this build reads 1 and ", kArtifactFormatVersion, ")"));
+                       " is not supported (this build reads 1 to ", kArtifactFormatVersion, ")"));
     }
     for (const char* key : {"scd.producer", "scd.consumer", "scd.layers", "scd.tensors_sha256"}) {
       if (Meta(key) == nullptr)
@@ -233,12 +244,27 @@ class ArtifactReader {
     return file_->Load(name, at::kFloat);
   }
 
-  absl::StatusOr<ReuseTranslator> Translator(const std::string& prefix) const {
+  // `heads`: the kv heads a folded map (one with `.column_heads`) spans; 0 where none may.
+  absl::StatusOr<ReuseTranslator> Translator(const std::string& prefix, int64_t heads = 0) const {
     SCD_ASSIGN_OR_RETURN(at::Tensor mu_a, Tensor(prefix + ".mu_a"));
     SCD_ASSIGN_OR_RETURN(at::Tensor mu_b, Tensor(prefix + ".mu_b"));
     SCD_ASSIGN_OR_RETURN(at::Tensor w_enc, Tensor(prefix + ".w_enc"));
     SCD_ASSIGN_OR_RETURN(at::Tensor w_dec, Tensor(prefix + ".w_dec"));
-    auto t = ReuseTranslator::FromTensors(mu_a, mu_b, w_enc, w_dec);
+    std::vector<int> column_heads;
+    if (file_->Find(prefix + ".column_heads") != nullptr) {
+      if (heads < 2) return Corrupt(path_, absl::StrCat(prefix, " is folded where none may be"));
+      SCD_ASSIGN_OR_RETURN(at::Tensor c, Tensor(prefix + ".column_heads"));
+      c = c.contiguous().view(-1);
+      for (int64_t i = 0; i < c.numel(); ++i) {
+        const float h = c[i].item<float>();
+        if (h != std::floor(h) || h < 0 || h >= static_cast<float>(heads)) {
+          return Corrupt(path_, absl::StrCat(prefix, ".column_heads[", i, "] is ", h));
+        }
+        column_heads.push_back(static_cast<int>(h));
+      }
+      if (column_heads.empty()) return Corrupt(path_, absl::StrCat(prefix, " names no columns"));
+    }
+    auto t = ReuseTranslator::FromTensors(mu_a, mu_b, w_enc, w_dec, std::move(column_heads), heads);
     if (!t.ok()) return Corrupt(path_, absl::StrCat(prefix, ": ", t.status().message()));
     return t;
   }
@@ -269,11 +295,16 @@ class ArtifactReader {
       return Corrupt(path_, absl::StrCat("layer ", l, " has route '", route, "'"));
     }
     layer.route = route == "patch" ? LayerRoute::kPatch : LayerRoute::kReuse;
-    SCD_ASSIGN_OR_RETURN(layer.key, Translator(Prefix(l, "key")));
-    SCD_ASSIGN_OR_RETURN(layer.value, Translator(Prefix(l, "value")));
-    if (layer.key.dim_in() != a.producer.head_dim || layer.key.dim_out() != a.consumer.head_dim) {
-      return Corrupt(path_, absl::StrCat("layer ", l, " key translator does not map head_dim ",
-                                         a.producer.head_dim, " -> ", a.consumer.head_dim));
+    const int64_t heads = a.producer.kv_heads;
+    SCD_ASSIGN_OR_RETURN(layer.key, Translator(Prefix(l, "key"), heads));
+    SCD_ASSIGN_OR_RETURN(layer.value, Translator(Prefix(l, "value"), heads));
+    for (const ReuseTranslator* t : {&layer.key, &layer.value}) {
+      const int64_t f = t->folded() ? heads : 1;  // a folded map spans every head's dims
+      if (t->dim_in() != f * a.producer.head_dim || t->dim_out() != f * a.consumer.head_dim) {
+        return Corrupt(path_, absl::StrCat("layer ", l, " ", t == &layer.key ? "key" : "value",
+                                           " translator does not map head_dim ",
+                                           a.producer.head_dim, " -> ", a.consumer.head_dim));
+      }
     }
     if (meta.contains("rank_h")) {
       SCD_ASSIGN_OR_RETURN(layer.patch, Aligner(l, meta));

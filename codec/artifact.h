@@ -21,9 +21,11 @@
 
 namespace scd {
 
-// 2: the recompute plan is a typed field (scd.recompute_layers). Version-1 files still load (the
-// plan is read from their policy document); other versions are refused.
-inline constexpr int kArtifactFormatVersion = 2;
+// 2: the recompute plan is a typed field (scd.recompute_layers). 3: reuse maps may be folded
+// over heads (per-head ranks: ReuseTranslator::FoldHeads; `<prefix>.column_heads` names each
+// code column's head); written only when one is, so artifacts without stay readable at 2.
+// Version-1 files still load (the plan is read from their policy document); others are refused.
+inline constexpr int kArtifactFormatVersion = 3;
 
 enum class LayerRoute { kReuse, kPatch };
 std::string LayerRouteName(LayerRoute route);

@@ -20,8 +20,8 @@
 namespace scd {
 
 enum class PayloadKind {
-  kKeyCode,      // reuse code of pre-RoPE keys      [kv_heads, T, r_K]
-  kValueCode,    // reuse code of values             [kv_heads, T, r_V]
+  kKeyCode,      // reuse code of pre-RoPE keys      [kv_heads, T, r_K] ([1, T, r_K] folded)
+  kValueCode,    // reuse code of values             [kv_heads, T, r_V] ([1, T, r_V] folded)
   kHiddenCode,   // patch code of the attention input [T, r_H]
   kRawKey,       // pre-RoPE keys                    [kv_heads, T, head_dim]
   kRawValue,     // values                           [kv_heads, T, head_dim]

@@ -113,12 +113,14 @@ absl::StatusOr<std::vector<PlannedChunk>> CodeEncoder::PlannedChunks(const Model
         SCD_RETURN_IF_ERROR(add(l, PayloadKind::kRawValue, dtype, {heads, tokens, head_dim}));
         break;
       }
-      case LayerPayload::kCodes:
-        SCD_RETURN_IF_ERROR(
-            add(l, PayloadKind::kKeyCode, options_.code_dtype, {heads, tokens, plan_.rank_k[l]}));
-        SCD_RETURN_IF_ERROR(
-            add(l, PayloadKind::kValueCode, options_.code_dtype, {heads, tokens, plan_.rank_v[l]}));
+      case LayerPayload::kCodes: {
+        const ArtifactLayer& a = artifact_->layers[l];  // a folded map: one row per token
+        SCD_RETURN_IF_ERROR(add(l, PayloadKind::kKeyCode, options_.code_dtype,
+                                {a.key.CodeRows(heads), tokens, plan_.rank_k[l]}));
+        SCD_RETURN_IF_ERROR(add(l, PayloadKind::kValueCode, options_.code_dtype,
+                                {a.value.CodeRows(heads), tokens, plan_.rank_v[l]}));
         break;
+      }
       case LayerPayload::kPatch:
         SCD_RETURN_IF_ERROR(
             add(l, PayloadKind::kHiddenCode, options_.code_dtype, {tokens, plan_.rank_h[l]}));
@@ -161,8 +163,8 @@ absl::Status CodeEncoder::AppendLayerPayload(int l, const LayerCapture& c, int64
       SCD_RETURN_IF_ERROR(need(c.key_prerope, "keys"));
       SCD_RETURN_IF_ERROR(need(c.value, "values"));
       const ArtifactLayer& a = artifact_->layers[l];
-      at::Tensor zk = a.key.Encode(c.key_prerope, plan_.rank_k[l]);  // [kv_heads, T, r_K]
-      at::Tensor zv = a.value.Encode(c.value, plan_.rank_v[l]);      // [kv_heads, T, r_V]
+      at::Tensor zk = a.key.Encode(c.key_prerope, plan_.rank_k[l]);  // [rows, T, r_K]
+      at::Tensor zv = a.value.Encode(c.value, plan_.rank_v[l]);      // [rows, T, r_V]
       chunks->push_back(Chunk(zk, options_.code_dtype, l, PayloadKind::kKeyCode, tokens));
       chunks->push_back(Chunk(zv, options_.code_dtype, l, PayloadKind::kValueCode, tokens));
       break;

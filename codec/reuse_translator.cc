@@ -147,7 +147,9 @@ absl::StatusOr<ReuseTranslator> ReuseTranslator::Fit(const std::vector<GramStats
 }
 
 absl::StatusOr<ReuseTranslator> ReuseTranslator::FromTensors(at::Tensor mu_a, at::Tensor mu_b,
-                                                             at::Tensor w_enc, at::Tensor w_dec) {
+                                                             at::Tensor w_enc, at::Tensor w_dec,
+                                                             std::vector<int> column_heads,
+                                                             int64_t heads) {
   return GuardExceptions("ReuseTranslator::FromTensors", [&]() -> absl::StatusOr<ReuseTranslator> {
     if (mu_a.dim() != 2 || mu_b.dim() != 2 || w_enc.dim() != 3 || w_dec.dim() != 3) {
       return absl::InvalidArgumentError(
@@ -167,8 +169,81 @@ absl::StatusOr<ReuseTranslator> ReuseTranslator::FromTensors(at::Tensor mu_a, at
     t.mu_b_ = mu_b.to(at::kFloat);
     t.w_enc_ = w_enc.to(at::kFloat).contiguous();
     t.w_dec_ = w_dec.to(at::kFloat).contiguous();
+    if (!column_heads.empty())
+      SCD_RETURN_IF_ERROR(t.SetColumnHeads(std::move(column_heads), heads));
     return t;
   });
+}
+
+absl::Status ReuseTranslator::SetColumnHeads(std::vector<int> column_heads, int64_t heads) {
+  const int64_t d_in = dim_in(), d_out = dim_out(), r = rank();
+  if (maps() != 1 || heads < 2 || d_in % heads != 0 || d_out % heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("a folded map needs one map whose ", d_in,
+                                                   " -> ", d_out, " dims split into ", heads,
+                                                   " heads"));
+  }
+  if (static_cast<int64_t>(column_heads.size()) != r) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a folded map of rank ", r, " names ", column_heads.size(), " column heads"));
+  }
+  // Block-diagonal: column c reads and writes its own head's dims only.
+  at::Tensor enc_mask = at::zeros({d_in, r}), dec_mask = at::zeros({r, d_out});
+  const int64_t a = d_in / heads, b = d_out / heads;
+  for (int64_t c = 0; c < r; ++c) {
+    const int h = column_heads[static_cast<size_t>(c)];
+    if (h < 0 || h >= heads) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("folded column ", c, " names head ", h, " of ", heads));
+    }
+    enc_mask.narrow(0, h * a, a).select(1, c).fill_(1);
+    dec_mask.select(0, c).narrow(0, h * b, b).fill_(1);
+  }
+  const at::Tensor enc = w_enc_[0].cpu(), dec = w_dec_[0].cpu();
+  if ((enc * (1 - enc_mask)).abs().max().item<float>() != 0 ||
+      (dec * (1 - dec_mask)).abs().max().item<float>() != 0) {
+    return absl::InvalidArgumentError("a folded map mixes heads (weights outside its head blocks)");
+  }
+  column_heads_ = std::move(column_heads);
+  folded_heads_ = heads;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ReuseTranslator> ReuseTranslator::FoldHeads(const ReuseTranslator& per_head,
+                                                           const std::vector<int>& column_heads) {
+  return GuardExceptions("ReuseTranslator::FoldHeads", [&]() -> absl::StatusOr<ReuseTranslator> {
+    const int64_t heads = per_head.maps(), a = per_head.dim_in(), b = per_head.dim_out();
+    if (heads < 2 || per_head.folded()) {
+      return absl::InvalidArgumentError("only per-head maps fold");
+    }
+    if (static_cast<int64_t>(column_heads.size()) != heads * per_head.rank()) {
+      return absl::InvalidArgumentError(absl::StrCat("folding ", heads, " maps of rank ",
+                                                     per_head.rank(), " names ",
+                                                     column_heads.size(), " columns"));
+    }
+    const int64_t r = heads * per_head.rank();
+    at::Tensor enc = at::zeros({heads * a, r}), dec = at::zeros({r, heads * b});
+    std::vector<int64_t> next(static_cast<size_t>(heads), 0);
+    for (int64_t c = 0; c < r; ++c) {
+      const int h = column_heads[static_cast<size_t>(c)];
+      if (h < 0 || h >= heads) {
+        return absl::InvalidArgumentError(absl::StrCat("column ", c, " names head ", h));
+      }
+      const int64_t j = next[static_cast<size_t>(h)]++;
+      enc.narrow(0, h * a, a).select(1, c).copy_(per_head.w_enc_[h].select(1, j).cpu());
+      dec.select(0, c).narrow(0, h * b, b).copy_(per_head.w_dec_[h][j].cpu());
+    }
+    return FromTensors(per_head.mu_a_.reshape({1, heads * a}).cpu(),
+                       per_head.mu_b_.reshape({1, heads * b}).cpu(), enc.unsqueeze(0),
+                       dec.unsqueeze(0), column_heads, heads);
+  });
+}
+
+std::vector<int64_t> ReuseTranslator::HeadRanks(int64_t rank, int64_t heads) const {
+  if (!folded())
+    return std::vector<int64_t>(static_cast<size_t>(heads), std::min(rank, this->rank()));
+  std::vector<int64_t> out(static_cast<size_t>(folded_heads_), 0);
+  for (int64_t c = 0; c < std::min(rank, this->rank()); ++c) ++out[column_heads_[c]];
+  return out;
 }
 
 namespace {
@@ -190,6 +265,13 @@ at::Tensor PerHeadMatmul(const at::Tensor& a, const at::Tensor& w) {
 }  // namespace
 
 at::Tensor ReuseTranslator::Encode(const at::Tensor& x, int64_t rank) const {
+  if (folded()) {  // [heads, T, d] -> one row per token, every head's dims side by side
+    const int64_t t = x.size(1);
+    at::Tensor rows = x.to(at::kFloat).transpose(0, 1).reshape({t, dim_in()}) - mu_a_;
+    at::Tensor z = at::mm(rows, w_enc_[0]);
+    if (rank < this->rank()) z = z.narrow(-1, 0, rank).contiguous();
+    return z.unsqueeze(0);
+  }
   // Shared map: [1, d_in, r] broadcasts over heads; per-head maps pair up with x's head dim.
   // Every column, then the first `rank`: a lower rank's codes are then exactly a prefix of a
   // higher rank's, bit for bit (a GEMM of another width may round differently), so a chunk cut
@@ -202,6 +284,13 @@ at::Tensor ReuseTranslator::Encode(const at::Tensor& x, int64_t rank) const {
 }
 
 at::Tensor ReuseTranslator::Decode(const at::Tensor& z) const {
+  if (folded()) {  // [1, T, r] -> [heads, T, d_out / heads]
+    const int64_t t = z.size(-2);
+    at::Tensor x =
+        at::mm(z.reshape({t, z.size(-1)}).to(at::kFloat), w_dec_[0].narrow(0, 0, z.size(-1))) +
+        mu_b_;
+    return x.reshape({t, folded_heads_, dim_out() / folded_heads_}).transpose(0, 1).contiguous();
+  }
   const bool single = z.dim() == 2;
   at::Tensor zs = single ? z.unsqueeze(0) : z;
   at::Tensor x =
@@ -214,6 +303,7 @@ ReuseTranslator ReuseTranslator::Truncated(int64_t rank) const {
   rank = std::min(rank, this->rank());
   t.w_enc_ = w_enc_.narrow(2, 0, rank).contiguous();
   t.w_dec_ = w_dec_.narrow(1, 0, rank).contiguous();
+  if (folded()) t.column_heads_.resize(static_cast<size_t>(rank));
   return t;
 }
 

@@ -139,6 +139,28 @@ TEST_F(ArtifactTest, VersionOneFilesStillLoad) {
   EXPECT_EQ(v1->PatchLayers(), (std::vector<int>{1, 3}));
 }
 
+// Folded maps (per-head ranks) round trip at format version 3; artifacts without stay at 2.
+TEST_F(ArtifactTest, FoldedMapsRoundTripAtVersionThree) {
+  EXPECT_NE(testing::ReadFile(path_).find("\"scd.format_version\":\"2\""), std::string::npos);
+  const std::vector<int> order = {3, 0, 1, 2, 0, 1, 2, 3};  // 4 heads of rank 2
+  for (int l : {0, 2, 4}) {
+    artifact_.layers[l].key =
+        testing::Ok(ReuseTranslator::FoldHeads(artifact_.layers[l].key, order));
+  }
+  ASSERT_TRUE(artifact_.Save(path_).ok());
+  EXPECT_NE(testing::ReadFile(path_).find("\"scd.format_version\":\"3\""), std::string::npos);
+  const Artifact loaded = testing::Ok(Artifact::LoadFor(path_, *model_, *model_));
+  at::Tensor x = at::randn({4, 9, 8});
+  for (int l : {0, 2, 4}) {
+    const ReuseTranslator& k = loaded.layers[l].key;
+    ASSERT_TRUE(k.folded()) << l;
+    EXPECT_EQ(k.column_heads(), order);
+    EXPECT_FALSE(loaded.layers[l].value.folded());
+    EXPECT_TRUE(at::equal(k.Encode(x, 5), artifact_.layers[l].key.Encode(x, 5)));
+  }
+  EXPECT_EQ(loaded.FrontierLimits().max_k, (std::vector<int64_t>{8, 0, 8, 0, 8}));
+}
+
 TEST_F(ArtifactTest, BadRecomputeLayersAreRefused) {
   artifact_.recompute_layers = {2, 99};
   ASSERT_TRUE(artifact_.Save(path_).ok());

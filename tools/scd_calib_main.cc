@@ -79,6 +79,9 @@ void AddFrontierFlags(CLI::App* cmd, FrontierFitOptions* o, std::vector<std::str
                   "recommended point: the cheapest with KL <= this x the full f16 KL")
       ->check(CLI::Range(1.0, 100.0))
       ->capture_default_str();
+  cmd->add_flag("--no-frontier-head-ranks{false}", o->head_ranks,
+                "one rank per layer for every kv head (default: per-head maps are folded so "
+                "that the frontier ranks each head's columns on its own)");
 }
 
 absl::Status ParseFrontierDtypes(const std::vector<std::string>& names, FrontierFitOptions* o) {
@@ -350,7 +353,7 @@ struct FrontierCommand {
     FrontierFitOptions fo = options.frontier_fit;
     fo.progress = !common.tool.quiet;
     FrontierFitTrace trace;
-    SCD_ASSIGN_OR_RETURN(a.frontier, FitFrontier(*m.producer, *m.consumer, a, heldout, fo, &trace));
+    SCD_RETURN_IF_ERROR(FitFrontierInto(*m.producer, *m.consumer, &a, heldout, fo, &trace));
     a.frontier.heldout = HeldoutSplitName(options);
     // Through a temporary file: `out` may be the artifact just read.
     const std::string tmp = out + ".tmp";
@@ -358,10 +361,12 @@ struct FrontierCommand {
     std::error_code ec;
     fs::rename(tmp, out, ec);
     if (ec) return absl::InternalError(absl::StrCat("cannot replace ", out, ": ", ec.message()));
-    std::printf("wrote %s (%s -> %s): frontier of %zu points, %d held-out evaluations, %.1f s\n%s",
-                out.c_str(), a.producer.name.c_str(), a.consumer.name.c_str(),
-                a.frontier.points.size(), trace.evaluations, trace.seconds,
-                FormatFrontier(a.frontier).c_str());
+    std::printf(
+        "wrote %s (%s -> %s): frontier of %zu points, %d held-out evaluations, %.1f s; per-head "
+        "ranks: %d codes folded, %d evaluations, %.1f s\n%s",
+        out.c_str(), a.producer.name.c_str(), a.consumer.name.c_str(), a.frontier.points.size(),
+        trace.evaluations, trace.seconds, trace.folded_codes, trace.head_evaluations,
+        trace.head_seconds, FormatFrontier(a.frontier).c_str());
     return absl::OkStatus();
   }
 };
