@@ -72,6 +72,9 @@ Json ParseOrEmpty(const std::string& text) {
   return j.is_discarded() ? Json::object() : j;
 }
 
+// What Save writes where no map is folded (kArtifactFormatVersion needs a reader of folded maps).
+constexpr int kUnfoldedFormatVersion = 2;
+
 std::string Prefix(int layer, const char* part) { return absl::StrCat("layer.", layer, ".", part); }
 
 void AddTranslator(std::map<std::string, at::Tensor>* out, const std::string& prefix,
@@ -169,7 +172,8 @@ absl::Status Artifact::Save(const std::string& path) const {
     const bool folded = std::any_of(layers.begin(), layers.end(), [](const ArtifactLayer& l) {
       return l.key.folded() || l.value.folded();
     });
-    writer.SetMetadata("scd.format_version", std::to_string(folded ? kArtifactFormatVersion : 2));
+    writer.SetMetadata("scd.format_version",
+                       std::to_string(folded ? kArtifactFormatVersion : kUnfoldedFormatVersion));
     writer.SetMetadata("scd.producer", IdentityToJson(producer).dump());
     writer.SetMetadata("scd.consumer", IdentityToJson(consumer).dump());
     writer.SetMetadata("scd.layers", layer_meta.dump());
@@ -206,7 +210,11 @@ class ArtifactReader {
   absl::StatusOr<int> CheckHeader() const {
     const std::string* version = Meta("scd.format_version");
     if (version == nullptr) return Corrupt(path_, "no scd.format_version (not an SCD artifact?)");
-    if (*version != "1" && *version != "2" && *version != std::to_string(kArtifactFormatVersion)) {
+    int v = 0;  // exact text only: "03" or "3x" are no version
+    for (int known = 1; known <= kArtifactFormatVersion; ++known) {
+      if (*version == std::to_string(known)) v = known;
+    }
+    if (v == 0) {
       return absl::FailedPreconditionError(
           absl::StrCat(path_, ": artifact format version ", *version,
                        " is not supported (this build reads 1 to ", kArtifactFormatVersion, ")"));
@@ -225,7 +233,7 @@ class ArtifactReader {
     if (kChecksumsChecked && checksum.HexDigest() != *Meta("scd.tensors_sha256")) {
       return Corrupt(path_, "tensor data does not match its checksum (corrupted file)");
     }
-    return std::stoi(*version);
+    return v;
   }
 
   absl::StatusOr<Json> MetaJson(const char* key) const {
@@ -255,8 +263,9 @@ class ArtifactReader {
       if (heads < 2) return Corrupt(path_, absl::StrCat(prefix, " is folded where none may be"));
       SCD_ASSIGN_OR_RETURN(at::Tensor c, Tensor(prefix + ".column_heads"));
       c = c.contiguous().view(-1);
+      const float* values = c.data_ptr<float>();
       for (int64_t i = 0; i < c.numel(); ++i) {
-        const float h = c[i].item<float>();
+        const float h = values[i];
         if (h != std::floor(h) || h < 0 || h >= static_cast<float>(heads)) {
           return Corrupt(path_, absl::StrCat(prefix, ".column_heads[", i, "] is ", h));
         }

@@ -229,6 +229,10 @@ absl::StatusOr<ReuseTranslator> ReuseTranslator::FoldHeads(const ReuseTranslator
         return absl::InvalidArgumentError(absl::StrCat("column ", c, " names head ", h));
       }
       const int64_t j = next[static_cast<size_t>(h)]++;
+      if (j >= per_head.rank()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("head ", h, " is named more than its ", per_head.rank(), " columns"));
+      }
       enc.narrow(0, h * a, a).select(1, c).copy_(per_head.w_enc_[h].select(1, j).cpu());
       dec.select(0, c).narrow(0, h * b, b).copy_(per_head.w_dec_[h][j].cpu());
     }

@@ -105,6 +105,9 @@ TEST(FoldedTranslatorTest, MalformedFoldsAreRefused) {
   std::vector<int> bad_head = kOrder;
   bad_head[3] = kHeads;
   EXPECT_FALSE(ReuseTranslator::FoldHeads(per_head, bad_head).ok());
+  std::vector<int> head_twice = kOrder;  // the right count, but head 0 five times, head 1 three
+  head_twice[1] = 0;
+  EXPECT_FALSE(ReuseTranslator::FoldHeads(per_head, head_twice).ok());
   const ReuseTranslator folded = testing::Ok(ReuseTranslator::FoldHeads(per_head, kOrder));
   EXPECT_FALSE(ReuseTranslator::FoldHeads(folded, kOrder).ok());  // folds once
   // Stored tensors that mix heads are not a folded map.
