@@ -1,20 +1,22 @@
 #include "base/metrics.h"
 
+#include <algorithm>
 #include <cmath>
-#include <cstdio>
+#include <exception>
+#include <limits>
+#include <sstream>
 
-#include "absl/strings/str_cat.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
 
 namespace scd {
 namespace {
 
-void AtomicAdd(std::atomic<double>& value, double by) {
-  double current = value.load(std::memory_order_relaxed);
-  while (!value.compare_exchange_weak(current, current + by, std::memory_order_relaxed)) {
-  }
-}
-
-// HELP text: backslash and newline escaped.
+// prometheus-cpp writes HELP as given; the format wants backslash and newline escaped.
 std::string EscapeHelp(std::string_view text) {
   std::string out;
   for (char c : text) {
@@ -25,66 +27,55 @@ std::string EscapeHelp(std::string_view text) {
   return out;
 }
 
-// Label values: backslash, double quote and newline escaped.
-std::string EscapeLabelValue(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
-  }
-  return out;
+prometheus::Labels ToLabels(const MetricLabels& labels) {
+  return prometheus::Labels(labels.begin(), labels.end());
 }
 
-std::string LabelText(const MetricLabels& constant, const MetricLabels& labels,
-                      const std::pair<std::string, std::string>* extra = nullptr) {
-  std::string out;
-  auto add = [&out](const std::pair<std::string, std::string>& label) {
-    absl::StrAppend(&out, out.empty() ? "{" : ",", label.first, "=\"",
-                    EscapeLabelValue(label.second), "\"");
-  };
-  for (const auto& label : constant) add(label);
-  for (const auto& label : labels) add(label);
-  if (extra != nullptr) add(*extra);
-  if (!out.empty()) out += "}";
-  return out;
+// Strictly ascending, finite bounds (the library refuses others; +Inf is its own bucket).
+std::vector<double> CleanBounds(std::vector<double> bounds) {
+  bounds.erase(
+      std::remove_if(bounds.begin(), bounds.end(), [](double b) { return !std::isfinite(b); }),
+      bounds.end());
+  std::sort(bounds.begin(), bounds.end());
+  bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+  return bounds;
 }
 
 }  // namespace
 
 void Counter::Increment(double by) {
-  if (by > 0) AtomicAdd(value_, by);
+  if (by > 0) impl_->Increment(by);
 }
 
 void Counter::SetTotal(double total) {
-  double current = value_.load(std::memory_order_relaxed);
-  while (total > current &&
-         !value_.compare_exchange_weak(current, total, std::memory_order_relaxed)) {
-  }
+  absl::MutexLock lock(&set_mu_);
+  const double current = impl_->Value();
+  if (total > current) impl_->Increment(total - current);
 }
 
-void Gauge::Add(double by) { AtomicAdd(value_, by); }
+double Counter::Value() const { return impl_->Value(); }
 
-Histogram::Histogram(std::vector<double> bounds)
-    : bounds_(std::move(bounds)), buckets_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
-  for (size_t i = 0; i <= bounds_.size(); ++i) buckets_[i].store(0);
-}
+void Gauge::Set(double value) { impl_->Set(value); }
+void Gauge::Add(double by) { impl_->Increment(by); }
+double Gauge::Value() const { return impl_->Value(); }
 
 void Histogram::Observe(double value) {
-  size_t i = 0;
-  while (i < bounds_.size() && value > bounds_[i]) ++i;  // NaN lands in +Inf
-  buckets_[i].fetch_add(1, std::memory_order_relaxed);
-  AtomicAdd(sum_, value);
-  count_.fetch_add(1, std::memory_order_relaxed);
+  if (std::isnan(value)) {  // the library's bucket search would count NaN under the first bound
+    std::vector<double> increments(bounds_.size() + 1, 0.0);
+    increments.back() = 1;
+    impl_->ObserveMultiple(increments, value);
+    return;
+  }
+  impl_->Observe(value);
 }
 
+uint64_t Histogram::Count() const { return impl_->Collect().histogram.sample_count; }
+double Histogram::Sum() const { return impl_->Collect().histogram.sample_sum; }
+
 uint64_t Histogram::CumulativeCount(size_t i) const {
-  uint64_t total = 0;
-  for (size_t b = 0; b <= i && b <= bounds_.size(); ++b) {
-    total += buckets_[b].load(std::memory_order_relaxed);
-  }
-  return total;
+  const auto buckets = impl_->Collect().histogram.bucket;
+  if (buckets.empty()) return 0;
+  return buckets[std::min(i, buckets.size() - 1)].cumulative_count;
 }
 
 std::vector<double> ExponentialBuckets(double start, double factor, int count) {
@@ -94,52 +85,99 @@ std::vector<double> ExponentialBuckets(double start, double factor, int count) {
   return bounds;
 }
 
-std::string FormatMetricValue(double value) {
-  if (std::isnan(value)) return "NaN";
-  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
-  if (value == std::floor(value) && std::fabs(value) < 9007199254740992.0) {
-    return absl::StrCat(static_cast<int64_t>(value));
-  }
-  char text[32];
-  for (int precision = 6; precision <= 17; ++precision) {
-    std::snprintf(text, sizeof text, "%.*g", precision, value);
-    if (std::strtod(text, nullptr) == value) break;
-  }
-  return text;
-}
+MetricsRegistry::MetricsRegistry(MetricLabels constant)
+    : constant_(std::move(constant)), registry_(std::make_shared<prometheus::Registry>()) {}
 
-MetricsRegistry::MetricsRegistry(MetricLabels constant) : constant_(std::move(constant)) {}
+MetricsRegistry::~MetricsRegistry() = default;
+
+MetricsRegistry::Family& MetricsRegistry::FindFamily(std::string_view name, std::string_view help,
+                                                     Kind kind, const std::vector<double>& bounds) {
+  auto it = by_name_.find(name);
+  if (it != by_name_.end()) return it->second;
+  Family& family = by_name_[std::string(name)];
+  family.kind = kind;
+  family.bounds = CleanBounds(bounds);
+  const std::string text(name), escaped = EscapeHelp(help);
+  const prometheus::Labels constant = ToLabels(constant_);
+  try {  // the library throws on a bad metric or label name
+    switch (kind) {
+      case Kind::kCounter:
+        family.family =
+            &prometheus::BuildCounter().Name(text).Help(escaped).Labels(constant).Register(
+                *registry_);
+        break;
+      case Kind::kGauge:
+        family.family =
+            &prometheus::BuildGauge().Name(text).Help(escaped).Labels(constant).Register(
+                *registry_);
+        break;
+      case Kind::kHistogram:
+        family.family =
+            &prometheus::BuildHistogram().Name(text).Help(escaped).Labels(constant).Register(
+                *registry_);
+        break;
+    }
+  } catch (const std::exception&) {
+    family.family = nullptr;
+  }
+  return family;
+}
 
 MetricsRegistry::Member& MetricsRegistry::Find(std::string_view name, std::string_view help,
                                                Kind kind, const std::vector<double>& bounds,
                                                const MetricLabels& labels) {
-  auto it = by_name_.find(name);
-  Family* family;
-  if (it == by_name_.end()) {
-    family = &families_.emplace_back();
-    family->name = std::string(name);
-    family->help = std::string(help);
-    family->kind = kind;
-    family->bounds = bounds;
-    by_name_.emplace(family->name, family);
-  } else {
-    family = it->second;
-  }
-  for (Member& member : family->members) {
-    if (member.labels == labels) return member;
-  }
-  Member& member = family->members.emplace_back();
-  member.labels = labels;
-  // A name reused with another kind gets a member of the family's own kind (never a crash).
-  switch (family->kind) {
-    case Kind::kCounter: member.counter = std::make_unique<Counter>(); break;
-    case Kind::kGauge: member.gauge = std::make_unique<Gauge>(); break;
-    case Kind::kHistogram: member.histogram = std::make_unique<Histogram>(family->bounds); break;
-  }
-  if (kind == Kind::kCounter && !member.counter) member.counter = std::make_unique<Counter>();
-  if (kind == Kind::kGauge && !member.gauge) member.gauge = std::make_unique<Gauge>();
-  if (kind == Kind::kHistogram && !member.histogram) {
-    member.histogram = std::make_unique<Histogram>(bounds);
+  Family& family = FindFamily(name, help, kind, bounds);
+  Member& member = family.members[labels];
+  // A name reused with another kind, or one the library refused, gets a detached member (updated,
+  // never rendered): never a crash.
+  const bool registered = family.family != nullptr && family.kind == kind;
+  const prometheus::Labels member_labels = ToLabels(labels);
+  switch (kind) {
+    case Kind::kCounter:
+      if (!member.counter) {
+        prometheus::Counter* impl = nullptr;
+        if (registered) {
+          try {
+            impl = &static_cast<prometheus::Family<prometheus::Counter>*>(family.family)
+                        ->Add(member_labels);
+          } catch (const std::exception&) {
+          }
+        }
+        if (impl == nullptr) impl = detached_counters_.emplace_back(new prometheus::Counter).get();
+        member.counter = std::make_unique<Counter>(impl);
+      }
+      break;
+    case Kind::kGauge:
+      if (!member.gauge) {
+        prometheus::Gauge* impl = nullptr;
+        if (registered) {
+          try {
+            impl = &static_cast<prometheus::Family<prometheus::Gauge>*>(family.family)
+                        ->Add(member_labels);
+          } catch (const std::exception&) {
+          }
+        }
+        if (impl == nullptr) impl = detached_gauges_.emplace_back(new prometheus::Gauge).get();
+        member.gauge = std::make_unique<Gauge>(impl);
+      }
+      break;
+    case Kind::kHistogram:
+      if (!member.histogram) {
+        const std::vector<double> own = registered ? family.bounds : CleanBounds(bounds);
+        prometheus::Histogram* impl = nullptr;
+        if (registered) {
+          try {
+            impl = &static_cast<prometheus::Family<prometheus::Histogram>*>(family.family)
+                        ->Add(member_labels, own);
+          } catch (const std::exception&) {
+          }
+        }
+        if (impl == nullptr) {
+          impl = detached_histograms_.emplace_back(new prometheus::Histogram(own)).get();
+        }
+        member.histogram = std::make_unique<Histogram>(impl, own);
+      }
+      break;
   }
   return member;
 }
@@ -168,48 +206,12 @@ void MetricsRegistry::AddCollector(std::function<void()> collect) {
   collectors_.push_back(std::move(collect));
 }
 
-void MetricsRegistry::RenderFamily(const Family& family, std::string* out) const {
-  static constexpr const char* kTypes[] = {"counter", "gauge", "histogram"};
-  absl::StrAppend(out, "# HELP ", family.name, " ", EscapeHelp(family.help), "\n# TYPE ",
-                  family.name, " ", kTypes[static_cast<int>(family.kind)], "\n");
-  for (const Member& member : family.members) {
-    if (member.counter) {
-      absl::StrAppend(out, family.name, LabelText(constant_, member.labels), " ",
-                      FormatMetricValue(member.counter->Value()), "\n");
-    } else if (member.gauge) {
-      absl::StrAppend(out, family.name, LabelText(constant_, member.labels), " ",
-                      FormatMetricValue(member.gauge->Value()), "\n");
-    } else if (member.histogram) {
-      const Histogram& h = *member.histogram;
-      // Count first: a concurrent Observe may land between the lines, and the buckets must
-      // never exceed _count (+Inf is rendered as the count).
-      const uint64_t count = h.Count();
-      const double sum = h.Sum();
-      for (size_t i = 0; i < h.bounds().size(); ++i) {
-        const std::pair<std::string, std::string> le{"le", FormatMetricValue(h.bounds()[i])};
-        absl::StrAppend(out, family.name, "_bucket", LabelText(constant_, member.labels, &le),
-                        " ", std::min(count, h.CumulativeCount(i)), "\n");
-      }
-      const std::pair<std::string, std::string> inf{"le", "+Inf"};
-      absl::StrAppend(out, family.name, "_bucket", LabelText(constant_, member.labels, &inf), " ",
-                      count, "\n", family.name, "_sum", LabelText(constant_, member.labels), " ",
-                      FormatMetricValue(sum), "\n", family.name, "_count",
-                      LabelText(constant_, member.labels), " ", count, "\n");
-    }
-  }
-}
-
 std::string MetricsRegistry::Render() {
-  std::vector<std::function<void()>> collectors;
-  {
-    absl::MutexLock lock(&collectors_mu_);
-    collectors = collectors_;
-  }
-  for (const auto& collect : collectors) collect();
-  std::string out;
-  absl::ReaderMutexLock lock(&mu_);
-  for (const Family& family : families_) RenderFamily(family, &out);
-  return out;
+  absl::MutexLock lock(&collectors_mu_);
+  for (const auto& collect : collectors_) collect();
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, registry_->Collect());
+  return out.str();
 }
 
 }  // namespace scd

@@ -1,6 +1,7 @@
-// base/metrics.h: the text exposition is what Prometheus parses (checked by Debian's promtool,
-// an independent parser), counts are exact under concurrent updates, histogram buckets are
-// cumulative with the analytic counts, label values escape what the format requires.
+// base/metrics.h on prometheus-cpp: the text exposition is what Prometheus parses (checked by
+// Debian's promtool, an independent parser), counts are exact under concurrent updates, histogram
+// buckets are cumulative with the analytic counts, HELP and label values escape what the format
+// requires, and nothing the library refuses throws.
 #include "base/metrics.h"
 
 #include <gmock/gmock.h>
@@ -8,7 +9,9 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tests/test_files.h"
@@ -91,17 +94,63 @@ TEST(MetricsTest, CollectorsRunAtRenderAndTotalsNeverGoDown) {
   EXPECT_THAT(registry.Render(), HasSubstr("node_total 9\n"));
 }
 
-TEST(MetricsTest, ValuesAreWrittenExactly) {
-  EXPECT_EQ(FormatMetricValue(0), "0");
-  EXPECT_EQ(FormatMetricValue(123456789012345.0), "123456789012345");
-  EXPECT_EQ(FormatMetricValue(0.1), "0.1");
-  EXPECT_EQ(FormatMetricValue(1e20), "1e+20");
-  EXPECT_EQ(FormatMetricValue(INFINITY), "+Inf");
-  EXPECT_EQ(FormatMetricValue(-INFINITY), "-Inf");
-  EXPECT_EQ(FormatMetricValue(NAN), "NaN");
-  for (double v : {1.0 / 3, 2.0 / 3 * 1e-7, 123.456789012345678}) {
-    EXPECT_EQ(std::strtod(FormatMetricValue(v).c_str(), nullptr), v);
+// The library writes values at 16 significant digits: integers and short decimals exactly, the
+// rest within one part in 1e15; infinities and NaN as the format spells them.
+TEST(MetricsTest, ValuesAreWrittenAsPrometheusReadsThem) {
+  MetricsRegistry registry;
+  const std::vector<std::pair<double, std::string>> exact = {
+      {0, "0"},           {123456789012345.0, "123456789012345"},
+      {0.1, "0.1"},       {1e20, "1e+20"},
+      {INFINITY, "+Inf"}, {-INFINITY, "-Inf"}};
+  for (size_t i = 0; i < exact.size(); ++i) {
+    registry.GetGauge("exact_" + std::to_string(i), "v").Set(exact[i].first);
   }
+  const std::vector<double> rounded = {1.0 / 3, 2.0 / 3 * 1e-7, 123.456789012345678};
+  for (size_t i = 0; i < rounded.size(); ++i) {
+    registry.GetGauge("rounded_" + std::to_string(i), "v").Set(rounded[i]);
+  }
+  registry.GetGauge("not_a_number", "v").Set(NAN);
+  const std::string text = registry.Render();
+  auto value_text = [&text](const std::string& name) {
+    const size_t at = text.find("\n" + name + " ");
+    if (at == std::string::npos) return std::string("(missing)");
+    const size_t start = at + name.size() + 2;
+    return text.substr(start, text.find('\n', start) - start);
+  };
+  for (size_t i = 0; i < exact.size(); ++i) {
+    EXPECT_EQ(value_text("exact_" + std::to_string(i)), exact[i].second) << text;
+  }
+  for (size_t i = 0; i < rounded.size(); ++i) {
+    const double read = std::strtod(value_text("rounded_" + std::to_string(i)).c_str(), nullptr);
+    EXPECT_NEAR(read, rounded[i], std::fabs(rounded[i]) * 1e-15) << text;
+  }
+  EXPECT_TRUE(std::isnan(std::strtod(value_text("not_a_number").c_str(), nullptr))) << text;
+
+  testing::TempDir dir;
+  testing::WriteFile(dir.File("metrics.txt"), text);
+  const testing::CommandResult promtool =
+      testing::RunCommand("promtool check metrics < " + dir.File("metrics.txt"));
+  EXPECT_EQ(promtool.exit_code, 0) << promtool.out << promtool.err << "\n" << text;
+}
+
+// A name or label the library refuses, or a name reused with another kind, never throws: the
+// member still counts, only the text leaves it out.
+TEST(MetricsTest, RefusedNamesAndKindsNeverThrow) {
+  MetricsRegistry registry;
+  Counter& bad_name = registry.GetCounter("0 bad name", "x");
+  bad_name.Increment(2);
+  EXPECT_EQ(bad_name.Value(), 2);
+  Counter& bad_label = registry.GetCounter("ok_total", "x", {{"bad label", "v"}});
+  bad_label.Increment();
+  EXPECT_EQ(bad_label.Value(), 1);
+  registry.GetCounter("ok_total", "x").Increment(5);
+  Gauge& other_kind = registry.GetGauge("ok_total", "x");
+  other_kind.Set(7);
+  EXPECT_EQ(other_kind.Value(), 7);
+  const std::string text = registry.Render();
+  EXPECT_THAT(text, HasSubstr("ok_total 5\n"));
+  EXPECT_EQ(text.find("bad"), std::string::npos) << text;
+  EXPECT_EQ(text.find(" 7\n"), std::string::npos) << text;
 }
 
 }  // namespace
