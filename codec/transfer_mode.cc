@@ -46,6 +46,25 @@ absl::StatusOr<std::vector<TransferMode>> ParseTransferModes(const std::string& 
   return modes;
 }
 
+std::string RequestedModeName(RequestedMode mode) {
+  return mode.is_auto() ? "auto" : TransferModeName(mode.mode());
+}
+
+absl::StatusOr<RequestedMode> ParseRequestedMode(const std::string& name) {
+  if (name.empty() || name == "auto") return RequestedMode::Auto();
+  absl::StatusOr<TransferMode> mode = ParseTransferMode(name);
+  if (!mode.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mode '", name, "' is not one of auto, local, raw, int4, recompute, reuse, scd"));
+  }
+  return RequestedMode(*mode);
+}
+
+TransferMode TransferModeOr(const std::string& name, TransferMode otherwise) {
+  absl::StatusOr<TransferMode> mode = ParseTransferMode(name);
+  return mode.ok() ? *mode : otherwise;
+}
+
 bool ModeNeedsArtifact(TransferMode mode) {
   return mode == TransferMode::kReuse || mode == TransferMode::kScd;
 }

@@ -1,9 +1,10 @@
 #include "consumer/code_receiver.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -128,6 +129,78 @@ class PieceJoiner {
 
 }  // namespace
 
+namespace {
+
+// The session's next chunk (nullopt: the trailer matched, every chunk is here), within the
+// transfer's deadline and `stall_timeout` after `progress`; the session is cancelled on a stall,
+// the deadline or the caller's cancel (an error the session itself ended with is returned as is).
+absl::StatusOr<std::optional<transport::ReceivedChunk>> NextChunk(
+    transport::ReceiveSession& session, absl::Time deadline, absl::Time progress,
+    absl::Duration timeout, absl::Duration stall_timeout, const std::atomic<bool>* cancelled) {
+  auto fail = [&](absl::Status status) {
+    session.Cancel(std::string(status.message()));
+    return status;
+  };
+  for (;;) {
+    if (cancelled != nullptr && cancelled->load()) {
+      return fail(absl::CancelledError("cancelled by the caller during the transfer"));
+    }
+    const absl::Time until = std::min(deadline, progress + stall_timeout);
+    const absl::Duration left = until - absl::Now();
+    absl::StatusOr<std::optional<transport::ReceivedChunk>> next =
+        session.Next(cancelled != nullptr ? std::min(left, kCancelPoll) : left);
+    if (next.ok()) return next;
+    if (!absl::IsDeadlineExceeded(next.status())) return next.status();  // peer lost, corrupt...
+    if (absl::Now() < until) continue;
+    if (until < deadline) {
+      return fail(absl::DeadlineExceededError(absl::StrCat("the transfer stalled: no chunk within ",
+                                                           absl::FormatDuration(stall_timeout),
+                                                           " (the transfer timeout)")));
+    }
+    return fail(absl::DeadlineExceededError(
+        absl::StrCat("no complete transfer within ", absl::FormatDuration(timeout))));
+  }
+}
+
+// One received chunk into the cache: unframed, checked against the plan, joined with its other
+// pieces (adaptive sessions), handed to the rebuilder; `advance_tail` runs over the layers it
+// completed.
+absl::Status TakeChunk(transport::ReceivedChunk& received, const v1::TransferHeader& header,
+                       const std::vector<PlannedChunk>& expected, int64_t T, PieceJoiner* pieces,
+                       LayerwiseRebuilder* rebuilder,
+                       const std::function<absl::Status()>& advance_tail, ReceiveReport* report) {
+  const absl::Time now = absl::Now();
+  if (report->chunks == 0) report->first_chunk = now;
+  report->last_chunk = now;
+  // What travelled: the data and, for int8 / int4, the scales beside it (the header's count).
+  report->bytes += static_cast<int64_t>(received.payload.size() + received.meta.scales().size());
+  ++report->chunks;
+  SCD_ASSIGN_OR_RETURN(CodeChunk chunk, UnframeChunk(received.meta, received.payload.view(), T));
+  int64_t lowered_rank = 0;
+  if (std::string why = ChunkMismatch(chunk, expected, header.adaptive(), &lowered_rank);
+      !why.empty()) {
+    return absl::InvalidArgumentError(why);
+  }
+  if (lowered_rank > 0) NoteLowered(chunk, lowered_rank, report);
+  received.payload.Reset();  // unframing copied the bytes into the chunk's tensors
+  if (header.adaptive() && IsCodeKind(chunk.kind)) {
+    SCD_ASSIGN_OR_RETURN(std::optional<CodeChunk> whole, pieces->Take(std::move(chunk)));
+    if (!whole.has_value()) return absl::OkStatus();  // more pieces of this code to come
+    chunk = *std::move(whole);
+  }
+  SCD_ASSIGN_OR_RETURN(std::vector<int> filled, rebuilder->Add(std::move(chunk)));
+  if (!filled.empty()) SCD_RETURN_IF_ERROR(advance_tail());
+  // The work this chunk set off (unframing, the layers it completed); the last chunk's is what
+  // no streaming can hide. Waiting for the trailer afterwards is not rebuild time.
+  report->last_rebuild = absl::Now() - now;
+  if (!filled.empty() && report->first_layer_ready == absl::InfinitePast()) {
+    report->first_layer_ready = absl::Now();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& session,
                                                const CodeDecoder& decoder, const TransferPlan& plan,
                                                const std::vector<PlannedChunk>& expected,
@@ -150,7 +223,7 @@ absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& sessio
   if (!rebuilder.ok()) return fail(rebuilder.status());
   // Runs the tail token through the layers rebuilt so far (a recomputed run from layer 0 is
   // rebuilt at creation).
-  auto advance_tail = [&]() -> absl::Status {
+  const std::function<absl::Status()> advance_tail = [&]() -> absl::Status {
     if (tail == nullptr) return absl::OkStatus();
     return pacing.Run(1, 1, [&](int64_t, int64_t) { return tail->Advance(cache).status(); });
   };
@@ -161,63 +234,13 @@ absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& sessio
   const absl::Time deadline = absl::Now() + timeout;
   absl::Time progress = absl::Now();  // the last chunk (or the start)
   for (;;) {
-    if (cancelled != nullptr && cancelled->load()) {
-      return fail(absl::CancelledError("cancelled by the caller during the transfer"));
-    }
-    const absl::Time until = std::min(deadline, progress + stall_timeout);
-    const absl::Duration left = until - absl::Now();
-    absl::StatusOr<std::optional<transport::ReceivedChunk>> next =
-        session.Next(cancelled != nullptr ? std::min(left, kCancelPoll) : left);
-    if (!next.ok()) {
-      if (absl::IsDeadlineExceeded(next.status()) && absl::Now() < until) continue;
-      if (absl::IsDeadlineExceeded(next.status()) && until < deadline) {
-        return fail(absl::DeadlineExceededError(
-            absl::StrCat("the transfer stalled: no chunk within ",
-                         absl::FormatDuration(stall_timeout), " (the transfer timeout)")));
-      }
-      if (absl::IsDeadlineExceeded(next.status())) {
-        return fail(absl::DeadlineExceededError(
-            absl::StrCat("no complete transfer within ", absl::FormatDuration(timeout))));
-      }
-      return next.status();  // the session ended: peer lost, cancelled, corrupt, ...
-    }
-    if (!next->has_value()) break;  // trailer matched: every chunk is here
-    transport::ReceivedChunk& received = **next;
-    const absl::Time now = absl::Now();
-    if (report.chunks == 0) report.first_chunk = now;
-    report.last_chunk = now;
-    // What travelled: the data and, for int8 / int4, the scales beside it (the header's count).
-    report.bytes += static_cast<int64_t>(received.payload.size() + received.meta.scales().size());
-    ++report.chunks;
-    absl::StatusOr<CodeChunk> chunk = UnframeChunk(received.meta, received.payload.view(), T);
-    if (!chunk.ok()) return fail(chunk.status());
-    int64_t lowered_rank = 0;
-    if (std::string why = ChunkMismatch(*chunk, expected, session.header().adaptive(),
-                                        &lowered_rank);
-        !why.empty()) {
-      return fail(absl::InvalidArgumentError(why));
-    }
-    if (lowered_rank > 0) NoteLowered(*chunk, lowered_rank, &report);
-    received.payload.Reset();  // unframing copied the bytes into the chunk's tensors
-    if (session.header().adaptive() && IsCodeKind(chunk->kind)) {
-      absl::StatusOr<std::optional<CodeChunk>> whole = pieces.Take(*std::move(chunk));
-      if (!whole.ok()) return fail(whole.status());
-      if (!whole->has_value()) {  // more pieces of this code to come
-        progress = absl::Now();
-        continue;
-      }
-      chunk = **std::move(whole);
-    }
-    absl::StatusOr<std::vector<int>> filled = (*rebuilder)->Add(*std::move(chunk));
-    if (!filled.ok()) return fail(filled.status());
-    if (!filled->empty()) {
-      if (absl::Status advanced = advance_tail(); !advanced.ok()) return fail(advanced);
-    }
-    // The work this chunk set off (unframing, the layers it completed); the last chunk's is what
-    // no streaming can hide. Waiting for the trailer afterwards is not rebuild time.
-    report.last_rebuild = absl::Now() - now;
-    if (!filled->empty() && report.first_layer_ready == absl::InfinitePast()) {
-      report.first_layer_ready = absl::Now();
+    SCD_ASSIGN_OR_RETURN(std::optional<transport::ReceivedChunk> next,
+                         NextChunk(session, deadline, progress, timeout, stall_timeout, cancelled));
+    if (!next.has_value()) break;  // trailer matched: every chunk is here
+    if (absl::Status taken = TakeChunk(*next, session.header(), expected, T, &pieces,
+                                       rebuilder->get(), advance_tail, &report);
+        !taken.ok()) {
+      return fail(taken);
     }
     progress = absl::Now();  // the stall clock starts again once this chunk is rebuilt
   }

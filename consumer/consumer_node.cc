@@ -77,6 +77,69 @@ void ConsumerNode::SetUpMetrics(ConsumerNode* node) {
       metrics, [admission] { return admission->draining() ? "draining" : "serving"; });
 }
 
+absl::Status ConsumerNode::LoadArtifacts(const std::vector<std::string>& paths, ConsumerNode* node,
+                                         v1::RegisterRequest* registration,
+                                         std::map<std::string, const Artifact*>* held) {
+  for (const std::string& path : paths) {
+    SCD_ASSIGN_OR_RETURN(Artifact artifact, Artifact::Load(path));
+    if (artifact.consumer.fingerprint != node->fingerprint_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("artifact ", path, " was fitted for consumer ", artifact.consumer.name, " (",
+                       artifact.consumer.fingerprint.substr(0, 12), "), not ", node->name_, " (",
+                       node->fingerprint_.substr(0, 12), ")"));
+    }
+    SCD_ASSIGN_OR_RETURN(std::string id, ArtifactFileId(path));
+    v1::ArtifactEntry* entry = registration->add_artifacts();
+    entry->set_id(id);
+    entry->set_producer_fingerprint(artifact.producer.fingerprint);
+    entry->set_consumer_fingerprint(artifact.consumer.fingerprint);
+    FrontierToEntry(artifact.frontier, entry);  // the coordinator chooses scd's point from it
+    node->artifacts_[id] = std::move(artifact);
+    (*held)[id] = &node->artifacts_[id];
+    spdlog::info("artifact {} ({} -> {}) from {}", id, node->artifacts_[id].producer.name,
+                 node->name_, path);
+  }
+  return absl::OkStatus();
+}
+
+void ConsumerNode::Register(const ConsumerNodeOptions& options, v1::RegisterRequest registration,
+                            int64_t kv_budget_bytes, int64_t kv_bytes_per_token,
+                            ClusterSecret secret, ConsumerNode* node) {
+  SetNodeIdentity(v1::NODE_ROLE_CONSUMER,
+                  AdvertisedAddress(node->control_address(), options.advertise), node->name_,
+                  node->fingerprint_, &registration);
+  registration.set_public_address(AdvertisedAddress(node->address(), options.advertise));
+  registration.set_transfer_address(AdvertisedAddress(node->transfer_address(), options.advertise));
+  registration.add_transports(options.transport);
+  registration.set_capacity(options.capacity);
+  registration.set_kv_budget_bytes(static_cast<uint64_t>(kv_budget_bytes));
+  registration.set_kv_bytes_per_token(static_cast<uint64_t>(kv_bytes_per_token));
+  Admission* admission_ptr = node->admission_.get();
+  RegistryClient::PrefixBlocksFn prefix_blocks;
+  if (ConsumerPrefixCache* cache = node->prefix_cache_.get(); cache != nullptr) {
+    prefix_blocks = [cache] { return PrefixBlocksReport(cache->blocks()); };
+  }
+  node->registration_ = std::make_unique<RegistryClient>(
+      options.coordinator, registration,
+      [admission_ptr, speeds = &node->speeds_,
+       scheduler = node->scheduler_.get()](v1::HeartbeatRequest* beat) {
+        beat->set_active_requests(admission_ptr->active());
+        *beat->mutable_speeds() = speeds->Report();
+        const DecodeScheduler::Stats steps = scheduler->stats();
+        SetPerTokenCost(steps.local_itl_us_per_token, beat->mutable_speeds()->mutable_local_itl());
+        SetPerTokenCost(steps.rebuild_itl_us_per_token,
+                        beat->mutable_speeds()->mutable_rebuild_itl());
+        SetPerTokenCost(steps.busy_prefill_us_per_token,
+                        beat->mutable_speeds()->mutable_busy_prefill());
+        beat->set_decoding_sequences(static_cast<uint32_t>(steps.decoding));
+        beat->set_kv_reserved_bytes(static_cast<uint64_t>(admission_ptr->reserved_bytes()));
+        beat->set_queued_requests(admission_ptr->queued());
+        beat->set_kv_queued_bytes(static_cast<uint64_t>(admission_ptr->queued_bytes()));
+      },
+      secret, prefix_blocks);
+  node->registration_->Start();
+}
+
 absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
     const ConsumerNodeOptions& options) {
   SCD_RETURN_IF_ERROR(CheckRegistryAddress(options.coordinator));
@@ -89,25 +152,7 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
   node->tokenizer_ = std::move(served.tokenizer);
   v1::RegisterRequest registration;
   std::map<std::string, const Artifact*> held;
-  for (const std::string& path : options.artifacts) {
-    SCD_ASSIGN_OR_RETURN(Artifact artifact, Artifact::Load(path));
-    if (artifact.consumer.fingerprint != node->fingerprint_) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("artifact ", path, " was fitted for consumer ", artifact.consumer.name, " (",
-                       artifact.consumer.fingerprint.substr(0, 12), "), not ", node->name_, " (",
-                       node->fingerprint_.substr(0, 12), ")"));
-    }
-    SCD_ASSIGN_OR_RETURN(std::string id, ArtifactFileId(path));
-    v1::ArtifactEntry* entry = registration.add_artifacts();
-    entry->set_id(id);
-    entry->set_producer_fingerprint(artifact.producer.fingerprint);
-    entry->set_consumer_fingerprint(artifact.consumer.fingerprint);
-    FrontierToEntry(artifact.frontier, entry);  // the coordinator chooses scd's point from it
-    node->artifacts_[id] = std::move(artifact);
-    held[id] = &node->artifacts_[id];
-    spdlog::info("artifact {} ({} -> {}) from {}", id, node->artifacts_[id].producer.name,
-                 node->name_, path);
-  }
+  SCD_RETURN_IF_ERROR(LoadArtifacts(options.artifacts, node.get(), &registration, &held));
   if (options.capacity == 0) return absl::InvalidArgumentError("--capacity must be at least 1");
   if (options.max_batched_tokens < 1) {
     return absl::InvalidArgumentError("--max-batched-tokens must be at least 1");
@@ -169,41 +214,8 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
                options.transport);
 
   if (!options.coordinator.empty()) {
-    SetNodeIdentity(v1::NODE_ROLE_CONSUMER,
-                    AdvertisedAddress(node->control_address(), options.advertise), node->name_,
-                    node->fingerprint_, &registration);
-    registration.set_public_address(AdvertisedAddress(node->address(), options.advertise));
-    registration.set_transfer_address(
-        AdvertisedAddress(node->transfer_address(), options.advertise));
-    registration.add_transports(options.transport);
-    registration.set_capacity(options.capacity);
-    registration.set_kv_budget_bytes(static_cast<uint64_t>(admission.budget_bytes));
-    registration.set_kv_bytes_per_token(static_cast<uint64_t>(kv_bytes_per_token));
-    Admission* admission_ptr = node->admission_.get();
-    RegistryClient::PrefixBlocksFn prefix_blocks;
-    if (ConsumerPrefixCache* cache = node->prefix_cache_.get(); cache != nullptr) {
-      prefix_blocks = [cache] { return PrefixBlocksReport(cache->blocks()); };
-    }
-    node->registration_ = std::make_unique<RegistryClient>(
-        options.coordinator, registration,
-        [admission_ptr, speeds = &node->speeds_,
-         scheduler = node->scheduler_.get()](v1::HeartbeatRequest* beat) {
-          beat->set_active_requests(admission_ptr->active());
-          *beat->mutable_speeds() = speeds->Report();
-          const DecodeScheduler::Stats steps = scheduler->stats();
-          SetPerTokenCost(steps.local_itl_us_per_token,
-                          beat->mutable_speeds()->mutable_local_itl());
-          SetPerTokenCost(steps.rebuild_itl_us_per_token,
-                          beat->mutable_speeds()->mutable_rebuild_itl());
-          SetPerTokenCost(steps.busy_prefill_us_per_token,
-                          beat->mutable_speeds()->mutable_busy_prefill());
-          beat->set_decoding_sequences(static_cast<uint32_t>(steps.decoding));
-          beat->set_kv_reserved_bytes(static_cast<uint64_t>(admission_ptr->reserved_bytes()));
-          beat->set_queued_requests(admission_ptr->queued());
-          beat->set_kv_queued_bytes(static_cast<uint64_t>(admission_ptr->queued_bytes()));
-        },
-        secret, prefix_blocks);
-    node->registration_->Start();
+    Register(options, std::move(registration), admission.budget_bytes, kv_bytes_per_token,
+             std::move(secret), node.get());
   }
   return node;
 }

@@ -84,6 +84,15 @@ class ConsumerNode {
  private:
   ConsumerNode() = default;
   static void SetUpMetrics(ConsumerNode* node);
+  // Loads the artifacts at `paths` (each fitted for this node's model) into node->artifacts_,
+  // named in `registration` and `held` by id.
+  static absl::Status LoadArtifacts(const std::vector<std::string>& paths, ConsumerNode* node,
+                                    v1::RegisterRequest* registration,
+                                    std::map<std::string, const Artifact*>* held);
+  // Registers with options.coordinator and starts the heartbeats (node->registration_).
+  static void Register(const ConsumerNodeOptions& options, v1::RegisterRequest registration,
+                       int64_t kv_budget_bytes, int64_t kv_bytes_per_token, ClusterSecret secret,
+                       ConsumerNode* node);
 
   std::unique_ptr<MetricsRegistry> metrics_;  // first: outlives everything that records
   NodeSpeedTracker speeds_;  // fed by serving_metrics_, reported with every heartbeat

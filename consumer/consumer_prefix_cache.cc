@@ -21,11 +21,11 @@ ConsumerPrefixCache::ConsumerPrefixCache(const LlamaModel& model, std::string fi
                                          int64_t budget_bytes, int block_tokens)
     : model_(model), fingerprint_(std::move(fingerprint)), cache_(budget_bytes, block_tokens) {}
 
-std::string ConsumerPrefixCache::RouteScope(const std::string& mode,
+std::string ConsumerPrefixCache::RouteScope(TransferMode mode,
                                             const std::string& producer_fingerprint,
                                             const std::string& artifact_id) {
-  if (mode == "local") return "local";
-  return absl::StrCat(mode, "|", producer_fingerprint, "|", artifact_id);
+  if (mode == TransferMode::kLocal) return "local";
+  return absl::StrCat(TransferModeName(mode), "|", producer_fingerprint, "|", artifact_id);
 }
 
 ConsumerPrefixCache::Keys ConsumerPrefixCache::KeysFor(const std::string& route_scope,

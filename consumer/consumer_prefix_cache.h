@@ -21,6 +21,7 @@
 #include "absl/types/span.h"
 #include "base/prefix_block_cache.h"
 #include "base/prefix_hash.h"
+#include "codec/transfer_mode.h"
 #include "model/llama_model.h"
 
 namespace scd::consumer {
@@ -40,7 +41,7 @@ class ConsumerPrefixCache {
   int block_tokens() const { return cache_.block_tokens(); }
 
   // The route a cache was made by: "local", or the producer, artifact and mode of its codes.
-  static std::string RouteScope(const std::string& mode, const std::string& producer_fingerprint,
+  static std::string RouteScope(TransferMode mode, const std::string& producer_fingerprint,
                                 const std::string& artifact_id);
 
   using Keys = PrefixKeys;

@@ -167,11 +167,11 @@ void DecodeScheduler::Loop() {
     work_.clear();
   }
   const absl::Status stopped = absl::UnavailableError("the consumer is shutting down");
-  for (auto& seq : running) End(*seq, stopped, "");
-  for (auto& seq : incoming) End(*seq, stopped, "");
+  for (auto& seq : running) End(*seq, stopped, FinishReason::kNone);
+  for (auto& seq : incoming) End(*seq, stopped, FinishReason::kNone);
 }
 
-void DecodeScheduler::End(Sequence& seq, absl::Status status, const std::string& reason) {
+void DecodeScheduler::End(Sequence& seq, absl::Status status, FinishReason reason) {
   if (seq.ended) return;
   seq.ended = true;
   SequenceEnd end;
@@ -234,9 +234,9 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
   // Leaves: cancelled and expired sequences, between steps.
   for (auto& seq : running) {
     if (seq->req.cancelled != nullptr && seq->req.cancelled->load()) {
-      End(*seq, absl::CancelledError("cancelled"), "cancelled");
+      End(*seq, absl::CancelledError("cancelled"), FinishReason::kCancelled);
     } else if (now > seq->req.deadline) {
-      End(*seq, absl::DeadlineExceededError("the request's deadline passed"), "");
+      End(*seq, absl::DeadlineExceededError("the request's deadline passed"), FinishReason::kNone);
     }
   }
   running.remove_if([](const auto& seq) { return seq->ended; });
@@ -261,7 +261,7 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
     absl::StatusOr<std::vector<at::Tensor>> out = model_.ForwardBatch(plan.batch);
     const double took = absl::ToDoubleSeconds(absl::Now() - start);
     if (!out.ok()) {
-      for (Sequence* seq : plan.members) End(*seq, out.status(), "");
+      for (Sequence* seq : plan.members) End(*seq, out.status(), FinishReason::kNone);
       running.remove_if([](const auto& seq) { return seq->ended; });
       return;
     }
@@ -366,12 +366,15 @@ void DecodeScheduler::Pick(Sequence& seq, const at::Tensor& logits) {
                           });
     return absl::OkStatus();
   });
-  if (!failed.ok()) return End(seq, failed, "");
+  if (!failed.ok()) return End(seq, failed, FinishReason::kNone);
   if (next.has_value()) {
     seq.input = *next;
     return;
   }
-  End(seq, absl::OkStatus(), seq.state.finish_reason() == "stop" ? "stop" : "length");
+  // The model running out of positions reads as length to clients (as OpenAI's API says it).
+  End(seq, absl::OkStatus(),
+      seq.state.finish_reason() == FinishReason::kStop ? FinishReason::kStop
+                                                       : FinishReason::kLength);
 }
 
 }  // namespace scd::consumer

@@ -47,10 +47,11 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/finish_reason.h"
 #include "base/token_id.h"
+#include "consumer/step_pacer.h"
 #include "model/generator.h"
 #include "model/kv_cache.h"
-#include "consumer/step_pacer.h"
 #include "model/llama_model.h"
 
 namespace scd {
@@ -71,10 +72,10 @@ struct SchedulerOptions {
 
 // How a sequence ended.
 struct SequenceEnd {
-  // OK: finished (finish_reason "stop" or "length"); CANCELLED (its flag), DEADLINE_EXCEEDED,
-  // UNAVAILABLE (the scheduler stopped), or the model's error.
+  // OK: finished (finish_reason kStop or kLength); CANCELLED (its flag; kCancelled),
+  // DEADLINE_EXCEEDED, UNAVAILABLE (the scheduler stopped), or the model's error.
   absl::Status status;
-  std::string finish_reason;
+  FinishReason finish_reason = FinishReason::kNone;
   int64_t output_tokens = 0;
   absl::Time joined = absl::InfinitePast();       // the first step it took part in
   absl::Time first_token = absl::InfinitePast();  // its first token picked (InfinitePast: none)
@@ -183,7 +184,7 @@ class DecodeScheduler {
   void Learn(const Plan& plan, double took, double allowed);
   // The sequence picks its next token from `logits`, or ends.
   void Pick(Sequence& seq, const at::Tensor& logits);
-  void End(Sequence& seq, absl::Status status, const std::string& reason);
+  void End(Sequence& seq, absl::Status status, FinishReason reason);
   // Runs rebuild pieces within the budget; updates it.
   void RunPieces(int64_t decodes, double* allowed, int64_t* rows_left);
 

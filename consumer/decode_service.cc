@@ -2,15 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
-#include <atomic>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "base/exception_guard.h"
 #include "base/log_text.h"
 #include "codec/transfer_mode.h"
-#include "proto/call_watch.h"
+#include "consumer/served_request.h"
 #include "proto/checked_inference.h"
 #include "proto/grpc_util.h"
 #include "proto/prefix_cache_stats.h"
@@ -49,20 +46,21 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
                                              ForLog(request->target()), "'")));
   }
   TargetRoute route;
-  route.mode = request->mode().empty() ? "local" : request->mode();
+  absl::StatusOr<TransferMode> mode =
+      request->mode().empty() ? TransferMode::kLocal : ParseTransferMode(request->mode());
+  if (!mode.ok()) return Refuse(id, mode.status());
+  route.mode = *mode;
   route.mode_reason = request->mode_reason();
   route.producer = request->producer();
   route.producer_fingerprint = request->producer_fingerprint();
   route.artifact_id = request->artifact_id();
-  absl::StatusOr<TransferMode> mode = ParseTransferMode(route.mode);
-  if (!mode.ok()) return Refuse(id, mode.status());
   if (ModeServedWithArtifact(*mode)) {
     auto it = artifacts_.find(request->artifact_id());
     if (it == artifacts_.end()) {
-      return Refuse(
-          id, absl::FailedPreconditionError(absl::StrCat("mode ", route.mode, " needs artifact '",
-                                                         ForLog(request->artifact_id()),
-                                                         "', which this consumer does not hold")));
+      return Refuse(id,
+                    absl::FailedPreconditionError(absl::StrCat(
+                        "mode ", TransferModeName(*mode), " needs artifact '",
+                        ForLog(request->artifact_id()), "', which this consumer does not hold")));
     }
     route.artifact = it->second;
   }
@@ -73,61 +71,31 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
     route.point = *std::move(point);
     route.expected_kl = request->expected_kl();
   }
-  if (route.mode != "local" && request->session_id().empty()) {
+  if (route.mode != TransferMode::kLocal && request->session_id().empty()) {
     return Refuse(id, absl::InvalidArgumentError("session_id: empty (the coordinator sets it)"));
   }
   absl::StatusOr<std::vector<TokenId>> prompt_ids = CheckRequest(consumer_, request->request());
   if (!prompt_ids.ok()) return Refuse(id, prompt_ids.status());
   std::unique_ptr<SessionRouter::Ticket> ticket;
-  if (route.mode != "local") {
+  if (route.mode != TransferMode::kLocal) {
     absl::StatusOr<std::unique_ptr<SessionRouter::Ticket>> expected =
         router_->Expect(SessionTag(request->session_id(), consumer_.name));
     if (!expected.ok()) return Refuse(id, expected.status());
     ticket = *std::move(expected);
   }
-  // Admitted by KV memory, waiting in the queue while it does not fit (the coordinator asks the
-  // producer to send only once this call has started); a caller that goes away leaves the queue.
-  std::atomic<bool> cancelled{false};
-  CallCancellationWatch watch(context, &cancelled);
-  const v1::GenerateRequest& req = request->request();
-  const absl::Time deadline =
-      received +
-      (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms()) : consumer_.default_deadline);
-  absl::StatusOr<std::unique_ptr<Admission::Reservation>> reservation =
-      admission_->Admit(ReservationBytes(consumer_, req, prompt_ids->size()), deadline, &cancelled);
-  if (!reservation.ok()) return Refuse(id, reservation.status());
-  spdlog::info("[{}] admitted for {} from {} ({} of {} running, {} KV bytes reserved, waited {})",
-               id, route.mode, ForLog(route.producer), admission_->active(), admission_->capacity(),
-               (*reservation)->bytes(), absl::FormatDuration((*reservation)->waited()));
-
-  RunContext run;
-  run.received = received;
-  run.cancelled = &cancelled;
-  run.prompt_ids = *std::move(prompt_ids);
-  run.session = [&](absl::Duration timeout) { return ticket->Wait(timeout); };
-  ServingMetrics::Call metrics(consumer_.metrics);
-  auto write = [&](const v1::GenerateEvent& event) {
-    metrics.Observe(event);
-    if (!cancelled && !writer->Write(event)) cancelled = true;
-  };
-  // A second Started (mode local) on this control stream tells the coordinator the consumer fell
-  // back to its own prefill; the coordinator does not forward it (control.proto).
-  run.on_fallback = [&](const v1::GenerateEvent& started) {
-    spdlog::info("[{}] falling back: {}", id, ForLog(started.started().mode_reason(), 300));
-    write(started);
-  };
-  absl::Status status = GuardExceptions("ConsumerControlService::Decode", [&] {
-    return RunTarget(consumer_, request->request(), route, run, write);
-  });
-  spdlog::info("[{}] ended: {}{}", id, ForLog(status.ToString(), 300),
-               cancelled ? " (cancelled)" : "");
-  ended_.Add(cancelled ? "request_cancelled"
-             : status.ok()
-                 ? "request_finished"
-                 : absl::StrCat("request_",
-                                absl::AsciiStrToLower(absl::StatusCodeToString(status.code()))));
-  if (cancelled) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the caller");
-  return grpc::Status::OK;
+  ServedRequest served;
+  served.handler = "ConsumerControlService::Decode";
+  served.id = id;
+  served.request = &request->request();
+  served.route = std::move(route);
+  served.prompt_ids = *std::move(prompt_ids);
+  served.received = received;
+  if (ticket != nullptr) {
+    served.session = [ticket = std::shared_ptr<SessionRouter::Ticket>(std::move(ticket))](
+                         absl::Duration timeout) { return ticket->Wait(timeout); };
+  }
+  served.announce_fallback = true;
+  return ServeRequest(consumer_, *admission_, &ended_, context, writer, std::move(served));
 }
 
 grpc::Status ConsumerControlService::TransferFailed(grpc::ServerContext* context,

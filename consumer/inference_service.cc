@@ -2,15 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "base/exception_guard.h"
 #include "base/log_text.h"
 #include "base/random_id.h"
-#include "proto/call_watch.h"
+#include "codec/transfer_mode.h"
+#include "consumer/served_request.h"
 #include "proto/checked_inference.h"
 #include "proto/grpc_util.h"
 
@@ -45,45 +43,25 @@ grpc::Status ConsumerInferenceService::Generate(grpc::ServerContext* context,
     }
   }
   TargetRoute route;
-  const std::string mode = req.mode().empty() ? "auto" : req.mode();
-  if (mode == "auto") {
+  absl::StatusOr<RequestedMode> mode = ParseRequestedMode(req.mode());
+  if (!mode.ok()) return refuse(mode.status());
+  if (mode->is_auto()) {
     route.mode_reason = "a consumer called directly has no producer: local prefill";
-  } else if (mode != "local") {
+  } else if (!mode->Is(TransferMode::kLocal)) {
     return refuse(absl::FailedPreconditionError(
-        absl::StrCat("mode ", ForLog(mode),
+        absl::StrCat("mode ", RequestedModeName(*mode),
                      " needs a producer: send the request through the coordinator")));
   }
   absl::StatusOr<std::vector<TokenId>> prompt_ids = CheckRequest(consumer_, req);
   if (!prompt_ids.ok()) return refuse(prompt_ids.status());
-  // Admitted by KV memory (waiting in the queue while it does not fit); a client that cancels
-  // while waiting leaves the queue.
-  std::atomic<bool> cancelled{false};
-  CallCancellationWatch watch(context, &cancelled);
-  const absl::Time deadline =
-      received + (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms())
-                                        : consumer_.default_deadline);
-  absl::StatusOr<std::unique_ptr<Admission::Reservation>> reservation = admission_->Admit(
-      ReservationBytes(consumer_, req, prompt_ids->size()), deadline, &cancelled);
-  if (!reservation.ok()) return refuse(reservation.status());
-  spdlog::info("[{}] admitted ({} of {} running, {} KV bytes reserved, waited {})", id,
-               admission_->active(), admission_->capacity(), (*reservation)->bytes(),
-               absl::FormatDuration((*reservation)->waited()));
-
-  RunContext run;
-  run.received = received;
-  run.cancelled = &cancelled;
-  run.prompt_ids = *std::move(prompt_ids);
-  ServingMetrics::Call metrics(consumer_.metrics);
-  absl::Status status = GuardExceptions("ConsumerInferenceService::Generate", [&] {
-    return RunTarget(consumer_, req, route, run, [&](const v1::GenerateEvent& event) {
-      metrics.Observe(event);
-      if (!cancelled && !writer->Write(event)) cancelled = true;  // the client went away
-    });
-  });
-  spdlog::info("[{}] ended: {}{}", id, ForLog(status.ToString(), 300),
-               cancelled ? " (client cancelled)" : "");
-  if (cancelled) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
-  return grpc::Status::OK;  // the terminal event carries the outcome
+  ServedRequest served;
+  served.handler = "ConsumerInferenceService::Generate";
+  served.id = id;
+  served.request = &req;
+  served.route = std::move(route);
+  served.prompt_ids = *std::move(prompt_ids);
+  served.received = received;
+  return ServeRequest(consumer_, *admission_, refusals_, context, writer, std::move(served));
 }
 
 grpc::Status ConsumerInferenceService::ListModels(grpc::ServerContext*,

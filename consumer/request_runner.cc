@@ -28,7 +28,8 @@ uint64_t Micros(absl::Duration d) {
 
 // How the prefix's cache came to be.
 struct PrefixOutcome {
-  std::string mode, reason;   // the mode actually used and why
+  TransferMode mode = TransferMode::kLocal;  // the mode actually used
+  std::string reason;                        // and why
   int64_t cached_tokens = 0;  // positions the prefix cache held (0 after a fallback)
   int64_t payload_bytes = 0;
   absl::Duration transfer = absl::ZeroDuration();
@@ -66,10 +67,10 @@ struct ExpectedTransfer {
 
 absl::StatusOr<ExpectedTransfer> PlanTransfer(const ConsumerModel& consumer,
                                               const TargetRoute& route, int64_t tokens) {
-  SCD_ASSIGN_OR_RETURN(TransferMode mode, ParseTransferMode(route.mode));
+  const TransferMode mode = route.mode;
   if (ModeServedWithArtifact(mode) && route.artifact == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("mode ", route.mode, " needs the pair's artifact; this consumer has none"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "mode ", TransferModeName(mode), " needs the pair's artifact; this consumer has none"));
   }
   ExpectedTransfer expected;
   expected.artifact = ModeServedWithArtifact(mode) ? route.artifact : nullptr;
@@ -197,9 +198,9 @@ absl::StatusOr<PrefixOutcome> PreparePrefix(
   if (!request.allow_local_fallback() || cancelled) return received.status();
   *cache = consumer.model->NewCache(cache->capacity());  // drop what was half rebuilt
   outcome.cached_tokens = 0;
-  outcome.mode = "local";
-  outcome.reason = absl::StrCat("fallback: the ", route.mode, " transfer failed (",
-                                received.status().ToString(), ")");
+  outcome.mode = TransferMode::kLocal;
+  outcome.reason = absl::StrCat("fallback: the ", TransferModeName(route.mode),
+                                " transfer failed (", received.status().ToString(), ")");
   return outcome;
 }
 
@@ -231,11 +232,12 @@ absl::StatusOr<SequenceEnd> Decode(const ConsumerModel& consumer, DecodeSchedule
 v1::Finished FinishedOf(const PrefixOutcome& prefix, const SequenceEnd& end, size_t prompt_tokens,
                         absl::Time start, absl::Time first_token, absl::Time received) {
   v1::Finished f;
-  f.set_reason(absl::IsCancelled(end.status) ? "cancelled" : end.finish_reason);
+  f.set_reason(std::string(FinishReasonName(absl::IsCancelled(end.status) ? FinishReason::kCancelled
+                                                                          : end.finish_reason)));
   f.set_prompt_tokens(static_cast<uint32_t>(prompt_tokens));
   f.set_output_tokens(static_cast<uint32_t>(end.output_tokens));
   f.set_payload_bytes(static_cast<uint64_t>(prefix.payload_bytes));
-  f.set_mode(prefix.mode);
+  f.set_mode(TransferModeName(prefix.mode));
   f.set_mode_reason(prefix.reason);
   f.set_consumer_cached_tokens(static_cast<uint32_t>(prefix.cached_tokens));
   for (const LoweredLayer& l : prefix.lowered) {
@@ -247,7 +249,7 @@ v1::Finished FinishedOf(const PrefixOutcome& prefix, const SequenceEnd& end, siz
   }
   v1::Timings* t = f.mutable_timings();
   t->set_queue(Micros(start - received));
-  if (prefix.mode == "local") {
+  if (prefix.mode == TransferMode::kLocal) {
     t->set_prefill(Micros(end.prefill));
   } else {
     // The last prompt token's steps (most overlapped with the rebuild) and the first sampling.
@@ -299,17 +301,155 @@ int64_t ReservationBytes(const ConsumerModel& consumer, const v1::GenerateReques
          config.KvBytesPerToken(static_cast<int64_t>(c10::elementSize(consumer.model->dtype())));
 }
 
+namespace {
+
+// The target's Started event, as routing decided (the cached tokens and payload added later).
+v1::GenerateEvent StartedEvent(const ConsumerModel& consumer, const v1::GenerateRequest& request,
+                               const TargetRoute& route) {
+  v1::GenerateEvent e;
+  e.set_target(consumer.name);
+  v1::Started* started = e.mutable_started();
+  started->set_request_id(request.request_id());
+  started->set_producer(route.mode == TransferMode::kLocal ? "" : route.producer);
+  started->set_consumer(consumer.name);
+  started->set_mode(TransferModeName(route.mode));
+  started->set_mode_reason(route.mode_reason);
+  if (route.point && route.mode != TransferMode::kLocal) {
+    *started->mutable_point() = CodePointToProto(*route.point);
+    started->set_expected_kl(route.expected_kl);
+  }
+  return e;
+}
+
+// Loads the prefix cache's part of the prompt's prefix into `cache` (the route's scope: caches of
+// different codes never mix); returns the positions it held (0 with no prefix cache), and the
+// prefix's keys in *keys.
+absl::StatusOr<int64_t> LoadCachedPrefix(const ConsumerModel& consumer,
+                                         const v1::GenerateRequest& request,
+                                         const TargetRoute& route, const std::vector<TokenId>& ids,
+                                         std::optional<ConsumerPrefixCache::Keys>* keys,
+                                         KvCache* cache) {
+  const int64_t prefix_tokens = static_cast<int64_t>(ids.size()) - 1;
+  if (consumer.prefix_cache == nullptr || prefix_tokens <= 0) return 0;
+  *keys = consumer.prefix_cache->KeysFor(
+      ConsumerPrefixCache::RouteScope(
+          route.mode, route.producer_fingerprint,
+          route.point ? absl::StrCat(route.artifact_id, "@", route.point->Describe())
+                      : route.artifact_id),
+      request.cache_salt(), absl::MakeConstSpan(ids).first(static_cast<size_t>(prefix_tokens)));
+  // A transfer keeps at least one position to send; local prefill runs the last token anyway.
+  const int64_t most = route.mode == TransferMode::kLocal ? prefix_tokens : prefix_tokens - 1;
+  return consumer.prefix_cache->Load(**keys, most, prefix_tokens, cache);
+}
+
+// A transfer's plan for `tokens` positions (none for a local route), its payload noted in
+// `started`.
+absl::StatusOr<std::optional<ExpectedTransfer>> PlanFor(const ConsumerModel& consumer,
+                                                        const TargetRoute& route, int64_t tokens,
+                                                        v1::GenerateEvent* started) {
+  if (route.mode == TransferMode::kLocal) return std::nullopt;
+  SCD_ASSIGN_OR_RETURN(ExpectedTransfer plan, PlanTransfer(consumer, route, tokens));
+  started->mutable_started()->set_expected_payload_bytes(
+      static_cast<uint64_t>(TotalBytes(plan.chunks)));
+  return plan;
+}
+
+// The Started a target sends when its transfer failed and it runs its own prefill.
+v1::GenerateEvent FallbackNotice(const v1::GenerateEvent& started, const PrefixOutcome& prefix) {
+  v1::GenerateEvent notice = started;
+  notice.mutable_started()->set_mode(TransferModeName(prefix.mode));
+  notice.mutable_started()->set_mode_reason(prefix.reason);
+  notice.mutable_started()->clear_expected_payload_bytes();
+  notice.mutable_started()->clear_point();
+  notice.mutable_started()->clear_expected_kl();
+  return notice;
+}
+
+// The Error a decode's end calls for (OK: it finished, or the client cancelled it).
+absl::Status EndError(const SequenceEnd& end, absl::Duration budget) {
+  if (end.status.ok() || absl::IsCancelled(end.status)) return absl::OkStatus();
+  if (absl::IsDeadlineExceeded(end.status)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("deadline of ", absl::FormatDuration(budget), " reached while ",
+                     end.first_token == absl::InfinitePast() ? "prefilling" : "decoding"));
+  }
+  return end.status;
+}
+
+// RunTarget once its inputs are checked: the Started event, the prefix (cached, transferred or
+// prefilled), the decode and the Finished event. A non-OK return is the Error RunTarget writes.
+absl::Status RunChecked(const ConsumerModel& consumer, const v1::GenerateRequest& request,
+                        const TargetRoute& route, const std::vector<TokenId>& ids,
+                        const GenerationOptions& options, DecodeScheduler& scheduler,
+                        const RunContext& context, const EventSink& emit, absl::Time start) {
+  const absl::Duration budget = request.deadline_ms() > 0
+                                    ? absl::Milliseconds(request.deadline_ms())
+                                    : consumer.default_deadline;
+  const absl::Time deadline = context.received + budget;
+
+  v1::GenerateEvent started = StartedEvent(consumer, request, route);
+  // The prefix cache's part of the prefix: loaded before anything else happens.
+  const int64_t capacity = std::min<int64_t>(consumer.model->config().max_position_embeddings,
+                                             static_cast<int64_t>(ids.size()) + options.max_tokens);
+  KvCache cache = consumer.model->NewCache(capacity);
+  const int64_t prefix_tokens = static_cast<int64_t>(ids.size()) - 1;
+  std::optional<ConsumerPrefixCache::Keys> prefix_keys;
+  absl::StatusOr<int64_t> cached_tokens =
+      LoadCachedPrefix(consumer, request, route, ids, &prefix_keys, &cache);
+  if (!cached_tokens.ok()) return cached_tokens.status();
+  started.mutable_started()->set_consumer_cached_tokens(static_cast<uint32_t>(*cached_tokens));
+  absl::StatusOr<std::optional<ExpectedTransfer>> planned =
+      PlanFor(consumer, route, prefix_tokens - *cached_tokens, &started);
+  if (!planned.ok()) return planned.status();
+  emit(started);
+
+  absl::StatusOr<PrefixOutcome> prefix =
+      PreparePrefix(consumer, scheduler, request, route, *planned ? &**planned : nullptr, ids,
+                    context, deadline, *cached_tokens, &cache);
+  if (!prefix.ok()) return prefix.status();
+  // Stores the prefix's blocks this request computed, once its cache holds the whole prefix.
+  if (prefix->mode != route.mode && prefix_keys.has_value()) {
+    // A fallback's cache is local: its own scope.
+    prefix_keys = consumer.prefix_cache->KeysFor(
+        ConsumerPrefixCache::RouteScope(TransferMode::kLocal, "", ""), request.cache_salt(),
+        absl::MakeConstSpan(ids).first(static_cast<size_t>(prefix_tokens)));
+  }
+  bool stored = prefix_keys == std::nullopt;
+  auto store_prefix = [&](const KvCache& complete) {
+    if (stored) return;
+    stored = true;
+    consumer.prefix_cache->Store(*prefix_keys, prefix->cached_tokens, complete);
+  };
+  if (prefix->mode != TransferMode::kLocal) store_prefix(cache);  // rebuilt: [0, prefix) complete
+  if (prefix->mode != route.mode && context.on_fallback) {
+    context.on_fallback(FallbackNotice(started, *prefix));  // announced before it runs
+  }
+
+  // The scheduler prefills what is left (local) and decodes; the stream turns its tokens into
+  // events, written here, on this request's thread.
+  absl::Time first_token = absl::InfinitePast();
+  absl::StatusOr<SequenceEnd> end =
+      Decode(consumer, scheduler, ids, std::move(cache), prefix->first_logits, options, deadline,
+             context.cancelled, store_prefix, emit, &first_token);
+  if (!end.ok()) return end.status();
+  SCD_RETURN_IF_ERROR(EndError(*end, budget));
+  v1::GenerateEvent finished;
+  finished.set_target(consumer.name);
+  *finished.mutable_finished() =
+      FinishedOf(*prefix, *end, ids.size(), start, first_token, context.received);
+  emit(finished);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest& request,
                        const TargetRoute& route_in, const RunContext& context,
                        const EventSink& emit) {
   const absl::Time start = absl::Now();
-  auto event = [&] {
+  auto fail = [&](absl::Status status) {
     v1::GenerateEvent e;
     e.set_target(consumer.name);
-    return e;
-  };
-  auto fail = [&](absl::Status status) {
-    v1::GenerateEvent e = event();
     e.mutable_error()->set_code(static_cast<int32_t>(status.code()));
     e.mutable_error()->set_message(std::string(status.message()));
     emit(e);
@@ -325,107 +465,13 @@ absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest&
   if (consumer.scheduler == nullptr) own.emplace(*consumer.model, SchedulerOptions());
   DecodeScheduler& scheduler = consumer.scheduler != nullptr ? *consumer.scheduler : *own;
   TargetRoute route = route_in;
-  if (route.mode != "local" && ids->size() < 2) {
+  if (route.mode != TransferMode::kLocal && ids->size() < 2) {
     route = TargetRoute{};
     route.mode_reason = "a 1-token prompt has no prefix to transfer";
   }
-  const absl::Duration budget = request.deadline_ms() > 0
-                                    ? absl::Milliseconds(request.deadline_ms())
-                                    : consumer.default_deadline;
-  const absl::Time deadline = context.received + budget;
-
-  v1::GenerateEvent started = event();
-  started.mutable_started()->set_request_id(request.request_id());
-  started.mutable_started()->set_producer(route.mode == "local" ? "" : route.producer);
-  started.mutable_started()->set_consumer(consumer.name);
-  started.mutable_started()->set_mode(route.mode);
-  started.mutable_started()->set_mode_reason(route.mode_reason);
-  if (route.point && route.mode != "local") {
-    *started.mutable_started()->mutable_point() = CodePointToProto(*route.point);
-    started.mutable_started()->set_expected_kl(route.expected_kl);
-  }
-  // The prefix cache's part of the prefix: loaded before anything else happens.
-  const int64_t capacity =
-      std::min<int64_t>(consumer.model->config().max_position_embeddings,
-                        static_cast<int64_t>(ids->size()) + options->max_tokens);
-  KvCache cache = consumer.model->NewCache(capacity);
-  const int64_t prefix_tokens = static_cast<int64_t>(ids->size()) - 1;
-  std::optional<ConsumerPrefixCache::Keys> prefix_keys;
-  int64_t cached_tokens = 0;
-  if (consumer.prefix_cache != nullptr && prefix_tokens > 0) {
-    prefix_keys = consumer.prefix_cache->KeysFor(
-        ConsumerPrefixCache::RouteScope(
-            route.mode, route.producer_fingerprint,
-            route.point ? absl::StrCat(route.artifact_id, "@", route.point->Describe())
-                        : route.artifact_id),
-        request.cache_salt(), absl::MakeConstSpan(*ids).first(static_cast<size_t>(prefix_tokens)));
-    // A transfer keeps at least one position to send; local prefill runs the last token anyway.
-    const int64_t most = route.mode == "local" ? prefix_tokens : prefix_tokens - 1;
-    absl::StatusOr<int64_t> loaded =
-        consumer.prefix_cache->Load(*prefix_keys, most, prefix_tokens, &cache);
-    if (!loaded.ok()) return fail(loaded.status());
-    cached_tokens = *loaded;
-  }
-  started.mutable_started()->set_consumer_cached_tokens(static_cast<uint32_t>(cached_tokens));
-  std::optional<ExpectedTransfer> planned;
-  if (route.mode != "local") {
-    absl::StatusOr<ExpectedTransfer> plan =
-        PlanTransfer(consumer, route, prefix_tokens - cached_tokens);
-    if (!plan.ok()) return fail(plan.status());
-    planned = *std::move(plan);
-    started.mutable_started()->set_expected_payload_bytes(
-        static_cast<uint64_t>(TotalBytes(planned->chunks)));
-  }
-  emit(started);
-
-  absl::StatusOr<PrefixOutcome> prefix =
-      PreparePrefix(consumer, scheduler, request, route, planned ? &*planned : nullptr, *ids,
-                    context, deadline, cached_tokens, &cache);
-  if (!prefix.ok()) return fail(prefix.status());
-  // Stores the prefix's blocks this request computed, once its cache holds the whole prefix.
-  bool stored = prefix_keys == std::nullopt;
-  auto store_prefix = [&](const KvCache& complete) {
-    if (stored) return;
-    stored = true;
-    if (prefix->mode != route.mode) {  // a fallback's cache is local: its own scope
-      prefix_keys = consumer.prefix_cache->KeysFor(
-          ConsumerPrefixCache::RouteScope("local", "", ""), request.cache_salt(),
-          absl::MakeConstSpan(*ids).first(static_cast<size_t>(prefix_tokens)));
-    }
-    consumer.prefix_cache->Store(*prefix_keys, prefix->cached_tokens, complete);
-  };
-  if (prefix->mode != "local") store_prefix(cache);  // rebuilt: [0, prefix) complete
-  if (prefix->mode != route.mode && context.on_fallback) {
-    // The transfer failed and this target runs its own prefill: announced before it runs.
-    v1::GenerateEvent notice = started;
-    notice.mutable_started()->set_mode(prefix->mode);
-    notice.mutable_started()->set_mode_reason(prefix->reason);
-    notice.mutable_started()->clear_expected_payload_bytes();
-    notice.mutable_started()->clear_point();
-    notice.mutable_started()->clear_expected_kl();
-    context.on_fallback(notice);
-  }
-
-  // The scheduler prefills what is left (local) and decodes; the stream turns its tokens into
-  // events, written here, on this request's thread.
-  absl::Time first_token = absl::InfinitePast();
-  absl::StatusOr<SequenceEnd> end =
-      Decode(consumer, scheduler, *ids, std::move(cache), prefix->first_logits, *options, deadline,
-             context.cancelled, store_prefix, emit, &first_token);
-  if (!end.ok()) return fail(end.status());
-  if (!end->status.ok() && !absl::IsCancelled(end->status)) {
-    if (absl::IsDeadlineExceeded(end->status)) {
-      return fail(absl::DeadlineExceededError(
-          absl::StrCat("deadline of ", absl::FormatDuration(budget), " reached while ",
-                       end->first_token == absl::InfinitePast() ? "prefilling" : "decoding")));
-    }
-    return fail(end->status);
-  }
-  v1::GenerateEvent finished = event();
-  *finished.mutable_finished() =
-      FinishedOf(*prefix, *end, ids->size(), start, first_token, context.received);
-  emit(finished);
-  return absl::OkStatus();
+  absl::Status status =
+      RunChecked(consumer, request, route, *ids, *options, scheduler, context, emit, start);
+  return status.ok() ? status : fail(status);
 }
 
 }  // namespace scd::consumer

@@ -35,6 +35,7 @@
 #include "absl/time/time.h"
 #include "codec/artifact.h"
 #include "codec/frontier.h"
+#include "codec/transfer_mode.h"
 #include "codec/transfer_plan.h"
 #include "consumer/consumer_prefix_cache.h"
 #include "consumer/decode_scheduler.h"
@@ -64,7 +65,7 @@ struct ConsumerModel {
 
 // What routing decided for this target.
 struct TargetRoute {
-  std::string mode = "local";  // local | raw | int4 | recompute | reuse | scd
+  TransferMode mode = TransferMode::kLocal;
   std::string mode_reason = "requested";
   std::string producer;                // producer model name ("" for local)
   const Artifact* artifact = nullptr;  // for reuse / scd: the pair's artifact (not owned)

@@ -35,7 +35,9 @@ std::string Prediction(const AutoCandidate& c) {
 
 void LinkEstimate::Observe(const v1::Finished& finished, absl::Time now) {
   const v1::Timings& t = finished.timings();
-  if (finished.mode() == "local" || finished.payload_bytes() == 0 || t.transfer() == 0) return;
+  if (TransferModeOr(finished.mode(), TransferMode::kLocal) == TransferMode::kLocal ||
+      finished.payload_bytes() == 0 || t.transfer() == 0)
+    return;
   const double bytes = static_cast<double>(finished.payload_bytes());
   const double took = static_cast<double>(t.transfer());
   if (took > kHeldBackRatio * static_cast<double>(t.prefill())) {
@@ -107,14 +109,14 @@ std::vector<AutoCandidate> AutoCandidates(const AutoInputs& in, const Frontier* 
                                           double raw_bytes_per_token) {
   std::vector<AutoCandidate> out;
   AutoCandidate& local = out.emplace_back();
-  local.mode = "local";
+  local.mode = TransferMode::kLocal;
   local.label = "local prefill";
   local.predicted = PredictLocal(in);
   local.batch_us = BatchDelayUs(in, in.consumer.local_itl(),
                                 std::max(1.0, in.prompt_tokens - in.consumer_cached_tokens));
   if (frontier == nullptr) {
     AutoCandidate& raw = out.emplace_back();
-    raw.mode = "raw";
+    raw.mode = TransferMode::kRaw;
     raw.label = "the raw cache";
     raw.predicted = PredictTransfer(in, raw_bytes_per_token, 0, false);
     return out;
@@ -123,7 +125,7 @@ std::vector<AutoCandidate> AutoCandidates(const AutoInputs& in, const Frontier* 
     AutoInputs at = in;
     at.layers = std::max<int>(1, static_cast<int>(p.rank_k.size()));
     AutoCandidate& c = out.emplace_back();
-    c.mode = "scd";
+    c.mode = TransferMode::kScd;
     c.point = p;
     c.kl = p.kl;
     c.label = absl::StrCat("scd point ", PointText(*frontier, p));

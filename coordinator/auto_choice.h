@@ -37,6 +37,7 @@
 #include "absl/time/time.h"
 #include "base/cost_estimate.h"
 #include "codec/frontier.h"
+#include "codec/transfer_mode.h"
 #include "codec/ttft_model.h"
 #include "scd/v1/inference.pb.h"
 #include "scd/v1/registry.pb.h"
@@ -86,7 +87,7 @@ TtftPrediction PredictTransfer(const AutoInputs& in, double bytes_per_token,
                                double rebuild_us_per_token, bool rebuilds);
 
 struct AutoCandidate {
-  std::string mode;                    // local | raw | scd
+  TransferMode mode = TransferMode::kLocal;  // local, raw or scd
   std::optional<FrontierPoint> point;  // scd: the frontier point sent
   double kl = 0;                       // as the frontier measured it (local, raw: 0)
   TtftPrediction predicted;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "base/log_text.h"
 #include "base/random_id.h"
+#include "base/status_macros.h"
 #include "codec/transfer_mode.h"
 #include "proto/frontier_proto.h"
 #include "proto/node_speeds.h"
@@ -30,22 +31,6 @@ const char* RoleName(v1::NodeRole role) {
 }
 
 std::string ShortFingerprint(const std::string& fingerprint) { return fingerprint.substr(0, 12); }
-
-// Mode names Resolve accepts: codec's modes plus "auto".
-absl::Status CheckMode(const std::string& mode) {
-  if (mode == "auto") return absl::OkStatus();
-  absl::StatusOr<TransferMode> parsed = ParseTransferMode(mode);
-  if (!parsed.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown mode '", ForLog(mode), "' (auto, local, raw, int4, recompute, reuse, scd)"));
-  }
-  return absl::OkStatus();
-}
-
-bool NeedsArtifact(const std::string& mode) {
-  absl::StatusOr<TransferMode> parsed = ParseTransferMode(mode);
-  return parsed.ok() && ModeServedWithArtifact(*parsed);
-}
 
 }  // namespace
 
@@ -234,7 +219,7 @@ void NodeRegistry::NoteRouted(const Route& route, const PrefixHint* hint) {
   for (size_t i = 0; i < route.targets.size(); ++i) {
     const RouteTarget& target = route.targets[i];
     note(target.consumer_node, target.kv_bytes,
-         target.mode == "local" ? static_cast<int64_t>(i) : -1);
+         target.mode == TransferMode::kLocal ? static_cast<int64_t>(i) : -1);
   }
 }
 
@@ -244,7 +229,7 @@ void NodeRegistry::NoteFirstToken(const Route& route, size_t target) {
   auto it = nodes_.find(route.targets[target].consumer_node);
   if (it != nodes_.end()) it->second.prefilling.erase({route.id, target});
   // A first token from codes: the producer's prefill for the route is over.
-  if (!route.producer_node.empty() && route.targets[target].mode != "local") {
+  if (!route.producer_node.empty() && route.targets[target].mode != TransferMode::kLocal) {
     it = nodes_.find(route.producer_node);
     if (it != nodes_.end()) it->second.prefilling.erase({route.id, route.targets.size()});
   }
@@ -322,13 +307,23 @@ const NodeRegistry::Node* NodeRegistry::PickConsumer(const std::string& name, ab
   return best;
 }
 
-absl::StatusOr<RouteTarget> NodeRegistry::ResolveTarget(const Node& consumer,
-                                                        const std::string& name,
-                                                        const Node* producer,
-                                                        const std::string& mode, double max_kl,
-                                                        double ttft_slo_ms,
-                                                        const PrefixHint* hint,
-                                                        absl::Time now) const {
+// What one target's resolution knows of its producer -> consumer pair.
+struct NodeRegistry::TargetPair {
+  const v1::ModelEntry* source = nullptr;       // the producer's model
+  const v1::ArtifactEntry* artifact = nullptr;  // the consumer's artifact for the pair, if any
+  const Frontier* frontier = nullptr;           // the artifact's frontier, if any
+  const FrontierPoint* within = nullptr;        // its cheapest point within max_kl, if any
+  bool identical = false;                       // the same weights on both sides
+  std::string text;                             // "producer -> target", for reasons
+  double max_kl = 0;
+  // Auto has choices to weigh: a frontier's points, or the raw cache between identical weights.
+  bool choosable() const { return frontier != nullptr || (identical && artifact == nullptr); }
+  std::string budget() const { return absl::StrFormat("max_kl %g", max_kl); }  // reasons only
+};
+
+absl::StatusOr<RouteTarget> NodeRegistry::ResolveTarget(
+    const Node& consumer, const std::string& name, const Node* producer, RequestedMode mode,
+    double max_kl, double ttft_slo_ms, const PrefixHint* hint, absl::Time now) const {
   RouteTarget target;
   target.target = name;
   target.consumer_node = consumer.id;
@@ -337,199 +332,225 @@ absl::StatusOr<RouteTarget> NodeRegistry::ResolveTarget(const Node& consumer,
   for (const v1::ModelEntry& model : consumer.info.models()) {
     if (model.name() == name) target.consumer_fingerprint = model.fingerprint();
   }
-  if (mode == "local") {
-    target.mode = "local";
+  if (mode.Is(TransferMode::kLocal)) {
+    target.mode = TransferMode::kLocal;
     target.mode_reason = "requested";
     return target;
   }
   if (producer == nullptr) {
-    if (mode != "auto") {
-      return absl::UnavailableError(
-          absl::StrCat("mode ", mode, " needs a producer and none is registered"));
+    if (!mode.is_auto()) {
+      return absl::UnavailableError(absl::StrCat("mode ", RequestedModeName(mode),
+                                                 " needs a producer and none is registered"));
     }
-    target.mode = "local";
+    target.mode = TransferMode::kLocal;
     target.mode_reason = "no producer registered: local prefill";
     return target;
   }
-  const v1::ModelEntry& source = producer->info.models(0);
-  const v1::ArtifactEntry* artifact = nullptr;
+  TargetPair pair;
+  pair.source = &producer->info.models(0);
   for (const v1::ArtifactEntry& held : consumer.info.artifacts()) {
-    if (held.producer_fingerprint() == source.fingerprint() &&
+    if (held.producer_fingerprint() == pair.source->fingerprint() &&
         held.consumer_fingerprint() == target.consumer_fingerprint) {
-      artifact = &held;
+      pair.artifact = &held;
     }
   }
-  const bool identical = source.fingerprint() == target.consumer_fingerprint;
-  const std::string pair = absl::StrCat(source.name(), " -> ", name);
-  const Frontier* frontier = nullptr;
-  if (artifact != nullptr) {
-    auto it = consumer.frontiers.find(artifact->id());
-    if (it != consumer.frontiers.end()) frontier = &it->second;
+  pair.identical = pair.source->fingerprint() == target.consumer_fingerprint;
+  pair.text = absl::StrCat(pair.source->name(), " -> ", name);
+  if (pair.artifact != nullptr) {
+    auto it = consumer.frontiers.find(pair.artifact->id());
+    if (it != consumer.frontiers.end()) pair.frontier = &it->second;
   }
-  // With a quality budget: the frontier's cheapest point within it (null: none is, or no
-  // frontier to tell).
-  const FrontierPoint* within =
-      frontier != nullptr && max_kl > 0 ? frontier->CheapestWithin(max_kl) : nullptr;
-  auto budget = [max_kl] { return absl::StrFormat("max_kl %g", max_kl); };  // for reasons only
-  // Auto has choices to weigh: a frontier's points, or the raw cache between identical weights.
-  const bool choosable = frontier != nullptr || (identical && artifact == nullptr);
-  if (mode == "auto" && choosable) {
-    // With the nodes' speeds measured: the choice predicted to reach the first token soonest.
-    const AutoInputs inputs =
-        hint != nullptr && hint->prompt_tokens > 0 ? InputsFor(consumer, *producer, hint, now)
-                                                   : AutoInputs();
-    if (CanPredict(inputs)) {
-      const std::vector<AutoCandidate> candidates = AutoCandidates(
-          inputs, frontier, static_cast<double>(consumer.info.kv_bytes_per_token()));
-      const double budget_kl =
-          max_kl > 0 ? max_kl : frontier != nullptr ? frontier->points[frontier->recommended].kl : 0;
-      const std::string budget =
-          max_kl > 0 ? absl::StrFormat("max_kl %g", max_kl)
-          : frontier != nullptr
-              ? absl::StrFormat("the recommended point's KL %.4g", budget_kl)
-              : std::string("exact caches (identical weights)");
-      // What auto chose before it had a cost model: the cheapest point within max_kl, else the
-      // recommended one (local when no point is within max_kl), or the raw cache.
-      size_t incumbent = 1;
-      if (frontier != nullptr) {
-        incumbent = max_kl > 0 ? (within != nullptr ? 1 + (within - frontier->points.data()) : 0)
-                               : 1 + static_cast<size_t>(frontier->recommended);
-      }
-      const AutoChoice choice =
-          ChooseAuto(candidates, budget_kl, budget, ttft_slo_ms * 1e3, incumbent);
-      const AutoCandidate& chosen = candidates[choice.chosen];
-      target.mode = chosen.mode;
-      target.point = chosen.point;
-      target.predicted_ttft_us = chosen.predicted.total_us;
-      if (chosen.mode == "scd") {
-        target.artifact_id = artifact->id();
-        // Adapt only over a link known to be limited (shaped or measured): with none known, a
-        // transfer later than predicted is the nodes' compute, which lower ranks do not speed up.
-        if (inputs.goodput_bytes_per_s > 0) {
-          target.deliver_by_us = DeliverByUs(chosen.predicted, ttft_slo_ms * 1e3);
-          target.planned_goodput_bytes_per_s = inputs.goodput_bytes_per_s;
-        }
-      }
-      target.mode_reason = absl::StrCat(choice.reason, " (", pair, ", link ", inputs.link, ")");
-      return target;
-    }
-  }
-  if (mode == "auto") {
-    if (artifact != nullptr && max_kl > 0 && within == nullptr) {
-      target.mode = "local";
-      target.mode_reason =
-          frontier == nullptr
-              ? absl::StrCat("artifact ", artifact->id(), " for ", pair,
-                             " has no frontier to meet ", budget(), ": local prefill")
-              : absl::StrCat("no point of artifact ", artifact->id(), "'s frontier for ", pair,
-                             " is within ", budget(),
-                             " (the best: ", PointText(*frontier, *frontier->BestQuality()),
-                             "): local prefill");
-    } else if (artifact != nullptr) {
-      target.mode = "scd";
-      target.mode_reason = absl::StrCat("artifact ", artifact->id(), " for ", pair);
-      target.artifact_id = artifact->id();
-      if (frontier != nullptr) {
-        const FrontierPoint& p =
-            within != nullptr ? *within : frontier->points[frontier->recommended];
-        target.point = p;
-        absl::StrAppend(&target.mode_reason, ", frontier point ", PointText(*frontier, p),
-                        within != nullptr ? absl::StrCat(": the cheapest within ", budget())
-                                          : ": the recommended one");
-      }
-    } else if (identical) {
-      target.mode = "raw";
-      target.mode_reason = absl::StrCat("identical weights (", pair, "), no artifact needed");
-    } else {
-      target.mode = "local";
-      target.mode_reason = absl::StrCat("no artifact for ", pair, ": local prefill");
-    }
-    if (ttft_slo_ms > 0) {  // reached only without a prediction
-      absl::StrAppend(&target.mode_reason, "; ttft_slo_ms ", ttft_slo_ms, " not weighed: ",
-                      choosable ? "no node's prefill speed is measured yet"
-                                : "no frontier to choose from");
-    }
+  pair.max_kl = max_kl;
+  pair.within =
+      pair.frontier != nullptr && max_kl > 0 ? pair.frontier->CheapestWithin(max_kl) : nullptr;
+  if (!mode.is_auto()) {
+    SCD_RETURN_IF_ERROR(ResolveExplicit(consumer, pair, mode.mode(), &target));
     return target;
   }
-  if (NeedsArtifact(mode) && artifact == nullptr) {
+  if (!pair.choosable() ||
+      !ResolveAutoPredicted(consumer, *producer, pair, ttft_slo_ms, hint, now, &target)) {
+    ResolveAutoUnpredicted(pair, ttft_slo_ms, &target);
+  }
+  return target;
+}
+
+bool NodeRegistry::ResolveAutoPredicted(const Node& consumer, const Node& producer,
+                                        const TargetPair& pair, double ttft_slo_ms,
+                                        const PrefixHint* hint, absl::Time now,
+                                        RouteTarget* target) const {
+  // With the nodes' speeds measured: the choice predicted to reach the first token soonest.
+  const AutoInputs inputs = hint != nullptr && hint->prompt_tokens > 0
+                                ? InputsFor(consumer, producer, hint, now)
+                                : AutoInputs();
+  if (!CanPredict(inputs)) return false;
+  const Frontier* frontier = pair.frontier;
+  const std::vector<AutoCandidate> candidates =
+      AutoCandidates(inputs, frontier, static_cast<double>(consumer.info.kv_bytes_per_token()));
+  const double budget_kl = pair.max_kl > 0       ? pair.max_kl
+                           : frontier != nullptr ? frontier->points[frontier->recommended].kl
+                                                 : 0;
+  const std::string budget = pair.max_kl > 0 ? pair.budget()
+                             : frontier != nullptr
+                                 ? absl::StrFormat("the recommended point's KL %.4g", budget_kl)
+                                 : std::string("exact caches (identical weights)");
+  // What auto chose before it had a cost model: the cheapest point within max_kl, else the
+  // recommended one (local when no point is within max_kl), or the raw cache.
+  size_t incumbent = 1;
+  if (frontier != nullptr) {
+    incumbent = pair.max_kl > 0
+                    ? (pair.within != nullptr ? 1 + (pair.within - frontier->points.data()) : 0)
+                    : 1 + static_cast<size_t>(frontier->recommended);
+  }
+  const AutoChoice choice = ChooseAuto(candidates, budget_kl, budget, ttft_slo_ms * 1e3, incumbent);
+  const AutoCandidate& chosen = candidates[choice.chosen];
+  target->mode = chosen.mode;
+  target->point = chosen.point;
+  target->predicted_ttft_us = chosen.predicted.total_us;
+  if (chosen.mode == TransferMode::kScd) {
+    target->artifact_id = pair.artifact->id();
+    // Adapt only over a link known to be limited (shaped or measured): with none known, a
+    // transfer later than predicted is the nodes' compute, which lower ranks do not speed up.
+    if (inputs.goodput_bytes_per_s > 0) {
+      target->deliver_by_us = DeliverByUs(chosen.predicted, ttft_slo_ms * 1e3);
+      target->planned_goodput_bytes_per_s = inputs.goodput_bytes_per_s;
+    }
+  }
+  target->mode_reason = absl::StrCat(choice.reason, " (", pair.text, ", link ", inputs.link, ")");
+  return true;
+}
+
+void NodeRegistry::ResolveAutoUnpredicted(const TargetPair& pair, double ttft_slo_ms,
+                                          RouteTarget* target) {
+  const Frontier* frontier = pair.frontier;
+  const v1::ArtifactEntry* artifact = pair.artifact;
+  if (artifact != nullptr && pair.max_kl > 0 && pair.within == nullptr) {
+    target->mode = TransferMode::kLocal;
+    target->mode_reason =
+        frontier == nullptr
+            ? absl::StrCat("artifact ", artifact->id(), " for ", pair.text,
+                           " has no frontier to meet ", pair.budget(), ": local prefill")
+            : absl::StrCat("no point of artifact ", artifact->id(), "'s frontier for ", pair.text,
+                           " is within ", pair.budget(),
+                           " (the best: ", PointText(*frontier, *frontier->BestQuality()),
+                           "): local prefill");
+  } else if (artifact != nullptr) {
+    target->mode = TransferMode::kScd;
+    target->mode_reason = absl::StrCat("artifact ", artifact->id(), " for ", pair.text);
+    target->artifact_id = artifact->id();
+    if (frontier != nullptr) {
+      const FrontierPoint& p =
+          pair.within != nullptr ? *pair.within : frontier->points[frontier->recommended];
+      target->point = p;
+      absl::StrAppend(&target->mode_reason, ", frontier point ", PointText(*frontier, p),
+                      pair.within != nullptr ? absl::StrCat(": the cheapest within ", pair.budget())
+                                             : ": the recommended one");
+    }
+  } else if (pair.identical) {
+    target->mode = TransferMode::kRaw;
+    target->mode_reason = absl::StrCat("identical weights (", pair.text, "), no artifact needed");
+  } else {
+    target->mode = TransferMode::kLocal;
+    target->mode_reason = absl::StrCat("no artifact for ", pair.text, ": local prefill");
+  }
+  if (ttft_slo_ms > 0) {  // reached only without a prediction
+    absl::StrAppend(&target->mode_reason, "; ttft_slo_ms ", ttft_slo_ms, " not weighed: ",
+                    pair.choosable() ? "no node's prefill speed is measured yet"
+                                     : "no frontier to choose from");
+  }
+}
+
+absl::Status NodeRegistry::ResolveExplicit(const Node& consumer, const TargetPair& pair,
+                                           TransferMode mode, RouteTarget* target) const {
+  const std::string name = TransferModeName(mode);
+  if (ModeServedWithArtifact(mode) && pair.artifact == nullptr) {
     std::vector<std::string> held;
     for (const v1::ArtifactEntry& a : consumer.info.artifacts()) {
       held.push_back(
           absl::StrCat(a.id(), " (producer ", ShortFingerprint(a.producer_fingerprint()), ")"));
     }
     return absl::FailedPreconditionError(
-        absl::StrCat("mode ", mode, " needs a translator artifact for ", pair,
-                     " (producer fingerprint ", ShortFingerprint(source.fingerprint()),
+        absl::StrCat("mode ", name, " needs a translator artifact for ", pair.text,
+                     " (producer fingerprint ", ShortFingerprint(pair.source->fingerprint()),
                      "); the consumer holds ", held.empty() ? "none" : absl::StrJoin(held, ", ")));
   }
-  target.mode = mode;
-  target.mode_reason = "requested";
+  target->mode = mode;
+  target->mode_reason = "requested";
   // Raw or int4 caches, and reuse's translated ones, are the producer's own keys and values: only
   // faithful between identical weights (scd's aligners and recompute are not limited so).
-  const bool crosses_weights = !identical && (mode == "raw" || mode == "int4" || mode == "reuse");
+  const bool crosses_weights =
+      !pair.identical &&
+      (mode == TransferMode::kRaw || mode == TransferMode::kInt4 || mode == TransferMode::kReuse);
   if (crosses_weights) {
     if (options_.strict_modes) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "mode ", mode, " cannot serve ", pair,
+          "mode ", name, " cannot serve ", pair.text,
           " faithfully: the weights differ (this coordinator runs with --strict-modes; use scd, "
           "recompute, local or auto)"));
     }
-    target.mode_reason =
-        absl::StrCat("requested; the weights differ (", pair, "): quality degraded");
+    target->mode_reason =
+        absl::StrCat("requested; the weights differ (", pair.text, "): quality degraded");
   }
-  if (artifact != nullptr && NeedsArtifact(mode)) target.artifact_id = artifact->id();
-  if (mode == "scd" && max_kl > 0) {
-    if (within == nullptr) {
-      return absl::FailedPreconditionError(
-          frontier == nullptr
-              ? absl::StrCat("max_kl: artifact ", artifact->id(), " for ", pair,
-                             " has no frontier to choose a point within ", budget())
-              : absl::StrCat("max_kl: no point of artifact ", artifact->id(), "'s frontier for ",
-                             pair, " is within ", budget(),
-                             " (the best: ", PointText(*frontier, *frontier->BestQuality()),
-                             "); raise it, or use mode auto to prefill locally"));
+  if (pair.artifact != nullptr && ModeServedWithArtifact(mode)) {
+    target->artifact_id = pair.artifact->id();
+  }
+  if (mode != TransferMode::kScd || pair.max_kl <= 0) return absl::OkStatus();
+  const Frontier* frontier = pair.frontier;
+  if (pair.within == nullptr) {
+    return absl::FailedPreconditionError(
+        frontier == nullptr
+            ? absl::StrCat("max_kl: artifact ", pair.artifact->id(), " for ", pair.text,
+                           " has no frontier to choose a point within ", pair.budget())
+            : absl::StrCat("max_kl: no point of artifact ", pair.artifact->id(), "'s frontier for ",
+                           pair.text, " is within ", pair.budget(),
+                           " (the best: ", PointText(*frontier, *frontier->BestQuality()),
+                           "); raise it, or use mode auto to prefill locally"));
+  }
+  target->point = *pair.within;
+  target->mode_reason =
+      absl::StrCat("requested; frontier point ", PointText(*frontier, *pair.within),
+                   ": the cheapest within ", pair.budget());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<const NodeRegistry::Node*>> NodeRegistry::PickConsumers(
+    const std::vector<std::string>& targets, absl::Time now, const PrefixHint* hint) const {
+  std::vector<const Node*> consumers;
+  for (const std::string& name : targets) {
+    const Node* consumer = PickConsumer(name, now, hint);
+    if (consumer != nullptr) {
+      consumers.push_back(consumer);
+      continue;
     }
-    target.point = *within;
-    target.mode_reason = absl::StrCat("requested; frontier point ", PointText(*frontier, *within),
-                                      ": the cheapest within ", budget());
+    if (known_targets_.count(name) > 0) {
+      return absl::UnavailableError(
+          absl::StrCat("target '", ForLog(name),
+                       "' has no live consumer right now (its nodes stopped "
+                       "heartbeating or are draining); retry later"));
+    }
+    std::set<std::string> known;
+    for (const auto& [id, node] : nodes_) {
+      if (node.info.role() != v1::NODE_ROLE_CONSUMER || !Live(node, now)) continue;
+      for (const v1::ModelEntry& m : node.info.models()) known.insert(m.name());
+    }
+    return absl::NotFoundError(absl::StrCat("unknown target '", ForLog(name), "'; known targets: ",
+                                            known.empty() ? "none" : absl::StrJoin(known, ", ")));
   }
-  return target;
+  return consumers;
 }
 
 absl::StatusOr<Route> NodeRegistry::Resolve(const std::vector<std::string>& targets,
-                                            const std::string& requested_mode,
-                                            const PrefixHint* hint, double max_kl,
-                                            double ttft_slo_ms) const {
-  const std::string mode = requested_mode.empty() ? "auto" : requested_mode;
+                                            RequestedMode mode, const PrefixHint* hint,
+                                            double max_kl, double ttft_slo_ms) const {
   if (targets.empty()) return absl::InvalidArgumentError("no target named");
   if (std::set<std::string>(targets.begin(), targets.end()).size() != targets.size()) {
     return absl::InvalidArgumentError("a target is named twice");
   }
-  if (absl::Status status = CheckMode(mode); !status.ok()) return status;
 
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_();
-  std::vector<const Node*> consumers;
-  for (const std::string& name : targets) {
-    const Node* consumer = PickConsumer(name, now, hint);
-    if (consumer == nullptr) {
-      if (known_targets_.count(name) > 0) {
-        return absl::UnavailableError(
-            absl::StrCat("target '", ForLog(name),
-                         "' has no live consumer right now (its nodes stopped "
-                         "heartbeating or are draining); retry later"));
-      }
-      std::set<std::string> known;
-      for (const auto& [id, node] : nodes_) {
-        if (node.info.role() != v1::NODE_ROLE_CONSUMER || !Live(node, now)) continue;
-        for (const v1::ModelEntry& m : node.info.models()) known.insert(m.name());
-      }
-      return absl::NotFoundError(
-          absl::StrCat("unknown target '", ForLog(name),
-                       "'; known targets: ", known.empty() ? "none" : absl::StrJoin(known, ", ")));
-    }
-    consumers.push_back(consumer);
-  }
+  absl::StatusOr<std::vector<const Node*>> picked = PickConsumers(targets, now, hint);
+  if (!picked.ok()) return picked.status();
+  const std::vector<const Node*>& consumers = *picked;
 
   // Candidate producers, cheapest first (the longest cached run of the prompt's prefix against
   // load, at capacity last); nullptr (no producer) when none is live.
@@ -561,7 +582,7 @@ absl::StatusOr<Route> NodeRegistry::Resolve(const std::vector<std::string>& targ
         error = target.status();
         break;
       }
-      score += target->mode != "local";
+      score += target->mode != TransferMode::kLocal;
       if (hint != nullptr) {
         target->kv_bytes =
             hint->kv_positions * static_cast<int64_t>(consumers[i]->info.kv_bytes_per_token());
@@ -644,7 +665,10 @@ void NodeRegistry::NoteLinkShape(const std::string& producer_node, const v1::Lin
 
 void NodeRegistry::ObserveFinished(const Route& route, const RouteTarget& target,
                                    const v1::Finished& finished) {
-  if (route.producer_node.empty() || finished.mode() == "local") return;
+  if (route.producer_node.empty() ||
+      TransferModeOr(finished.mode(), TransferMode::kLocal) == TransferMode::kLocal) {
+    return;
+  }
   absl::MutexLock lock(&mu_);
   links_[{route.producer_node, target.consumer_node}].Observe(finished, clock_());
   auto it = nodes_.find(route.producer_node);

@@ -38,9 +38,9 @@
 #ifndef SCD_COORDINATOR_NODE_REGISTRY_H_
 #define SCD_COORDINATOR_NODE_REGISTRY_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
-#include <atomic>
 #include <map>
 #include <optional>
 #include <set>
@@ -54,6 +54,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "codec/frontier.h"
+#include "codec/transfer_mode.h"
 #include "coordinator/auto_choice.h"
 #include "proto/registry_client.h"
 #include "scd/v1/inference.pb.h"
@@ -100,8 +101,8 @@ struct RouteTarget {
   std::string consumer_address;  // its gRPC services
   std::string transfer_address;  // its transport listener
   std::string consumer_fingerprint;
-  std::string mode;         // the mode this target will use
-  std::string mode_reason;  // why (always set)
+  TransferMode mode = TransferMode::kLocal;  // the mode this target will use
+  std::string mode_reason;                   // why (always set)
   std::string artifact_id;  // the artifact the mode uses ("" when none)
   int64_t kv_bytes = 0;     // the KV memory the request will reserve on the consumer (0: unknown)
   // scd from an artifact with a frontier: the point chosen (ranks and precision; the measured
@@ -151,8 +152,8 @@ class NodeRegistry {
   // Drops every node whose lease lapsed; returns "node_id (role address)" for each, for the log.
   std::vector<std::string> ExpireLapsed();
 
-  // Routes `targets` (consumer model names, at least one, no duplicates) in `mode` ("" = auto).
-  // INVALID_ARGUMENT: no target, a duplicate, or an unknown mode. NOT_FOUND: a target no consumer
+  // Routes `targets` (consumer model names, at least one, no duplicates) in `mode`.
+  // INVALID_ARGUMENT: no target, or a duplicate. NOT_FOUND: a target no consumer
   // ever registered (the message names the live ones; a long name is cut). UNAVAILABLE: a target
   // known from an earlier registration whose nodes are all out of routing (stalled, lapsed), or
   // codes needed but no live producer. FAILED_PRECONDITION: an explicit mode no producer/consumer
@@ -161,7 +162,7 @@ class NodeRegistry {
   // (0: none): the request's quality budget (GenerateRequest.max_kl); FAILED_PRECONDITION for
   // explicit scd when no frontier point of the pair is within it. `ttft_slo_ms` (0: none): auto's
   // TTFT objective (GenerateRequest.ttft_slo_ms).
-  absl::StatusOr<Route> Resolve(const std::vector<std::string>& targets, const std::string& mode,
+  absl::StatusOr<Route> Resolve(const std::vector<std::string>& targets, RequestedMode mode,
                                 const PrefixHint* hint = nullptr, double max_kl = 0,
                                 double ttft_slo_ms = 0) const;
   // A request routed on `route` starts (its nodes count it as load until RoutedDone) and will
@@ -230,13 +231,32 @@ class NodeRegistry {
   // The live consumer node serving `name` with the lowest cost (nullptr: none).
   const Node* PickConsumer(const std::string& name, absl::Time now, const PrefixHint* hint) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The live consumer for each target (PickConsumer); UNAVAILABLE or NOT_FOUND for a target
+  // with none, as Resolve says.
+  absl::StatusOr<std::vector<const Node*>> PickConsumers(const std::vector<std::string>& targets,
+                                                         absl::Time now,
+                                                         const PrefixHint* hint) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Resolves one target against one producer (nullptr: none live). Returns an error only for an
   // explicit mode the pair cannot serve.
   absl::StatusOr<RouteTarget> ResolveTarget(const Node& consumer, const std::string& name,
-                                            const Node* producer, const std::string& mode,
-                                            double max_kl, double ttft_slo_ms,
-                                            const PrefixHint* hint, absl::Time now) const
+                                            const Node* producer, RequestedMode mode, double max_kl,
+                                            double ttft_slo_ms, const PrefixHint* hint,
+                                            absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct TargetPair;
+  // Auto with the nodes' speeds measured: the choice predicted to reach the first token soonest
+  // (false: nothing measured to predict with).
+  bool ResolveAutoPredicted(const Node& consumer, const Node& producer, const TargetPair& pair,
+                            double ttft_slo_ms, const PrefixHint* hint, absl::Time now,
+                            RouteTarget* target) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Auto without a prediction: the cheapest frontier point within max_kl (else the recommended
+  // one; local when none is within), the raw cache between identical weights, else local.
+  static void ResolveAutoUnpredicted(const TargetPair& pair, double ttft_slo_ms,
+                                     RouteTarget* target);
+  // An explicit mode: an error where the pair cannot serve it.
+  absl::Status ResolveExplicit(const Node& consumer, const TargetPair& pair, TransferMode mode,
+                               RouteTarget* target) const;
   void ForgetLinks(const std::string& node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What auto's cost model knows of a request on the pair (auto_choice.h).
   AutoInputs InputsFor(const Node& consumer, const Node& producer, const PrefixHint* hint,

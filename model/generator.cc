@@ -56,10 +56,10 @@ GenerationState::GenerationState(const ModelConfig& config, const GenerationOpti
   if (stops_.empty() && !options.ignore_eos) {
     for (int64_t id : config.eos_token_ids) stops_.push_back(static_cast<TokenId>(id));
   }
-  if (options.max_tokens <= 0) End("length");
+  if (options.max_tokens <= 0) End(FinishReason::kLength);
 }
 
-void GenerationState::End(const char* reason) {
+void GenerationState::End(FinishReason reason) {
   done_ = true;
   finish_reason_ = reason;
 }
@@ -69,7 +69,7 @@ std::optional<TokenId> GenerationState::Next(const at::Tensor& logits, int64_t p
   if (done_) return std::nullopt;
   const TokenId next = sampler_.Sample(logits);
   if (std::find(stops_.begin(), stops_.end(), next) != stops_.end()) {
-    End("stop");
+    End(FinishReason::kStop);
     return std::nullopt;
   }
   output_ids_.push_back(next);
@@ -77,15 +77,15 @@ std::optional<TokenId> GenerationState::Next(const at::Tensor& logits, int64_t p
                                      ? LogprobsOf(logits, next, options_.top_logprobs)
                                      : TokenLogprobs{next, 0, {}};
   if (on_token && !on_token(next, logprobs)) {
-    End("stop");
+    End(FinishReason::kStop);
     return std::nullopt;
   }
   if (static_cast<int64_t>(output_ids_.size()) >= options_.max_tokens) {
-    End("length");
+    End(FinishReason::kLength);
     return std::nullopt;
   }
   if (positions >= max_positions_) {
-    End("max_positions");
+    End(FinishReason::kMaxPositions);
     return std::nullopt;
   }
   return next;

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "base/finish_reason.h"
 #include "base/token_id.h"
 #include "model/kv_cache.h"
 #include "model/llama_model.h"
@@ -57,7 +58,7 @@ struct GenerationResult {
   std::vector<TokenId> prompt_ids;
   std::vector<TokenId> output_ids;  // excludes the stop token
   std::string text;                 // text-level only
-  std::string finish_reason;        // "stop", "length" or "max_positions"
+  FinishReason finish_reason = FinishReason::kNone;  // stop, length or max_positions
   double prefill_seconds = 0;       // running the not-yet-cached prompt tokens, to first token
   double decode_seconds = 0;        // every later step
 };
@@ -84,12 +85,12 @@ class GenerationState {
                               const TokenLogprobsCallback& on_token);
 
   bool done() const { return done_; }
-  // "stop", "length" or "max_positions"; "" until done().
-  const std::string& finish_reason() const { return finish_reason_; }
+  // kStop, kLength or kMaxPositions; kNone until done().
+  FinishReason finish_reason() const { return finish_reason_; }
   const std::vector<TokenId>& output_ids() const { return output_ids_; }
 
  private:
-  void End(const char* reason);
+  void End(FinishReason reason);
 
   GenerationOptions options_;
   std::vector<TokenId> stops_;
@@ -97,7 +98,7 @@ class GenerationState {
   Sampler sampler_;
   std::vector<TokenId> output_ids_;
   bool done_ = false;
-  std::string finish_reason_;
+  FinishReason finish_reason_ = FinishReason::kNone;
 };
 
 // Called per text piece (never half a UTF-8 character).

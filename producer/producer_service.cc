@@ -26,18 +26,6 @@ namespace {
 
 uint64_t Micros(absl::Duration d) { return static_cast<uint64_t>(absl::ToInt64Microseconds(d)); }
 
-// One target's encoder and session, or why it has none.
-struct OpenTarget {
-  std::unique_ptr<CodeEncoder> encoder;
-  std::shared_ptr<transport::SendSession> session;
-  absl::Status status;
-  transport::LinkShape shape;  // the link its session travels on (at its start)
-  std::string address;         // the consumer's transfer address
-  int64_t begin = 0;           // the first position sent (the consumer holds the rest)
-  TransferOptions options;     // the node's, at the target's frontier point when it has one
-  AdaptBudget adapt;           // none unless the target asks for adaptation
-};
-
 // A target's adaptation budget, checked: at most an hour, a finite goodput of 0 or more.
 absl::StatusOr<AdaptBudget> AdaptBudgetOf(const v1::PrefillTarget& target) {
   constexpr uint64_t kMaxUs = uint64_t{3600} * 1000 * 1000;
@@ -173,6 +161,34 @@ void ProducerControlService::FillStats(v1::NodeStats* stats) const {
   for (const auto& [name, count] : ended_.Snapshot()) (*stats->mutable_ended())[name] = count;
 }
 
+// One target's encoder and session, or why it has none.
+struct ProducerControlService::OpenTarget {
+  std::unique_ptr<CodeEncoder> encoder;
+  std::shared_ptr<transport::SendSession> session;
+  absl::Status status;
+  transport::LinkShape shape;  // the link its session travels on (at its start)
+  std::string address;         // the consumer's transfer address
+  int64_t begin = 0;           // the first position sent (the consumer holds the rest)
+  TransferOptions options;     // the node's, at the target's frontier point when it has one
+  AdaptBudget adapt;           // none unless the target asks for adaptation
+};
+
+// One Prefill's state: its targets, the prefix cache's part, what the pass reported.
+struct ProducerControlService::PrefillRun {
+  std::vector<TokenId> prefix;  // the prompt less its last token
+  absl::Duration deadline;
+  std::vector<OpenTarget> open;                   // per requested target
+  std::vector<StreamTarget> streams;              // the targets whose session opened
+  std::vector<int> stream_index;                  // each stream's target
+  std::optional<ProducerPrefixStore::Keys> keys;  // the prefix's full blocks (cache on)
+  CachedPrefix cached;
+  std::optional<PrefixBlockCache<ProducerBlock>::Claim> claim;  // what this pass computes
+  std::map<int, LayerCapture> keep;
+  std::vector<EncodedRun> codes;
+  std::optional<PrefixReuse> reuse;  // points into this run: never moved once set
+  StreamReport report;
+};
+
 grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
                                              const v1::PrefillRequest* request,
                                              v1::PrefillResponse* response) {
@@ -196,154 +212,166 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
     ended_.Add("refused_invalid_argument");
     return ToGrpcStatus(ids.status());
   }
-  const absl::Duration deadline =
+  PrefillRun run;
+  run.deadline =
       req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms()) : producer_.default_deadline;
-  const std::vector<TokenId> prefix(ids->begin(), ids->end() - 1);
-
-  // The prefix cache's keys for this prefix (its full blocks).
-  const int64_t B = prefix_store_ ? prefix_store_->block_tokens() : kPrefixBlockTokens;
-  std::optional<ProducerPrefixStore::Keys> keys;
-  if (prefix_store_ && !prefix.empty()) keys = prefix_store_->KeysFor(req.cache_salt(), prefix);
-
+  run.prefix.assign(ids->begin(), ids->end() - 1);
+  if (prefix_store_ && !run.prefix.empty()) {
+    run.keys = prefix_store_->KeysFor(req.cache_salt(), run.prefix);
+  }
   // Open every target's session first (the header goes before the first layer exists).
-  std::vector<OpenTarget> open(request->targets_size());
-  std::vector<StreamTarget> streams;
-  std::vector<int> stream_index;
-  for (int i = 0; i < request->targets_size() && !prefix.empty(); ++i) {
-    const v1::PrefillTarget& target = request->targets(i);
-    OpenTarget& o = open[i];
-    o.status = [&]() -> absl::Status {
-      SCD_ASSIGN_OR_RETURN(TransferMode mode, ParseTransferMode(target.mode()));
-      const Artifact* artifact = nullptr;
-      if (ModeServedWithArtifact(mode)) {
-        auto it = producer_.artifacts.find(target.artifact_id());
-        if (it == producer_.artifacts.end()) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "the producer holds no artifact '", target.artifact_id(), "' for ", target.target()));
-        }
-        artifact = it->second;
-      }
-      o.options = producer_.transfer_options;
-      if (target.has_point()) {
-        absl::StatusOr<FrontierPoint> point =
-            RequestedPoint(target.point(), mode, artifact, target.artifact_id());
-        if (!point.ok()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(target.target(), "'s ", point.status().message()));
-        }
-        o.options = TransferOptions::AtPoint(*point, producer_.transfer_options);
-      }
-      SCD_ASSIGN_OR_RETURN(TransferPlan plan,
-                           TransferPlan::Make(mode, config, artifact, o.options));
-      o.encoder = std::make_unique<CodeEncoder>(plan, artifact, o.options);
-      TransferIdentity identity{SessionTag(request->session_id(), target.target()),
-                                producer_.fingerprint, target.consumer_fingerprint(),
-                                target.artifact_id()};
-      o.begin = target.consumer_cached_tokens();
-      if (o.begin % B != 0 || o.begin >= static_cast<int64_t>(prefix.size())) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "consumer_cached_tokens ", o.begin, " of ", target.target(), ": not a multiple of the ",
-            B, "-position prefix block below the prefix's ", prefix.size(), " positions"));
-      }
-      SCD_ASSIGN_OR_RETURN(o.adapt, AdaptBudgetOf(target));
-      SCD_ASSIGN_OR_RETURN(
-          v1::TransferHeader header,
-          StreamHeader(*o.encoder, config, static_cast<int64_t>(prefix.size()), identity, o.begin));
-      header.set_adaptive(o.adapt.enabled());
-      o.address = target.transfer_address();
-      SCD_ASSIGN_OR_RETURN(std::shared_ptr<transport::TransferConnection> connection,
-                           Connection(o.address, &o.shape));
-      SCD_ASSIGN_OR_RETURN(o.session, connection->StartSession(std::move(header), deadline));
-      return absl::OkStatus();
-    }();
-    if (o.status.ok()) {
-      // The artifact names the encoding only where the mode uses one (raw and int4 ignore it).
-      const bool uses_artifact = ModeServedWithArtifact(o.encoder->plan().mode);
-      streams.push_back(
-          {o.encoder.get(), o.session, o.begin,
-           CodesKey(o.encoder->plan(), o.options, uses_artifact ? target.artifact_id() : ""),
-           o.adapt});
-      stream_index.push_back(i);
+  run.open.resize(static_cast<size_t>(request->targets_size()));
+  for (int i = 0; i < request->targets_size() && !run.prefix.empty(); ++i) {
+    OpenTarget& o = run.open[static_cast<size_t>(i)];
+    o.status = OpenSession(*request, i, run, &o);
+    if (!o.status.ok()) continue;
+    // The artifact names the encoding only where the mode uses one (raw and int4 ignore it).
+    const bool uses_artifact = ModeServedWithArtifact(o.encoder->plan().mode);
+    run.streams.push_back({o.encoder.get(), o.session, o.begin,
+                           CodesKey(o.encoder->plan(), o.options,
+                                    uses_artifact ? request->targets(i).artifact_id() : ""),
+                           o.adapt});
+    run.stream_index.push_back(i);
+  }
+  if (run.keys.has_value() && !run.streams.empty()) LookUpPrefix(context, &run);
+  if (!run.streams.empty()) {
+    if (absl::Status streamed = Stream(context, &run); !streamed.ok()) {
+      return ToGrpcStatus(streamed);
     }
   }
+  Answer(*request, run, response);
+  spdlog::info("[{}] prefill of {} tokens ({} cached) for {} targets: {} us", id, run.prefix.size(),
+               run.report.cached_tokens, request->targets_size(), response->prefill_us());
+  return grpc::Status::OK;
+}
 
+absl::Status ProducerControlService::OpenSession(const v1::PrefillRequest& request, int i,
+                                                 const PrefillRun& run, OpenTarget* o) {
+  const v1::PrefillTarget& target = request.targets(i);
+  const ModelConfig& config = producer_.model->config();
+  SCD_ASSIGN_OR_RETURN(TransferMode mode, ParseTransferMode(target.mode()));
+  const Artifact* artifact = nullptr;
+  if (ModeServedWithArtifact(mode)) {
+    auto it = producer_.artifacts.find(target.artifact_id());
+    if (it == producer_.artifacts.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the producer holds no artifact '", target.artifact_id(), "' for ", target.target()));
+    }
+    artifact = it->second;
+  }
+  o->options = producer_.transfer_options;
+  if (target.has_point()) {
+    absl::StatusOr<FrontierPoint> point =
+        RequestedPoint(target.point(), mode, artifact, target.artifact_id());
+    if (!point.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(target.target(), "'s ", point.status().message()));
+    }
+    o->options = TransferOptions::AtPoint(*point, producer_.transfer_options);
+  }
+  SCD_ASSIGN_OR_RETURN(TransferPlan plan, TransferPlan::Make(mode, config, artifact, o->options));
+  o->encoder = std::make_unique<CodeEncoder>(plan, artifact, o->options);
+  TransferIdentity identity{SessionTag(request.session_id(), target.target()),
+                            producer_.fingerprint, target.consumer_fingerprint(),
+                            target.artifact_id()};
+  const int64_t B = prefix_store_ ? prefix_store_->block_tokens() : kPrefixBlockTokens;
+  const int64_t prefix_tokens = static_cast<int64_t>(run.prefix.size());
+  o->begin = target.consumer_cached_tokens();
+  if (o->begin % B != 0 || o->begin >= prefix_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "consumer_cached_tokens ", o->begin, " of ", target.target(), ": not a multiple of the ", B,
+        "-position prefix block below the prefix's ", prefix_tokens, " positions"));
+  }
+  SCD_ASSIGN_OR_RETURN(o->adapt, AdaptBudgetOf(target));
+  SCD_ASSIGN_OR_RETURN(v1::TransferHeader header,
+                       StreamHeader(*o->encoder, config, prefix_tokens, identity, o->begin));
+  header.set_adaptive(o->adapt.enabled());
+  o->address = target.transfer_address();
+  SCD_ASSIGN_OR_RETURN(std::shared_ptr<transport::TransferConnection> connection,
+                       Connection(o->address, &o->shape));
+  SCD_ASSIGN_OR_RETURN(o->session, connection->StartSession(std::move(header), run.deadline));
+  return absl::OkStatus();
+}
+
+void ProducerControlService::LookUpPrefix(grpc::ServerContext* context, PrefillRun* run) {
   // The cached part of the prefix (single-flight: when another request is computing the next
   // blocks, wait for it and look again), and the claim on what this request will compute.
-  CachedPrefix cached;
-  std::optional<PrefixBlockCache<ProducerBlock>::Claim> claim;
-  std::map<int, LayerCapture> keep;
-  std::vector<EncodedRun> codes;
-  std::optional<PrefixReuse> reuse;
-  if (keys.has_value() && !streams.empty()) {
-    const bool servable = std::all_of(streams.begin(), streams.end(), [&](const StreamTarget& s) {
-      return prefix_store_->Serves(s.encoder->plan());
-    });
-    const size_t full = keys->keys.size();
-    const absl::Time wait_until = absl::Now() + deadline;
-    for (;;) {
-      cached = servable ? prefix_store_->Lookup(*keys, full) : CachedPrefix{};
-      if (cached.blocks.size() >= full) break;
-      claim =
-          prefix_store_->blocks().ClaimOrWait(keys->keys, cached.blocks.size(), full, wait_until,
-                                              [context] { return context->IsCancelled(); });
-      if (claim.has_value() || absl::Now() >= wait_until || context->IsCancelled()) break;
-    }
-    prefix_store_->Record(cached.tokens, static_cast<int64_t>(prefix.size()));
-    reuse = PrefixReuse{prefix_store_.get(), &cached, &keep, &codes};
+  const bool servable =
+      std::all_of(run->streams.begin(), run->streams.end(),
+                  [&](const StreamTarget& s) { return prefix_store_->Serves(s.encoder->plan()); });
+  const size_t full = run->keys->keys.size();
+  const absl::Time wait_until = absl::Now() + run->deadline;
+  for (;;) {
+    run->cached = servable ? prefix_store_->Lookup(*run->keys, full) : CachedPrefix{};
+    if (run->cached.blocks.size() >= full) break;
+    run->claim = prefix_store_->blocks().ClaimOrWait(run->keys->keys, run->cached.blocks.size(),
+                                                     full, wait_until,
+                                                     [context] { return context->IsCancelled(); });
+    if (run->claim.has_value() || absl::Now() >= wait_until || context->IsCancelled()) break;
   }
+  prefix_store_->Record(run->cached.tokens, static_cast<int64_t>(run->prefix.size()));
+  run->reuse = PrefixReuse{prefix_store_.get(), &run->cached, &run->keep, &run->codes};
+}
 
-  StreamReport report;
-  if (!streams.empty()) {
-    ++running_;
-    std::atomic<bool> cancelled{false};
-    CallCancellationWatch watch(context, &cancelled, [&streams] {
-      for (const StreamTarget& stream : streams)
-        stream.session->Cancel("the request was cancelled");
-    });
-    absl::StatusOr<StreamReport> streamed = GuardExceptions("ProducerControlService::Prefill", [&] {
-      return StreamPrefill(*producer_.model, prefix, streams, &held_payload_bytes_,
-                           reuse.has_value() ? &*reuse : nullptr);
-    });
-    --running_;
-    for (const StreamTarget& stream : streams) {
-      ended_.Add(transport::SessionStateName(stream.session->state()));
-    }
-    if (!streamed.ok()) return ToGrpcStatus(streamed.status());
-    report = *std::move(streamed);
-    prefills_.fetch_add(1);
-    prefill_tokens_.fetch_add(static_cast<uint64_t>(report.computed_tokens));
-    // Only a pass that ran every layer over every position leaves blocks behind.
-    if (reuse.has_value() && report.forward_complete && report.computed_tokens > 0) {
-      prefix_store_->Store(*keys, report.cached_tokens, keep);
-    }
-    if (reuse.has_value()) {
-      // Codes of this prefill's encodings, kept with the blocks they cover (new or cached), so the
-      // next hit of the same encoding sends them as they are. Only a complete pass's blocks exist.
-      keep.clear();  // the activations are in the blocks now
-      // One run per encoding: targets sharing one encoded it once; the earliest start covers most.
-      std::map<std::string, const EncodedRun*> runs;
-      for (const EncodedRun& run : codes) {
-        if (!run.complete()) continue;
-        auto [it, added] = runs.emplace(run.key, &run);
-        if (!added && run.from < it->second->from) it->second = &run;
-      }
-      for (const auto& [key, run] : runs) prefix_store_->AddCodes(*keys, *run);
-      prefix_store_->RecordCodeHits(report.code_hit_tokens);
-    }
-    for (size_t s = 0; s < streams.size(); ++s) open[stream_index[s]].status = report.targets[s];
+absl::Status ProducerControlService::Stream(grpc::ServerContext* context, PrefillRun* run) {
+  ++running_;
+  std::atomic<bool> cancelled{false};
+  std::vector<StreamTarget>& streams = run->streams;
+  CallCancellationWatch watch(context, &cancelled, [&streams] {
+    for (const StreamTarget& stream : streams) stream.session->Cancel("the request was cancelled");
+  });
+  absl::StatusOr<StreamReport> streamed = GuardExceptions("ProducerControlService::Prefill", [&] {
+    return StreamPrefill(*producer_.model, run->prefix, streams, &held_payload_bytes_,
+                         run->reuse.has_value() ? &*run->reuse : nullptr);
+  });
+  --running_;
+  for (const StreamTarget& stream : streams) {
+    ended_.Add(transport::SessionStateName(stream.session->state()));
   }
-  for (int i = 0; i < request->targets_size(); ++i) {
+  SCD_RETURN_IF_ERROR(streamed.status());
+  run->report = *std::move(streamed);
+  const StreamReport& report = run->report;
+  prefills_.fetch_add(1);
+  prefill_tokens_.fetch_add(static_cast<uint64_t>(report.computed_tokens));
+  // Only a pass that ran every layer over every position leaves blocks behind.
+  if (run->reuse.has_value() && report.forward_complete && report.computed_tokens > 0) {
+    prefix_store_->Store(*run->keys, report.cached_tokens, run->keep);
+  }
+  if (run->reuse.has_value()) {
+    // Codes of this prefill's encodings, kept with the blocks they cover (new or cached), so the
+    // next hit of the same encoding sends them as they are. Only a complete pass's blocks exist.
+    run->keep.clear();  // the activations are in the blocks now
+    // One run per encoding: targets sharing one encoded it once; the earliest start covers most.
+    std::map<std::string, const EncodedRun*> runs;
+    for (const EncodedRun& encoded : run->codes) {
+      if (!encoded.complete()) continue;
+      auto [it, added] = runs.emplace(encoded.key, &encoded);
+      if (!added && encoded.from < it->second->from) it->second = &encoded;
+    }
+    for (const auto& [key, encoded] : runs) prefix_store_->AddCodes(*run->keys, *encoded);
+    prefix_store_->RecordCodeHits(report.code_hit_tokens);
+  }
+  for (size_t s = 0; s < streams.size(); ++s) {
+    run->open[static_cast<size_t>(run->stream_index[s])].status = report.targets[s];
+  }
+  return absl::OkStatus();
+}
+
+void ProducerControlService::Answer(const v1::PrefillRequest& request, const PrefillRun& run,
+                                    v1::PrefillResponse* response) {
+  for (int i = 0; i < request.targets_size(); ++i) {
+    const OpenTarget& o = run.open[static_cast<size_t>(i)];
     v1::PrefillOutcome* outcome = response->add_outcomes();
-    outcome->set_target(request->targets(i).target());
-    if (prefix.empty()) {
+    outcome->set_target(request.targets(i).target());
+    if (run.prefix.empty()) {
       outcome->set_message("a 1-token prompt has no prefix to transfer");
       continue;
     }
-    outcome->set_code(static_cast<int32_t>(open[i].status.code()));
-    outcome->set_message(std::string(open[i].status.message()));
-    if (open[i].session) outcome->set_payload_bytes(open[i].session->stats().bytes);
+    outcome->set_code(static_cast<int32_t>(o.status.code()));
+    outcome->set_message(std::string(o.status.message()));
+    if (o.session) outcome->set_payload_bytes(o.session->stats().bytes);
   }
-  for (const OpenTarget& o : open) {
+  for (const OpenTarget& o : run.open) {
     if (o.session == nullptr) continue;
     // The link as it is at the end (a reshape reaches sessions under way), else at the start.
     transport::LinkShape link = o.shape;
@@ -358,6 +386,7 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
     }
     break;
   }
+  const StreamReport& report = run.report;
   response->set_prefill_us(Micros(report.prefill_end - report.start));
   response->set_encode_us(Micros(report.encode));
   response->set_prefills(prefills_.load());
@@ -369,9 +398,6 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
                            absl::ToDoubleMicroseconds(report.prefill_end - report.start -
                                                       report.send));
   }
-  spdlog::info("[{}] prefill of {} tokens ({} cached) for {} targets: {} us", id, prefix.size(),
-               report.cached_tokens, request->targets_size(), response->prefill_us());
-  return grpc::Status::OK;
 }
 
 }  // namespace scd::producer

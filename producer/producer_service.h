@@ -79,6 +79,18 @@ class ProducerControlService final : public v1::Producer::Service {
   size_t open_sessions() const;
 
  private:
+  struct OpenTarget;
+  struct PrefillRun;
+  // Target `i`'s encoder and session (the header sent), or why it has none.
+  absl::Status OpenSession(const v1::PrefillRequest& request, int i, const PrefillRun& run,
+                           OpenTarget* o);
+  // The prefix cache's part of the prefix (waiting for a request computing its next blocks), the
+  // claim on what this pass computes, and the reuse the pass is given.
+  void LookUpPrefix(grpc::ServerContext* context, PrefillRun* run);
+  // Runs the pass to the open sessions (cancelled with the call); keeps its blocks and codes.
+  absl::Status Stream(grpc::ServerContext* context, PrefillRun* run);
+  void Answer(const v1::PrefillRequest& request, const PrefillRun& run,
+              v1::PrefillResponse* response);
   // An open connection to `address` shaped as the link shape now set, reused while alive and
   // shaped so (after SetLinkShape the next session opens a new one; running sessions keep the
   // old). `shape`: the shape it travels under.

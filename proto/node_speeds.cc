@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/finish_reason.h"
+#include "codec/transfer_mode.h"
+
 namespace scd {
 
 void ToProto(const CostEstimate& estimate, v1::LinearCost* out) {
@@ -36,14 +39,16 @@ void NodeSpeedTracker::ObservePrefill(int64_t computed_tokens, double us) {
 }
 
 void NodeSpeedTracker::ObserveFinished(const v1::Finished& finished) {
-  if (finished.reason() == "cancelled") return;  // cut short: not the work's cost
+  if (ParseFinishReason(finished.reason()) == FinishReason::kCancelled)
+    return;  // cut short: not the work's cost
   const v1::Timings& t = finished.timings();
   const int64_t cached = std::min(finished.consumer_cached_tokens(), finished.prompt_tokens());
   const double computed = static_cast<double>(finished.prompt_tokens()) - cached;
   absl::MutexLock lock(&mu_);
-  if (finished.mode() == "local") {
+  const TransferMode mode = TransferModeOr(finished.mode(), TransferMode::kLocal);
+  if (mode == TransferMode::kLocal) {
     if (t.ttft() >= t.queue()) prefill_.Add(computed, static_cast<double>(t.ttft() - t.queue()));
-  } else if (finished.mode() == "scd") {
+  } else if (mode == TransferMode::kScd) {
     rebuild_.Add(computed, static_cast<double>(t.rebuild() + t.patch()));
     first_decode_.Add(finished.prompt_tokens(), static_cast<double>(t.first_decode()));
   }

@@ -5,16 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/log_text.h"
+#include "codec/transfer_mode.h"
 
 namespace scd {
 namespace {
-
-// The transfer modes the API names (codec/transfer_mode.h, plus auto and "").
-bool KnownMode(const std::string& mode) {
-  static const std::set<std::string> kModes = {"",     "auto",      "local", "raw",
-                                               "int4", "recompute", "reuse", "scd"};
-  return kModes.count(mode) > 0;
-}
 
 absl::Status Utf8(const std::string& field, const std::string& value) {
   size_t bad = 0;
@@ -86,7 +80,7 @@ absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
           absl::StrCat(field, ": '", ForLog(target), "' is named twice"));
     }
   }
-  if (!KnownMode(request.mode())) {
+  if (!ParseRequestedMode(request.mode()).ok()) {
     return absl::InvalidArgumentError(absl::StrCat("mode: unknown mode '", ForLog(request.mode()),
                                                    "' (auto, local, raw, int4, recompute, reuse, "
                                                    "scd)"));
@@ -154,8 +148,10 @@ absl::Status ValidateGenerationValues(const v1::GenerateRequest& request,
     return absl::OutOfRangeError(absl::StrCat("max_kl: ", max_kl, " is not in [0, ", limits.max_kl,
                                               "] (nats per token; 0: the recommended point)"));
   }
-  if (max_kl > 0 && !request.mode().empty() && request.mode() != "auto" &&
-      request.mode() != "scd") {
+  // An unknown mode is neither auto nor scd here (ValidateGenerateRequest refuses it first).
+  const absl::StatusOr<RequestedMode> mode = ParseRequestedMode(request.mode());
+  const bool is_auto = mode.ok() && mode->is_auto();
+  if (max_kl > 0 && !is_auto && !(mode.ok() && mode->Is(TransferMode::kScd))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_kl: a quality budget chooses among scd's frontier points, so it needs mode auto or "
         "scd, not ",
@@ -166,13 +162,13 @@ absl::Status ValidateGenerationValues(const v1::GenerateRequest& request,
                                               " is more than the limit of ",
                                               limits.max_ttft_slo_ms));
   }
-  if (request.ttft_slo_ms() > 0 && !request.mode().empty() && request.mode() != "auto") {
+  if (request.ttft_slo_ms() > 0 && !is_auto) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ttft_slo_ms: a time-to-first-token objective chooses the mode, so it needs mode auto, "
         "not ",
         ForLog(request.mode(), 40)));
   }
-  if (request.keep_ranks() && !request.mode().empty() && request.mode() != "auto") {
+  if (request.keep_ranks() && !is_auto) {
     return absl::InvalidArgumentError(absl::StrCat(
         "keep_ranks: only auto adapts a point's ranks to the link, so it needs mode auto, not ",
         ForLog(request.mode(), 40)));

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "codec/transfer_mode.h"
+
 namespace scd {
 namespace {
 
@@ -120,7 +122,7 @@ void ServingMetrics::Finished(const v1::Finished& f) {
       .Observe(Seconds(t.total()));
   queue_.Observe(Seconds(t.queue()));
   prefill_.Observe(Seconds(t.prefill()));
-  if (f.mode() != "local") {
+  if (TransferModeOr(f.mode(), TransferMode::kLocal) != TransferMode::kLocal) {
     encode_.Observe(Seconds(t.encode()));
     transfer_.Observe(Seconds(t.transfer()));
     rebuild_.Observe(Seconds(t.rebuild()));

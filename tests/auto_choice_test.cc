@@ -117,7 +117,7 @@ TEST(AutoChoiceTest, ASlowLinkAndAShortPromptPrefillLocally) {
   const std::vector<AutoCandidate> c = AutoCandidates(Inputs(10e3), &f, 0);  // 10 kB/s
   ASSERT_EQ(c.size(), 4u);
   const AutoChoice choice = ChooseAuto(c, 0.02, "max_kl 0.02", 0);
-  EXPECT_EQ(c[choice.chosen].mode, "local");
+  EXPECT_EQ(c[choice.chosen].mode, TransferMode::kLocal);
   // The cheapest point within the budget is the runner-up: 63 x 40 B over 10 kB/s = 252 ms.
   ASSERT_TRUE(choice.runner_up.has_value());
   EXPECT_EQ(c[*choice.runner_up].kl, 0.02);
@@ -134,12 +134,12 @@ TEST(AutoChoiceTest, AFastLinkSendsTheFastestPointWithinTheBudget) {
   const std::vector<AutoCandidate> c = AutoCandidates(in, &f, 0);
   AutoChoice choice = ChooseAuto(c, 0.02, "max_kl 0.02", 0);
   // Every point is as fast on an unlimited link: the best quality among equals (f16, KL 0.018).
-  EXPECT_EQ(c[choice.chosen].mode, "scd");
+  EXPECT_EQ(c[choice.chosen].mode, TransferMode::kScd);
   EXPECT_EQ(c[choice.chosen].point->code_dtype, WireDtype::kF16);
   // At 1 MB/s bytes matter: int8 (2.5 ms on the link) beats f16 (6.3 ms); int4 is over budget.
   in.goodput_bytes_per_s = 1e6;
   const std::vector<AutoCandidate> slow = AutoCandidates(in, &f, 0);
-  ASSERT_EQ(slow[ChooseAuto(slow, 0.02, "max_kl 0.02", 0).chosen].mode, "scd");
+  ASSERT_EQ(slow[ChooseAuto(slow, 0.02, "max_kl 0.02", 0).chosen].mode, TransferMode::kScd);
   choice = ChooseAuto(slow, 0.02, "max_kl 0.02", 0);
   EXPECT_EQ(slow[choice.chosen].point->code_dtype, WireDtype::kInt8);
   choice = ChooseAuto(slow, 0.06, "max_kl 0.06", 0);
@@ -152,7 +152,7 @@ TEST(AutoChoiceTest, ABusyBatchWeighsTheItlAChoicesPromptWorkCostsIt) {
   in.consumer_decoding = 4;
   // Nothing measured of the ITL cost yet: the TTFTs alone decide, local.
   std::vector<AutoCandidate> c = AutoCandidates(in, &f, 0);
-  EXPECT_EQ(c[ChooseAuto(c, 0.02, "max_kl 0.02", 0).chosen].mode, "local");
+  EXPECT_EQ(c[ChooseAuto(c, 0.02, "max_kl 0.02", 0).chosen].mode, TransferMode::kLocal);
   EXPECT_EQ(c[0].batch_us, 0);
   // Measured: a local prefill's chunks cost each decoding sequence 5 us per prompt token, a
   // rebuild 0.5 us. Local: 740 us + 4 x 64 x 5 = 2,020 us of delay; a point: 1,240 us +
@@ -166,20 +166,20 @@ TEST(AutoChoiceTest, ABusyBatchWeighsTheItlAChoicesPromptWorkCostsIt) {
   EXPECT_DOUBLE_EQ(c[1].cost_us(), c[1].predicted.total_us + 126);
   EXPECT_DOUBLE_EQ(c[1].predicted.total_us, 1240);
   AutoChoice choice = ChooseAuto(c, 0.02, "max_kl 0.02", 0);
-  EXPECT_EQ(c[choice.chosen].mode, "scd");
+  EXPECT_EQ(c[choice.chosen].mode, TransferMode::kScd);
   EXPECT_THAT(choice.reason, HasSubstr("+ 0.1 ms of the batch's ITL"));
   EXPECT_THAT(choice.reason, HasSubstr("the least delay predicted (its TTFT and the decoding "
                                        "sequences' ITL) within max_kl 0.02"));
   // Within KL 0.05 the int4 point is as fast; without it, local is the runner-up.
   const std::vector<AutoCandidate> two = {c[0], c[2]};
   choice = ChooseAuto(two, 0.02, "max_kl 0.02", 0);
-  EXPECT_EQ(two[choice.chosen].mode, "scd");
+  EXPECT_EQ(two[choice.chosen].mode, TransferMode::kScd);
   EXPECT_THAT(choice.reason, HasSubstr("runner-up local prefill predicted 0.7 ms (prefill-bound) "
                                        "+ 1.3 ms of the batch's ITL"));
   // No sequence decoding: nothing to slow, local again.
   in.consumer_decoding = 0;
   c = AutoCandidates(in, &f, 0);
-  EXPECT_EQ(c[ChooseAuto(c, 0.02, "max_kl 0.02", 0).chosen].mode, "local");
+  EXPECT_EQ(c[ChooseAuto(c, 0.02, "max_kl 0.02", 0).chosen].mode, TransferMode::kLocal);
   // A local prefill beside decodes measured at 30 us per token (it moves in their slack): 64 x
   // 30 = 1,920 us, not the 740 us it takes alone; alone again when nothing decodes.
   SetCost(in.consumer.mutable_busy_prefill(), 0, 30);
@@ -198,7 +198,7 @@ TEST(AutoChoiceTest, ATtftObjectiveTakesTheBestQualityThatMeetsIt) {
   EXPECT_EQ(c[choice.chosen].point->code_dtype, WireDtype::kInt8);  // f16 misses 5 ms
   EXPECT_THAT(choice.reason, HasSubstr("the best quality predicted to meet ttft_slo_ms 5"));
   choice = ChooseAuto(c, 0.06, "max_kl 0.06", 40000);  // local (KL 0) meets 40 ms
-  EXPECT_EQ(c[choice.chosen].mode, "local");
+  EXPECT_EQ(c[choice.chosen].mode, TransferMode::kLocal);
   choice = ChooseAuto(c, 0.06, "max_kl 0.06", 500);  // nothing meets 0.5 ms: the fastest
   EXPECT_EQ(c[choice.chosen].point->code_dtype, WireDtype::kInt4);
   EXPECT_THAT(choice.reason, HasSubstr("none is predicted to meet ttft_slo_ms 0.5"));
@@ -206,9 +206,9 @@ TEST(AutoChoiceTest, ATtftObjectiveTakesTheBestQualityThatMeetsIt) {
 
 TEST(AutoChoiceTest, TheRulesChoiceStandsUnlessAnotherIsClearlyFaster) {
   std::vector<AutoCandidate> c(2);
-  c[0].mode = "local";
+  c[0].mode = TransferMode::kLocal;
   c[0].label = "local prefill";
-  c[1].mode = "raw";
+  c[1].mode = TransferMode::kRaw;
   c[1].label = "the raw cache";
   c[0].predicted.total_us = 9500;
   c[1].predicted.total_us = 10000;  // 0.5 ms slower: under 1 ms, the raw cache stands
@@ -230,9 +230,9 @@ TEST(AutoChoiceTest, TheRulesChoiceStandsUnlessAnotherIsClearlyFaster) {
 TEST(AutoChoiceTest, WithoutAFrontierTheRawCacheIsWeighed) {
   const std::vector<AutoCandidate> c = AutoCandidates(Inputs(0), nullptr, 1000);
   ASSERT_EQ(c.size(), 2u);
-  EXPECT_EQ(c[1].mode, "raw");
+  EXPECT_EQ(c[1].mode, TransferMode::kRaw);
   EXPECT_DOUBLE_EQ(c[1].predicted.total_us, 740 + 500);  // no rebuild, the first decode step
-  EXPECT_EQ(c[ChooseAuto(c, 0, "exact caches", 0).chosen].mode, "local");
+  EXPECT_EQ(c[ChooseAuto(c, 0, "exact caches", 0).chosen].mode, TransferMode::kLocal);
 }
 
 }  // namespace

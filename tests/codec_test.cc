@@ -459,5 +459,33 @@ TEST(TransferTest, DecoderRejectsInconsistentBatches) {
   EXPECT_EQ(ParseTransferModes("raw, scd,raw")->size(), 2u);
 }
 
+// A request's mode: "" and "auto" are auto, a value of its own (never a transfer mode); every
+// transfer mode's name reads back as itself; anything else is refused, naming the choices.
+TEST(TransferModeTest, RequestedModesParseOnlyAtTheEdge) {
+  for (const std::string name : {"", "auto"}) {
+    absl::StatusOr<RequestedMode> mode = ParseRequestedMode(name);
+    ASSERT_TRUE(mode.ok()) << name;
+    EXPECT_TRUE(mode->is_auto());
+    EXPECT_EQ(RequestedModeName(*mode), "auto");
+    for (TransferMode m : kAllTransferModes) EXPECT_FALSE(mode->Is(m));
+  }
+  for (TransferMode m : kAllTransferModes) {
+    absl::StatusOr<RequestedMode> mode = ParseRequestedMode(TransferModeName(m));
+    ASSERT_TRUE(mode.ok()) << TransferModeName(m);
+    EXPECT_FALSE(mode->is_auto());
+    EXPECT_TRUE(mode->Is(m));
+    EXPECT_EQ(*mode, RequestedMode(m));
+    EXPECT_NE(*mode, RequestedMode::Auto());
+    EXPECT_EQ(RequestedModeName(*mode), TransferModeName(m));
+    EXPECT_EQ(TransferModeOr(TransferModeName(m), TransferMode::kRaw), m);
+  }
+  absl::StatusOr<RequestedMode> bad = ParseRequestedMode("telepathy");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("auto, local, raw, int4, recompute, reuse, scd"),
+            std::string::npos);
+  EXPECT_FALSE(ParseRequestedMode("AUTO").ok());
+  EXPECT_EQ(TransferModeOr("telepathy", TransferMode::kLocal), TransferMode::kLocal);
+}
+
 }  // namespace
 }  // namespace scd

@@ -140,7 +140,7 @@ TEST_P(DecodeSchedulerTest, SequencesJoiningAndLeavingGiveTheirTokensAlone) {
   for (size_t i = 0; i < cases.size(); ++i) {
     const SequenceEnd end = sinks[i]->Wait();
     EXPECT_TRUE(end.status.ok()) << end.status;
-    EXPECT_EQ(end.finish_reason, "length");
+    EXPECT_EQ(FinishReasonName(end.finish_reason), "length");
     EXPECT_EQ(sinks[i]->tokens(), Alone(cases[i].prompt, Options(cases[i].max_tokens))) << i;
     EXPECT_EQ(sinks[i]->prompt_done_at(), static_cast<int64_t>(cases[i].prompt.size())) << i;
     EXPECT_EQ(sinks[i]->ended(), 1);
@@ -197,7 +197,7 @@ TEST_P(DecodeSchedulerTest, CancelAndDeadlineEndASequenceBetweenStepsOthersGoOn)
   cancel = true;
   const SequenceEnd c = cancelled.Wait();
   EXPECT_TRUE(absl::IsCancelled(c.status)) << c.status;
-  EXPECT_EQ(c.finish_reason, "cancelled");
+  EXPECT_EQ(FinishReasonName(c.finish_reason), "cancelled");
   EXPECT_LT(cancelled.tokens().size(), 200u);
   const SequenceEnd e = expired.Wait();
   EXPECT_TRUE(absl::IsDeadlineExceeded(e.status)) << e.status;
@@ -229,7 +229,7 @@ TEST_P(DecodeSchedulerTest, AStopFromTheSinkEndsTheSequenceWithStop) {
   ASSERT_TRUE(scheduler.Submit(Request(Prompt(GetParam(), 1, 10), Options(50), &sink)).ok());
   const SequenceEnd end = sink.Wait();
   EXPECT_TRUE(end.status.ok());
-  EXPECT_EQ(end.finish_reason, "stop");
+  EXPECT_EQ(FinishReasonName(end.finish_reason), "stop");
   EXPECT_EQ(sink.tokens().size(), 4u);
 }
 

@@ -74,7 +74,7 @@ TEST(GenerateTextTest, StreamedPiecesEqualTextAndStopStringsCutIt) {
   auto full = GenerateText(**model, **tokenizer, "Once upon a time", options, streamed.Callback());
   ASSERT_TRUE(full.ok()) << full.status();
   EXPECT_EQ(streamed.All(), full->text);
-  EXPECT_EQ(full->finish_reason, "length");
+  EXPECT_EQ(FinishReasonName(full->finish_reason), "length");
   // Pick a stop string from the middle of the unstopped output.
   const size_t at = full->text.find(' ', full->text.size() / 2);
   ASSERT_NE(at, std::string::npos);
@@ -85,7 +85,7 @@ TEST(GenerateTextTest, StreamedPiecesEqualTextAndStopStringsCutIt) {
   ASSERT_TRUE(stopped.ok());
   EXPECT_EQ(stopped->text, full->text.substr(0, full->text.find(stop)));
   EXPECT_EQ(cut.All(), stopped->text);
-  EXPECT_EQ(stopped->finish_reason, "stop");
+  EXPECT_EQ(FinishReasonName(stopped->finish_reason), "stop");
   EXPECT_LT(stopped->output_ids.size(), full->output_ids.size());
 }
 

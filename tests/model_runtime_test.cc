@@ -443,7 +443,7 @@ TEST(RuntimeTest, RejectsBadTokensAndOverlongSequences) {
   std::vector<TokenId> prompt(200, 5);
   auto result = GenerateTokens(*model, prompt, &cache, options);
   ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->finish_reason, "max_positions");
+  EXPECT_EQ(FinishReasonName(result->finish_reason), "max_positions");
   EXPECT_EQ(result->output_ids.size(), 57u);
 }
 

@@ -13,6 +13,17 @@
 namespace scd::coordinator {
 namespace {
 
+// Resolve with the mode by name, as the coordinator's service parses it (proto edge): "" is auto,
+// an unknown name INVALID_ARGUMENT.
+absl::StatusOr<Route> ResolveNamed(const NodeRegistry& registry,
+                                   const std::vector<std::string>& targets, const std::string& mode,
+                                   const PrefixHint* hint = nullptr, double max_kl = 0,
+                                   double ttft_slo_ms = 0) {
+  absl::StatusOr<RequestedMode> parsed = ParseRequestedMode(mode);
+  if (!parsed.ok()) return parsed.status();
+  return registry.Resolve(targets, *parsed, hint, max_kl, ttft_slo_ms);
+}
+
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -100,9 +111,9 @@ TEST_F(NodeRegistryTest, SilentNodeLeavesRoutingWithinThreeSeconds) {
   now_ += absl::Seconds(1);
   Beat(consumer);
   now_ += registry_.options().lease;  // exactly at the limit: still live
-  ASSERT_TRUE(registry_.Resolve({"fables"}, "").ok());
+  ASSERT_TRUE(ResolveNamed(registry_, {"fables"}, "").ok());
   now_ += absl::Milliseconds(1);  // lapsed: no longer routed, even before the sweep
-  absl::Status status = registry_.Resolve({"fables"}, "").status();
+  absl::Status status = ResolveNamed(registry_, {"fables"}, "").status();
   // A known target without a live node is UNAVAILABLE (retry later), not NOT_FOUND.
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
   EXPECT_THAT(status.message(), HasSubstr("no live consumer"));
@@ -118,7 +129,8 @@ TEST_F(NodeRegistryTest, SilentNodeLeavesRoutingWithinThreeSeconds) {
 TEST_F(NodeRegistryTest, DeregisterRemovesAtOnce) {
   const std::string id = Add(Consumer("fables", kFablesFp, {}));
   ASSERT_TRUE(registry_.Deregister(id).ok());
-  EXPECT_EQ(registry_.Resolve({"fables"}, "local").status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(ResolveNamed(registry_, {"fables"}, "local").status().code(),
+            absl::StatusCode::kUnavailable);
   EXPECT_EQ(registry_.Deregister(id).code(), absl::StatusCode::kNotFound);
 }
 
@@ -126,14 +138,14 @@ TEST_F(NodeRegistryTest, UnknownTargetIsNotFoundAndNamesTheKnownOnes) {
   Add(Producer("base", kBaseFp));
   Add(Consumer("fables", kFablesFp, {kBaseFp}));
   Add(Consumer("xs", kXsFp, {}, "10.0.0.3:7001"));
-  absl::Status status = registry_.Resolve({"fables", "nope"}, "").status();
+  absl::Status status = ResolveNamed(registry_, {"fables", "nope"}, "").status();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(status.message(), HasSubstr("'nope'"));
   EXPECT_THAT(status.message(), HasSubstr("fables, xs"));
-  EXPECT_EQ(registry_.Resolve({}, "").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(registry_.Resolve({"xs", "xs"}, "").status().code(),
+  EXPECT_EQ(ResolveNamed(registry_, {}, "").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResolveNamed(registry_, {"xs", "xs"}, "").status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(registry_.Resolve({"xs"}, "telepathy").status().code(),
+  EXPECT_EQ(ResolveNamed(registry_, {"xs"}, "telepathy").status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -142,17 +154,17 @@ TEST_F(NodeRegistryTest, AutoPicksScdWithArtifactRawForIdenticalWeightsElseLocal
   Add(Consumer("fables", kFablesFp, {kBaseFp}, "10.0.0.2:7001"));
   Add(Consumer("xs", kXsFp, {}, "10.0.0.3:7001"));
   Add(Consumer("base-copy", kBaseFp, {}, "10.0.0.4:7001"));
-  absl::StatusOr<Route> route = registry_.Resolve({"fables", "xs", "base-copy"}, "");
+  absl::StatusOr<Route> route = ResolveNamed(registry_, {"fables", "xs", "base-copy"}, "");
   ASSERT_TRUE(route.ok()) << route.status();
   EXPECT_EQ(route->producer_node, producer);
   EXPECT_EQ(route->producer_name, "base");
   ASSERT_EQ(route->targets.size(), 3u);
-  EXPECT_EQ(route->targets[0].mode, "scd");
+  EXPECT_EQ(route->targets[0].mode, TransferMode::kScd);
   EXPECT_EQ(route->targets[0].artifact_id, "art-aaaa-bbbb");
   EXPECT_EQ(route->targets[0].transfer_address, "10.0.0.2:70011");
-  EXPECT_EQ(route->targets[1].mode, "local");
+  EXPECT_EQ(route->targets[1].mode, TransferMode::kLocal);
   EXPECT_THAT(route->targets[1].mode_reason, HasSubstr("no artifact for base -> xs"));
-  EXPECT_EQ(route->targets[2].mode, "raw");
+  EXPECT_EQ(route->targets[2].mode, TransferMode::kRaw);
   EXPECT_THAT(route->targets[2].mode_reason, HasSubstr("identical weights"));
 }
 
@@ -190,7 +202,7 @@ TEST_F(NodeRegistryTest, AutoWeighsLocalAgainstPointsByPredictedTtft) {
   // Before any speed is reported: the rule without a cost model (the recommended point).
   PrefixHint hint;
   hint.prompt_tokens = 4000;
-  absl::StatusOr<Route> route = registry_.Resolve({"fables"}, "auto", &hint);
+  absl::StatusOr<Route> route = ResolveNamed(registry_, {"fables"}, "auto", &hint);
   ASSERT_TRUE(route.ok()) << route.status();
   EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("the recommended one"));
   EXPECT_EQ(route->targets[0].predicted_ttft_us, 0);
@@ -209,9 +221,9 @@ TEST_F(NodeRegistryTest, AutoWeighsLocalAgainstPointsByPredictedTtft) {
   }
   // An unlimited link: every choice is predicted at 80 ms (the prefill holds each), so the
   // recommended point stands, as before speeds were known: nothing is clearly faster.
-  route = registry_.Resolve({"fables"}, "auto", &hint);
+  route = ResolveNamed(registry_, {"fables"}, "auto", &hint);
   ASSERT_TRUE(route.ok());
-  EXPECT_EQ(route->targets[0].mode, "scd");
+  EXPECT_EQ(route->targets[0].mode, TransferMode::kScd);
   ASSERT_TRUE(route->targets[0].point.has_value());
   EXPECT_EQ(route->targets[0].point->code_dtype, WireDtype::kInt8);
   EXPECT_DOUBLE_EQ(route->targets[0].predicted_ttft_us, 80000);
@@ -224,17 +236,17 @@ TEST_F(NodeRegistryTest, AutoWeighsLocalAgainstPointsByPredictedTtft) {
   EXPECT_EQ(route->targets[0].deliver_by_us, 0);
   EXPECT_EQ(route->targets[0].planned_goodput_bytes_per_s, 0);
   // With a TTFT objective of 100 ms every choice meets it: the best quality, local prefill.
-  route = registry_.Resolve({"fables"}, "auto", &hint, 0, 100);
+  route = ResolveNamed(registry_, {"fables"}, "auto", &hint, 0, 100);
   ASSERT_TRUE(route.ok());
-  EXPECT_EQ(route->targets[0].mode, "local");
+  EXPECT_EQ(route->targets[0].mode, TransferMode::kLocal);
   EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("meet ttft_slo_ms 100"));
   // A slow link set through SetLinkShape (0.0001 Gbit/s = 12.5 kB/s): 3999 x 40 B take 12.8 s.
   v1::LinkShape shape;
   shape.set_gbps(0.0001);
   registry_.NoteLinkShape(producer, shape);
-  route = registry_.Resolve({"fables"}, "auto", &hint);
+  route = ResolveNamed(registry_, {"fables"}, "auto", &hint);
   ASSERT_TRUE(route.ok());
-  EXPECT_EQ(route->targets[0].mode, "local");
+  EXPECT_EQ(route->targets[0].mode, TransferMode::kLocal);
   EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("0.0001 Gbit/s as shaped"));
   // A finished transfer that travelled unshaped clears the shape; one the link held back
   // (transfer far beyond the prefill) is then the link's measure.
@@ -251,14 +263,14 @@ TEST_F(NodeRegistryTest, AutoWeighsLocalAgainstPointsByPredictedTtft) {
   // Routed before the shape was set: its Finished tells nothing of the link now.
   with_producer.routed_at = route->routed_at - absl::Seconds(1);
   registry_.ObserveFinished(with_producer, target, finished);
-  route = registry_.Resolve({"fables"}, "auto", &hint);
+  route = ResolveNamed(registry_, {"fables"}, "auto", &hint);
   ASSERT_TRUE(route.ok());
   EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("0.0001 Gbit/s as shaped"));
   with_producer.routed_at = route->routed_at;
   registry_.ObserveFinished(with_producer, target, finished);
-  route = registry_.Resolve({"fables"}, "auto", &hint);
+  route = ResolveNamed(registry_, {"fables"}, "auto", &hint);
   ASSERT_TRUE(route.ok());
-  EXPECT_EQ(route->targets[0].mode, "local");
+  EXPECT_EQ(route->targets[0].mode, TransferMode::kLocal);
   EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("8e-05 Gbit/s as measured"));
   // A report that cannot be a cost (NaN, negative) counts as not measured: no prediction from it.
   for (const std::string& id : {producer, consumer}) {
@@ -270,15 +282,15 @@ TEST_F(NodeRegistryTest, AutoWeighsLocalAgainstPointsByPredictedTtft) {
     broken.mutable_speeds()->mutable_rebuild()->set_samples(4);
     ASSERT_TRUE(registry_.Heartbeat(broken).ok());
   }
-  route = registry_.Resolve({"fables"}, "auto", &hint);
+  route = ResolveNamed(registry_, {"fables"}, "auto", &hint);
   ASSERT_TRUE(route.ok());
   EXPECT_EQ(route->targets[0].predicted_ttft_us, 0);
   EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("the recommended one"));
   // A budget no point meets leaves local alone; explicit modes predict nothing.
-  route = registry_.Resolve({"fables"}, "auto", &hint, 0.001);
+  route = ResolveNamed(registry_, {"fables"}, "auto", &hint, 0.001);
   ASSERT_TRUE(route.ok());
-  EXPECT_EQ(route->targets[0].mode, "local");
-  route = registry_.Resolve({"fables"}, "scd", &hint);
+  EXPECT_EQ(route->targets[0].mode, TransferMode::kLocal);
+  route = ResolveNamed(registry_, {"fables"}, "scd", &hint);
   ASSERT_TRUE(route.ok());
   EXPECT_EQ(route->targets[0].predicted_ttft_us, 0);
 }
@@ -296,10 +308,10 @@ TEST_F(NodeRegistryTest, LocalPrefillsStillRunningOnAConsumerQueueTheNextOne) {
   hint.prompt_tokens = 4000;
   // The next auto route: its mode and predicted TTFT checked.
   auto next = [&](const std::string& mode, double predicted_us) {
-    absl::StatusOr<Route> route = registry_.Resolve({"fables"}, "auto", &hint);
+    absl::StatusOr<Route> route = ResolveNamed(registry_, {"fables"}, "auto", &hint);
     EXPECT_TRUE(route.ok()) << route.status();
     if (!route.ok()) return Route{};
-    EXPECT_EQ(route->targets[0].mode, mode);
+    EXPECT_EQ(TransferModeName(route->targets[0].mode), mode);
     EXPECT_DOUBLE_EQ(route->targets[0].predicted_ttft_us, predicted_us);
     return *std::move(route);
   };
@@ -359,9 +371,9 @@ TEST_F(NodeRegistryTest, ALearntLinkShapeIsForgottenAnAnnouncedOneStays) {
   hint.prompt_tokens = 4000;
   // The next auto route's mode, and a phrase of its reason.
   auto expect = [&](const std::string& mode, const std::string& reason) {
-    absl::StatusOr<Route> route = registry_.Resolve({"fables"}, "auto", &hint);
+    absl::StatusOr<Route> route = ResolveNamed(registry_, {"fables"}, "auto", &hint);
     ASSERT_TRUE(route.ok()) << route.status();
-    EXPECT_EQ(route->targets[0].mode, mode) << route->targets[0].mode_reason;
+    EXPECT_EQ(TransferModeName(route->targets[0].mode), mode) << route->targets[0].mode_reason;
     EXPECT_THAT(route->targets[0].mode_reason, HasSubstr(reason));
   };
   expect("scd", "taken as unlimited");
@@ -395,15 +407,15 @@ TEST_F(NodeRegistryTest, FrontierPointsChosenByTheQualityBudget) {
   AddFrontier(consumer.mutable_artifacts(0));
   Add(consumer);
   // auto without speeds cannot weigh a TTFT objective: it says so.
-  absl::StatusOr<Route> route = registry_.Resolve({"fables"}, "auto", nullptr, 0, 500);
+  absl::StatusOr<Route> route = ResolveNamed(registry_, {"fables"}, "auto", nullptr, 0, 500);
   ASSERT_TRUE(route.ok()) << route.status();
   EXPECT_THAT(route->targets[0].mode_reason,
               HasSubstr("ttft_slo_ms 500 not weighed: no node's prefill speed is measured yet"));
   // auto without a budget: the recommended point, said in the reason.
-  route = registry_.Resolve({"fables"}, "auto");
+  route = ResolveNamed(registry_, {"fables"}, "auto");
   ASSERT_TRUE(route.ok()) << route.status();
   const RouteTarget& t = route->targets[0];
-  EXPECT_EQ(t.mode, "scd");
+  EXPECT_EQ(t.mode, TransferMode::kScd);
   ASSERT_TRUE(t.point.has_value());
   EXPECT_EQ(t.point->code_dtype, WireDtype::kInt8);
   EXPECT_EQ(t.point->rank_k, (std::vector<int64_t>{4, 4}));
@@ -412,30 +424,30 @@ TEST_F(NodeRegistryTest, FrontierPointsChosenByTheQualityBudget) {
               HasSubstr("frontier point #1 int8 K 4,4 V 4,4 (KL 0.02, 40.0 B/token)"));
   EXPECT_THAT(t.mode_reason, HasSubstr("the recommended one"));
   // auto with a budget: the cheapest point within it.
-  route = registry_.Resolve({"fables"}, "", nullptr, 0.06);
+  route = ResolveNamed(registry_, {"fables"}, "", nullptr, 0.06);
   ASSERT_TRUE(route.ok()) << route.status();
   EXPECT_EQ(route->targets[0].point->code_dtype, WireDtype::kInt4);
   EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("the cheapest within max_kl 0.06"));
-  route = registry_.Resolve({"fables"}, "auto", nullptr, 0.019);
+  route = ResolveNamed(registry_, {"fables"}, "auto", nullptr, 0.019);
   ASSERT_TRUE(route.ok());
   EXPECT_EQ(route->targets[0].point->code_dtype, WireDtype::kF16);
   // No point within it: auto prefills locally (KL 0) and says why, naming the best point.
-  route = registry_.Resolve({"fables"}, "auto", nullptr, 0.001);
+  route = ResolveNamed(registry_, {"fables"}, "auto", nullptr, 0.001);
   ASSERT_TRUE(route.ok());
-  EXPECT_EQ(route->targets[0].mode, "local");
+  EXPECT_EQ(route->targets[0].mode, TransferMode::kLocal);
   EXPECT_FALSE(route->targets[0].point.has_value());
   EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("within max_kl 0.001"));
   EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("#2 f16"));
   // Explicit scd: the fitted configuration without a budget (no point sent), the cheapest
   // within one, FAILED_PRECONDITION naming the field when none is.
-  route = registry_.Resolve({"fables"}, "scd");
+  route = ResolveNamed(registry_, {"fables"}, "scd");
   ASSERT_TRUE(route.ok());
-  EXPECT_EQ(route->targets[0].mode, "scd");
+  EXPECT_EQ(route->targets[0].mode, TransferMode::kScd);
   EXPECT_FALSE(route->targets[0].point.has_value());
-  route = registry_.Resolve({"fables"}, "scd", nullptr, 0.03);
+  route = ResolveNamed(registry_, {"fables"}, "scd", nullptr, 0.03);
   ASSERT_TRUE(route.ok());
   EXPECT_EQ(route->targets[0].point->code_dtype, WireDtype::kInt8);
-  absl::Status status = registry_.Resolve({"fables"}, "scd", nullptr, 0.001).status();
+  absl::Status status = ResolveNamed(registry_, {"fables"}, "scd", nullptr, 0.001).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(), HasSubstr("max_kl: no point"));
   EXPECT_THAT(status.message(), HasSubstr("mode auto to prefill locally"));
@@ -443,15 +455,15 @@ TEST_F(NodeRegistryTest, FrontierPointsChosenByTheQualityBudget) {
   // An artifact without a frontier: a budget cannot be checked, so auto goes local and explicit
   // scd is refused; without a budget, scd at the fitted configuration as before.
   Add(Consumer("xs", kXsFp, {kBaseFp}, "10.0.0.3:7001"));
-  route = registry_.Resolve({"xs"}, "auto", nullptr, 0.05);
+  route = ResolveNamed(registry_, {"xs"}, "auto", nullptr, 0.05);
   ASSERT_TRUE(route.ok());
-  EXPECT_EQ(route->targets[0].mode, "local");
+  EXPECT_EQ(route->targets[0].mode, TransferMode::kLocal);
   EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("has no frontier"));
-  EXPECT_EQ(registry_.Resolve({"xs"}, "scd", nullptr, 0.05).status().code(),
+  EXPECT_EQ(ResolveNamed(registry_, {"xs"}, "scd", nullptr, 0.05).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  route = registry_.Resolve({"xs"}, "auto");
+  route = ResolveNamed(registry_, {"xs"}, "auto");
   ASSERT_TRUE(route.ok());
-  EXPECT_EQ(route->targets[0].mode, "scd");
+  EXPECT_EQ(route->targets[0].mode, TransferMode::kScd);
   EXPECT_FALSE(route->targets[0].point.has_value());
 }
 
@@ -479,21 +491,21 @@ TEST_F(NodeRegistryTest, ExplicitModesNeedWhatTheyNeed) {
   Add(Producer("base", kBaseFp));
   Add(Consumer("xs", kXsFp, {}));
   // scd/reuse need an artifact for the pair: refused, naming what the consumer holds.
-  absl::Status status = registry_.Resolve({"xs"}, "scd").status();
+  absl::Status status = ResolveNamed(registry_, {"xs"}, "scd").status();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(), HasSubstr("base -> xs"));
   EXPECT_THAT(status.message(), HasSubstr("holds none"));
-  EXPECT_EQ(registry_.Resolve({"xs"}, "reuse").status().code(),
+  EXPECT_EQ(ResolveNamed(registry_, {"xs"}, "reuse").status().code(),
             absl::StatusCode::kFailedPrecondition);
   // So does recompute: its layer list comes from the pair's artifact (a request has none).
-  EXPECT_EQ(registry_.Resolve({"xs"}, "recompute").status().code(),
+  EXPECT_EQ(ResolveNamed(registry_, {"xs"}, "recompute").status().code(),
             absl::StatusCode::kFailedPrecondition);
   // raw/int4/local need none; raw and int4 across different weights say the quality is degraded
   // (served as asked: the benchmark's baselines).
   for (const char* mode : {"raw", "int4", "local"}) {
-    absl::StatusOr<Route> route = registry_.Resolve({"xs"}, mode);
+    absl::StatusOr<Route> route = ResolveNamed(registry_, {"xs"}, mode);
     ASSERT_TRUE(route.ok()) << mode << ": " << route.status();
-    EXPECT_EQ(route->targets[0].mode, mode);
+    EXPECT_EQ(TransferModeName(route->targets[0].mode), mode);
     EXPECT_EQ(route->producer_name.empty(), std::string(mode) == "local") << mode;
     const bool degraded = std::string(mode) == "raw" || std::string(mode) == "int4";
     EXPECT_EQ(route->targets[0].mode_reason.find("quality degraded") != std::string::npos, degraded)
@@ -509,17 +521,17 @@ TEST_F(NodeRegistryTest, StrictModesRefuseCachesAcrossDifferentWeights) {
   ASSERT_TRUE(strict.Register(Consumer("fables", kFablesFp, {kBaseFp})).ok());
   ASSERT_TRUE(strict.Register(Consumer("base-copy", kBaseFp, {})).ok());
   for (const char* mode : {"raw", "int4", "reuse"}) {
-    absl::Status status = strict.Resolve({"fables"}, mode).status();
+    absl::Status status = ResolveNamed(strict, {"fables"}, mode).status();
     EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << mode;
     EXPECT_THAT(status.message(), HasSubstr("weights differ")) << mode;
     // Identical weights stay faithful: served, reason "requested".
     absl::StatusOr<Route> same =
-        strict.Resolve({"base-copy"}, mode == std::string("reuse") ? "raw" : mode);
+        ResolveNamed(strict, {"base-copy"}, mode == std::string("reuse") ? "raw" : mode);
     ASSERT_TRUE(same.ok()) << mode << ": " << same.status();
     EXPECT_EQ(same->targets[0].mode_reason, "requested");
   }
-  EXPECT_TRUE(strict.Resolve({"fables"}, "scd").ok());
-  EXPECT_TRUE(strict.Resolve({"fables"}, "recompute").ok());
+  EXPECT_TRUE(ResolveNamed(strict, {"fables"}, "scd").ok());
+  EXPECT_TRUE(ResolveNamed(strict, {"fables"}, "recompute").ok());
 }
 
 TEST_F(NodeRegistryTest, NodeIdsAreRandomAndUnguessable) {
@@ -537,12 +549,13 @@ TEST_F(NodeRegistryTest, NodeIdsAreRandomAndUnguessable) {
 
 TEST_F(NodeRegistryTest, WithoutProducerAutoRunsLocalAndCodeModesAreUnavailable) {
   Add(Consumer("fables", kFablesFp, {kBaseFp}));
-  absl::StatusOr<Route> route = registry_.Resolve({"fables"}, "auto");
+  absl::StatusOr<Route> route = ResolveNamed(registry_, {"fables"}, "auto");
   ASSERT_TRUE(route.ok()) << route.status();
   EXPECT_TRUE(route->producer_node.empty());
-  EXPECT_EQ(route->targets[0].mode, "local");
+  EXPECT_EQ(route->targets[0].mode, TransferMode::kLocal);
   EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("no producer"));
-  EXPECT_EQ(registry_.Resolve({"fables"}, "raw").status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(ResolveNamed(registry_, {"fables"}, "raw").status().code(),
+            absl::StatusCode::kUnavailable);
 }
 
 TEST_F(NodeRegistryTest, FanOutSharesTheProducerThatServesMostTargets) {
@@ -554,18 +567,18 @@ TEST_F(NodeRegistryTest, FanOutSharesTheProducerThatServesMostTargets) {
   Beat(other, 0);
   Add(Consumer("fables", kFablesFp, {kBaseFp}, "10.0.0.2:7001"));
   Add(Consumer("xs", kXsFp, {kBaseFp}, "10.0.0.3:7001"));
-  absl::StatusOr<Route> route = registry_.Resolve({"fables", "xs"}, "auto");
+  absl::StatusOr<Route> route = ResolveNamed(registry_, {"fables", "xs"}, "auto");
   ASSERT_TRUE(route.ok()) << route.status();
   EXPECT_EQ(route->producer_node, base);
   std::vector<std::string> modes;
-  for (const RouteTarget& target : route->targets) modes.push_back(target.mode);
+  for (const RouteTarget& target : route->targets) modes.push_back(TransferModeName(target.mode));
   EXPECT_THAT(modes, ElementsAre("scd", "scd"));
   // Explicit raw needs nothing: the least loaded producer wins.
-  route = registry_.Resolve({"fables", "xs"}, "raw");
+  route = ResolveNamed(registry_, {"fables", "xs"}, "raw");
   ASSERT_TRUE(route.ok()) << route.status();
   EXPECT_EQ(route->producer_node, other);
   // Explicit scd: only "base" can serve both.
-  route = registry_.Resolve({"fables", "xs"}, "scd");
+  route = ResolveNamed(registry_, {"fables", "xs"}, "scd");
   ASSERT_TRUE(route.ok()) << route.status();
   EXPECT_EQ(route->producer_node, base);
 }
@@ -576,11 +589,11 @@ TEST_F(NodeRegistryTest, LeastLoadedConsumerServesTheTarget) {
   const std::string idle = Add(Consumer("fables", kFablesFp, {kBaseFp}, "10.0.0.5:7001"));
   Beat(busy, 3);
   Beat(idle, 1);
-  absl::StatusOr<Route> route = registry_.Resolve({"fables"}, "");
+  absl::StatusOr<Route> route = ResolveNamed(registry_, {"fables"}, "");
   ASSERT_TRUE(route.ok()) << route.status();
   EXPECT_EQ(route->targets[0].consumer_node, idle);
   Beat(idle, 7);
-  route = registry_.Resolve({"fables"}, "");
+  route = ResolveNamed(registry_, {"fables"}, "");
   ASSERT_TRUE(route.ok()) << route.status();
   EXPECT_EQ(route->targets[0].consumer_node, busy);
 }
@@ -611,7 +624,7 @@ TEST_F(NodeRegistryTest, ConsumersAreRoutedOnTheirFreeKvBytes) {
   beat(many_small, 6, 300'000, 0);  // 6 requests, 30 %
   PrefixHint hint;
   hint.kv_positions = 100;  // 100,000 bytes
-  absl::StatusOr<Route> route = registry_.Resolve({"fables"}, "", &hint);
+  absl::StatusOr<Route> route = ResolveNamed(registry_, {"fables"}, "", &hint);
   ASSERT_TRUE(route.ok()) << route.status();
   EXPECT_EQ(route->targets[0].consumer_node, many_small);
   EXPECT_EQ(route->targets[0].kv_bytes, 100'000);
@@ -619,11 +632,11 @@ TEST_F(NodeRegistryTest, ConsumersAreRoutedOnTheirFreeKvBytes) {
   // few_large's 80 %; done, they count no more.
   const Route routed = *route;
   for (int i = 0; i < 9; ++i) registry_.NoteRouted(routed, &hint);
-  route = registry_.Resolve({"fables"}, "", &hint);
+  route = ResolveNamed(registry_, {"fables"}, "", &hint);
   ASSERT_TRUE(route.ok());
   EXPECT_EQ(route->targets[0].consumer_node, few_large);
   for (int i = 0; i < 9; ++i) registry_.RoutedDone(routed);
-  route = registry_.Resolve({"fables"}, "", &hint);
+  route = ResolveNamed(registry_, {"fables"}, "", &hint);
   ASSERT_TRUE(route.ok());
   EXPECT_EQ(route->targets[0].consumer_node, many_small);
   // Neither has room for a 300,000-byte request once both are nearly full: the one with more
@@ -631,12 +644,12 @@ TEST_F(NodeRegistryTest, ConsumersAreRoutedOnTheirFreeKvBytes) {
   beat(few_large, 2, 800'000, 0);
   beat(many_small, 6, 900'000, 50'000);
   hint.kv_positions = 300;
-  route = registry_.Resolve({"fables"}, "", &hint);
+  route = ResolveNamed(registry_, {"fables"}, "", &hint);
   ASSERT_TRUE(route.ok());
   EXPECT_EQ(route->targets[0].consumer_node, few_large);
   beat(few_large, 2, 800'000, 100'000);  // queued bytes count as used
   beat(many_small, 1, 600'000, 0);
-  route = registry_.Resolve({"fables"}, "", &hint);
+  route = ResolveNamed(registry_, {"fables"}, "", &hint);
   ASSERT_TRUE(route.ok());
   EXPECT_EQ(route->targets[0].consumer_node, many_small);
 }
@@ -663,20 +676,20 @@ TEST_F(NodeRegistryTest, ASecondRequestWithTheSamePrefixGoesToTheProducerHolding
     empty.mutable_prefix_blocks()->set_block_tokens(16);
     ASSERT_TRUE(registry_.Heartbeat(empty).ok());
   }
-  absl::StatusOr<Route> first = registry_.Resolve({"fables"}, "scd", &hint);
+  absl::StatusOr<Route> first = ResolveNamed(registry_, {"fables"}, "scd", &hint);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->producer_cached_tokens, 0u);
   const std::string holder = first->producer_node;
   const std::string other = holder == a ? b : a;
   registry_.NoteRouted(*first, &hint);  // still running: load 1 on the holder
   // The holder's match (8 blocks) outweighs its one active request.
-  absl::StatusOr<Route> second = registry_.Resolve({"fables"}, "scd", &hint);
+  absl::StatusOr<Route> second = ResolveNamed(registry_, {"fables"}, "scd", &hint);
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(second->producer_node, holder);
   EXPECT_EQ(second->producer_cached_tokens, 128u);
   // A prompt sharing nothing goes to the idle producer.
   const PrefixHint unrelated = Hint(8, 900);
-  EXPECT_EQ(registry_.Resolve({"fables"}, "scd", &unrelated)->producer_node, other);
+  EXPECT_EQ(ResolveNamed(registry_, {"fables"}, "scd", &unrelated)->producer_node, other);
   registry_.RoutedDone(*first);
 
   // Reports replace predictions: the holder says it evicted everything, the other holds it.
@@ -687,7 +700,7 @@ TEST_F(NodeRegistryTest, ASecondRequestWithTheSamePrefixGoesToTheProducerHolding
   beat.set_node_id(other);
   for (uint64_t key : Hint(5).blocks) beat.mutable_prefix_blocks()->add_blocks(key);
   ASSERT_TRUE(registry_.Heartbeat(beat).ok());
-  second = registry_.Resolve({"fables"}, "scd", &hint);
+  second = ResolveNamed(registry_, {"fables"}, "scd", &hint);
   EXPECT_EQ(second->producer_node, other);
   EXPECT_EQ(second->producer_cached_tokens, 80u);  // the leading 5 blocks
 
@@ -700,12 +713,12 @@ TEST_F(NodeRegistryTest, ASecondRequestWithTheSamePrefixGoesToTheProducerHolding
   beat.set_active_requests(0);
   beat.mutable_prefix_blocks()->clear_blocks();
   ASSERT_TRUE(registry_.Heartbeat(beat).ok());
-  EXPECT_EQ(registry_.Resolve({"fables"}, "scd", &hint)->producer_node, b);
+  EXPECT_EQ(ResolveNamed(registry_, {"fables"}, "scd", &hint)->producer_node, b);
   beat.set_node_id(a);
   beat.set_active_requests(1);
   for (uint64_t key : hint.blocks) beat.mutable_prefix_blocks()->add_blocks(key);
   ASSERT_TRUE(registry_.Heartbeat(beat).ok());
-  EXPECT_EQ(registry_.Resolve({"fables"}, "scd", &hint)->producer_node, a);
+  EXPECT_EQ(ResolveNamed(registry_, {"fables"}, "scd", &hint)->producer_node, a);
 }
 
 TEST_F(NodeRegistryTest, NoPredictionsForANodeWithoutAPrefixCache) {
@@ -713,12 +726,12 @@ TEST_F(NodeRegistryTest, NoPredictionsForANodeWithoutAPrefixCache) {
   Add(Producer("base", kBaseFp, "10.0.0.9:7000"));
   Add(Consumer("fables", kFablesFp, {kBaseFp}));
   const PrefixHint hint = Hint(8);
-  absl::StatusOr<Route> first = registry_.Resolve({"fables"}, "scd", &hint);
+  absl::StatusOr<Route> first = ResolveNamed(registry_, {"fables"}, "scd", &hint);
   ASSERT_TRUE(first.ok());
   registry_.NoteRouted(*first, &hint);
   registry_.RoutedDone(*first);
   // Nothing was remembered for it: the second request sees no match anywhere.
-  absl::StatusOr<Route> second = registry_.Resolve({"fables"}, "scd", &hint);
+  absl::StatusOr<Route> second = ResolveNamed(registry_, {"fables"}, "scd", &hint);
   EXPECT_EQ(second->producer_cached_tokens, 0u);
 }
 
@@ -734,15 +747,15 @@ TEST_F(NodeRegistryTest, TheConsumerHoldingThePrefixServesTheTargetUnlessBusy) {
   ASSERT_TRUE(registry_.Heartbeat(beat).ok());
   Beat(cold, 0);
   // cost: warm 0 + 0.5 * 1 * 8 = 4, cold 8 + 0.
-  EXPECT_EQ(registry_.Resolve({"fables"}, "scd", &hint)->targets[0].consumer_node, warm);
+  EXPECT_EQ(ResolveNamed(registry_, {"fables"}, "scd", &hint)->targets[0].consumer_node, warm);
   // Three active requests outweigh the match (0 + 12 > 8).
   beat.set_active_requests(3);
   ASSERT_TRUE(registry_.Heartbeat(beat).ok());
-  EXPECT_EQ(registry_.Resolve({"fables"}, "scd", &hint)->targets[0].consumer_node, cold);
+  EXPECT_EQ(ResolveNamed(registry_, {"fables"}, "scd", &hint)->targets[0].consumer_node, cold);
   // Without a hint: load alone.
   beat.set_active_requests(1);
   ASSERT_TRUE(registry_.Heartbeat(beat).ok());
-  EXPECT_EQ(registry_.Resolve({"fables"}, "scd")->targets[0].consumer_node, cold);
+  EXPECT_EQ(ResolveNamed(registry_, {"fables"}, "scd")->targets[0].consumer_node, cold);
 }
 
 TEST_F(NodeRegistryTest, ModelsListsLiveModelsWithTheirArtifacts) {

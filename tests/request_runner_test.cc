@@ -85,9 +85,9 @@ class RequestRunnerTest : public ::testing::Test {
     }
     testing::SessionPeers peers = testing::ConnectSessions("inproc");
     std::thread producer;
-    if (route.mode != "local" && request.prompt_ids_size() > 1) {
+    if (route.mode != TransferMode::kLocal && request.prompt_ids_size() > 1) {
       producer = std::thread([&] {
-        TransferMode mode = testing::Ok(ParseTransferMode(route.mode));
+        const TransferMode mode = route.mode;
         const Artifact* used = ModeNeedsArtifact(mode) ? &artifact_ : nullptr;
         TransferPlan plan =
             testing::Ok(TransferPlan::Make(mode, producer_->config(), used, TransferOptions()));
@@ -155,8 +155,8 @@ TEST_F(RequestRunnerTest, LocalEqualsTheConsumersOwnGeneration) {
 }
 
 TEST_F(RequestRunnerTest, ScdOnTheHardPairEqualsTheBatchTransferPath) {
-  Outcome run =
-      Serve(Consumer(*consumer_), Request(prompt_), {"scd", "artifact", "stories260k", &artifact_});
+  Outcome run = Serve(Consumer(*consumer_), Request(prompt_),
+                      {TransferMode::kScd, "artifact", "stories260k", &artifact_});
   ASSERT_TRUE(run.last().has_finished()) << run.last().DebugString();
   EXPECT_EQ(run.ids, Reference(TransferMode::kScd, *consumer_));
   const v1::Finished& f = run.last().finished();
@@ -168,14 +168,15 @@ TEST_F(RequestRunnerTest, ScdOnTheHardPairEqualsTheBatchTransferPath) {
 }
 
 TEST_F(RequestRunnerTest, RawBetweenIdenticalModelsEqualsLocal) {
-  Outcome run = Serve(Consumer(*producer_), Request(prompt_), {"raw", "identical", "stories260k"});
+  Outcome run = Serve(Consumer(*producer_), Request(prompt_),
+                      {TransferMode::kRaw, "identical", "stories260k"});
   ASSERT_TRUE(run.last().has_finished()) << run.last().DebugString();
   EXPECT_EQ(run.ids, Reference(TransferMode::kLocal, *producer_));
   EXPECT_EQ(run.last().finished().mode(), "raw");
 }
 
 TEST_F(RequestRunnerTest, LostProducerEndsInErrorOrFallsBackToLocal) {
-  consumer::TargetRoute route{"scd", "artifact", "stories260k", &artifact_};
+  consumer::TargetRoute route{TransferMode::kScd, "artifact", "stories260k", &artifact_};
   // With a prefix cache: a transfer that never completed leaves nothing in it.
   consumer::ConsumerPrefixCache prefix_cache(*consumer_, "consumer-fp", 64 << 20);
   consumer::ConsumerModel cached = Consumer(*consumer_);
@@ -205,9 +206,9 @@ TEST_F(RequestRunnerTest, LostProducerEndsInErrorOrFallsBackToLocal) {
 }
 
 TEST_F(RequestRunnerTest, CodesFromAnotherProducerThanTheArtifactsArePermissionDenied) {
-  Outcome run =
-      Serve(Consumer(*consumer_), Request(prompt_), {"scd", "artifact", "stories260k", &artifact_},
-            false, nullptr, "0123456789abcdef-not-the-producer");
+  Outcome run = Serve(Consumer(*consumer_), Request(prompt_),
+                      {TransferMode::kScd, "artifact", "stories260k", &artifact_}, false, nullptr,
+                      "0123456789abcdef-not-the-producer");
   ASSERT_TRUE(run.last().has_error()) << run.last().DebugString();
   EXPECT_EQ(run.last().error().code(), static_cast<int>(absl::StatusCode::kPermissionDenied));
   EXPECT_THAT(run.last().error().message(), HasSubstr("0123456789ab"));
@@ -216,7 +217,7 @@ TEST_F(RequestRunnerTest, CodesFromAnotherProducerThanTheArtifactsArePermissionD
 
 TEST_F(RequestRunnerTest, OneTokenPromptRunsLocal) {
   Outcome run = Serve(Consumer(*consumer_), Request({prompt_[0]}),
-                      {"scd", "artifact", "stories260k", &artifact_});
+                      {TransferMode::kScd, "artifact", "stories260k", &artifact_});
   EXPECT_EQ(run.events.front().started().mode(), "local");
   EXPECT_THAT(run.events.front().started().mode_reason(), HasSubstr("1-token"));
   ASSERT_TRUE(run.last().has_finished()) << run.last().DebugString();

@@ -361,7 +361,7 @@ absl::Status RunGenerate(const CommonFlags& common, const GenerateFlags& flags) 
       "finish: %s",
       result.prompt_ids.size(), 1e3 * result.prefill_seconds, n,
       n > 1 && result.decode_seconds > 0 ? (n - 1) / result.decode_seconds : 0.0,
-      result.finish_reason);
+      FinishReasonName(result.finish_reason));
   if (flags.stats) {
     std::fprintf(stderr, "%s\n", summary.c_str());
   } else {

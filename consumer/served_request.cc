@@ -1,0 +1,75 @@
+#include "consumer/served_request.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "base/exception_guard.h"
+#include "base/log_text.h"
+#include "codec/transfer_mode.h"
+#include "proto/call_watch.h"
+#include "proto/checked_inference.h"
+#include "proto/grpc_util.h"
+
+namespace scd::consumer {
+
+grpc::Status ServeRequest(const ConsumerModel& consumer, Admission& admission, Tally* outcomes,
+                          grpc::ServerContext* context,
+                          grpc::ServerWriter<v1::GenerateEvent>* writer, ServedRequest served) {
+  const v1::GenerateRequest& req = *served.request;
+  const std::string& id = served.id;
+  // Admitted by KV memory, waiting in the queue while it does not fit (the coordinator asks the
+  // producer to send only once Decode has started); a caller that goes away leaves the queue.
+  std::atomic<bool> cancelled{false};
+  CallCancellationWatch watch(context, &cancelled);
+  const absl::Time deadline =
+      served.received +
+      (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms()) : consumer.default_deadline);
+  absl::StatusOr<std::unique_ptr<Admission::Reservation>> reservation = admission.Admit(
+      ReservationBytes(consumer, req, served.prompt_ids.size()), deadline, &cancelled);
+  if (!reservation.ok()) {
+    CountRefusal(outcomes, reservation.status());
+    spdlog::info("[{}] refused: {}", id, ForLog(reservation.status().ToString(), 300));
+    return ToGrpcStatus(reservation.status());
+  }
+  spdlog::info("[{}] admitted for {}{} ({} of {} running, {} KV bytes reserved, waited {})", id,
+               TransferModeName(served.route.mode),
+               served.route.producer.empty() ? "" : " from " + ForLog(served.route.producer),
+               admission.active(), admission.capacity(), (*reservation)->bytes(),
+               absl::FormatDuration((*reservation)->waited()));
+
+  RunContext run;
+  run.received = served.received;
+  run.cancelled = &cancelled;
+  run.prompt_ids = std::move(served.prompt_ids);
+  run.session = std::move(served.session);
+  ServingMetrics::Call metrics(consumer.metrics);
+  auto write = [&](const v1::GenerateEvent& event) {
+    metrics.Observe(event);
+    if (!cancelled && !writer->Write(event)) cancelled = true;  // the caller went away
+  };
+  if (served.announce_fallback) {
+    run.on_fallback = [&](const v1::GenerateEvent& started) {
+      spdlog::info("[{}] falling back: {}", id, ForLog(started.started().mode_reason(), 300));
+      write(started);
+    };
+  }
+  const absl::Status status = GuardExceptions(
+      served.handler, [&] { return RunTarget(consumer, req, served.route, run, write); });
+  spdlog::info("[{}] ended: {}{}", id, ForLog(status.ToString(), 300),
+               cancelled ? " (cancelled)" : "");
+  if (outcomes != nullptr) {
+    outcomes->Add(cancelled ? "request_cancelled"
+                  : status.ok()
+                      ? "request_finished"
+                      : absl::StrCat("request_", absl::AsciiStrToLower(
+                                                     absl::StatusCodeToString(status.code()))));
+  }
+  if (cancelled) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the caller");
+  return grpc::Status::OK;  // the terminal event carries the outcome
+}
+
+}  // namespace scd::consumer

@@ -1,0 +1,54 @@
+#include "coordinator/target_forwarder.h"
+
+namespace scd::coordinator {
+
+TargetForwarder::TargetForwarder(const Route* route, size_t index, NodeRegistry* registry)
+    : route_(route), index_(index), registry_(registry) {}
+
+bool TargetForwarder::NeedsProducer(const v1::GenerateEvent& event) const {
+  return event.has_finished() &&
+         TransferModeOr(event.finished().mode(), TransferMode::kLocal) != TransferMode::kLocal &&
+         started_mode_ != TransferMode::kLocal;
+}
+
+bool TargetForwarder::Rewrite(const ProducerOutcome& producer, v1::GenerateEvent* event) {
+  event->set_target(target().target);
+  if (NeedsProducer(*event)) {
+    // The producer's side of the breakdown: its Prefill answer normally precedes the consumer's
+    // Finished (it returns at the transfer's ack).
+    v1::Finished* finished = event->mutable_finished();
+    finished->mutable_timings()->set_prefill(producer.prefill_us);
+    finished->mutable_timings()->set_encode(producer.encode_us);
+    if (producer.link.has_value()) *finished->mutable_link() = *producer.link;
+    finished->set_producer_cached_tokens(producer.cached_tokens);
+  }
+  if (event->has_started()) {
+    if (started_) {  // the consumer fell back to its own prefill (control.proto): noted only
+      fell_back_ = true;
+      return false;
+    }
+    started_ = true;
+    started_mode_ = TransferModeOr(event->started().mode(), TransferMode::kLocal);
+    consumer_cached_tokens_ = event->started().consumer_cached_tokens();
+    if (started_mode_ != TransferMode::kLocal) {
+      event->mutable_started()->set_producer_cached_tokens(route_->producer_cached_tokens);
+    }
+  }
+  if (event->has_finished()) {
+    v1::Finished* finished = event->mutable_finished();
+    // Auto's prediction, where the mode it predicted for is the one that ran.
+    const absl::StatusOr<TransferMode> ran = ParseTransferMode(finished->mode());
+    if (target().predicted_ttft_us > 0 && ran.ok() && *ran == target().mode) {
+      finished->set_predicted_ttft_us(static_cast<uint64_t>(target().predicted_ttft_us));
+    }
+    if (registry_ != nullptr) registry_->ObserveFinished(*route_, target(), *finished);
+  }
+  if (event->has_token() && !first_token_) {
+    first_token_ = true;
+    if (registry_ != nullptr) registry_->NoteFirstToken(*route_, index_);  // its prefill ended
+  }
+  if (event->has_finished() || event->has_error()) terminal_ = true;
+  return true;
+}
+
+}  // namespace scd::coordinator

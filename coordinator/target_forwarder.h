@@ -1,0 +1,66 @@
+// One target's event stream on the coordinator: rewrites what its consumer's Consumer.Decode
+// sends into the client's GenerateEvents. It names the event's target, adds the producer's side
+// of a transfer to its Finished (prefill, encode, link, cached tokens: ProducerOutcome), the
+// producer's cached tokens to a Started from codes and auto's prediction to a Finished in the
+// mode it predicted for; it tells the registry what the target's progress means for routing (its
+// first token ends the prefill's load, a Finished from codes teaches the link), and drops the
+// consumer's fallback notice (a second Started, control.proto), noting it.
+// Thread-safety: not thread-safe; the caller serializes (one stream's events come in order).
+#ifndef SCD_COORDINATOR_TARGET_FORWARDER_H_
+#define SCD_COORDINATOR_TARGET_FORWARDER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "codec/transfer_mode.h"
+#include "coordinator/node_registry.h"
+#include "scd/v1/inference.pb.h"
+#include "scd/v1/registry.pb.h"
+
+namespace scd::coordinator {
+
+// The producer's side of a routed request, as its Prefill answer said.
+struct ProducerOutcome {
+  bool known = false;  // it answered, or there is no producer call
+  uint64_t prefill_us = 0, encode_us = 0;
+  uint32_t cached_tokens = 0;         // prompt positions its cache served
+  std::optional<v1::LinkShape> link;  // the shape its sessions travelled under
+};
+
+class TargetForwarder {
+ public:
+  // `route` (and `registry`, which may be null: nothing noted) outlive the forwarder; `index`:
+  // the target's place in route->targets.
+  TargetForwarder(const Route* route, size_t index, NodeRegistry* registry);
+
+  // Whether `event` is a Finished from codes, whose breakdown needs the producer's outcome: the
+  // caller waits for the producer's answer (briefly) before Rewrite.
+  bool NeedsProducer(const v1::GenerateEvent& event) const;
+  // Rewrites `event` for the client; false: not forwarded (the consumer's fallback notice).
+  bool Rewrite(const ProducerOutcome& producer, v1::GenerateEvent* event);
+
+  const RouteTarget& target() const { return route_->targets[index_]; }
+  bool started() const { return started_; }
+  // The consumer announced that it fell back to its own prefill.
+  bool fell_back() const { return fell_back_; }
+  // The target's terminal event (Finished, Error) passed, or the caller wrote one for it.
+  bool terminal() const { return terminal_; }
+  void set_terminal() { terminal_ = true; }
+  // As its Started said (local until then).
+  TransferMode started_mode() const { return started_mode_; }
+  // Prompt positions the consumer's own prefix cache held (its Started said).
+  uint32_t consumer_cached_tokens() const { return consumer_cached_tokens_; }
+
+ private:
+  const Route* const route_;
+  const size_t index_;
+  NodeRegistry* const registry_;
+  bool started_ = false, fell_back_ = false, terminal_ = false, first_token_ = false;
+  TransferMode started_mode_ = TransferMode::kLocal;
+  uint32_t consumer_cached_tokens_ = 0;
+};
+
+}  // namespace scd::coordinator
+
+#endif  // SCD_COORDINATOR_TARGET_FORWARDER_H_

@@ -1,0 +1,120 @@
+// coordinator/target_forwarder.h: what the client sees of one target's Decode stream -- the
+// producer's side added to a Finished from codes (and only there), the producer's cached tokens
+// on a Started from codes, auto's prediction only where the predicted mode ran, the fallback
+// notice dropped and noted, terminal events marked.
+#include "coordinator/target_forwarder.h"
+
+#include <gtest/gtest.h>
+
+namespace scd::coordinator {
+namespace {
+
+class TargetForwarderTest : public ::testing::Test {
+ protected:
+  TargetForwarderTest() {
+    route_.producer_cached_tokens = 16;
+    RouteTarget scd;
+    scd.target = "fables";
+    scd.mode = TransferMode::kScd;
+    scd.predicted_ttft_us = 1234;
+    route_.targets.push_back(scd);
+    RouteTarget local;
+    local.target = "xs";
+    local.mode = TransferMode::kLocal;
+    route_.targets.push_back(local);
+    producer_.known = true;
+    producer_.prefill_us = 700;
+    producer_.encode_us = 80;
+    producer_.cached_tokens = 32;
+    producer_.link = v1::LinkShape();
+    producer_.link->set_gbps(2.5);
+  }
+
+  static v1::GenerateEvent Started(const std::string& mode, uint32_t cached = 0) {
+    v1::GenerateEvent e;
+    e.mutable_started()->set_mode(mode);
+    e.mutable_started()->set_consumer_cached_tokens(cached);
+    return e;
+  }
+  static v1::GenerateEvent Finished(const std::string& mode) {
+    v1::GenerateEvent e;
+    e.mutable_finished()->set_mode(mode);
+    e.mutable_finished()->mutable_timings()->set_transfer(50);
+    return e;
+  }
+
+  Route route_;
+  ProducerOutcome producer_;
+};
+
+TEST_F(TargetForwarderTest, AFinishedFromCodesCarriesTheProducersSide) {
+  TargetForwarder f(&route_, 0, nullptr);
+  v1::GenerateEvent started = Started("scd", 8);
+  ASSERT_TRUE(f.Rewrite(producer_, &started));
+  EXPECT_EQ(started.target(), "fables");
+  EXPECT_EQ(started.started().producer_cached_tokens(), 16u);
+  EXPECT_TRUE(f.started());
+  EXPECT_EQ(f.started_mode(), TransferMode::kScd);
+  EXPECT_EQ(f.consumer_cached_tokens(), 8u);
+  EXPECT_FALSE(f.terminal());
+
+  v1::GenerateEvent token;
+  token.mutable_token()->set_text("x");
+  EXPECT_TRUE(f.Rewrite(producer_, &token));
+  EXPECT_FALSE(f.terminal());
+
+  v1::GenerateEvent finished = Finished("scd");
+  EXPECT_TRUE(f.NeedsProducer(finished));
+  ASSERT_TRUE(f.Rewrite(producer_, &finished));
+  const v1::Finished& out = finished.finished();
+  EXPECT_EQ(out.timings().prefill(), 700u);
+  EXPECT_EQ(out.timings().encode(), 80u);
+  EXPECT_EQ(out.timings().transfer(), 50u);  // the consumer's own fields stay
+  EXPECT_EQ(out.producer_cached_tokens(), 32u);
+  EXPECT_EQ(out.link().gbps(), 2.5);
+  EXPECT_EQ(out.predicted_ttft_us(), 1234u);  // scd was predicted and ran
+  EXPECT_TRUE(f.terminal());
+}
+
+TEST_F(TargetForwarderTest, AFallbackIsNotedNotForwardedAndLosesThePrediction) {
+  TargetForwarder f(&route_, 0, nullptr);
+  v1::GenerateEvent started = Started("scd");
+  ASSERT_TRUE(f.Rewrite(producer_, &started));
+  v1::GenerateEvent notice = Started("local");
+  EXPECT_FALSE(f.Rewrite(producer_, &notice));
+  EXPECT_TRUE(f.fell_back());
+  EXPECT_EQ(f.started_mode(), TransferMode::kScd);  // the first Started's
+
+  v1::GenerateEvent finished = Finished("local");
+  EXPECT_FALSE(f.NeedsProducer(finished));  // a local prefill: no producer side
+  ASSERT_TRUE(f.Rewrite(producer_, &finished));
+  EXPECT_EQ(finished.finished().timings().prefill(), 0u);
+  EXPECT_EQ(finished.finished().producer_cached_tokens(), 0u);
+  EXPECT_EQ(finished.finished().predicted_ttft_us(), 0u);  // predicted scd, ran local
+}
+
+TEST_F(TargetForwarderTest, ALocalTargetGetsNothingOfTheProducers) {
+  TargetForwarder f(&route_, 1, nullptr);
+  v1::GenerateEvent started = Started("local");
+  ASSERT_TRUE(f.Rewrite(producer_, &started));
+  EXPECT_EQ(started.target(), "xs");
+  EXPECT_EQ(started.started().producer_cached_tokens(), 0u);
+  v1::GenerateEvent finished = Finished("local");
+  EXPECT_FALSE(f.NeedsProducer(finished));
+  ASSERT_TRUE(f.Rewrite(producer_, &finished));
+  EXPECT_EQ(finished.finished().timings().prefill(), 0u);
+  EXPECT_FALSE(finished.finished().has_link());
+}
+
+TEST_F(TargetForwarderTest, AnErrorIsTerminal) {
+  TargetForwarder f(&route_, 0, nullptr);
+  v1::GenerateEvent error;
+  error.mutable_error()->set_code(14);
+  ASSERT_TRUE(f.Rewrite(producer_, &error));
+  EXPECT_EQ(error.target(), "fables");
+  EXPECT_TRUE(f.terminal());
+  EXPECT_FALSE(f.started());
+}
+
+}  // namespace
+}  // namespace scd::coordinator
