@@ -8,9 +8,6 @@
 namespace scd::consumer {
 namespace {
 
-// How often a waiting request looks at its caller's cancellation flag.
-constexpr absl::Duration kCancelLook = absl::Milliseconds(20);
-
 std::string Mib(int64_t bytes) {
   return absl::StrCat(static_cast<double>(bytes) / (1 << 20), " MiB");
 }
@@ -36,9 +33,16 @@ bool Admission::Fits(int64_t bytes) const {
 }
 
 absl::StatusOr<std::unique_ptr<Admission::Reservation>> Admission::Admit(
-    int64_t bytes, absl::Time deadline, const std::atomic<bool>* cancelled) {
+    int64_t bytes, absl::Time deadline, Cancellation* cancellation) {
   const absl::Time arrived = absl::Now();
   bytes = std::max<int64_t>(bytes, 0);
+  // A cancellation wakes the waiters (they look at it under the lock); registered before taking
+  // it, since a cancellation made already runs the callback here.
+  Cancellation::Registration wake;
+  if (cancellation != nullptr) {
+    wake = cancellation->OnCancel([this](const absl::Status&) { absl::MutexLock lock(&mu_); });
+  }
+  auto cancelled = [cancellation] { return cancellation != nullptr && cancellation->cancelled(); };
   absl::MutexLock lock(&mu_);
   if (draining_) return absl::UnavailableError("the consumer is draining (shutting down)");
   if (options_.budget_bytes > 0 && bytes > options_.budget_bytes) {
@@ -65,21 +69,18 @@ absl::StatusOr<std::unique_ptr<Admission::Reservation>> Admission::Admit(
   queue_.push_back(ticket);
   queued_bytes_ += bytes;
   auto turn = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return draining_ || (queue_.front() == ticket && Fits(bytes));
+    return draining_ || cancelled() || (queue_.front() == ticket && Fits(bytes));
   };
   absl::Status left;
-  while (!mu_.AwaitWithDeadline(absl::Condition(&turn), std::min(deadline, absl::Now() + kCancelLook))) {
-    if (cancelled != nullptr && cancelled->load()) {
-      left = absl::CancelledError("cancelled while waiting for KV memory");
-      break;
-    }
-    if (absl::Now() >= deadline) {
-      left = absl::DeadlineExceededError(absl::StrCat(
-          "the request's deadline passed after ", absl::FormatDuration(absl::Now() - arrived),
-          " waiting for KV memory (", bytes, " bytes; ", reserved_, " of ",
-          options_.budget_bytes, " reserved by ", active_, " requests)"));
-      break;
-    }
+  if (cancelled()) {
+    left = absl::CancelledError("cancelled while waiting for KV memory");
+  } else if (!mu_.AwaitWithDeadline(absl::Condition(&turn), deadline)) {
+    left = absl::DeadlineExceededError(absl::StrCat(
+        "the request's deadline passed after ", absl::FormatDuration(absl::Now() - arrived),
+        " waiting for KV memory (", bytes, " bytes; ", reserved_, " of ", options_.budget_bytes,
+        " reserved by ", active_, " requests)"));
+  } else if (!draining_ && cancelled()) {
+    left = absl::CancelledError("cancelled while waiting for KV memory");
   }
   if (left.ok() && draining_) left = absl::UnavailableError("the consumer is draining (shutting down)");
   queue_.erase(std::find(queue_.begin(), queue_.end(), ticket));

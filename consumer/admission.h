@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/cancellation.h"
 
 namespace scd::consumer {
 
@@ -55,11 +56,11 @@ class Admission : public std::enable_shared_from_this<Admission> {
   // Capacity only: no byte budget, and full means refused (no queue).
   static std::shared_ptr<Admission> Create(uint32_t capacity);
 
-  // Reserves `bytes` (see the file comment), waiting in the queue while they do not fit. While
-  // waiting, `cancelled` (may be null) is looked at every few milliseconds.
-  absl::StatusOr<std::unique_ptr<Reservation>> Admit(
-      int64_t bytes = 0, absl::Time deadline = absl::InfiniteFuture(),
-      const std::atomic<bool>* cancelled = nullptr);
+  // Reserves `bytes` (see the file comment), waiting in the queue while they do not fit; a
+  // `cancellation` (may be null) that is cancelled meanwhile ends the wait at once (CANCELLED).
+  absl::StatusOr<std::unique_ptr<Reservation>> Admit(int64_t bytes = 0,
+                                                     absl::Time deadline = absl::InfiniteFuture(),
+                                                     Cancellation* cancellation = nullptr);
   // Refuses every later Admit and every request still waiting (SIGTERM: drain what is running,
   // take nothing new).
   void Drain();

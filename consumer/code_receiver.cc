@@ -132,23 +132,23 @@ class PieceJoiner {
 namespace {
 
 // The session's next chunk (nullopt: the trailer matched, every chunk is here), within the
-// transfer's deadline and `stall_timeout` after `progress`; the session is cancelled on a stall,
-// the deadline or the caller's cancel (an error the session itself ended with is returned as is).
+// transfer's deadline and `stall_timeout` after `progress`; the session is cancelled on a stall
+// or the deadline (an error the session itself ended with is returned as is; a cancellation
+// cancels it from its callback).
 absl::StatusOr<std::optional<transport::ReceivedChunk>> NextChunk(
     transport::ReceiveSession& session, absl::Time deadline, absl::Time progress,
-    absl::Duration timeout, absl::Duration stall_timeout, const std::atomic<bool>* cancelled) {
+    absl::Duration timeout, absl::Duration stall_timeout, const Cancellation* cancellation) {
   auto fail = [&](absl::Status status) {
     session.Cancel(std::string(status.message()));
     return status;
   };
   for (;;) {
-    if (cancelled != nullptr && cancelled->load()) {
-      return fail(absl::CancelledError("cancelled by the caller during the transfer"));
-    }
     const absl::Time until = std::min(deadline, progress + stall_timeout);
-    const absl::Duration left = until - absl::Now();
     absl::StatusOr<std::optional<transport::ReceivedChunk>> next =
-        session.Next(cancelled != nullptr ? std::min(left, kCancelPoll) : left);
+        session.Next(until - absl::Now());
+    if (cancellation != nullptr && cancellation->cancelled()) {
+      return absl::CancelledError("cancelled by the caller during the transfer");
+    }
     if (next.ok()) return next;
     if (!absl::IsDeadlineExceeded(next.status())) return next.status();  // peer lost, corrupt...
     if (absl::Now() < until) continue;
@@ -201,15 +201,11 @@ absl::Status TakeChunk(transport::ReceivedChunk& received, const v1::TransferHea
 
 }  // namespace
 
-absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& session,
-                                               const CodeDecoder& decoder, const TransferPlan& plan,
-                                               const std::vector<PlannedChunk>& expected,
-                                               const std::vector<TokenId>& tokens, KvCache* cache,
-                                               absl::Duration timeout,
-                                               const std::atomic<bool>* cancelled,
-                                               int64_t begin, LayerStepper* tail,
-                                               const RebuildPacing& pacing,
-                                               absl::Duration stall_timeout) {
+absl::StatusOr<ReceiveReport> ReceiveIntoCache(
+    transport::ReceiveSession& session, const CodeDecoder& decoder, const TransferPlan& plan,
+    const std::vector<PlannedChunk>& expected, const std::vector<TokenId>& tokens, KvCache* cache,
+    absl::Duration timeout, Cancellation* cancellation, int64_t begin, LayerStepper* tail,
+    const RebuildPacing& pacing, absl::Duration stall_timeout) {
   auto fail = [&](absl::Status status) {
     session.Cancel(std::string(status.message()));
     return status;
@@ -229,13 +225,21 @@ absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& sessio
   };
   if (absl::Status advanced = advance_tail(); !advanced.ok()) return fail(advanced);
 
+  // A cancellation ends the session at once: the producer hears it, Next returns.
+  Cancellation::Registration end_session;
+  if (cancellation != nullptr) {
+    end_session = cancellation->OnCancel([&session](const absl::Status&) {
+      session.Cancel("cancelled by the caller during the transfer");
+    });
+  }
   ReceiveReport report;
   PieceJoiner pieces(begin, T);
   const absl::Time deadline = absl::Now() + timeout;
   absl::Time progress = absl::Now();  // the last chunk (or the start)
   for (;;) {
-    SCD_ASSIGN_OR_RETURN(std::optional<transport::ReceivedChunk> next,
-                         NextChunk(session, deadline, progress, timeout, stall_timeout, cancelled));
+    SCD_ASSIGN_OR_RETURN(
+        std::optional<transport::ReceivedChunk> next,
+        NextChunk(session, deadline, progress, timeout, stall_timeout, cancellation));
     if (!next.has_value()) break;  // trailer matched: every chunk is here
     if (absl::Status taken = TakeChunk(*next, session.header(), expected, T, &pieces,
                                        rebuilder->get(), advance_tail, &report);

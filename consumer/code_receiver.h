@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/cancellation.h"
 #include "codec/code_decoder.h"
 #include "codec/code_encoder.h"
 #include "codec/layerwise_rebuilder.h"
@@ -59,27 +60,21 @@ struct ReceiveReport {
 // `expected` are the chunks the producer's plan sends for `tokens` (CodeEncoder::PlannedChunks of
 // the same mode, producer config, artifact and options); `decoder` holds the consumer model and
 // its artifact. The transfer covers positions [begin, tokens.size()) (`expected` planned for that
-// many); `cache` holds [0, begin) in every layer (a prefix cache's hit; 0: empty). On any error the session ends (cancelled) and the cache
-// must be discarded. `cancelled` (may be null), once set, ends the session within kCancelPoll
-// (CANCELLED): the producer hears it and stops sending. `tail` (may be null; started for the
-// prompt token after `tokens`, at position tokens.size()) is advanced through each layer as soon
-// as that layer is rebuilt, so when this returns OK it has been through every layer and the
-// cache holds the prompt's last position too. `pacing` says where the rebuild's and the tail's
-// compute runs (codec/layerwise_rebuilder.h: the consumer's scheduler, between decode steps).
-// A session with no chunk for `stall_timeout` ends DEADLINE_EXCEEDED (a producer that stalls).
-absl::StatusOr<ReceiveReport> ReceiveIntoCache(transport::ReceiveSession& session,
-                                               const CodeDecoder& decoder, const TransferPlan& plan,
-                                               const std::vector<PlannedChunk>& expected,
-                                               const std::vector<TokenId>& tokens, KvCache* cache,
-                                               absl::Duration timeout,
-                                               const std::atomic<bool>* cancelled = nullptr,
-                                               int64_t begin = 0, LayerStepper* tail = nullptr,
-                                               const RebuildPacing& pacing = {},
-                                               absl::Duration stall_timeout =
-                                                   absl::InfiniteDuration());
-
-// How often waits on the producer look at a caller's cancellation flag.
-inline constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
+// many); `cache` holds [0, begin) in every layer (a prefix cache's hit; 0: empty). On any error the
+// session ends (cancelled) and the cache must be discarded. `cancellation` (may be null), once
+// cancelled, ends the session at once (CANCELLED): the producer hears it and stops sending. `tail`
+// (may be null; started for the prompt token after `tokens`, at position tokens.size()) is advanced
+// through each layer as soon as that layer is rebuilt, so when this returns OK it has been through
+// every layer and the cache holds the prompt's last position too. `pacing` says where the rebuild's
+// and the tail's compute runs (codec/layerwise_rebuilder.h: the consumer's scheduler, between
+// decode steps). A session with no chunk for `stall_timeout` ends DEADLINE_EXCEEDED (a producer
+// that stalls).
+absl::StatusOr<ReceiveReport> ReceiveIntoCache(
+    transport::ReceiveSession& session, const CodeDecoder& decoder, const TransferPlan& plan,
+    const std::vector<PlannedChunk>& expected, const std::vector<TokenId>& tokens, KvCache* cache,
+    absl::Duration timeout, Cancellation* cancellation = nullptr, int64_t begin = 0,
+    LayerStepper* tail = nullptr, const RebuildPacing& pacing = {},
+    absl::Duration stall_timeout = absl::InfiniteDuration());
 
 }  // namespace scd::consumer
 

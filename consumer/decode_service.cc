@@ -93,6 +93,8 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
   if (ticket != nullptr) {
     served.session = [ticket = std::shared_ptr<SessionRouter::Ticket>(std::move(ticket))](
                          absl::Duration timeout) { return ticket->Wait(timeout); };
+    served.on_cancel = [router = router_, tag = SessionTag(request->session_id(), consumer_.name)](
+                           const absl::Status& why) { router->Fail(tag, why); };
   }
   served.announce_fallback = true;
   return ServeRequest(consumer_, *admission_, &ended_, context, writer, std::move(served));

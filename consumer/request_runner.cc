@@ -97,17 +97,18 @@ absl::StatusOr<ReceiveReport> RebuildFromCodes(const ConsumerModel& consumer,
   const Artifact* artifact = expected.artifact;
   CodeDecoder decoder(*consumer.model, artifact);
   if (!context.session) return absl::InternalError("no transfer session source");
-  // Waits for the producer's session in short slices, so a cancelled request stops waiting; a
-  // producer that never opens it frees the reservation after the transfer timeout.
+  // Waits for the producer's session (a cancellation wakes the wait: RunContext); a producer
+  // that never opens it frees the reservation after the transfer timeout.
   const absl::Time give_up = std::min(deadline, absl::Now() + consumer.transfer_timeout);
-  absl::StatusOr<std::shared_ptr<transport::ReceiveSession>> opened;
-  for (;;) {
-    if (context.cancelled != nullptr && context.cancelled->load()) {
-      return absl::CancelledError("cancelled by the caller before the transfer began");
-    }
-    const absl::Duration left = give_up - absl::Now();
-    opened = context.session(std::min(left, kCancelPoll));
-    if (opened.ok() || !absl::IsDeadlineExceeded(opened.status()) || left <= kCancelPoll) break;
+  auto cancelled = [&context] {
+    return context.cancellation != nullptr && context.cancellation->cancelled();
+  };
+  if (cancelled()) return absl::CancelledError("cancelled by the caller before the transfer began");
+  absl::StatusOr<std::shared_ptr<transport::ReceiveSession>> opened =
+      context.session(std::max(absl::ZeroDuration(), give_up - absl::Now()));
+  if (cancelled()) {
+    if (opened.ok()) (*opened)->Cancel("cancelled by the caller before the transfer began");
+    return absl::CancelledError("cancelled by the caller before the transfer began");
   }
   if (absl::IsDeadlineExceeded(opened.status())) {
     return absl::DeadlineExceededError(
@@ -132,7 +133,7 @@ absl::StatusOr<ReceiveReport> RebuildFromCodes(const ConsumerModel& consumer,
     return scheduler.RunBetweenSteps(rows, layers, work);
   };
   return ReceiveIntoCache(*session, decoder, expected.plan, expected.chunks, prefix, cache,
-                          deadline - absl::Now(), context.cancelled, begin, tail, pacing,
+                          deadline - absl::Now(), context.cancellation, begin, tail, pacing,
                           consumer.transfer_timeout);
 }
 
@@ -194,7 +195,7 @@ absl::StatusOr<PrefixOutcome> PreparePrefix(
     if (!outcome.lowered.empty()) absl::StrAppend(&outcome.reason, LoweredText(outcome.lowered));
     return outcome;
   }
-  const bool cancelled = context.cancelled != nullptr && context.cancelled->load();
+  const bool cancelled = context.cancellation != nullptr && context.cancellation->cancelled();
   if (!request.allow_local_fallback() || cancelled) return received.status();
   *cache = consumer.model->NewCache(cache->capacity());  // drop what was half rebuilt
   outcome.cached_tokens = 0;
@@ -430,7 +431,8 @@ absl::Status RunChecked(const ConsumerModel& consumer, const v1::GenerateRequest
   absl::Time first_token = absl::InfinitePast();
   absl::StatusOr<SequenceEnd> end =
       Decode(consumer, scheduler, ids, std::move(cache), prefix->first_logits, options, deadline,
-             context.cancelled, store_prefix, emit, &first_token);
+             context.cancellation != nullptr ? context.cancellation->flag() : nullptr, store_prefix,
+             emit, &first_token);
   if (!end.ok()) return end.status();
   SCD_RETURN_IF_ERROR(EndError(*end, budget));
   v1::GenerateEvent finished;

@@ -33,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/cancellation.h"
 #include "codec/artifact.h"
 #include "codec/frontier.h"
 #include "codec/transfer_mode.h"
@@ -86,8 +87,11 @@ using EventSink = std::function<void(const v1::GenerateEvent&)>;
 
 struct RunContext {
   absl::Time received = absl::Now();             // request arrival (Timings.queue, ttft, total)
-  const std::atomic<bool>* cancelled = nullptr;  // set by the caller: ends with "cancelled"
-  SessionSource session;                         // required unless the route is local
+  // The request's cancellation (not owned; null: none): once cancelled the request ends with
+  // "cancelled", its transfer session ends at once, and the session source's wait must be woken
+  // by it (ServeRequest fails the session's ticket from a callback).
+  Cancellation* cancellation = nullptr;
+  SessionSource session;  // required unless the route is local
   // The prompt's ids when the caller has them already (CheckRequest); else RunTarget tokenizes.
   std::optional<std::vector<TokenId>> prompt_ids;
   // Optional: called once, on the calling thread, when the transfer failed and the target falls

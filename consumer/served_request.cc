@@ -2,7 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <atomic>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -23,13 +22,15 @@ grpc::Status ServeRequest(const ConsumerModel& consumer, Admission& admission, T
   const std::string& id = served.id;
   // Admitted by KV memory, waiting in the queue while it does not fit (the coordinator asks the
   // producer to send only once Decode has started); a caller that goes away leaves the queue.
-  std::atomic<bool> cancelled{false};
-  CallCancellationWatch watch(context, &cancelled);
+  Cancellation cancellation;
+  Cancellation::Registration wake;
+  if (served.on_cancel) wake = cancellation.OnCancel(served.on_cancel);
+  CallCancellationWatch watch(context, &cancellation);
   const absl::Time deadline =
       served.received +
       (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms()) : consumer.default_deadline);
   absl::StatusOr<std::unique_ptr<Admission::Reservation>> reservation = admission.Admit(
-      ReservationBytes(consumer, req, served.prompt_ids.size()), deadline, &cancelled);
+      ReservationBytes(consumer, req, served.prompt_ids.size()), deadline, &cancellation);
   if (!reservation.ok()) {
     CountRefusal(outcomes, reservation.status());
     spdlog::info("[{}] refused: {}", id, ForLog(reservation.status().ToString(), 300));
@@ -43,13 +44,15 @@ grpc::Status ServeRequest(const ConsumerModel& consumer, Admission& admission, T
 
   RunContext run;
   run.received = served.received;
-  run.cancelled = &cancelled;
+  run.cancellation = &cancellation;
   run.prompt_ids = std::move(served.prompt_ids);
   run.session = std::move(served.session);
   ServingMetrics::Call metrics(consumer.metrics);
   auto write = [&](const v1::GenerateEvent& event) {
     metrics.Observe(event);
-    if (!cancelled && !writer->Write(event)) cancelled = true;  // the caller went away
+    if (!cancellation.cancelled() && !writer->Write(event)) {
+      cancellation.Cancel(absl::CancelledError("the caller went away"));
+    }
   };
   if (served.announce_fallback) {
     run.on_fallback = [&](const v1::GenerateEvent& started) {
@@ -59,6 +62,7 @@ grpc::Status ServeRequest(const ConsumerModel& consumer, Admission& admission, T
   }
   const absl::Status status = GuardExceptions(
       served.handler, [&] { return RunTarget(consumer, req, served.route, run, write); });
+  const bool cancelled = cancellation.cancelled();
   spdlog::info("[{}] ended: {}{}", id, ForLog(status.ToString(), 300),
                cancelled ? " (cancelled)" : "");
   if (outcomes != nullptr) {

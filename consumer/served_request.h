@@ -11,6 +11,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ struct ServedRequest {
   std::vector<TokenId> prompt_ids;  // checked (CheckRequest)
   absl::Time received;              // the call's arrival
   SessionSource session;            // the transfer's session (unset for a local route)
+  // Run when the request is cancelled (the caller went away): wakes the session source's wait
+  // and ends a session under way (Decode: SessionRouter::Fail of the request's tag).
+  std::function<void(const absl::Status& why)> on_cancel;
   // Write the consumer's fallback notice (a second Started) to the call: the coordinator reads it
   // on its control stream (control.proto); a client of the public API never sees one.
   bool announce_fallback = false;

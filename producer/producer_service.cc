@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/cancellation.h"
 #include "base/exception_guard.h"
 #include "base/log_text.h"
 #include "base/status_macros.h"
@@ -315,11 +316,16 @@ void ProducerControlService::LookUpPrefix(grpc::ServerContext* context, PrefillR
 
 absl::Status ProducerControlService::Stream(grpc::ServerContext* context, PrefillRun* run) {
   ++running_;
-  std::atomic<bool> cancelled{false};
   std::vector<StreamTarget>& streams = run->streams;
-  CallCancellationWatch watch(context, &cancelled, [&streams] {
-    for (const StreamTarget& stream : streams) stream.session->Cancel("the request was cancelled");
-  });
+  // The caller going away ends every session, which ends the pass at its next layer.
+  Cancellation cancellation;
+  const Cancellation::Registration end_sessions =
+      cancellation.OnCancel([&streams](const absl::Status&) {
+        for (const StreamTarget& stream : streams) {
+          stream.session->Cancel("the request was cancelled");
+        }
+      });
+  CallCancellationWatch watch(context, &cancellation);
   absl::StatusOr<StreamReport> streamed = GuardExceptions("ProducerControlService::Prefill", [&] {
     return StreamPrefill(*producer_.model, run->prefix, streams, &held_payload_bytes_,
                          run->reuse.has_value() ? &*run->reuse : nullptr);

@@ -6,13 +6,12 @@
 
 namespace scd {
 
-CallCancellationWatch::CallCancellationWatch(grpc::ServerContext* context, std::atomic<bool>* flag,
-                                             std::function<void()> on_cancel)
-    : thread_([this, context, flag, on_cancel = std::move(on_cancel)] {
+CallCancellationWatch::CallCancellationWatch(grpc::ServerContext* context,
+                                             Cancellation* cancellation)
+    : thread_([this, context, cancellation] {
         while (!done_.WaitForNotificationWithTimeout(absl::Milliseconds(10))) {
           if (!context->IsCancelled()) continue;
-          flag->store(true);
-          if (on_cancel) on_cancel();
+          cancellation->Cancel(absl::CancelledError("the caller went away"));
           return;
         }
       }) {}

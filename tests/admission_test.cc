@@ -155,14 +155,14 @@ TEST(AdmissionTest, CapacityBoundsRequestsEvenWhenBytesFit) {
 TEST(AdmissionTest, AWaiterLeavesAtItsDeadlineOrCancelAndTheNextGoesOn) {
   auto admission = Admission::Create(Budget(100));
   auto held = admission->Admit(100);
-  std::atomic<bool> cancel{false};
+  Cancellation cancel;
   absl::Status expired, cancelled;
   std::thread a([&] {
     expired = admission->Admit(10, absl::Now() + absl::Milliseconds(60)).status();
   });
   std::thread b([&] { cancelled = admission->Admit(10, absl::InfiniteFuture(), &cancel).status(); });
   while (admission->queued() < 2) absl::SleepFor(absl::Milliseconds(1));
-  cancel = true;
+  cancel.Cancel(absl::CancelledError("the caller went away"));
   a.join();
   b.join();
   EXPECT_EQ(expired.code(), absl::StatusCode::kDeadlineExceeded);

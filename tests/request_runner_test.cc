@@ -78,8 +78,7 @@ class RequestRunnerTest : public ::testing::Test {
   // `producer_dies`: the producer opens the session and cancels it instead of sending.
   Outcome Serve(const consumer::ConsumerModel& consumer, const v1::GenerateRequest& request,
                 const consumer::TargetRoute& route, bool producer_dies = false,
-                const std::atomic<bool>* cancelled = nullptr,
-                std::string producer_fingerprint = "") {
+                Cancellation* cancelled = nullptr, std::string producer_fingerprint = "") {
     if (producer_fingerprint.empty()) {
       producer_fingerprint = testing::Ok(FingerprintModel(*producer_));
     }
@@ -105,7 +104,7 @@ class RequestRunnerTest : public ::testing::Test {
       });
     }
     consumer::RunContext context;
-    context.cancelled = cancelled;
+    context.cancellation = cancelled;
     context.session = [&](absl::Duration timeout) { return peers.acceptor->Accept(timeout); };
     Outcome run;
     context.on_fallback = [&](const v1::GenerateEvent& notice) {
@@ -258,7 +257,8 @@ TEST_F(RequestRunnerTest, BadRequestsEndInOneErrorWithTheirCode) {
 
 TEST_F(RequestRunnerTest, CancelledRequestFinishesCancelled) {
   // Seen before the local prefill's first chunk: nothing is computed, no token sent.
-  std::atomic<bool> cancelled{true};
+  Cancellation cancelled;
+  cancelled.Cancel(absl::CancelledError("the test cancels it before it runs"));
   Outcome run = Serve(Consumer(*consumer_), Request(prompt_), {}, false, &cancelled);
   ASSERT_TRUE(run.last().has_finished()) << run.last().DebugString();
   EXPECT_EQ(run.last().finished().reason(), "cancelled");
