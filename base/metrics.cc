@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <exception>
 #include <limits>
 #include <sstream>
@@ -39,6 +40,20 @@ std::vector<double> CleanBounds(std::vector<double> bounds) {
   std::sort(bounds.begin(), bounds.end());
   bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
   return bounds;
+}
+
+// The member of `family` (a prometheus::Family<Metric>*; null: none) with `labels`, or, where there
+// is no family or the library refuses the labels, a detached metric kept in `detached`.
+template <typename Metric, typename... Args>
+Metric* AddOrDetach(void* family, const prometheus::Labels& labels,
+                    std::deque<std::unique_ptr<Metric>>* detached, const Args&... args) {
+  if (family != nullptr) {
+    try {
+      return &static_cast<prometheus::Family<Metric>*>(family)->Add(labels, args...);
+    } catch (const std::exception&) {
+    }
+  }
+  return detached->emplace_back(std::make_unique<Metric>(args...)).get();
 }
 
 }  // namespace
@@ -130,52 +145,29 @@ MetricsRegistry::Member& MetricsRegistry::Find(std::string_view name, std::strin
   Member& member = family.members[labels];
   // A name reused with another kind, or one the library refused, gets a detached member (updated,
   // never rendered): never a crash.
-  const bool registered = family.family != nullptr && family.kind == kind;
+  void* const registered =
+      family.family != nullptr && family.kind == kind ? family.family : nullptr;
   const prometheus::Labels member_labels = ToLabels(labels);
   switch (kind) {
     case Kind::kCounter:
       if (!member.counter) {
-        prometheus::Counter* impl = nullptr;
-        if (registered) {
-          try {
-            impl = &static_cast<prometheus::Family<prometheus::Counter>*>(family.family)
-                        ->Add(member_labels);
-          } catch (const std::exception&) {
-          }
-        }
-        if (impl == nullptr) impl = detached_counters_.emplace_back(new prometheus::Counter).get();
-        member.counter = std::make_unique<Counter>(impl);
+        member.counter = std::make_unique<Counter>(
+            AddOrDetach<prometheus::Counter>(registered, member_labels, &detached_counters_));
       }
       break;
     case Kind::kGauge:
       if (!member.gauge) {
-        prometheus::Gauge* impl = nullptr;
-        if (registered) {
-          try {
-            impl = &static_cast<prometheus::Family<prometheus::Gauge>*>(family.family)
-                        ->Add(member_labels);
-          } catch (const std::exception&) {
-          }
-        }
-        if (impl == nullptr) impl = detached_gauges_.emplace_back(new prometheus::Gauge).get();
-        member.gauge = std::make_unique<Gauge>(impl);
+        member.gauge = std::make_unique<Gauge>(
+            AddOrDetach<prometheus::Gauge>(registered, member_labels, &detached_gauges_));
       }
       break;
     case Kind::kHistogram:
       if (!member.histogram) {
         const std::vector<double> own = registered ? family.bounds : CleanBounds(bounds);
-        prometheus::Histogram* impl = nullptr;
-        if (registered) {
-          try {
-            impl = &static_cast<prometheus::Family<prometheus::Histogram>*>(family.family)
-                        ->Add(member_labels, own);
-          } catch (const std::exception&) {
-          }
-        }
-        if (impl == nullptr) {
-          impl = detached_histograms_.emplace_back(new prometheus::Histogram(own)).get();
-        }
-        member.histogram = std::make_unique<Histogram>(impl, own);
+        member.histogram =
+            std::make_unique<Histogram>(AddOrDetach<prometheus::Histogram>(
+                                            registered, member_labels, &detached_histograms_, own),
+                                        own);
       }
       break;
   }

@@ -21,6 +21,15 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Debian's promtool (Prometheus' own parser) accepts `text` as an exposition.
+void ExpectPromtoolAccepts(const std::string& text) {
+  testing::TempDir dir;
+  testing::WriteFile(dir.File("metrics.txt"), text);
+  const testing::CommandResult promtool =
+      testing::RunCommand("promtool check metrics < " + dir.File("metrics.txt"));
+  EXPECT_EQ(promtool.exit_code, 0) << promtool.out << promtool.err << "\n" << text;
+}
+
 TEST(MetricsTest, TextExpositionPassesPromtoolAndHoldsTheValues) {
   MetricsRegistry registry(MetricLabels{{"role", "test"}});
   registry.GetCounter("test_requests_total", "Requests.\nSecond line \\ here", {{"mode", "scd"}})
@@ -46,11 +55,7 @@ TEST(MetricsTest, TextExpositionPassesPromtoolAndHoldsTheValues) {
   EXPECT_THAT(text, HasSubstr("test_latency_seconds_sum{role=\"test\"} 52.6875\n"));
   EXPECT_THAT(text, HasSubstr("test_latency_seconds_count{role=\"test\"} 6\n"));
 
-  testing::TempDir dir;
-  testing::WriteFile(dir.File("metrics.txt"), text);
-  const testing::CommandResult promtool =
-      testing::RunCommand("promtool check metrics < " + dir.File("metrics.txt"));
-  EXPECT_EQ(promtool.exit_code, 0) << promtool.out << promtool.err << "\n" << text;
+  ExpectPromtoolAccepts(text);
 }
 
 TEST(MetricsTest, ConcurrentUpdatesLoseNothing) {
@@ -126,11 +131,7 @@ TEST(MetricsTest, ValuesAreWrittenAsPrometheusReadsThem) {
   }
   EXPECT_TRUE(std::isnan(std::strtod(value_text("not_a_number").c_str(), nullptr))) << text;
 
-  testing::TempDir dir;
-  testing::WriteFile(dir.File("metrics.txt"), text);
-  const testing::CommandResult promtool =
-      testing::RunCommand("promtool check metrics < " + dir.File("metrics.txt"));
-  EXPECT_EQ(promtool.exit_code, 0) << promtool.out << promtool.err << "\n" << text;
+  ExpectPromtoolAccepts(text);
 }
 
 // A name or label the library refuses, or a name reused with another kind, never throws: the
