@@ -12,6 +12,7 @@
 #include "base/log_text.h"
 #include "base/random_id.h"
 #include "codec/transfer_mode.h"
+#include "proto/call_watch.h"
 #include "proto/frontier_proto.h"
 #include "scd/v1/control.grpc.pb.h"
 
@@ -56,9 +57,13 @@ RoutedRequest::RoutedRequest(RoutedRequestDeps deps, v1::GenerateRequest req, Ro
     calls_.push_back(std::make_unique<TargetCall>(&route_, i, deps_.registry));
     calls_.back()->context.set_deadline(Deadline(deadline_));
   }
+  cancel_calls_ = cancellation_.OnCancel([this](const absl::Status&) {
+    for (auto& call : calls_) call->context.TryCancel();
+  });
 }
 
 RoutedRequest::~RoutedRequest() {
+  cancel_calls_.Reset();
   JoinReaders();
   deps_.registry->RoutedDone(route_);
   if (deps_.active != nullptr) --*deps_.active;
@@ -71,6 +76,7 @@ void RoutedRequest::JoinReaders() {
 }
 
 grpc::Status RoutedRequest::Run() {
+  CallCancellationWatch watch(context_, &cancellation_);
   StartTargets();
   WaitAll([](const TargetCall& c) { return c.forward.started() || c.ended; });
   if (std::optional<grpc::Status> refused = Refusal(); refused.has_value()) {
@@ -159,11 +165,7 @@ void RoutedRequest::WaitAll(const std::function<bool(const TargetCall&)>& done) 
   auto all = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return std::all_of(calls_.begin(), calls_.end(), [&](const auto& c) { return done(*c); });
   };
-  while (!mu_.AwaitWithTimeout(absl::Condition(&all), absl::Milliseconds(20))) {
-    if (context_->IsCancelled()) {
-      for (auto& call : calls_) call->context.TryCancel();
-    }
-  }
+  mu_.Await(absl::Condition(&all));
 }
 
 std::optional<grpc::Status> RoutedRequest::Refusal() {
@@ -267,7 +269,7 @@ void RoutedRequest::Settle(const std::vector<TargetCall*>& failed) {
   // way: cancel at once. With one, give the consumer the grace period to announce that it fell
   // back to its own prefill; after that it runs to its end (its local prefill and decode may
   // take longer than any grace).
-  const bool fall_back = req_.allow_local_fallback() && !context_->IsCancelled();
+  const bool fall_back = req_.allow_local_fallback() && !cancellation_.cancelled();
   if (fall_back) {
     for (TargetCall* call : failed) {
       std::string reason;

@@ -9,7 +9,9 @@
 //   settle    a target the producer failed is told (Consumer.TransferFailed) and given the grace to
 //             announce a fallback; else cancelled, and its Error written;
 //   end       every target's terminal event written; the readers joined.
-// A client that goes away cancels every target's call.
+// The request has one cancellation (base/cancellation.h): the client going away cancels it (the
+// sync handler's watch) and its callback cancels every target's call; the producer's Prefill, a
+// child of the client's call, is cancelled with it by gRPC.
 // Thread-safety: Run is called once, on the handler's thread; the readers share the state under
 // one mutex.
 #ifndef SCD_COORDINATOR_ROUTED_REQUEST_H_
@@ -28,6 +30,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/cancellation.h"
 #include "coordinator/node_registry.h"
 #include "coordinator/target_forwarder.h"
 #include "proto/cluster_secret.h"
@@ -69,7 +72,7 @@ class RoutedRequest {
   struct TargetCall;
   void StartTargets();
   void ReadTarget(TargetCall* call, v1::DecodeRequest decode);
-  // Waits until `done` holds for every call, cancelling them all if the client goes away.
+  // Waits until `done` holds for every call (a cancellation ends them all).
   void WaitAll(const std::function<bool(const TargetCall&)>& done);
   // After every target started or ended: the whole request's refusal, if every one refused.
   std::optional<grpc::Status> Refusal();
@@ -91,9 +94,12 @@ class RoutedRequest {
   grpc::ServerContext* const context_;
   grpc::ServerWriter<v1::GenerateEvent>* const writer_;
   ServingMetrics::Call metrics_;
+  Cancellation cancellation_;
   absl::Mutex mu_;  // the calls' state, the producer's outcome and the writer
   ProducerOutcome producer_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<TargetCall>> calls_;
+  // Cancels every target's call (TryCancel is safe from any thread, before the call starts too).
+  Cancellation::Registration cancel_calls_;
 };
 
 }  // namespace scd::coordinator
