@@ -93,7 +93,10 @@ grpc::Status RoutedRequest::Run() {
 
 void RoutedRequest::Write(const v1::GenerateEvent& event) {
   metrics_.Observe(event);
-  writer_->Write(event);
+  // A write that fails is the client gone: the cancellation ends every target's call.
+  if (!cancellation_.cancelled() && !writer_->Write(event)) {
+    cancellation_.Cancel(absl::CancelledError("the client went away (a write failed)"));
+  }
 }
 
 void RoutedRequest::EndWithoutTerminal(TargetCall* call) {
