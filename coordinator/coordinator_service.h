@@ -13,8 +13,12 @@
 // request_id the client left empty is a random one too. Client values reach logs escaped and cut
 // (base/log_text.h). When every target refuses before starting (bad input for its model, full),
 // the call ends with that refusal's status and no event (a request refused as a whole). Served
-// behind CheckedInferenceService, which validates the request before it gets here.
-// Thread-safety: thread-safe; gRPC's sync server runs each call on its own thread.
+// behind CheckedInferenceService, which validates the request before it gets here. Generate is
+// routing (the mode parsed here, at the edge) and a RoutedRequest (coordinator/routed_request.h)
+// that owns the rest.
+// Thread-safety: thread-safe. Threads: gRPC's sync server runs each call on its own thread, and a
+// routed request reads each target's Decode stream on a thread of its own (a request to N
+// targets holds N + 1 threads while it runs); the registry's sweeper is one more.
 #ifndef SCD_COORDINATOR_COORDINATOR_SERVICE_H_
 #define SCD_COORDINATOR_COORDINATOR_SERVICE_H_
 
