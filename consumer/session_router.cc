@@ -11,7 +11,8 @@ namespace scd::consumer {
 
 SessionRouter::SessionRouter(std::unique_ptr<transport::SessionAcceptor> acceptor)
     : acceptor_(std::move(acceptor)), address_(acceptor_->address()) {
-  accept_thread_ = std::thread([this] { AcceptLoop(); });
+  acceptor_->SetSessionHandler(
+      [this](std::shared_ptr<transport::ReceiveSession> session) { Deliver(std::move(session)); });
 }
 
 SessionRouter::~SessionRouter() {
@@ -19,40 +20,23 @@ SessionRouter::~SessionRouter() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  acceptor_->Close();
-  accept_thread_.join();
+  acceptor_->Close();  // no session is handed over after this returns
 }
 
-void SessionRouter::AcceptLoop() {
-  for (;;) {
-    absl::StatusOr<std::shared_ptr<transport::ReceiveSession>> session =
-        acceptor_->Accept(absl::Milliseconds(200));
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_) break;
+void SessionRouter::Deliver(std::shared_ptr<transport::ReceiveSession> session) {
+  const std::string tag = session->header().request_id();
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;  // the acceptor's Close ends it
+    auto it = expected_.find(tag);
+    if (it != expected_.end() && it->second.session == nullptr && it->second.failed.ok()) {
+      it->second.session = std::move(session);
+      return;
     }
-    if (!session.ok()) {
-      if (absl::IsDeadlineExceeded(session.status())) continue;
-      break;  // closed
-    }
-    const std::string tag = (*session)->header().request_id();
-    bool delivered = false;
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = expected_.find(tag);
-      if (it != expected_.end() && it->second.session == nullptr && it->second.failed.ok()) {
-        it->second.session = *session;
-        delivered = true;
-      } else {
-        ++refused_;
-      }
-    }
-    if (!delivered) {
-      spdlog::warn("[{}] refused a transfer session nobody expects", tag);
-      (*session)->Cancel(absl::StrCat("no admitted request expects session '", tag, "'"));
-    }
+    ++refused_;
   }
-  // Sessions accepted but never taken end with their tickets or here.
+  spdlog::warn("[{}] refused a transfer session nobody expects", tag);
+  session->Cancel(absl::StrCat("no admitted request expects session '", tag, "'"));
 }
 
 absl::StatusOr<std::unique_ptr<SessionRouter::Ticket>> SessionRouter::Expect(

@@ -3,14 +3,14 @@
 // id>#<target>"). A request registers its tag when admitted, before the producer is asked to send,
 // so a session for a tag nobody expects (never admitted, already ended, or cancelled) is refused
 // at once (cancelled, naming the tag) and its bytes are never buffered.
-// Thread-safety: thread-safe; one accept thread runs until the router is destroyed.
+// Thread-safety: thread-safe; sessions are handed over on the transport's connection threads, as
+// their headers arrive (SessionAcceptor's handler): the router has no thread of its own.
 #ifndef SCD_CONSUMER_SESSION_ROUTER_H_
 #define SCD_CONSUMER_SESSION_ROUTER_H_
 
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -68,7 +68,8 @@ class SessionRouter {
     std::shared_ptr<transport::ReceiveSession> session;
     absl::Status failed;  // set by Fail before the session arrived; a later arrival is refused
   };
-  void AcceptLoop();
+  // Hands `session` to the ticket that expects its tag, or refuses it.
+  void Deliver(std::shared_ptr<transport::ReceiveSession> session);
   void Forget(const std::string& tag);
 
   std::unique_ptr<transport::SessionAcceptor> acceptor_;
@@ -77,7 +78,6 @@ class SessionRouter {
   std::map<std::string, Slot> expected_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
-  std::thread accept_thread_;
 };
 
 }  // namespace scd::consumer

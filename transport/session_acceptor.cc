@@ -15,6 +15,7 @@ struct SessionAcceptor::ReadyQueue {
   absl::Mutex mu;
   bool closed ABSL_GUARDED_BY(mu) = false;
   std::deque<std::shared_ptr<ReceiveSession>> sessions ABSL_GUARDED_BY(mu);
+  SessionHandler handler ABSL_GUARDED_BY(mu);  // set: sessions go to it, not the queue
 };
 
 SessionAcceptor::SessionAcceptor(std::unique_ptr<Listener> listener, ConnectionOptions options)
@@ -47,7 +48,12 @@ void SessionAcceptor::AcceptLoop() {
     options.on_session = [queue](std::shared_ptr<ReceiveSession> session) {
       if (auto q = queue.lock()) {
         absl::MutexLock lock(&q->mu);
-        if (!q->closed) q->sessions.push_back(std::move(session));
+        if (q->closed) return;
+        if (q->handler) {
+          q->handler(std::move(session));
+        } else {
+          q->sessions.push_back(std::move(session));
+        }
       }
     };
     auto connection = TransferConnection::Create(*std::move(link), std::move(options));
@@ -75,12 +81,23 @@ absl::StatusOr<std::shared_ptr<ReceiveSession>> SessionAcceptor::Accept(absl::Du
   return session;
 }
 
+void SessionAcceptor::SetSessionHandler(SessionHandler handler) {
+  absl::MutexLock lock(&ready_->mu);
+  ready_->handler = std::move(handler);
+  while (!ready_->closed && !ready_->sessions.empty()) {
+    std::shared_ptr<ReceiveSession> session = std::move(ready_->sessions.front());
+    ready_->sessions.pop_front();
+    ready_->handler(std::move(session));
+  }
+}
+
 void SessionAcceptor::Close() {
   {
     absl::MutexLock lock(&ready_->mu);
     if (ready_->closed && !accept_thread_.joinable()) return;
     ready_->closed = true;
     ready_->sessions.clear();
+    ready_->handler = nullptr;
   }
   listener_->Close();
   if (accept_thread_.joinable()) accept_thread_.join();

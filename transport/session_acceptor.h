@@ -1,9 +1,12 @@
 // SessionAcceptor: the receiving side of a transfer endpoint. It accepts links on a Listener, makes
-// a TransferConnection of each, and hands out the sessions peers open on any of them.
+// a TransferConnection of each, and hands out the sessions peers open on any of them: queued for
+// Accept, or, once a handler is set, handed to it as each session's header arrives (on the
+// connection's thread; no thread or timed wait of the taker's).
 // Thread-safety: thread-safe.
 #ifndef SCD_TRANSPORT_SESSION_ACCEPTOR_H_
 #define SCD_TRANSPORT_SESSION_ACCEPTOR_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -23,7 +26,13 @@ class SessionAcceptor {
   SessionAcceptor(std::unique_ptr<Listener> listener, ConnectionOptions options);
   ~SessionAcceptor();
   // The next session any peer opened; DeadlineExceeded on timeout, Cancelled after Close.
+  // REQUIRES: no session handler set.
   absl::StatusOr<std::shared_ptr<ReceiveSession>> Accept(absl::Duration timeout);
+  using SessionHandler = std::function<void(std::shared_ptr<ReceiveSession> session)>;
+  // From now on every session goes to `handler` (those queued already, at once), one at a time,
+  // until Close; once Close returns it is never called again. It must not call into this
+  // acceptor.
+  void SetSessionHandler(SessionHandler handler);
   std::string address() const { return listener_->address(); }
   void Close();
   size_t connections() const;
