@@ -31,24 +31,30 @@ grpc::Status ConsumerControlService::Refuse(const std::string& id, const absl::S
   return ToGrpcStatus(status);
 }
 
-grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
-                                            const v1::DecodeRequest* request,
-                                            grpc::ServerWriter<v1::GenerateEvent>* writer) {
+grpc::ServerWriteReactor<v1::GenerateEvent>* ConsumerControlService::Decode(
+    grpc::CallbackServerContext* context, const v1::DecodeRequest* request) {
   const absl::Time received = absl::Now();
   if (grpc::Status auth = secret_.Check(*context); !auth.ok()) {
     CountRefusal(&ended_, FromGrpcStatus(auth));
-    return auth;
+    return RefusedStream(auth);
   }
-  const std::string id = ForLog(request->request().request_id(), 40);  // for logs
+  absl::StatusOr<ServedRequest> served = Route(request, received);
+  if (!served.ok()) {
+    return RefusedStream(Refuse(ForLog(request->request().request_id(), 40), served.status()));
+  }
+  return ServeOnStream(consumer_, *admission_, &ended_, nullptr, *std::move(served));
+}
+
+absl::StatusOr<ServedRequest> ConsumerControlService::Route(const v1::DecodeRequest* request,
+                                                            absl::Time received) {
   if (request->target() != consumer_.name) {
-    return Refuse(
-        id, absl::NotFoundError(absl::StrCat("this consumer serves '", consumer_.name, "', not '",
-                                             ForLog(request->target()), "'")));
+    return absl::NotFoundError(absl::StrCat("this consumer serves '", consumer_.name, "', not '",
+                                            ForLog(request->target()), "'"));
   }
   TargetRoute route;
   absl::StatusOr<TransferMode> mode =
       request->mode().empty() ? TransferMode::kLocal : ParseTransferMode(request->mode());
-  if (!mode.ok()) return Refuse(id, mode.status());
+  if (!mode.ok()) return mode.status();
   route.mode = *mode;
   route.mode_reason = request->mode_reason();
   route.producer = request->producer();
@@ -57,36 +63,35 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
   if (ModeServedWithArtifact(*mode)) {
     auto it = artifacts_.find(request->artifact_id());
     if (it == artifacts_.end()) {
-      return Refuse(id,
-                    absl::FailedPreconditionError(absl::StrCat(
-                        "mode ", TransferModeName(*mode), " needs artifact '",
-                        ForLog(request->artifact_id()), "', which this consumer does not hold")));
+      return absl::FailedPreconditionError(
+          absl::StrCat("mode ", TransferModeName(*mode), " needs artifact '",
+                       ForLog(request->artifact_id()), "', which this consumer does not hold"));
     }
     route.artifact = it->second;
   }
   if (request->has_point()) {
     absl::StatusOr<FrontierPoint> point =
         RequestedPoint(request->point(), *mode, route.artifact, request->artifact_id());
-    if (!point.ok()) return Refuse(id, point.status());
+    if (!point.ok()) return point.status();
     route.point = *std::move(point);
     route.expected_kl = request->expected_kl();
   }
   if (route.mode != TransferMode::kLocal && request->session_id().empty()) {
-    return Refuse(id, absl::InvalidArgumentError("session_id: empty (the coordinator sets it)"));
+    return absl::InvalidArgumentError("session_id: empty (the coordinator sets it)");
   }
   absl::StatusOr<std::vector<TokenId>> prompt_ids = CheckRequest(consumer_, request->request());
-  if (!prompt_ids.ok()) return Refuse(id, prompt_ids.status());
+  if (!prompt_ids.ok()) return prompt_ids.status();
   std::unique_ptr<SessionRouter::Ticket> ticket;
   if (route.mode != TransferMode::kLocal) {
     absl::StatusOr<std::unique_ptr<SessionRouter::Ticket>> expected =
         router_->Expect(SessionTag(request->session_id(), consumer_.name));
-    if (!expected.ok()) return Refuse(id, expected.status());
+    if (!expected.ok()) return expected.status();
     ticket = *std::move(expected);
   }
   ServedRequest served;
   served.handler = "ConsumerControlService::Decode";
-  served.id = id;
-  served.request = &request->request();
+  served.id = ForLog(request->request().request_id(), 40);
+  served.request = request->request();
   served.route = std::move(route);
   served.prompt_ids = *std::move(prompt_ids);
   served.received = received;
@@ -97,7 +102,7 @@ grpc::Status ConsumerControlService::Decode(grpc::ServerContext* context,
                            const absl::Status& why) { router->Fail(tag, why); };
   }
   served.announce_fallback = true;
-  return ServeRequest(consumer_, *admission_, &ended_, context, writer, std::move(served));
+  return served;
 }
 
 grpc::Status ConsumerControlService::TransferFailed(grpc::ServerContext* context,

@@ -21,21 +21,23 @@
 #include "codec/artifact.h"
 #include "consumer/admission.h"
 #include "consumer/request_runner.h"
+#include "consumer/served_request.h"
 #include "consumer/session_router.h"
 #include "proto/cluster_secret.h"
 #include "scd/v1/control.grpc.pb.h"
 
 namespace scd::consumer {
 
-class ConsumerControlService final : public v1::Consumer::Service {
+class ConsumerControlService final
+    : public v1::Consumer::WithCallbackMethod_Decode<v1::Consumer::Service> {
  public:
   // REQUIRES: everything pointed to outlives the service. `artifacts`: by artifact id.
   ConsumerControlService(ConsumerModel consumer, std::map<std::string, const Artifact*> artifacts,
                          std::shared_ptr<Admission> admission, SessionRouter* router,
                          ClusterSecret secret);
 
-  grpc::Status Decode(grpc::ServerContext* context, const v1::DecodeRequest* request,
-                      grpc::ServerWriter<v1::GenerateEvent>* writer) override;
+  grpc::ServerWriteReactor<v1::GenerateEvent>* Decode(grpc::CallbackServerContext* context,
+                                                      const v1::DecodeRequest* request) override;
   // The coordinator reports that the producer will not send (or finish) a request's session
   // (its Prefill call failed): the request stops waiting for it (SessionRouter::Fail) and falls
   // back or ends now. NOT_FOUND for another target's session.
@@ -54,6 +56,8 @@ class ConsumerControlService final : public v1::Consumer::Service {
   Tally* tally() { return &ended_; }
 
  private:
+  // The checks and the route of a Decode: what ServeRequest serves, or the refusal.
+  absl::StatusOr<ServedRequest> Route(const v1::DecodeRequest* request, absl::Time received);
   grpc::Status Refuse(const std::string& id, const absl::Status& status);
 
   const ConsumerModel consumer_;

@@ -22,17 +22,15 @@ ConsumerInferenceService::ConsumerInferenceService(ConsumerModel consumer, std::
       admission_(std::move(admission)),
       refusals_(refusals) {}
 
-grpc::Status ConsumerInferenceService::Generate(grpc::ServerContext* context,
-                                                const v1::GenerateRequest* request,
-                                                grpc::ServerWriter<v1::GenerateEvent>* writer) {
+EventStream* ConsumerInferenceService::Generate(grpc::CallbackServerContext*,
+                                                v1::GenerateRequest req, EventStream::Ended ended) {
   const absl::Time received = absl::Now();
-  v1::GenerateRequest req = *request;
   if (req.request_id().empty()) req.set_request_id(RandomId128());
   const std::string id = ForLog(req.request_id(), 40);  // for logs
   auto refuse = [&](const absl::Status& status) {
     CountRefusal(refusals_, status);
     spdlog::info("[{}] refused: {}", id, ForLog(status.ToString(), 300));
-    return ToGrpcStatus(status);
+    return RefusedStream(ToGrpcStatus(status), ended);
   };
   // Refusals of the request as a whole: a non-OK RPC status, no event.
   for (const std::string& target : req.targets()) {
@@ -57,16 +55,14 @@ grpc::Status ConsumerInferenceService::Generate(grpc::ServerContext* context,
   ServedRequest served;
   served.handler = "ConsumerInferenceService::Generate";
   served.id = id;
-  served.request = &req;
+  served.request = std::move(req);
   served.route = std::move(route);
   served.prompt_ids = *std::move(prompt_ids);
   served.received = received;
-  return ServeRequest(consumer_, *admission_, refusals_, context, writer, std::move(served));
+  return ServeOnStream(consumer_, *admission_, refusals_, std::move(ended), std::move(served));
 }
 
-grpc::Status ConsumerInferenceService::ListModels(grpc::ServerContext*,
-                                                  const v1::ListModelsRequest*,
-                                                  v1::ListModelsResponse* response) {
+grpc::Status ConsumerInferenceService::ListModels(v1::ListModelsResponse* response) {
   v1::ModelInfo* info = response->add_models();
   info->set_name(consumer_.name);
   info->set_role("consumer");
@@ -74,8 +70,7 @@ grpc::Status ConsumerInferenceService::ListModels(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status ConsumerInferenceService::Health(grpc::ServerContext*, const v1::HealthRequest*,
-                                              v1::HealthResponse* response) {
+grpc::Status ConsumerInferenceService::Health(v1::HealthResponse* response) {
   response->set_status(admission_->draining() ? "draining" : "serving");
   response->set_role("consumer");
   response->set_active_requests(admission_->active());

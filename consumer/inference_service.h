@@ -20,23 +20,22 @@
 #include "base/tally.h"
 #include "consumer/admission.h"
 #include "consumer/request_runner.h"
+#include "proto/checked_inference.h"
 #include "scd/v1/inference.grpc.pb.h"
 
 namespace scd::consumer {
 
-class ConsumerInferenceService final : public v1::Inference::Service {
+class ConsumerInferenceService final : public InferenceBackend {
  public:
   // REQUIRES: the model and tokenizer in `consumer` outlive the service.
   // `refusals` (may be null) outlives the service.
   ConsumerInferenceService(ConsumerModel consumer, std::string fingerprint,
                            std::shared_ptr<Admission> admission, Tally* refusals = nullptr);
 
-  grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
-                        grpc::ServerWriter<v1::GenerateEvent>* writer) override;
-  grpc::Status ListModels(grpc::ServerContext* context, const v1::ListModelsRequest* request,
-                          v1::ListModelsResponse* response) override;
-  grpc::Status Health(grpc::ServerContext* context, const v1::HealthRequest* request,
-                      v1::HealthResponse* response) override;
+  EventStream* Generate(grpc::CallbackServerContext* context, v1::GenerateRequest request,
+                        EventStream::Ended ended) override;
+  grpc::Status ListModels(v1::ListModelsResponse* response) override;
+  grpc::Status Health(v1::HealthResponse* response) override;
 
   const std::shared_ptr<Admission>& admission() const { return admission_; }
 

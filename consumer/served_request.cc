@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <thread>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -9,23 +10,21 @@
 #include "base/exception_guard.h"
 #include "base/log_text.h"
 #include "codec/transfer_mode.h"
-#include "proto/call_watch.h"
 #include "proto/checked_inference.h"
 #include "proto/grpc_util.h"
 
 namespace scd::consumer {
 
 grpc::Status ServeRequest(const ConsumerModel& consumer, Admission& admission, Tally* outcomes,
-                          grpc::ServerContext* context,
-                          grpc::ServerWriter<v1::GenerateEvent>* writer, ServedRequest served) {
-  const v1::GenerateRequest& req = *served.request;
+                          Cancellation* cancellation_in, const EventSink& write_event,
+                          ServedRequest served) {
+  const v1::GenerateRequest& req = served.request;
   const std::string& id = served.id;
   // Admitted by KV memory, waiting in the queue while it does not fit (the coordinator asks the
   // producer to send only once Decode has started); a caller that goes away leaves the queue.
-  Cancellation cancellation;
+  Cancellation& cancellation = *cancellation_in;
   Cancellation::Registration wake;
   if (served.on_cancel) wake = cancellation.OnCancel(served.on_cancel);
-  CallCancellationWatch watch(context, &cancellation);
   const absl::Time deadline =
       served.received +
       (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms()) : consumer.default_deadline);
@@ -50,9 +49,7 @@ grpc::Status ServeRequest(const ConsumerModel& consumer, Admission& admission, T
   ServingMetrics::Call metrics(consumer.metrics);
   auto write = [&](const v1::GenerateEvent& event) {
     metrics.Observe(event);
-    if (!cancellation.cancelled() && !writer->Write(event)) {
-      cancellation.Cancel(absl::CancelledError("the caller went away"));
-    }
+    if (!cancellation.cancelled()) write_event(event);
   };
   if (served.announce_fallback) {
     run.on_fallback = [&](const v1::GenerateEvent& started) {
@@ -74,6 +71,23 @@ grpc::Status ServeRequest(const ConsumerModel& consumer, Admission& admission, T
   }
   if (cancelled) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the caller");
   return grpc::Status::OK;  // the terminal event carries the outcome
+}
+
+EventStream* ServeOnStream(const ConsumerModel& consumer, Admission& admission, Tally* outcomes,
+                           EventStream::Ended ended, ServedRequest served) {
+  // Up to this many events wait for a slow caller before the run waits for it.
+  constexpr size_t kQueuedEvents = 64;
+  auto* stream = new EventStream(kQueuedEvents, std::move(ended));
+  stream->Hold();  // released when the run ends
+  std::thread([&consumer, &admission, outcomes, stream, served = std::move(served)]() mutable {
+    const grpc::Status status = ServeRequest(
+        consumer, admission, outcomes, &stream->cancellation(),
+        [stream](const v1::GenerateEvent& event) { stream->PushAndWait(event); },
+        std::move(served));
+    stream->End(status);
+    stream->Release();
+  }).detach();
+  return stream;
 }
 
 }  // namespace scd::consumer

@@ -5,7 +5,10 @@
 // (RunTarget) with its events written to the call (metrics observed; a write that fails is the
 // caller gone and cancels the run), the log lines and the outcome counts ("request_" + finished,
 // cancelled or the error code's name; a refusal: "refused_" + the code's name).
-// Thread-safety: ServeRequest runs on the call's handler thread.
+// ServeOnStream serves it on a callback call's EventStream (proto/event_stream.h): the call's
+// cancellation is the request's (gRPC reports a client gone at once: no watch polls for it).
+// Thread-safety: ServeRequest blocks the calling thread until the request ends; ServeOnStream
+// runs it on a thread of its own and returns at once.
 #ifndef SCD_CONSUMER_SERVED_REQUEST_H_
 #define SCD_CONSUMER_SERVED_REQUEST_H_
 
@@ -20,6 +23,7 @@
 #include "base/token_id.h"
 #include "consumer/admission.h"
 #include "consumer/request_runner.h"
+#include "proto/event_stream.h"
 #include "scd/v1/inference.pb.h"
 
 namespace scd::consumer {
@@ -27,7 +31,7 @@ namespace scd::consumer {
 struct ServedRequest {
   const char* handler = "";  // "ConsumerControlService::Decode", ... (exception guard, logs)
   std::string id;            // the request's id, for logs
-  const v1::GenerateRequest* request = nullptr;
+  v1::GenerateRequest request;
   TargetRoute route;
   std::vector<TokenId> prompt_ids;  // checked (CheckRequest)
   absl::Time received;              // the call's arrival
@@ -40,12 +44,18 @@ struct ServedRequest {
   bool announce_fallback = false;
 };
 
-// Serves `served` on the call: a refusal at admission is the call's status (no event); else
-// every event is written, the terminal one last, and the status is OK, or CANCELLED when the
-// caller went away. `outcomes` counts how it ended.
+// Serves `served`: a refusal at admission is the returned status (no event); else every event
+// is written with `write`, the terminal one last, and the status is OK, or CANCELLED when the
+// caller went away (`cancellation`: the call's, cancelled then; a write that fails cancels it).
+// `outcomes` counts how it ended.
 grpc::Status ServeRequest(const ConsumerModel& consumer, Admission& admission, Tally* outcomes,
-                          grpc::ServerContext* context,
-                          grpc::ServerWriter<v1::GenerateEvent>* writer, ServedRequest served);
+                          Cancellation* cancellation, const EventSink& write, ServedRequest served);
+
+// Serves `served` on a new EventStream (made with `ended`), from a thread of its own; the stream
+// is ended with ServeRequest's status. REQUIRES: `consumer`, `admission` and `outcomes` outlive
+// the call (a server's Shutdown waits for its calls to end).
+EventStream* ServeOnStream(const ConsumerModel& consumer, Admission& admission, Tally* outcomes,
+                           EventStream::Ended ended, ServedRequest served);
 
 }  // namespace scd::consumer
 

@@ -203,30 +203,36 @@ void CoordinatorInferenceService::TellTransferFailed(const RouteTarget& target,
                                                      const std::string& session_id,
                                                      const std::string& reason,
                                                      const std::string& id) {
-  v1::TransferFailedRequest told;
-  told.set_session_id(session_id);
-  told.set_target(target.target);
-  told.set_reason(reason);
-  grpc::ClientContext context;
-  secret_.Attach(&context);
-  context.set_deadline(Deadline(absl::Now() + kTellTimeout));
-  v1::TransferFailedResponse response;
-  const grpc::Status status = v1::Consumer::NewStub(Channel(target.consumer_address))
-                                  ->TransferFailed(&context, told, &response);
-  if (!status.ok()) {
-    // An older consumer, or one gone: the grace period below decides as before.
-    spdlog::warn("[{}] could not tell {} its transfer failed: {}", id, target.target,
-                 ForLog(status.error_message(), 200));
-    return;
-  }
-  spdlog::info("[{}] told {} its transfer failed ({})", id, target.target,
-               v1::TransferFailedResponse::Found_Name(response.found()));
+  struct Told {
+    grpc::ClientContext context;
+    std::unique_ptr<v1::Consumer::Stub> stub;
+    v1::TransferFailedRequest request;
+    v1::TransferFailedResponse response;
+  };
+  auto told = std::make_shared<Told>();
+  told->request.set_session_id(session_id);
+  told->request.set_target(target.target);
+  told->request.set_reason(reason);
+  secret_.Attach(&told->context);
+  told->context.set_deadline(Deadline(absl::Now() + kTellTimeout));
+  told->stub = v1::Consumer::NewStub(Channel(target.consumer_address));
+  told->stub->async()->TransferFailed(
+      &told->context, &told->request, &told->response,
+      [told, id, name = target.target](grpc::Status status) {
+        if (!status.ok()) {
+          // An older consumer, or one gone: the grace period decides as before.
+          spdlog::warn("[{}] could not tell {} its transfer failed: {}", id, name,
+                       ForLog(status.error_message(), 200));
+          return;
+        }
+        spdlog::info("[{}] told {} its transfer failed ({})", id, name,
+                     v1::TransferFailedResponse::Found_Name(told->response.found()));
+      });
 }
 
-grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
-                                                   const v1::GenerateRequest* request,
-                                                   grpc::ServerWriter<v1::GenerateEvent>* writer) {
-  v1::GenerateRequest req = *request;
+EventStream* CoordinatorInferenceService::Generate(grpc::CallbackServerContext* context,
+                                                   v1::GenerateRequest req,
+                                                   EventStream::Ended ended) {
   if (req.request_id().empty()) req.set_request_id(RandomId128());
   const std::string id = ForLog(req.request_id(), 40);  // for logs
   const PrefixHint hint = HintFor(options_.tokenizer, req);
@@ -239,7 +245,7 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
   if (!route.ok()) {
     spdlog::info("[{}] not routed: {}", id, ForLog(route.status().ToString(), 300));
     CountRefusal(counters_, route.status());
-    return ToGrpcStatus(route.status());
+    return RefusedStream(ToGrpcStatus(route.status()), std::move(ended));
   }
   counters_->Add("routed");
   RoutedRequestDeps deps;
@@ -256,22 +262,25 @@ grpc::Status CoordinatorInferenceService::Generate(grpc::ServerContext* context,
   const absl::Time deadline =
       absl::Now() +
       (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms()) : options_.default_deadline);
-  RoutedRequest run(std::move(deps), std::move(req), *std::move(route), &hint, deadline, context,
-                    writer);
-  const grpc::Status status = run.Run();
-  if (!status.ok()) CountRefusal(counters_, FromGrpcStatus(status));
-  return status;
+  // A request refused as a whole by its consumers is counted with the others.
+  auto counted = [counters = counters_, ended = std::move(ended)](const grpc::Status& status) {
+    if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
+      CountRefusal(counters, FromGrpcStatus(status));
+    }
+    if (ended) ended(status);
+  };
+  auto* run = new RoutedRequest(std::move(deps), std::move(req), *std::move(route), &hint, deadline,
+                                context, std::move(counted));
+  run->Start();
+  return run;
 }
 
-grpc::Status CoordinatorInferenceService::ListModels(grpc::ServerContext*,
-                                                     const v1::ListModelsRequest*,
-                                                     v1::ListModelsResponse* response) {
+grpc::Status CoordinatorInferenceService::ListModels(v1::ListModelsResponse* response) {
   for (v1::ModelInfo& model : registry_->Models()) *response->add_models() = std::move(model);
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorInferenceService::Health(grpc::ServerContext*, const v1::HealthRequest*,
-                                                 v1::HealthResponse* response) {
+grpc::Status CoordinatorInferenceService::Health(v1::HealthResponse* response) {
   response->set_status("serving");
   response->set_role("coordinator");
   response->set_active_requests(active_.load());

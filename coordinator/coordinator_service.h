@@ -16,9 +16,9 @@
 // behind CheckedInferenceService, which validates the request before it gets here. Generate is
 // routing (the mode parsed here, at the edge) and a RoutedRequest (coordinator/routed_request.h)
 // that owns the rest.
-// Thread-safety: thread-safe. Threads: gRPC's sync server runs each call on its own thread, and a
-// routed request reads each target's Decode stream on a thread of its own (a request to N
-// targets holds N + 1 threads while it runs); the registry's sweeper is one more.
+// Thread-safety: thread-safe. Threads: none per request -- Generate is served on gRPC's callback
+// API and a routed request's target calls, Prefill and timers are callbacks too (gRPC's own
+// threads run them); the registry's sweeper is one thread.
 #ifndef SCD_COORDINATOR_COORDINATOR_SERVICE_H_
 #define SCD_COORDINATOR_COORDINATOR_SERVICE_H_
 
@@ -34,12 +34,13 @@
 #include "absl/synchronization/mutex.h"
 #include "base/tally.h"
 #include "coordinator/node_registry.h"
-#include "tokenizer/tokenizer.h"
+#include "proto/checked_inference.h"
 #include "proto/cluster_secret.h"
 #include "proto/serving_metrics.h"
 #include "scd/v1/control.grpc.pb.h"
 #include "scd/v1/inference.grpc.pb.h"
 #include "scd/v1/registry.grpc.pb.h"
+#include "tokenizer/tokenizer.h"
 
 namespace scd::coordinator {
 
@@ -86,19 +87,17 @@ struct CoordinatorOptions {
   ServingMetrics* metrics = nullptr;
 };
 
-class CoordinatorInferenceService final : public v1::Inference::Service {
+class CoordinatorInferenceService final : public InferenceBackend {
  public:
   // REQUIRES: `registry` and `counters` outlive the service. `secret`: what the nodes' control
   // planes expect. `counters` gets "refused_<code>" and "routed".
   CoordinatorInferenceService(NodeRegistry* registry, ClusterSecret secret, Tally* counters,
                               CoordinatorOptions options = {});
 
-  grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
-                        grpc::ServerWriter<v1::GenerateEvent>* writer) override;
-  grpc::Status ListModels(grpc::ServerContext*, const v1::ListModelsRequest*,
-                          v1::ListModelsResponse* response) override;
-  grpc::Status Health(grpc::ServerContext*, const v1::HealthRequest*,
-                      v1::HealthResponse* response) override;
+  EventStream* Generate(grpc::CallbackServerContext* context, v1::GenerateRequest request,
+                        EventStream::Ended ended) override;
+  grpc::Status ListModels(v1::ListModelsResponse* response) override;
+  grpc::Status Health(v1::HealthResponse* response) override;
 
   // Calls to nodes at `address` go over `channel` (an in-process channel to a node served by this
   // process: `scd serve --all-in-one` spares every token event a TCP round through the kernel).
@@ -108,7 +107,7 @@ class CoordinatorInferenceService final : public v1::Inference::Service {
   std::shared_ptr<grpc::Channel> Channel(const std::string& address);
   // Tells `target`'s consumer that the producer will not send (or finish) its session
   // (Consumer.TransferFailed), so it falls back now; a consumer that cannot be told is left to
-  // the grace period. `id`: the request, for logs.
+  // the grace period. `id`: the request, for logs. Returns at once (the call is asynchronous).
   void TellTransferFailed(const RouteTarget& target, const std::string& session_id,
                           const std::string& reason, const std::string& id);
 

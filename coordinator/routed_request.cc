@@ -12,9 +12,7 @@
 #include "base/log_text.h"
 #include "base/random_id.h"
 #include "codec/transfer_mode.h"
-#include "proto/call_watch.h"
 #include "proto/frontier_proto.h"
-#include "scd/v1/control.grpc.pb.h"
 
 namespace scd::coordinator {
 namespace {
@@ -23,25 +21,92 @@ std::chrono::system_clock::time_point Deadline(absl::Time t) { return absl::ToCh
 
 }  // namespace
 
-// One target's Decode call on its consumer, read by its own thread.
-struct RoutedRequest::TargetCall {
-  TargetCall(const Route* route, size_t index, NodeRegistry* registry)
-      : forward(route, index, registry) {}
-  TargetForwarder forward;  // under the request's mutex
-  grpc::ClientContext context;
-  std::thread reader;
-  // Under the request's mutex.
-  bool ended = false;
-  std::string failure;  // why the coordinator gave up on it (for the Error it writes)
-  grpc::Status status;  // how the Decode call ended (once `ended`)
+// One target's Decode call on its consumer: a reactor whose reads the request's state drives.
+class RoutedRequest::TargetCall final : public grpc::ClientReadReactor<v1::GenerateEvent> {
+ public:
+  TargetCall(RoutedRequest* request, size_t index)
+      : forward(&request->route_, index, request->deps_.registry), request_(request) {}
+
+  void Begin(v1::DecodeRequest decode, std::unique_ptr<v1::Consumer::Stub> stub) {
+    decode_ = std::move(decode);
+    stub_ = std::move(stub);
+    stub_->async()->Decode(&context, &decode_, this);
+    StartRead(&event);
+    StartCall();
+  }
+  void Read() { StartRead(&event); }
+  // While no read is under way outside a reaction (parked, paused), the call is held open: gRPC
+  // would otherwise end it (OnDone) with events unread.
+  void HoldOpen() {
+    if (!held_) AddHold();
+    held_ = true;
+  }
+  void LetEnd() {
+    if (held_) RemoveHold();
+    held_ = false;
+  }
   const RouteTarget& target() const { return forward.target(); }
+
+  // Under the request's mutex.
+  TargetForwarder forward;
+  v1::GenerateEvent event;  // the event read (or parked)
+  bool ended = false;       // the call is over (`status` says how)
+  bool parked = false;      // `event` waits for the producer's answer
+  bool paused = false;      // waits for room in the client's stream
+  std::string failure;      // why the coordinator gave up on it (for the Error it writes)
+  grpc::Status status;
+  grpc::ClientContext context;
+
+ private:
+  void OnReadDone(bool ok) override {
+    if (ok)
+      request_->Locked([this] {
+        if (request_->OnEvent(this)) request_->ReadOn(this);
+      });
+  }
+  void OnDone(const grpc::Status& status) override { request_->OnTargetDone(this, status); }
+
+  RoutedRequest* const request_;
+  bool held_ = false;  // under the request's mutex
+  v1::DecodeRequest decode_;
+  std::unique_ptr<v1::Consumer::Stub> stub_;
+};
+
+// The request's share of its service: the route's load on the registry, one in the active count.
+class RoutedRequest::Lease {
+ public:
+  Lease(const RoutedRequestDeps& deps, const Route& route, const PrefixHint* hint)
+      : registry_(deps.registry), active_(deps.active), route_(route) {
+    registry_->NoteRouted(route_, hint);
+    if (active_ != nullptr) ++*active_;
+  }
+  ~Lease() {
+    registry_->RoutedDone(route_);
+    if (active_ != nullptr) --*active_;
+  }
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+
+ private:
+  NodeRegistry* const registry_;
+  std::atomic<uint32_t>* const active_;
+  const Route& route_;
+};
+
+// The producer's Prefill while it runs.
+struct RoutedRequest::PrefillCall {
+  std::unique_ptr<grpc::ClientContext> context;
+  std::unique_ptr<v1::Producer::Stub> stub;
+  v1::PrefillRequest request;
+  v1::PrefillResponse response;
+  std::map<std::string, TargetCall*> by_target;
 };
 
 RoutedRequest::RoutedRequest(RoutedRequestDeps deps, v1::GenerateRequest req, Route route,
                              const PrefixHint* hint, absl::Time deadline,
-                             grpc::ServerContext* context,
-                             grpc::ServerWriter<v1::GenerateEvent>* writer)
-    : deps_(std::move(deps)),
+                             grpc::CallbackServerContext* context, Ended ended)
+    : EventStream(kEventsQueued, std::move(ended)),
+      deps_(std::move(deps)),
       req_(std::move(req)),
       route_(std::move(route)),
       id_(ForLog(req_.request_id(), 40)),
@@ -49,53 +114,158 @@ RoutedRequest::RoutedRequest(RoutedRequestDeps deps, v1::GenerateRequest req, Ro
       routed_at_(absl::Now()),
       deadline_(deadline),
       context_(context),
-      writer_(writer),
-      metrics_(deps_.metrics) {
-  deps_.registry->NoteRouted(route_, hint);
-  if (deps_.active != nullptr) ++*deps_.active;
+      lease_(std::make_unique<Lease>(deps_, route_, hint)) {
+  metrics_.emplace(deps_.metrics);
   for (size_t i = 0; i < route_.targets.size(); ++i) {
-    calls_.push_back(std::make_unique<TargetCall>(&route_, i, deps_.registry));
+    calls_.push_back(std::make_unique<TargetCall>(this, i));
     calls_.back()->context.set_deadline(Deadline(deadline_));
   }
-  cancel_calls_ = cancellation_.OnCancel([this](const absl::Status&) {
+  cancel_calls_ = cancellation().OnCancel([this](const absl::Status&) {
     for (auto& call : calls_) call->context.TryCancel();
   });
 }
 
-RoutedRequest::~RoutedRequest() {
-  cancel_calls_.Reset();
-  JoinReaders();
-  deps_.registry->RoutedDone(route_);
-  if (deps_.active != nullptr) --*deps_.active;
-}
+RoutedRequest::~RoutedRequest() { cancel_calls_.Reset(); }
 
-void RoutedRequest::JoinReaders() {
-  for (auto& call : calls_) {
-    if (call->reader.joinable()) call->reader.join();
+void RoutedRequest::Start() {
+  for (auto& owned : calls_) {
+    TargetCall* call = owned.get();
+    const RouteTarget& target = call->target();
+    v1::DecodeRequest decode;
+    *decode.mutable_request() = req_;
+    decode.set_target(target.target);
+    decode.set_mode(TransferModeName(target.mode));
+    decode.set_mode_reason(target.mode_reason);
+    decode.set_producer(route_.producer_name);
+    decode.set_producer_fingerprint(route_.producer_fingerprint);
+    decode.set_artifact_id(target.artifact_id);
+    decode.set_session_id(session_id_);
+    if (target.point) {
+      *decode.mutable_point() = CodePointToProto(*target.point);
+      decode.set_expected_kl(target.point->kl);
+    }
+    deps_.secret->Attach(&call->context);
+    Hold();  // released in the call's OnDone
+    call->Begin(std::move(decode), v1::Consumer::NewStub(deps_.channel(target.consumer_address)));
   }
 }
 
-grpc::Status RoutedRequest::Run() {
-  CallCancellationWatch watch(context_, &cancellation_);
-  StartTargets();
-  WaitAll([](const TargetCall& c) { return c.forward.started() || c.ended; });
-  if (std::optional<grpc::Status> refused = Refusal(); refused.has_value()) {
-    JoinReaders();
-    spdlog::info("[{}] refused by the consumers: {}", id_, ForLog(refused->error_message(), 300));
-    return *refused;
+template <typename F>
+void RoutedRequest::Locked(F&& f) {
+  std::optional<grpc::Status> end;
+  std::pair<bool, bool> timers;  // which timers are set
+  {
+    absl::MutexLock lock(&mu_);
+    f();
+    Advance();
+    end = std::exchange(end_due_, std::nullopt);
+    timers = {producer_wait_set_, grace_set_};
+    if (end.has_value()) {  // nothing more is written: the request's share ends with the call
+      metrics_.reset();
+      lease_.reset();
+    }
   }
-  Settle(Prefill());
-  WaitAll([](const TargetCall& c) { return c.ended; });
-  JoinReaders();
-  spdlog::info("[{}] done ({} targets)", id_, calls_.size());
-  return grpc::Status::OK;
+  // Outside the lock: ending the call may run its OnDone on this thread.
+  if (end.has_value()) {
+    if (timers.first) producer_wait_.Cancel();
+    if (timers.second) grace_.Cancel();
+    End(*std::move(end));
+  }
 }
 
 void RoutedRequest::Write(const v1::GenerateEvent& event) {
-  metrics_.Observe(event);
-  // A write that fails is the client gone: the cancellation ends every target's call.
-  if (!cancellation_.cancelled() && !writer_->Write(event)) {
-    cancellation_.Cancel(absl::CancelledError("the client went away (a write failed)"));
+  if (metrics_.has_value()) metrics_->Observe(event);
+  if (!Push(event)) full_ = true;
+}
+
+void RoutedRequest::ReadOn(TargetCall* call) {
+  if (full_) {
+    call->paused = true;
+    call->HoldOpen();
+  } else {
+    call->Read();
+    call->LetEnd();
+  }
+}
+
+void RoutedRequest::OnRoom() {
+  Locked([this] {
+    full_ = false;
+    for (auto& call : calls_) {
+      if (call->paused) {
+        call->paused = false;
+        ReadOn(call.get());
+      }
+    }
+  });
+}
+
+bool RoutedRequest::OnEvent(TargetCall* call) {
+  if (call->forward.NeedsProducer(call->event) && !producer_.known) {
+    // The producer's Prefill answer normally precedes the consumer's Finished (it returns at the
+    // transfer's ack); a late one is not waited for long.
+    call->parked = true;
+    call->HoldOpen();
+    if (!producer_wait_set_) {
+      producer_wait_set_ = true;
+      SetTimer(&producer_wait_, absl::Now() + deps_.producer_answer_wait,
+               [this] { ReleaseParked(); });
+    }
+    return false;
+  }
+  if (call->forward.Rewrite(producer_, &call->event)) Write(call->event);
+  return true;
+}
+
+void RoutedRequest::ReleaseParked() {
+  for (auto& owned : calls_) {
+    TargetCall* call = owned.get();
+    if (!call->parked) continue;
+    call->parked = false;
+    if (call->forward.Rewrite(producer_, &call->event)) Write(call->event);
+    if (!call->ended) {
+      ReadOn(call);
+    } else if (!call->forward.terminal()) {
+      EndWithoutTerminal(call);
+    }
+  }
+}
+
+void RoutedRequest::OnTargetDone(TargetCall* call, const grpc::Status& status) {
+  Locked([&] {
+    call->ended = true;
+    call->status = status;
+    // Refused before starting: Advance decides (the whole call's status, or an Error). A parked
+    // terminal event is forwarded when released.
+    if (!call->forward.terminal() && call->forward.started() && !call->parked) {
+      EndWithoutTerminal(call);
+    }
+  });
+  Release();
+}
+
+void RoutedRequest::Advance() {
+  if (phase_ == Phase::kStarting) {
+    if (!std::all_of(calls_.begin(), calls_.end(),
+                     [](const auto& c) { return c->forward.started() || c->ended; })) {
+      return;
+    }
+    if (std::optional<grpc::Status> refused = Refusal(); refused.has_value()) {
+      spdlog::info("[{}] refused by the consumers: {}", id_, ForLog(refused->error_message(), 300));
+      phase_ = Phase::kSettled;
+      ended_ = true;
+      end_due_ = *std::move(refused);
+      return;
+    }
+    phase_ = Phase::kPrefill;
+    StartPrefill();
+  }
+  if (phase_ != Phase::kSettled || ended_) return;
+  if (std::all_of(calls_.begin(), calls_.end(),
+                  [](const auto& c) { return c->ended && !c->parked; })) {
+    ended_ = true;
+    spdlog::info("[{}] done ({} targets)", id_, calls_.size());
+    end_due_ = grpc::Status::OK;
   }
 }
 
@@ -117,62 +287,7 @@ void RoutedRequest::EndWithoutTerminal(TargetCall* call) {
   Write(error);
 }
 
-void RoutedRequest::StartTargets() {
-  for (auto& owned : calls_) {
-    TargetCall* call = owned.get();
-    const RouteTarget& target = call->target();
-    v1::DecodeRequest decode;
-    *decode.mutable_request() = req_;
-    decode.set_target(target.target);
-    decode.set_mode(TransferModeName(target.mode));
-    decode.set_mode_reason(target.mode_reason);
-    decode.set_producer(route_.producer_name);
-    decode.set_producer_fingerprint(route_.producer_fingerprint);
-    decode.set_artifact_id(target.artifact_id);
-    decode.set_session_id(session_id_);
-    if (target.point) {
-      *decode.mutable_point() = CodePointToProto(*target.point);
-      decode.set_expected_kl(target.point->kl);
-    }
-    deps_.secret->Attach(&call->context);
-    call->reader = std::thread([this, call, decode = std::move(decode)]() mutable {
-      ReadTarget(call, std::move(decode));
-    });
-  }
-}
-
-void RoutedRequest::ReadTarget(TargetCall* call, v1::DecodeRequest decode) {
-  auto stub = v1::Consumer::NewStub(deps_.channel(call->target().consumer_address));
-  auto reader = stub->Decode(&call->context, decode);
-  v1::GenerateEvent event;
-  while (reader->Read(&event)) {
-    absl::MutexLock lock(&mu_);
-    if (call->forward.NeedsProducer(event)) {
-      // The producer's Prefill answer normally precedes the consumer's Finished (it returns at
-      // the transfer's ack); a late one is not waited for long.
-      mu_.AwaitWithTimeout(absl::Condition(&producer_.known), absl::Seconds(2));
-    }
-    if (call->forward.Rewrite(producer_, &event)) Write(event);
-  }
-  const grpc::Status status = reader->Finish();
-  absl::MutexLock lock(&mu_);
-  call->ended = true;
-  call->status = status;
-  // Refused before starting: Run decides (the whole call's status, or an Error).
-  if (call->forward.terminal() || !call->forward.started()) return;
-  EndWithoutTerminal(call);
-}
-
-void RoutedRequest::WaitAll(const std::function<bool(const TargetCall&)>& done) {
-  absl::MutexLock lock(&mu_);
-  auto all = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return std::all_of(calls_.begin(), calls_.end(), [&](const auto& c) { return done(*c); });
-  };
-  mu_.Await(absl::Condition(&all));
-}
-
 std::optional<grpc::Status> RoutedRequest::Refusal() {
-  absl::MutexLock lock(&mu_);
   if (std::any_of(calls_.begin(), calls_.end(),
                   [](const auto& c) { return c->forward.started(); })) {
     for (auto& call : calls_) {
@@ -192,108 +307,118 @@ std::optional<grpc::Status> RoutedRequest::Refusal() {
   return refused;
 }
 
-std::vector<RoutedRequest::TargetCall*> RoutedRequest::Prefill() {
-  v1::PrefillRequest prefill;
-  *prefill.mutable_request() = req_;
-  prefill.set_session_id(session_id_);
-  std::map<std::string, TargetCall*> by_target;
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto& call : calls_) {
-      const TargetForwarder& f = call->forward;
-      if (!f.started() || call->ended || f.fell_back() ||
-          f.started_mode() == TransferMode::kLocal) {
-        continue;
-      }
-      const RouteTarget& route = call->target();
-      v1::PrefillTarget* target = prefill.add_targets();
-      target->set_target(route.target);
-      target->set_transfer_address(route.transfer_address);
-      target->set_consumer_fingerprint(route.consumer_fingerprint);
-      target->set_mode(TransferModeName(f.started_mode()));
-      target->set_artifact_id(route.artifact_id);
-      target->set_consumer_cached_tokens(f.consumer_cached_tokens());
-      if (route.point) *target->mutable_point() = CodePointToProto(*route.point);
-      if (route.deliver_by_us > 0 && !req_.keep_ranks()) {
-        // The codes' delivery deadline, from now: what the choice's prediction left of it.
-        const double left_us =
-            route.deliver_by_us - absl::ToDoubleMicroseconds(absl::Now() - routed_at_);
-        target->set_adapt_within_us(static_cast<uint64_t>(std::max(1.0, left_us)));
-        target->set_planned_goodput_bytes_per_s(route.planned_goodput_bytes_per_s);
-      }
-      by_target[route.target] = call.get();
+void RoutedRequest::StartPrefill() {
+  auto prefill = std::make_unique<PrefillCall>();
+  *prefill->request.mutable_request() = req_;
+  prefill->request.set_session_id(session_id_);
+  for (auto& call : calls_) {
+    const TargetForwarder& f = call->forward;
+    if (!f.started() || call->ended || f.fell_back() || f.started_mode() == TransferMode::kLocal) {
+      continue;
     }
-    if (by_target.empty()) {
-      producer_.known = true;
-      return {};
+    const RouteTarget& route = call->target();
+    v1::PrefillTarget* target = prefill->request.add_targets();
+    target->set_target(route.target);
+    target->set_transfer_address(route.transfer_address);
+    target->set_consumer_fingerprint(route.consumer_fingerprint);
+    target->set_mode(TransferModeName(f.started_mode()));
+    target->set_artifact_id(route.artifact_id);
+    target->set_consumer_cached_tokens(f.consumer_cached_tokens());
+    if (route.point) *target->mutable_point() = CodePointToProto(*route.point);
+    if (route.deliver_by_us > 0 && !req_.keep_ranks()) {
+      // The codes' delivery deadline, from now: what the choice's prediction left of it.
+      const double left_us =
+          route.deliver_by_us - absl::ToDoubleMicroseconds(absl::Now() - routed_at_);
+      target->set_adapt_within_us(static_cast<uint64_t>(std::max(1.0, left_us)));
+      target->set_planned_goodput_bytes_per_s(route.planned_goodput_bytes_per_s);
     }
+    prefill->by_target[route.target] = call.get();
+  }
+  if (prefill->by_target.empty()) {
+    producer_.known = true;
+    phase_ = Phase::kSettled;
+    return;
   }
   // A child of the client's call: a client that goes away cancels the prefill (and so every
   // session it streams) while it runs, not after.
-  std::unique_ptr<grpc::ClientContext> prefill_context =
-      grpc::ClientContext::FromServerContext(*context_);
-  prefill_context->set_deadline(Deadline(deadline_));
-  deps_.secret->Attach(prefill_context.get());
-  v1::PrefillResponse response;
-  const grpc::Status status = v1::Producer::NewStub(deps_.channel(route_.producer_address))
-                                  ->Prefill(prefill_context.get(), prefill, &response);
-  std::vector<TargetCall*> failed;
-  absl::MutexLock lock(&mu_);
-  producer_.known = true;
-  producer_.prefill_us = response.prefill_us();
-  producer_.encode_us = response.encode_us();
-  producer_.cached_tokens = response.cached_tokens();
-  if (response.has_link()) producer_.link = response.link();
-  if (!status.ok()) {
-    for (auto& [name, call] : by_target) {
-      call->failure = absl::StrCat("producer ", route_.producer_name, " at ",
-                                   route_.producer_address, " failed: ", status.error_message());
-      failed.push_back(call);
-    }
-  } else {
-    for (const v1::PrefillOutcome& outcome : response.outcomes()) {
-      auto it = by_target.find(outcome.target());
-      if (outcome.code() == 0 || it == by_target.end()) continue;
-      it->second->failure =
-          absl::StrCat("producer ", route_.producer_name, ": ", outcome.message());
-      failed.push_back(it->second);
-    }
-  }
-  spdlog::info("[{}] prefill on {}: {} ({} us, {} targets failed)", id_, route_.producer_name,
-               status.ok() ? "ok" : ForLog(status.error_message(), 300), response.prefill_us(),
-               failed.size());
-  return failed;
+  prefill->context = grpc::ClientContext::FromCallbackServerContext(*context_);
+  prefill->context->set_deadline(Deadline(deadline_));
+  deps_.secret->Attach(prefill->context.get());
+  prefill->stub = v1::Producer::NewStub(deps_.channel(route_.producer_address));
+  prefill_ = std::move(prefill);
+  Hold();  // released when it answers
+  prefill_->stub->async()->Prefill(prefill_->context.get(), &prefill_->request, &prefill_->response,
+                                   [this](grpc::Status status) {
+                                     OnPrefillDone(status);
+                                     Release();
+                                   });
 }
 
-void RoutedRequest::Settle(const std::vector<TargetCall*>& failed) {
+void RoutedRequest::OnPrefillDone(const grpc::Status& status) {
+  Locked([&] {
+    const v1::PrefillResponse& response = prefill_->response;
+    producer_.known = true;
+    producer_.prefill_us = response.prefill_us();
+    producer_.encode_us = response.encode_us();
+    producer_.cached_tokens = response.cached_tokens();
+    if (response.has_link()) producer_.link = response.link();
+    std::vector<TargetCall*> failed;
+    if (!status.ok()) {
+      for (auto& [name, call] : prefill_->by_target) {
+        call->failure = absl::StrCat("producer ", route_.producer_name, " at ",
+                                     route_.producer_address, " failed: ", status.error_message());
+        failed.push_back(call);
+      }
+    } else {
+      for (const v1::PrefillOutcome& outcome : response.outcomes()) {
+        auto it = prefill_->by_target.find(outcome.target());
+        if (outcome.code() == 0 || it == prefill_->by_target.end()) continue;
+        it->second->failure =
+            absl::StrCat("producer ", route_.producer_name, ": ", outcome.message());
+        failed.push_back(it->second);
+      }
+    }
+    spdlog::info("[{}] prefill on {}: {} ({} us, {} targets failed)", id_, route_.producer_name,
+                 status.ok() ? "ok" : ForLog(status.error_message(), 300), response.prefill_us(),
+                 failed.size());
+    ReleaseParked();
+    Settle(std::move(failed));
+    phase_ = Phase::kSettled;
+  });
+}
+
+void RoutedRequest::Settle(std::vector<TargetCall*> failed) {
   // A failed target's consumer ends by itself once its session ended (peer lost within the
   // liveness limit); one whose session never reached it cannot tell a dead producer from a slow
   // one, so it is told (Consumer.TransferFailed). Without a fallback the request is over either
   // way: cancel at once. With one, give the consumer the grace period to announce that it fell
   // back to its own prefill; after that it runs to its end (its local prefill and decode may
   // take longer than any grace).
-  const bool fall_back = req_.allow_local_fallback() && !cancellation_.cancelled();
-  if (fall_back) {
+  if (failed.empty()) return;
+  const bool fall_back = req_.allow_local_fallback() && !cancelled();
+  auto cancel_unsettled = [this, failed]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (TargetCall* call : failed) {
-      std::string reason;
-      {
-        absl::MutexLock lock(&mu_);
-        if (call->ended || call->forward.fell_back()) continue;  // settled by itself
-        reason = call->failure;
-      }
-      deps_.tell_failed(call->target(), session_id_, reason);
+      if (!call->ended && !call->forward.fell_back()) call->context.TryCancel();
     }
+  };
+  if (!fall_back) {
+    cancel_unsettled();
+    return;
   }
-  const absl::Time grace_end =
-      absl::Now() + (fall_back ? deps_.failed_target_grace : absl::ZeroDuration());
   for (TargetCall* call : failed) {
-    absl::MutexLock lock(&mu_);
-    auto settled = [call]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return call->ended || call->forward.fell_back();
-    };
-    mu_.AwaitWithDeadline(absl::Condition(&settled), grace_end);
-    if (!settled()) call->context.TryCancel();
+    if (call->ended || call->forward.fell_back()) continue;  // settled by itself
+    deps_.tell_failed(call->target(), session_id_, call->failure);
   }
+  grace_set_ = true;
+  SetTimer(&grace_, absl::Now() + deps_.failed_target_grace, std::move(cancel_unsettled));
+}
+
+void RoutedRequest::SetTimer(grpc::Alarm* alarm, absl::Time when, std::function<void()> fire) {
+  Hold();  // released when it fires or is cancelled
+  alarm->Set(Deadline(when), [this, fire = std::move(fire)](bool ok) {
+    if (ok) Locked(fire);
+    Release();
+  });
 }
 
 }  // namespace scd::coordinator

@@ -1,22 +1,29 @@
-// One Generate on the coordinator, from routed to done. It owns the request's state: the route's
-// load on the registry and one in the service's active count (held from construction to
-// destruction: every exit releases them), one call per target, the producer's outcome. Run():
-//   fan-out   every target's Consumer.Decode starts at once (its reader forwards its events:
-//             TargetForwarder, one writer lock for the client's stream);
+// One Generate on the coordinator, from routed to done, on gRPC's callback API: the request is
+// the client's stream (an EventStream, proto/event_stream.h) and owns its state -- the route's
+// load on the registry and one in the service's active count (a lease taken in the constructor,
+// released when the call ends or the request is destroyed, whichever comes first: every exit
+// releases it, and none after the server's shutdown), one call per target, the producer's outcome.
+// No thread is held while it runs; its steps run on gRPC's threads as its calls answer:
+//   fan-out   Start() starts every target's Consumer.Decode at once, each a ClientReadReactor
+//             whose events a TargetForwarder rewrites and the client's stream queues;
 //   refusal   every target refused before starting: the request is refused as a whole;
-//   prefill   one Producer.Prefill for the targets that take codes (a child of the client's call,
-//             so a client that goes away cancels it and its sessions while it runs);
+//   prefill   once every target started or ended, one Producer.Prefill (async; a child of the
+//             client's call, so a client that goes away cancels it and its sessions) for the
+//             targets that take codes; a Finished from codes waits for its answer at most 2 s;
 //   settle    a target the producer failed is told (Consumer.TransferFailed) and given the grace to
-//             announce a fallback; else cancelled, and its Error written;
-//   end       every target's terminal event written; the readers joined.
-// The request has one cancellation (base/cancellation.h): the client going away cancels it (the
-// sync handler's watch) and its callback cancels every target's call; the producer's Prefill, a
-// child of the client's call, is cancelled with it by gRPC.
-// Thread-safety: Run is called once, on the handler's thread; the readers share the state under
-// one mutex.
+//             announce a fallback (a timer); else cancelled, and its Error written;
+//   end       once every target's call ended (its terminal event written) the stream ends.
+// Flow control: when the client's stream has kEventsQueued events queued, the targets stop
+// reading until it drains (a slow client slows its own request only).
+// The request has one cancellation (the stream's: the client gone, its deadline, a failed write,
+// shutdown); its callback cancels every target's call at once.
+// Lifetime: deleted when gRPC is done with the call and every target call, the Prefill and the
+// timers have answered (holds: EventStream).
+// Thread-safety: the state is under one mutex; the steps run on any gRPC thread.
 #ifndef SCD_COORDINATOR_ROUTED_REQUEST_H_
 #define SCD_COORDINATOR_ROUTED_REQUEST_H_
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -24,17 +31,17 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "base/cancellation.h"
 #include "coordinator/node_registry.h"
 #include "coordinator/target_forwarder.h"
 #include "proto/cluster_secret.h"
+#include "proto/event_stream.h"
 #include "proto/serving_metrics.h"
+#include "scd/v1/control.grpc.pb.h"
 #include "scd/v1/inference.pb.h"
 
 namespace scd::coordinator {
@@ -48,41 +55,60 @@ struct RoutedRequestDeps {
   std::atomic<uint32_t>* active = nullptr;  // the service's count of requests running
   // After the producer failed a target, how long its consumer may take to announce a fallback.
   absl::Duration failed_target_grace = absl::Seconds(2);
-  // Tells a target's consumer that its transfer failed (Consumer.TransferFailed).
+  // How long a Finished from codes waits for the producer's Prefill answer.
+  absl::Duration producer_answer_wait = absl::Seconds(2);
+  // Tells a target's consumer that its transfer failed (Consumer.TransferFailed); must not block.
   std::function<void(const RouteTarget& target, const std::string& session_id,
                      const std::string& reason)>
       tell_failed;
 };
 
-class RoutedRequest {
+class RoutedRequest final : public EventStream {
  public:
-  // `req` has its request id; `route` was resolved for it with `hint`.
-  RoutedRequest(RoutedRequestDeps deps, v1::GenerateRequest req, Route route,
-                const PrefixHint* hint, absl::Time deadline, grpc::ServerContext* context,
-                grpc::ServerWriter<v1::GenerateEvent>* writer);
-  ~RoutedRequest();
-  RoutedRequest(const RoutedRequest&) = delete;
-  RoutedRequest& operator=(const RoutedRequest&) = delete;
+  // Events queued for the client before the targets stop reading.
+  static constexpr size_t kEventsQueued = 64;
 
-  // The status Generate returns: the first refusal when every target refused before starting,
-  // else OK with every target's terminal event written.
-  grpc::Status Run();
+  // `req` has its request id; `route` was resolved for it with `hint`. `ended`: EventStream's.
+  RoutedRequest(RoutedRequestDeps deps, v1::GenerateRequest req, Route route,
+                const PrefixHint* hint, absl::Time deadline, grpc::CallbackServerContext* context,
+                Ended ended);
+
+  // Starts every target's call; the request then runs by itself. Called once.
+  void Start();
 
  private:
-  struct TargetCall;
-  void StartTargets();
-  void ReadTarget(TargetCall* call, v1::DecodeRequest decode);
-  // Waits until `done` holds for every call (a cancellation ends them all).
-  void WaitAll(const std::function<bool(const TargetCall&)>& done);
-  // After every target started or ended: the whole request's refusal, if every one refused.
-  std::optional<grpc::Status> Refusal();
-  // The producer's Prefill for the targets that take codes; returns the targets it failed.
-  std::vector<TargetCall*> Prefill();
-  void Settle(const std::vector<TargetCall*>& failed);
+  class TargetCall;
+  struct PrefillCall;
+  class Lease;
+  enum class Phase { kStarting, kPrefill, kSettled };
+
+  ~RoutedRequest() override;
+  void OnRoom() override;
+  // Runs `f` under the lock, moves the request on (Advance), then ends the call if that is due.
+  template <typename F>
+  void Locked(F&& f);
+
+  // A target's event, read: forwarded (or parked until the producer answered); true when its
+  // reader may read on at once.
+  bool OnEvent(TargetCall* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnTargetDone(TargetCall* call, const grpc::Status& status);
+  // Moves the request on as far as its state allows (after any change).
+  void Advance() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The whole request's refusal, when every target refused before starting.
+  std::optional<grpc::Status> Refusal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts the producer's Prefill for the targets that take codes (none: the producer is known).
+  void StartPrefill() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnPrefillDone(const grpc::Status& status);
+  void Settle(std::vector<TargetCall*> failed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forwards the events parked for the producer's answer (known, or waited for long enough).
+  void ReleaseParked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs `fire` under the lock at `when`, holding the request until then.
+  void SetTimer(grpc::Alarm* alarm, absl::Time when, std::function<void()> fire);
   void Write(const v1::GenerateEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The Error a target gets when its Decode call ended without a terminal event.
   void EndWithoutTerminal(TargetCall* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void JoinReaders();
+  // Reads on, or pauses while the client's stream is full.
+  void ReadOn(TargetCall* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RoutedRequestDeps deps_;
   const v1::GenerateRequest req_;
@@ -91,13 +117,21 @@ class RoutedRequest {
   const std::string session_id_;  // the producer's sessions to the targets
   const absl::Time routed_at_;    // where the predictions' clocks start
   const absl::Time deadline_;
-  grpc::ServerContext* const context_;
-  grpc::ServerWriter<v1::GenerateEvent>* const writer_;
-  ServingMetrics::Call metrics_;
-  Cancellation cancellation_;
-  absl::Mutex mu_;  // the calls' state, the producer's outcome and the writer
+  grpc::CallbackServerContext* const context_;
+  absl::Mutex mu_;  // everything below
+  std::unique_ptr<Lease> lease_ ABSL_GUARDED_BY(mu_);
+  std::optional<ServingMetrics::Call> metrics_ ABSL_GUARDED_BY(mu_);
+  Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kStarting;
+  bool full_ ABSL_GUARDED_BY(mu_) = false;  // the client's stream is at its capacity
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<grpc::Status> end_due_ ABSL_GUARDED_BY(mu_);  // End with it once unlocked
   ProducerOutcome producer_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<TargetCall>> calls_;
+  std::unique_ptr<PrefillCall> prefill_;
+  grpc::Alarm producer_wait_;  // the parked events' wait for the producer
+  bool producer_wait_set_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Alarm grace_;  // the failed targets' grace
+  bool grace_set_ ABSL_GUARDED_BY(mu_) = false;
   // Cancels every target's call (TryCancel is safe from any thread, before the call starts too).
   Cancellation::Registration cancel_calls_;
 };

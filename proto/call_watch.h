@@ -2,8 +2,9 @@
 // Cancellation (base/cancellation.h), whose callbacks wake whatever waits (a session, the
 // admission queue). gRPC's sync server only reports cancellation through
 // ServerContext::IsCancelled(), which nothing calls while a handler waits on a transfer; the watch
-// looks at it on its own thread (every 10 ms) -- the one poll left until the services move to
-// gRPC's callback API, whose reactors are told (OnCancel).
+// looks at it on its own thread (every 10 ms) -- the one poll left, on the producer's Prefill,
+// until that service moves to gRPC's callback API too (the public Generate and the consumer's
+// Decode have: their EventStream is told, OnCancel).
 // Thread-safety: construct and destroy on the handler's thread.
 #ifndef SCD_PROTO_CALL_WATCH_H_
 #define SCD_PROTO_CALL_WATCH_H_

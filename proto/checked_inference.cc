@@ -1,24 +1,22 @@
 #include "proto/checked_inference.h"
 
+#include <arpa/inet.h>
 #include <google/protobuf/unknown_field_set.h>
 #include <grpcpp/impl/rpc_service_method.h>
 #include <grpcpp/support/method_handler.h>
-#include <spdlog/spdlog.h>
-
-#include <map>
-
-#include <arpa/inet.h>
 #include <netinet/in.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
 #include <cstring>
+#include <map>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/log_text.h"
+#include "base/status_macros.h"
 #include "proto/grpc_util.h"
 
 #ifndef SCD_VERSION
@@ -77,11 +75,16 @@ std::optional<std::string> FindInvalidUtf8(const Descriptor& type, std::string_v
   return FindIn(type, bytes, 0, malformed);
 }
 
-CheckedInferenceService::CheckedInferenceService(v1::Inference::Service* service,
-                                                 RequestLimits limits, bool require_target,
-                                                 Tally* refusals, ServingMetrics* metrics,
-                                                 PublicApiGuards guards)
-    : service_(service),
+EventStream* RefusedStream(grpc::Status status, EventStream::Ended ended) {
+  auto* stream = new EventStream(1, std::move(ended));
+  stream->End(std::move(status));
+  return stream;
+}
+
+CheckedInferenceService::CheckedInferenceService(InferenceBackend* backend, RequestLimits limits,
+                                                 bool require_target, Tally* refusals,
+                                                 ServingMetrics* metrics, PublicApiGuards guards)
+    : backend_(backend),
       limits_(limits),
       require_target_(require_target),
       refusals_(refusals),
@@ -90,25 +93,24 @@ CheckedInferenceService::CheckedInferenceService(v1::Inference::Service* service
   using grpc::internal::RpcMethod;
   using grpc::internal::RpcServiceMethod;
   using Self = CheckedInferenceService;
-  AddMethod(new RpcServiceMethod(
-      "/scd.v1.Inference/Generate", RpcMethod::SERVER_STREAMING,
-      new grpc::internal::ServerStreamingHandler<Self, grpc::ByteBuffer, v1::GenerateEvent>(
-          [](Self* self, grpc::ServerContext* context, const grpc::ByteBuffer* raw,
-             grpc::ServerWriter<v1::GenerateEvent>* writer) {
-            return self->Generate(context, raw, writer);
-          },
-          this)));
+  AddMethod(
+      new RpcServiceMethod("/scd.v1.Inference/Generate", RpcMethod::SERVER_STREAMING, nullptr));
+  MarkMethodCallback(
+      0, new grpc::internal::CallbackServerStreamingHandler<grpc::ByteBuffer, v1::GenerateEvent>(
+             [this](grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
+               return Generate(context, raw);
+             }));
   AddMethod(new RpcServiceMethod(
       "/scd.v1.Inference/ListModels", RpcMethod::NORMAL_RPC,
       new grpc::internal::RpcMethodHandler<Self, v1::ListModelsRequest, v1::ListModelsResponse,
                                            grpc::protobuf::MessageLite,
                                            grpc::protobuf::MessageLite>(
-          [](Self* self, grpc::ServerContext* context, const v1::ListModelsRequest* request,
+          [](Self* self, grpc::ServerContext* context, const v1::ListModelsRequest*,
              v1::ListModelsResponse* response) {
             if (absl::Status auth = self->Authenticate(*context); !auth.ok()) {
-              return self->Refuse(context, auth, "");
+              return self->Refuse(*context, auth, "");
             }
-            return self->service_->ListModels(context, request, response);
+            return self->backend_->ListModels(response);
           },
           this)));
   AddMethod(new RpcServiceMethod(
@@ -116,26 +118,26 @@ CheckedInferenceService::CheckedInferenceService(v1::Inference::Service* service
       new grpc::internal::RpcMethodHandler<Self, v1::HealthRequest, v1::HealthResponse,
                                            grpc::protobuf::MessageLite,
                                            grpc::protobuf::MessageLite>(
-          [](Self* self, grpc::ServerContext* context, const v1::HealthRequest* request,
+          [](Self* self, grpc::ServerContext*, const v1::HealthRequest*,
              v1::HealthResponse* response) {
-            grpc::Status status = self->service_->Health(context, request, response);
+            grpc::Status status = self->backend_->Health(response);
             if (response->version().empty()) response->set_version(BuildVersion());
             return status;
           },
           this)));
 }
 
-grpc::Status CheckedInferenceService::Refuse(grpc::ServerContext* context,
+grpc::Status CheckedInferenceService::Refuse(const grpc::ServerContextBase& context,
                                              const absl::Status& status,
                                              const std::string& request_id) {
   CountRefusal(refusals_, status);
   if (metrics_ != nullptr) metrics_->CountRefused(status);
-  spdlog::info("[{}] refused from {}: {}", ForLog(request_id, 40), ForLog(context->peer()),
+  spdlog::info("[{}] refused from {}: {}", ForLog(request_id, 40), ForLog(context.peer()),
                ForLog(status.ToString(), 300));
   return ToGrpcStatus(status);
 }
 
-std::string ClientOf(const grpc::ServerContext& context) {
+std::string ClientOf(const grpc::ServerContextBase& context) {
   const std::string peer = context.peer();
   for (const char* scheme : {"ipv4:", "ipv6:"}) {
     if (!absl::StartsWith(peer, scheme)) continue;
@@ -172,7 +174,7 @@ std::string ClientOf(const grpc::ServerContext& context) {
   return peer;
 }
 
-absl::Status CheckedInferenceService::Authenticate(const grpc::ServerContext& context) const {
+absl::Status CheckedInferenceService::Authenticate(const grpc::ServerContextBase& context) const {
   if (guards_.api_token.empty()) return absl::OkStatus();
   auto it = context.client_metadata().find("authorization");
   if (it == context.client_metadata().end()) {
@@ -226,49 +228,53 @@ void CheckedInferenceService::Leave(const std::string& client) {
   if (it != running_.end() && --it->second == 0) running_.erase(it);
 }
 
-grpc::Status CheckedInferenceService::Generate(grpc::ServerContext* context,
-                                               const grpc::ByteBuffer* raw,
-                                               grpc::ServerWriter<v1::GenerateEvent>* writer) {
-  if (absl::Status auth = Authenticate(*context); !auth.ok()) return Refuse(context, auth, "");
+absl::StatusOr<v1::GenerateRequest> CheckedInferenceService::Check(
+    const grpc::ServerContextBase& context, const grpc::ByteBuffer& raw,
+    std::string* request_id) const {
+  SCD_RETURN_IF_ERROR(Authenticate(context));
   grpc::Slice slice;
-  if (!raw->DumpToSingleSlice(&slice).ok()) {
-    return Refuse(context, absl::InternalError("cannot read the request"), "");
-  }
+  if (!raw.DumpToSingleSlice(&slice).ok()) return absl::InternalError("cannot read the request");
   const std::string_view bytes(reinterpret_cast<const char*>(slice.begin()), slice.size());
   bool malformed = false;
   if (std::optional<std::string> field =
           FindInvalidUtf8(*v1::GenerateRequest::descriptor(), bytes, &malformed)) {
-    return Refuse(context,
-                  absl::InvalidArgumentError(absl::StrCat(*field, ": not valid UTF-8")), "");
+    return absl::InvalidArgumentError(absl::StrCat(*field, ": not valid UTF-8"));
   }
   v1::GenerateRequest request;
   // Malformed bytes never reach protobuf's parser (which logs a line for some of them).
   if (malformed || !request.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-    return Refuse(context,
-                  absl::InvalidArgumentError("the request is not a scd.v1.GenerateRequest"), "");
+    return absl::InvalidArgumentError("the request is not a scd.v1.GenerateRequest");
   }
-  if (absl::Status valid = ValidateGenerateRequest(request, limits_, require_target_);
-      !valid.ok()) {
-    return Refuse(context, valid, request.request_id());
-  }
-  if (absl::Status tokens = CheckPromptTokens(request); !tokens.ok()) {
-    return Refuse(context, tokens, request.request_id());
-  }
+  *request_id = request.request_id();
+  SCD_RETURN_IF_ERROR(ValidateGenerateRequest(request, limits_, require_target_));
+  SCD_RETURN_IF_ERROR(CheckPromptTokens(request));
+  return request;
+}
+
+EventStream* CheckedInferenceService::Generate(grpc::CallbackServerContext* context,
+                                               const grpc::ByteBuffer* raw) {
+  std::string request_id;
+  absl::StatusOr<v1::GenerateRequest> request = Check(*context, *raw, &request_id);
+  if (!request.ok()) return RefusedStream(Refuse(*context, request.status(), request_id));
   const std::string client = ClientOf(*context);
   if (!Enter(client)) {
-    return Refuse(context,
-                  absl::ResourceExhaustedError(absl::StrCat(
-                      "client ", ForLog(client, 80), " already has ",
-                      guards_.max_requests_per_client, " requests running (the limit per client)")),
-                  request.request_id());
+    return RefusedStream(Refuse(
+        *context,
+        absl::ResourceExhaustedError(absl::StrCat("client ", ForLog(client, 80), " already has ",
+                                                  guards_.max_requests_per_client,
+                                                  " requests running (the limit per client)")),
+        request_id));
   }
-  absl::Cleanup leave = [this, &client] { Leave(client); };
-  grpc::Status status = service_->Generate(context, &request, writer);
-  // A non-OK end is a refusal as a whole (inference.proto): no event was written.
-  if (metrics_ != nullptr && !status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
-    metrics_->CountRefused(FromGrpcStatus(status));
-  }
-  return status;
+  return backend_->Generate(context, *std::move(request),
+                            [this, client](const grpc::Status& status) {
+                              Leave(client);
+                              // A non-OK end is a refusal as a whole (inference.proto): no event
+                              // was written.
+                              if (metrics_ != nullptr && !status.ok() &&
+                                  status.error_code() != grpc::StatusCode::CANCELLED) {
+                                metrics_->CountRefused(FromGrpcStatus(status));
+                              }
+                            });
 }
 
 }  // namespace scd

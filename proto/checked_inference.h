@@ -15,7 +15,10 @@
 // every refusal is logged once with the client's values escaped and counted in `refusals` as
 // "refused_<code>" (the node's Stats report it). Health answers carry the build's version.
 // ListModels and Health are passed on.
-// Thread-safety: thread-safe as the wrapped service is.
+// Generate is served on gRPC's callback API: the checks run on the gRPC thread that delivers the
+// call, and the backend returns the call's EventStream (proto/event_stream.h) -- no thread is
+// held for an open stream unless the backend holds one.
+// Thread-safety: thread-safe as the backend is.
 #ifndef SCD_PROTO_CHECKED_INFERENCE_H_
 #define SCD_PROTO_CHECKED_INFERENCE_H_
 
@@ -26,13 +29,15 @@
 #include <string>
 #include <string_view>
 
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "base/tally.h"
-#include "tokenizer/tokenizer.h"
 #include "google/protobuf/descriptor.h"
+#include "proto/event_stream.h"
 #include "proto/request_validation.h"
 #include "proto/serving_metrics.h"
 #include "scd/v1/inference.grpc.pb.h"
+#include "tokenizer/tokenizer.h"
 
 namespace scd {
 
@@ -61,26 +66,46 @@ struct PublicApiGuards {
 // Metadata the HTTP front end sets on its in-process calls: the HTTP client's address.
 inline constexpr char kClientMetadata[] = "x-scd-client";
 
+// What a node serves behind CheckedInferenceService: the coordinator's routing, a consumer's
+// model. Thread-safety: called concurrently.
+class InferenceBackend {
+ public:
+  virtual ~InferenceBackend() = default;
+  // Serves the checked `request` on the call: returns the call's stream, made with `ended` (the
+  // front's accounting, run once when the call is done). A refusal as a whole is a stream that
+  // ends with the refusal's status and no event.
+  virtual EventStream* Generate(grpc::CallbackServerContext* context, v1::GenerateRequest request,
+                                EventStream::Ended ended) = 0;
+  virtual grpc::Status ListModels(v1::ListModelsResponse* response) = 0;
+  virtual grpc::Status Health(v1::HealthResponse* response) = 0;
+};
+
+// A stream that ends at once with `status` (no event): a refusal.
+EventStream* RefusedStream(grpc::Status status, EventStream::Ended ended = nullptr);
+
 class CheckedInferenceService final : public grpc::Service {
  public:
-  // REQUIRES: `service` and `refusals` (may be null) outlive this one.
+  // REQUIRES: `backend` and `refusals` (may be null) outlive this one.
   // `metrics` (may be null) counts refused calls (scd:request_failures_total{reason="refused"}).
-  CheckedInferenceService(v1::Inference::Service* service, RequestLimits limits,
-                          bool require_target, Tally* refusals, ServingMetrics* metrics = nullptr,
+  CheckedInferenceService(InferenceBackend* backend, RequestLimits limits, bool require_target,
+                          Tally* refusals, ServingMetrics* metrics = nullptr,
                           PublicApiGuards guards = {});
 
  private:
-  grpc::Status Generate(grpc::ServerContext* context, const grpc::ByteBuffer* raw,
-                        grpc::ServerWriter<v1::GenerateEvent>* writer);
-  grpc::Status Refuse(grpc::ServerContext* context, const absl::Status& status,
+  EventStream* Generate(grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw);
+  // The checks before the backend runs: the request, or the refusal's status.
+  absl::StatusOr<v1::GenerateRequest> Check(const grpc::ServerContextBase& context,
+                                            const grpc::ByteBuffer& raw,
+                                            std::string* request_id) const;
+  grpc::Status Refuse(const grpc::ServerContextBase& context, const absl::Status& status,
                       const std::string& request_id);
-  absl::Status Authenticate(const grpc::ServerContext& context) const;
+  absl::Status Authenticate(const grpc::ServerContextBase& context) const;
   absl::Status CheckPromptTokens(const v1::GenerateRequest& request) const;
   // Counts the call against its client; false (nothing counted) when the client is at its limit.
   bool Enter(const std::string& client);
   void Leave(const std::string& client);
 
-  v1::Inference::Service* const service_;
+  InferenceBackend* const backend_;
   const RequestLimits limits_;
   const bool require_target_;
   Tally* const refusals_;
@@ -91,7 +116,7 @@ class CheckedInferenceService final : public grpc::Service {
 };
 
 // The client a call is from: the peer's host, or for in-process calls the x-scd-client value.
-std::string ClientOf(const grpc::ServerContext& context);
+std::string ClientOf(const grpc::ServerContextBase& context);
 
 }  // namespace scd
 

@@ -68,7 +68,7 @@ absl::StatusOr<ClusterSecret> ClusterSecret::Load(const std::string& file) {
 
 ClusterSecret ClusterSecret::Random() { return ClusterSecret(RandomId128()); }
 
-grpc::Status ClusterSecret::Check(const grpc::ServerContext& context) const {
+grpc::Status ClusterSecret::Check(const grpc::ServerContextBase& context) const {
   const auto& metadata = context.client_metadata();
   auto it = metadata.find(kClusterSecretMetadata);
   if (it == metadata.end() ||

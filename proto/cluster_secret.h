@@ -37,7 +37,7 @@ class ClusterSecret {
 
   // OK when the call carries this secret; UNAUTHENTICATED otherwise, logged once as a warning
   // naming the caller (escaped).
-  grpc::Status Check(const grpc::ServerContext& context) const;
+  grpc::Status Check(const grpc::ServerContextBase& context) const;
   void Attach(grpc::ClientContext* context) const;
   const std::string& value() const { return value_; }
 

@@ -20,16 +20,22 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class Recording final : public v1::Inference::Service {
+class Recording final : public InferenceBackend {
  public:
-  grpc::Status Generate(grpc::ServerContext*, const v1::GenerateRequest* request,
-                        grpc::ServerWriter<v1::GenerateEvent>* writer) override {
+  EventStream* Generate(grpc::CallbackServerContext*, v1::GenerateRequest request,
+                        EventStream::Ended ended) override {
     ++calls;
-    last = *request;
+    last = request;
+    auto* stream = new EventStream(4, std::move(ended));
     v1::GenerateEvent event;
-    event.mutable_started()->set_request_id(request->request_id());
-    writer->Write(event);
-    return grpc::Status::OK;
+    event.mutable_started()->set_request_id(request.request_id());
+    stream->Push(event);
+    stream->End(grpc::Status::OK);
+    return stream;
+  }
+  grpc::Status ListModels(v1::ListModelsResponse*) override { return grpc::Status::OK; }
+  grpc::Status Health(v1::HealthResponse*) override {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "none here");
   }
   std::atomic<int> calls{0};
   v1::GenerateRequest last;

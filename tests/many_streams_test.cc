@@ -1,0 +1,226 @@
+// Many open streams on few threads (issue 30), against real daemons on loopback: a coordinator,
+// a producer and two consumers of stories260k's own weights, 256 concurrent Generate streams
+// (random 16-token prompts, 256 output tokens, half local, half from the producer's raw codes,
+// each target chosen at random). Every stream ends with Finished and the tokens of the model's
+// own greedy generation alone -- where a batched run parts from it, only at a near-tie of the
+// served run (batching_test.cc derives the bound: a batched step sums in another order); the
+// threads of each process (/proc/PID/task) are sampled
+// every 20 ms while the streams run, and the coordinator's stay under 64 (it holds no thread per
+// request: its public Generate, its calls to the consumers and to the producer are gRPC
+// callbacks). The consumers' and the producer's maxima and the resident memory per open stream
+// are printed (the consumer still runs a request's body on a thread of its own: README
+// "Threads, per daemon").
+#include <ATen/ATen.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "model/generator.h"
+#include "proto/inference_client.h"
+#include "tests/cluster_client.h"
+#include "tests/test_daemon.h"
+#include "tests/test_util.h"
+
+namespace scd {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::Bin;
+using testing::Daemon;
+
+constexpr int kStreams = 256;
+constexpr int kPromptTokens = 16;
+constexpr int kOutputTokens = 256;
+constexpr int kPrompts = 32;  // distinct prompts (their references are computed once)
+
+int Threads(pid_t pid) {
+  int n = 0;
+  std::error_code error;
+  for (auto it = fs::directory_iterator(absl::StrCat("/proc/", pid, "/task"), error);
+       !error && it != fs::directory_iterator(); it.increment(error)) {
+    ++n;
+  }
+  return n;
+}
+
+// VmRSS of `pid`, in bytes (0 when unreadable).
+int64_t Rss(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) != 0) continue;
+    int64_t kb = 0;
+    std::string digits;
+    for (char c : line) {
+      if (c >= '0' && c <= '9') digits.push_back(c);
+    }
+    if (absl::SimpleAtoi(digits, &kb)) return kb * 1024;
+  }
+  return 0;
+}
+
+TEST(ManyStreamsTest, TheCoordinatorServes256StreamsOnFewThreads) {
+  const std::string dir =
+      fs::temp_directory_path() / ("scd-many-streams-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string model_dir = testing::ModelDir("stories260k");
+  auto model = testing::Ok(LlamaModel::Load(model_dir, {}));
+
+  Daemon coordinator(dir, "coordinator", {Bin("scd-coordinator"), "--listen", "127.0.0.1:0"});
+  const std::string server = coordinator.Address();
+  ASSERT_FALSE(server.empty());
+  const std::string control = coordinator.ControlAddress();
+  Daemon producer(dir, "producer",
+                  {Bin("scd-producer"), "--model", model_dir, "--coordinator", control});
+  std::vector<std::unique_ptr<Daemon>> consumers;
+  for (const char* name : {"a", "b"}) {
+    consumers.push_back(std::make_unique<Daemon>(
+        dir, name,
+        std::vector<std::string>{Bin("scd-consumer"), "--model", model_dir, "--name", name,
+                                 "--coordinator", control, "--capacity", "256"}));
+  }
+  ASSERT_TRUE(testing::WaitForModels(server, 3, absl::Seconds(60))) << "logs in " << dir;
+
+  // Prompts and their references: the model's own greedy generation.
+  std::mt19937 random(30);
+  std::vector<std::vector<TokenId>> prompts(kPrompts);
+  std::vector<std::vector<TokenId>> references(kPrompts);
+  const ModelConfig& config = model->config();
+  const int vocab = static_cast<int>(config.vocab_size);
+  const double tie = 50 * testing::kFloat32Epsilon *
+                     static_cast<double>(std::max(config.hidden_size, config.intermediate_size)) *
+                     static_cast<double>(config.num_layers);
+  for (int p = 0; p < kPrompts; ++p) {
+    prompts[p].push_back(1);  // BOS
+    while (static_cast<int>(prompts[p].size()) < kPromptTokens) {
+      prompts[p].push_back(static_cast<TokenId>(3 + random() % (vocab - 3)));
+    }
+    KvCache cache = model->NewCache(kPromptTokens + kOutputTokens);
+    GenerationOptions options;
+    options.max_tokens = kOutputTokens;
+    references[p] = testing::Ok(GenerateTokens(*model, prompts[p], &cache, options)).output_ids;
+  }
+
+  struct Process {
+    std::string name;
+    pid_t pid;
+    int before = 0;
+    std::atomic<int> most{0};
+    int64_t rss_before = 0;
+    std::atomic<int64_t> rss_most{0};
+  };
+  std::vector<std::unique_ptr<Process>> processes;
+  for (Daemon* d : {&coordinator, &producer, consumers[0].get(), consumers[1].get()}) {
+    auto p = std::make_unique<Process>();
+    p->name = d == &coordinator ? "coordinator" : d == &producer ? "producer" : "consumer";
+    p->pid = d->pid();
+    p->before = Threads(p->pid);
+    p->rss_before = Rss(p->pid);
+    processes.push_back(std::move(p));
+  }
+  std::atomic<bool> running{true};
+  std::atomic<int> open{0}, most_open{0};
+  std::thread sampler([&] {
+    while (running.load()) {
+      for (auto& p : processes) {
+        const int n = Threads(p->pid);
+        if (n > p->most.load()) p->most = n;
+        // Resident memory at the moment the most streams were open.
+        if (open.load() >= most_open.load()) {
+          most_open = open.load();
+          p->rss_most = std::max<int64_t>(p->rss_most.load(), Rss(p->pid));
+        }
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  });
+
+  std::vector<std::string> failures(kStreams);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kStreams; ++i) {
+    const int p = static_cast<int>(random() % kPrompts);
+    v1::GenerateRequest request;
+    request.add_targets(random() % 2 == 0 ? "a" : "b");
+    request.set_mode(i % 2 == 0 ? "local" : "raw");
+    for (TokenId id : prompts[p]) request.add_prompt_ids(id);
+    request.set_max_tokens(kOutputTokens);
+    request.set_logprobs(2);
+    clients.emplace_back([&, i, p, request] {
+      std::vector<TokenId> ids;
+      std::vector<double> gaps;  // top-1 minus top-2 log-probability per token
+      bool finished = false;
+      bool counted = false;
+      const absl::Status status =
+          StreamGenerate(server, request, absl::Seconds(300), [&](const v1::GenerateEvent& e) {
+            if (e.has_started() && !counted) {
+              counted = true;
+              ++open;
+            }
+            if (e.has_token()) {
+              ids.insert(ids.end(), e.token().ids().begin(), e.token().ids().end());
+              for (const v1::TokenLogprobs& lp : e.token().logprobs()) {
+                gaps.push_back(lp.top_size() >= 2 ? lp.top(0).logprob() - lp.top(1).logprob()
+                                                  : 1e9);
+              }
+            }
+            if (e.has_finished()) finished = true;
+            if (e.has_error()) failures[i] = e.error().message();
+          });
+      if (counted) --open;
+      if (!status.ok()) failures[i] = status.ToString();
+      if (failures[i].empty() && !finished) failures[i] = "no Finished";
+      if (!failures[i].empty()) return;
+      if (ids.size() != references[p].size() || gaps.size() != ids.size()) {
+        failures[i] = absl::StrCat(ids.size(), " tokens, ", gaps.size(), " log-probabilities, ",
+                                   references[p].size(), " expected");
+        return;
+      }
+      for (size_t k = 0; k < ids.size(); ++k) {
+        if (ids[k] == references[p][k]) continue;
+        if (gaps[k] > tie) {
+          failures[i] = absl::StrCat(request.mode(), ": token ", k, " is ", ids[k], ", alone ",
+                                     references[p][k], ", at a gap of ", gaps[k], " (> ", tie, ")");
+        }
+        break;  // parted at a near-tie: what follows is another sequence
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  running = false;
+  sampler.join();
+
+  int failed = 0;
+  for (int i = 0; i < kStreams; ++i) {
+    if (!failures[i].empty() && ++failed <= 5)
+      ADD_FAILURE() << "stream " << i << ": " << failures[i];
+  }
+  EXPECT_EQ(failed, 0) << "logs in " << dir;
+  for (const auto& p : processes) {
+    const double per_stream =
+        most_open.load() > 0
+            ? static_cast<double>(p->rss_most.load() - p->rss_before) / most_open.load()
+            : 0;
+    std::printf(
+        "%-12s threads %3d before, %3d at most; RSS %.1f MB before, %.1f KB per open "
+        "stream (%d open at most)\n",
+        p->name.c_str(), p->before, p->most.load(), p->rss_before / 1e6, per_stream / 1e3,
+        most_open.load());
+  }
+  EXPECT_LT(processes[0]->most.load(), 64) << "the coordinator's threads";
+  EXPECT_GE(most_open.load(), kStreams / 2) << "the streams were not open together";
+  if (!HasFailure()) fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace scd
