@@ -34,6 +34,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/cancellation.h"
 
 namespace scd {
 
@@ -160,21 +161,23 @@ class PrefixBlockCache {
   };
 
   // Claims keys[from, to) (those nobody else claims) unless keys[from] is claimed by another
-  // request: then waits until that claim ends, `until` passes or `stop()` (polled) says so, and
-  // returns nullopt (look up again; after `until` or stop, compute without a claim).
+  // request: then waits until that claim ends, `until` passes or `cancel` (may be null) is
+  // cancelled (its callback wakes the wait), and returns nullopt (look up again; after `until`
+  // or a cancel, compute without a claim).
   std::optional<Claim> ClaimOrWait(const std::vector<std::string>& keys, size_t from, size_t to,
-                                   absl::Time until, const std::function<bool()>& stop) {
+                                   absl::Time until, Cancellation* cancel) {
+    // A cancel wakes the wait: taking the mutex makes it look at its condition again.
+    Cancellation::Registration wake;
+    if (cancel != nullptr)
+      wake = cancel->OnCancel([this](const absl::Status&) { absl::MutexLock l(&mu_); });
     absl::MutexLock lock(&mu_);
     if (from < to && from < keys.size() && claimed_.count(keys[from]) > 0) {
       const std::string& next = keys[from];
       auto released = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return claimed_.count(next) == 0;
+        return claimed_.count(next) == 0 || (cancel != nullptr && cancel->cancelled());
       };
       ++waits_;
-      while (!released() && absl::Now() < until && !(stop && stop())) {
-        mu_.AwaitWithDeadline(absl::Condition(&released),
-                              std::min(until, absl::Now() + absl::Milliseconds(20)));
-      }
+      mu_.AwaitWithDeadline(absl::Condition(&released), until);
       return std::nullopt;
     }
     std::vector<std::string> mine;

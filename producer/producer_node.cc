@@ -30,6 +30,7 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
                       node->fingerprint_, TransferOptions(),      {},
                       absl::Seconds(60)};
   model.prefix_cache_bytes = static_cast<int64_t>(options.prefix_cache_mb) << 20;
+  model.prefill_threads = options.prefill_threads;
   for (const std::string& path : options.artifacts) {
     SCD_ASSIGN_OR_RETURN(Artifact artifact, Artifact::Load(path));
     if (artifact.producer.fingerprint != node->fingerprint_) {

@@ -39,6 +39,7 @@ struct ProducerNodeOptions {
   size_t max_inflight_mb = 64;  // per session
   size_t prefix_cache_mb = 0;   // the prefix cache's budget (0: off)
   uint32_t capacity = 0;        // prefills at once the router may send it (0: no limit)
+  int prefill_threads = 8;      // prefills run at once (ProducerModel::prefill_threads)
 };
 
 class ProducerNode {

@@ -15,7 +15,6 @@
 #include "codec/code_encoder.h"
 #include "codec/transfer_mode.h"
 #include "producer/prefill_streamer.h"
-#include "proto/call_watch.h"
 #include "proto/grpc_util.h"
 #include "proto/prefix_cache_stats.h"
 #include "proto/request_validation.h"
@@ -49,7 +48,8 @@ ProducerControlService::ProducerControlService(ProducerModel producer,
       transport_(transport),
       secret_(std::move(secret)),
       connection_options_(std::move(connection_options)),
-      shape_(connection_options_.shape) {
+      shape_(connection_options_.shape),
+      prefill_queue_(producer_.prefill_threads) {
   if (producer_.prefix_cache_bytes > 0) {
     // Every plan this producer may be asked for: what its cached blocks must let it encode.
     std::vector<TransferPlan> plans;
@@ -190,13 +190,40 @@ struct ProducerControlService::PrefillRun {
   StreamReport report;
 };
 
-grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
-                                             const v1::PrefillRequest* request,
-                                             v1::PrefillResponse* response) {
+// One Prefill call: its cancellation, which gRPC tells (OnCancel); finished by its run.
+class ProducerControlService::PrefillCall final : public grpc::ServerUnaryReactor {
+ public:
+  Cancellation cancellation;
+
+ private:
+  void OnCancel() override {
+    cancellation.Cancel(absl::CancelledError("the coordinator's call was cancelled"));
+  }
+  void OnDone() override { delete this; }
+};
+
+grpc::ServerUnaryReactor* ProducerControlService::Prefill(grpc::CallbackServerContext* context,
+                                                          const v1::PrefillRequest* request,
+                                                          v1::PrefillResponse* response) {
+  auto* call = new PrefillCall;
   if (grpc::Status auth = secret_.Check(*context); !auth.ok()) {
     ended_.Add("refused_unauthenticated");
-    return auth;
+    call->Finish(auth);
+    return call;
   }
+  prefill_queue_.Run([this, call, request, response] {
+    // Cancelled while it waited: nothing was opened yet.
+    call->Finish(call->cancellation.cancelled()
+                     ? grpc::Status(grpc::StatusCode::CANCELLED, "cancelled before it ran")
+                     : RunPrefill(*request, &call->cancellation, response));
+  });
+  return call;
+}
+
+grpc::Status ProducerControlService::RunPrefill(const v1::PrefillRequest& prefill,
+                                                Cancellation* cancel,
+                                                v1::PrefillResponse* response) {
+  const v1::PrefillRequest* request = &prefill;
   const v1::GenerateRequest& req = request->request();
   const std::string id = ForLog(req.request_id(), 40);  // for logs
   if (request->session_id().empty()) {
@@ -234,9 +261,9 @@ grpc::Status ProducerControlService::Prefill(grpc::ServerContext* context,
                            o.adapt});
     run.stream_index.push_back(i);
   }
-  if (run.keys.has_value() && !run.streams.empty()) LookUpPrefix(context, &run);
+  if (run.keys.has_value() && !run.streams.empty()) LookUpPrefix(cancel, &run);
   if (!run.streams.empty()) {
-    if (absl::Status streamed = Stream(context, &run); !streamed.ok()) {
+    if (absl::Status streamed = Stream(cancel, &run); !streamed.ok()) {
       return ToGrpcStatus(streamed);
     }
   }
@@ -294,7 +321,7 @@ absl::Status ProducerControlService::OpenSession(const v1::PrefillRequest& reque
   return absl::OkStatus();
 }
 
-void ProducerControlService::LookUpPrefix(grpc::ServerContext* context, PrefillRun* run) {
+void ProducerControlService::LookUpPrefix(Cancellation* cancel, PrefillRun* run) {
   // The cached part of the prefix (single-flight: when another request is computing the next
   // blocks, wait for it and look again), and the claim on what this request will compute.
   const bool servable =
@@ -306,26 +333,22 @@ void ProducerControlService::LookUpPrefix(grpc::ServerContext* context, PrefillR
     run->cached = servable ? prefix_store_->Lookup(*run->keys, full) : CachedPrefix{};
     if (run->cached.blocks.size() >= full) break;
     run->claim = prefix_store_->blocks().ClaimOrWait(run->keys->keys, run->cached.blocks.size(),
-                                                     full, wait_until,
-                                                     [context] { return context->IsCancelled(); });
-    if (run->claim.has_value() || absl::Now() >= wait_until || context->IsCancelled()) break;
+                                                     full, wait_until, cancel);
+    if (run->claim.has_value() || absl::Now() >= wait_until || cancel->cancelled()) break;
   }
   prefix_store_->Record(run->cached.tokens, static_cast<int64_t>(run->prefix.size()));
   run->reuse = PrefixReuse{prefix_store_.get(), &run->cached, &run->keep, &run->codes};
 }
 
-absl::Status ProducerControlService::Stream(grpc::ServerContext* context, PrefillRun* run) {
+absl::Status ProducerControlService::Stream(Cancellation* cancel, PrefillRun* run) {
   ++running_;
   std::vector<StreamTarget>& streams = run->streams;
   // The caller going away ends every session, which ends the pass at its next layer.
-  Cancellation cancellation;
-  const Cancellation::Registration end_sessions =
-      cancellation.OnCancel([&streams](const absl::Status&) {
-        for (const StreamTarget& stream : streams) {
-          stream.session->Cancel("the request was cancelled");
-        }
-      });
-  CallCancellationWatch watch(context, &cancellation);
+  const Cancellation::Registration end_sessions = cancel->OnCancel([&streams](const absl::Status&) {
+    for (const StreamTarget& stream : streams) {
+      stream.session->Cancel("the request was cancelled");
+    }
+  });
   absl::StatusOr<StreamReport> streamed = GuardExceptions("ProducerControlService::Prefill", [&] {
     return StreamPrefill(*producer_.model, run->prefix, streams, &held_payload_bytes_,
                          run->reuse.has_value() ? &*run->reuse : nullptr);

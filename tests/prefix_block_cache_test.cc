@@ -205,8 +205,20 @@ TEST(PrefixBlockCache, WaitEndsAtItsDeadlineOrStop) {
   const absl::Time start = absl::Now();
   EXPECT_FALSE(cache.ClaimOrWait(keys, 0, 1, absl::Now() + absl::Milliseconds(100), nullptr));
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(90));
-  EXPECT_FALSE(cache.ClaimOrWait(keys, 0, 1, absl::Now() + absl::Seconds(30), [] { return true; }));
+  Cancellation cancelled;
+  cancelled.Cancel(absl::CancelledError("gone"));
+  EXPECT_FALSE(cache.ClaimOrWait(keys, 0, 1, absl::Now() + absl::Seconds(30), &cancelled));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  // A cancel during the wait ends it (its callback wakes the wait: nothing polls).
+  Cancellation later;
+  std::thread canceller([&later] {
+    absl::SleepFor(absl::Milliseconds(50));
+    later.Cancel(absl::CancelledError("gone"));
+  });
+  const absl::Time waited = absl::Now();
+  EXPECT_FALSE(cache.ClaimOrWait(keys, 0, 1, absl::Now() + absl::Seconds(30), &later));
+  EXPECT_LT(absl::Now() - waited, absl::Seconds(5));
+  canceller.join();
 }
 
 TEST(PrefixBlockCache, CountsHitsAndMisses) {

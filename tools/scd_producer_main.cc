@@ -34,6 +34,9 @@ int main(int argc, char** argv) {
   app.add_option("--capacity", options.capacity,
                  "prefills at once the coordinator routes here before preferring another producer "
                  "(0: no limit)");
+  app.add_option("--prefill-threads", options.prefill_threads,
+                 "prefills run at once; more wait in a queue holding no thread")
+      ->check(CLI::Range(1, 1024));
   scd::AddDaemonFlags(&app, &daemon, scd::kLogLevelFlag | scd::kThreadsFlag);
   return scd::RunDaemon(
       "scd-producer", app, argc, argv, daemon, [&]() -> absl::StatusOr<scd::DaemonHandle> {
