@@ -1,5 +1,6 @@
 #include "consumer/decode_service.h"
 
+#include <grpcpp/alarm.h>
 #include <spdlog/spdlog.h>
 
 #include <utility>
@@ -96,8 +97,26 @@ absl::StatusOr<ServedRequest> ConsumerControlService::Route(const v1::DecodeRequ
   served.prompt_ids = *std::move(prompt_ids);
   served.received = received;
   if (ticket != nullptr) {
-    served.session = [ticket = std::shared_ptr<SessionRouter::Ticket>(std::move(ticket))](
-                         absl::Duration timeout) { return ticket->Wait(timeout); };
+    // The wait for the session holds no thread: the ticket says when it arrived (or failed), a
+    // timer when it is late.
+    struct SessionWait {
+      std::unique_ptr<SessionRouter::Ticket> ticket;
+      grpc::Alarm late;
+    };
+    auto wait = std::make_shared<SessionWait>();
+    wait->ticket = std::move(ticket);
+    served.session = [wait](absl::Duration timeout) { return wait->ticket->Wait(timeout); };
+    served.on_session = [wait, router = router_,
+                         tag = SessionTag(request->session_id(), consumer_.name)](
+                            absl::Duration timeout, std::function<void()> ready) {
+      wait->late.Set(absl::ToChronoTime(absl::Now() + timeout), [router, tag, timeout](bool ok) {
+        if (!ok) return;  // arrived (or the request ended) first
+        router->FailWaiting(
+            tag, absl::DeadlineExceededError(
+                     absl::StrCat("no transfer session within ", absl::FormatDuration(timeout))));
+      });
+      wait->ticket->OnArrival(std::move(ready));
+    };
     served.on_cancel = [router = router_, tag = SessionTag(request->session_id(), consumer_.name)](
                            const absl::Status& why) { router->Fail(tag, why); };
   }

@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <optional>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "base/exception_guard.h"
 #include "base/status_macros.h"
 #include "codec/code_decoder.h"
 #include "codec/code_encoder.h"
@@ -205,30 +208,6 @@ absl::StatusOr<PrefixOutcome> PreparePrefix(
   return outcome;
 }
 
-// Hands the sequence to the scheduler and writes its events as they come (SequenceStream);
-// returns how it ended and, in *first_token, when its first token's event was made.
-// INVALID_ARGUMENT and the like when the scheduler refused it.
-absl::StatusOr<SequenceEnd> Decode(const ConsumerModel& consumer, DecodeScheduler& scheduler,
-                                   const std::vector<TokenId>& ids, KvCache cache,
-                                   const at::Tensor& first_logits, const GenerationOptions& options,
-                                   absl::Time deadline, const std::atomic<bool>* cancelled,
-                                   std::function<void(const KvCache&)> on_prompt_done,
-                                   const EventSink& emit, absl::Time* first_token) {
-  SequenceStream::Options stream_options;
-  stream_options.target = consumer.name;
-  stream_options.tokenizer = consumer.tokenizer;
-  stream_options.stop_strings = options.stop_strings;
-  stream_options.top_logprobs = options.top_logprobs;
-  stream_options.on_prompt_done = std::move(on_prompt_done);
-  SequenceStream stream(std::move(stream_options), ids);
-  SequenceRequest sequence{ids,      std::move(cache), first_logits, options,
-                           deadline, cancelled,        &stream};
-  SCD_RETURN_IF_ERROR(scheduler.Submit(std::move(sequence)));
-  SequenceEnd end = stream.Drain(emit);
-  *first_token = stream.first_token();
-  return end;
-}
-
 // The Finished event of a target that decoded: how the prefix came to be and the sequence ended.
 v1::Finished FinishedOf(const PrefixOutcome& prefix, const SequenceEnd& end, size_t prompt_tokens,
                         absl::Time start, absl::Time first_token, absl::Time received) {
@@ -377,103 +356,234 @@ absl::Status EndError(const SequenceEnd& end, absl::Duration budget) {
   return end.status;
 }
 
-// RunTarget once its inputs are checked: the Started event, the prefix (cached, transferred or
-// prefilled), the decode and the Finished event. A non-OK return is the Error RunTarget writes.
-absl::Status RunChecked(const ConsumerModel& consumer, const v1::GenerateRequest& request,
-                        const TargetRoute& route, const std::vector<TokenId>& ids,
-                        const GenerationOptions& options, DecodeScheduler& scheduler,
-                        const RunContext& context, const EventSink& emit, absl::Time start) {
-  const absl::Duration budget = request.deadline_ms() > 0
-                                    ? absl::Milliseconds(request.deadline_ms())
-                                    : consumer.default_deadline;
-  const absl::Time deadline = context.received + budget;
+// The Error event of a target that failed.
+void EmitError(const ConsumerModel& consumer, const EventSink& emit, const absl::Status& status) {
+  v1::GenerateEvent e;
+  e.set_target(consumer.name);
+  e.mutable_error()->set_code(static_cast<int32_t>(status.code()));
+  e.mutable_error()->set_message(std::string(status.message()));
+  emit(e);
+}
 
-  v1::GenerateEvent started = StartedEvent(consumer, request, route);
+// A target whose sequence the scheduler runs: what its end needs, kept until then (no thread
+// waits for it). Ended, on the scheduler's thread, writes the Finished (or the Error), runs
+// `done` and deletes it.
+struct RunningTarget {
+  const ConsumerModel* consumer = nullptr;
+  EventSink emit;
+  RunDone done;
+  absl::Time start, received;
+  absl::Duration budget;
+  PrefixOutcome prefix;
+  std::vector<TokenId> ids;
+  std::optional<ConsumerPrefixCache::Keys> prefix_keys;  // unset: nothing to store
+  bool stored = false;
+  std::unique_ptr<SequenceStream> stream;
+
+  // Stores the prefix's blocks this request computed, once its cache holds the whole prefix.
+  void StorePrefix(const KvCache& complete) {
+    if (stored || !prefix_keys.has_value()) return;
+    stored = true;
+    consumer->prefix_cache->Store(*prefix_keys, prefix.cached_tokens, complete);
+  }
+  void Ended(const SequenceEnd& end) {
+    absl::Status status = EndError(end, budget);
+    if (status.ok()) {
+      v1::GenerateEvent finished;
+      finished.set_target(consumer->name);
+      *finished.mutable_finished() =
+          FinishedOf(prefix, end, ids.size(), start, stream->first_token(), received);
+      emit(finished);
+    } else {
+      EmitError(*consumer, emit, status);
+    }
+    const RunDone finish = std::move(done);
+    delete this;  // the stream too: this is its last act (SequenceStream::Options::on_ended)
+    finish(std::move(status));
+  }
+};
+
+// One target from its checked inputs to the hand-over of its sequence (StartTarget): Begin runs
+// up to the Started event; Continue the prefix (cached, transferred or prefilled) and the
+// hand-over, whose end `running_` finishes. A transfer whose session can be waited for without a
+// thread (RunContext::on_session) continues on a thread of its own once the session is there.
+class TargetRun {
+ public:
+  TargetRun(const ConsumerModel& consumer, const v1::GenerateRequest& request, TargetRoute route,
+            std::vector<TokenId> ids, GenerationOptions options, const RunContext& context,
+            std::unique_ptr<RunningTarget> running)
+      : consumer_(consumer),
+        request_(request),
+        route_(std::move(route)),
+        ids_(std::move(ids)),
+        options_(std::move(options)),
+        context_(context),
+        running_(std::move(running)),
+        budget_(request.deadline_ms() > 0 ? absl::Milliseconds(request.deadline_ms())
+                                          : consumer.default_deadline),
+        deadline_(context.received + budget_) {}
+
+  // Runs it; a failure emits the Error and ends the target (RunningTarget::done).
+  static void Run(std::unique_ptr<TargetRun> run) {
+    if (absl::Status begun = run->Begin(); !begun.ok()) return run->Fail(std::move(begun));
+    if (!run->planned_.has_value() || !run->context_.on_session) return Finish(std::move(run));
+    // Waits for the producer's session with no thread; continues on one of its own.
+    const absl::Duration timeout = std::max(
+        absl::ZeroDuration(),
+        std::min(run->deadline_, absl::Now() + run->consumer_.transfer_timeout) - absl::Now());
+    TargetRun* waiting = run.release();
+    waiting->context_.on_session(timeout, [waiting] {
+      std::thread([waiting] { Finish(std::unique_ptr<TargetRun>(waiting)); }).detach();
+    });
+  }
+
+ private:
+  static void Finish(std::unique_ptr<TargetRun> run) {
+    absl::Status status = GuardExceptions("TargetRun", [&] { return run->Continue(); });
+    if (!status.ok()) run->Fail(std::move(status));
+  }
+  void Fail(absl::Status status) {
+    EmitError(consumer_, running_->emit, status);
+    const RunDone finish = std::move(running_->done);
+    running_.reset();
+    finish(std::move(status));
+  }
+  absl::Status Begin();
+  absl::Status Continue();
+
+  const ConsumerModel& consumer_;
+  const v1::GenerateRequest request_;
+  const TargetRoute route_;
+  const std::vector<TokenId> ids_;
+  const GenerationOptions options_;
+  const RunContext context_;
+  std::unique_ptr<RunningTarget> running_;  // null once handed over
+  const absl::Duration budget_;
+  const absl::Time deadline_;
+  v1::GenerateEvent started_;
+  std::optional<KvCache> cache_;
+  std::optional<ConsumerPrefixCache::Keys> prefix_keys_;
+  int64_t cached_tokens_ = 0;
+  std::optional<ExpectedTransfer> planned_;  // unset: local
+};
+
+absl::Status TargetRun::Begin() {
+  started_ = StartedEvent(consumer_, request_, route_);
   // The prefix cache's part of the prefix: loaded before anything else happens.
-  const int64_t capacity = std::min<int64_t>(consumer.model->config().max_position_embeddings,
-                                             static_cast<int64_t>(ids.size()) + options.max_tokens);
-  KvCache cache = consumer.model->NewCache(capacity);
-  const int64_t prefix_tokens = static_cast<int64_t>(ids.size()) - 1;
-  std::optional<ConsumerPrefixCache::Keys> prefix_keys;
-  absl::StatusOr<int64_t> cached_tokens =
-      LoadCachedPrefix(consumer, request, route, ids, &prefix_keys, &cache);
-  if (!cached_tokens.ok()) return cached_tokens.status();
-  started.mutable_started()->set_consumer_cached_tokens(static_cast<uint32_t>(*cached_tokens));
-  absl::StatusOr<std::optional<ExpectedTransfer>> planned =
-      PlanFor(consumer, route, prefix_tokens - *cached_tokens, &started);
-  if (!planned.ok()) return planned.status();
-  emit(started);
+  const int64_t capacity =
+      std::min<int64_t>(consumer_.model->config().max_position_embeddings,
+                        static_cast<int64_t>(ids_.size()) + options_.max_tokens);
+  cache_ = consumer_.model->NewCache(capacity);
+  const int64_t prefix_tokens = static_cast<int64_t>(ids_.size()) - 1;
+  SCD_ASSIGN_OR_RETURN(
+      cached_tokens_, LoadCachedPrefix(consumer_, request_, route_, ids_, &prefix_keys_, &*cache_));
+  started_.mutable_started()->set_consumer_cached_tokens(static_cast<uint32_t>(cached_tokens_));
+  SCD_ASSIGN_OR_RETURN(planned_,
+                       PlanFor(consumer_, route_, prefix_tokens - cached_tokens_, &started_));
+  running_->emit(started_);
+  return absl::OkStatus();
+}
 
+absl::Status TargetRun::Continue() {
+  DecodeScheduler& scheduler = *consumer_.scheduler;
+  const int64_t prefix_tokens = static_cast<int64_t>(ids_.size()) - 1;
   absl::StatusOr<PrefixOutcome> prefix =
-      PreparePrefix(consumer, scheduler, request, route, *planned ? &**planned : nullptr, ids,
-                    context, deadline, *cached_tokens, &cache);
+      PreparePrefix(consumer_, scheduler, request_, route_, planned_ ? &*planned_ : nullptr, ids_,
+                    context_, deadline_, cached_tokens_, &*cache_);
   if (!prefix.ok()) return prefix.status();
   // Stores the prefix's blocks this request computed, once its cache holds the whole prefix.
-  if (prefix->mode != route.mode && prefix_keys.has_value()) {
+  if (prefix->mode != route_.mode && prefix_keys_.has_value()) {
     // A fallback's cache is local: its own scope.
-    prefix_keys = consumer.prefix_cache->KeysFor(
-        ConsumerPrefixCache::RouteScope(TransferMode::kLocal, "", ""), request.cache_salt(),
-        absl::MakeConstSpan(ids).first(static_cast<size_t>(prefix_tokens)));
+    prefix_keys_ = consumer_.prefix_cache->KeysFor(
+        ConsumerPrefixCache::RouteScope(TransferMode::kLocal, "", ""), request_.cache_salt(),
+        absl::MakeConstSpan(ids_).first(static_cast<size_t>(prefix_tokens)));
   }
-  bool stored = prefix_keys == std::nullopt;
-  auto store_prefix = [&](const KvCache& complete) {
-    if (stored) return;
-    stored = true;
-    consumer.prefix_cache->Store(*prefix_keys, prefix->cached_tokens, complete);
-  };
-  if (prefix->mode != TransferMode::kLocal) store_prefix(cache);  // rebuilt: [0, prefix) complete
-  if (prefix->mode != route.mode && context.on_fallback) {
-    context.on_fallback(FallbackNotice(started, *prefix));  // announced before it runs
+  RunningTarget* r = running_.get();
+  r->prefix = *std::move(prefix);
+  r->ids = ids_;
+  r->budget = budget_;
+  r->prefix_keys = std::move(prefix_keys_);
+  if (r->prefix.mode != TransferMode::kLocal) r->StorePrefix(*cache_);  // rebuilt
+  if (r->prefix.mode != route_.mode && context_.on_fallback) {
+    context_.on_fallback(FallbackNotice(started_, r->prefix));  // announced before it runs
   }
-
-  // The scheduler prefills what is left (local) and decodes; the stream turns its tokens into
-  // events, written here, on this request's thread.
-  absl::Time first_token = absl::InfinitePast();
-  absl::StatusOr<SequenceEnd> end =
-      Decode(consumer, scheduler, ids, std::move(cache), prefix->first_logits, options, deadline,
-             context.cancellation != nullptr ? context.cancellation->flag() : nullptr, store_prefix,
-             emit, &first_token);
-  if (!end.ok()) return end.status();
-  SCD_RETURN_IF_ERROR(EndError(*end, budget));
-  v1::GenerateEvent finished;
-  finished.set_target(consumer.name);
-  *finished.mutable_finished() =
-      FinishedOf(*prefix, *end, ids.size(), start, first_token, context.received);
-  emit(finished);
+  // The scheduler prefills what is left (local) and decodes; the stream hands its events over
+  // on the scheduler's thread, and its end finishes the target (RunningTarget::Ended).
+  SequenceStream::Options stream_options;
+  stream_options.target = consumer_.name;
+  stream_options.tokenizer = consumer_.tokenizer;
+  stream_options.stop_strings = options_.stop_strings;
+  stream_options.top_logprobs = options_.top_logprobs;
+  stream_options.on_prompt_done = [r](const KvCache& complete) { r->StorePrefix(complete); };
+  stream_options.on_event = r->emit;
+  stream_options.on_ended = [r](const SequenceEnd& end) { r->Ended(end); };
+  r->stream = std::make_unique<SequenceStream>(std::move(stream_options), ids_);
+  SequenceRequest sequence{
+      ids_,
+      *std::move(cache_),
+      r->prefix.first_logits,
+      options_,
+      deadline_,
+      context_.cancellation != nullptr ? context_.cancellation->flag() : nullptr,
+      r->stream.get()};
+  running_.release();  // from here the sequence's end owns it
+  if (absl::Status submitted = scheduler.Submit(std::move(sequence)); !submitted.ok()) {
+    running_.reset(r);  // refused: never handed over
+    return submitted;
+  }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest& request,
-                       const TargetRoute& route_in, const RunContext& context,
-                       const EventSink& emit) {
-  const absl::Time start = absl::Now();
+void StartTarget(const ConsumerModel& consumer, const v1::GenerateRequest& request,
+                 const TargetRoute& route_in, const RunContext& context, EventSink emit,
+                 RunDone done) {
+  auto running = std::make_unique<RunningTarget>();
+  running->consumer = &consumer;
+  running->emit = std::move(emit);
+  running->done = std::move(done);
+  running->start = absl::Now();
+  running->received = context.received;
   auto fail = [&](absl::Status status) {
-    v1::GenerateEvent e;
-    e.set_target(consumer.name);
-    e.mutable_error()->set_code(static_cast<int32_t>(status.code()));
-    e.mutable_error()->set_message(std::string(status.message()));
-    emit(e);
-    return status;
+    EmitError(consumer, running->emit, status);
+    const RunDone finish = std::move(running->done);
+    running.reset();
+    finish(std::move(status));
   };
   absl::StatusOr<std::vector<TokenId>> ids =
       context.prompt_ids.has_value() ? *context.prompt_ids : PromptIds(consumer, request);
   if (!ids.ok()) return fail(ids.status());
   absl::StatusOr<GenerationOptions> options = GenerationOptionsFor(consumer, request);
   if (!options.ok()) return fail(options.status());
-  // Without the consumer's scheduler (tests calling this directly): one of its own.
-  std::optional<DecodeScheduler> own;
-  if (consumer.scheduler == nullptr) own.emplace(*consumer.model, SchedulerOptions());
-  DecodeScheduler& scheduler = consumer.scheduler != nullptr ? *consumer.scheduler : *own;
+  if (consumer.scheduler == nullptr) return fail(absl::InternalError("no decode scheduler"));
   TargetRoute route = route_in;
   if (route.mode != TransferMode::kLocal && ids->size() < 2) {
     route = TargetRoute{};
     route.mode_reason = "a 1-token prompt has no prefix to transfer";
   }
-  absl::Status status =
-      RunChecked(consumer, request, route, *ids, *options, scheduler, context, emit, start);
-  return status.ok() ? status : fail(status);
+  TargetRun::Run(std::make_unique<TargetRun>(consumer, request, std::move(route), *std::move(ids),
+                                             *std::move(options), context, std::move(running)));
+}
+
+absl::Status RunTarget(const ConsumerModel& consumer_in, const v1::GenerateRequest& request,
+                       const TargetRoute& route, const RunContext& context, const EventSink& emit) {
+  // Without the consumer's scheduler (tests calling this directly): one of its own, which
+  // outlives the run (the call waits for its end).
+  ConsumerModel consumer = consumer_in;
+  std::optional<DecodeScheduler> own;
+  if (consumer.scheduler == nullptr) {
+    own.emplace(*consumer.model, SchedulerOptions());
+    consumer.scheduler = &*own;
+  }
+  absl::Notification ended;
+  absl::Status result;
+  StartTarget(consumer, request, route, context, emit, [&](absl::Status status) {
+    result = std::move(status);
+    ended.Notify();
+  });
+  ended.WaitForNotification();
+  return result;
 }
 
 }  // namespace scd::consumer

@@ -58,7 +58,8 @@ struct ConsumerModel {
   absl::Duration default_deadline = absl::Seconds(60);
   ConsumerPrefixCache* prefix_cache = nullptr;  // not owned; null: no prefix cache
   ServingMetrics* metrics = nullptr;            // not owned; null: no metrics recorded
-  // Not owned; null: each call runs its own scheduler (tests), batching nothing across calls.
+  // Not owned; required by StartTarget and the services (null: RunTarget runs a scheduler of
+  // its own per call, batching nothing across calls -- tests).
   DecodeScheduler* scheduler = nullptr;
   // The longest a transfer may stall: its session not opened, or no chunk arriving.
   absl::Duration transfer_timeout = absl::Seconds(30);
@@ -82,8 +83,11 @@ struct TargetRoute {
 // This request's transfer session, once the producer has opened it (waits up to `timeout`).
 using SessionSource = std::function<absl::StatusOr<std::shared_ptr<transport::ReceiveSession>>(
     absl::Duration timeout)>;
-// Receives every event, in order, on the calling thread.
+// Receives every event, in order: those before the sequence is handed to the scheduler on the
+// calling thread, the rest on the scheduler's (it must not block there).
 using EventSink = std::function<void(const v1::GenerateEvent&)>;
+// Told once how a target ended: the status its terminal event carried (OK for Finished).
+using RunDone = std::function<void(absl::Status)>;
 
 struct RunContext {
   absl::Time received = absl::Now();             // request arrival (Timings.queue, ttft, total)
@@ -92,6 +96,12 @@ struct RunContext {
   // by it (ServeRequest fails the session's ticket from a callback).
   Cancellation* cancellation = nullptr;
   SessionSource session;  // required unless the route is local
+  // Optional: lets a transfer wait for its session without a thread -- called once with the
+  // longest wait and `ready`, which it calls once (on any thread) when `session` would return at
+  // once: the session arrived, the transfer failed or was cancelled, or the wait timed out (then
+  // `session` returns DEADLINE_EXCEEDED). StartTarget then returns, and the rest of the run
+  // continues on a thread of its own.
+  std::function<void(absl::Duration timeout, std::function<void()> ready)> on_session;
   // The prompt's ids when the caller has them already (CheckRequest); else RunTarget tokenizes.
   std::optional<std::vector<TokenId>> prompt_ids;
   // Optional: called once, on the calling thread, when the transfer failed and the target falls
@@ -102,7 +112,17 @@ struct RunContext {
   std::function<void(const v1::GenerateEvent& started)> on_fallback;
 };
 
-// Runs one target; returns the status the terminal event carries (OK for Finished), for logs.
+// Runs one target up to its sequence's hand-over to the consumer's scheduler (the prefix cache,
+// the transfer and its rebuild run on the calling thread, or after a wait for the session without
+// a thread on one of their own: RunContext::on_session), then returns: the scheduler's thread
+// emits the rest and the terminal event and calls `done` -- no thread waits for the decode.
+// Inputs refused, or a prefix that failed: the Error is emitted and `done` called before it
+// returns. REQUIRES: consumer.scheduler set; `consumer` and `context.cancellation` outlive `done`.
+void StartTarget(const ConsumerModel& consumer, const v1::GenerateRequest& request,
+                 const TargetRoute& route, const RunContext& context, EventSink emit, RunDone done);
+
+// StartTarget, waiting for its end (with a scheduler of its own when the consumer has none);
+// returns the status the terminal event carries (OK for Finished).
 absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest& request,
                        const TargetRoute& route, const RunContext& context, const EventSink& emit);
 

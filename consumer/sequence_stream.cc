@@ -43,15 +43,35 @@ bool SequenceStream::Token(TokenId id, const TokenLogprobs& logprobs) {
     stop_string_ = stops_.Add(detok_->Push(id), [&](std::string_view p) { piece.append(p); });
   }
   v1::GenerateEvent e = Delta(std::move(piece), id, &logprobs);
-  absl::MutexLock lock(&mu_);
-  if (first_token_ == absl::InfinitePast()) first_token_ = absl::Now();
-  events_.push_back(std::move(e));
+  {
+    absl::MutexLock lock(&mu_);
+    if (first_token_ == absl::InfinitePast()) first_token_ = absl::Now();
+    if (!options_.on_event) events_.push_back(std::move(e));
+  }
+  if (options_.on_event) options_.on_event(e);
   return !stop_string_;
 }
 
 void SequenceStream::Ended(const SequenceEnd& end) {
+  if (options_.on_event) {
+    if (std::optional<v1::GenerateEvent> rest = Rest(end)) options_.on_event(*rest);
+    // The last act: on_ended may destroy this stream (its own copy runs).
+    const std::function<void(const SequenceEnd&)> ended = options_.on_ended;
+    if (ended) ended(end);
+    return;
+  }
   absl::MutexLock lock(&mu_);
   end_ = end;
+}
+
+std::optional<v1::GenerateEvent> SequenceStream::Rest(const SequenceEnd& end) {
+  // The scheduler is done with the detokenizer: flush what a normal end held back.
+  if (!end.status.ok() || stop_string_) return std::nullopt;
+  std::string rest;
+  if (detok_.has_value()) stops_.Add(detok_->Flush(), [&](std::string_view p) { rest.append(p); });
+  stops_.Finish([&](std::string_view p) { rest.append(p); });
+  if (rest.empty()) return std::nullopt;
+  return Delta(std::move(rest), std::nullopt, nullptr);
 }
 
 SequenceEnd SequenceStream::Drain(const std::function<void(const v1::GenerateEvent&)>& emit) {
@@ -70,13 +90,7 @@ SequenceEnd SequenceStream::Drain(const std::function<void(const v1::GenerateEve
     for (const v1::GenerateEvent& e : batch) emit(e);
     if (end.has_value()) break;
   }
-  // The scheduler is done with the detokenizer: flush what a normal end held back.
-  if (end->status.ok() && !stop_string_) {
-    std::string rest;
-    if (detok_.has_value()) stops_.Add(detok_->Flush(), [&](std::string_view p) { rest.append(p); });
-    stops_.Finish([&](std::string_view p) { rest.append(p); });
-    if (!rest.empty()) emit(Delta(std::move(rest), std::nullopt, nullptr));
-  }
+  if (std::optional<v1::GenerateEvent> rest = Rest(*end)) emit(*rest);
   return *end;
 }
 

@@ -1,7 +1,9 @@
 // SequenceStream: what streams one sequence's events. It is the scheduler's sink for one
 // sequence (consumer/decode_scheduler.h): each token becomes a scd.v1 TokenDelta (its id; text
 // held back only inside a UTF-8 character or a possible stop string; its log-probabilities when
-// asked), queued for the request's own thread, which writes them with Drain. The scheduler never
+// asked), queued for the request's own thread, which writes them with Drain -- or, with
+// Options::on_event set, handed to it on the scheduler's thread as it is made (then
+// Options::on_ended is told the end, and no thread waits for the sequence). The scheduler never
 // waits on a client: a slow reader slows only its own stream (its queue holds at most max_tokens
 // events). When the sequence ended normally the text still held back is flushed. The terminal
 // event (Finished or Error) is the caller's: it knows the route and the timings.
@@ -35,6 +37,11 @@ class SequenceStream final : public SequenceSink {
     int top_logprobs = 0;
     // Called (scheduler thread) once every prompt position is in the cache.
     std::function<void(const KvCache&)> on_prompt_done;
+    // Set: every event is handed here (scheduler thread; must not block) instead of queued for
+    // Drain, the held-back text too, and then on_ended is called with how the sequence ended --
+    // the stream's last act: on_ended may destroy it.
+    std::function<void(const v1::GenerateEvent&)> on_event;
+    std::function<void(const SequenceEnd&)> on_ended;
   };
   // `prompt`: the detokenizer's left context.
   SequenceStream(Options options, absl::Span<const TokenId> prompt);
@@ -54,6 +61,8 @@ class SequenceStream final : public SequenceSink {
  private:
   v1::GenerateEvent Delta(std::string text, std::optional<TokenId> id,
                           const TokenLogprobs* logprobs) const;
+  // The text a normal end held back, as an event (nullopt: none). Once, after the last token.
+  std::optional<v1::GenerateEvent> Rest(const SequenceEnd& end);
 
   const Options options_;
   // Scheduler thread until Ended, then the draining thread.

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -15,77 +17,120 @@
 
 namespace scd::consumer {
 
-grpc::Status ServeRequest(const ConsumerModel& consumer, Admission& admission, Tally* outcomes,
-                          Cancellation* cancellation_in, const EventSink& write_event,
-                          ServedRequest served) {
+namespace {
+
+// What a served request holds from its admission to its end.
+struct Serving {
+  Cancellation::Registration wake;  // ServedRequest::on_cancel
+  std::unique_ptr<Admission::Reservation> reservation;
+  std::optional<ServingMetrics::Call> metrics;
+  Cancellation* cancellation = nullptr;
+  EventSink write_event;
+  std::string id;
+  Tally* outcomes = nullptr;
+  ServeDone done;
+
+  void Write(const v1::GenerateEvent& event) {
+    metrics->Observe(event);
+    if (!cancellation->cancelled()) write_event(event);
+  }
+  // The run ended with `status` (the terminal event's): logs, counts, gives back what it held,
+  // then tells the caller.
+  void End(const absl::Status& status) {
+    const bool cancelled = cancellation->cancelled();
+    spdlog::info("[{}] ended: {}{}", id, ForLog(status.ToString(), 300),
+                 cancelled ? " (cancelled)" : "");
+    if (outcomes != nullptr) {
+      outcomes->Add(cancelled ? "request_cancelled"
+                    : status.ok()
+                        ? "request_finished"
+                        : absl::StrCat("request_", absl::AsciiStrToLower(
+                                                       absl::StatusCodeToString(status.code()))));
+    }
+    wake.Reset();
+    reservation.reset();
+    metrics.reset();
+    const ServeDone finish = std::move(done);
+    finish(cancelled ? grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the caller")
+                     : grpc::Status::OK);  // the terminal event carries the outcome
+  }
+};
+
+}  // namespace
+
+void ServeRequest(const ConsumerModel& consumer, Admission& admission, Tally* outcomes,
+                  Cancellation* cancellation, EventSink write_event, ServedRequest served,
+                  ServeDone done) {
   const v1::GenerateRequest& req = served.request;
-  const std::string& id = served.id;
+  auto serving = std::make_shared<Serving>();
+  serving->cancellation = cancellation;
+  serving->write_event = std::move(write_event);
+  serving->id = served.id;
+  serving->outcomes = outcomes;
+  serving->done = std::move(done);
   // Admitted by KV memory, waiting in the queue while it does not fit (the coordinator asks the
   // producer to send only once Decode has started); a caller that goes away leaves the queue.
-  Cancellation& cancellation = *cancellation_in;
-  Cancellation::Registration wake;
-  if (served.on_cancel) wake = cancellation.OnCancel(served.on_cancel);
+  if (served.on_cancel) serving->wake = cancellation->OnCancel(served.on_cancel);
   const absl::Time deadline =
       served.received +
       (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms()) : consumer.default_deadline);
   absl::StatusOr<std::unique_ptr<Admission::Reservation>> reservation = admission.Admit(
-      ReservationBytes(consumer, req, served.prompt_ids.size()), deadline, &cancellation);
+      ReservationBytes(consumer, req, served.prompt_ids.size()), deadline, cancellation);
   if (!reservation.ok()) {
     CountRefusal(outcomes, reservation.status());
-    spdlog::info("[{}] refused: {}", id, ForLog(reservation.status().ToString(), 300));
-    return ToGrpcStatus(reservation.status());
+    spdlog::info("[{}] refused: {}", served.id, ForLog(reservation.status().ToString(), 300));
+    serving->wake.Reset();
+    const ServeDone finish = std::move(serving->done);
+    finish(ToGrpcStatus(reservation.status()));
+    return;
   }
-  spdlog::info("[{}] admitted for {}{} ({} of {} running, {} KV bytes reserved, waited {})", id,
-               TransferModeName(served.route.mode),
+  spdlog::info("[{}] admitted for {}{} ({} of {} running, {} KV bytes reserved, waited {})",
+               served.id, TransferModeName(served.route.mode),
                served.route.producer.empty() ? "" : " from " + ForLog(served.route.producer),
                admission.active(), admission.capacity(), (*reservation)->bytes(),
                absl::FormatDuration((*reservation)->waited()));
+  serving->reservation = *std::move(reservation);
+  serving->metrics.emplace(consumer.metrics);
 
   RunContext run;
   run.received = served.received;
-  run.cancellation = &cancellation;
+  run.cancellation = cancellation;
   run.prompt_ids = std::move(served.prompt_ids);
   run.session = std::move(served.session);
-  ServingMetrics::Call metrics(consumer.metrics);
-  auto write = [&](const v1::GenerateEvent& event) {
-    metrics.Observe(event);
-    if (!cancellation.cancelled()) write_event(event);
-  };
+  run.on_session = std::move(served.on_session);
+  Serving* const s = serving.get();
   if (served.announce_fallback) {
-    run.on_fallback = [&](const v1::GenerateEvent& started) {
-      spdlog::info("[{}] falling back: {}", id, ForLog(started.started().mode_reason(), 300));
-      write(started);
+    run.on_fallback = [s](const v1::GenerateEvent& started) {
+      spdlog::info("[{}] falling back: {}", s->id, ForLog(started.started().mode_reason(), 300));
+      s->Write(started);
     };
   }
-  const absl::Status status = GuardExceptions(
-      served.handler, [&] { return RunTarget(consumer, req, served.route, run, write); });
-  const bool cancelled = cancellation.cancelled();
-  spdlog::info("[{}] ended: {}{}", id, ForLog(status.ToString(), 300),
-               cancelled ? " (cancelled)" : "");
-  if (outcomes != nullptr) {
-    outcomes->Add(cancelled ? "request_cancelled"
-                  : status.ok()
-                      ? "request_finished"
-                      : absl::StrCat("request_", absl::AsciiStrToLower(
-                                                     absl::StatusCodeToString(status.code()))));
-  }
-  if (cancelled) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the caller");
-  return grpc::Status::OK;  // the terminal event carries the outcome
+  // Exceptions are caught up to the hand-over; the scheduler guards its own thread.
+  const absl::Status started = GuardExceptions(served.handler, [&] {
+    StartTarget(
+        consumer, req, served.route, run,
+        [serving](const v1::GenerateEvent& event) { serving->Write(event); },
+        [serving](absl::Status status) { serving->End(status); });
+    return absl::OkStatus();
+  });
+  if (!started.ok()) s->End(started);
 }
 
 EventStream* ServeOnStream(const ConsumerModel& consumer, Admission& admission, Tally* outcomes,
                            EventStream::Ended ended, ServedRequest served) {
-  // Up to this many events wait for a slow caller before the run waits for it.
-  constexpr size_t kQueuedEvents = 64;
+  // A request's events are at most max_tokens + 3 (Started, a fallback notice, the held-back
+  // text, the terminal event): the stream's queue is bounded by the request itself, and the
+  // scheduler never waits for a slow caller.
   auto* stream = new EventStream(kQueuedEvents, std::move(ended));
-  stream->Hold();  // released when the run ends
+  stream->Hold();  // released when the request ended
   std::thread([&consumer, &admission, outcomes, stream, served = std::move(served)]() mutable {
-    const grpc::Status status = ServeRequest(
+    ServeRequest(
         consumer, admission, outcomes, &stream->cancellation(),
-        [stream](const v1::GenerateEvent& event) { stream->PushAndWait(event); },
-        std::move(served));
-    stream->End(status);
-    stream->Release();
+        [stream](const v1::GenerateEvent& event) { stream->Push(event); }, std::move(served),
+        [stream](const grpc::Status& status) {
+          stream->End(status);
+          stream->Release();
+        });
   }).detach();
   return stream;
 }

@@ -7,8 +7,8 @@
 // cancelled or the error code's name; a refusal: "refused_" + the code's name).
 // ServeOnStream serves it on a callback call's EventStream (proto/event_stream.h): the call's
 // cancellation is the request's (gRPC reports a client gone at once: no watch polls for it).
-// Thread-safety: ServeRequest blocks the calling thread until the request ends; ServeOnStream
-// runs it on a thread of its own and returns at once.
+// Thread-safety: ServeRequest holds the calling thread up to the hand-over to the scheduler
+// (admission, the prefix, the transfer); no thread waits for the decode.
 #ifndef SCD_CONSUMER_SERVED_REQUEST_H_
 #define SCD_CONSUMER_SERVED_REQUEST_H_
 
@@ -36,6 +36,8 @@ struct ServedRequest {
   std::vector<TokenId> prompt_ids;  // checked (CheckRequest)
   absl::Time received;              // the call's arrival
   SessionSource session;            // the transfer's session (unset for a local route)
+  // Waits for it without a thread (RunContext::on_session; unset: `session` blocks).
+  std::function<void(absl::Duration timeout, std::function<void()> ready)> on_session;
   // Run when the request is cancelled (the caller went away): wakes the session source's wait
   // and ends a session under way (Decode: SessionRouter::Fail of the request's tag).
   std::function<void(const absl::Status& why)> on_cancel;
@@ -44,16 +46,26 @@ struct ServedRequest {
   bool announce_fallback = false;
 };
 
-// Serves `served`: a refusal at admission is the returned status (no event); else every event
-// is written with `write`, the terminal one last, and the status is OK, or CANCELLED when the
-// caller went away (`cancellation`: the call's, cancelled then; a write that fails cancels it).
-// `outcomes` counts how it ended.
-grpc::Status ServeRequest(const ConsumerModel& consumer, Admission& admission, Tally* outcomes,
-                          Cancellation* cancellation, const EventSink& write, ServedRequest served);
+// Told once how a served request ended: the call's status (a refusal at admission; else OK, or
+// CANCELLED when the caller went away).
+using ServeDone = std::function<void(const grpc::Status& status)>;
 
-// Serves `served` on a new EventStream (made with `ended`), from a thread of its own; the stream
-// is ended with ServeRequest's status. REQUIRES: `consumer`, `admission` and `outcomes` outlive
-// the call (a server's Shutdown waits for its calls to end).
+// Serves `served`: admission (waiting in the queue), then the run (StartTarget) up to its
+// sequence's hand-over, on the calling thread; its events are written with `write` (on the
+// calling thread, then the scheduler's: it must not block), the terminal one last. `done` is
+// called once at the end, after what the request held is given back -- at once for a refusal at
+// admission (no event). `cancellation`: the call's (a write that fails must cancel it); it and
+// `consumer`, `admission` and `outcomes` (counts how it ended) outlive `done`.
+void ServeRequest(const ConsumerModel& consumer, Admission& admission, Tally* outcomes,
+                  Cancellation* cancellation, EventSink write, ServedRequest served,
+                  ServeDone done);
+
+// Serves `served` on a new EventStream (made with `ended`): ServeRequest on a thread of its own
+// that ends at the sequence's hand-over; the stream is ended with ServeRequest's status. Up to
+// kQueuedEvents events are queued before the stream reports itself full (the queue is never cut:
+// a request's events are bounded by its max_tokens). REQUIRES: `consumer`, `admission` and
+// `outcomes` outlive the call (a server's Shutdown waits for its calls to end).
+inline constexpr size_t kQueuedEvents = 64;
 EventStream* ServeOnStream(const ConsumerModel& consumer, Admission& admission, Tally* outcomes,
                            EventStream::Ended ended, ServedRequest served);
 

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "transport/session_acceptor.h"
@@ -16,24 +17,37 @@ SessionRouter::SessionRouter(std::unique_ptr<transport::SessionAcceptor> accepto
 }
 
 SessionRouter::~SessionRouter() {
+  std::vector<std::function<void()>> waiting;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    for (auto& [tag, slot] : expected_) {
+      if (slot.on_arrival) waiting.push_back(std::move(slot.on_arrival));
+      slot.on_arrival = nullptr;
+    }
   }
+  for (const auto& ready : waiting) ready();  // their Wait says the consumer stops
   acceptor_->Close();  // no session is handed over after this returns
 }
 
 void SessionRouter::Deliver(std::shared_ptr<transport::ReceiveSession> session) {
   const std::string tag = session->header().request_id();
+  std::function<void()> ready;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;  // the acceptor's Close ends it
     auto it = expected_.find(tag);
     if (it != expected_.end() && it->second.session == nullptr && it->second.failed.ok()) {
       it->second.session = std::move(session);
-      return;
+      ready = std::move(it->second.on_arrival);
+      it->second.on_arrival = nullptr;
+    } else {
+      ++refused_;
     }
-    ++refused_;
+  }
+  if (session == nullptr) {  // handed over
+    if (ready) ready();
+    return;
   }
   spdlog::warn("[{}] refused a transfer session nobody expects", tag);
   session->Cancel(absl::StrCat("no admitted request expects session '", tag, "'"));
@@ -65,19 +79,42 @@ void SessionRouter::Forget(const std::string& tag) {
 
 SessionRouter::FailOutcome SessionRouter::Fail(const std::string& tag, const absl::Status& why) {
   std::shared_ptr<transport::ReceiveSession> arrived;
+  std::function<void()> ready;
   {
     absl::MutexLock lock(&mu_);
     auto it = expected_.find(tag);
     if (it == expected_.end()) return FailOutcome::kNone;
     if (it->second.session == nullptr) {
       if (it->second.failed.ok()) it->second.failed = why;
-      return FailOutcome::kWaiting;
+      ready = std::move(it->second.on_arrival);
+      it->second.on_arrival = nullptr;
+    } else {
+      arrived = it->second.session;
     }
-    arrived = it->second.session;
+  }
+  if (arrived == nullptr) {
+    if (ready) ready();
+    return FailOutcome::kWaiting;
   }
   if (arrived->state() != transport::SessionState::kOpen) return FailOutcome::kNone;
   arrived->Cancel(std::string(why.message()));
   return FailOutcome::kReceiving;
+}
+
+bool SessionRouter::FailWaiting(const std::string& tag, const absl::Status& why) {
+  std::function<void()> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = expected_.find(tag);
+    if (it == expected_.end() || it->second.session != nullptr || !it->second.failed.ok()) {
+      return false;
+    }
+    it->second.failed = why;
+    ready = std::move(it->second.on_arrival);
+    it->second.on_arrival = nullptr;
+  }
+  if (ready) ready();
+  return true;
 }
 
 size_t SessionRouter::open_sessions() const { return acceptor_->open_sessions(); }
@@ -88,6 +125,19 @@ int64_t SessionRouter::refused() const {
 }
 
 SessionRouter::Ticket::~Ticket() { router_->Forget(tag_); }
+
+void SessionRouter::Ticket::OnArrival(std::function<void()> ready) {
+  {
+    absl::MutexLock lock(&router_->mu_);
+    auto it = router_->expected_.find(tag_);
+    if (!router_->stopping_ && it != router_->expected_.end() && it->second.session == nullptr &&
+        it->second.failed.ok()) {
+      it->second.on_arrival = std::move(ready);
+      return;
+    }
+  }
+  ready();  // Wait returns at once already
+}
 
 absl::StatusOr<std::shared_ptr<transport::ReceiveSession>> SessionRouter::Ticket::Wait(
     absl::Duration timeout) {

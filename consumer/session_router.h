@@ -8,6 +8,7 @@
 #ifndef SCD_CONSUMER_SESSION_ROUTER_H_
 #define SCD_CONSUMER_SESSION_ROUTER_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -33,6 +34,10 @@ class SessionRouter {
     // The session, once it arrived; DEADLINE_EXCEEDED after `timeout`; the status Fail set when
     // the producer was reported failed before its session arrived.
     absl::StatusOr<std::shared_ptr<transport::ReceiveSession>> Wait(absl::Duration timeout);
+    // Calls `ready` once, when Wait would return at once (the session arrived, Fail was called,
+    // the router stops): on the thread that made it so, or on this one when it is so already.
+    // Once per ticket.
+    void OnArrival(std::function<void()> ready);
 
    private:
     friend class SessionRouter;
@@ -59,6 +64,9 @@ class SessionRouter {
   // this consumer can (a producer dead before its session's header arrived looks like a slow
   // one). REQUIRES: !why.ok().
   FailOutcome Fail(const std::string& tag, const absl::Status& why);
+  // Fail, for a session that has not arrived only (a wait that timed out): one that arrived
+  // meanwhile is left alone. Returns whether it failed the wait.
+  bool FailWaiting(const std::string& tag, const absl::Status& why);
   int64_t refused() const;
   // Transfer sessions producers have open to this consumer (not yet ended).
   size_t open_sessions() const;
@@ -67,6 +75,7 @@ class SessionRouter {
   struct Slot {
     std::shared_ptr<transport::ReceiveSession> session;
     absl::Status failed;  // set by Fail before the session arrived; a later arrival is refused
+    std::function<void()> on_arrival;  // Ticket::OnArrival's, until called
   };
   // Hands `session` to the ticket that expects its tag, or refuses it.
   void Deliver(std::shared_ptr<transport::ReceiveSession> session);

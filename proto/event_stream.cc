@@ -6,7 +6,7 @@ namespace scd {
 
 EventStream::EventStream(size_t capacity, Ended ended)
     : capacity_(capacity < 1 ? 1 : capacity), ended_(std::move(ended)) {
-  // However the call is cancelled, queued events are dropped and waiting pushers woken.
+  // However the call is cancelled, queued events are dropped and a waiting pusher told.
   wake_ = cancellation_.OnCancel([this](const absl::Status&) {
     bool room = false;
     {
@@ -41,17 +41,6 @@ bool EventStream::Push(v1::GenerateEvent event) {
   }
   Advance();
   return room;
-}
-
-void EventStream::PushAndWait(v1::GenerateEvent event) {
-  {
-    absl::MutexLock lock(&mu_);
-    auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return gone_ || queue_.size() < capacity_;
-    };
-    mu_.Await(absl::Condition(&room));
-  }
-  Push(std::move(event));
 }
 
 void EventStream::End(grpc::Status status) {

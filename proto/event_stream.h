@@ -2,9 +2,9 @@
 // ServerWriteReactor), so that an open stream costs a small object and no thread. Events queued
 // from any thread are written one at a time, in order; End(status) ends the call once every
 // queued event is written. The queue is bounded for the pusher: Push never drops an event
-// (nothing is lost) but says when the queue reached its capacity, and the pusher then waits for
-// OnRoom (a reactor: it stops reading its source) or blocks in PushAndWait (a body on its own
-// thread). A slow client so slows its own stream only.
+// (nothing is lost) but says when the queue reached its capacity, and a pusher that can wait
+// stops until OnRoom (a reactor: it stops reading its source); one whose events are bounded
+// anyway (a consumer's request: max_tokens) may go on. A slow client so slows its own stream.
 //
 // The call's cancellation (base/cancellation.h) is cancelled when gRPC reports the call
 // cancelled (the client went away, its deadline passed, the server shuts down: OnCancel, at
@@ -15,7 +15,7 @@
 // reader, a timer, a body thread) takes a Hold and Releases it; the last Release deletes it.
 // `ended` runs once, in OnDone, with the status the call ended with (CANCELLED when the client
 // went away), before gRPC's hold is released.
-// Thread-safety: Push, PushAndWait, End, Hold and Release are thread-safe; End is called once.
+// Thread-safety: Push, End, Hold and Release are thread-safe; End is called once.
 #ifndef SCD_PROTO_EVENT_STREAM_H_
 #define SCD_PROTO_EVENT_STREAM_H_
 
@@ -46,8 +46,6 @@ class EventStream : public grpc::ServerWriteReactor<v1::GenerateEvent> {
   // Queues `event` to be written (dropped once the call is cancelled). Returns false when the
   // queue is at capacity after it: push no more until OnRoom.
   bool Push(v1::GenerateEvent event);
-  // Waits while the queue is at capacity and the call lives, then pushes.
-  void PushAndWait(v1::GenerateEvent event);
   // Ends the call with `status` once every queued event is written (at once when cancelled).
   void End(grpc::Status status);
 
@@ -73,7 +71,7 @@ class EventStream : public grpc::ServerWriteReactor<v1::GenerateEvent> {
   const size_t capacity_;
   const Ended ended_;
   Cancellation cancellation_;
-  Cancellation::Registration wake_;  // wakes PushAndWait on cancellation
+  Cancellation::Registration wake_;  // drops the queue on cancellation
   std::atomic<int> holds_{1};        // gRPC's, until OnDone
   absl::Mutex mu_;
   std::deque<v1::GenerateEvent> queue_ ABSL_GUARDED_BY(mu_);

@@ -27,10 +27,13 @@ class ConsumerServiceTest : public ::testing::Test {
     model_ = testing::Ok(LlamaModel::Load(testing::ModelDir("stories260k"), {}));
     tokenizer_ =
         testing::Ok(Tokenizer::FromFile(testing::ModelDir("stories260k") + "/tokenizer.json"));
-    service_ = std::make_unique<ConsumerInferenceService>(
-        ConsumerModel{model_.get(), tokenizer_.get(), "fables", TransferOptions(), 16,
-                      absl::Seconds(30)},
-        "fp-fables", Admission::Create(1), &refusals_);
+    // The consumer's scheduler, as a node runs one.
+    scheduler_ = std::make_unique<DecodeScheduler>(*model_, SchedulerOptions());
+    ConsumerModel consumer{model_.get(), tokenizer_.get(), "fables", TransferOptions(),
+                           16,           absl::Seconds(30)};
+    consumer.scheduler = scheduler_.get();
+    service_ = std::make_unique<ConsumerInferenceService>(consumer, "fp-fables",
+                                                          Admission::Create(1), &refusals_);
     // Served as a node serves it: the checked front first (proto/checked_inference.h).
     checked_ = std::make_unique<CheckedInferenceService>(service_.get(), RequestLimits(),
                                                          /*require_target=*/false, &refusals_);
@@ -58,6 +61,7 @@ class ConsumerServiceTest : public ::testing::Test {
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   Tally refusals_;
+  std::unique_ptr<DecodeScheduler> scheduler_;
   std::unique_ptr<ConsumerInferenceService> service_;
   std::unique_ptr<CheckedInferenceService> checked_;
   GrpcServer server_;

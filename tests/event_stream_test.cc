@@ -40,9 +40,29 @@ class CountingStream final : public EventStream {
   std::atomic<int>* const rooms_;
 };
 
-// Generate: max_tokens events, by what the prompt names: "wait" pushes from a thread of its own
-// with PushAndWait (capacity 4); "push" pushes them all at once with Push (capacity 3) and then
-// ends; "hold" pushes one and waits for the cancellation; "refuse" refuses the call.
+// A stream whose pusher waits for room (on its own thread).
+class WaitingStream final : public EventStream {
+ public:
+  using EventStream::EventStream;
+  void WaitForRoom() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&room_));
+    room_ = false;
+  }
+
+ private:
+  void OnRoom() override {
+    absl::MutexLock lock(&mu_);
+    room_ = true;
+  }
+  absl::Mutex mu_;
+  bool room_ = false;
+};
+
+// Generate: max_tokens events, by what the prompt names: "wait" pushes from a thread of its own,
+// waiting for OnRoom whenever Push says full (capacity 4); "push" pushes them all at once with Push
+// (capacity 3) and then ends; "hold" pushes one and waits for the cancellation; "refuse" refuses
+// the call.
 class Service final : public v1::Inference::CallbackService {
  public:
   grpc::ServerWriteReactor<v1::GenerateEvent>* Generate(
@@ -61,7 +81,7 @@ class Service final : public v1::Inference::CallbackService {
       stream->End(grpc::Status::OK);
       return stream;
     }
-    auto* stream = new EventStream(4, ended);
+    auto* stream = new WaitingStream(4, ended);
     stream->Hold();
     const bool hold = request->prompt() == "hold";
     std::thread([this, stream, n, hold] {
@@ -70,7 +90,9 @@ class Service final : public v1::Inference::CallbackService {
         stream->cancellation().WaitUntil(absl::InfiniteFuture());
         cancelled.Notify();
       } else {
-        for (int i = 0; i < n; ++i) stream->PushAndWait(Token(i));
+        for (int i = 0; i < n; ++i) {
+          if (!stream->Push(Token(i))) stream->WaitForRoom();
+        }
       }
       stream->End(grpc::Status::OK);
       stream->Release();
