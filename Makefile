@@ -5,7 +5,7 @@ BUILD ?= build
 export SCD_BUILD_DIR := $(BUILD)
 export SCD_SHARED_DIR := $(abspath $(SHARED))
 
-.PHONY: demo story test numeric-kernels build bench bench-sweep bench-prefix bench-auto-load bench-batching bench-transport asan fuzz-smoke format clean compose-test
+.PHONY: demo story test numeric-kernels build bench bench-sweep bench-prefix bench-auto-load bench-batching bench-transport asan fuzz-smoke format clean compose-test many-streams
 
 # The method's showcase on the hard pair (no shared training between the two models): fit once
 # (cached in $(BUILD)/demo; `make clean` or deleting the file refits), evaluate every transfer
@@ -74,6 +74,11 @@ bench-auto-load: build
 # prompt beside 8 decoders, local and scd). Under $(BUILD)/bench-batching; ~1 hour here.
 bench-batching: build
 	bash bench/batching.sh $(BUILD) $(SHARED) $(BUILD)/bench-batching
+
+# Issue 30's scale run: many_streams_test at 1,000 concurrent streams (coordinator, producer, two
+# consumers as processes; threads per process and resident memory per open stream printed).
+many-streams: build
+	SCD_STREAMS=1000 $(BUILD)/bin/many_streams_test
 
 # docker-compose.yml with real containers: podman + docker-compose 1.29, a locally made
 # debian:bookworm base, the image with the binaries built here (scripts/compose_test.sh).

@@ -410,22 +410,22 @@ struct RunningTarget {
 class TargetRun {
  public:
   TargetRun(const ConsumerModel& consumer, const v1::GenerateRequest& request, TargetRoute route,
-            std::vector<TokenId> ids, GenerationOptions options, const RunContext& context,
+            std::vector<TokenId> ids, GenerationOptions options, RunContext context,
             std::unique_ptr<RunningTarget> running)
       : consumer_(consumer),
         request_(request),
         route_(std::move(route)),
         ids_(std::move(ids)),
         options_(std::move(options)),
-        context_(context),
+        context_(std::move(context)),
         running_(std::move(running)),
         budget_(request.deadline_ms() > 0 ? absl::Milliseconds(request.deadline_ms())
                                           : consumer.default_deadline),
-        deadline_(context.received + budget_) {}
+        deadline_(context_.received + budget_) {}
 
   // Runs it; a failure emits the Error and ends the target (RunningTarget::done).
   static void Run(std::unique_ptr<TargetRun> run) {
-    if (absl::Status begun = run->Begin(); !begun.ok()) return run->Fail(std::move(begun));
+    if (absl::Status begun = run->Begin(); !begun.ok()) return Fail(std::move(run), begun);
     if (!run->planned_.has_value() || !run->context_.on_session) return Finish(std::move(run));
     // Waits for the producer's session with no thread; continues on one of its own.
     const absl::Duration timeout = std::max(
@@ -440,12 +440,13 @@ class TargetRun {
  private:
   static void Finish(std::unique_ptr<TargetRun> run) {
     absl::Status status = GuardExceptions("TargetRun", [&] { return run->Continue(); });
-    if (!status.ok()) run->Fail(std::move(status));
+    if (!status.ok()) Fail(std::move(run), std::move(status));
   }
-  void Fail(absl::Status status) {
-    EmitError(consumer_, running_->emit, status);
-    const RunDone finish = std::move(running_->done);
-    running_.reset();
+  // Emits the Error, gives back what the run holds (its session's ticket), then tells its end.
+  static void Fail(std::unique_ptr<TargetRun> run, absl::Status status) {
+    EmitError(run->consumer_, run->running_->emit, status);
+    const RunDone finish = std::move(run->running_->done);
+    run.reset();
     finish(std::move(status));
   }
   absl::Status Begin();
@@ -537,8 +538,7 @@ absl::Status TargetRun::Continue() {
 }  // namespace
 
 void StartTarget(const ConsumerModel& consumer, const v1::GenerateRequest& request,
-                 const TargetRoute& route_in, const RunContext& context, EventSink emit,
-                 RunDone done) {
+                 const TargetRoute& route_in, RunContext context, EventSink emit, RunDone done) {
   auto running = std::make_unique<RunningTarget>();
   running->consumer = &consumer;
   running->emit = std::move(emit);
@@ -563,7 +563,8 @@ void StartTarget(const ConsumerModel& consumer, const v1::GenerateRequest& reque
     route.mode_reason = "a 1-token prompt has no prefix to transfer";
   }
   TargetRun::Run(std::make_unique<TargetRun>(consumer, request, std::move(route), *std::move(ids),
-                                             *std::move(options), context, std::move(running)));
+                                             *std::move(options), std::move(context),
+                                             std::move(running)));
 }
 
 absl::Status RunTarget(const ConsumerModel& consumer_in, const v1::GenerateRequest& request,

@@ -119,7 +119,7 @@ struct RunContext {
 // Inputs refused, or a prefix that failed: the Error is emitted and `done` called before it
 // returns. REQUIRES: consumer.scheduler set; `consumer` and `context.cancellation` outlive `done`.
 void StartTarget(const ConsumerModel& consumer, const v1::GenerateRequest& request,
-                 const TargetRoute& route, const RunContext& context, EventSink emit, RunDone done);
+                 const TargetRoute& route, RunContext context, EventSink emit, RunDone done);
 
 // StartTarget, waiting for its end (with a scheduler of its own when the consumer has none);
 // returns the status the terminal event carries (OK for Finished).

@@ -108,7 +108,7 @@ void ServeRequest(const ConsumerModel& consumer, Admission& admission, Tally* ou
   // Exceptions are caught up to the hand-over; the scheduler guards its own thread.
   const absl::Status started = GuardExceptions(served.handler, [&] {
     StartTarget(
-        consumer, req, served.route, run,
+        consumer, req, served.route, std::move(run),
         [serving](const v1::GenerateEvent& event) { serving->Write(event); },
         [serving](absl::Status status) { serving->End(status); });
     return absl::OkStatus();

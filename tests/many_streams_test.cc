@@ -1,12 +1,13 @@
 // Many open streams on few threads (issue 30), against real daemons on loopback: a coordinator,
-// a producer and two consumers of stories260k's own weights, 256 concurrent Generate streams
-// (random 16-token prompts, 256 output tokens, half local, half from the producer's raw codes,
-// each target chosen at random). Every stream ends with Finished and the tokens of the model's
-// own greedy generation alone -- where a batched run parts from it, only at a near-tie of the
-// served run (batching_test.cc derives the bound: a batched step sums in another order); the
-// threads of each process (/proc/PID/task) are sampled
-// every 20 ms while the streams run, and every process stays under 64: none holds a thread per
-// open stream (the coordinator's Generate and its calls to the nodes are gRPC callbacks, the
+// a producer and two consumers of stories260k's own weights (a synthetic artifact for scd),
+// 256 concurrent Generate streams ($SCD_STREAMS: `make many-streams` runs 1,000) of random
+// 16-token prompts and 256 output tokens, local, scd and raw in turn, each to a target chosen at
+// random. Every stream ends with Finished and its reference tokens -- local and raw: the model's
+// own greedy generation; scd: the same request served alone beforehand -- where a batched run
+// parts from its reference, only at a near-tie of the served run (batching_test.cc derives the
+// bound: a batched step sums in another order); the threads of each process (/proc/PID/task) are
+// sampled every 20 ms while the streams run, and every process stays under 64: none holds a thread
+// per open stream (the coordinator's Generate and its calls to the nodes are gRPC callbacks, the
 // producer's Prefill waits in a queue for one of a few threads, a consumer's request holds a
 // thread only while it is admitted, its prefix loaded and its codes received -- not while it
 // waits for the producer's session or decodes: README "Threads, per daemon"). The maxima and
@@ -16,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -40,7 +42,12 @@ namespace fs = std::filesystem;
 using testing::Bin;
 using testing::Daemon;
 
-constexpr int kStreams = 256;
+// The streams open at once: $SCD_STREAMS, or 256.
+int Streams() {
+  const char* env = std::getenv("SCD_STREAMS");
+  int n = 0;
+  return env != nullptr && absl::SimpleAtoi(env, &n) && n > 0 ? n : 256;
+}
 constexpr int kPromptTokens = 16;
 constexpr int kOutputTokens = 256;
 constexpr int kPrompts = 32;  // distinct prompts (their references are computed once)
@@ -77,19 +84,25 @@ TEST(ManyStreamsTest, EveryProcessServes256StreamsOnFewThreads) {
   fs::create_directories(dir);
   const std::string model_dir = testing::ModelDir("stories260k");
   auto model = testing::Ok(LlamaModel::Load(model_dir, {}));
+  const int streams = Streams();
+  const std::string artifact = dir + "/pair.scd";
+  ASSERT_TRUE(testing::SyntheticArtifact(*model).Save(artifact).ok());
 
   Daemon coordinator(dir, "coordinator", {Bin("scd-coordinator"), "--listen", "127.0.0.1:0"});
   const std::string server = coordinator.Address();
   ASSERT_FALSE(server.empty());
   const std::string control = coordinator.ControlAddress();
   Daemon producer(dir, "producer",
-                  {Bin("scd-producer"), "--model", model_dir, "--coordinator", control});
+                  {Bin("scd-producer"), "--model", model_dir, "--coordinator", control,
+                   "--artifact", artifact});
   std::vector<std::unique_ptr<Daemon>> consumers;
   for (const char* name : {"a", "b"}) {
     consumers.push_back(std::make_unique<Daemon>(
         dir, name,
         std::vector<std::string>{Bin("scd-consumer"), "--model", model_dir, "--name", name,
-                                 "--coordinator", control, "--capacity", "256"}));
+                                 "--coordinator", control, "--artifact", artifact, "--capacity",
+                                 std::to_string(streams), "--max-queued",
+                                 std::to_string(streams)}));
   }
   ASSERT_TRUE(testing::WaitForModels(server, 3, absl::Seconds(60))) << "logs in " << dir;
 
@@ -111,6 +124,29 @@ TEST(ManyStreamsTest, EveryProcessServes256StreamsOnFewThreads) {
     GenerationOptions options;
     options.max_tokens = kOutputTokens;
     references[p] = testing::Ok(GenerateTokens(*model, prompts[p], &cache, options)).output_ids;
+  }
+
+  auto request_for = [&](int p, const std::string& target, const std::string& mode) {
+    v1::GenerateRequest request;
+    request.add_targets(target);
+    request.set_mode(mode);
+    for (TokenId id : prompts[p]) request.add_prompt_ids(id);
+    request.set_max_tokens(kOutputTokens);
+    request.set_logprobs(2);
+    return request;
+  };
+  // scd's references: each prompt served alone (its codes are lossy: not the model's own run).
+  std::vector<std::vector<TokenId>> scd_references(kPrompts);
+  for (int p = 0; p < kPrompts; ++p) {
+    const absl::Status alone = StreamGenerate(
+        server, request_for(p, "a", "scd"), absl::Seconds(60), [&](const v1::GenerateEvent& e) {
+          if (e.has_token()) {
+            scd_references[p].insert(scd_references[p].end(), e.token().ids().begin(),
+                                     e.token().ids().end());
+          }
+        });
+    ASSERT_TRUE(alone.ok()) << alone;
+    ASSERT_EQ(scd_references[p].size(), static_cast<size_t>(kOutputTokens));
   }
 
   struct Process {
@@ -147,17 +183,16 @@ TEST(ManyStreamsTest, EveryProcessServes256StreamsOnFewThreads) {
     }
   });
 
-  std::vector<std::string> failures(kStreams);
+  std::vector<std::string> failures(streams);
   std::vector<std::thread> clients;
-  for (int i = 0; i < kStreams; ++i) {
+  for (int i = 0; i < streams; ++i) {
     const int p = static_cast<int>(random() % kPrompts);
-    v1::GenerateRequest request;
-    request.add_targets(random() % 2 == 0 ? "a" : "b");
-    request.set_mode(i % 2 == 0 ? "local" : "raw");
-    for (TokenId id : prompts[p]) request.add_prompt_ids(id);
-    request.set_max_tokens(kOutputTokens);
-    request.set_logprobs(2);
-    clients.emplace_back([&, i, p, request] {
+    static const char* const kModes[] = {"local", "scd", "raw"};
+    const v1::GenerateRequest request =
+        request_for(p, random() % 2 == 0 ? "a" : "b", kModes[i % 3]);
+    const std::vector<TokenId>* reference =
+        request.mode() == "scd" ? &scd_references[p] : &references[p];
+    clients.emplace_back([&, i, request, reference] {
       std::vector<TokenId> ids;
       std::vector<double> gaps;  // top-1 minus top-2 log-probability per token
       bool finished = false;
@@ -182,16 +217,16 @@ TEST(ManyStreamsTest, EveryProcessServes256StreamsOnFewThreads) {
       if (!status.ok()) failures[i] = status.ToString();
       if (failures[i].empty() && !finished) failures[i] = "no Finished";
       if (!failures[i].empty()) return;
-      if (ids.size() != references[p].size() || gaps.size() != ids.size()) {
+      if (ids.size() != reference->size() || gaps.size() != ids.size()) {
         failures[i] = absl::StrCat(ids.size(), " tokens, ", gaps.size(), " log-probabilities, ",
-                                   references[p].size(), " expected");
+                                   reference->size(), " expected");
         return;
       }
       for (size_t k = 0; k < ids.size(); ++k) {
-        if (ids[k] == references[p][k]) continue;
+        if (ids[k] == (*reference)[k]) continue;
         if (gaps[k] > tie) {
           failures[i] = absl::StrCat(request.mode(), ": token ", k, " is ", ids[k], ", alone ",
-                                     references[p][k], ", at a gap of ", gaps[k], " (> ", tie, ")");
+                                     (*reference)[k], ", at a gap of ", gaps[k], " (> ", tie, ")");
         }
         break;  // parted at a near-tie: what follows is another sequence
       }
@@ -202,7 +237,7 @@ TEST(ManyStreamsTest, EveryProcessServes256StreamsOnFewThreads) {
   sampler.join();
 
   int failed = 0;
-  for (int i = 0; i < kStreams; ++i) {
+  for (int i = 0; i < streams; ++i) {
     if (!failures[i].empty() && ++failed <= 5)
       ADD_FAILURE() << "stream " << i << ": " << failures[i];
   }
@@ -219,7 +254,7 @@ TEST(ManyStreamsTest, EveryProcessServes256StreamsOnFewThreads) {
         most_open.load());
   }
   for (const auto& p : processes) EXPECT_LT(p->most.load(), 64) << p->name << "'s threads";
-  EXPECT_GE(most_open.load(), kStreams / 2) << "the streams were not open together";
+  EXPECT_GE(most_open.load(), streams / 2) << "the streams were not open together";
   if (!HasFailure()) fs::remove_all(dir);
 }
 
