@@ -1,6 +1,8 @@
 #include "consumer/admission.h"
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -25,6 +27,27 @@ std::shared_ptr<Admission> Admission::Create(uint32_t capacity) {
   return Create(options);
 }
 
+Admission::Admission(Options options) : options_(options) {
+  timer_ = std::thread([this] { ExpireLoop(); });
+}
+
+Admission::~Admission() {
+  std::vector<Outcome> ended;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    while (!queue_.empty()) {
+      Dequeue(queue_.front(), absl::UnavailableError("the consumer is shutting down"), &ended);
+    }
+  }
+  Tell(std::move(ended));
+  if (timer_.get_id() == std::this_thread::get_id()) {
+    timer_.detach();  // the last owner let go on the timer's own thread: it returns by itself
+  } else {
+    timer_.join();
+  }
+}
+
 Admission::Reservation::~Reservation() { owner_->Release(bytes_); }
 
 bool Admission::Fits(int64_t bytes) const {
@@ -32,72 +55,174 @@ bool Admission::Fits(int64_t bytes) const {
   return options_.budget_bytes <= 0 || reserved_ + bytes <= options_.budget_bytes;
 }
 
-absl::StatusOr<std::unique_ptr<Admission::Reservation>> Admission::Admit(
-    int64_t bytes, absl::Time deadline, Cancellation* cancellation) {
+std::unique_ptr<Admission::Reservation> Admission::Reserve(int64_t bytes, absl::Time arrived) {
+  ++active_;
+  reserved_ += bytes;
+  return std::unique_ptr<Reservation>(
+      new Reservation(shared_from_this(), bytes, absl::Now() - arrived));
+}
+
+void Admission::Dequeue(std::shared_ptr<Waiter> waiter, Admitted result,
+                        std::vector<Outcome>* ended) {
+  queue_.erase(std::find(queue_.begin(), queue_.end(), waiter));
+  queued_bytes_ -= waiter->bytes;
+  queue_changed_ = true;
+  ended->push_back(Outcome{std::move(waiter), std::move(result)});
+}
+
+void Admission::AdmitHead(std::vector<Outcome>* ended) {
+  while (!queue_.empty() && !draining_ && Fits(queue_.front()->bytes)) {
+    const std::shared_ptr<Waiter> head = queue_.front();
+    Dequeue(head, Reserve(head->bytes, head->arrived), ended);
+  }
+}
+
+void Admission::Tell(std::vector<Outcome> ended) {
+  for (Outcome& o : ended) {
+    o.waiter->wake.Reset();  // no lock held: a cancel callback under way may finish
+    o.waiter->done(std::move(o.result));
+  }
+}
+
+void Admission::AdmitAsync(int64_t bytes, absl::Time deadline, Cancellation* cancellation,
+                           std::function<void(Admitted)> done) {
   const absl::Time arrived = absl::Now();
   bytes = std::max<int64_t>(bytes, 0);
-  // A cancellation wakes the waiters (they look at it under the lock); registered before taking
-  // it, since a cancellation made already runs the callback here.
-  Cancellation::Registration wake;
+  auto waiter = std::make_shared<Waiter>();
+  {
+    absl::MutexLock lock(&mu_);
+    waiter->ticket = next_ticket_++;
+  }
+  // Registered before the waiter can be seen in the queue (whoever ends its wait resets it), and
+  // without the lock: a cancellation made already runs the callback here (finding no waiter; the
+  // check below refuses it).
   if (cancellation != nullptr) {
-    wake = cancellation->OnCancel([this](const absl::Status&) { absl::MutexLock lock(&mu_); });
+    waiter->wake = cancellation->OnCancel([this, ticket = waiter->ticket](const absl::Status&) {
+      Leave(ticket, absl::CancelledError("cancelled while waiting for KV memory"));
+    });
   }
-  auto cancelled = [cancellation] { return cancellation != nullptr && cancellation->cancelled(); };
+  std::optional<Admitted> at_once;  // told without the lock (`done` may release a reservation)
+  {
+    absl::MutexLock lock(&mu_);
+    if (draining_ || stopping_) {
+      at_once = absl::UnavailableError("the consumer is draining (shutting down)");
+    } else if (options_.budget_bytes > 0 && bytes > options_.budget_bytes) {
+      at_once = absl::ResourceExhaustedError(absl::StrCat(
+          "the request's KV cache (prompt + max_tokens) needs ", bytes, " bytes (", Mib(bytes),
+          "), more than this consumer's whole KV budget of ", options_.budget_bytes, " bytes (",
+          Mib(options_.budget_bytes), ", --kv-cache-mb): lower max_tokens or the prompt"));
+    } else if (queue_.empty() && Fits(bytes)) {
+      at_once = Reserve(bytes, arrived);
+    } else if (cancellation != nullptr && cancellation->cancelled()) {
+      at_once = absl::CancelledError("cancelled while waiting for KV memory");
+    } else if (queue_.size() >= options_.max_queued) {
+      at_once = absl::ResourceExhaustedError(absl::StrCat(
+          "the consumer is full: ", active_, " of ", options_.capacity, " requests running, ",
+          reserved_, " of ", options_.budget_bytes > 0 ? options_.budget_bytes : 0,
+          " KV bytes reserved, and its queue holds ", queue_.size(), " of ", options_.max_queued,
+          " waiting requests (--max-queued)"));
+    } else {
+      waiter->bytes = bytes;
+      waiter->arrived = arrived;
+      waiter->deadline = deadline;
+      waiter->done = std::move(done);
+      queue_.push_back(waiter);
+      queued_bytes_ += bytes;
+      queue_changed_ = true;
+    }
+  }
+  if (at_once.has_value()) {
+    waiter->wake.Reset();
+    done(*std::move(at_once));
+  }
+}
+
+Admission::Admitted Admission::Admit(int64_t bytes, absl::Time deadline,
+                                     Cancellation* cancellation) {
+  // Shared with the callback, so that neither side frees it under the other.
+  struct Told {
+    absl::Mutex mu;
+    std::optional<Admitted> result ABSL_GUARDED_BY(mu);
+  };
+  auto told = std::make_shared<Told>();
+  AdmitAsync(bytes, deadline, cancellation, [told](Admitted admitted) {
+    absl::MutexLock lock(&told->mu);
+    told->result = std::move(admitted);
+  });
+  absl::MutexLock lock(&told->mu);
+  auto known = [&told]()
+                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(told->mu) { return told->result.has_value(); };
+  told->mu.Await(absl::Condition(&known));
+  return *std::move(told->result);
+}
+
+void Admission::Leave(uint64_t ticket, absl::Status why) {
+  std::vector<Outcome> ended;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = std::find_if(queue_.begin(), queue_.end(),
+                           [ticket](const auto& w) { return w->ticket == ticket; });
+    if (it == queue_.end()) return;  // admitted or gone already
+    Dequeue(*it, std::move(why), &ended);
+    AdmitHead(&ended);  // the head may have changed
+  }
+  Tell(std::move(ended));
+}
+
+void Admission::ExpireLoop() {
   absl::MutexLock lock(&mu_);
-  if (draining_) return absl::UnavailableError("the consumer is draining (shutting down)");
-  if (options_.budget_bytes > 0 && bytes > options_.budget_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the request's KV cache (prompt + max_tokens) needs ", bytes, " bytes (", Mib(bytes),
-        "), more than this consumer's whole KV budget of ", options_.budget_bytes, " bytes (",
-        Mib(options_.budget_bytes), ", --kv-cache-mb): lower max_tokens or the prompt"));
+  while (!stopping_) {
+    absl::Time next = absl::InfiniteFuture();
+    for (const auto& w : queue_) next = std::min(next, w->deadline);
+    queue_changed_ = false;
+    auto woken = [this]()
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || queue_changed_; };
+    mu_.AwaitWithDeadline(absl::Condition(&woken), next);
+    std::vector<Outcome> ended;
+    const absl::Time now = absl::Now();
+    for (size_t i = 0; i < queue_.size();) {
+      const std::shared_ptr<Waiter> w = queue_[i];
+      if (w->deadline > now) {
+        ++i;
+        continue;
+      }
+      Dequeue(w,
+              absl::DeadlineExceededError(absl::StrCat(
+                  "the request's deadline passed after ", absl::FormatDuration(now - w->arrived),
+                  " waiting for KV memory (", w->bytes, " bytes; ", reserved_, " of ",
+                  options_.budget_bytes, " reserved by ", active_, " requests)")),
+              &ended);
+    }
+    if (ended.empty()) continue;
+    AdmitHead(&ended);
+    mu_.Unlock();
+    Tell(std::move(ended));
+    mu_.Lock();
   }
-  auto admitted = [&] {
-    ++active_;
-    reserved_ += bytes;
-    return std::unique_ptr<Reservation>(
-        new Reservation(shared_from_this(), bytes, absl::Now() - arrived));
-  };
-  if (queue_.empty() && Fits(bytes)) return admitted();
-  if (queue_.size() >= options_.max_queued) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the consumer is full: ", active_, " of ", options_.capacity, " requests running, ",
-        reserved_, " of ", options_.budget_bytes > 0 ? options_.budget_bytes : 0,
-        " KV bytes reserved, and its queue holds ", queue_.size(), " of ", options_.max_queued,
-        " waiting requests (--max-queued)"));
-  }
-  const uint64_t ticket = next_ticket_++;
-  queue_.push_back(ticket);
-  queued_bytes_ += bytes;
-  auto turn = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return draining_ || cancelled() || (queue_.front() == ticket && Fits(bytes));
-  };
-  absl::Status left;
-  if (cancelled()) {
-    left = absl::CancelledError("cancelled while waiting for KV memory");
-  } else if (!mu_.AwaitWithDeadline(absl::Condition(&turn), deadline)) {
-    left = absl::DeadlineExceededError(absl::StrCat(
-        "the request's deadline passed after ", absl::FormatDuration(absl::Now() - arrived),
-        " waiting for KV memory (", bytes, " bytes; ", reserved_, " of ", options_.budget_bytes,
-        " reserved by ", active_, " requests)"));
-  } else if (!draining_ && cancelled()) {
-    left = absl::CancelledError("cancelled while waiting for KV memory");
-  }
-  if (left.ok() && draining_) left = absl::UnavailableError("the consumer is draining (shutting down)");
-  queue_.erase(std::find(queue_.begin(), queue_.end(), ticket));
-  queued_bytes_ -= bytes;
-  if (!left.ok()) return left;
-  return admitted();
 }
 
 void Admission::Release(int64_t bytes) {
-  absl::MutexLock lock(&mu_);
-  --active_;
-  reserved_ -= bytes;
+  std::vector<Outcome> ended;
+  {
+    absl::MutexLock lock(&mu_);
+    --active_;
+    reserved_ -= bytes;
+    AdmitHead(&ended);
+  }
+  Tell(std::move(ended));
 }
 
 void Admission::Drain() {
-  absl::MutexLock lock(&mu_);
-  draining_ = true;
+  std::vector<Outcome> ended;
+  {
+    absl::MutexLock lock(&mu_);
+    draining_ = true;
+    while (!queue_.empty()) {
+      Dequeue(queue_.front(), absl::UnavailableError("the consumer is draining (shutting down)"),
+              &ended);
+    }
+  }
+  Tell(std::move(ended));
 }
 
 uint32_t Admission::active() const {

@@ -9,6 +9,9 @@
 // anything while draining (UNAVAILABLE). A waiting request leaves the queue when its deadline
 // passes (DEADLINE_EXCEEDED) or its caller cancels (CANCELLED). A Reservation releases its
 // bytes and place when destroyed, whichever way the request ended.
+// A waiting request holds no thread (AdmitAsync): it is admitted by the thread that made room
+// (a Reservation's release), and one timer thread per Admission ends the waits whose deadline
+// passed. Admit is AdmitAsync waited for.
 // Thread-safety: thread-safe.
 #ifndef SCD_CONSUMER_ADMISSION_H_
 #define SCD_CONSUMER_ADMISSION_H_
@@ -16,7 +19,10 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -56,11 +62,16 @@ class Admission : public std::enable_shared_from_this<Admission> {
   // Capacity only: no byte budget, and full means refused (no queue).
   static std::shared_ptr<Admission> Create(uint32_t capacity);
 
+  using Admitted = absl::StatusOr<std::unique_ptr<Reservation>>;
   // Reserves `bytes` (see the file comment), waiting in the queue while they do not fit; a
   // `cancellation` (may be null) that is cancelled meanwhile ends the wait at once (CANCELLED).
-  absl::StatusOr<std::unique_ptr<Reservation>> Admit(int64_t bytes = 0,
-                                                     absl::Time deadline = absl::InfiniteFuture(),
-                                                     Cancellation* cancellation = nullptr);
+  Admitted Admit(int64_t bytes = 0, absl::Time deadline = absl::InfiniteFuture(),
+                 Cancellation* cancellation = nullptr);
+  // Admit without waiting: `done` is called once with the reservation or the refusal -- on this
+  // thread when that is known at once, else on the thread that made room, cancelled, drained or
+  // found the deadline passed. `cancellation` (may be null) outlives the call to `done`.
+  void AdmitAsync(int64_t bytes, absl::Time deadline, Cancellation* cancellation,
+                  std::function<void(Admitted)> done);
   // Refuses every later Admit and every request still waiting (SIGTERM: drain what is running,
   // take nothing new).
   void Drain();
@@ -75,19 +86,48 @@ class Admission : public std::enable_shared_from_this<Admission> {
   uint32_t max_queued() const { return options_.max_queued; }
   bool draining() const;
 
+  ~Admission();  // ends the waits still queued (UNAVAILABLE)
+
  private:
-  explicit Admission(Options options) : options_(options) {}
+  // A request in the queue.
+  struct Waiter {
+    uint64_t ticket = 0;
+    int64_t bytes = 0;
+    absl::Time arrived, deadline;
+    std::function<void(Admitted)> done;
+    Cancellation::Registration wake;  // leaves the queue when cancelled
+  };
+  // A wait that ended, told outside the lock.
+  struct Outcome {
+    std::shared_ptr<Waiter> waiter;
+    Admitted result;
+  };
+  explicit Admission(Options options);
   bool Fits(int64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::unique_ptr<Reservation> Reserve(int64_t bytes, absl::Time arrived)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes `waiter` out of the queue with `result` (into `ended`).
+  void Dequeue(std::shared_ptr<Waiter> waiter, Admitted result, std::vector<Outcome>* ended)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Admits the waiters at the head that fit now (first come, first admitted).
+  void AdmitHead(std::vector<Outcome>* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells the ended waits (no lock held: their callbacks may take it).
+  static void Tell(std::vector<Outcome> ended);
+  void Leave(uint64_t ticket, absl::Status why);
   void Release(int64_t bytes);
+  void ExpireLoop();
 
   const Options options_;
   mutable absl::Mutex mu_;
   uint32_t active_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
-  std::deque<uint64_t> queue_ ABSL_GUARDED_BY(mu_);  // tickets, first come first
+  std::deque<std::shared_ptr<Waiter>> queue_ ABSL_GUARDED_BY(mu_);  // first come first
   int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool queue_changed_ ABSL_GUARDED_BY(mu_) = false;  // wakes the timer
+  std::thread timer_;                                // ExpireLoop
 };
 
 }  // namespace scd::consumer

@@ -56,45 +56,21 @@ struct Serving {
   }
 };
 
-}  // namespace
-
-void ServeRequest(const ConsumerModel& consumer, Admission& admission, Tally* outcomes,
-                  Cancellation* cancellation, EventSink write_event, ServedRequest served,
-                  ServeDone done) {
-  const v1::GenerateRequest& req = served.request;
-  auto serving = std::make_shared<Serving>();
-  serving->cancellation = cancellation;
-  serving->write_event = std::move(write_event);
-  serving->id = served.id;
-  serving->outcomes = outcomes;
-  serving->done = std::move(done);
-  // Admitted by KV memory, waiting in the queue while it does not fit (the coordinator asks the
-  // producer to send only once Decode has started); a caller that goes away leaves the queue.
-  if (served.on_cancel) serving->wake = cancellation->OnCancel(served.on_cancel);
-  const absl::Time deadline =
-      served.received +
-      (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms()) : consumer.default_deadline);
-  absl::StatusOr<std::unique_ptr<Admission::Reservation>> reservation = admission.Admit(
-      ReservationBytes(consumer, req, served.prompt_ids.size()), deadline, cancellation);
-  if (!reservation.ok()) {
-    CountRefusal(outcomes, reservation.status());
-    spdlog::info("[{}] refused: {}", served.id, ForLog(reservation.status().ToString(), 300));
-    serving->wake.Reset();
-    const ServeDone finish = std::move(serving->done);
-    finish(ToGrpcStatus(reservation.status()));
-    return;
-  }
+// The admitted request's run, up to its hand-over to the scheduler.
+void RunAdmitted(const ConsumerModel& consumer, const Admission& admission,
+                 const std::shared_ptr<Serving>& serving, ServedRequest& served,
+                 std::unique_ptr<Admission::Reservation> reservation) {
   spdlog::info("[{}] admitted for {}{} ({} of {} running, {} KV bytes reserved, waited {})",
                served.id, TransferModeName(served.route.mode),
                served.route.producer.empty() ? "" : " from " + ForLog(served.route.producer),
-               admission.active(), admission.capacity(), (*reservation)->bytes(),
-               absl::FormatDuration((*reservation)->waited()));
-  serving->reservation = *std::move(reservation);
+               admission.active(), admission.capacity(), reservation->bytes(),
+               absl::FormatDuration(reservation->waited()));
+  serving->reservation = std::move(reservation);
   serving->metrics.emplace(consumer.metrics);
 
   RunContext run;
   run.received = served.received;
-  run.cancellation = cancellation;
+  run.cancellation = serving->cancellation;
   run.prompt_ids = std::move(served.prompt_ids);
   run.session = std::move(served.session);
   run.on_session = std::move(served.on_session);
@@ -108,12 +84,59 @@ void ServeRequest(const ConsumerModel& consumer, Admission& admission, Tally* ou
   // Exceptions are caught up to the hand-over; the scheduler guards its own thread.
   const absl::Status started = GuardExceptions(served.handler, [&] {
     StartTarget(
-        consumer, req, served.route, std::move(run),
+        consumer, served.request, served.route, std::move(run),
         [serving](const v1::GenerateEvent& event) { serving->Write(event); },
         [serving](absl::Status status) { serving->End(status); });
     return absl::OkStatus();
   });
   if (!started.ok()) s->End(started);
+}
+
+}  // namespace
+
+void ServeRequest(const ConsumerModel& consumer, Admission& admission, Tally* outcomes,
+                  Cancellation* cancellation, EventSink write_event, ServedRequest served_in,
+                  ServeDone done) {
+  auto served = std::make_shared<ServedRequest>(std::move(served_in));
+  const v1::GenerateRequest& req = served->request;
+  auto serving = std::make_shared<Serving>();
+  serving->cancellation = cancellation;
+  serving->write_event = std::move(write_event);
+  serving->id = served->id;
+  serving->outcomes = outcomes;
+  serving->done = std::move(done);
+  // Admitted by KV memory, waiting in the queue while it does not fit (the coordinator asks the
+  // producer to send only once Decode has started); a caller that goes away leaves the queue.
+  // The wait holds no thread: admitted later, the run continues on a thread of its own (the
+  // admitting thread may be the scheduler's, which must not wait for a prefix or a transfer).
+  if (served->on_cancel) serving->wake = cancellation->OnCancel(served->on_cancel);
+  const absl::Time deadline =
+      served->received +
+      (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms()) : consumer.default_deadline);
+  const std::thread::id caller = std::this_thread::get_id();
+  admission.AdmitAsync(
+      ReservationBytes(consumer, req, served->prompt_ids.size()), deadline, cancellation,
+      [&consumer, &admission, serving, served, caller](Admission::Admitted reservation) {
+        if (!reservation.ok()) {
+          CountRefusal(serving->outcomes, reservation.status());
+          spdlog::info("[{}] refused: {}", served->id,
+                       ForLog(reservation.status().ToString(), 300));
+          serving->wake.Reset();
+          const ServeDone finish = std::move(serving->done);
+          finish(ToGrpcStatus(reservation.status()));
+          return;
+        }
+        auto admitted =
+            std::make_shared<std::unique_ptr<Admission::Reservation>>(*std::move(reservation));
+        auto run = [&consumer, &admission, serving, served, admitted] {
+          RunAdmitted(consumer, admission, serving, *served, std::move(*admitted));
+        };
+        if (std::this_thread::get_id() == caller) {
+          run();
+        } else {
+          std::thread(run).detach();
+        }
+      });
 }
 
 EventStream* ServeOnStream(const ConsumerModel& consumer, Admission& admission, Tally* outcomes,
