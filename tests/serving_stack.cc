@@ -124,10 +124,9 @@ void ServingStack::Start() {
       std::make_unique<coordinator::CoordinatorInferenceService>(&registry_, secret_, &counters_);
   checked_ = std::make_unique<CheckedInferenceService>(coordinator_.get(), RequestLimits(),
                                                        /*require_target=*/true, &counters_);
-  std::string coordinator_address;
-  coordinator_server_ = Serve({checked_.get()}, &coordinator_address);
+  coordinator_server_ = Serve({checked_.get()}, &coordinator_address_);
   stub_ = v1::Inference::NewStub(
-      grpc::CreateChannel(coordinator_address, grpc::InsecureChannelCredentials()));
+      grpc::CreateChannel(coordinator_address_, grpc::InsecureChannelCredentials()));
 }
 
 ServingReply ServingStack::Generate(const v1::GenerateRequest& request) {

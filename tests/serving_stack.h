@@ -92,6 +92,8 @@ class ServingStack {
   ServedConsumer& consumer(const std::string& name) { return *consumers_.at(name); }
   producer::ProducerControlService& producer_service() { return *producer_service_; }
   v1::Inference::Stub& stub() { return *stub_; }
+  // The coordinator's public address (for a client with channel settings of its own).
+  const std::string& coordinator_address() const { return coordinator_address_; }
   const ClusterSecret& secret() const { return secret_; }
   const Tally& coordinator_counters() const { return counters_; }
 
@@ -113,6 +115,7 @@ class ServingStack {
   std::unique_ptr<coordinator::CoordinatorInferenceService> coordinator_;
   std::unique_ptr<CheckedInferenceService> checked_;
   GrpcServer coordinator_server_;
+  std::string coordinator_address_;
   std::unique_ptr<v1::Inference::Stub> stub_;
 };
 
