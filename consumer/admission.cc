@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/awaited.h"
 
 namespace scd::consumer {
 namespace {
@@ -139,21 +140,9 @@ void Admission::AdmitAsync(int64_t bytes, absl::Time deadline, Cancellation* can
 
 Admission::Admitted Admission::Admit(int64_t bytes, absl::Time deadline,
                                      Cancellation* cancellation) {
-  // Shared with the callback, so that neither side frees it under the other.
-  struct Told {
-    absl::Mutex mu;
-    std::optional<Admitted> result ABSL_GUARDED_BY(mu);
-  };
-  auto told = std::make_shared<Told>();
-  AdmitAsync(bytes, deadline, cancellation, [told](Admitted admitted) {
-    absl::MutexLock lock(&told->mu);
-    told->result = std::move(admitted);
-  });
-  absl::MutexLock lock(&told->mu);
-  auto known = [&told]()
-                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(told->mu) { return told->result.has_value(); };
-  told->mu.Await(absl::Condition(&known));
-  return *std::move(told->result);
+  Awaited<Admitted> admitted;
+  AdmitAsync(bytes, deadline, cancellation, admitted.Setter());
+  return admitted.Wait();
 }
 
 void Admission::Leave(uint64_t ticket, absl::Status why) {

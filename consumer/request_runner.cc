@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "base/awaited.h"
 #include "base/exception_guard.h"
 #include "base/status_macros.h"
 #include "codec/code_decoder.h"
@@ -576,21 +577,9 @@ absl::Status RunTarget(const ConsumerModel& consumer_in, const v1::GenerateReque
     own.emplace(*consumer.model, SchedulerOptions());
     consumer.scheduler = &*own;
   }
-  // Shared with the callback, so that neither side frees it under the other.
-  struct Ended {
-    absl::Mutex mu;
-    std::optional<absl::Status> status ABSL_GUARDED_BY(mu);
-  };
-  auto ended = std::make_shared<Ended>();
-  StartTarget(consumer, request, route, context, emit, [ended](absl::Status status) {
-    absl::MutexLock lock(&ended->mu);
-    ended->status = std::move(status);
-  });
-  absl::MutexLock lock(&ended->mu);
-  auto known = [&ended]()
-                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(ended->mu) { return ended->status.has_value(); };
-  ended->mu.Await(absl::Condition(&known));
-  return *ended->status;
+  Awaited<absl::Status> ended;
+  StartTarget(consumer, request, route, context, emit, ended.Setter());
+  return ended.Wait();
 }
 
 }  // namespace scd::consumer

@@ -172,7 +172,7 @@ TEST_F(EventStreamTest, FullAtTheCapacityAndRoomOnceDrained) {
   EXPECT_GE(service_.rooms.load(), 1);  // the queue drained below its capacity
 }
 
-TEST_F(EventStreamTest, AClientThatCancelsReachesTheCancellationAtOnce) {
+TEST_F(EventStreamTest, AClientThatCancelsReachesTheCancellation) {
   grpc::ClientContext context;
   auto reader = Call("hold", 1, &context);
   v1::GenerateEvent event;
