@@ -9,7 +9,8 @@
 // otherwise); the transfer session is expected under the coordinator's session_id (random), never
 // the client's request_id. The model-dependent checks (CheckRequest) run before admission: a
 // refusal ends the call with its status and no event.
-// Thread-safety: thread-safe; gRPC's sync server runs each call on its own thread.
+// Thread-safety: thread-safe; calls are served on gRPC's callback API (ServeOnStream:
+// consumer/served_request.h says which parts of a request hold a thread).
 #ifndef SCD_CONSUMER_DECODE_SERVICE_H_
 #define SCD_CONSUMER_DECODE_SERVICE_H_
 

@@ -9,7 +9,8 @@
 // random one. The model-dependent checks (CheckRequest) run before admission; every refusal is
 // counted in `refusals` ("refused_<code>"). Served behind CheckedInferenceService, which
 // validates the request (proto/request_validation.h) before it gets here.
-// Thread-safety: thread-safe; gRPC's sync server runs each call on its own thread.
+// Thread-safety: thread-safe; calls are served on gRPC's callback API (ServeOnStream:
+// consumer/served_request.h says which parts of a request hold a thread).
 #ifndef SCD_CONSUMER_INFERENCE_SERVICE_H_
 #define SCD_CONSUMER_INFERENCE_SERVICE_H_
 
