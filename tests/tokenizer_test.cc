@@ -199,6 +199,16 @@ TEST(TokenizerErrorTest, MalformedJson) {
   EXPECT_THAT(Tokenizer::FromJson("[]").status().message(), HasSubstr("must be an object"));
 }
 
+// A number no double holds is an error of its own in nlohmann's parser (out_of_range, not
+// parse_error): it must come back as a status too, not escape (found by fuzz_tokenizer).
+TEST(TokenizerErrorTest, NumberOverflowIsMalformedJson) {
+  for (const char* text : {"{\"model\": {\"vocab\": {\"a\": 1e999}}}", "{\"x\": -1e400}"}) {
+    auto tokenizer = Tokenizer::FromJson(text);
+    EXPECT_EQ(tokenizer.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_THAT(tokenizer.status().message(), HasSubstr("number overflow")) << text;
+  }
+}
+
 TEST(TokenizerErrorTest, MissingModel) {
   auto tokenizer = Tokenizer::FromJson(R"({"version": "1.0"})");
   EXPECT_THAT(tokenizer.status().message(), HasSubstr("tokenizer.json: model is missing"));

@@ -174,7 +174,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
   Json root;
   try {
     root = Json::parse(json_text.begin(), json_text.end());
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     return absl::InvalidArgumentError(Concat("tokenizer.json: malformed JSON: ", e.what()));
   }
   if (!root.is_object()) return JsonError("(root)", "must be an object");
