@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/awaited.h"
+#include "base/release_clock.h"
 
 namespace scd::consumer {
 namespace {
@@ -196,6 +197,7 @@ void Admission::Release(int64_t bytes) {
     absl::MutexLock lock(&mu_);
     --active_;
     reserved_ -= bytes;
+    NoteRelease();
     AdmitHead(&ended);
   }
   Tell(std::move(ended));

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/exception_guard.h"
+#include "base/release_clock.h"
 #include "model/skinny_gemm.h"
 #include "proto/serving_metrics.h"
 
@@ -263,6 +264,7 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
     if (!out.ok()) {
       for (Sequence* seq : plan.members) End(*seq, out.status(), FinishReason::kNone);
       running.remove_if([](const auto& seq) { return seq->ended; });
+      Publish(running, plan);
       return;
     }
     logits = *std::move(out);
@@ -284,10 +286,15 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
     Pick(*seq, seq->req.first_logits);
   }
   running.remove_if([](const auto& seq) { return seq->ended; });
+  Publish(running, plan);
+}
 
+void DecodeScheduler::Publish(const std::list<std::unique_ptr<Sequence>>& running,
+                              const Plan& plan) {
   absl::MutexLock lock(&mu_);
   if (!plan.batch.empty()) ++stats_.steps;
   stats_.max_batch = std::max<int64_t>(stats_.max_batch, static_cast<int64_t>(plan.batch.size()));
+  if (static_cast<int64_t>(running.size()) < stats_.running) NoteRelease();
   stats_.running = static_cast<int64_t>(running.size());
   stats_.decoding = 0;
   for (const auto& seq : running) stats_.decoding += seq->decoding();

@@ -175,6 +175,8 @@ class DecodeScheduler {
   void Loop();
   // One step: leaves, rebuild pieces, the batched forward, sampling.
   void Step(std::list<std::unique_ptr<Sequence>>& running);
+  // Publishes the step's stats (a sequence that left is a release: base/release_clock.h).
+  void Publish(const std::list<std::unique_ptr<Sequence>>& running, const Plan& plan);
   // Prompt tokens the step may take beside `decodes` decodes, given the time and rows left.
   int64_t ChunkBudget(int64_t decodes, double allowed, int64_t rows_left);
   void PlanBatch(const std::list<std::unique_ptr<Sequence>>& running, int64_t chunk_left,

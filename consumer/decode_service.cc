@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/log_text.h"
+#include "base/release_clock.h"
 #include "codec/transfer_mode.h"
 #include "consumer/served_request.h"
 #include "proto/checked_inference.h"
@@ -43,6 +44,7 @@ grpc::ServerWriteReactor<v1::GenerateEvent>* ConsumerControlService::Decode(
   if (!served.ok()) {
     return RefusedStream(Refuse(ForLog(request->request().request_id(), 40), served.status()));
   }
+  served->call_deadline = FromGrpcDeadline(context->deadline());
   return ServeOnStream(consumer_, *admission_, &ended_, nullptr, *std::move(served));
 }
 
@@ -164,6 +166,7 @@ grpc::Status ConsumerControlService::Stats(grpc::ServerContext* context, const v
 
 void ConsumerControlService::FillStats(v1::NodeStats* stats) const {
   stats->set_role("consumer");
+  stats->set_last_release_unix_micros(LastReleaseUnixMicros());
   stats->set_running(admission_->active());
   stats->set_capacity(admission_->capacity());
   stats->set_open_sessions(static_cast<uint32_t>(router_->open_sessions()));

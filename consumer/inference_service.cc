@@ -22,7 +22,7 @@ ConsumerInferenceService::ConsumerInferenceService(ConsumerModel consumer, std::
       admission_(std::move(admission)),
       refusals_(refusals) {}
 
-EventStream* ConsumerInferenceService::Generate(grpc::CallbackServerContext*,
+EventStream* ConsumerInferenceService::Generate(grpc::CallbackServerContext* context,
                                                 v1::GenerateRequest req, EventStream::Ended ended) {
   const absl::Time received = absl::Now();
   if (req.request_id().empty()) req.set_request_id(RandomId128());
@@ -59,6 +59,7 @@ EventStream* ConsumerInferenceService::Generate(grpc::CallbackServerContext*,
   served.route = std::move(route);
   served.prompt_ids = *std::move(prompt_ids);
   served.received = received;
+  served.call_deadline = FromGrpcDeadline(context->deadline());
   return ServeOnStream(consumer_, *admission_, refusals_, std::move(ended), std::move(served));
 }
 

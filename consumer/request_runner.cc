@@ -421,7 +421,7 @@ class TargetRun {
         running_(std::move(running)),
         budget_(request.deadline_ms() > 0 ? absl::Milliseconds(request.deadline_ms())
                                           : consumer.default_deadline),
-        deadline_(context_.received + budget_) {}
+        deadline_(std::min(context_.received + budget_, context_.call_deadline)) {}
 
   // Runs it; a failure emits the Error and ends the target (RunningTarget::done).
   static void Run(std::unique_ptr<TargetRun> run) {

@@ -91,6 +91,7 @@ using RunDone = std::function<void(absl::Status)>;
 
 struct RunContext {
   absl::Time received = absl::Now();             // request arrival (Timings.queue, ttft, total)
+  absl::Time call_deadline = absl::InfiniteFuture();  // the call's gRPC deadline (ServedRequest)
   // The request's cancellation (not owned; null: none): once cancelled the request ends with
   // "cancelled", its transfer session ends at once, and the session source's wait must be woken
   // by it (ServeRequest fails the session's ticket from a callback).

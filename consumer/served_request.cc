@@ -70,6 +70,7 @@ void RunAdmitted(const ConsumerModel& consumer, const Admission& admission,
 
   RunContext run;
   run.received = served.received;
+  run.call_deadline = served.call_deadline;
   run.cancellation = serving->cancellation;
   run.prompt_ids = std::move(served.prompt_ids);
   run.session = std::move(served.session);
@@ -111,8 +112,9 @@ void ServeRequest(const ConsumerModel& consumer, Admission& admission, Tally* ou
   // admitting thread may be the scheduler's, which must not wait for a prefix or a transfer).
   if (served->on_cancel) serving->wake = cancellation->OnCancel(served->on_cancel);
   const absl::Time deadline =
-      served->received +
-      (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms()) : consumer.default_deadline);
+      std::min(served->received + (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms())
+                                                         : consumer.default_deadline),
+               served->call_deadline);
   const std::thread::id caller = std::this_thread::get_id();
   admission.AdmitAsync(
       ReservationBytes(consumer, req, served->prompt_ids.size()), deadline, cancellation,

@@ -35,6 +35,9 @@ struct ServedRequest {
   TargetRoute route;
   std::vector<TokenId> prompt_ids;  // checked (CheckRequest)
   absl::Time received;              // the call's arrival
+  // The call's own deadline (a gRPC deadline), when it has one: the request ends at the sooner of
+  // it and received + deadline_ms, by this node's clock (not when gRPC's cancel arrives).
+  absl::Time call_deadline = absl::InfiniteFuture();
   SessionSource session;            // the transfer's session (unset for a local route)
   // Waits for it without a thread (RunContext::on_session; unset: `session` blocks).
   std::function<void(absl::Duration timeout, std::function<void()> ready)> on_session;

@@ -14,6 +14,7 @@
 #include "base/log_text.h"
 #include "base/prefix_hash.h"
 #include "base/random_id.h"
+#include "base/release_clock.h"
 #include "codec/transfer_mode.h"
 #include "coordinator/routed_request.h"
 #include "proto/checked_inference.h"
@@ -121,6 +122,7 @@ grpc::Status RegistryService::Stats(grpc::ServerContext* context, const v1::Stat
 
 void RegistryService::FillStats(v1::NodeStats* stats) const {
   stats->set_role("coordinator");
+  stats->set_last_release_unix_micros(LastReleaseUnixMicros());
   stats->set_running(static_cast<uint32_t>(registry_->size()));
   for (const auto& [name, count] : counters_->Snapshot()) (*stats->mutable_ended())[name] = count;
 }
@@ -259,9 +261,13 @@ EventStream* CoordinatorInferenceService::Generate(grpc::CallbackServerContext* 
                                 const std::string& reason) {
     TellTransferFailed(target, session_id, reason, id);
   };
+  // The request's deadline, or the call's own (a client's gRPC deadline) when that is sooner:
+  // the targets' calls carry it, so each node ends the request by its own clock at that moment
+  // rather than when the coordinator's cancel reaches it.
   const absl::Time deadline =
-      absl::Now() +
-      (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms()) : options_.default_deadline);
+      std::min(absl::Now() + (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms())
+                                                    : options_.default_deadline),
+               FromGrpcDeadline(context->deadline()));
   // A request refused as a whole by its consumers is counted with the others.
   auto counted = [counters = counters_, ended = std::move(ended)](const grpc::Status& status) {
     if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {

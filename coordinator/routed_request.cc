@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "base/log_text.h"
 #include "base/random_id.h"
+#include "base/release_clock.h"
 #include "codec/transfer_mode.h"
 #include "proto/frontier_proto.h"
 
@@ -83,6 +84,7 @@ class RoutedRequest::Lease {
   ~Lease() {
     registry_->RoutedDone(route_);
     if (active_ != nullptr) --*active_;
+    NoteRelease();
   }
   Lease(const Lease&) = delete;
   Lease& operator=(const Lease&) = delete;

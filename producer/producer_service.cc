@@ -11,6 +11,7 @@
 #include "base/cancellation.h"
 #include "base/exception_guard.h"
 #include "base/log_text.h"
+#include "base/release_clock.h"
 #include "base/status_macros.h"
 #include "codec/code_encoder.h"
 #include "codec/transfer_mode.h"
@@ -150,6 +151,7 @@ grpc::Status ProducerControlService::Stats(grpc::ServerContext* context, const v
 
 void ProducerControlService::FillStats(v1::NodeStats* stats) const {
   stats->set_role("producer");
+  stats->set_last_release_unix_micros(LastReleaseUnixMicros());
   stats->set_running(running_.load());
   stats->set_open_sessions(static_cast<uint32_t>(open_sessions()));
   stats->set_held_payload_bytes(held_payload_bytes_.load());
@@ -354,6 +356,7 @@ absl::Status ProducerControlService::Stream(Cancellation* cancel, PrefillRun* ru
                          run->reuse.has_value() ? &*run->reuse : nullptr);
   });
   --running_;
+  NoteRelease();
   for (const StreamTarget& stream : streams) {
     ended_.Add(transport::SessionStateName(stream.session->state()));
   }

@@ -8,10 +8,12 @@
 #include <grpcpp/support/status.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "base/host_port.h"
 
 namespace scd {
@@ -37,6 +39,13 @@ inline std::string BoundAddress(const std::string& listen, int port) {
 // The address other nodes should dial for a server bound at `bound` ("HOST:PORT"): the port with
 // `advertise_host` when given; else, when HOST is a wildcard (0.0.0.0, ::, [::], empty), the
 // machine's host name; else `bound` itself.
+// A call's gRPC deadline (ServerContextBase::deadline(): the client's, as this server received
+// it) as a time; InfiniteFuture when the call has none.
+inline absl::Time FromGrpcDeadline(std::chrono::system_clock::time_point deadline) {
+  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(deadline);
+}
+
 inline std::string AdvertisedAddress(const std::string& bound, const std::string& advertise_host) {
   absl::StatusOr<HostPort> hp = ParseHostPort(bound);
   if (!hp.ok()) return bound;

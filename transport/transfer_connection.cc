@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "base/release_clock.h"
 #include "base/status_macros.h"
 #include "transport/frame_message.h"
 #include "transport/transfer_session.h"
@@ -140,6 +141,7 @@ bool TransferConnection::Forget(uint64_t id, bool sending) {
   } else {
     receiving_.erase(id);
   }
+  NoteRelease();
   return !down_;
 }
 
