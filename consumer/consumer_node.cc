@@ -186,6 +186,7 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
   model.metrics = node->serving_metrics_.get();
   SchedulerOptions scheduling;
   scheduling.max_batched_tokens = options.max_batched_tokens;
+  scheduling.nice = options.scheduler_nice;
   scheduling.metrics = node->serving_metrics_.get();
   node->scheduler_ = std::make_unique<DecodeScheduler>(*node->model_, scheduling);
   model.scheduler = node->scheduler_.get();

@@ -51,6 +51,7 @@ struct ConsumerNodeOptions {
   double kv_cache_mb = 0;
   uint32_t max_queued = 256;           // requests waiting for KV memory at once (0: refuse)
   int64_t max_batched_tokens = 512;    // rows of one batched step (decodes + prefill chunks)
+  int scheduler_nice = 10;  // how much nicer the decode loop's thread runs (SchedulerOptions::nice)
   absl::Duration transfer_timeout = absl::Seconds(30);  // a transfer's longest stall
   size_t prefix_cache_mb = 0;          // the prefix cache's budget (0: off)
   uint32_t default_max_tokens = 128;

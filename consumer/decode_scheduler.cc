@@ -1,9 +1,15 @@
 #include "consumer/decode_scheduler.h"
 
 #include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <utility>
 
@@ -60,6 +66,26 @@ struct DecodeScheduler::Sequence {
   bool sampled = false;  // its first logits were sampled
   bool ended = false;
 };
+
+namespace {
+
+// This thread `nice` steps nicer than it is (a no-op elsewhere than Linux, or for 0).
+void LowerThreadPriority(int nice) {
+#ifdef __linux__
+  if (nice <= 0) return;
+  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+  errno = 0;
+  const int now = ::getpriority(PRIO_PROCESS, tid);
+  if (errno == 0 && ::setpriority(PRIO_PROCESS, tid, std::min(19, now + nice)) != 0) {
+    spdlog::warn("the decode scheduler's thread keeps its priority: setpriority: {}",
+                 std::strerror(errno));
+  }
+#else
+  (void)nice;
+#endif
+}
+
+}  // namespace
 
 DecodeScheduler::DecodeScheduler(const LlamaModel& model, SchedulerOptions options)
     : model_(model), options_(options), pacer_(options.step_slack, kSkinnyMaxRows) {
@@ -138,6 +164,7 @@ DecodeScheduler::Stats DecodeScheduler::stats() const {
 }
 
 void DecodeScheduler::Loop() {
+  LowerThreadPriority(options_.nice);
   std::list<std::unique_ptr<Sequence>> running;
   for (;;) {
     {

@@ -68,6 +68,13 @@ struct SchedulerOptions {
   // this many times their own step time.
   double step_slack = 2.0;
   ServingMetrics* metrics = nullptr;  // not owned; null: no step metrics
+  // The loop's own thread runs this much nicer than the process (Linux: niceness is per thread;
+  // 0: as the process). The steps run back to back while anything decodes, so on a busy CPU the
+  // threads that answer the network -- a cancel, a deadline, an admission, an event write --
+  // would otherwise wait for the kernel to end the loop's time slice (~5 ms); a nicer loop is
+  // preempted as soon as one of them wakes and loses nothing when they sleep. BLAS's own worker
+  // threads keep the process's niceness.
+  int nice = 10;
 };
 
 // How a sequence ended.

@@ -12,12 +12,16 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -413,6 +417,61 @@ TEST_P(DecodeSchedulerTest, BadSequencesAreRefusedAtSubmit) {
   EXPECT_EQ(scheduler.Submit(Request(prompt, bad, &sink)).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(sink.ended(), 0);
+}
+
+// The niceness of each of this process's threads, by thread id (/proc/self/task/TID/stat,
+// field 19; the command name before it may hold spaces, so fields count from its ')').
+std::map<int, int> ThreadNiceness() {
+  std::map<int, int> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream in(entry.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(stat.substr(close + 2));  // from field 3 (the state)
+    std::string field;
+    for (int i = 3; i < 19 && fields >> field; ++i) {
+    }
+    int nice = 0;
+    if (fields >> nice) out[std::stoi(entry.path().filename().string())] = nice;
+  }
+  return out;
+}
+
+// The loop's thread, and only it, runs `nice` steps nicer than the process (options.nice), so
+// the threads answering the network preempt it; 0 leaves every thread as it was.
+TEST_P(DecodeSchedulerTest, TheLoopsThreadRunsNicerThanTheProcess) {
+  const int process_nice = ThreadNiceness().at(static_cast<int>(::getpid()));
+  if (process_nice > 19 - 7) GTEST_SKIP() << "the process already runs at nice " << process_nice;
+  auto nicer = [&](int by) {
+    int n = 0;
+    for (const auto& [tid, nice] : ThreadNiceness()) n += nice == process_nice + by ? 1 : 0;
+    return n;
+  };
+  const int before = nicer(7);
+  {
+    SchedulerOptions options;
+    options.nice = 7;
+    DecodeScheduler scheduler(*model_, options);
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (nicer(7) == before && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
+    EXPECT_EQ(nicer(7), before + 1);
+    // It still runs sequences to their end.
+    RecordingSink sink;
+    ASSERT_TRUE(scheduler.Submit(Request(Prompt(GetParam(), 0, 6), Options(4), &sink)).ok());
+    EXPECT_TRUE(sink.Wait().status.ok());
+  }
+  EXPECT_EQ(nicer(7), before);  // the thread is gone with the scheduler
+  SchedulerOptions same;
+  same.nice = 0;
+  const std::map<int, int> threads_before = ThreadNiceness();
+  DecodeScheduler scheduler(*model_, same);
+  absl::SleepFor(absl::Milliseconds(50));
+  for (const auto& [tid, nice] : ThreadNiceness()) {
+    if (threads_before.count(tid) == 0) {
+      EXPECT_EQ(nice, process_nice) << "thread " << tid;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(RealCheckpoints, DecodeSchedulerTest,

@@ -168,6 +168,11 @@ void AddConsumerBatchingFlags(CLI::App* app, ConsumerOptions* options) {
                   "rows of one batched step: running decodes plus chunks of prefills and "
                   "rebuilds")
       ->check(CLI::Range(1, 1 << 20));
+  app->add_option("--scheduler-nice", options->scheduler_nice,
+                  "how much nicer than the process the decode loop's thread runs, so the threads "
+                  "answering the network (cancels, deadlines, admissions, event writes) preempt "
+                  "it on a busy CPU (0: as the process)")
+      ->check(CLI::Range(0, 19));
   app->add_option_function<double>(
          "--transfer-timeout",
          [options](double seconds) { options->transfer_timeout = absl::Seconds(seconds); },
