@@ -502,7 +502,7 @@ absl::Status TargetRun::Continue() {
   RunningTarget* r = running_.get();
   r->prefix = *std::move(prefix);
   r->ids = ids_;
-  r->budget = budget_;
+  r->budget = deadline_ - context_.received;  // the call's own deadline may be sooner
   r->prefix_keys = std::move(prefix_keys_);
   if (r->prefix.mode != TransferMode::kLocal) r->StorePrefix(*cache_);  // rebuilt
   if (r->prefix.mode != route_.mode && context_.on_fallback) {
