@@ -270,6 +270,14 @@ absl::StatusOr<std::vector<TokenId>> CheckRequest(const ConsumerModel& consumer,
   return ids;
 }
 
+absl::Time RequestDeadline(const ConsumerModel& consumer, const v1::GenerateRequest& request,
+                           absl::Time received, absl::Time call_deadline) {
+  const absl::Duration budget = request.deadline_ms() > 0
+                                    ? absl::Milliseconds(request.deadline_ms())
+                                    : consumer.default_deadline;
+  return std::min(received + budget, call_deadline);
+}
+
 int64_t ReservationBytes(const ConsumerModel& consumer, const v1::GenerateRequest& request,
                          size_t prompt_tokens) {
   const ModelConfig& config = consumer.model->config();
@@ -419,9 +427,7 @@ class TargetRun {
         options_(std::move(options)),
         context_(std::move(context)),
         running_(std::move(running)),
-        budget_(request.deadline_ms() > 0 ? absl::Milliseconds(request.deadline_ms())
-                                          : consumer.default_deadline),
-        deadline_(std::min(context_.received + budget_, context_.call_deadline)) {}
+        deadline_(RequestDeadline(consumer, request, context_.received, context_.call_deadline)) {}
 
   // Runs it; a failure emits the Error and ends the target (RunningTarget::done).
   static void Run(std::unique_ptr<TargetRun> run) {
@@ -459,7 +465,6 @@ class TargetRun {
   const GenerationOptions options_;
   const RunContext context_;
   std::unique_ptr<RunningTarget> running_;  // null once handed over
-  const absl::Duration budget_;
   const absl::Time deadline_;
   v1::GenerateEvent started_;
   std::optional<KvCache> cache_;
@@ -502,7 +507,7 @@ absl::Status TargetRun::Continue() {
   RunningTarget* r = running_.get();
   r->prefix = *std::move(prefix);
   r->ids = ids_;
-  r->budget = deadline_ - context_.received;  // the call's own deadline may be sooner
+  r->budget = deadline_ - context_.received;
   r->prefix_keys = std::move(prefix_keys_);
   if (r->prefix.mode != TransferMode::kLocal) r->StorePrefix(*cache_);  // rebuilt
   if (r->prefix.mode != route_.mode && context_.on_fallback) {

@@ -139,6 +139,11 @@ absl::StatusOr<std::vector<TokenId>> CheckRequest(const ConsumerModel& consumer,
 int64_t ReservationBytes(const ConsumerModel& consumer, const v1::GenerateRequest& request,
                          size_t prompt_tokens);
 
+// When a request must have ended: `received` plus its deadline_ms (the consumer's default when
+// unset), or the call's own deadline when that is sooner (RunContext::call_deadline).
+absl::Time RequestDeadline(const ConsumerModel& consumer, const v1::GenerateRequest& request,
+                           absl::Time received, absl::Time call_deadline);
+
 // The prompt's token ids as the consumer sees them (prompt_ids, or the prompt tokenized with the
 // model's special tokens). INVALID_ARGUMENT: neither or both given, empty, ids out of vocabulary;
 // OUT_OF_RANGE: longer than the model's maximum positions.

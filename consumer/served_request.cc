@@ -112,9 +112,7 @@ void ServeRequest(const ConsumerModel& consumer, Admission& admission, Tally* ou
   // admitting thread may be the scheduler's, which must not wait for a prefix or a transfer).
   if (served->on_cancel) serving->wake = cancellation->OnCancel(served->on_cancel);
   const absl::Time deadline =
-      std::min(served->received + (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms())
-                                                         : consumer.default_deadline),
-               served->call_deadline);
+      RequestDeadline(consumer, req, served->received, served->call_deadline);
   const std::thread::id caller = std::this_thread::get_id();
   admission.AdmitAsync(
       ReservationBytes(consumer, req, served->prompt_ids.size()), deadline, cancellation,

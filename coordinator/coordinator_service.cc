@@ -27,8 +27,6 @@
 namespace scd::coordinator {
 namespace {
 
-std::chrono::system_clock::time_point Deadline(absl::Time t) { return absl::ToChronoTime(t); }
-
 // Output positions routing assumes for a request without max_tokens (the consumers' default).
 constexpr int64_t kAssumedMaxTokens = 128;
 
@@ -157,7 +155,7 @@ grpc::Status RegistryService::SetLinkShape(grpc::ServerContext* context,
           v1::Producer::NewStub(grpc::CreateChannel(row->address(), GrpcChannelCredentials()));
       grpc::ClientContext call;
       secret_.Attach(&call);
-      call.set_deadline(Deadline(absl::Now() + absl::Seconds(5)));
+      call.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
       const grpc::Status status = stub->SetLinkShape(&call, *request, row->mutable_shape());
       if (!status.ok()) {
         row->clear_shape();
@@ -216,7 +214,7 @@ void CoordinatorInferenceService::TellTransferFailed(const RouteTarget& target,
   told->request.set_target(target.target);
   told->request.set_reason(reason);
   secret_.Attach(&told->context);
-  told->context.set_deadline(Deadline(absl::Now() + kTellTimeout));
+  told->context.set_deadline(absl::ToChronoTime(absl::Now() + kTellTimeout));
   told->stub = v1::Consumer::NewStub(Channel(target.consumer_address));
   told->stub->async()->TransferFailed(
       &told->context, &told->request, &told->response,

@@ -16,11 +16,6 @@
 #include "proto/frontier_proto.h"
 
 namespace scd::coordinator {
-namespace {
-
-std::chrono::system_clock::time_point Deadline(absl::Time t) { return absl::ToChronoTime(t); }
-
-}  // namespace
 
 // One target's Decode call on its consumer: a reactor whose reads the request's state drives.
 class RoutedRequest::TargetCall final : public grpc::ClientReadReactor<v1::GenerateEvent> {
@@ -120,7 +115,7 @@ RoutedRequest::RoutedRequest(RoutedRequestDeps deps, v1::GenerateRequest req, Ro
   metrics_.emplace(deps_.metrics);
   for (size_t i = 0; i < route_.targets.size(); ++i) {
     calls_.push_back(std::make_unique<TargetCall>(this, i));
-    calls_.back()->context.set_deadline(Deadline(deadline_));
+    calls_.back()->context.set_deadline(absl::ToChronoTime(deadline_));
   }
   cancel_calls_ = cancellation().OnCancel([this](const absl::Status&) {
     for (auto& call : calls_) call->context.TryCancel();
@@ -344,7 +339,7 @@ void RoutedRequest::StartPrefill() {
   // A child of the client's call: a client that goes away cancels the prefill (and so every
   // session it streams) while it runs, not after.
   prefill->context = grpc::ClientContext::FromCallbackServerContext(*context_);
-  prefill->context->set_deadline(Deadline(deadline_));
+  prefill->context->set_deadline(absl::ToChronoTime(deadline_));
   deps_.secret->Attach(prefill->context.get());
   prefill->stub = v1::Producer::NewStub(deps_.channel(route_.producer_address));
   prefill_ = std::move(prefill);
@@ -417,7 +412,7 @@ void RoutedRequest::Settle(std::vector<TargetCall*> failed) {
 
 void RoutedRequest::SetTimer(grpc::Alarm* alarm, absl::Time when, std::function<void()> fire) {
   Hold();  // released when it fires or is cancelled
-  alarm->Set(Deadline(when), [this, fire = std::move(fire)](bool ok) {
+  alarm->Set(absl::ToChronoTime(when), [this, fire = std::move(fire)](bool ok) {
     if (ok) Locked(fire);
     Release();
   });
