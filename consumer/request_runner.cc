@@ -509,6 +509,9 @@ absl::Status TargetRun::Continue() {
   r->ids = ids_;
   r->budget = deadline_ - context_.received;
   r->prefix_keys = std::move(prefix_keys_);
+  // A prefix rebuilt from codes that arrived below the point's ranks is not what a later
+  // request at this point would rebuild: never kept under its scope.
+  if (!r->prefix.lowered.empty()) r->prefix_keys.reset();
   if (r->prefix.mode != TransferMode::kLocal) r->StorePrefix(*cache_);  // rebuilt
   if (r->prefix.mode != route_.mode && context_.on_fallback) {
     context_.on_fallback(FallbackNotice(started_, r->prefix));  // announced before it runs

@@ -31,6 +31,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
+std::vector<TokenId> Prompt(int i) { return testing::LoadGolden("stories260k").prompts[i].ids; }
+
 class ServingTest : public ::testing::Test {
  protected:
   using Reply = testing::ServingReply;
@@ -58,6 +60,38 @@ class ServingTest : public ::testing::Test {
     if (name == "xs") artifact->frontier = XsFrontier();
     stack_->AddConsumer(name, testing::Ok(LlamaModel::Load(testing::ModelDir(dir), {})),
                         std::move(artifact));
+  }
+
+  // A stack (`options`, its producer's link shaped here) and a request on which auto must lower
+  // xs's later ranks: a consumer far slower than its producer, a link of 12.5 kB/s that the
+  // coordinator knows:
+  // auto sends xs's f16 point (within max_kl 0.06) as the fastest, though no choice meets 1 ms.
+  // Its first decode step alone (5 ms) is past the objective, so the codes' delivery deadline
+  // is gone before the first layer is ready: the producer lowers what the link cannot carry in
+  // the pass's own time, the last layer at least.
+  v1::GenerateRequest StartLoweringStack(testing::ServingStack::Options options) {
+    options.producer_link.gbps = 0.0001;
+    options.producer_link.burst_bytes = 1;
+    StartStack(options);
+    v1::NodeSpeeds producer, consumer;
+    producer.mutable_prefill()->set_per_unit_us(1);
+    producer.mutable_prefill()->set_samples(4);
+    consumer.mutable_prefill()->set_per_unit_us(100'000);
+    consumer.mutable_prefill()->set_samples(4);
+    consumer.mutable_first_decode()->set_fixed_us(5000);
+    consumer.mutable_first_decode()->set_samples(4);
+    stack_->ReportSpeeds("", producer);
+    stack_->ReportSpeeds("xs", consumer);
+    v1::LinkShape slow;
+    slow.set_gbps(0.0001);
+    stack_->NoteLinkShape(slow);
+    v1::GenerateRequest request;
+    request.add_targets("xs");
+    for (TokenId id : Prompt(2)) request.add_prompt_ids(id);
+    request.set_max_tokens(16);
+    request.set_max_kl(0.06);
+    request.set_ttft_slo_ms(1);
+    return request;
   }
 
   // xs's frontier (the synthetic artifact: r_K 2, r_V 3 on layers 0, 2, 4; r_H 5 on 1 and 3):
@@ -110,8 +144,6 @@ class ServingTest : public ::testing::Test {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<testing::ServingStack> stack_;
 };
-
-std::vector<TokenId> Prompt(int i) { return testing::LoadGolden("stories260k").prompts[i].ids; }
 
 TEST_F(ServingTest, ScdThroughTheCoordinatorEqualsTheBatchTransferPath) {
   Reply reply = Generate({"xs"}, "scd", Prompt(2), 16);
@@ -245,33 +277,7 @@ TEST_F(ServingTest, AutoChoosesByPredictedTtftAndTheTokensAreThatChoices) {
 }
 
 TEST_F(ServingTest, AutoLowersLaterRanksWhenTheLinkCannotMeetItsSloAndSaysWhich) {
-  // A consumer far slower than its producer, a link of 12.5 kB/s that the coordinator knows:
-  // auto sends xs's f16 point (within max_kl 0.06) as the fastest, though no choice meets 1 ms.
-  // Its first decode step alone (5 ms) is past the objective, so the codes' delivery deadline
-  // is gone before the first layer is ready: the producer lowers what the link cannot carry in
-  // the pass's own time, the last layer at least.
-  testing::ServingStack::Options options;
-  options.producer_link.gbps = 0.0001;
-  options.producer_link.burst_bytes = 1;
-  StartStack(options);
-  v1::NodeSpeeds producer, consumer;
-  producer.mutable_prefill()->set_per_unit_us(1);
-  producer.mutable_prefill()->set_samples(4);
-  consumer.mutable_prefill()->set_per_unit_us(100'000);
-  consumer.mutable_prefill()->set_samples(4);
-  consumer.mutable_first_decode()->set_fixed_us(5000);
-  consumer.mutable_first_decode()->set_samples(4);
-  stack_->ReportSpeeds("", producer);
-  stack_->ReportSpeeds("xs", consumer);
-  v1::LinkShape slow;
-  slow.set_gbps(0.0001);
-  stack_->NoteLinkShape(slow);
-  v1::GenerateRequest request;
-  request.add_targets("xs");
-  for (TokenId id : Prompt(2)) request.add_prompt_ids(id);
-  request.set_max_tokens(16);
-  request.set_max_kl(0.06);
-  request.set_ttft_slo_ms(1);
+  v1::GenerateRequest request = StartLoweringStack({});
   Reply reply = stack_->Generate(request);
   ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
   const v1::Finished& adapted = reply.events["xs"].back().finished();
@@ -307,6 +313,30 @@ TEST_F(ServingTest, AutoLowersLaterRanksWhenTheLinkCannotMeetItsSloAndSaysWhich)
   EXPECT_EQ(reply.events["xs"].back().finished().lowered_layers_size(), 0);
   EXPECT_EQ(reply.ids["xs"], Reference("xs", TransferMode::kScd, Prompt(2), 16,
                                        TransferOptions::AtPoint(XsFrontier().points[2])));
+}
+
+// Found by the soak (bench/soak.h): a prefix rebuilt from codes that arrived below the point's
+// ranks went into the consumer's prefix cache under the point's scope, and later requests at
+// that point reused the degraded blocks (their tokens parted from the point's). Now such a
+// rebuild is never kept; a rebuild at the point's ranks is, and serves the next request exactly.
+TEST_F(ServingTest, APrefixRebuiltFromLoweredCodesIsNotKeptForLaterRequests) {
+  testing::ServingStack::Options options;
+  options.consumer_prefix_cache_bytes = 64 << 20;
+  v1::GenerateRequest request = StartLoweringStack(options);
+  Reply lowered = stack_->Generate(request);
+  ASSERT_TRUE(lowered.status.ok()) << lowered.status.error_message();
+  ASSERT_GT(lowered.events["xs"].back().finished().lowered_layers_size(), 0);
+  const std::vector<TokenId> at_point = Reference("xs", TransferMode::kScd, Prompt(2), 16,
+                                                  TransferOptions::AtPoint(XsFrontier().points[2]));
+  request.set_keep_ranks(true);
+  for (const uint32_t cached : {0u, 16u}) {  // the 31-position prefix holds one 16-token block
+    const Reply kept = stack_->Generate(request);
+    ASSERT_TRUE(kept.status.ok()) << kept.status.error_message();
+    const v1::Finished& finished = kept.events.at("xs").back().finished();
+    EXPECT_EQ(finished.lowered_layers_size(), 0);
+    EXPECT_EQ(finished.consumer_cached_tokens(), cached);
+    EXPECT_EQ(kept.ids.at("xs"), at_point) << "consumer cached " << cached;
+  }
 }
 
 TEST_F(ServingTest, AutoSendsTheFrontierPointItsBudgetPicks) {
