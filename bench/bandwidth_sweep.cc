@@ -158,22 +158,22 @@ SweepReply SendSweepRequest(const SweepOptions& o, const std::string& consumer,
   return reply;
 }
 
-absl::Status SetCoordinatorShape(const SweepOptions& o, double gbps, bool unannounced) {
-  auto stub =
-      v1::Registry::NewStub(grpc::CreateChannel(o.control, GrpcChannelCredentials()));
+absl::Status SetLinkShapeAt(const std::string& control, const std::string& secret, double gbps,
+                            double latency_us, bool unannounced) {
+  auto stub = v1::Registry::NewStub(grpc::CreateChannel(control, GrpcChannelCredentials()));
   grpc::ClientContext context;
-  context.AddMetadata("x-scd-cluster-secret", o.secret);
+  context.AddMetadata("x-scd-cluster-secret", secret);
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
   v1::SetLinkShapeRequest request;
   request.mutable_shape()->set_gbps(std::isfinite(gbps) ? gbps : 0);
-  request.mutable_shape()->set_latency_us(o.latency_us);
+  request.mutable_shape()->set_latency_us(latency_us);
   request.set_unannounced(unannounced);
   v1::SetLinkShapeResponse response;
   const grpc::Status status = stub->SetLinkShape(&context, request, &response);
   if (!status.ok()) {
     return absl::Status(
         static_cast<absl::StatusCode>(status.error_code()),
-        absl::StrCat("Registry.SetLinkShape at ", o.control, ": ", status.error_message()));
+        absl::StrCat("Registry.SetLinkShape at ", control, ": ", status.error_message()));
   }
   for (const v1::ProducerLink& p : response.producers()) {
     if (p.code() != 0) {
@@ -182,6 +182,10 @@ absl::Status SetCoordinatorShape(const SweepOptions& o, double gbps, bool unanno
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status SetCoordinatorShape(const SweepOptions& o, double gbps, bool unannounced) {
+  return SetLinkShapeAt(o.control, o.secret, gbps, o.latency_us, unannounced);
 }
 
 absl::Status ValidateSweepModes(const std::vector<std::string>& modes) {

@@ -148,8 +148,12 @@ std::string ChoiceText(const v1::Started& started, const v1::Finished& finished)
 SweepReply SendSweepRequest(const SweepOptions& o, const std::string& consumer,
                             const std::string& mode, const BenchPrompt& prompt,
                             double scd_max_kl = 0);
-// Every producer's shaper at `gbps` (inf: unshaped) through the coordinator's
-// Registry.SetLinkShape.
+// Every producer's shaper at `gbps` (inf: unshaped) and one-way `latency_us` through the
+// coordinator's Registry.SetLinkShape at `control` (with the cluster secret). UNAVAILABLE when a
+// producer did not take it.
+absl::Status SetLinkShapeAt(const std::string& control, const std::string& secret, double gbps,
+                            double latency_us, bool unannounced = false);
+// The same for the sweep's coordinator and latency.
 absl::Status SetCoordinatorShape(const SweepOptions& o, double gbps, bool unannounced = false);
 
 // INVALID_ARGUMENT naming the first mode that is none of local, raw, int4, recompute, reuse, scd,

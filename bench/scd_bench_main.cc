@@ -14,7 +14,8 @@
 //                      --consumer NAME ...)
 //                   [--bandwidths 0.01,0.1,1,10,100,inf] [--latency-us U]
 //                   [--modes local,raw,int4,recompute,reuse,scd,auto,auto-keep] [--max-kl K]
-//                   [--ttft-slo-ms MS] [--bandwidth-trace FILE [--trace-hold S] [--judge-ttft-ms MS]
+//                   [--ttft-slo-ms MS] [--bandwidth-trace FILE [--trace-hold S] [--judge-ttft-ms
+//                   MS]
 //                   [--trace-unannounced] [--trace-paired]]
 //                   [--prompts FILE [--prompt-words W] | --prompt-len T [--vocab-size V]]
 //                   [--num-prompts N]
@@ -29,6 +30,10 @@
 //                   [--long-prompt-len 2048] [--vocab-size V] [--out DIR]
 //     A long prompt arriving beside running decodes (bench/mixed_load.h): the decoders' ITL p50
 //     before it, p50 / p99 / max while it is prefilled or rebuilt; with --out, mixed.json.
+//   scd-bench soak --out DIR [--duration S | --smoke] [--rate R] [--fault-gap S] [--seed N]
+//                  [--transport grpc|ucx] [--shared-dir DIR]
+//     Real daemons under a mixed load and a fault schedule (bench/soak.h): soak.json, soak.png,
+//     the verdict (exit 1 when it fails).
 // Errors: one line on stderr, exit status 1.
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -41,8 +46,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -64,6 +69,7 @@
 #include "bench/mixed_load.h"
 #include "bench/netns_link.h"
 #include "bench/serve_benchmark.h"
+#include "bench/soak_command.h"
 #include "bench/sweep_deployment.h"
 
 namespace scd::bench {
@@ -555,6 +561,8 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   m->add_option("--seed", mixed.seed, "prompts");
   m->add_option("--out", mixed_out, "write mixed.json here");
+  SoakFlags soak;
+  CLI::App* k = AddSoakCommand(app, &soak);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -579,6 +587,7 @@ int Main(int argc, char** argv) {
   }
   absl::Status status = s->parsed()   ? RunServe(serve)
                         : m->parsed() ? RunMixed(mixed, mixed_out)
+                        : k->parsed() ? RunSoakCommand(soak)
                                       : RunSweep(sweep);
   if (!status.ok()) {
     std::fprintf(stderr, "scd-bench: error: %s\n", std::string(status.message()).c_str());

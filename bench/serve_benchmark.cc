@@ -112,32 +112,6 @@ std::vector<StreamRecord> RunOne(const ServeBenchOptions& options, const BenchPr
   return out;
 }
 
-// A node's Stats through its control plane: a producer's, a consumer's or a coordinator's
-// (whichever service answers there).
-absl::StatusOr<v1::NodeStats> ReadNodeStats(const std::string& address, const std::string& secret) {
-  auto channel = grpc::CreateChannel(address, GrpcChannelCredentials());
-  v1::NodeStats stats;
-  grpc::Status status;
-  for (int service = 0; service < 3; ++service) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    context.AddMetadata("x-scd-cluster-secret", secret);
-    if (service == 0) {
-      status = v1::Producer::NewStub(channel)->Stats(&context, v1::StatsRequest(), &stats);
-    } else if (service == 1) {
-      status = v1::Consumer::NewStub(channel)->Stats(&context, v1::StatsRequest(), &stats);
-    } else {
-      status = v1::Registry::NewStub(channel)->Stats(&context, v1::StatsRequest(), &stats);
-    }
-    if (status.error_code() != grpc::StatusCode::UNIMPLEMENTED) break;
-  }
-  if (!status.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                        absl::StrCat("--node-stats ", address, ": ", status.error_message()));
-  }
-  return stats;
-}
-
 NodeStatsDelta Delta(const std::string& address, const v1::NodeStats& before,
                      const v1::NodeStats& after) {
   auto d = [](uint64_t a, uint64_t b) { return static_cast<int64_t>(a) - static_cast<int64_t>(b); };
@@ -160,6 +134,30 @@ NodeStatsDelta Delta(const std::string& address, const v1::NodeStats& before,
 }
 
 }  // namespace
+
+absl::StatusOr<v1::NodeStats> ReadNodeStats(const std::string& address, const std::string& secret) {
+  auto channel = grpc::CreateChannel(address, GrpcChannelCredentials());
+  v1::NodeStats stats;
+  grpc::Status status;
+  for (int service = 0; service < 3; ++service) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    context.AddMetadata("x-scd-cluster-secret", secret);
+    if (service == 0) {
+      status = v1::Producer::NewStub(channel)->Stats(&context, v1::StatsRequest(), &stats);
+    } else if (service == 1) {
+      status = v1::Consumer::NewStub(channel)->Stats(&context, v1::StatsRequest(), &stats);
+    } else {
+      status = v1::Registry::NewStub(channel)->Stats(&context, v1::StatsRequest(), &stats);
+    }
+    if (status.error_code() != grpc::StatusCode::UNIMPLEMENTED) break;
+  }
+  if (!status.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                        absl::StrCat("Stats at ", address, ": ", status.error_message()));
+  }
+  return stats;
+}
 
 // Linear interpolation between closest ranks (numpy's default), as vLLM reports.
 double Percentile(std::vector<double> sorted, double p) {

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "scd/v1/control.pb.h"
 #include "scd/v1/inference.pb.h"
 
 namespace scd::bench {
@@ -142,6 +143,10 @@ struct ServeBenchResult {
   std::vector<double> send_s;         // per request: when it was sent, since the start
   std::vector<NodeStatsDelta> nodes;  // options.node_stats, in order
 };
+
+// A node's Stats through its control plane: a producer's, a consumer's or a coordinator's
+// (whichever service answers there), with the cluster secret; the RPC's status otherwise.
+absl::StatusOr<v1::NodeStats> ReadNodeStats(const std::string& address, const std::string& secret);
 
 // Runs the load. INVALID_ARGUMENT: no server, targets or prompts, a rate <= 0, burstiness <= 0;
 // a node's Stats unreadable (before the run): its status; otherwise the result (failures are

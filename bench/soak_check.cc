@@ -1,0 +1,174 @@
+#include "bench/soak_check.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace scd::bench {
+namespace {
+
+constexpr size_t kExamples = 40;
+
+std::string CodeName(int code) {
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
+std::string FaultLabel(const FaultOutcome& f) {
+  return f.node.empty() ? FaultKindName(f.fault.kind)
+                        : absl::StrCat(FaultKindName(f.fault.kind), " ", SoakRoleName(f.role));
+}
+
+bool Overlaps(const FaultWindow& w, absl::Time from, absl::Time to) {
+  return from <= w.to && w.from <= to;
+}
+
+}  // namespace
+
+const char* StreamOutcomeName(StreamOutcome outcome) {
+  switch (outcome) {
+    case StreamOutcome::kOk:
+      return "ok";
+    case StreamOutcome::kClientEnded:
+      return "client_ended";
+    case StreamOutcome::kDeadline:
+      return "deadline";
+    case StreamOutcome::kExplained:
+      return "explained";
+    case StreamOutcome::kUnexplained:
+      return "unexplained";
+  }
+  return "?";
+}
+
+std::vector<FaultWindow> FaultWindows(const std::vector<FaultOutcome>& faults, absl::Time run_end,
+                                      absl::Duration grace) {
+  std::vector<FaultWindow> windows;
+  for (const FaultOutcome& f : faults) {
+    const absl::Time end = f.recovered == absl::InfinitePast() ? run_end : f.recovered;
+    windows.push_back({f, f.start, end + grace});
+  }
+  return windows;
+}
+
+bool OnPath(const FaultOutcome& fault, const SoakRecord& record, const SoakStream& stream) {
+  const bool transfer = record.spec.mode != "local";
+  switch (fault.fault.kind) {
+    case FaultKind::kEtcd:
+      return true;
+    case FaultKind::kFlap:
+      return transfer;
+    case FaultKind::kReplace:
+      return record.coordinator == fault.address;
+    case FaultKind::kKill:
+    case FaultKind::kFreeze:
+      switch (fault.role) {
+        case SoakRole::kConsumer:
+          return stream.target == fault.model;
+        case SoakRole::kProducer:
+          return transfer;
+        case SoakRole::kCoordinator:
+          return record.coordinator == fault.address;
+        case SoakRole::kEtcd:
+          return true;
+      }
+  }
+  return false;
+}
+
+StreamJudgement JudgeStream(const SoakRecord& record, const SoakStream& stream,
+                            const std::vector<FaultWindow>& windows,
+                            absl::Duration deadline_bound) {
+  StreamJudgement j;
+  const FaultWindow* explaining = nullptr;
+  for (const FaultWindow& w : windows) {
+    if (Overlaps(w, record.sent, record.ended) && OnPath(w.fault, record, stream)) {
+      explaining = &w;
+      break;
+    }
+  }
+  // The server must end every request it holds by its deadline (plus the bound); a client that
+  // left, or a fault on the path (a frozen coordinator cannot answer), excuses it.
+  const absl::Duration took = record.ended - record.sent;
+  const bool late = took > absl::Milliseconds(record.spec.deadline_ms) + deadline_bound;
+  j.deadline_overrun = late && !record.client_ended && explaining == nullptr;
+  if (stream.finished) {
+    j.outcome = StreamOutcome::kOk;
+    return j;
+  }
+  const auto code = static_cast<absl::StatusCode>(stream.code);
+  if (record.client_ended &&
+      (code == absl::StatusCode::kCancelled || code == absl::StatusCode::kDeadlineExceeded)) {
+    j.outcome = StreamOutcome::kClientEnded;
+  } else if (record.spec.short_deadline && code == absl::StatusCode::kDeadlineExceeded && !late) {
+    j.outcome = StreamOutcome::kDeadline;
+  } else if (explaining != nullptr) {
+    j.outcome = StreamOutcome::kExplained;
+    j.explained_by =
+        absl::StrCat(FaultLabel(explaining->fault), explaining->fault.node.empty() ? "" : " ",
+                     explaining->fault.node);
+  } else {
+    j.outcome = StreamOutcome::kUnexplained;
+  }
+  return j;
+}
+
+SoakTally TallySoak(const std::vector<SoakRecord>& records, const std::vector<FaultWindow>& windows,
+                    absl::Duration deadline_bound) {
+  SoakTally t;
+  std::vector<double> ttft_steady, ttft_faults, itl_steady, itl_faults;
+  for (const SoakRecord& r : records) {
+    ++t.requests;
+    t.violations += static_cast<int64_t>(r.violations.size());
+    for (const std::string& v : r.violations) {
+      if (t.examples.size() < kExamples) {
+        t.examples.push_back(absl::StrCat(r.spec.request_id, " via ", r.coordinator, ": ", v));
+      }
+    }
+    bool in_fault = false;
+    for (const FaultWindow& w : windows) in_fault = in_fault || Overlaps(w, r.sent, r.ended);
+    for (const SoakStream& s : r.streams) {
+      ++t.streams;
+      const StreamJudgement j = JudgeStream(r, s, windows, deadline_bound);
+      ++t.outcomes[StreamOutcomeName(j.outcome)];
+      if (!s.finished) ++t.failure_codes[CodeName(s.code)];
+      if (j.outcome == StreamOutcome::kExplained) {
+        ++t.explained_by_kind[j.explained_by.substr(0, j.explained_by.rfind(' '))];
+      }
+      if (s.compared) ++t.compared;
+      if (s.compared && !s.tokens.ok) ++t.wrong_tokens;
+      if (s.compared && s.tokens.near_tie) ++t.near_tie_partings;
+      if (s.lowered) ++t.lowered;
+      if (s.finished && s.started_mode != "local" && s.mode == "local") ++t.fallbacks;
+      if (r.rpc_code == 0 && s.terminals == 0) ++t.no_terminal;
+      const double over_ms =
+          absl::ToDoubleMilliseconds(r.ended - r.sent) - static_cast<double>(r.spec.deadline_ms);
+      if (!r.client_ended && !in_fault) {
+        t.max_deadline_overrun_ms = std::max(t.max_deadline_overrun_ms, over_ms);
+      }
+      if (j.deadline_overrun) {
+        ++t.deadline_overruns;
+        if (t.examples.size() < kExamples) {
+          t.examples.push_back(absl::StrCat(r.spec.request_id, " ", s.target, ": ended ", over_ms,
+                                            " ms past its deadline of ", r.spec.deadline_ms,
+                                            " ms"));
+        }
+      }
+      if (j.outcome == StreamOutcome::kUnexplained && t.examples.size() < kExamples) {
+        t.examples.push_back(absl::StrCat(r.spec.request_id, " ", s.target, " (", r.spec.mode,
+                                          ") via ", r.coordinator, ": unexplained ",
+                                          CodeName(s.code), ": ", s.error));
+      }
+      if (s.ttft_s >= 0) (in_fault ? ttft_faults : ttft_steady).push_back(s.ttft_s);
+      for (double gap : s.itl_s) (in_fault ? itl_faults : itl_steady).push_back(gap);
+    }
+  }
+  const std::vector<double> p = {50, 90, 99};
+  t.ttft_steady = Summarize(ttft_steady, p);
+  t.ttft_faults = Summarize(ttft_faults, p);
+  t.itl_steady = Summarize(itl_steady, p);
+  t.itl_faults = Summarize(itl_faults, p);
+  return t;
+}
+
+}  // namespace scd::bench

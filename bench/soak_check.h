@@ -1,0 +1,69 @@
+// What `scd-bench soak` concludes from its records (bench/soak.h): each stream's outcome judged
+// against the fault schedule -- finished; ended by its own client (cancelled, abandoned); ended
+// by its short deadline within the bound; failed and explained by a fault whose window overlaps
+// the request and whose node or link was on its path; or failed unexplained -- and the run's
+// tallies: outcomes, violations of the per-request invariants, wrong-token streams, deadline
+// overruns, and TTFT / ITL percentiles in steady periods against during faults.
+// A fault's window runs from its start to its recovery (or the end of the run) plus a grace for
+// what was already on its way; a fault is on a stream's path when it hit the stream's
+// consumer model (a consumer), any request that needs a transfer (the producer, the link), the
+// coordinator the request was sent to (kill, freeze, replace), or anything (etcd).
+// Thread-safety: pure functions over their arguments.
+#ifndef SCD_BENCH_SOAK_CHECK_H_
+#define SCD_BENCH_SOAK_CHECK_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "bench/serve_benchmark.h"
+#include "bench/soak_client.h"
+#include "bench/soak_faults.h"
+
+namespace scd::bench {
+
+enum class StreamOutcome { kOk, kClientEnded, kDeadline, kExplained, kUnexplained };
+const char* StreamOutcomeName(StreamOutcome outcome);
+
+struct FaultWindow {
+  FaultOutcome fault;
+  absl::Time from, to;
+};
+// Each fault's window: [start, recovered (`run_end` when it never recovered) + grace].
+std::vector<FaultWindow> FaultWindows(const std::vector<FaultOutcome>& faults, absl::Time run_end,
+                                      absl::Duration grace);
+
+// Whether `fault` is on the path of `stream` of `record`.
+bool OnPath(const FaultOutcome& fault, const SoakRecord& record, const SoakStream& stream);
+
+struct StreamJudgement {
+  StreamOutcome outcome = StreamOutcome::kOk;
+  std::string explained_by;       // the fault, "kill consumer-1" (explained only)
+  bool deadline_overrun = false;  // ended past its deadline + the bound, unexplained
+};
+// `deadline_bound`: how late past deadline_ms a server-side end may come.
+StreamJudgement JudgeStream(const SoakRecord& record, const SoakStream& stream,
+                            const std::vector<FaultWindow>& windows, absl::Duration deadline_bound);
+
+struct SoakTally {
+  int64_t requests = 0, streams = 0;
+  std::map<std::string, int64_t> outcomes;           // StreamOutcomeName -> streams
+  std::map<std::string, int64_t> failure_codes;      // "UNAVAILABLE" -> streams (not ok)
+  std::map<std::string, int64_t> explained_by_kind;  // "kill consumer" -> streams
+  int64_t compared = 0, wrong_tokens = 0, near_tie_partings = 0, lowered = 0;
+  int64_t fallbacks = 0;    // served locally after asking a transfer
+  int64_t violations = 0;   // per-request invariants broken (wrong tokens included)
+  int64_t no_terminal = 0;  // streams of calls that ended OK without their terminal event
+  int64_t deadline_overruns = 0;
+  double max_deadline_overrun_ms = 0;  // the latest server-side end past its deadline
+  std::vector<std::string> examples;   // the first violations and unexplained failures
+  MetricSummary ttft_steady, ttft_faults, itl_steady, itl_faults;
+};
+SoakTally TallySoak(const std::vector<SoakRecord>& records, const std::vector<FaultWindow>& windows,
+                    absl::Duration deadline_bound);
+
+}  // namespace scd::bench
+
+#endif  // SCD_BENCH_SOAK_CHECK_H_

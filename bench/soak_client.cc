@@ -1,0 +1,228 @@
+#include "bench/soak_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/grpc_tls.h"
+#include "scd/v1/inference.grpc.pb.h"
+
+namespace scd::bench {
+namespace {
+
+// One channel per coordinator address, shared by the requests sent there (as a client library
+// keeps one); an abandoning request gets its own connection.
+std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address, bool own) {
+  if (own) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    return grpc::CreateCustomChannel(address, GrpcChannelCredentials(), args);
+  }
+  static std::mutex mu;
+  static auto* channels = new std::map<std::string, std::shared_ptr<grpc::Channel>>();
+  std::lock_guard<std::mutex> lock(mu);
+  std::shared_ptr<grpc::Channel>& channel = (*channels)[address];
+  if (channel == nullptr) channel = grpc::CreateChannel(address, GrpcChannelCredentials());
+  return channel;
+}
+
+class StreamChecker {
+ public:
+  StreamChecker(SoakRecord* record) : record_(record) {
+    for (const std::string& t : record->spec.targets) {
+      record->streams.emplace_back().target = t;
+      last_token_.push_back(absl::InfinitePast());
+    }
+  }
+
+  void Take(const v1::GenerateEvent& e, absl::Time now) {
+    const int i = IndexOf(e.target());
+    if (i < 0) {
+      Violation(absl::StrCat("an event for target '", e.target(), "', which was not asked"));
+      return;
+    }
+    SoakStream& s = record_->streams[static_cast<size_t>(i)];
+    if (s.terminals > 0) {
+      Violation(absl::StrCat(s.target, ": an event after its terminal event"));
+      return;
+    }
+    if (e.has_started()) {
+      if (++s.started > 1) Violation(absl::StrCat(s.target, ": a second Started"));
+      if (e.started().request_id() != record_->spec.request_id) {
+        Violation(
+            absl::StrCat(s.target, ": Started names request '", e.started().request_id(), "'"));
+      }
+      s.mode = s.started_mode = e.started().mode();
+    } else if (s.started == 0 && !e.has_error()) {
+      Violation(absl::StrCat(s.target, ": an event before Started"));
+    }
+    if (e.has_token()) {
+      const double at = absl::ToDoubleSeconds(now - record_->sent);
+      if (s.ttft_s < 0 && e.token().ids_size() > 0) s.ttft_s = at;
+      if (last_token_[static_cast<size_t>(i)] != absl::InfinitePast()) {
+        s.itl_s.push_back(absl::ToDoubleSeconds(now - last_token_[static_cast<size_t>(i)]));
+      }
+      last_token_[static_cast<size_t>(i)] = now;
+      for (int32_t id : e.token().ids()) s.ids.push_back(id);
+    } else if (e.has_finished()) {
+      ++s.terminals;
+      s.finished = true;
+      s.reason = e.finished().reason();
+      s.mode = e.finished().mode();
+      s.lowered = e.finished().lowered_layers_size() > 0;
+      s.producer_cached = e.finished().producer_cached_tokens();
+      s.consumer_cached = e.finished().consumer_cached_tokens();
+      s.payload_bytes = e.finished().payload_bytes();
+      if (static_cast<int64_t>(e.finished().output_tokens()) !=
+          static_cast<int64_t>(s.ids.size())) {
+        Violation(absl::StrCat(s.target, ": Finished counts ", e.finished().output_tokens(),
+                               " tokens; ", s.ids.size(), " arrived"));
+      }
+    } else if (e.has_error()) {
+      ++s.terminals;
+      s.code = e.error().code();
+      s.error = e.error().message();
+    }
+  }
+
+  // The call ended with `status`: every stream without a terminal event takes its code.
+  void End(const grpc::Status& status) {
+    record_->rpc_code = static_cast<int>(status.error_code());
+    record_->rpc_error = status.error_message();
+    for (SoakStream& s : record_->streams) {
+      if (s.terminals > 0) continue;
+      if (status.ok()) {
+        Violation(absl::StrCat(s.target, ": the call ended OK without its terminal event"));
+      }
+      s.code = static_cast<int>(status.error_code());
+      s.error = status.error_message();
+    }
+  }
+
+ private:
+  int IndexOf(const std::string& target) const {
+    for (size_t i = 0; i < record_->streams.size(); ++i) {
+      if (record_->streams[i].target == target) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  void Violation(std::string what) { record_->violations.push_back(std::move(what)); }
+
+  SoakRecord* record_;
+  std::vector<absl::Time> last_token_;
+};
+
+void CheckTokens(SoakRecord& record, const SoakReferences& references, double tie) {
+  if (!record.spec.greedy) return;
+  for (SoakStream& s : record.streams) {
+    if (!s.finished || s.lowered) continue;
+    const SoakReference* ref = references.Find(record.spec.prompt, s.target, s.mode);
+    if (ref == nullptr) continue;
+    s.compared = true;
+    s.tokens = CompareWithReference(s.ids, s.reason, *ref, tie);
+  }
+}
+
+}  // namespace
+
+SoakCanceller::SoakCanceller() : thread_([this] { Loop(); }) {}
+
+SoakCanceller::~SoakCanceller() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void SoakCanceller::Add(grpc::ClientContext* context, absl::Time when) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    due_.emplace(when, context);
+  }
+  cv_.notify_all();
+}
+
+void SoakCanceller::Remove(grpc::ClientContext* context) {
+  std::lock_guard<std::mutex> lock(mu_);  // a TryCancel in progress holds it
+  for (auto it = due_.begin(); it != due_.end();) {
+    it = it->second == context ? due_.erase(it) : std::next(it);
+  }
+}
+
+void SoakCanceller::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    if (due_.empty()) {
+      cv_.wait(lock);
+      continue;
+    }
+    const absl::Time next = due_.begin()->first;
+    if (absl::Now() < next) {
+      cv_.wait_until(lock, absl::ToChronoTime(next));
+      continue;
+    }
+    due_.begin()->second->TryCancel();
+    due_.erase(due_.begin());
+  }
+}
+
+SoakRecord RunSoakRequest(const SoakRequestSpec& spec, const std::vector<std::string>& prompts,
+                          const std::string& coordinator, const SoakReferences& references,
+                          double tie, SoakCanceller& canceller) {
+  SoakRecord record;
+  record.spec = spec;
+  record.coordinator = coordinator;
+  StreamChecker checker(&record);
+  const bool abandon = spec.action == ClientAction::kAbandon;
+  auto stub = v1::Inference::NewStub(ChannelTo(coordinator, abandon));
+  grpc::ClientContext context;
+  // A client's own deadline: the request's, and then some (the server ends it first); an
+  // abandoning client's call ends by its deadline soon after it stops reading.
+  const absl::Duration call_deadline =
+      abandon ? spec.action_after + absl::Seconds(2)
+              : absl::Milliseconds(spec.deadline_ms) + absl::Seconds(10);
+  record.sent = absl::Now();
+  context.set_deadline(absl::ToChronoTime(record.sent + call_deadline));
+  if (spec.action == ClientAction::kCancel)
+    canceller.Add(&context, record.sent + spec.action_after);
+  auto reader = stub->Generate(&context, ToGenerateRequest(spec, prompts));
+  v1::GenerateEvent event;
+  bool stopped_reading = false;
+  while (reader->Read(&event)) {
+    const absl::Time now = absl::Now();
+    checker.Take(event, now);
+    if (abandon && now - record.sent >= spec.action_after) {
+      stopped_reading = true;
+      absl::SleepFor(record.sent + call_deadline + absl::Milliseconds(200) - absl::Now());
+      break;
+    }
+  }
+  if (stopped_reading) context.TryCancel();  // what is left unread goes with the call
+  const grpc::Status status = reader->Finish();
+  canceller.Remove(&context);
+  record.ended = absl::Now();
+  const bool all_ended = [&] {
+    for (const SoakStream& s : record.streams) {
+      if (s.terminals == 0) return false;
+    }
+    return true;
+  }();
+  record.client_ended = spec.action != ClientAction::kNone && !all_ended;
+  checker.End(status);
+  CheckTokens(record, references, tie);
+  for (const SoakStream& s : record.streams) {
+    if (s.compared && !s.tokens.ok) {
+      record.violations.push_back(
+          absl::StrCat(s.target, " (", s.mode, ", prompt ", spec.prompt, ", salt '", spec.salt,
+                       "', cached: producer ", s.producer_cached, " consumer ", s.consumer_cached,
+                       ", payload ", s.payload_bytes, " B): ", s.tokens.why));
+    }
+  }
+  return record;
+}
+
+}  // namespace scd::bench

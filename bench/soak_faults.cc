@@ -1,0 +1,227 @@
+#include "bench/soak_faults.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "bench/bandwidth_sweep.h"
+#include "proto/inference_client.h"
+#include "proto/registry_client.h"
+
+namespace scd::bench {
+namespace {
+
+constexpr double kTrickleGbps = 0.00005;  // 6.25 kB/s: a raw prompt's KV takes seconds
+
+// Polls `ready` every 100 ms until it holds or `max_wait` passes: when it held.
+absl::Time WaitFor(const std::function<bool()>& ready, absl::Duration max_wait) {
+  const absl::Time limit = absl::Now() + max_wait;
+  for (;;) {
+    if (ready()) return absl::Now();
+    if (absl::Now() > limit) return absl::InfinitePast();
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
+int FirstOf(const std::vector<SoakNode>& nodes, SoakRole role) {
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].role == role) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// Every live coordinator serves every target in `mode` (raw needs the producer too).
+bool ServedThroughEveryCoordinator(const SoakDeployment& d, const std::vector<std::string>& targets,
+                                   const std::string& mode) {
+  const std::vector<std::string> coordinators = d.LiveCoordinators();
+  if (coordinators.empty()) return false;
+  for (const std::string& c : coordinators) {
+    for (const std::string& t : targets) {
+      if (!Probe(c, t, mode)) return false;
+    }
+  }
+  return true;
+}
+
+// What "serving again" means after a fault on `node` (or the link, node < 0).
+bool Serving(const SoakDeployment& d, int node, const std::vector<std::string>& targets) {
+  if (node < 0) return ServedThroughEveryCoordinator(d, targets, "raw");
+  const SoakNode n = d.Node(node);
+  switch (n.role) {
+    case SoakRole::kConsumer:
+      return d.RoutedEverywhere(n, true) && Probe(n.address, n.model, "local") &&
+             ServedThroughEveryCoordinator(d, {n.model}, "local");
+    case SoakRole::kProducer:
+      return d.RoutedEverywhere(n, true) && ServedThroughEveryCoordinator(d, targets, "raw");
+    case SoakRole::kCoordinator:
+      for (const std::string& t : targets) {
+        if (!Probe(n.address, t, "raw")) return false;
+      }
+      return true;
+    case SoakRole::kEtcd:
+      for (const SoakNode& other : d.Snapshot()) {
+        const bool routed = other.role == SoakRole::kConsumer || other.role == SoakRole::kProducer;
+        if (routed && !d.RoutedEverywhere(other, true)) return false;
+      }
+      return ServedThroughEveryCoordinator(d, targets, "raw");
+  }
+  return false;
+}
+
+}  // namespace
+
+const char* FaultKindName(FaultKind kind) {
+  switch (kind) {
+    case FaultKind::kKill:
+      return "kill";
+    case FaultKind::kFreeze:
+      return "freeze";
+    case FaultKind::kFlap:
+      return "flap";
+    case FaultKind::kEtcd:
+      return "etcd";
+    case FaultKind::kReplace:
+      return "replace";
+  }
+  return "?";
+}
+
+bool FaultOutcome::ok() const {
+  return error.empty() && recovered != absl::InfinitePast() && recovery_s <= recovery_bound_s &&
+         (out_of_routing_s < 0 || out_of_routing_s <= out_of_routing_bound_s);
+}
+
+std::vector<SoakFault> SoakFaultCycle(const std::vector<SoakNode>& nodes, int cycle) {
+  std::vector<int> consumers, coordinators, killable;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const int n = static_cast<int>(i);
+    if (nodes[i].role == SoakRole::kConsumer) consumers.push_back(n);
+    if (nodes[i].role == SoakRole::kCoordinator) coordinators.push_back(n);
+    if (nodes[i].role != SoakRole::kEtcd) killable.push_back(n);
+  }
+  const int producer = FirstOf(nodes, SoakRole::kProducer);
+  const int etcd = FirstOf(nodes, SoakRole::kEtcd);
+  const absl::Duration hold = absl::Seconds(3);
+  if (cycle == 0) {  // every kind, every role killed and frozen once
+    return {
+        {FaultKind::kKill, consumers[0], hold},
+        {FaultKind::kFreeze, consumers[1 % consumers.size()], hold},
+        {FaultKind::kFlap, -1, hold},
+        {FaultKind::kKill, producer, hold},
+        {FaultKind::kFreeze, coordinators[0], hold},
+        {FaultKind::kEtcd, etcd, hold},
+        {FaultKind::kReplace, coordinators[0], hold},
+        {FaultKind::kFreeze, producer, hold},
+        {FaultKind::kKill, coordinators[1 % coordinators.size()], hold},
+    };
+  }
+  // Later cycles: one node killed and another frozen, in turn, so that every process also lives
+  // long enough for its memory's growth to be measured; a coordinator replaced every third.
+  const size_t c = static_cast<size_t>(cycle);
+  std::vector<SoakFault> faults = {
+      {FaultKind::kKill, killable[(c - 1) % killable.size()], hold},
+      {FaultKind::kFlap, -1, hold},
+      {FaultKind::kFreeze, killable[(c + 2) % killable.size()], hold},
+      {FaultKind::kEtcd, etcd, hold},
+  };
+  if (c % 3 == 0) {
+    faults.push_back({FaultKind::kReplace, coordinators[(c / 3) % coordinators.size()], hold});
+  }
+  return faults;
+}
+
+FaultOutcome RunSoakFault(SoakDeployment& d, const SoakFault& fault,
+                          const std::vector<std::string>& targets, absl::Duration max_wait) {
+  FaultOutcome out;
+  out.fault = fault;
+  if (fault.node >= 0) {
+    const SoakNode n = d.Node(fault.node);
+    out.node = n.name;
+    out.role = n.role;
+    out.model = n.model;
+    out.address = n.address;
+  }
+  out.start = absl::Now();
+  absl::StatusOr<absl::Time> ready = absl::Now();
+  switch (fault.kind) {
+    case FaultKind::kKill: {
+      d.Kill(fault.node);
+      const SoakNode gone = d.Node(fault.node);
+      if (out.role == SoakRole::kConsumer || out.role == SoakRole::kProducer) {
+        SoakNode as_was = gone;
+        as_was.address = out.address;
+        out.out_of_routing_bound_s = absl::ToDoubleSeconds(kEtcdLeaseTtl + absl::Seconds(3));
+        const absl::Time left =
+            WaitFor([&] { return d.RoutedEverywhere(as_was, false); }, max_wait);
+        if (left != absl::InfinitePast()) {
+          out.out_of_routing_s = absl::ToDoubleSeconds(left - out.start);
+        } else {
+          out.error = "still routed to after " + absl::FormatDuration(max_wait);
+        }
+      } else {
+        absl::SleepFor(fault.hold);
+      }
+      ready = d.Restart(fault.node);
+      break;
+    }
+    case FaultKind::kFreeze:
+      d.Freeze(fault.node);
+      absl::SleepFor(fault.hold);
+      d.Thaw(fault.node);
+      ready = absl::Now();
+      break;
+    case FaultKind::kFlap: {
+      const std::vector<SoakNode> nodes = d.Snapshot();
+      auto shape = [&](double gbps) {
+        absl::Status s = absl::UnavailableError("no coordinator");
+        for (const SoakNode& n : nodes) {
+          if (n.role != SoakRole::kCoordinator || !n.up || n.frozen) continue;
+          s = SetLinkShapeAt(n.control_address, d.secret(), gbps, 0);
+          if (s.ok()) break;
+        }
+        return s;
+      };
+      if (absl::Status s = shape(kTrickleGbps); !s.ok()) out.error = std::string(s.message());
+      absl::SleepFor(fault.hold);
+      const absl::Status s = shape(INFINITY);
+      if (!s.ok()) out.error = std::string(s.message());
+      ready = absl::Now();
+      break;
+    }
+    case FaultKind::kEtcd:
+      d.Kill(fault.node);
+      absl::SleepFor(fault.hold);
+      ready = d.Restart(fault.node);
+      break;
+    case FaultKind::kReplace:
+      ready = d.Replace(fault.node);
+      break;
+  }
+  if (!ready.ok()) {
+    out.error = absl::StrCat("did not come back: ", ready.status().message());
+    out.acted = absl::Now();
+    return out;
+  }
+  out.acted = *ready;
+  out.recovered = WaitFor([&] { return Serving(d, fault.node, targets); }, max_wait);
+  if (out.recovered == absl::InfinitePast()) {
+    if (out.error.empty()) out.error = "not serving again within " + absl::FormatDuration(max_wait);
+  } else {
+    out.recovery_s = absl::ToDoubleSeconds(out.recovered - out.acted);
+  }
+  return out;
+}
+
+bool Probe(const std::string& server, const std::string& target, const std::string& mode) {
+  v1::GenerateRequest request;
+  request.set_prompt("Once upon a time");
+  request.add_targets(target);
+  request.set_mode(mode);
+  request.set_max_tokens(2);
+  request.set_deadline_ms(3000);
+  bool finished = false;
+  const absl::Status status =
+      StreamGenerate(server, request, absl::Seconds(3),
+                     [&](const v1::GenerateEvent& e) { finished = finished || e.has_finished(); });
+  return status.ok() && finished;
+}
+
+}  // namespace scd::bench

@@ -1,0 +1,168 @@
+// The soak's judgement of each stream against the fault schedule (bench/soak_check.h): windows,
+// which faults are on a request's path, the outcome classes, deadline overruns and the tallies --
+// on hand-made records and faults with known answers.
+#include "bench/soak_check.h"
+
+#include <gtest/gtest.h>
+
+namespace scd::bench {
+namespace {
+
+const absl::Time kT0 = absl::FromUnixSeconds(1'000'000);
+absl::Time At(double s) { return kT0 + absl::Seconds(s); }
+
+FaultOutcome Fault(FaultKind kind, SoakRole role, const std::string& model,
+                   const std::string& address, double start, double recovered) {
+  FaultOutcome f;
+  f.fault.kind = kind;
+  f.node = kind == FaultKind::kFlap ? "" : "node";
+  f.role = role;
+  f.model = model;
+  f.address = address;
+  f.start = At(start);
+  f.acted = At(start + 1);
+  f.recovered = recovered < 0 ? absl::InfinitePast() : At(recovered);
+  return f;
+}
+
+SoakRecord Record(const std::string& mode, const std::string& target, double sent, double ended,
+                  int code, const std::string& coordinator = "c0:1") {
+  SoakRecord r;
+  r.spec.mode = mode;
+  r.spec.targets = {target};
+  r.spec.deadline_ms = 20000;
+  r.coordinator = coordinator;
+  r.sent = At(sent);
+  r.ended = At(ended);
+  SoakStream& s = r.streams.emplace_back();
+  s.target = target;
+  s.code = code;
+  s.finished = code == 0;
+  s.terminals = 1;
+  return r;
+}
+
+constexpr int kUnavailable = static_cast<int>(absl::StatusCode::kUnavailable);
+
+TEST(SoakCheckTest, AWindowRunsFromTheFaultToItsRecoveryPlusTheGrace) {
+  const std::vector<FaultWindow> w =
+      FaultWindows({Fault(FaultKind::kKill, SoakRole::kConsumer, "fables", "a:1", 10, 20),
+                    Fault(FaultKind::kFreeze, SoakRole::kProducer, "", "", 30, -1)},
+                   At(100), absl::Seconds(2));
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0].from, At(10));
+  EXPECT_EQ(w[0].to, At(22));
+  EXPECT_EQ(w[1].to, At(102));  // never recovered: to the run's end
+}
+
+TEST(SoakCheckTest, AFaultIsOnThePathOfWhatItCanBreak) {
+  const SoakRecord local = Record("local", "fables", 0, 1, kUnavailable, "c0:1");
+  const SoakRecord scd = Record("scd", "xs", 0, 1, kUnavailable, "c1:1");
+  const FaultOutcome fables = Fault(FaultKind::kKill, SoakRole::kConsumer, "fables", "f:1", 0, 1);
+  EXPECT_TRUE(OnPath(fables, local, local.streams[0]));
+  EXPECT_FALSE(OnPath(fables, scd, scd.streams[0]));  // another model
+  const FaultOutcome producer = Fault(FaultKind::kFreeze, SoakRole::kProducer, "", "", 0, 1);
+  EXPECT_FALSE(OnPath(producer, local, local.streams[0]));  // local prefill needs no producer
+  EXPECT_TRUE(OnPath(producer, scd, scd.streams[0]));
+  const FaultOutcome flap = Fault(FaultKind::kFlap, SoakRole::kEtcd, "", "", 0, 1);
+  EXPECT_FALSE(OnPath(flap, local, local.streams[0]));
+  EXPECT_TRUE(OnPath(flap, scd, scd.streams[0]));
+  const FaultOutcome c0 = Fault(FaultKind::kKill, SoakRole::kCoordinator, "", "c0:1", 0, 1);
+  EXPECT_TRUE(OnPath(c0, local, local.streams[0]));
+  EXPECT_FALSE(OnPath(c0, scd, scd.streams[0]));  // sent to the other coordinator
+  const FaultOutcome replaced =
+      Fault(FaultKind::kReplace, SoakRole::kCoordinator, "", "c1:1", 0, 1);
+  EXPECT_TRUE(OnPath(replaced, scd, scd.streams[0]));
+  const FaultOutcome etcd = Fault(FaultKind::kEtcd, SoakRole::kEtcd, "", "", 0, 1);
+  EXPECT_TRUE(OnPath(etcd, local, local.streams[0]));
+}
+
+TEST(SoakCheckTest, EachStreamEndsInOneOutcome) {
+  const std::vector<FaultWindow> windows =
+      FaultWindows({Fault(FaultKind::kKill, SoakRole::kConsumer, "fables", "f:1", 10, 20)}, At(100),
+                   absl::Seconds(2));
+  const absl::Duration bound = absl::Seconds(1);
+  // Finished.
+  EXPECT_EQ(JudgeStream(Record("local", "fables", 11, 12, 0),
+                        Record("local", "fables", 11, 12, 0).streams[0], windows, bound)
+                .outcome,
+            StreamOutcome::kOk);
+  // Failed inside the window, on its path: explained, naming the fault.
+  SoakRecord failed = Record("local", "fables", 15, 16, kUnavailable);
+  StreamJudgement j = JudgeStream(failed, failed.streams[0], windows, bound);
+  EXPECT_EQ(j.outcome, StreamOutcome::kExplained);
+  EXPECT_EQ(j.explained_by, "kill consumer node");
+  // Sent after the window closed (recovered at 20, grace 2): unexplained.
+  failed = Record("local", "fables", 22.5, 23, kUnavailable);
+  EXPECT_EQ(JudgeStream(failed, failed.streams[0], windows, bound).outcome,
+            StreamOutcome::kUnexplained);
+  // Inside the window but another model: unexplained.
+  failed = Record("local", "xs", 15, 16, kUnavailable);
+  EXPECT_EQ(JudgeStream(failed, failed.streams[0], windows, bound).outcome,
+            StreamOutcome::kUnexplained);
+  // Ended by its own client.
+  SoakRecord cancelled =
+      Record("scd", "xs", 50, 50.1, static_cast<int>(absl::StatusCode::kCancelled));
+  cancelled.client_ended = true;
+  EXPECT_EQ(JudgeStream(cancelled, cancelled.streams[0], windows, bound).outcome,
+            StreamOutcome::kClientEnded);
+  // A short deadline that ended it in time; and one that ended it too late.
+  const int deadline = static_cast<int>(absl::StatusCode::kDeadlineExceeded);
+  SoakRecord short_deadline = Record("scd", "xs", 50, 50.3, deadline);
+  short_deadline.spec.short_deadline = true;
+  short_deadline.spec.deadline_ms = 200;
+  j = JudgeStream(short_deadline, short_deadline.streams[0], windows, bound);
+  EXPECT_EQ(j.outcome, StreamOutcome::kDeadline);
+  EXPECT_FALSE(j.deadline_overrun);
+  short_deadline.ended = At(51.5);  // 1.3 s past its 200 ms
+  j = JudgeStream(short_deadline, short_deadline.streams[0], windows, bound);
+  EXPECT_EQ(j.outcome, StreamOutcome::kUnexplained);
+  EXPECT_TRUE(j.deadline_overrun);
+  // Late but with a fault on its path: excused.
+  SoakRecord late = Record("local", "fables", 12, 40, kUnavailable);
+  late.spec.deadline_ms = 1000;
+  j = JudgeStream(late, late.streams[0], windows, bound);
+  EXPECT_EQ(j.outcome, StreamOutcome::kExplained);
+  EXPECT_FALSE(j.deadline_overrun);
+}
+
+TEST(SoakCheckTest, TheTallyCountsOutcomesTokensFallbacksAndTheirPeriods) {
+  const std::vector<FaultWindow> windows = FaultWindows(
+      {Fault(FaultKind::kFreeze, SoakRole::kProducer, "", "", 10, 20)}, At(100), absl::Seconds(2));
+  std::vector<SoakRecord> records;
+  SoakRecord ok = Record("scd", "xs", 1, 2, 0);
+  ok.streams[0].ttft_s = 0.010;
+  ok.streams[0].compared = true;
+  records.push_back(ok);
+  SoakRecord wrong = Record("scd", "xs", 3, 4, 0);
+  wrong.streams[0].compared = true;
+  wrong.streams[0].tokens.ok = false;
+  wrong.violations.push_back("xs: token 2 differs");
+  records.push_back(wrong);
+  SoakRecord fell_back = Record("scd", "xs", 12, 13, 0);  // during the freeze
+  fell_back.streams[0].started_mode = "scd";
+  fell_back.streams[0].mode = "local";
+  fell_back.streams[0].ttft_s = 1.5;
+  records.push_back(fell_back);
+  SoakRecord silent = Record("local", "fables", 50, 51, 0);  // the call ended OK, no terminal
+  silent.streams[0].finished = false;
+  silent.streams[0].terminals = 0;
+  records.push_back(silent);
+  const SoakTally t = TallySoak(records, windows, absl::Seconds(1));
+  EXPECT_EQ(t.requests, 4);
+  EXPECT_EQ(t.streams, 4);
+  EXPECT_EQ(t.outcomes.at("ok"), 3);
+  EXPECT_EQ(t.outcomes.at("unexplained"), 1);
+  EXPECT_EQ(t.compared, 2);
+  EXPECT_EQ(t.wrong_tokens, 1);
+  EXPECT_EQ(t.violations, 1);
+  EXPECT_EQ(t.fallbacks, 1);
+  EXPECT_EQ(t.no_terminal, 1);
+  EXPECT_EQ(t.ttft_steady.count, 1);
+  EXPECT_EQ(t.ttft_faults.count, 1);
+  EXPECT_DOUBLE_EQ(t.ttft_faults.median, 1500);
+  EXPECT_FALSE(t.examples.empty());
+}
+
+}  // namespace
+}  // namespace scd::bench

@@ -1,0 +1,91 @@
+// The soak's fault schedule (bench/soak_faults.h): the first cycle runs every kind and kills and
+// freezes every role; later cycles kill each node in turn (so each also lives long); a fault's
+// outcome holds only within its bounds.
+#include "bench/soak_faults.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+namespace scd::bench {
+namespace {
+
+std::vector<SoakNode> Nodes() {
+  std::vector<SoakNode> nodes;
+  auto add = [&](SoakRole role, const std::string& name) {
+    SoakNode& n = nodes.emplace_back();
+    n.role = role;
+    n.name = name;
+  };
+  add(SoakRole::kEtcd, "etcd");
+  add(SoakRole::kCoordinator, "coordinator-0");
+  add(SoakRole::kCoordinator, "coordinator-1");
+  add(SoakRole::kProducer, "producer");
+  for (int i = 0; i < 3; ++i) add(SoakRole::kConsumer, "consumer-" + std::to_string(i));
+  return nodes;
+}
+
+TEST(SoakFaultsTest, TheFirstCycleRunsEveryKindAndKillsAndFreezesEveryRole) {
+  const std::vector<SoakNode> nodes = Nodes();
+  std::set<FaultKind> kinds;
+  std::set<SoakRole> killed, frozen;
+  for (const SoakFault& f : SoakFaultCycle(nodes, 0)) {
+    kinds.insert(f.kind);
+    if (f.kind == FaultKind::kKill) killed.insert(nodes[static_cast<size_t>(f.node)].role);
+    if (f.kind == FaultKind::kFreeze) frozen.insert(nodes[static_cast<size_t>(f.node)].role);
+    if (f.kind == FaultKind::kEtcd) {
+      EXPECT_EQ(nodes[static_cast<size_t>(f.node)].role, SoakRole::kEtcd);
+    }
+    if (f.kind == FaultKind::kFlap) {
+      EXPECT_EQ(f.node, -1);
+    }
+    if (f.kind == FaultKind::kReplace) {
+      EXPECT_EQ(nodes[static_cast<size_t>(f.node)].role, SoakRole::kCoordinator);
+    }
+  }
+  EXPECT_EQ(kinds.size(), std::size(kAllFaultKinds));
+  const std::set<SoakRole> roles = {SoakRole::kConsumer, SoakRole::kProducer,
+                                    SoakRole::kCoordinator};
+  EXPECT_EQ(killed, roles);
+  EXPECT_EQ(frozen, roles);
+}
+
+TEST(SoakFaultsTest, LaterCyclesKillEachNodeInTurn) {
+  const std::vector<SoakNode> nodes = Nodes();
+  std::map<int, int> kills;
+  int replaced = 0;
+  for (int cycle = 1; cycle <= 6; ++cycle) {
+    for (const SoakFault& f : SoakFaultCycle(nodes, cycle)) {
+      if (f.kind == FaultKind::kKill) ++kills[f.node];
+      replaced += f.kind == FaultKind::kReplace;
+    }
+  }
+  EXPECT_EQ(kills.size(), 6u);  // every node but etcd, once each in six cycles
+  for (const auto& [node, n] : kills) EXPECT_EQ(n, 1) << nodes[static_cast<size_t>(node)].name;
+  EXPECT_EQ(replaced, 2);
+}
+
+TEST(SoakFaultsTest, AnOutcomeHoldsOnlyWithinItsBounds) {
+  FaultOutcome f;
+  f.recovered = absl::Now();
+  f.recovery_s = 0.5;
+  EXPECT_TRUE(f.ok());
+  f.recovery_s = 5.5;
+  EXPECT_FALSE(f.ok());  // served again past 5 s
+  f.recovery_s = 0.5;
+  f.out_of_routing_s = 12;
+  f.out_of_routing_bound_s = 13;
+  EXPECT_TRUE(f.ok());
+  f.out_of_routing_s = 14;
+  EXPECT_FALSE(f.ok());  // routed to past its lease
+  f.out_of_routing_s = -1;
+  f.recovered = absl::InfinitePast();
+  EXPECT_FALSE(f.ok());  // never served again
+  f.recovered = absl::Now();
+  f.error = "did not come back";
+  EXPECT_FALSE(f.ok());
+}
+
+}  // namespace
+}  // namespace scd::bench
