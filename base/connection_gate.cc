@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/host_port.h"
+#include "base/thread_name.h"
 
 namespace scd {
 namespace {
@@ -137,7 +138,10 @@ ConnectionGate::~ConnectionGate() {
 
 void ConnectionGate::Start(std::function<void(int fd)> hand_over) {
   hand_over_ = std::move(hand_over);
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("scd-conn-gate");
+    Loop();
+  });
 }
 
 void ConnectionGate::Stop() {

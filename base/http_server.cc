@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/host_port.h"
+#include "base/thread_name.h"
 
 namespace scd {
 namespace {
@@ -114,7 +115,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
                      " (address in use or not this machine's)"));
   }
   http->address_ = HostPort{where->host, static_cast<uint16_t>(port)}.ToString();
-  http->thread_ = std::thread([self] { self->server_->listen_after_bind(); });
+  http->thread_ = std::thread([self] {
+    NameThisThread("scd-http");
+    self->server_->listen_after_bind();
+  });
   return http;
 }
 

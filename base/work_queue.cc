@@ -2,10 +2,16 @@
 
 #include <utility>
 
+#include "base/thread_name.h"
+
 namespace scd {
 
 WorkQueue::WorkQueue(int threads) {
-  for (int i = 0; i < (threads < 1 ? 1 : threads); ++i) threads_.emplace_back([this] { Work(); });
+  for (int i = 0; i < (threads < 1 ? 1 : threads); ++i)
+    threads_.emplace_back([this] {
+      NameThisThread("scd-work");
+      Work();
+    });
 }
 
 WorkQueue::~WorkQueue() {

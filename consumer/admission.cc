@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "base/awaited.h"
 #include "base/release_clock.h"
+#include "base/thread_name.h"
 
 namespace scd::consumer {
 namespace {
@@ -30,7 +31,10 @@ std::shared_ptr<Admission> Admission::Create(uint32_t capacity) {
 }
 
 Admission::Admission(Options options) : options_(options) {
-  timer_ = std::thread([this] { ExpireLoop(); });
+  timer_ = std::thread([this] {
+    NameThisThread("scd-admit-timer");
+    ExpireLoop();
+  });
 }
 
 Admission::~Admission() {

@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "base/exception_guard.h"
 #include "base/release_clock.h"
+#include "base/thread_name.h"
 #include "model/skinny_gemm.h"
 #include "proto/serving_metrics.h"
 
@@ -89,7 +90,10 @@ void LowerThreadPriority(int nice) {
 
 DecodeScheduler::DecodeScheduler(const LlamaModel& model, SchedulerOptions options)
     : model_(model), options_(options), pacer_(options.step_slack, kSkinnyMaxRows) {
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("scd-decode");
+    Loop();
+  });
 }
 
 DecodeScheduler::~DecodeScheduler() {

@@ -12,6 +12,7 @@
 #include "base/awaited.h"
 #include "base/exception_guard.h"
 #include "base/status_macros.h"
+#include "base/thread_name.h"
 #include "codec/code_decoder.h"
 #include "codec/code_encoder.h"
 #include "codec/transfer_mode.h"
@@ -439,7 +440,10 @@ class TargetRun {
         std::min(run->deadline_, absl::Now() + run->consumer_.transfer_timeout) - absl::Now());
     TargetRun* waiting = run.release();
     waiting->context_.on_session(timeout, [waiting] {
-      std::thread([waiting] { Finish(std::unique_ptr<TargetRun>(waiting)); }).detach();
+      std::thread([waiting] {
+        NameThisThread("scd-target-end");
+        Finish(std::unique_ptr<TargetRun>(waiting));
+      }).detach();
     });
   }
 

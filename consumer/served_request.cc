@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/exception_guard.h"
 #include "base/log_text.h"
+#include "base/thread_name.h"
 #include "codec/transfer_mode.h"
 #include "proto/checked_inference.h"
 #include "proto/grpc_util.h"
@@ -134,7 +135,10 @@ void ServeRequest(const ConsumerModel& consumer, Admission& admission, Tally* ou
         if (std::this_thread::get_id() == caller) {
           run();
         } else {
-          std::thread(run).detach();
+          std::thread([run] {
+            NameThisThread("scd-admitted");
+            run();
+          }).detach();
         }
       });
 }
@@ -147,6 +151,7 @@ EventStream* ServeOnStream(const ConsumerModel& consumer, Admission& admission, 
   auto* stream = new EventStream(kQueuedEvents, std::move(ended));
   stream->Hold();  // released when the request ended
   std::thread([&consumer, &admission, outcomes, stream, served = std::move(served)]() mutable {
+    NameThisThread("scd-request");
     ServeRequest(
         consumer, admission, outcomes, &stream->cancellation(),
         [stream](const v1::GenerateEvent& event) { stream->Push(event); }, std::move(served),

@@ -15,6 +15,7 @@
 #include "base/prefix_hash.h"
 #include "base/random_id.h"
 #include "base/release_clock.h"
+#include "base/thread_name.h"
 #include "codec/transfer_mode.h"
 #include "coordinator/routed_request.h"
 #include "proto/checked_inference.h"
@@ -63,6 +64,7 @@ RegistryService::RegistryService(NodeRegistry* registry, ClusterSecret secret,
                                  const Tally* counters)
     : registry_(registry), secret_(std::move(secret)), counters_(counters) {
   sweeper_ = std::thread([this] {
+    NameThisThread("scd-sweeper");
     absl::MutexLock lock(&mu_);
     while (
         !mu_.AwaitWithTimeout(absl::Condition(&stopping_), registry_->options().sweep_interval)) {
@@ -151,6 +153,7 @@ grpc::Status RegistryService::SetLinkShape(grpc::ServerContext* context,
     row->set_name(producer.name);
     row->set_address(producer.control_address);
     calls.emplace_back([this, request, row] {
+      NameThisThread("scd-set-shape");
       auto stub =
           v1::Producer::NewStub(grpc::CreateChannel(row->address(), GrpcChannelCredentials()));
       grpc::ClientContext call;

@@ -6,6 +6,7 @@
 
 #include "absl/time/clock.h"
 #include "base/log_text.h"
+#include "base/thread_name.h"
 #include "proto/registry_client.h"
 
 namespace scd::coordinator {
@@ -21,7 +22,10 @@ absl::StatusOr<std::unique_ptr<EtcdNodeWatch>> EtcdNodeWatch::Start(const std::s
   if (!etcd.ok()) return etcd.status();
   std::unique_ptr<EtcdNodeWatch> watch(new EtcdNodeWatch(*std::move(etcd), registry));
   EtcdNodeWatch* self = watch.get();
-  watch->thread_ = std::thread([self] { self->Loop(); });
+  watch->thread_ = std::thread([self] {
+    NameThisThread("scd-etcd-watch");
+    self->Loop();
+  });
   return watch;
 }
 

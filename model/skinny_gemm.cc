@@ -10,11 +10,12 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <thread>
-#include <functional>
 #include <vector>
 
+#include "base/thread_name.h"
 #include "model/compute_steps.h"
 #include "model/cpu_simd.h"
 
@@ -121,7 +122,11 @@ class Pool {
     workers_.clear();
     stop_ = false;
     threads_ = std::max(1, threads);
-    for (int i = 1; i < threads_; ++i) workers_.emplace_back([this] { Work(); });
+    for (int i = 1; i < threads_; ++i)
+      workers_.emplace_back([this] {
+        NameThisThread("scd-gemm");
+        Work();
+      });
   }
   int threads() const { return threads_; }
 

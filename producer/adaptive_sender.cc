@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "base/thread_name.h"
 #include "codec/chunk_rows.h"
 #include "proto/code_chunk_framing.h"
 
@@ -110,7 +111,10 @@ AdaptiveSender::AdaptiveSender(std::shared_ptr<transport::SendSession> session, 
       options_(std::move(options)),
       layers_(static_cast<int>(options_.planned.size())),
       governor_(options_.budget, options_.planned, options_.start) {
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    NameThisThread("scd-adaptive");
+    Run();
+  });
 }
 
 AdaptiveSender::~AdaptiveSender() {

@@ -9,8 +9,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/grpc_tls.h"
-#include "base/random_id.h"
 #include "base/log_text.h"
+#include "base/random_id.h"
+#include "base/thread_name.h"
 
 namespace scd {
 namespace {
@@ -151,7 +152,10 @@ RegistryClient::~RegistryClient() { Stop(); }
 void RegistryClient::Start() {
   absl::MutexLock lock(&mu_);
   if (thread_.joinable()) return;
-  thread_ = std::thread([this] { etcd_ || IsEtcdRegistry(coordinator_) ? LoopEtcd() : Loop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("scd-registry");
+    etcd_ || IsEtcdRegistry(coordinator_) ? LoopEtcd() : Loop();
+  });
 }
 
 bool RegistryClient::RegisterOnce() {

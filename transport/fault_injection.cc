@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "base/thread_name.h"
 
 namespace scd::transport {
 
@@ -125,6 +126,7 @@ absl::Status FaultInjectingLink::Send(Frame frame) {
     Link* inner = &this->inner();
     std::shared_ptr<State> state = state_;
     std::thread([state, inner, delay = d.delay, frame = std::move(frame)]() mutable {
+      NameThisThread("scd-fault-delay");
       absl::SleepFor(delay);
       absl::MutexLock lock(&state->mu);
       if (!state->closing) inner->Send(std::move(frame)).IgnoreError();

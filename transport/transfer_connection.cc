@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/release_clock.h"
 #include "base/status_macros.h"
+#include "base/thread_name.h"
 #include "transport/frame_message.h"
 #include "transport/transfer_session.h"
 
@@ -40,7 +41,10 @@ std::shared_ptr<TransferConnection> TransferConnection::Create(std::unique_ptr<L
     connection->next_heartbeat_ = absl::Now();
   }
   connection->link_->Start(connection.get());
-  connection->timer_ = std::thread([c = connection.get()] { c->TimerLoop(); });
+  connection->timer_ = std::thread([c = connection.get()] {
+    NameThisThread("scd-xfer-timer");
+    c->TimerLoop();
+  });
   return connection;
 }
 
