@@ -229,6 +229,28 @@ TEST_P(TransportProcessTest, KillingTheSenderEndsTheReceiversSessionPeerLostWith
               absl::FormatDuration(ended - killed).c_str());
 }
 
+// Found by the soak (bench/soak.h): the acceptor dropped a dead peer's connection only when
+// another connected, so a producer killed and restarted left a connection -- and its thread --
+// behind on every consumer it had sent to. Now it goes within the accept loop's next turn.
+TEST_P(TransportProcessTest, ADeadSendersConnectionIsDroppedWithoutAnotherConnecting) {
+  auto acceptor = Listen();
+  PeerProcess peer(PeerArgs("send", acceptor->address(), 10));
+  auto session = acceptor->Accept(absl::Seconds(10));
+  ASSERT_TRUE(session.ok()) << session.status() << "; " << peer.Describe();
+  ASSERT_TRUE((*session)->Next(absl::Seconds(5)).ok());
+  EXPECT_EQ(acceptor->connections(), 1u);
+  peer.Signal(SIGKILL);
+  peer.Reap();
+  DrainUntilEnd(**session, absl::Seconds(5));
+  ASSERT_EQ((*session)->state(), SessionState::kPeerLost) << (*session)->status();
+  const absl::Time ended = absl::Now();
+  while (acceptor->connections() > 0 && absl::Now() - ended < absl::Seconds(5)) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(acceptor->connections(), 0u);
+  EXPECT_LE(absl::Now() - ended, absl::Seconds(1));
+}
+
 TEST_P(TransportProcessTest, KillingTheReceiverEndsTheSendersSessionAndReleasesItsBuffers) {
   PeerProcess peer(PeerArgs("recv", "127.0.0.1:0", 20));
   auto listening = peer.WaitFor("LISTENING ", absl::Seconds(10));

@@ -6,6 +6,7 @@
 #include <deque>
 
 #include "absl/strings/str_cat.h"
+#include "base/thread_name.h"
 
 namespace scd::transport {
 
@@ -22,7 +23,10 @@ SessionAcceptor::SessionAcceptor(std::unique_ptr<Listener> listener, ConnectionO
     : listener_(std::move(listener)),
       options_(std::move(options)),
       ready_(std::make_shared<ReadyQueue>()) {
-  accept_thread_ = std::thread([this] { AcceptLoop(); });
+  accept_thread_ = std::thread([this] {
+    NameThisThread("scd-accept");
+    AcceptLoop();
+  });
 }
 
 SessionAcceptor::~SessionAcceptor() { Close(); }
@@ -33,6 +37,7 @@ void SessionAcceptor::AcceptLoop() {
       absl::MutexLock lock(&ready_->mu);
       if (ready_->closed) return;
     }
+    ForgetDeadConnections();
     absl::StatusOr<std::unique_ptr<Link>> link = listener_->Accept(absl::Milliseconds(100));
     if (!link.ok()) {
       if (absl::IsDeadlineExceeded(link.status())) continue;
@@ -58,12 +63,20 @@ void SessionAcceptor::AcceptLoop() {
     };
     auto connection = TransferConnection::Create(*std::move(link), std::move(options));
     absl::MutexLock lock(&mu_);
-    // Forget connections whose links are gone (their sessions have ended).
-    connections_.erase(std::remove_if(connections_.begin(), connections_.end(),
-                                      [](const auto& c) { return !c->alive(); }),
-                       connections_.end());
     connections_.push_back(std::move(connection));
   }
+}
+
+void SessionAcceptor::ForgetDeadConnections() {
+  std::vector<std::shared_ptr<TransferConnection>> dead;
+  {
+    absl::MutexLock lock(&mu_);
+    auto gone = std::stable_partition(connections_.begin(), connections_.end(),
+                                      [](const auto& c) { return c->alive(); });
+    dead.assign(std::make_move_iterator(gone), std::make_move_iterator(connections_.end()));
+    connections_.erase(gone, connections_.end());
+  }
+  dead.clear();  // outside the lock: each destructor joins its connection's threads
 }
 
 absl::StatusOr<std::shared_ptr<ReceiveSession>> SessionAcceptor::Accept(absl::Duration timeout) {

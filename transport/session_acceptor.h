@@ -35,6 +35,8 @@ class SessionAcceptor {
   void SetSessionHandler(SessionHandler handler);
   std::string address() const { return listener_->address(); }
   void Close();
+  // Connections held: every live one, and a dead one (its link gone, its sessions ended) until
+  // the accept loop's next turn (at most 100 ms) drops it with its threads.
   size_t connections() const;
   // Sessions not yet ended on every accepted connection.
   size_t open_sessions() const;
@@ -42,6 +44,9 @@ class SessionAcceptor {
  private:
   struct ReadyQueue;
   void AcceptLoop();
+  // Drops the connections whose links are gone: a peer that died holds nothing here, whether or
+  // not another connects after it.
+  void ForgetDeadConnections();
 
   std::unique_ptr<Listener> listener_;
   const ConnectionOptions options_;
