@@ -89,12 +89,23 @@ bool SameShape(const transport::LinkShape& a, const transport::LinkShape& b) {
 
 absl::StatusOr<std::shared_ptr<transport::TransferConnection>> ProducerControlService::Connection(
     const std::string& address, transport::LinkShape* shape) {
+  std::vector<std::shared_ptr<transport::TransferConnection>> dead;  // freed after the lock
   absl::MutexLock lock(&mu_);
   auto it = connections_.find(address);
   if (it != connections_.end() && it->second.connection->alive() &&
       SameShape(it->second.shape, shape_)) {
     *shape = it->second.shape;
     return it->second.connection;
+  }
+  // Connections whose links are gone go now, with their threads: a consumer that died and came
+  // back elsewhere never asks for its old address again.
+  for (auto c = connections_.begin(); c != connections_.end();) {
+    if (c->second.connection->alive()) {
+      ++c;
+    } else {
+      dead.push_back(std::move(c->second.connection));
+      c = connections_.erase(c);
+    }
   }
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<transport::Link> link,
                        transport_->Connect(address, absl::Seconds(5)));
