@@ -10,6 +10,7 @@
 #include "base/progress.h"
 #include "base/random_id.h"
 #include "base/status_macros.h"
+#include "bench/bandwidth_sweep.h"
 #include "bench/soak_load.h"
 #include "bench/soak_workload.h"
 
@@ -320,6 +321,14 @@ absl::StatusOr<SoakReport> RunSoak(const SoakOptions& o) {
                     {"fables", pairs[0].model, artifacts["fables"]},
                     {"xs", pairs[1].model, artifacts["xs"]}};
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<SoakDeployment> d, SoakDeployment::Start(spec));
+  // The producer's links made reshapable before the warm-up, as the first flap would make them:
+  // a link that may be reshaped carries a shaper (a thread per connection), and the baseline
+  // counts what the schedule will leave in place.
+  for (const SoakNode& n : d->Snapshot()) {
+    if (n.role != SoakRole::kCoordinator) continue;
+    SCD_RETURN_IF_ERROR(SetLinkShapeAt(n.control_address, d->secret(), INFINITY, 0));
+    break;
+  }
   const SoakChecks checks{&prompts, &refs, tie};
   SoakWarmUp(*d, kTargets, checks, 24);
   SoakWarmUp(*d, kTargets, checks, 24);
