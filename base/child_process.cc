@@ -46,6 +46,9 @@ absl::StatusOr<ChildProcess> ChildProcess::Start(std::vector<std::string> argv,
   std::vector<char*> envp;
   for (std::string& e : environment) envp.push_back(e.data());
   envp.push_back(nullptr);
+  // The highest descriptor the child may have inherited (close_range's fallback).
+  const long open_max = sysconf(_SC_OPEN_MAX);
+  const int last_fd = open_max > 0 && open_max < (1 << 20) ? static_cast<int>(open_max) - 1 : 4095;
   const pid_t pid = fork();
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
   if (pid == 0) {
@@ -55,6 +58,12 @@ absl::StatusOr<ChildProcess> ChildProcess::Start(std::vector<std::string> argv,
     if (fd >= 0) {
       dup2(fd, 2);
       if (stdout_to_log) dup2(fd, 1);
+    }
+    // Only stdin, stdout and stderr go across exec: a descriptor another thread of ours opened
+    // without O_CLOEXEC (an ifstream on /proc, a socket) would otherwise live in the child for
+    // good and pin what it names (a harness found one on a coordinator it had started).
+    if (close_range(3, ~0U, 0) != 0) {
+      for (int i = 3; i <= last_fd; ++i) close(i);  // kernels before 5.9
     }
     execvpe(args[0], args.data(), envp.data());  // a name without '/' is searched on PATH
     _exit(127);

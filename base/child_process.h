@@ -21,7 +21,9 @@ class ChildProcess {
  public:
   // Starts argv[0] (a path; not searched on PATH unless it has no '/') with argv[1..]; its
   // stderr (and stdout when `stdout_to_log`) goes to `log`. `env`: "NAME=VALUE" entries set in
-  // the child, "NAME=" unsets. INTERNAL when fork fails; a program that cannot be run exits 127.
+  // the child, "NAME=" unsets. Only descriptors 0-2 reach the child (whatever else this process
+  // has open, O_CLOEXEC or not, is closed in it). INTERNAL when fork fails; a program that cannot
+  // be run exits 127.
   static absl::StatusOr<ChildProcess> Start(std::vector<std::string> argv, const std::string& log,
                                             const std::vector<std::string>& env = {},
                                             bool stdout_to_log = false);

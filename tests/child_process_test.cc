@@ -1,0 +1,53 @@
+// ChildProcess: argv run without a shell, the exit status and the output come back, the
+// environment changes apply, and only descriptors 0-2 reach the child -- one this process opened
+// without O_CLOEXEC (an ifstream does) must not live on in it.
+#include "base/child_process.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <string>
+
+namespace scd {
+namespace {
+
+TEST(ChildProcessTest, RunReturnsTheExitStatusAndTheOutput) {
+  absl::StatusOr<ChildProcess::Outcome> out =
+      ChildProcess::Run({"/bin/sh", "-c", "echo out; echo err >&2; exit 3"});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->status, 3);
+  EXPECT_NE(out->output.find("out\n"), std::string::npos) << out->output;
+  EXPECT_NE(out->output.find("err\n"), std::string::npos) << out->output;
+}
+
+TEST(ChildProcessTest, ADescriptorOpenedWithoutCloexecDoesNotReachTheChild) {
+  const int opened = open("/dev/null", O_RDONLY);  // no O_CLOEXEC, as std::ifstream opens
+  ASSERT_GE(opened, 0);
+  constexpr int kFd = 200;
+  ASSERT_EQ(dup2(opened, kFd), kFd);  // dup2's copy never has FD_CLOEXEC
+  close(opened);
+  absl::StatusOr<ChildProcess::Outcome> out = ChildProcess::Run(
+      {"/bin/sh", "-c", "if [ -e /proc/self/fd/200 ]; then echo leaked; else echo clean; fi"});
+  close(kFd);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->status, 0);
+  EXPECT_EQ(out->output, "clean\n");
+}
+
+TEST(ChildProcessTest, StartAppliesTheEnvironmentChanges) {
+  setenv("SCD_CHILD_TEST_GONE", "x", 1);
+  const std::string log = "/tmp/scd-child-process-test-" + std::to_string(getpid()) + ".log";
+  absl::StatusOr<ChildProcess> child =
+      ChildProcess::Start({"/bin/sh", "-c", "echo \"[$SCD_CHILD_TEST_SET][$SCD_CHILD_TEST_GONE]\""},
+                          log, {"SCD_CHILD_TEST_SET=yes", "SCD_CHILD_TEST_GONE="},
+                          /*stdout_to_log=*/true);
+  ASSERT_TRUE(child.ok()) << child.status();
+  EXPECT_EQ(child->Wait(absl::Seconds(30)), 0);
+  EXPECT_EQ(child->LogTail(), "[yes][]\n");
+  std::remove(log.c_str());
+  unsetenv("SCD_CHILD_TEST_GONE");
+}
+
+}  // namespace
+}  // namespace scd
