@@ -91,14 +91,9 @@ absl::StatusOr<std::shared_ptr<transport::TransferConnection>> ProducerControlSe
     const std::string& address, transport::LinkShape* shape) {
   std::vector<std::shared_ptr<transport::TransferConnection>> dead;  // freed after the lock
   absl::MutexLock lock(&mu_);
-  auto it = connections_.find(address);
-  if (it != connections_.end() && it->second.connection->alive() &&
-      SameShape(it->second.shape, shape_)) {
-    *shape = it->second.shape;
-    return it->second.connection;
-  }
-  // Connections whose links are gone go now, with their threads: a consumer that died and came
-  // back elsewhere never asks for its old address again.
+  // Connections whose links are gone go first, with their threads: a consumer that died and came
+  // back elsewhere never asks for its old address again, and one at the same address gets a new
+  // connection below.
   for (auto c = connections_.begin(); c != connections_.end();) {
     if (c->second.connection->alive()) {
       ++c;
@@ -106,6 +101,11 @@ absl::StatusOr<std::shared_ptr<transport::TransferConnection>> ProducerControlSe
       dead.push_back(std::move(c->second.connection));
       c = connections_.erase(c);
     }
+  }
+  auto it = connections_.find(address);
+  if (it != connections_.end() && SameShape(it->second.shape, shape_)) {
+    *shape = it->second.shape;
+    return it->second.connection;
   }
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<transport::Link> link,
                        transport_->Connect(address, absl::Seconds(5)));
@@ -115,6 +115,11 @@ absl::StatusOr<std::shared_ptr<transport::TransferConnection>> ProducerControlSe
   connections_[address] = {connection, shape_};
   *shape = shape_;
   return connection;
+}
+
+size_t ProducerControlService::connections() const {
+  absl::MutexLock lock(&mu_);
+  return connections_.size();
 }
 
 size_t ProducerControlService::open_sessions() const {

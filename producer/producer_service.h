@@ -87,6 +87,9 @@ class ProducerControlService final
   std::vector<uint64_t> CachedBlocks(size_t max) const;
   // Transfer sessions not yet ended, over every connection.
   size_t open_sessions() const;
+  // Transfer connections held for reuse (one per consumer address); one whose link is gone is
+  // dropped, with its threads, when the next session is opened.
+  size_t connections() const;
 
  private:
   struct OpenTarget;

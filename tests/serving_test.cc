@@ -517,6 +517,27 @@ TEST_F(ServingTest, CancelledRequestLeavesTheNextOneOnTheConsumerExact) {
   EXPECT_EQ(stack_->consumer("xs").admission->active(), 0u);
 }
 
+// A consumer that is gone (its transfer listener and connections closed, as when it is killed and
+// comes back at another address) must not leave its connection, and that connection's threads, in
+// the producer's cache for good: the next session the producer opens, to anyone, drops it. The soak
+// found the producer's threads growing with each consumer restart.
+TEST_F(ServingTest, TheProducerDropsTheConnectionOfAConsumerThatIsGone) {
+  ASSERT_TRUE(Generate({"fables"}, "scd", Prompt(1), 4).events["fables"].back().has_finished());
+  ASSERT_TRUE(Generate({"xs"}, "scd", Prompt(1), 4).events["xs"].back().has_finished());
+  ASSERT_EQ(stack_->producer_service().connections(), 2u);
+  stack_->consumer("fables").router.reset();  // its listener and connections close
+  const absl::Time limit = absl::Now() + absl::Seconds(10);
+  size_t held = 2;
+  while (held > 1 && absl::Now() < limit) {
+    Reply reply = Generate({"xs"}, "scd", Prompt(2), 8);
+    ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+    EXPECT_EQ(reply.ids["xs"], Reference("xs", TransferMode::kScd, Prompt(2), 8));
+    held = stack_->producer_service().connections();
+    if (held > 1) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(held, 1u) << "the gone consumer's connection is still held after 10 s";
+}
+
 TEST_F(ServingTest, PromptsOfOneTokenAndOfTheMaximumLengthComplete) {
   Reply one = Generate({"xs"}, "scd", {Prompt(0)[0]}, 8);
   ASSERT_TRUE(one.events["xs"].back().has_finished()) << one.events["xs"].back().DebugString();
