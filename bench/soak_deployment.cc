@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "base/etcd_client.h"
 #include "base/grpc_tls.h"
+#include "base/process_memory.h"
 #include "base/random_id.h"
 #include "base/status_macros.h"
 #include "bench/serve_benchmark.h"
@@ -120,21 +121,6 @@ std::string ThreadName(const fs::path& task) {
   name.erase(std::remove_if(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; }),
              name.end());
   return name;
-}
-
-int64_t RssBytes(pid_t pid) {
-  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) != 0) continue;
-    std::string digits;
-    for (char c : line) {
-      if (c >= '0' && c <= '9') digits.push_back(c);
-    }
-    int64_t kb = 0;
-    if (absl::SimpleAtoi(digits, &kb)) return kb * 1024;
-  }
-  return -1;
 }
 
 // gRPC's own pools, by the names it gives their threads (15 characters, digits dropped).
@@ -470,7 +456,7 @@ ProcSample SoakDeployment::Sample(int index) const {
   for (const auto& [name, n] : sample.thread_names) {
     if (IsGrpcThread(name)) sample.grpc_threads += n;
   }
-  sample.rss_bytes = RssBytes(node.pid);
+  sample.rss_bytes = ResidentBytes(node.pid);
   sample.ok = sample.fds >= 0 && sample.threads >= 0 && sample.rss_bytes >= 0;
   return sample;
 }

@@ -30,6 +30,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/process_memory.h"
 #include "model/generator.h"
 #include "proto/inference_client.h"
 #include "tests/cluster_client.h"
@@ -61,22 +62,6 @@ int Threads(pid_t pid) {
     ++n;
   }
   return n;
-}
-
-// VmRSS of `pid`, in bytes (0 when unreadable).
-int64_t Rss(pid_t pid) {
-  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) != 0) continue;
-    int64_t kb = 0;
-    std::string digits;
-    for (char c : line) {
-      if (c >= '0' && c <= '9') digits.push_back(c);
-    }
-    if (absl::SimpleAtoi(digits, &kb)) return kb * 1024;
-  }
-  return 0;
 }
 
 TEST(ManyStreamsTest, EveryProcessServes256StreamsOnFewThreads) {
@@ -163,7 +148,7 @@ TEST(ManyStreamsTest, EveryProcessServes256StreamsOnFewThreads) {
     p->name = d == &coordinator ? "coordinator" : d == &producer ? "producer" : "consumer";
     p->pid = d->pid();
     p->before = Threads(p->pid);
-    p->rss_before = Rss(p->pid);
+    p->rss_before = ResidentBytes(p->pid);
     processes.push_back(std::move(p));
   }
   std::atomic<bool> running{true};
@@ -176,7 +161,7 @@ TEST(ManyStreamsTest, EveryProcessServes256StreamsOnFewThreads) {
         // Resident memory at the moment the most streams were open.
         if (open.load() >= most_open.load()) {
           most_open = open.load();
-          p->rss_most = std::max<int64_t>(p->rss_most.load(), Rss(p->pid));
+          p->rss_most = std::max<int64_t>(p->rss_most.load(), ResidentBytes(p->pid));
         }
       }
       absl::SleepFor(absl::Milliseconds(20));
