@@ -214,28 +214,6 @@ std::vector<ProcSample> LevelsBackTo(const SoakDeployment& d,
   }
 }
 
-// RSS growth of node's longest-lived incarnation, per 1,000 requests.
-void RssGrowth(const std::vector<RssPoint>& points, NodeResources* node) {
-  std::map<int, std::vector<const RssPoint*>> by_generation;
-  for (const RssPoint& p : points) by_generation[p.generation].push_back(&p);
-  const std::vector<const RssPoint*>* longest = nullptr;
-  for (const auto& [generation, list] : by_generation) {
-    if (longest == nullptr ||
-        list.back()->at - list.front()->at > longest->back()->at - longest->front()->at) {
-      longest = &list;
-      node->rss_generation = generation;
-    }
-  }
-  if (longest == nullptr || longest->size() < 2) return;
-  const RssPoint& from = *(*longest)[longest->size() / 4];
-  const RssPoint& to = *longest->back();
-  node->rss_requests = to.requests - from.requests;
-  if (node->rss_requests > 0) {
-    node->rss_growth_mb_per_1k = static_cast<double>(to.rss - from.rss) / (1 << 20) /
-                                 static_cast<double>(node->rss_requests) * 1000;
-  }
-}
-
 void Verdict(SoakReport& r) {
   const SoakTally& t = r.tally;
   auto fail = [&](std::string why) { r.failures.push_back(std::move(why)); };
@@ -386,7 +364,10 @@ absl::StatusOr<SoakReport> RunSoak(const SoakOptions& o) {
     n.end = end[static_cast<size_t>(i)];
     n.held = held[static_cast<size_t>(i)];
     n.held_nothing = n.held.empty();
-    RssGrowth(rss[static_cast<size_t>(i)], &n);
+    const RssGrowth growth = MeasureRssGrowth(rss[static_cast<size_t>(i)]);
+    n.rss_growth_mb_per_1k = growth.mb_per_1k;
+    n.rss_requests = growth.requests;
+    n.rss_generation = growth.generation;
   }
   report.windows = FaultWindows(report.faults, report.load_end, o.grace);
   report.tally = TallySoak(report.records, report.windows, o.deadline_bound);

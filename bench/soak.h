@@ -63,8 +63,8 @@ struct NodeResources {
   ProcSample end;       // after the load, nothing held, once back (or 30 s on)
   bool held_nothing = true;
   std::string held;  // what it still held, when it did
-  // RSS growth of the longest-lived incarnation, per 1,000 requests of the run between its
-  // sample at a quarter of its life and its last one.
+  // RSS growth of the longest-lived incarnation, per 1,000 requests of the run, from a quarter
+  // of its life on (MeasureRssGrowth, bench/soak_check.h).
   double rss_growth_mb_per_1k = 0;
   int64_t rss_requests = 0;  // requests over that span
   int rss_generation = 0;

@@ -171,4 +171,36 @@ SoakTally TallySoak(const std::vector<SoakRecord>& records, const std::vector<Fa
   return t;
 }
 
+RssGrowth MeasureRssGrowth(const std::vector<RssPoint>& points) {
+  std::map<int, std::vector<const RssPoint*>> by_generation;
+  for (const RssPoint& p : points) by_generation[p.generation].push_back(&p);
+  const std::vector<const RssPoint*>* longest = nullptr;
+  RssGrowth growth;
+  for (const auto& [generation, list] : by_generation) {
+    if (longest == nullptr ||
+        list.back()->at - list.front()->at > longest->back()->at - longest->front()->at) {
+      longest = &list;
+      growth.generation = generation;
+    }
+  }
+  if (longest == nullptr || longest->size() < 8) return growth;
+  const std::vector<const RssPoint*> span(longest->begin() + longest->size() / 4, longest->end());
+  double mean_x = 0, mean_y = 0;
+  for (const RssPoint* p : span) {
+    mean_x += static_cast<double>(p->requests);
+    mean_y += static_cast<double>(p->rss);
+  }
+  mean_x /= static_cast<double>(span.size());
+  mean_y /= static_cast<double>(span.size());
+  double cov = 0, var = 0;
+  for (const RssPoint* p : span) {
+    const double dx = static_cast<double>(p->requests) - mean_x;
+    cov += dx * (static_cast<double>(p->rss) - mean_y);
+    var += dx * dx;
+  }
+  growth.requests = span.back()->requests - span.front()->requests;
+  if (var > 0) growth.mb_per_1k = cov / var * 1000 / (1 << 20);
+  return growth;
+}
+
 }  // namespace scd::bench

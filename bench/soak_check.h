@@ -8,6 +8,10 @@
 // what was already on its way; a fault is on a stream's path when it hit the stream's
 // consumer model (a consumer), any request that needs a transfer (the producer, the link), the
 // coordinator the request was sent to (kill, freeze, replace), or anything (etcd).
+// RSS growth: the least-squares slope of a process's resident bytes against the requests the run
+// has ended, over its longest-lived incarnation from a quarter of its life on (the first quarter
+// is its warm-up: caches filling, pools growing to the load). A slope, not two samples' difference:
+// the daemons hand freed memory back every 10 s (base/process_memory.h), so RSS saws by a few MB.
 // Thread-safety: pure functions over their arguments.
 #ifndef SCD_BENCH_SOAK_CHECK_H_
 #define SCD_BENCH_SOAK_CHECK_H_
@@ -63,6 +67,18 @@ struct SoakTally {
 };
 SoakTally TallySoak(const std::vector<SoakRecord>& records, const std::vector<FaultWindow>& windows,
                     absl::Duration deadline_bound);
+
+struct RssPoint {
+  int generation = 0;  // the process's incarnation
+  absl::Time at;
+  int64_t rss = 0, requests = 0;  // requests ended so far in the run
+};
+struct RssGrowth {
+  double mb_per_1k = 0;  // MiB per 1,000 requests
+  int64_t requests = 0;  // requests over the span measured (0: too few samples)
+  int generation = 0;    // the incarnation measured
+};
+RssGrowth MeasureRssGrowth(const std::vector<RssPoint>& points);
 
 }  // namespace scd::bench
 

@@ -19,6 +19,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 #include "base/work_queue.h"
+#include "bench/soak_check.h"
 #include "bench/soak_client.h"
 #include "bench/soak_deployment.h"
 #include "bench/soak_workload.h"
@@ -66,12 +67,6 @@ class SoakLoad {
   std::atomic<int64_t> sent_{0}, completed_{0}, not_ok_{0};
   std::mutex mu_;
   std::vector<SoakRecord> records_ ABSL_GUARDED_BY(mu_);
-};
-
-struct RssPoint {
-  int generation = 0;
-  absl::Time at;
-  int64_t rss = 0, requests = 0;  // requests ended so far in the run
 };
 
 class SoakSampler {

@@ -166,3 +166,50 @@ TEST(SoakCheckTest, TheTallyCountsOutcomesTokensFallbacksAndTheirPeriods) {
 
 }  // namespace
 }  // namespace scd::bench
+
+namespace scd::bench {
+namespace {
+
+// Samples every 2 s at 6 requests/s of a process growing `mb_per_1k` MiB per 1,000 requests,
+// sawing by `saw_mb` (a trim every 10 s hands back what accumulated).
+std::vector<RssPoint> Growing(int generation, double start_s, int samples, double mb_per_1k,
+                              double saw_mb) {
+  std::vector<RssPoint> points;
+  for (int i = 0; i < samples; ++i) {
+    RssPoint p;
+    p.generation = generation;
+    p.at = At(start_s + 2.0 * i);
+    p.requests = static_cast<int64_t>((start_s + 2.0 * i) * 6);
+    const double saw = saw_mb * static_cast<double>(i % 5) / 4;  // up for 10 s, then back
+    p.rss = static_cast<int64_t>((200 + static_cast<double>(p.requests) * mb_per_1k / 1000 + saw) *
+                                 (1 << 20));
+    points.push_back(p);
+  }
+  return points;
+}
+
+TEST(SoakCheckTest, RssGrowthIsTheSlopeOverTheLongestLivedIncarnationAfterItsFirstQuarter) {
+  std::vector<RssPoint> points = Growing(0, 0, 60, 5.0, 0);              // 2 minutes, steep
+  const std::vector<RssPoint> longest = Growing(1, 200, 300, 0.4, 3.0);  // 10 minutes, sawing
+  points.insert(points.end(), longest.begin(), longest.end());
+  const RssGrowth growth = MeasureRssGrowth(points);
+  EXPECT_EQ(growth.generation, 1);
+  EXPECT_NEAR(growth.mb_per_1k, 0.4, 0.05);  // the saw's 3 MB over ~2,700 requests would be 1.1
+  const int64_t from = longest[longest.size() / 4].requests;
+  EXPECT_EQ(growth.requests, longest.back().requests - from);
+}
+
+TEST(SoakCheckTest, AWarmUpInTheFirstQuarterIsNotGrowth) {
+  std::vector<RssPoint> points = Growing(0, 0, 200, 0, 0);
+  for (size_t i = 0; i < 30; ++i) points[i].rss -= (30 - static_cast<int64_t>(i)) << 20;  // filling
+  EXPECT_NEAR(MeasureRssGrowth(points).mb_per_1k, 0, 1e-9);
+}
+
+TEST(SoakCheckTest, TooFewSamplesMeasureNothing) {
+  const RssGrowth growth = MeasureRssGrowth(Growing(0, 0, 5, 3, 0));
+  EXPECT_EQ(growth.requests, 0);
+  EXPECT_EQ(growth.mb_per_1k, 0);
+}
+
+}  // namespace
+}  // namespace scd::bench
