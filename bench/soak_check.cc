@@ -63,8 +63,15 @@ bool OnPath(const FaultOutcome& fault, const SoakRecord& record, const SoakStrea
     case FaultKind::kKill:
     case FaultKind::kFreeze:
       switch (fault.role) {
-        case SoakRole::kConsumer:
-          return stream.target == fault.model;
+        case SoakRole::kConsumer: {
+          if (stream.target == fault.model) return true;
+          // Refused as a whole (no target started, the call's status): one target without a
+          // live consumer refuses every target (inference.proto, UNAVAILABLE).
+          bool refused = record.rpc_code != 0;
+          for (const SoakStream& s : record.streams) refused = refused && s.started == 0;
+          return refused && std::find(record.spec.targets.begin(), record.spec.targets.end(),
+                                      fault.model) != record.spec.targets.end();
+        }
         case SoakRole::kProducer:
           return transfer;
         case SoakRole::kCoordinator:

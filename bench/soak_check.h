@@ -6,7 +6,8 @@
 // overruns, and TTFT / ITL percentiles in steady periods against during faults.
 // A fault's window runs from its start to its recovery (or the end of the run) plus a grace for
 // what was already on its way; a fault is on a stream's path when it hit the stream's
-// consumer model (a consumer), any request that needs a transfer (the producer, the link), the
+// consumer model (a consumer; any of a fan-out's targets' when the request was refused as a
+// whole), any request that needs a transfer (the producer, the link), the
 // coordinator the request was sent to (kill, freeze, replace), or anything (etcd).
 // RSS growth: the least-squares slope of a process's resident bytes against the requests the run
 // has ended, over its longest-lived incarnation from a quarter of its life on (the first quarter

@@ -77,6 +77,32 @@ TEST(SoakCheckTest, AFaultIsOnThePathOfWhatItCanBreak) {
   EXPECT_TRUE(OnPath(etcd, local, local.streams[0]));
 }
 
+// A fan-out refused as a whole (UNAVAILABLE: one target has no live consumer; inference.proto)
+// fails every target's stream: the fault on any target is on each stream's path. Once the
+// targets started, one target's consumer is not on another's path.
+TEST(SoakCheckTest, AFanOutRefusedAsAWholeFailsOnAnyOfItsTargetsConsumers) {
+  SoakRecord refused = Record("scd", "fables", 0, 1, kUnavailable);
+  refused.spec.targets.push_back("xs");
+  refused.streams.push_back(refused.streams[0]);
+  refused.streams[1].target = "xs";
+  refused.rpc_code = kUnavailable;
+  for (SoakStream& s : refused.streams) s.terminals = 0;  // the call's status, no event
+  const FaultOutcome xs = Fault(FaultKind::kKill, SoakRole::kConsumer, "xs", "x:1", 0, 1);
+  EXPECT_TRUE(OnPath(xs, refused, refused.streams[0]));
+  EXPECT_TRUE(OnPath(xs, refused, refused.streams[1]));
+  const FaultOutcome other = Fault(FaultKind::kKill, SoakRole::kConsumer, "other", "o:1", 0, 1);
+  EXPECT_FALSE(OnPath(other, refused, refused.streams[0]));  // not one of its targets
+
+  SoakRecord started = refused;
+  started.rpc_code = 0;
+  for (SoakStream& s : started.streams) {
+    s.started = 1;
+    s.terminals = 1;
+  }
+  EXPECT_FALSE(OnPath(xs, started, started.streams[0]));  // fables's stream ran on its own
+  EXPECT_TRUE(OnPath(xs, started, started.streams[1]));
+}
+
 TEST(SoakCheckTest, EachStreamEndsInOneOutcome) {
   const std::vector<FaultWindow> windows =
       FaultWindows({Fault(FaultKind::kKill, SoakRole::kConsumer, "fables", "f:1", 10, 20)}, At(100),
