@@ -199,8 +199,12 @@ void DecodeScheduler::Loop() {
     work_.clear();
   }
   const absl::Status stopped = absl::UnavailableError("the consumer is shutting down");
+  for (auto& seq : incoming) {
+    End(*seq, stopped, FinishReason::kNone);
+    running.push_back(std::move(seq));
+  }
   for (auto& seq : running) End(*seq, stopped, FinishReason::kNone);
-  for (auto& seq : incoming) End(*seq, stopped, FinishReason::kNone);
+  Settle(running, Plan());
 }
 
 void DecodeScheduler::End(Sequence& seq, absl::Status status, FinishReason reason) {
@@ -213,7 +217,15 @@ void DecodeScheduler::End(Sequence& seq, absl::Status status, FinishReason reaso
   end.joined = seq.joined;
   end.first_token = seq.first_token;
   end.prefill = seq.prefill;
-  seq.req.sink->Ended(end);
+  ends_.emplace_back(seq.req.sink, std::move(end));
+}
+
+void DecodeScheduler::Settle(std::list<std::unique_ptr<Sequence>>& running, const Plan& plan) {
+  running.remove_if([](const auto& seq) { return seq->ended; });
+  Publish(running, plan);
+  std::vector<std::pair<SequenceSink*, SequenceEnd>> ends;
+  ends.swap(ends_);
+  for (auto& [sink, end] : ends) sink->Ended(end);
 }
 
 void DecodeScheduler::RunPieces(int64_t decodes, double* allowed, int64_t* rows_left) {
@@ -271,7 +283,7 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
       End(*seq, absl::DeadlineExceededError("the request's deadline passed"), FinishReason::kNone);
     }
   }
-  running.remove_if([](const auto& seq) { return seq->ended; });
+  if (!ends_.empty()) Settle(running, Plan());  // told now, not after this step's forward
 
   // The budget beside the decodes (see the header).
   Plan plan;
@@ -294,8 +306,7 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
     const double took = absl::ToDoubleSeconds(absl::Now() - start);
     if (!out.ok()) {
       for (Sequence* seq : plan.members) End(*seq, out.status(), FinishReason::kNone);
-      running.remove_if([](const auto& seq) { return seq->ended; });
-      Publish(running, plan);
+      Settle(running, plan);
       return;
     }
     logits = *std::move(out);
@@ -316,8 +327,7 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
     seq->req.sink->PromptDone(seq->req.cache);
     Pick(*seq, seq->req.first_logits);
   }
-  running.remove_if([](const auto& seq) { return seq->ended; });
-  Publish(running, plan);
+  Settle(running, plan);
 }
 
 void DecodeScheduler::Publish(const std::list<std::unique_ptr<Sequence>>& running,

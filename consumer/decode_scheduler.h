@@ -184,6 +184,9 @@ class DecodeScheduler {
   void Step(std::list<std::unique_ptr<Sequence>>& running);
   // Publishes the step's stats (a sequence that left is a release: base/release_clock.h).
   void Publish(const std::list<std::unique_ptr<Sequence>>& running, const Plan& plan);
+  // Drops the ended sequences (their caches freed), publishes the stats without them, then tells
+  // their sinks: whoever saw a sequence end sees stats that no longer count it.
+  void Settle(std::list<std::unique_ptr<Sequence>>& running, const Plan& plan);
   // Prompt tokens the step may take beside `decodes` decodes, given the time and rows left.
   int64_t ChunkBudget(int64_t decodes, double allowed, int64_t rows_left);
   void PlanBatch(const std::list<std::unique_ptr<Sequence>>& running, int64_t chunk_left,
@@ -193,6 +196,7 @@ class DecodeScheduler {
   void Learn(const Plan& plan, double took, double allowed);
   // The sequence picks its next token from `logits`, or ends.
   void Pick(Sequence& seq, const at::Tensor& logits);
+  // Marks `seq` ended; its sink hears it at the next Settle.
   void End(Sequence& seq, absl::Status status, FinishReason reason);
   // Runs rebuild pieces within the budget; updates it.
   void RunPieces(int64_t decodes, double* allowed, int64_t* rows_left);
@@ -217,6 +221,8 @@ class DecodeScheduler {
     double UsPerToken() const { return tokens > 0 ? seconds / tokens * 1e6 : 0; }
   };
   ItlCost local_itl_, rebuild_itl_, busy_prefill_;
+  // Ends not yet told to their sinks (scheduler thread only; Settle tells them).
+  std::vector<std::pair<SequenceSink*, SequenceEnd>> ends_;
 
   std::thread thread_;
 };

@@ -154,6 +154,45 @@ TEST_P(DecodeSchedulerTest, SequencesJoiningAndLeavingGiveTheirTokensAlone) {
   EXPECT_EQ(stats.running, 0);
 }
 
+// Whoever is told a sequence ended sees stats that no longer count it: the scheduler publishes
+// before it tells the sinks (the test above read running 1 after every sink had ended, now and
+// then, under another BLAS kernel's timing). Each sink reads the stats inside Ended.
+TEST_P(DecodeSchedulerTest, ASinkToldOfItsEndSeesStatsWithoutIt) {
+  class StatsReadingSink : public RecordingSink {
+   public:
+    explicit StatsReadingSink(const DecodeScheduler* scheduler) : scheduler_(scheduler) {}
+    void Ended(const SequenceEnd& end) override {
+      running_at_end = scheduler_->stats().running;
+      RecordingSink::Ended(end);
+    }
+    std::atomic<int64_t> running_at_end{-1};
+
+   private:
+    const DecodeScheduler* scheduler_;
+  };
+  DecodeScheduler scheduler(*model_, SchedulerOptions());
+  std::vector<std::unique_ptr<StatsReadingSink>> sinks;
+  std::atomic<bool> cancelled{false};
+  // 400 tokens (it outlives the rest by far); 500, cancelled once the third ended; 4, submitted
+  // last so that the other two have joined when it ends.
+  const int max_tokens[] = {400, 500, 4};
+  for (int i = 0; i < 3; ++i) {
+    sinks.push_back(std::make_unique<StatsReadingSink>(&scheduler));
+    SequenceRequest request =
+        Request(Prompt(GetParam(), i, 6), Options(max_tokens[i]), sinks.back().get());
+    if (i == 1) request.cancelled = &cancelled;  // ends at a step's start, not by its tokens
+    ASSERT_TRUE(scheduler.Submit(std::move(request)).ok());
+  }
+  sinks[2]->Wait();
+  EXPECT_EQ(sinks[2]->running_at_end.load(), 2);
+  cancelled = true;
+  sinks[1]->Wait();
+  EXPECT_EQ(sinks[1]->running_at_end.load(), 1);
+  sinks[0]->Wait();
+  EXPECT_EQ(sinks[0]->running_at_end.load(), 0);
+  EXPECT_EQ(scheduler.stats().running, 0);
+}
+
 TEST_P(DecodeSchedulerTest, ASeededSampledSequenceGivesItsTokensWhateverElseRuns) {
   GenerationOptions sampled = Options(30);
   sampled.sampling.temperature = 0.9f;
