@@ -22,7 +22,7 @@
 //
 // Every submitted sequence ends exactly once (SequenceSink::Ended): finished ("stop" / "length"),
 // cancelled, past its deadline, failed, or with UNAVAILABLE when the scheduler is destroyed. Its
-// cache is freed as it ends.
+// cache is freed and stats() stops counting it before its sink hears Ended.
 //
 // Thread-safety: thread-safe. A sequence's sink callbacks run on the scheduler's thread, in order;
 // they must be quick and must not block (queue events for another thread to write).
