@@ -8,6 +8,7 @@
 #include "base/exception_guard.h"
 #include "base/status_macros.h"
 #include "codec/quantize.h"
+#include "model/tensor_memory.h"
 
 namespace scd {
 namespace {
@@ -104,12 +105,13 @@ absl::StatusOr<CodeChunk> SliceChunkRows(const CodeChunk& chunk, int64_t begin, 
     const RowView view = View(chunk);
     const int64_t offset = begin - chunk.token_begin;
     RowView rows;
-    // Copies: a slice kept in a cache must not hold the whole chunk's storage alive.
-    rows.data = view.data.narrow(1, offset, end - begin).clone(at::MemoryFormat::Contiguous);
-    if (view.scales.defined()) {
-      rows.scales = view.scales.narrow(1, offset, end - begin).clone(at::MemoryFormat::Contiguous);
-    }
+    rows.data = view.data.narrow(1, offset, end - begin);
+    if (view.scales.defined()) rows.scales = view.scales.narrow(1, offset, end - begin);
     Store(rows, &out);
+    // Compact copies: a slice kept in a cache must hold neither the whole chunk's storage nor,
+    // as a view, its base tensor (model/tensor_memory.h).
+    out.data = CompactTensor(out.data);
+    out.scales = CompactTensor(out.scales);
     return out;
   });
 }

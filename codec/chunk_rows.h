@@ -22,8 +22,8 @@ namespace scd {
 bool RowSeparable(WireDtype dtype, const std::vector<int64_t>& shape);
 
 // Positions [begin, end) of `chunk` (absolute, inside [chunk.token_begin, chunk.token_end)),
-// as a chunk owning its bytes. InvalidArgument: not row-separable, a range outside the chunk,
-// tensors that do not match the shape.
+// as a chunk of compact tensors (model/tensor_memory.h): it holds its rows alone. InvalidArgument:
+// not row-separable, a range outside the chunk, tensors that do not match the shape.
 absl::StatusOr<CodeChunk> SliceChunkRows(const CodeChunk& chunk, int64_t begin, int64_t end);
 
 // `parts` (at least one) joined along positions: the same layer, kind, dtype and shape but for

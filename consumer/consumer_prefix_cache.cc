@@ -7,13 +7,14 @@
 #include "absl/strings/str_cat.h"
 #include "base/exception_guard.h"
 #include "base/status_macros.h"
+#include "model/tensor_memory.h"
 
 namespace scd::consumer {
 
 int64_t ConsumerBlock::bytes() const {
   int64_t total = 0;
-  for (const at::Tensor& t : keys) total += t.numel() * static_cast<int64_t>(t.element_size());
-  for (const at::Tensor& t : values) total += t.numel() * static_cast<int64_t>(t.element_size());
+  for (const at::Tensor& t : keys) total += HeldBytes(t);
+  for (const at::Tensor& t : values) total += HeldBytes(t);
   return total;
 }
 
@@ -72,8 +73,8 @@ size_t ConsumerPrefixCache::Store(const Keys& keys, int64_t from, const KvCache&
     auto block = std::make_shared<ConsumerBlock>();
     for (int l = 0; l < cache.num_layers(); ++l) {
       const int64_t begin = static_cast<int64_t>(b) * B;
-      block->keys.push_back(cache.keys(l).narrow(1, begin, B).clone());
-      block->values.push_back(cache.values(l).narrow(1, begin, B).clone());
+      block->keys.push_back(CompactTensor(cache.keys(l).narrow(1, begin, B)));
+      block->values.push_back(CompactTensor(cache.values(l).narrow(1, begin, B)));
     }
     blocks.push_back(std::move(block));
   }

@@ -11,13 +11,10 @@
 #include "base/status_macros.h"
 #include "codec/chunk_rows.h"
 #include "codec/transfer_mode.h"
+#include "model/tensor_memory.h"
 
 namespace scd::producer {
 namespace {
-
-int64_t TensorBytes(const at::Tensor& t) {
-  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
-}
 
 // Joins two tensors along positions (`dim`), either may be undefined.
 at::Tensor Join(const at::Tensor& a, const at::Tensor& b, int64_t dim) {
@@ -34,18 +31,23 @@ at::Tensor Slice(const at::Tensor& t, int64_t dim, int64_t begin, int64_t end) {
 
 int64_t ProducerBlock::bytes() const {
   int64_t total = 0;
-  for (const at::Tensor& t : key_prerope) total += TensorBytes(t);
-  for (const at::Tensor& t : value) total += TensorBytes(t);
-  for (const auto& [layer, t] : attn_input) total += TensorBytes(t);
-  for (const auto& [layer, t] : residual) total += TensorBytes(t);
+  for (const at::Tensor& t : key_prerope) total += HeldBytes(t);
+  for (const at::Tensor& t : value) total += HeldBytes(t);
+  for (const auto& [layer, t] : attn_input) total += HeldBytes(t);
+  for (const auto& [layer, t] : residual) total += HeldBytes(t);
   for (const auto& [key, c] : codes) total += c->bytes();
   return total;
 }
 
 int64_t BlockCodes::bytes() const {
-  int64_t total = 0;
+  // The chunks' records and shapes too: a block's codes are a few dozen small chunks.
+  int64_t total = static_cast<int64_t>(sizeof(BlockCodes));
   for (const std::vector<CodeChunk>& layer : layers) {
-    for (const CodeChunk& chunk : layer) total += TensorBytes(chunk.data) + TensorBytes(chunk.scales);
+    total += static_cast<int64_t>(layer.capacity() * sizeof(CodeChunk));
+    for (const CodeChunk& chunk : layer) {
+      total += HeldBytes(chunk.data) + HeldBytes(chunk.scales) +
+               static_cast<int64_t>(chunk.shape.capacity() * sizeof(int64_t));
+    }
   }
   return total;
 }
@@ -277,13 +279,13 @@ size_t ProducerPrefixStore::Store(const Keys& keys, int64_t from,
       if (!c.key_prerope.defined() || !c.value.defined() || c.key_prerope.size(1) < end) {
         return 0;  // not what capture() asks for: store nothing
       }
-      block->key_prerope.push_back(c.key_prerope.narrow(1, begin, B).clone());
-      block->value.push_back(c.value.narrow(1, begin, B).clone());
+      block->key_prerope.push_back(CompactTensor(c.key_prerope.narrow(1, begin, B)));
+      block->value.push_back(CompactTensor(c.value.narrow(1, begin, B)));
       if (attn_input_layers_.count(l) > 0 && c.attn_input.defined()) {
-        block->attn_input[l] = c.attn_input.narrow(0, begin, B).clone();
+        block->attn_input[l] = CompactTensor(c.attn_input.narrow(0, begin, B));
       }
       if (residual_layers_.count(l) > 0 && c.residual.defined()) {
-        block->residual[l] = c.residual.narrow(0, begin, B).clone();
+        block->residual[l] = CompactTensor(c.residual.narrow(0, begin, B));
       }
     }
     blocks.push_back(std::move(block));

@@ -38,6 +38,7 @@ namespace scd::producer {
 // (in its order; empty for layers the plan sends nothing for) cut to the block's positions.
 struct BlockCodes {
   std::vector<std::vector<CodeChunk>> layers;
+  // Host memory held (model/tensor_memory.h's HeldBytes of each tensor, and the chunk records).
   int64_t bytes() const;
 };
 
@@ -48,6 +49,7 @@ struct ProducerBlock {
   std::vector<at::Tensor> key_prerope, value;
   std::map<int, at::Tensor> attn_input, residual;
   std::map<std::string, std::shared_ptr<const BlockCodes>> codes;
+  // Host memory held: what the cache's budget counts (tensors stored compact, so it bounds them).
   int64_t bytes() const;
 };
 
