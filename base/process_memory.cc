@@ -2,8 +2,12 @@
 
 #include <malloc.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -11,26 +15,53 @@
 
 namespace scd {
 
-int64_t ResidentBytes(pid_t pid) {
+ResidentMemory ResidentOf(pid_t pid) {
   std::ifstream status(pid == 0 ? std::string("/proc/self/status")
                                 : absl::StrCat("/proc/", pid, "/status"));
+  ResidentMemory memory;
+  const std::pair<const char*, int64_t*> fields[] = {{"VmRSS:", &memory.total},
+                                                     {"RssAnon:", &memory.anon},
+                                                     {"RssFile:", &memory.file},
+                                                     {"RssShmem:", &memory.shmem}};
   std::string line;
   while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) != 0) continue;
-    std::string digits;
-    for (char c : line) {
-      if (c >= '0' && c <= '9') digits.push_back(c);
+    for (const auto& [name, field] : fields) {
+      if (line.rfind(name, 0) != 0) continue;
+      std::string digits;
+      for (char c : line) {
+        if (c >= '0' && c <= '9') digits.push_back(c);
+      }
+      int64_t kb = 0;
+      if (absl::SimpleAtoi(digits, &kb)) *field = kb * 1024;
     }
-    int64_t kb = 0;
-    if (absl::SimpleAtoi(digits, &kb)) return kb * 1024;
   }
-  return -1;
+  if (memory.total < 0) memory = ResidentMemory{};
+  return memory;
 }
+
+int64_t ResidentBytes(pid_t pid) { return ResidentOf(pid).total; }
 
 int64_t ReleaseFreeMemory() {
   const int64_t before = ResidentBytes();
   malloc_trim(0);
   return before - ResidentBytes();
+}
+
+bool LimitMallocArenas(int arenas) { return arenas > 0 && mallopt(M_ARENA_MAX, arenas) == 1; }
+
+int MallocArenas() {
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* out = open_memstream(&text, &size);
+  if (out == nullptr) return 0;
+  const int status = malloc_info(0, out);
+  std::fclose(out);
+  int arenas = 0;
+  if (status == 0 && text != nullptr) {
+    for (const char* p = text; (p = std::strstr(p, "<heap nr=")) != nullptr; ++p) ++arenas;
+  }
+  std::free(text);
+  return arenas;
 }
 
 MemoryTrimmer::MemoryTrimmer(absl::Duration interval)

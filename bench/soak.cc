@@ -182,6 +182,7 @@ std::vector<ProcSample> Levels(const SoakDeployment& d, int samples) {
         l.thread_names = s.thread_names;
       }
       l.rss_bytes = s.rss_bytes;
+      l.rss_anon_bytes = s.rss_anon_bytes;
       l.ok = true;
     }
   }
@@ -366,6 +367,7 @@ absl::StatusOr<SoakReport> RunSoak(const SoakOptions& o) {
     n.held_nothing = n.held.empty();
     const RssGrowth growth = MeasureRssGrowth(rss[static_cast<size_t>(i)]);
     n.rss_growth_mb_per_1k = growth.mb_per_1k;
+    n.rss_anon_growth_mb_per_1k = growth.anon_mb_per_1k;
     n.rss_requests = growth.requests;
     n.rss_generation = growth.generation;
   }

@@ -66,6 +66,7 @@ struct NodeResources {
   // RSS growth of the longest-lived incarnation, per 1,000 requests of the run, from a quarter
   // of its life on (MeasureRssGrowth, bench/soak_check.h).
   double rss_growth_mb_per_1k = 0;
+  double rss_anon_growth_mb_per_1k = 0;  // of it, anonymous pages (reported, not judged)
   int64_t rss_requests = 0;  // requests over that span
   int rss_generation = 0;
 };

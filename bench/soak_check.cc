@@ -192,21 +192,26 @@ RssGrowth MeasureRssGrowth(const std::vector<RssPoint>& points) {
   }
   if (longest == nullptr || longest->size() < 8) return growth;
   const std::vector<const RssPoint*> span(longest->begin() + longest->size() / 4, longest->end());
-  double mean_x = 0, mean_y = 0;
-  for (const RssPoint* p : span) {
-    mean_x += static_cast<double>(p->requests);
-    mean_y += static_cast<double>(p->rss);
-  }
-  mean_x /= static_cast<double>(span.size());
-  mean_y /= static_cast<double>(span.size());
-  double cov = 0, var = 0;
-  for (const RssPoint* p : span) {
-    const double dx = static_cast<double>(p->requests) - mean_x;
-    cov += dx * (static_cast<double>(p->rss) - mean_y);
-    var += dx * dx;
-  }
+  // Least-squares slope of `bytes` against requests ended, in MiB per 1,000 requests.
+  auto slope = [&span](int64_t RssPoint::*bytes) {
+    double mean_x = 0, mean_y = 0;
+    for (const RssPoint* p : span) {
+      mean_x += static_cast<double>(p->requests);
+      mean_y += static_cast<double>(p->*bytes);
+    }
+    mean_x /= static_cast<double>(span.size());
+    mean_y /= static_cast<double>(span.size());
+    double cov = 0, var = 0;
+    for (const RssPoint* p : span) {
+      const double dx = static_cast<double>(p->requests) - mean_x;
+      cov += dx * (static_cast<double>(p->*bytes) - mean_y);
+      var += dx * dx;
+    }
+    return var > 0 ? cov / var * 1000 / (1 << 20) : 0.0;
+  };
   growth.requests = span.back()->requests - span.front()->requests;
-  if (var > 0) growth.mb_per_1k = cov / var * 1000 / (1 << 20);
+  growth.mb_per_1k = slope(&RssPoint::rss);
+  growth.anon_mb_per_1k = slope(&RssPoint::anon);
   return growth;
 }
 

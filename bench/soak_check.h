@@ -73,9 +73,11 @@ struct RssPoint {
   int generation = 0;  // the process's incarnation
   absl::Time at;
   int64_t rss = 0, requests = 0;  // requests ended so far in the run
+  int64_t anon = 0;               // of rss, anonymous pages (ResidentOf: not the libraries')
 };
 struct RssGrowth {
-  double mb_per_1k = 0;  // MiB per 1,000 requests
+  double mb_per_1k = 0;       // MiB per 1,000 requests
+  double anon_mb_per_1k = 0;  // of it, anonymous pages (over the same span)
   int64_t requests = 0;  // requests over the span measured (0: too few samples)
   int generation = 0;    // the incarnation measured
 };

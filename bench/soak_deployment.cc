@@ -456,7 +456,9 @@ ProcSample SoakDeployment::Sample(int index) const {
   for (const auto& [name, n] : sample.thread_names) {
     if (IsGrpcThread(name)) sample.grpc_threads += n;
   }
-  sample.rss_bytes = ResidentBytes(node.pid);
+  const ResidentMemory memory = ResidentOf(node.pid);
+  sample.rss_bytes = memory.total;
+  sample.rss_anon_bytes = memory.anon;
   sample.ok = sample.fds >= 0 && sample.threads >= 0 && sample.rss_bytes >= 0;
   return sample;
 }

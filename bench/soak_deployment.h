@@ -64,6 +64,7 @@ struct ProcSample {
   int grpc_threads = 0;
   int own_threads() const { return threads - grpc_threads; }
   int64_t rss_bytes = 0;
+  int64_t rss_anon_bytes = 0;  // of rss_bytes, anonymous pages (base/process_memory.h)
   bool ok = false;  // false: the process is gone or unreadable
   // Descriptors by what they are ("socket", "pipe", "anon_inode:[eventfd]", a path) and threads
   // by name (/proc/PID/task/TID/comm): what a difference from the baseline is made of.

@@ -150,8 +150,9 @@ void SoakSampler::Loop(absl::Time start) {
       for (int i = 0; i < d_.size(); ++i) {
         const ProcSample s = d_.Sample(i);
         if (s.ok) {
-          points_[static_cast<size_t>(i)].push_back(
-              {d_.Node(i).generation, absl::Now(), s.rss_bytes, load_.completed()});
+          points_[static_cast<size_t>(i)].push_back({d_.Node(i).generation, absl::Now(),
+                                                     s.rss_bytes, load_.completed(),
+                                                     s.rss_anon_bytes});
         }
       }
     }

@@ -25,6 +25,7 @@ Json Sample(const ProcSample& s) {
           {"threads", s.threads},
           {"grpc_pool_threads", s.grpc_threads},
           {"rss_mb", s.rss_bytes / 1048576.0},
+          {"rss_anon_mb", s.rss_anon_bytes / 1048576.0},
           {"fd_kinds", s.fd_kinds},
           {"thread_names", s.thread_names}};
 }
@@ -96,6 +97,7 @@ std::string SoakJson(const SoakReport& r) {
                      {"held_nothing", n.held_nothing},
                      {"held", n.held},
                      {"rss_growth_mb_per_1k", n.rss_growth_mb_per_1k},
+                     {"rss_anon_growth_mb_per_1k", n.rss_anon_growth_mb_per_1k},
                      {"rss_requests", n.rss_requests},
                      {"rss_generation", n.rss_generation}});
   }
@@ -184,11 +186,11 @@ std::string SoakSummaryText(const SoakReport& r) {
     absl::StrAppendFormat(&out,
                           "  %-14s gen %d  fds %d -> %d  threads %d -> %d (+ gRPC's %d -> %d)"
                           "  RSS %.1f -> %.1f MB"
-                          "  growth %.3f MB/1k req over %d req%s\n",
+                          "  growth %.3f MB/1k req (anonymous %.3f) over %d req%s\n",
                           n.name, n.generation, n.baseline.fds, n.end.fds, n.baseline.own_threads(),
                           n.end.own_threads(), n.baseline.grpc_threads, n.end.grpc_threads,
                           n.baseline.rss_bytes / 1048576.0, n.end.rss_bytes / 1048576.0,
-                          n.rss_growth_mb_per_1k, n.rss_requests,
+                          n.rss_growth_mb_per_1k, n.rss_anon_growth_mb_per_1k, n.rss_requests,
                           n.held_nothing ? "" : "  HOLDS " + n.held);
   }
   for (const std::string& e : t.examples) absl::StrAppend(&out, "  ! ", e, "\n");

@@ -1,4 +1,5 @@
-// ResidentBytes reads VmRSS (checked against pages this test touches); memory freed below a live
+// ResidentBytes reads VmRSS (checked against pages this test touches), ResidentOf splits it by
+// kind; memory freed below a live
 // chunk stays resident under glibc's malloc -- the long-running daemons' slow RSS growth -- until
 // ReleaseFreeMemory, which the MemoryTrimmer runs on its own thread.
 #include "base/process_memory.h"
@@ -9,8 +10,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 
@@ -59,6 +62,21 @@ TEST(ProcessMemoryTest, ResidentBytesCountsTouchedPages) {
   EXPECT_GE(ResidentBytes() - before, 30 * kMiB);
 }
 
+// ResidentOf splits VmRSS by kind: touched heap pages are anonymous, the program's code
+// file-backed.
+TEST(ProcessMemoryTest, ResidentOfSplitsAnonymousFromFileBackedPages) {
+  const ResidentMemory now = ResidentOf();
+  ASSERT_GT(now.total, 0);
+  EXPECT_EQ(now.total, now.anon + now.file + now.shmem);  // one read of /proc/self/status
+  EXPECT_GT(now.file, 0);                                 // this program's own code at least
+  EXPECT_EQ(ResidentOf(999'999'999).total, -1);
+  const ResidentMemory before = ResidentOf();
+  std::vector<char> pages(32 * kMiB, 1);
+  const ResidentMemory after = ResidentOf();
+  EXPECT_GE(after.anon - before.anon, 30 * kMiB);
+  EXPECT_LT(after.file - before.file, 2 * kMiB);
+}
+
 TEST(ProcessMemoryTest, FreedMemoryBelowALiveChunkStaysResidentUntilReleased) {
   SCD_SKIP_WITHOUT_GLIBC_MALLOC();
   ReleaseFreeMemory();
@@ -85,6 +103,32 @@ TEST(ProcessMemoryTest, TheTrimmerReleasesOnItsOwnThreadEveryInterval) {
   }
   EXPECT_LE(ResidentBytes() - base, 8 * kMiB);
   EXPECT_GE(trimmer.released_bytes(), 56 * kMiB);
+}
+
+// Eight threads allocating at once would get an arena each (glibc: up to 8 per CPU); limited,
+// they share what is there plus one.
+TEST(ProcessMemoryTest, LimitedArenasAreSharedByNewThreads) {
+  SCD_SKIP_WITHOUT_GLIBC_MALLOC();
+  const int before = MallocArenas();
+  ASSERT_GE(before, 1);
+  ASSERT_TRUE(LimitMallocArenas(before + 1));
+  absl::Mutex mu;
+  int started = 0;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&] {
+      void* chunk = std::malloc(1 << 20);  // the thread's first allocation picks its arena
+      std::memset(chunk, 1, 1 << 20);
+      absl::MutexLock lock(&mu);
+      ++started;
+      mu.Await(absl::Condition(
+          +[](int* n) { return *n == 8; }, &started));  // all hold one
+      std::free(chunk);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_LE(MallocArenas(), before + 1);
+  EXPECT_FALSE(LimitMallocArenas(0));
 }
 
 TEST(ProcessMemoryTest, TheTrimmerStopsAtOnce) {

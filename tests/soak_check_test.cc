@@ -197,7 +197,8 @@ namespace scd::bench {
 namespace {
 
 // Samples every 2 s at 6 requests/s of a process growing `mb_per_1k` MiB per 1,000 requests,
-// sawing by `saw_mb` (a trim every 10 s hands back what accumulated).
+// sawing by `saw_mb` (a trim every 10 s hands back what accumulated); half the growth in
+// anonymous pages, the other half in file-backed ones.
 std::vector<RssPoint> Growing(int generation, double start_s, int samples, double mb_per_1k,
                               double saw_mb) {
   std::vector<RssPoint> points;
@@ -209,6 +210,8 @@ std::vector<RssPoint> Growing(int generation, double start_s, int samples, doubl
     const double saw = saw_mb * static_cast<double>(i % 5) / 4;  // up for 10 s, then back
     p.rss = static_cast<int64_t>((200 + static_cast<double>(p.requests) * mb_per_1k / 1000 + saw) *
                                  (1 << 20));
+    p.anon = static_cast<int64_t>((80 + static_cast<double>(p.requests) * mb_per_1k / 2000 + saw) *
+                                  (1 << 20));
     points.push_back(p);
   }
   return points;
@@ -221,6 +224,7 @@ TEST(SoakCheckTest, RssGrowthIsTheSlopeOverTheLongestLivedIncarnationAfterItsFir
   const RssGrowth growth = MeasureRssGrowth(points);
   EXPECT_EQ(growth.generation, 1);
   EXPECT_NEAR(growth.mb_per_1k, 0.4, 0.05);  // the saw's 3 MB over ~2,700 requests would be 1.1
+  EXPECT_NEAR(growth.anon_mb_per_1k, 0.2, 0.05);
   const int64_t from = longest[longest.size() / 4].requests;
   EXPECT_EQ(growth.requests, longest.back().requests - from);
 }

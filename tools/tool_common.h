@@ -65,7 +65,7 @@ struct PublicApiFlags {
 void AddPublicApiFlags(CLI::App* app, PublicApiFlags* flags);
 
 // The flags every daemon has besides its own: the common ones, --config FILE.toml,
-// --drain-seconds, --memory-trim-seconds, --address-file, --control-address-file,
+// --drain-seconds, --memory-trim-seconds, --malloc-arenas, --address-file, --control-address-file,
 // --cluster-secret-file,
 // --http-listen (GET /health and /metrics; the coordinator's OpenAI-compatible API),
 // --http-address-file.
@@ -74,6 +74,7 @@ struct DaemonFlags {
   CommonToolFlags common;
   double drain_seconds = 30;
   double memory_trim_seconds = 10;  // base/process_memory.h (0: never)
+  int malloc_arenas = 2;            // base/process_memory.h LimitMallocArenas (0: glibc's own)
   std::string address_file;
   std::string control_address_file;
   std::string cluster_secret_file;  // "" = $SCD_CLUSTER_SECRET
@@ -117,7 +118,8 @@ struct DaemonHandle {
 // stderr as `tool`, raises the open-file limit (base/connection_gate.h), listens on --http-listen
 // (its /health says "loading" until the node is up; --http-address-file), starts the node with
 // `start`, writes --address-file and --control-address-file, hands freed memory back to the
-// system every --memory-trim-seconds (MemoryTrimmer), waits for SIGTERM or SIGINT, then
+// system every --memory-trim-seconds (MemoryTrimmer; malloc arenas limited to --malloc-arenas
+// before any thread of its own starts), waits for SIGTERM or SIGINT, then
 // drains for up to --drain-seconds (/health: "draining") and exits 0.
 int RunDaemon(const char* tool, CLI::App& app, int argc, char** argv, const DaemonFlags& flags,
               const std::function<absl::StatusOr<DaemonHandle>()>& start);
