@@ -49,6 +49,11 @@ int64_t ReleaseFreeMemory() {
 
 bool LimitMallocArenas(int arenas) { return arenas > 0 && mallopt(M_ARENA_MAX, arenas) == 1; }
 
+int64_t MallocInUseBytes() {
+  const struct mallinfo2 info = mallinfo2();
+  return static_cast<int64_t>(info.uordblks + info.hblkhd);
+}
+
 int MallocArenas() {
   char* text = nullptr;
   size_t size = 0;

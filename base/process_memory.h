@@ -51,6 +51,10 @@ int64_t ReleaseFreeMemory();
 // allocator refused (not glibc's).
 bool LimitMallocArenas(int arenas);
 
+// Bytes glibc's malloc holds in use for this process: heap chunks and mmapped ones (mallinfo2;
+// 0 without glibc's malloc).
+int64_t MallocInUseBytes();
+
 // How many arenas glibc's malloc has (its malloc_info report; 0 without glibc's malloc).
 int MallocArenas();
 

@@ -10,7 +10,6 @@
 // producer's budget bounds the memory its blocks hold (malloc's count).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <malloc.h>
 
 #include <fstream>
 #include <iostream>
@@ -22,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/process_memory.h"
 #include "producer/prefix_store.h"
 #include "tests/serving_stack.h"
 #include "tests/test_util.h"
@@ -38,12 +38,6 @@ struct Cached {
   uint64_t payload = 0;
   std::string mode;
 };
-
-// Bytes glibc's malloc holds for the program (heap chunks in use and mmapped ones).
-int64_t MallocInUse() {
-  const struct mallinfo2 info = mallinfo2();
-  return static_cast<int64_t>(info.uordblks + info.hblkhd);
-}
 
 Cached CachedOf(const Reply& reply, const std::string& target) {
   Cached c;
@@ -323,9 +317,9 @@ TEST_F(PrefixCacheTest, TheProducersBudgetBoundsWhatItsBlocksHold) {
   EXPECT_GT(with_three_encodings, 5u);
   stack.reset();
   reference_.reset();
-  const int64_t before = MallocInUse();
+  const int64_t before = MallocInUseBytes();
   held.clear();
-  const int64_t freed = before - MallocInUse();
+  const int64_t freed = before - MallocInUseBytes();
   std::cout << "the blocks held " << freed << " bytes, the cache counted " << counted << "\n";
   EXPECT_NEAR(static_cast<double>(freed), static_cast<double>(counted), 0.1 * counted)
       << "the blocks held " << freed << " bytes, the cache counted " << counted;

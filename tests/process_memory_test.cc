@@ -77,6 +77,17 @@ TEST(ProcessMemoryTest, ResidentOfSplitsAnonymousFromFileBackedPages) {
   EXPECT_LT(after.file - before.file, 2 * kMiB);
 }
 
+TEST(ProcessMemoryTest, MallocInUseBytesCountsWhatIsAllocated) {
+  SCD_SKIP_WITHOUT_GLIBC_MALLOC();
+  const int64_t before = MallocInUseBytes();
+  auto* chunk = new std::vector<char>(8 * kMiB, 1);
+  const int64_t held = MallocInUseBytes() - before;
+  delete chunk;
+  EXPECT_GE(held, 8 * kMiB);
+  EXPECT_LT(held, 8 * kMiB + 64 * 1024);
+  EXPECT_LT(MallocInUseBytes() - before, 64 * 1024);
+}
+
 TEST(ProcessMemoryTest, FreedMemoryBelowALiveChunkStaysResidentUntilReleased) {
   SCD_SKIP_WITHOUT_GLIBC_MALLOC();
   ReleaseFreeMemory();

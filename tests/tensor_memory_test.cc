@@ -6,9 +6,10 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
-#include <malloc.h>
 
 #include <vector>
+
+#include "base/process_memory.h"
 
 namespace scd {
 namespace {
@@ -21,20 +22,14 @@ namespace {
 
 constexpr int kCount = 2000;
 
-// Bytes malloc holds for the program (heap chunks in use and mmapped ones).
-int64_t InUse() {
-  const struct mallinfo2 info = mallinfo2();
-  return static_cast<int64_t>(info.uordblks + info.hblkhd);
-}
-
 // Per-tensor malloc growth while `make` builds kCount tensors that are kept.
 template <typename Make>
 double MeasuredPerTensor(Make make, std::vector<at::Tensor>* kept) {
   kept->clear();
   kept->reserve(kCount);
-  const int64_t before = InUse();
+  const int64_t before = MallocInUseBytes();
   for (int i = 0; i < kCount; ++i) kept->push_back(make());
-  return static_cast<double>(InUse() - before) / kCount;
+  return static_cast<double>(MallocInUseBytes() - before) / kCount;
 }
 
 TEST(TensorMemoryTest, HeldBytesIsWhatMallocHoldsForATensor) {
