@@ -85,6 +85,7 @@ ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
     pid_ = std::exchange(other.pid_, -1);
     reaped_ = std::exchange(other.reaped_, false);
     status_ = other.status_;
+    killed_after_timeout_ = other.killed_after_timeout_;
     log_ = std::move(other.log_);
   }
   return *this;
@@ -102,6 +103,18 @@ bool ChildProcess::running() {
   if (pid_ <= 0 || reaped_) return false;
   if (waitpid(pid_, &status_, WNOHANG) == pid_) reaped_ = true;
   return !reaped_;
+}
+
+std::string ChildProcess::HowItEnded() const {
+  if (pid_ <= 0) return "not started";
+  if (!reaped_) return "running";
+  if (killed_after_timeout_) return "still running after the timeout (SIGKILLed)";
+  if (WIFEXITED(status_)) return absl::StrCat("exited with status ", WEXITSTATUS(status_));
+  if (WIFSIGNALED(status_)) {
+    return absl::StrCat("killed by signal ", WTERMSIG(status_), " (", strsignal(WTERMSIG(status_)),
+                        ")");
+  }
+  return "ended";
 }
 
 std::string ChildProcess::LogTail(size_t bytes) const {
@@ -140,6 +153,7 @@ int ChildProcess::Wait(absl::Duration timeout) {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
       reaped_ = true;
+      killed_after_timeout_ = true;
       return -1;
     }
     absl::SleepFor(absl::Milliseconds(5));
@@ -180,6 +194,7 @@ int ChildProcess::Terminate(absl::Duration timeout) {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
       reaped_ = true;
+      killed_after_timeout_ = true;
       return -1;
     }
   }

@@ -53,6 +53,9 @@ class ChildProcess {
   // SIGKILLed and -1 returned).
   int Wait(absl::Duration timeout);
   bool running();
+  // For failure messages: "exited with status N", "killed by signal N (Terminated)", "still
+  // running after the timeout (SIGKILLed)", or "running" (not yet seen to end).
+  std::string HowItEnded() const;
   pid_t pid() const { return pid_; }
   const std::string& log() const { return log_; }
   // The last `bytes` of the log, for error messages.
@@ -61,6 +64,7 @@ class ChildProcess {
  private:
   pid_t pid_ = -1;
   bool reaped_ = false;
+  bool killed_after_timeout_ = false;
   int status_ = 0;
   std::string log_;
 };

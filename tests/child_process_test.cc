@@ -49,5 +49,29 @@ TEST(ChildProcessTest, StartAppliesTheEnvironmentChanges) {
   unsetenv("SCD_CHILD_TEST_GONE");
 }
 
+TEST(ChildProcessTest, HowItEndedTellsAnExitFromASignalFromATimeout) {
+  const std::string log = "/tmp/scd-child-process-test-" + std::to_string(getpid()) + ".log";
+  absl::StatusOr<ChildProcess> exits = ChildProcess::Start({"/bin/sh", "-c", "exit 4"}, log);
+  ASSERT_TRUE(exits.ok()) << exits.status();
+  EXPECT_EQ(exits->HowItEnded(), "running");
+  EXPECT_EQ(exits->Wait(absl::Seconds(30)), 4);
+  EXPECT_EQ(exits->HowItEnded(), "exited with status 4");
+  // sh -c exec: the signal reaches sleep itself, whose default action ends it.
+  absl::StatusOr<ChildProcess> killed =
+      ChildProcess::Start({"/bin/sh", "-c", "exec sleep 60"}, log);
+  ASSERT_TRUE(killed.ok()) << killed.status();
+  EXPECT_EQ(killed->Terminate(absl::Seconds(30)), -1);
+  EXPECT_EQ(killed->HowItEnded(), "killed by signal 15 (Terminated)");
+  // A child that ignores SIGTERM outlives the timeout.
+  absl::StatusOr<ChildProcess> stuck =
+      ChildProcess::Start({"/bin/sh", "-c", "trap '' TERM; echo up; sleep 60"}, log,
+                          /*env=*/{}, /*stdout_to_log=*/true);
+  ASSERT_TRUE(stuck.ok()) << stuck.status();
+  for (int i = 0; i < 1000 && stuck->LogTail() != "up\n"; ++i) usleep(5000);  // the trap is set
+  EXPECT_EQ(stuck->Terminate(absl::Milliseconds(200)), -1);
+  EXPECT_EQ(stuck->HowItEnded(), "still running after the timeout (SIGKILLed)");
+  std::remove(log.c_str());
+}
+
 }  // namespace
 }  // namespace scd

@@ -175,10 +175,10 @@ TEST_P(DaemonsProcessTest, ScdAndRawMatchTheirReferencesAndSigtermDrains) {
   EXPECT_EQ(raw.events.front().started().mode(), "raw");
   EXPECT_EQ(raw.ids, Reference(*producer_, TransferMode::kLocal, Prompt(1), 16));
 
-  EXPECT_EQ(xs_daemon_->Terminate(absl::Seconds(10)), 0) << testing::ReadFile(xs_daemon_->log());
-  EXPECT_EQ(copy_daemon_->Terminate(absl::Seconds(10)), 0);
-  EXPECT_EQ(producer_daemon_->Terminate(absl::Seconds(10)), 0);
-  EXPECT_EQ(coordinator_->Terminate(absl::Seconds(10)), 0);
+  EXPECT_EQ(xs_daemon_->Terminate(absl::Seconds(10)), 0) << xs_daemon_->Ending();
+  EXPECT_EQ(copy_daemon_->Terminate(absl::Seconds(10)), 0) << copy_daemon_->Ending();
+  EXPECT_EQ(producer_daemon_->Terminate(absl::Seconds(10)), 0) << producer_daemon_->Ending();
+  EXPECT_EQ(coordinator_->Terminate(absl::Seconds(10)), 0) << coordinator_->Ending();
 }
 
 TEST_P(DaemonsProcessTest, SixteenConcurrentRequestsAllCompleteUnmixed) {
@@ -427,7 +427,7 @@ TEST(DummyWeightsServingTest, AllInOneServesIdsOnARealConfigAndRefusesText) {
   status = StreamGenerate(address, text, absl::Seconds(30), [](const v1::GenerateEvent&) {});
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_THAT(std::string(status.message()), HasSubstr("prompt_ids"));
-  EXPECT_EQ(server.Terminate(absl::Seconds(30)), 0);
+  EXPECT_EQ(server.Terminate(absl::Seconds(30)), 0) << server.Ending();
 }
 
 TEST_P(DaemonsProcessTest, KilledConsumerLeavesRoutingWithinThreeSeconds) {

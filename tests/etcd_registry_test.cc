@@ -135,7 +135,7 @@ TEST(EtcdRegistryTest, TwoCoordinatorsShareTheNodesAndLeasesDropTheDead) {
 
   // A consumer stopped cleanly revokes its lease: gone at once.
   const absl::Time stopped = absl::Now();
-  EXPECT_EQ(copy->Terminate(absl::Seconds(20)), 0);
+  EXPECT_EQ(copy->Terminate(absl::Seconds(20)), 0) << copy->Ending();
   while (Models(server_b).count("copy") > 0 && absl::Now() - stopped < absl::Seconds(10)) {
     absl::SleepFor(absl::Milliseconds(50));
   }

@@ -182,7 +182,20 @@ TEST(PrometheusScrapeTest, HealthSaysLoadingUntilTheNodeServes) {
   ASSERT_TRUE(missing);
   EXPECT_EQ(missing->status, 404);
   EXPECT_THAT(missing->body, ::testing::HasSubstr("\"error\""));
-  EXPECT_EQ(consumer.Terminate(absl::Seconds(20)), 0);
+  EXPECT_EQ(consumer.Terminate(absl::Seconds(20)), 0) << consumer.Ending();
+}
+
+// SIGTERM the moment the HTTP listener is up, while the model still loads (the kernel hands it to
+// a thread OpenBLAS started before main, as no thread of ours waits for it yet): the daemon
+// finishes starting, then drains and exits 0 -- it is not killed by the signal's default action.
+TEST(PrometheusScrapeTest, ASigtermWhileLoadingDrainsOnceUp) {
+  testing::TempDir dir;
+  Daemon consumer(dir.path(), "consumer",
+                  {Bin("scd-consumer"), "--model", testing::ModelDir("tinystories-4m"), "--name",
+                   "c", "--http-listen", "127.0.0.1:0"});
+  ASSERT_FALSE(consumer.HttpAddress().empty());
+  EXPECT_EQ(consumer.Terminate(absl::Seconds(60)), 0) << consumer.Ending();
+  EXPECT_THAT(testing::ReadFile(consumer.log()), ::testing::HasSubstr("SIGTERM: draining"));
 }
 
 }  // namespace

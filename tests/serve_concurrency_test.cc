@@ -54,7 +54,7 @@ TEST(ServeConcurrencyTest, FourRequestsInFlightTurnOutAtLeastAsManyTokensAsOne) 
   }
   EXPECT_GE(four, 0.8 * one) << "C=4 " << four / 2 << " tok/s, C=1 " << one / 2 << " tok/s\n"
                              << testing::ReadFile(server.log());
-  EXPECT_EQ(server.Terminate(absl::Seconds(20)), 0) << testing::ReadFile(server.log());
+  EXPECT_EQ(server.Terminate(absl::Seconds(20)), 0) << server.Ending();
 }
 
 }  // namespace

@@ -64,6 +64,10 @@ void Daemon::Kill(int signal) { child_.Signal(signal); }
 
 int Daemon::Terminate(absl::Duration timeout) { return child_.Terminate(timeout); }
 
+std::string Daemon::Ending() const {
+  return child_.HowItEnded() + "; " + log_ + " ends:\n" + child_.LogTail();
+}
+
 std::string Bin(const std::string& name) { return BuildDir() + "/bin/" + name; }
 
 }  // namespace scd::testing

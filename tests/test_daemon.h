@@ -39,6 +39,8 @@ class Daemon {
   void Kill(int signal);
   // Exit status after SIGTERM (-1: killed by a signal or still running after `timeout`).
   int Terminate(absl::Duration timeout);
+  // How it ended and its log, for a failed expectation on Terminate: `<< daemon.Ending()`.
+  std::string Ending() const;
   const std::string& log() const { return log_; }
   pid_t pid() const { return child_.pid(); }
 

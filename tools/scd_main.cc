@@ -28,6 +28,7 @@
 #include "absl/strings/str_split.h"
 #include "base/connection_gate.h"
 #include "base/status_macros.h"
+#include "base/termination_signal.h"
 #include "consumer/consumer_node.h"
 #include "coordinator/coordinator_node.h"
 #include "google/protobuf/util/json_util.h"
@@ -206,7 +207,7 @@ absl::Status RunServe(const ServeFlags& flags, int threads) {
   if (flags.producer_model.empty() == flags.producer_dummy.empty()) {
     return absl::InvalidArgumentError("give --producer-model DIR or --dummy-weights CONFIG");
   }
-  BlockTerminationSignals();  // before any node starts a thread
+  CatchTerminationSignals();  // before any node starts a thread
   spdlog::set_default_logger(spdlog::stderr_color_mt("scd-serve"));  // stdout: nothing
   spdlog::info("threads: {}", ConfigureThreads(threads).ToString());
   spdlog::info("open files: up to {}", RaiseOpenFileLimit());

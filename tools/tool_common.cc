@@ -1,7 +1,5 @@
 #include "tools/tool_common.h"
 
-#include <pthread.h>
-#include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -16,6 +14,7 @@
 #include "base/file_util.h"
 #include "base/process_memory.h"
 #include "base/shared_dir.h"
+#include "base/termination_signal.h"
 #include "proto/cluster_secret.h"
 #include "tools/toml_config.h"
 
@@ -57,25 +56,6 @@ int RunTool(const char* tool, CLI::App& app, int argc, char** argv, const Common
     return 1;
   }
   return 0;
-}
-
-void BlockTerminationSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-}
-
-std::string WaitForTerminationSignal() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  int signal = 0;
-  while (sigwait(&set, &signal) != 0) {
-  }
-  return signal == SIGTERM ? "SIGTERM" : "SIGINT";
 }
 
 void AddServedModelFlags(CLI::App* app, ServedModelSpec* spec) {
@@ -197,7 +177,7 @@ absl::Status PublicApiFlags::Apply(RequestLimits* limits, PublicApiGuards* guard
 
 int RunDaemon(const char* tool, CLI::App& app, int argc, char** argv, const DaemonFlags& flags,
               const std::function<absl::StatusOr<DaemonHandle>()>& start) {
-  BlockTerminationSignals();  // before any thread starts, so every thread inherits the mask
+  CatchTerminationSignals();  // before any thread of ours starts, so every one inherits the mask
   return RunTool(tool, app, argc, argv, flags.common, [&]() -> absl::Status {
     spdlog::set_default_logger(spdlog::stderr_color_mt(tool));  // stdout: nothing
     spdlog::info("open files: up to {}", RaiseOpenFileLimit());

@@ -114,7 +114,8 @@ struct DaemonHandle {
   }
 };
 
-// A daemon's main after its flags are declared: blocks SIGTERM/SIGINT, parses (RunTool), logs to
+// A daemon's main after its flags are declared: catches SIGTERM/SIGINT (base/termination_signal.h:
+// one that arrives while it loads drains it once it is up), parses (RunTool), logs to
 // stderr as `tool`, raises the open-file limit (base/connection_gate.h), listens on --http-listen
 // (its /health says "loading" until the node is up; --http-address-file), starts the node with
 // `start`, writes --address-file and --control-address-file, hands freed memory back to the
@@ -186,11 +187,6 @@ void AddConsumerBatchingFlags(CLI::App* app, ConsumerOptions* options) {
       ->check(CLI::Range(0.01, 86400.0));
 }
 
-// Daemons. Blocks SIGTERM and SIGINT in the calling thread and so in every thread started after
-// it (call first in main), so WaitForTerminationSignal can take them synchronously.
-void BlockTerminationSignals();
-// Waits for SIGTERM or SIGINT; returns its name.
-std::string WaitForTerminationSignal();
 // Writes `address` and a newline to `path` (temp file + rename: readers never see half of it);
 // nothing when `path` is empty. Lets scripts and tests find a daemon that listened on port 0.
 absl::Status WriteAddressFile(const std::string& path, const std::string& address);
