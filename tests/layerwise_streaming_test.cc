@@ -277,19 +277,21 @@ TEST_F(LayerwiseStreamingTest, AnAdaptedTransferRebuildsAnEncodeAtTheRanksThatAr
   EXPECT_FALSE(sent.targets[0].ok());
 }
 
-// The link drops under a transfer planned at 100 kB/s (it gives 12.5 kB/s): the producer hands
+// The link drops under a transfer planned at 10 MB/s (it gives 1.56 kB/s): the producer hands
 // each layer over in pieces of positions as the link takes them, the first ones at the plan's
-// ranks (nothing measured yet), the later ones lower once the drain shows the rate. The consumer
-// joins pieces of different ranks; its cache equals the batch decoder's on the full encode with
-// each piece's columns beyond the rank it came at set to zero (the nested code at that rank),
+// ranks (nothing measured yet), the later ones lower once the drain shows the rate. (The 4.5 kB
+// planned need 0.5 ms of the 1 s budget at the plan's rate, so a loaded machine holding the pass
+// up for hundreds of milliseconds does not lower the first pieces too; the link needs ~3 s.) The
+// consumer joins pieces of different ranks; its cache equals the batch decoder's on the full encode
+// with each piece's columns beyond the rank it came at set to zero (the nested code at that rank),
 // row by row, bit for bit.
 TEST_F(LayerwiseStreamingTest, PiecesOfALayerSentAtDifferentRanksRebuildEachAtItsOwn) {
   Pair pair = MakePair(TransferMode::kScd, *consumer_);
   const int64_t T = static_cast<int64_t>(prompt_.size());
   KvCache cache = consumer_->NewCache(64);
   producer::StreamReport sent;
-  auto received = StreamAdapting(*producer_, pair, prompt_, {absl::Milliseconds(100), 1e5}, true,
-                                 &cache, &sent, 1e-4, 256);
+  auto received = StreamAdapting(*producer_, pair, prompt_, {absl::Seconds(1), 1e7}, true, &cache,
+                                 &sent, 1.25e-5, 256);
   ASSERT_TRUE(received.ok()) << received.status();
   ASSERT_TRUE(sent.targets[0].ok()) << sent.targets[0];
   ASSERT_FALSE(received->lowered_pieces.empty());
