@@ -392,7 +392,8 @@ TEST(DummyWeightsServingTest, AllInOneServesIdsOnARealConfigAndRefusesText) {
   ASSERT_EQ(synth.exit_code, 0) << synth.err;
   Daemon server(dir, "all-in-one",
                 {Bin("scd"), "serve", "--all-in-one", "--dummy-weights", config, "--layers", "2",
-                 "--consumer", "b=" + config + ":" + dir + "/pair.scd", "--listen", "127.0.0.1:0"});
+                 "--consumer", "b=" + config + ":" + dir + "/pair.scd", "--listen", "127.0.0.1:0",
+                 "--memory-trim-seconds", "0.1", "--malloc-arenas", "2", "--log-level", "info"});
   const std::string address = server.Address(absl::Seconds(120));
   ASSERT_FALSE(address.empty());
   v1::GenerateRequest request;
@@ -428,6 +429,8 @@ TEST(DummyWeightsServingTest, AllInOneServesIdsOnARealConfigAndRefusesText) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_THAT(std::string(status.message()), HasSubstr("prompt_ids"));
   EXPECT_EQ(server.Terminate(absl::Seconds(30)), 0) << server.Ending();
+  // Its memory is looked after as each daemon's is (tools/tool_common.h MemoryFlags).
+  EXPECT_THAT(testing::ReadFile(server.log()), ::testing::ContainsRegex("in [1-9][0-9]* trims"));
 }
 
 TEST_P(DaemonsProcessTest, KilledConsumerLeavesRoutingWithinThreeSeconds) {

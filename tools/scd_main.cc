@@ -193,6 +193,7 @@ struct ServeFlags {
   size_t prefix_cache_mb = 0;
   double drain_seconds = 30;
   bool strict_modes = false;
+  MemoryFlags memory;
 };
 
 // The three roles in one process: the coordinator's public API on --listen, every control plane
@@ -209,6 +210,7 @@ absl::Status RunServe(const ServeFlags& flags, int threads) {
   }
   CatchTerminationSignals();  // before any node starts a thread
   spdlog::set_default_logger(spdlog::stderr_color_mt("scd-serve"));  // stdout: nothing
+  const std::unique_ptr<MemoryTrimmer> trimmer = ApplyMemoryFlags(flags.memory);  // first thread
   spdlog::info("threads: {}", ConfigureThreads(threads).ToString());
   spdlog::info("open files: up to {}", RaiseOpenFileLimit());
   SCD_RETURN_IF_ERROR(ConfigureTls(flags.tls));
@@ -304,6 +306,7 @@ absl::Status RunServe(const ServeFlags& flags, int threads) {
                coordinator->address(), producer->name(), consumers.size());
   const std::string signal = WaitForTerminationSignal();
   spdlog::warn("scd serve: {}: draining", signal);
+  LogTrimmed(trimmer.get());
   if (http) http->SetDraining();
   for (auto& node : consumers) node->Drain();
   for (auto& node : consumers) node->Shutdown(absl::Seconds(flags.drain_seconds));
@@ -532,6 +535,7 @@ int Main(int argc, char** argv) {
       ->check(CLI::Number)->check(CLI::Range(0.0, 86400.0));
   serve->add_flag("--strict-modes", serve_flags.strict_modes,
                   "refuse raw/int4/reuse between different weights instead of serving them");
+  AddMemoryFlags(serve, &serve_flags.memory);
   AddCommonFlags(serve, &common.tool, kLogLevelFlag | kThreadsFlag);
 
   std::string text;

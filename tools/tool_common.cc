@@ -75,12 +75,8 @@ void AddServedModelFlags(CLI::App* app, ServedModelSpec* spec) {
   app->add_option("--dtype", spec->dtype, "f32, bf16 or f16")->capture_default_str();
 }
 
-void AddDaemonFlags(CLI::App* app, DaemonFlags* flags, unsigned common_flags) {
-  app->add_option("--drain-seconds", flags->drain_seconds,
-                  "how long SIGTERM waits for running requests")
-      ->check(CLI::Number)->check(CLI::Range(0.0, 86400.0))
-      ->capture_default_str();
-  app->add_option("--memory-trim-seconds", flags->memory_trim_seconds,
+void AddMemoryFlags(CLI::App* app, MemoryFlags* flags) {
+  app->add_option("--memory-trim-seconds", flags->trim_seconds,
                   "hand the allocator's freed memory back to the system this often (glibc "
                   "malloc_trim; without it a long-running node's RSS creeps up; 0: never)")
       ->check(CLI::Number)
@@ -91,6 +87,30 @@ void AddDaemonFlags(CLI::App* app, DaemonFlags* flags, unsigned common_flags) {
                   "per CPU, and each keeps pages no trim returns; 0: glibc's default)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
+}
+
+std::unique_ptr<MemoryTrimmer> ApplyMemoryFlags(const MemoryFlags& flags) {
+  if (flags.malloc_arenas > 0 && !LimitMallocArenas(flags.malloc_arenas)) {
+    spdlog::warn("--malloc-arenas {}: the allocator refused (not glibc's malloc)",
+                 flags.malloc_arenas);
+  }
+  if (flags.trim_seconds <= 0) return nullptr;
+  return std::make_unique<MemoryTrimmer>(absl::Seconds(flags.trim_seconds));
+}
+
+void LogTrimmed(const MemoryTrimmer* trimmer) {
+  if (trimmer == nullptr) return;
+  spdlog::info("freed memory handed back: {:.1f} MB in {} trims",
+               static_cast<double>(trimmer->released_bytes()) / (1 << 20), trimmer->trims());
+}
+
+void AddDaemonFlags(CLI::App* app, DaemonFlags* flags, unsigned common_flags) {
+  app->add_option("--drain-seconds", flags->drain_seconds,
+                  "how long SIGTERM waits for running requests")
+      ->check(CLI::Number)
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  AddMemoryFlags(app, &flags->memory);
   app->add_option("--address-file", flags->address_file,
                   "write the bound address here once serving");
   app->add_option("--control-address-file", flags->control_address_file,
@@ -181,10 +201,7 @@ int RunDaemon(const char* tool, CLI::App& app, int argc, char** argv, const Daem
   return RunTool(tool, app, argc, argv, flags.common, [&]() -> absl::Status {
     spdlog::set_default_logger(spdlog::stderr_color_mt(tool));  // stdout: nothing
     spdlog::info("open files: up to {}", RaiseOpenFileLimit());
-    if (flags.malloc_arenas > 0 && !LimitMallocArenas(flags.malloc_arenas)) {
-      spdlog::warn("--malloc-arenas {}: the allocator refused (not glibc's malloc)",
-                   flags.malloc_arenas);
-    }
+    const std::unique_ptr<MemoryTrimmer> trimmer = ApplyMemoryFlags(flags.memory);
     if (absl::Status tls = ConfigureTls(flags.tls); !tls.ok()) return tls;
     std::unique_ptr<HttpServer> http;
     if (!flags.http_listen.empty()) {
@@ -204,16 +221,9 @@ int RunDaemon(const char* tool, CLI::App& app, int argc, char** argv, const Daem
     if (!written.ok()) return written;
     written = WriteAddressFile(flags.control_address_file, node->control_address);
     if (!written.ok()) return written;
-    std::unique_ptr<MemoryTrimmer> trimmer;
-    if (flags.memory_trim_seconds > 0) {
-      trimmer = std::make_unique<MemoryTrimmer>(absl::Seconds(flags.memory_trim_seconds));
-    }
     const std::string signal = WaitForTerminationSignal();
     spdlog::info("{}: draining", signal);
-    if (trimmer) {
-      spdlog::info("freed memory handed back: {:.1f} MB in {} trims",
-                   static_cast<double>(trimmer->released_bytes()) / (1 << 20), trimmer->trims());
-    }
+    LogTrimmed(trimmer.get());
     if (http) http->SetDraining();
     node->shutdown(absl::Seconds(flags.drain_seconds));
     if (http) http->Stop();  // before the node (its handler's state) goes

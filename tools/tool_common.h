@@ -15,9 +15,10 @@
 #include "absl/time/time.h"
 #include "base/grpc_tls.h"
 #include "base/http_server.h"
+#include "base/process_memory.h"
+#include "codec/served_model_spec.h"
 #include "proto/checked_inference.h"
 #include "proto/request_validation.h"
-#include "codec/served_model_spec.h"
 
 namespace scd {
 
@@ -64,8 +65,22 @@ struct PublicApiFlags {
 };
 void AddPublicApiFlags(CLI::App* app, PublicApiFlags* flags);
 
+// How a long-running process keeps its freed memory from piling up (base/process_memory.h):
+// --memory-trim-seconds (a MemoryTrimmer) and --malloc-arenas (LimitMallocArenas). Every daemon
+// and `scd serve --all-in-one` has them.
+struct MemoryFlags {
+  double trim_seconds = 10;  // 0: never
+  int malloc_arenas = 2;     // 0: glibc's own (8 per CPU)
+};
+void AddMemoryFlags(CLI::App* app, MemoryFlags* flags);
+// Limits the malloc arenas (call before the process starts threads of its own; a refusal is
+// logged) and starts the trimmer (nullptr when --memory-trim-seconds is 0).
+std::unique_ptr<MemoryTrimmer> ApplyMemoryFlags(const MemoryFlags& flags);
+// Logs what the trimmer handed back, at shutdown (nothing for nullptr).
+void LogTrimmed(const MemoryTrimmer* trimmer);
+
 // The flags every daemon has besides its own: the common ones, --config FILE.toml,
-// --drain-seconds, --memory-trim-seconds, --malloc-arenas, --address-file, --control-address-file,
+// --drain-seconds, MemoryFlags, --address-file, --control-address-file,
 // --cluster-secret-file,
 // --http-listen (GET /health and /metrics; the coordinator's OpenAI-compatible API),
 // --http-address-file.
@@ -73,8 +88,7 @@ struct DaemonFlags {
   DaemonFlags() { common.log_level = "info"; }
   CommonToolFlags common;
   double drain_seconds = 30;
-  double memory_trim_seconds = 10;  // base/process_memory.h (0: never)
-  int malloc_arenas = 2;            // base/process_memory.h LimitMallocArenas (0: glibc's own)
+  MemoryFlags memory;
   std::string address_file;
   std::string control_address_file;
   std::string cluster_secret_file;  // "" = $SCD_CLUSTER_SECRET
