@@ -142,11 +142,13 @@ TEST(CancelLatencyTest, ACancelReleasesEverythingAtOnce) {
     if (by_deadline) context.set_deadline(absl::ToChronoTime(start + after));
     std::atomic<bool> finished{false};
     grpc::Status status;
+    int error_code = -1;  // the target's Error event, when the stream carried one
     std::thread client([&] {
       auto reader = inference->Generate(&context, request);
       v1::GenerateEvent event;
       while (reader->Read(&event)) {
         if (event.has_finished()) finished = true;
+        if (event.has_error()) error_code = event.error().code();
       }
       status = reader->Finish();
     });
@@ -195,9 +197,17 @@ TEST(CancelLatencyTest, ACancelReleasesEverythingAtOnce) {
       ++finished_first;
       continue;
     }
+    // A deadline is kept on both sides of the call: the coordinator's copy (the client's
+    // grpc-timeout, received a hop later) can end the target first, as an Error event of
+    // DEADLINE_EXCEEDED and the call OK, when the client's own timer runs late (a loaded machine:
+    // seen once beside a build).
+    const bool deadline_by_the_server =
+        by_deadline && status.ok() && error_code == grpc::StatusCode::DEADLINE_EXCEEDED;
     EXPECT_TRUE(status.error_code() == grpc::StatusCode::CANCELLED ||
-                status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
-        << status.error_code() << " " << status.error_message();
+                status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+                deadline_by_the_server)
+        << status.error_code() << " " << status.error_message()
+        << "; the target's Error event: " << error_code;
     const double ms = absl::ToDoubleMilliseconds(released - event);
     latencies_ms.push_back(ms);
     by_kind[absl::StrCat(request.mode(), by_deadline ? " deadline" : " reset")].push_back(ms);
