@@ -132,7 +132,7 @@ void DecodeTable(const std::string& name, const LlamaModel& model, double mv_gbp
     std::printf(
         "\ndecode on %s, %s, %s, %.3f GB of weights per step, after %lld-token contexts (median "
         "of 3 interleaved rounds of %d steps; every step ends with its tokens on the host):\n\n",
-        model.device().str().c_str(), name.c_str(), DtypeName(model.dtype()).c_str(), gb,
+        model.device().str().c_str(), name.c_str(), PrecisionName(model.precision()).c_str(), gb,
         static_cast<long long>(context), kSteps);
     std::printf(
         "| B | per-sequence Forward, tok/s | ForwardBatch, tok/s | gain | batched step, ms | "
@@ -142,7 +142,7 @@ void DecodeTable(const std::string& name, const LlamaModel& model, double mv_gbp
     std::printf(
         "\ndecode, %s, %s, %.3f GB of weights per step, after %lld-token contexts (median of 3 "
         "interleaved rounds of %d steps):\n",
-        name.c_str(), DtypeName(model.dtype()).c_str(), gb, static_cast<long long>(context),
+        name.c_str(), PrecisionName(model.precision()).c_str(), gb, static_cast<long long>(context),
         kSteps);
     std::printf("%4s %16s %14s %8s %18s %12s\n", "B", "per-seq tok/s", "batched tok/s", "gain",
                 "batched weight GB/s", "% of at::mv");
@@ -233,10 +233,11 @@ int BatchReport(const std::string& configs, const BatchReportOptions& options) {
       {"tinystories-4m", configs + "/../models/tinystories-4m/config.json", 0}};
   std::vector<std::unique_ptr<LlamaModel>> models;
   for (const Shape& shape : shapes) {
-    for (const c10::ScalarType dtype : options.dtypes) {
+    for (const Precision& precision : options.dtypes) {
       LlamaModel::Options model_options;
       model_options.device = options.device;
-      model_options.dtype = dtype;
+      model_options.dtype = precision.dtype;
+      model_options.weights = precision.weights;
       auto model = LlamaModel::DummyFromConfig(shape.file, 1, shape.layers, model_options);
       if (!model.ok()) {
         std::fprintf(stderr, "scd_model_bench: %s\n",
@@ -244,7 +245,7 @@ int BatchReport(const std::string& configs, const BatchReportOptions& options) {
         return 1;
       }
       DecodeTable(shape.name, **model, mv_gbps, options.context);
-      if (!gpu && dtype == options.dtypes.front()) models.push_back(*std::move(model));
+      if (!gpu && &precision == &options.dtypes.front()) models.push_back(*std::move(model));
     }
   }
   if (gpu) return 0;  // the attention layouts below are measured on the CPU's tensors

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "model/llama_model.h"
+#include "model/runtime.h"
 
 namespace scd {
 
@@ -39,7 +40,7 @@ double MvReadGbps();
 // Where --batch-report runs and on what; the defaults give bench/README.md's CPU report.
 struct BatchReportOptions {
   c10::Device device = c10::Device(c10::kCPU);
-  std::vector<c10::ScalarType> dtypes = {c10::kFloat};  // one decode table per dtype and shape
+  std::vector<Precision> dtypes = {Precision{}};  // one decode table per dtype and shape
   int64_t tinyllama_layers = 4;  // TinyLlama-1.1B cut to this many layers; 0: all of them
   int64_t context = 128;         // tokens in every sequence's cache before the timed steps
 };

@@ -343,7 +343,7 @@ int Main(int argc, char** argv) {
     batch_options.device = *device;
     batch_options.dtypes.clear();
     for (absl::string_view name : absl::StrSplit(dtype_names, ',')) {
-      auto dtype = ParseDtype(std::string(name), *device);
+      auto dtype = ParsePrecision(std::string(name), *device);
       if (!dtype.ok()) {
         std::fprintf(stderr, "scd_model_bench: %s\n",
                      std::string(dtype.status().message()).c_str());

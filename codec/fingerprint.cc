@@ -54,9 +54,17 @@ absl::StatusOr<std::string> FingerprintModel(const LlamaModel& model) {
                             absl::StrJoin(c.sizes().vec(), ","), "\n"));
       h.Update(c.data_ptr(), c.numel() * c.element_size());
     };
+    // Packed weights (below float32 on a CPU) by what they store.
+    auto add_packed = [&](const std::string& name, const PackedWeight& packed) {
+      if (packed.empty()) return;
+      add(absl::StrCat(name, ".", WeightFormatName(packed.format())), packed.panels());
+      add(name + ".scales", packed.scales());
+    };
     const ModelWeights& w = model.weights();
     add("embed", w.embed);
     add("lm_head", w.lm_head);
+    add_packed("embed", w.packed_embed);
+    add_packed("lm_head", w.packed_lm_head);
     add("final_norm", w.final_norm);
     for (size_t l = 0; l < w.layers.size(); ++l) {
       const LayerWeights& lw = w.layers[l];
@@ -71,6 +79,10 @@ absl::StatusOr<std::string> FingerprintModel(const LlamaModel& model) {
       add(p + "b_gate_up", lw.b_gate_up);
       add(p + "w_down", lw.w_down);
       add(p + "b_down", lw.b_down);
+      add_packed(p + "wqkv", lw.packed_qkv);
+      add_packed(p + "wo", lw.packed_o);
+      add_packed(p + "w_gate_up", lw.packed_gate_up);
+      add_packed(p + "w_down", lw.packed_down);
     }
     return h.HexDigest();
   });
@@ -91,7 +103,9 @@ absl::StatusOr<ServedModel> LoadServedModel(const ServedModelSpec& spec) {
                                    : (directory ? path.filename() : path.stem()).string();
   LlamaModel::Options runtime;
   SCD_ASSIGN_OR_RETURN(runtime.device, ParseDevice(spec.device));
-  SCD_ASSIGN_OR_RETURN(runtime.dtype, ParseDtype(spec.dtype, runtime.device));
+  SCD_ASSIGN_OR_RETURN(const Precision precision, ParsePrecision(spec.dtype, runtime.device));
+  runtime.dtype = precision.dtype;
+  runtime.weights = precision.weights;
   if (dummy) {
     SCD_ASSIGN_OR_RETURN(served.model, LlamaModel::DummyFromConfig(path.string(), spec.seed,
                                                                    spec.layers, runtime));

@@ -62,7 +62,8 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
         ModelConfig::FromFile((std::filesystem::path(dir) / "config.json").string()));
     SCD_ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::Open(dir));
     SCD_ASSIGN_OR_RETURN(ModelWeights weights,
-                         ModelWeights::Load(*checkpoint, config, options.dtype, options.device));
+                         ModelWeights::Load(*checkpoint, config, options.dtype, options.device,
+                                            options.weights));
     return std::unique_ptr<LlamaModel>(
         new LlamaModel(std::move(config), std::move(weights), options, dir));
   });
@@ -70,8 +71,9 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
 
 std::unique_ptr<LlamaModel> LlamaModel::Dummy(const ModelConfig& config, uint64_t seed,
                                               const Options& options) {
-  return FromWeights(config, ModelWeights::Dummy(config, seed, options.dtype, options.device),
-                     options);
+  return FromWeights(
+      config, ModelWeights::Dummy(config, seed, options.dtype, options.device, options.weights),
+      options);
 }
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::DummyFromConfig(
@@ -89,6 +91,10 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::DummyFromConfig(
 
 std::unique_ptr<LlamaModel> LlamaModel::FromWeights(ModelConfig config, ModelWeights weights,
                                                     const Options& options) {
+  if (options.weights != WeightFormat::kDense && !weights.packed()) {
+    for (LayerWeights& layer : weights.layers) layer.Pack(options.weights);
+    weights.PackHead(config, options.weights);
+  }
   return std::unique_ptr<LlamaModel>(
       new LlamaModel(std::move(config), std::move(weights), options, ""));
 }
@@ -107,6 +113,11 @@ DecodeWorkspace LlamaModel::NewWorkspace(int64_t capacity) const {
   ws.q_cos = ws.k_cos * scale;
   ws.q_sin = ws.k_sin * scale;
   return ws;
+}
+
+at::Tensor LlamaModel::Project(const at::Tensor& x, const at::Tensor& dense,
+                               const PackedWeight& packed, const at::Tensor& b) const {
+  return packed.empty() ? Linear(x, dense, b) : packed.Apply(x, b);
 }
 
 at::Tensor LlamaModel::Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const {
@@ -146,6 +157,14 @@ absl::Status LlamaModel::CheckCache(const KvCache& cache) const {
 absl::StatusOr<at::Tensor> LlamaModel::Embed(absl::Span<const TokenId> tokens) const {
   return GuardExceptions("LlamaModel::Embed", [&]() -> absl::StatusOr<at::Tensor> {
     SCD_RETURN_IF_ERROR(CheckTokens(tokens));
+    if (weights_.packed()) {
+      const PackedWeight& table = weights_.EmbeddingTable();
+      at::Tensor rows = at::empty({static_cast<int64_t>(tokens.size()), table.cols()}, at::kFloat);
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        table.UnpackRow(tokens[i], rows.data_ptr<float>() + i * table.cols());
+      }
+      return rows;
+    }
     at::Tensor ids = at::empty({static_cast<int64_t>(tokens.size())}, at::kLong);
     std::copy(tokens.begin(), tokens.end(), ids.data_ptr<int64_t>());
     return weights_.embed.index_select(0, ids.to(options_.device));
@@ -394,7 +413,7 @@ absl::Status LlamaModel::RunLayer(int layer, at::Tensor& h, absl::Span<const Seg
 
   // Attention block: x = RMSNorm(h); q|k|v = x W_qkv^T (+ b), every segment's rows at once.
   at::Tensor x = RmsNorm(h, w.attn_norm, config_.rms_norm_eps);  // [T, d]
-  at::Tensor qkv = Linear(x, w.wqkv, w.bqkv);                    // [T, qd + 2 kvd]
+  at::Tensor qkv = Project(x, w.wqkv, w.packed_qkv, w.bqkv);     // [T, qd + 2 kvd]
   at::Tensor k = qkv.narrow(1, qd, kvd).view({T, Hkv, hd});        // pre-RoPE
   at::Tensor v = qkv.narrow(1, qd + kvd, kvd).view({T, Hkv, hd});
   if (capture != nullptr) {  // one segment (Forward, RunLayers)
@@ -422,14 +441,14 @@ absl::Status LlamaModel::RunLayer(int layer, at::Tensor& h, absl::Span<const Seg
   }
   SkinnyParallelFor(static_cast<int64_t>(decode_rows.size()),
                     [&](int64_t i) { AttendDecodeRow(layer, q_rot, *decode_rows[i], &attn); });
-  h.add_(Linear(attn.view({T, qd}), w.wo, w.bo));
+  h.add_(Project(attn.view({T, qd}), w.wo, w.packed_o, w.bo));
 
   // MLP block: h += W_down (silu(x W_gate^T) * (x W_up^T)).
   x = RmsNorm(h, w.mlp_norm, config_.rms_norm_eps);
-  at::Tensor gate_up = Linear(x, w.w_gate_up, w.b_gate_up);  // [T, 2f]
+  at::Tensor gate_up = Project(x, w.w_gate_up, w.packed_gate_up, w.b_gate_up);  // [T, 2f]
   const int64_t f = config_.intermediate_size;
   at::Tensor act = at::silu(gate_up.narrow(1, 0, f)).mul_(gate_up.narrow(1, f, f));  // [T, f]
-  h.add_(Linear(act, w.w_down, w.b_down));
+  h.add_(Project(act, w.w_down, w.packed_down, w.b_down));
   return absl::OkStatus();
 }
 
@@ -504,7 +523,7 @@ at::Tensor LlamaModel::Attend(const at::Tensor& q, const at::Tensor& keys, const
 
 at::Tensor LlamaModel::Logits(const at::Tensor& hidden) const {
   at::Tensor x = RmsNorm(hidden, weights_.final_norm, config_.rms_norm_eps);
-  return Linear(x, weights_.lm_head, at::Tensor()).to(at::kFloat);
+  return Project(x, weights_.lm_head, weights_.packed_lm_head, at::Tensor()).to(at::kFloat);
 }
 
 absl::Status LlamaModel::LoadPrefix(int layer, const at::Tensor& keys, const at::Tensor& values,
@@ -558,8 +577,19 @@ std::pair<at::Tensor, at::Tensor> LlamaModel::ProjectKeyValue(int layer,
   const LayerWeights& w = weights_.layers[layer];
   const int64_t T = attn_input.size(0), Hkv = config_.num_kv_heads, hd = config_.head_dim;
   at::Tensor x = attn_input.to(options_.device, options_.dtype);
-  at::Tensor k = Linear(x, w.Wk(config_), w.Bk(config_));
-  at::Tensor v = Linear(x, w.Wv(config_), w.Bv(config_));
+  at::Tensor k, v;
+  if (!w.packed_qkv.empty()) {
+    // W_k and W_v are rows [q_dim, q_dim + 2 kv_dim) of the packed W_qkv; a slice must start on a
+    // panel (16 rows), else the whole product is taken and narrowed.
+    const int64_t qd = config_.q_dim(), kvd = config_.kv_dim();
+    at::Tensor kv = qd % 16 == 0 ? w.packed_qkv.Apply(x, w.bqkv, qd, 2 * kvd)
+                                 : w.packed_qkv.Apply(x, w.bqkv).narrow(1, qd, 2 * kvd);
+    k = kv.narrow(1, 0, kvd);
+    v = kv.narrow(1, kvd, kvd);
+  } else {
+    k = Linear(x, w.Wk(config_), w.Bk(config_));
+    v = Linear(x, w.Wv(config_), w.Bv(config_));
+  }
   return {k.view({T, Hkv, hd}).permute({1, 0, 2}).contiguous(),
           v.view({T, Hkv, hd}).permute({1, 0, 2}).contiguous()};
 }

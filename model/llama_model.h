@@ -39,7 +39,9 @@
 #include "base/token_id.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
+#include "model/packed_weight.h"
 #include "model/rope.h"
+#include "model/runtime.h"
 #include "model/skinny_gemm.h"
 #include "model/weights.h"
 
@@ -129,6 +131,9 @@ class LlamaModel {
  public:
   struct Options {
     c10::ScalarType dtype = c10::kFloat;  // f32; bf16/f16 where the device supports them
+    // Weights below `dtype` on a CPU (model/packed_weight.h): bf16, f16 or int8 panels for the
+    // runtime's own kernels, activations and KV cache in float32. kDense: weights in `dtype`.
+    WeightFormat weights = WeightFormat::kDense;
     c10::Device device = c10::Device(c10::kCPU);
     // Projections of at most this many rows (decode steps, alone or batched), and any projection
     // by a small matrix, through SkinnyGemm (model/skinny_gemm.h: reads the weights once for
@@ -153,7 +158,8 @@ class LlamaModel {
   static absl::StatusOr<std::unique_ptr<LlamaModel>> DummyFromConfig(const std::string& config_path,
                                                                      uint64_t seed, int64_t layers,
                                                                      const Options& options);
-  // Wraps weights built by the caller (tests, conversion tools).
+  // Wraps weights built by the caller (tests, conversion tools); dense weights are packed here
+  // when `options.weights` asks for it.
   // REQUIRES: tensor shapes match `config`; dtype and device match `options`.
   static std::unique_ptr<LlamaModel> FromWeights(ModelConfig config, ModelWeights weights,
                                                  const Options& options);
@@ -165,6 +171,8 @@ class LlamaModel {
   const ModelWeights& weights() const { return weights_; }
   const RotaryEmbedding& rope() const { return rope_; }
   c10::ScalarType dtype() const { return options_.dtype; }
+  WeightFormat weight_format() const { return options_.weights; }
+  Precision precision() const { return {options_.dtype, options_.weights}; }
   c10::Device device() const { return options_.device; }
   // Directory the weights came from ("" for dummy weights).
   const std::string& source() const { return source_; }
@@ -250,6 +258,9 @@ class LlamaModel {
                                             const DecodeWorkspace* workspace,
                                             const LayerCallback* on_layer = nullptr) const;
   at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
+  // x W^T + b with W dense (Linear) or packed.
+  at::Tensor Project(const at::Tensor& x, const at::Tensor& dense, const PackedWeight& packed,
+                     const at::Tensor& b) const;
   // One decoder layer in place on `h` [rows, hidden], the rows of every segment.
   // Captures (one segment only): `captured` (may be null) runs once the layer's captures are
   // taken; an error from it stops the layer there and is returned.

@@ -87,18 +87,34 @@ absl::StatusOr<c10::Device> ParseDevice(const std::string& name) {
       absl::StrCat("device '", name, "' is not supported (expected cpu, cuda or cuda:N)"));
 }
 
-absl::StatusOr<c10::ScalarType> ParseDtype(const std::string& name, const c10::Device& device) {
-  if (name == "f32" || name == "float32" || name == "fp32") return c10::kFloat;
-  if (name == "bf16" || name == "bfloat16") return c10::kBFloat16;
-  if (name == "f16" || name == "float16" || name == "fp16") {
-    if (!device.is_cuda()) {
-      return absl::InvalidArgumentError(
-          "dtype 'f16' needs a CUDA device (CPU half-precision matmuls are unsupported); use bf16");
+absl::StatusOr<Precision> ParsePrecision(const std::string& name, const c10::Device& device) {
+  Precision p;
+  if (name == "f32" || name == "float32" || name == "fp32") return p;
+  const bool bf16 = name == "bf16" || name == "bfloat16";
+  const bool f16 = name == "f16" || name == "float16" || name == "fp16";
+  if (bf16 || f16) {
+    if (device.is_cpu()) {
+      p.weights = bf16 ? WeightFormat::kBF16 : WeightFormat::kF16;
+    } else {
+      p.dtype = bf16 ? c10::kBFloat16 : c10::kHalf;
     }
-    return c10::kHalf;
+    return p;
+  }
+  if (name == "int8" || name == "i8") {
+    if (!device.is_cpu()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("dtype 'int8' runs on the CPU only (device ", device.str(), ")"));
+    }
+    p.weights = WeightFormat::kInt8;
+    return p;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("dtype '", name, "' is not supported (expected f32, bf16 or f16)"));
+      absl::StrCat("dtype '", name, "' is not supported (expected f32, bf16, f16 or int8)"));
+}
+
+std::string PrecisionName(const Precision& precision) {
+  return precision.weights == WeightFormat::kDense ? DtypeName(precision.dtype)
+                                                    : WeightFormatName(precision.weights);
 }
 
 std::string DtypeName(c10::ScalarType dtype) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "model/packed_weight.h"
 
 namespace scd {
 
@@ -34,9 +35,20 @@ ThreadSettings ConfigureThreads(int threads, int aten_threads = 0);
 // "cpu", "cuda" or "cuda:N". CUDA requires a CUDA-enabled libtorch (-DTorch_DIR=...) and a GPU.
 absl::StatusOr<c10::Device> ParseDevice(const std::string& name);
 
-// "f32"/"float32", "bf16"/"bfloat16", "f16"/"float16". Half precision needs a CUDA device;
-// bf16 also runs on CPU (slowly, for tests).
-absl::StatusOr<c10::ScalarType> ParseDtype(const std::string& name, const c10::Device& device);
+// A node's precision (its --dtype): the dtype of activations and KV cache, and how the weights are
+// held. On a CUDA device bf16 and f16 are the model's dtype throughout (libtorch's kernels); on a
+// CPU the weights are packed at that precision for the runtime's own kernels while activations
+// and the KV cache stay float32 (model/packed_weight.h), as llama.cpp runs its 16- and 8-bit
+// weights. int8 (8-bit weights, one scale per row) runs on CPUs only.
+struct Precision {
+  c10::ScalarType dtype = c10::kFloat;
+  WeightFormat weights = WeightFormat::kDense;
+};
+
+// "f32"/"float32"/"fp32", "bf16"/"bfloat16", "f16"/"float16"/"fp16", "int8"/"i8".
+absl::StatusOr<Precision> ParsePrecision(const std::string& name, const c10::Device& device);
+// The name ParsePrecision takes for it: "f32", "bf16", "f16", "int8".
+std::string PrecisionName(const Precision& precision);
 
 std::string DtypeName(c10::ScalarType dtype);
 

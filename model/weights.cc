@@ -37,6 +37,25 @@ class TensorLoader {
 
 }  // namespace
 
+void LayerWeights::Pack(WeightFormat format) {
+  const auto pack = [format](at::Tensor& dense, PackedWeight& packed) {
+    packed = PackedWeight::Pack(dense, format);
+    dense = at::Tensor();
+  };
+  pack(wqkv, packed_qkv);
+  pack(wo, packed_o);
+  pack(w_gate_up, packed_gate_up);
+  pack(w_down, packed_down);
+  // Biases and norms stay float32 (the kernels add the bias in float32).
+}
+
+void ModelWeights::PackHead(const ModelConfig& c, WeightFormat format) {
+  packed_lm_head = PackedWeight::Pack(lm_head, format);
+  if (!c.tie_word_embeddings) packed_embed = PackedWeight::Pack(embed, format);
+  embed = at::Tensor();
+  lm_head = at::Tensor();
+}
+
 at::Tensor LayerWeights::Wq(const ModelConfig& c) const { return wqkv.narrow(0, 0, c.q_dim()); }
 at::Tensor LayerWeights::Wk(const ModelConfig& c) const {
   return wqkv.narrow(0, c.q_dim(), c.kv_dim());
@@ -52,7 +71,13 @@ at::Tensor LayerWeights::Bv(const ModelConfig& c) const {
 }
 
 absl::StatusOr<ModelWeights> ModelWeights::Load(const Checkpoint& ckpt, const ModelConfig& c,
-                                                c10::ScalarType dtype, c10::Device device) {
+                                                c10::ScalarType dtype, c10::Device device,
+                                                WeightFormat format) {
+  const bool packed = format != WeightFormat::kDense;
+  if (packed && (dtype != c10::kFloat || !device.is_cpu())) {
+    return absl::InvalidArgumentError(absl::StrCat(WeightFormatName(format),
+                                                   " weights run on the CPU in float32 only"));
+  }
   return GuardExceptions("ModelWeights::Load", [&]() -> absl::StatusOr<ModelWeights> {
     TensorLoader load(ckpt, dtype);
     const int64_t d = c.hidden_size, f = c.intermediate_size, V = c.vocab_size;
@@ -101,8 +126,10 @@ absl::StatusOr<ModelWeights> ModelWeights::Load(const Checkpoint& ckpt, const Mo
         SCD_ASSIGN_OR_RETURN(lw.b_down, load.Get(p + "mlp.down_proj.bias", {d}));
         lw.b_gate_up = at::cat({bg, bu}, 0);
       }
+      if (packed) lw.Pack(format);
       w.layers.push_back(std::move(lw));
     }
+    if (packed) w.PackHead(c, format);
     if (!device.is_cpu()) {
       auto move = [&](at::Tensor& t) {
         if (t.defined()) t = t.to(device);
@@ -122,7 +149,7 @@ absl::StatusOr<ModelWeights> ModelWeights::Load(const Checkpoint& ckpt, const Mo
 }
 
 ModelWeights ModelWeights::Dummy(const ModelConfig& c, uint64_t seed, c10::ScalarType dtype,
-                                 c10::Device device) {
+                                 c10::Device device, WeightFormat format) {
   at::Generator gen = at::detail::createCPUGenerator(seed);
   const auto cpu32 = at::TensorOptions().dtype(at::kFloat);
   auto normal = [&](std::vector<int64_t> shape) {
@@ -149,8 +176,10 @@ ModelWeights ModelWeights::Dummy(const ModelConfig& c, uint64_t seed, c10::Scala
       lw.b_gate_up = zeros(2 * f);
       lw.b_down = zeros(d);
     }
+    if (format != WeightFormat::kDense) lw.Pack(format);
     w.layers.push_back(std::move(lw));
   }
+  if (format != WeightFormat::kDense) w.PackHead(c, format);
   return w;
 }
 

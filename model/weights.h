@@ -1,6 +1,10 @@
 // ModelWeights: a Llama-family model's parameters in the runtime's layout. Projections that read
 // the same input are fused (q|k|v, gate|up) so a prefill does one large GEMM instead of three;
 // the per-projection views (Wk, Wv, ...) that the codec needs stay available.
+// Below float32 on a CPU (WeightFormat bf16, f16, int8) every projection, the LM head and the
+// embedding table are held packed for the runtime's kernels (model/packed_weight.h), each packed as
+// soon as it is loaded so the float32 model is never in memory whole; the dense tensors of a packed
+// matrix are then undefined.
 // Thread-safety: immutable after construction; safe to share.
 #ifndef SCD_MODEL_WEIGHTS_H_
 #define SCD_MODEL_WEIGHTS_H_
@@ -14,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "model/packed_weight.h"
 
 namespace scd {
 
@@ -28,6 +33,11 @@ struct LayerWeights {
   at::Tensor b_gate_up;  // [2 f], undefined without mlp bias
   at::Tensor w_down;     // [d, f]
   at::Tensor b_down;     // [d], undefined without mlp bias
+  // The projections packed (the dense tensors above undefined), or empty.
+  PackedWeight packed_qkv, packed_o, packed_gate_up, packed_down;
+
+  // Replaces the dense projections with packed ones. REQUIRES: format is not kDense.
+  void Pack(WeightFormat format);
 
   // Views into the fused tensors (no copies). Biases are undefined when the model has none.
   at::Tensor Wq(const ModelConfig& c) const;  // [q_dim, d]
@@ -42,14 +52,26 @@ struct ModelWeights {
   at::Tensor final_norm;  // [d]
   at::Tensor lm_head;     // [V, d]; shares storage with `embed` when embeddings are tied
   std::vector<LayerWeights> layers;
+  // Packed (embed and lm_head undefined): the LM head, and the embedding table unless it is the
+  // same matrix (tied embeddings: EmbeddingTable() is the LM head).
+  PackedWeight packed_embed, packed_lm_head;
+  const PackedWeight& EmbeddingTable() const {
+    return packed_embed.empty() ? packed_lm_head : packed_embed;
+  }
+  bool packed() const { return !packed_lm_head.empty(); }
 
   // Loads and validates every tensor's presence and shape against `config`; a tied embedding may
   // be stored under either `model.embed_tokens.weight` or `lm_head.weight`.
+  // `format` other than kDense: packed (dtype float32 on the CPU).
   static absl::StatusOr<ModelWeights> Load(const Checkpoint& checkpoint, const ModelConfig& config,
-                                           c10::ScalarType dtype, c10::Device device);
+                                           c10::ScalarType dtype, c10::Device device,
+                                           WeightFormat format = WeightFormat::kDense);
   // Seeded random weights (normal(0, 0.02), unit norms) for speed work on configs without weights.
+  // The same numbers in every format (drawn in float32, then converted or packed).
   static ModelWeights Dummy(const ModelConfig& config, uint64_t seed, c10::ScalarType dtype,
-                            c10::Device device);
+                            c10::Device device, WeightFormat format = WeightFormat::kDense);
+  // Packs the embedding and LM head (tied: once). REQUIRES: format is not kDense.
+  void PackHead(const ModelConfig& config, WeightFormat format);
 };
 
 }  // namespace scd

@@ -8,6 +8,7 @@
 //   scd tokenize --model DIR TEXT                             print token ids (and pieces)
 //   scd info --model DIR|config.json                          config summary, sizes
 //   scd kernels [--others]                                    BLAS kernels: in use, runnable
+//   scd export-gguf --model DIR|--dummy-weights CONFIG --type T --out FILE   a GGUF for llama.cpp
 // Errors go to stderr as one line and exit with status 1.
 #include <ATen/ATen.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -42,6 +43,7 @@
 #include "proto/cluster_secret.h"
 #include "proto/inference_client.h"
 #include "tokenizer/tokenizer.h"
+#include "tools/export_gguf_command.h"
 #include "tools/tool_common.h"
 
 namespace scd {
@@ -94,7 +96,9 @@ absl::StatusOr<std::vector<TokenId>> ParseIds(const std::string& text) {
 absl::StatusOr<LlamaModel::Options> RuntimeOptions(const CommonFlags& flags) {
   LlamaModel::Options options;
   SCD_ASSIGN_OR_RETURN(options.device, ParseDevice(flags.device));
-  SCD_ASSIGN_OR_RETURN(options.dtype, ParseDtype(flags.dtype, options.device));
+  SCD_ASSIGN_OR_RETURN(const Precision precision, ParsePrecision(flags.dtype, options.device));
+  options.dtype = precision.dtype;
+  options.weights = precision.weights;
   spdlog::info("threads: {}", ConfigureThreads(flags.tool.threads).ToString());
   return options;
 }
@@ -445,7 +449,7 @@ int Main(int argc, char** argv) {
     AddCommonFlags(cmd, &common.tool, runtime ? kThreadsFlag | kLogLevelFlag : kLogLevelFlag);
     if (runtime) {
       cmd->add_option("--device", common.device, "cpu, cuda or cuda:N")->capture_default_str();
-      cmd->add_option("--dtype", common.dtype, "f32, bf16 or f16")->capture_default_str();
+      cmd->add_option("--dtype", common.dtype, "f32, bf16, f16 or int8 (on a CPU: weights at that precision, activations f32)")->capture_default_str();
     }
   };
 
@@ -507,7 +511,7 @@ int Main(int argc, char** argv) {
                     "the consumers' dummy-weight seed")
       ->capture_default_str();
   serve->add_option("--device", serve_flags.device, "cpu, cuda or cuda:N")->capture_default_str();
-  serve->add_option("--dtype", serve_flags.dtype, "f32, bf16 or f16")->capture_default_str();
+  serve->add_option("--dtype", serve_flags.dtype, "f32, bf16, f16 or int8 (on a CPU: weights at that precision, activations f32)")->capture_default_str();
   serve
       ->add_option("--consumer", serve_flags.consumers,
                    "NAME=DIR|CONFIG[:ARTIFACT]: a consumer model (a config.json: dummy weights) "
@@ -557,8 +561,15 @@ int Main(int argc, char** argv) {
                     "only the runnable OpenBLAS cores of another ISA level than the one in use, "
                     "one per line (scripts/numeric_kernels.sh)");
 
+  ExportGgufFlags export_flags;
+  CLI::App* export_gguf = app.add_subcommand(
+      "export-gguf", "write a checkpoint (or dummy weights) as a GGUF file for llama.cpp");
+  AddExportGgufFlags(export_gguf, &export_flags);
+  AddCommonFlags(export_gguf, &common.tool, kLogLevelFlag);
+
   return RunTool("scd", app, argc, argv, common.tool, [&]() -> absl::Status {
     if (kernels->parsed()) return RunKernels(other_kernels);
+    if (export_gguf->parsed()) return RunExportGguf(export_flags);
     if (generate->parsed()) {
       if (gen.prompt.empty() && gen.prompt_ids.empty()) {
         return absl::InvalidArgumentError("give --prompt TEXT or --prompt-ids IDS");

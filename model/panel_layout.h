@@ -1,0 +1,49 @@
+// The panel layout of packed weights (model/packed_weight.h) and what its kernels are handed.
+//
+// W [N, K] is cut into panels of 16 rows of W (16 output columns of y = x W^T). A panel stores K in
+// groups of G consecutive k (G = 4 for 8-bit weights, 2 for 16-bit ones); a group holds, for each
+// of its 16 columns in order, that column's G values: 64 bytes per group, [K / G][16][G] per panel.
+// That is the operand layout of vpdpbusd (4 bytes per 32-bit lane) and vdpbf16ps (2 bf16 per lane):
+// one load gives 16 columns' partial dot products, and x's G values are broadcast to every lane.
+// N is padded with zero rows to a multiple of 16, K with zeros to a multiple of G.
+// Thread-safety: plain data.
+#ifndef SCD_MODEL_PANEL_LAYOUT_H_
+#define SCD_MODEL_PANEL_LAYOUT_H_
+
+#include <cstdint>
+
+namespace scd {
+
+inline constexpr int64_t kPanelColumns = 16;
+inline constexpr int64_t kPanelGroupBytes = 64;
+
+// One product y[M, N] = x W^T (+ b) over panels, as the kernels see it.
+struct PanelProduct {
+  const uint8_t* w = nullptr;  // panel 0; panels `panel_bytes` apart
+  int64_t panel_bytes = 0;     // groups * 64
+  int64_t groups = 0;          // padded K / G
+  int64_t n = 0;               // real columns (rows of W)
+  const float* bias = nullptr;  // [n] or null
+  float* y = nullptr;           // column n of row m at y + m * y_stride + n - y_first
+  int64_t y_stride = 0;
+  int64_t y_first = 0;          // the first column computed (a panel's first)
+  int64_t m = 0;                // rows of x
+
+  // 8-bit weights: per-column scale, and 128 x the column's weight sum (vpdpbusd multiplies
+  // unsigned x + 128 by signed weights; the offset's share is taken back exactly).
+  const float* w_scale = nullptr;
+  const int32_t* w_offset = nullptr;
+  // 8-bit x per row: its scale, its values + 128 as bytes (VNNI) or as int16 (AVX2, scalar), rows
+  // `x_stride` elements apart, padded K.
+  const float* x_scale = nullptr;
+  const uint8_t* x_u8 = nullptr;
+  const int16_t* x_i16 = nullptr;
+  // 16-bit weights: x as bf16 bits (AVX-512 BF16) or float32, rows `x_stride` elements apart.
+  const uint16_t* x_bf16 = nullptr;
+  const float* x_f32 = nullptr;
+  int64_t x_stride = 0;
+};
+
+}  // namespace scd
+
+#endif  // SCD_MODEL_PANEL_LAYOUT_H_

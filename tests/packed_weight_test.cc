@@ -1,0 +1,214 @@
+// PackedWeight (model/packed_weight.h) and its kernels (model/int8_panels.h, model/half_panels.h):
+// - 8-bit: every kernel this CPU runs (scalar, AVX2, AVX-512 VNNI) equals, bit for bit, this
+//   test's own evaluation of the documented arithmetic (per-row scales of W and of x, an exact
+//   integer dot product, then float(dot) * (a_m * s_n) + b_n), on panels this test lays out itself
+//   from the layout's description (model/panel_layout.h); PackedWeight::Apply equals it too;
+// - 16-bit: the product agrees with the float64 product of what the kernel multiplies (x rounded
+//   to bf16 for bf16 weights; Unpack() for W) within the float32 bound of a K-term dot product,
+//   gamma_K sum |x w| (Higham (3.4));
+// - a row's result is bit-identical alone or in a batch, on one thread or two; a slice of the
+//   columns equals those columns of the whole product; Unpack/UnpackRow give the stored values.
+#include "model/packed_weight.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "model/cpu_simd.h"
+#include "model/half_panels.h"
+#include "model/int8_panels.h"
+#include "model/panel_layout.h"
+#include "model/skinny_gemm.h"
+#include "tests/test_util.h"
+
+namespace scd {
+namespace {
+
+struct Shape {
+  int64_t n, k;
+};
+// Model shapes (stories260k, tinystories-4m) and odd ones: K not a multiple of 4, N not of 16.
+const Shape kShapes[] = {{96, 64}, {64, 172}, {344, 64}, {1376, 256}, {256, 688},
+                         {45, 70},  {17, 3},   {1, 5},    {2560, 2048}};
+
+// Per-row symmetric 8-bit quantization as the header states it.
+struct Quantized {
+  std::vector<int32_t> q;  // [rows, k]
+  std::vector<float> scale;
+};
+Quantized QuantizeRows(const at::Tensor& t) {
+  const at::Tensor c = t.contiguous();
+  const int64_t rows = c.size(0), k = c.size(1);
+  Quantized out;
+  out.q.resize(rows * k);
+  out.scale.resize(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = c.data_ptr<float>() + r * k;
+    float amax = 0;
+    for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(row[i]));
+    const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+    out.scale[r] = amax / 127.0f;
+    for (int64_t i = 0; i < k; ++i) {
+      out.q[r * k + i] =
+          static_cast<int32_t>(std::min(127.0f, std::max(-127.0f, std::nearbyint(row[i] * inv))));
+    }
+  }
+  return out;
+}
+
+// The documented 8-bit result, computed here.
+at::Tensor Int8Reference(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  const Quantized qx = QuantizeRows(x), qw = QuantizeRows(w);
+  const int64_t M = x.size(0), N = w.size(0), K = x.size(1);
+  at::Tensor y = at::empty({M, N});
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      int64_t dot = 0;
+      for (int64_t k = 0; k < K; ++k) dot += int64_t{qx.q[m * K + k]} * qw.q[n * K + k];
+      const float s = qx.scale[m] * qw.scale[n];
+      float r = static_cast<float>(static_cast<int32_t>(dot)) * s;
+      if (b.defined()) r = r + b[n].item<float>();
+      y[m][n] = r;
+    }
+  }
+  return y;
+}
+
+bool BitEqual(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor ac = a.contiguous(), bc = b.contiguous();
+  return ac.sizes() == bc.sizes() &&
+         std::memcmp(ac.data_ptr(), bc.data_ptr(), ac.numel() * sizeof(float)) == 0;
+}
+
+std::vector<Int8Kernel> Int8KernelsHere() {
+  std::vector<Int8Kernel> kernels = {Int8Kernel::kScalar};
+  const KernelIsa isa = DetectKernelIsa();
+  if (isa.avx2) kernels.push_back(Int8Kernel::kAvx2);
+  if (isa.avx512_vnni) kernels.push_back(Int8Kernel::kAvx512Vnni);
+  return kernels;
+}
+
+TEST(PackedWeightTest, EveryInt8KernelComputesTheDocumentedArithmeticOnTheDocumentedLayout) {
+  at::manual_seed(3);
+  for (const Shape s : kShapes) {
+    if (s.n * s.k > 1 << 20) continue;  // the reference loops in plain C++
+    const int64_t M = 7, kp = (s.k + 3) / 4 * 4, groups = kp / 4;
+    const int64_t panels = (s.n + 15) / 16;
+    at::Tensor x = at::randn({M, s.k}), w = at::randn({s.n, s.k}) * 0.05, b = at::randn({s.n});
+    const Quantized qw = QuantizeRows(w);
+    // The layout: panel, group of 4 k, column, place in the group.
+    std::vector<uint8_t> bytes(panels * groups * 64, 0);
+    std::vector<float> w_scale(panels * 16, 0.0f);
+    std::vector<int32_t> w_offset(panels * 16, 0);
+    for (int64_t n = 0; n < s.n; ++n) {
+      w_scale[n] = qw.scale[n];
+      for (int64_t k = 0; k < s.k; ++k) {
+        const int32_t q = qw.q[n * s.k + k];
+        bytes[(n / 16) * groups * 64 + (k / 4) * 64 + (n % 16) * 4 + k % 4] =
+            static_cast<uint8_t>(static_cast<int8_t>(q));
+        w_offset[n] += 128 * q;
+      }
+    }
+    const at::Tensor expected = Int8Reference(x, w, b);
+    for (const Int8Kernel kernel : Int8KernelsHere()) {
+      std::vector<float> x_scale(M);
+      std::vector<uint8_t> u8(M * kp);
+      std::vector<int16_t> i16(M * kp);
+      QuantizeInt8Rows(x.data_ptr<float>(), M, s.k, s.k, kp, x_scale.data(), u8.data(),
+                       i16.data());
+      at::Tensor y = at::full({M, s.n}, std::nanf(""));
+      PanelProduct p;
+      p.w = bytes.data();
+      p.panel_bytes = groups * 64;
+      p.groups = groups;
+      p.n = s.n;
+      p.bias = b.data_ptr<float>();
+      p.y = y.data_ptr<float>();
+      p.y_stride = s.n;
+      p.m = M;
+      p.w_scale = w_scale.data();
+      p.w_offset = w_offset.data();
+      p.x_scale = x_scale.data();
+      p.x_u8 = u8.data();
+      p.x_i16 = i16.data();
+      p.x_stride = kp;
+      Int8Panels(kernel, p, 0, panels);
+      EXPECT_TRUE(BitEqual(y, expected))
+          << s.n << "x" << s.k << " kernel " << static_cast<int>(kernel)
+          << " max diff " << testing::MaxAbsDiff(y, expected);
+    }
+    const PackedWeight packed = PackedWeight::Pack(w, WeightFormat::kInt8);
+    EXPECT_TRUE(BitEqual(packed.Apply(x, b), expected)) << s.n << "x" << s.k;
+  }
+}
+
+TEST(PackedWeightTest, SixteenBitProductsAgreeWithFloat64WithinTheDotProductBound) {
+  at::manual_seed(5);
+  for (const WeightFormat format : {WeightFormat::kBF16, WeightFormat::kF16}) {
+    for (const Shape s : kShapes) {
+      for (int64_t M : {1, 3, 6, 7, 13}) {
+        at::Tensor x = at::randn({M, s.k}), w = at::randn({s.n, s.k}) * 0.05;
+        at::Tensor b = at::randn({s.n});
+        const PackedWeight packed = PackedWeight::Pack(w, format);
+        at::Tensor xd = (format == WeightFormat::kBF16 ? x.to(at::kBFloat16) : x).to(at::kDouble);
+        at::Tensor wd = packed.Unpack().to(at::kDouble);
+        at::Tensor exact = at::mm(xd, wd.t()) + b.to(at::kDouble);
+        at::Tensor bound = testing::Float32Gamma(s.k + 1) *
+                           (at::mm(xd.abs(), wd.abs().t()) + b.to(at::kDouble).abs() + 1e-30);
+        EXPECT_LE(testing::MaxBoundRatio(packed.Apply(x, b), exact, bound), 1.0)
+            << WeightFormatName(format) << " " << s.n << "x" << s.k << " M " << M;
+      }
+    }
+  }
+}
+
+TEST(PackedWeightTest, UnpackGivesTheStoredValues) {
+  at::manual_seed(9);
+  at::Tensor w = at::randn({45, 70});
+  const Quantized qw = QuantizeRows(w);
+  const at::Tensor int8 = PackedWeight::Pack(w, WeightFormat::kInt8).Unpack();
+  for (int64_t n = 0; n < 45; ++n) {
+    for (int64_t k = 0; k < 70; ++k) {
+      ASSERT_EQ(int8[n][k].item<float>(), static_cast<float>(qw.q[n * 70 + k]) * qw.scale[n]);
+    }
+  }
+  EXPECT_TRUE(at::equal(PackedWeight::Pack(w, WeightFormat::kBF16).Unpack(),
+                        w.to(at::kBFloat16).to(at::kFloat)));
+  EXPECT_TRUE(at::equal(PackedWeight::Pack(w, WeightFormat::kF16).Unpack(),
+                        w.to(at::kHalf).to(at::kFloat)));
+  const PackedWeight packed = PackedWeight::Pack(w, WeightFormat::kInt8);
+  std::vector<float> row(70);
+  packed.UnpackRow(44, row.data());
+  EXPECT_TRUE(at::equal(at::from_blob(row.data(), {70}), int8[44]));
+}
+
+TEST(PackedWeightTest, ARowsResultDoesNotDependOnItsBatchOrThreadsAndSlicesAgree) {
+  at::manual_seed(11);
+  for (const WeightFormat format : {WeightFormat::kInt8, WeightFormat::kBF16, WeightFormat::kF16}) {
+    for (const Shape s : {Shape{1376, 256}, Shape{2560, 2048}, Shape{45, 70}}) {
+      const PackedWeight packed = PackedWeight::Pack(at::randn({s.n, s.k}) * 0.05, format);
+      at::Tensor b = at::randn({s.n});
+      at::Tensor rows = at::randn({20, s.k});
+      for (int threads : {1, 2}) {
+        SetSkinnyThreads(threads);
+        const at::Tensor all = packed.Apply(rows, b);
+        for (int64_t m = 0; m < 20; m += 3) {
+          EXPECT_TRUE(BitEqual(packed.Apply(rows.narrow(0, m, 1), b), all.narrow(0, m, 1)))
+              << WeightFormatName(format) << " " << s.n << "x" << s.k << " row " << m;
+          EXPECT_TRUE(BitEqual(packed.Apply(rows.narrow(0, 0, m + 1), b), all.narrow(0, 0, m + 1)));
+        }
+        if (s.n >= 48) {
+          EXPECT_TRUE(BitEqual(packed.Apply(rows, b, 16, 32), all.narrow(1, 16, 32)));
+          EXPECT_TRUE(BitEqual(packed.Apply(rows, b, 32), all.narrow(1, 32, s.n - 32)));
+        }
+      }
+    }
+  }
+  SetSkinnyThreads(1);
+}
+
+}  // namespace
+}  // namespace scd
