@@ -5,7 +5,7 @@ BUILD ?= build
 export SCD_BUILD_DIR := $(BUILD)
 export SCD_SHARED_DIR := $(abspath $(SHARED))
 
-.PHONY: demo story test numeric-kernels build bench bench-sweep bench-prefix bench-auto-load bench-batching bench-transport asan fuzz-smoke format clean compose-test many-streams soak soak-smoke
+.PHONY: demo story test numeric-kernels build bench bench-peer bench-sweep bench-prefix bench-auto-load bench-batching bench-transport asan fuzz-smoke format clean compose-test many-streams soak soak-smoke
 
 # The method's showcase on the hard pair (no shared training between the two models): fit once
 # (cached in $(BUILD)/demo; `make clean` or deleting the file refits), evaluate every transfer
@@ -54,6 +54,14 @@ build:
 
 bench: build
 	./$(BUILD)/bin/scd_model_bench --configs $(SHARED)/configs
+
+# Ahead of llama.cpp on the same machine (issue 48, bench/README.md): this runtime and llama.cpp
+# (node-llama-cpp's prebuilt CPU binaries, pinned in bench/peer/package-lock.json) on the same
+# models and token ids, f32/bf16/int8 against F32/BF16/Q8_0, 5 interleaved rounds, then the served
+# figures; the table, plot and JSON under $(BUILD)/bench-peer (~45 minutes here).
+bench-peer: build
+	PY=/usr/bin/python3; [ -x $$PY ] || PY=python3; \
+	$$PY bench/peer/bench_peer.py --build $(BUILD) --shared $(SHARED) --out $(BUILD)/bench-peer
 
 # The bandwidth sweep (issue 16, bench/README.md): the hard pair with fidelity and the TinyLlama
 # shape with dummy weights; results, summaries and plots under $(BUILD)/bench-sweep.

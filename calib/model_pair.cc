@@ -11,11 +11,12 @@ namespace scd {
 
 absl::StatusOr<ModelPair> ModelPair::Load(const std::string& producer_dir,
                                           const std::string& consumer_dir,
-                                          const LlamaModel::Options& options) {
+                                          const LlamaModel::Options& producer_options,
+                                          const LlamaModel::Options& consumer_options) {
   namespace fs = std::filesystem;
   ModelPair pair;
-  SCD_ASSIGN_OR_RETURN(pair.producer, LlamaModel::Load(producer_dir, options));
-  SCD_ASSIGN_OR_RETURN(pair.consumer, LlamaModel::Load(consumer_dir, options));
+  SCD_ASSIGN_OR_RETURN(pair.producer, LlamaModel::Load(producer_dir, producer_options));
+  SCD_ASSIGN_OR_RETURN(pair.consumer, LlamaModel::Load(consumer_dir, consumer_options));
   const std::string producer_tok = (fs::path(producer_dir) / "tokenizer.json").string();
   const std::string consumer_tok = (fs::path(consumer_dir) / "tokenizer.json").string();
   SCD_ASSIGN_OR_RETURN(std::string producer_bytes, ReadFileToString(producer_tok));

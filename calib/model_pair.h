@@ -18,9 +18,11 @@ struct ModelPair {
   std::unique_ptr<LlamaModel> producer, consumer;
   std::unique_ptr<Tokenizer> tokenizer;  // the producer's tokenizer.json
 
+  // Each model at its own precision (a consumer calibrated at the weights it serves with).
   static absl::StatusOr<ModelPair> Load(const std::string& producer_dir,
                                         const std::string& consumer_dir,
-                                        const LlamaModel::Options& options = {});
+                                        const LlamaModel::Options& producer_options = {},
+                                        const LlamaModel::Options& consumer_options = {});
 };
 
 }  // namespace scd

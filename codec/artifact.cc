@@ -9,12 +9,14 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/exception_guard.h"
 #include "base/file_util.h"
 #include "base/fuzzing.h"
 #include "base/sha256.h"
 #include "base/status_macros.h"
 #include "codec/fingerprint.h"
+#include "model/runtime.h"
 #include "model/safetensors.h"
 
 namespace scd {
@@ -51,7 +53,7 @@ RopeConfig RopeFromJson(const Json& j) {
 Json IdentityToJson(const ModelIdentity& m) {
   return {{"name", m.name},     {"fingerprint", m.fingerprint}, {"rope", RopeToJson(m.rope)},
           {"layers", m.layers}, {"kv_heads", m.kv_heads},       {"head_dim", m.head_dim},
-          {"hidden", m.hidden}};
+          {"hidden", m.hidden}, {"precision", m.precision}};
 }
 
 ModelIdentity IdentityFromJson(const Json& j) {
@@ -63,6 +65,7 @@ ModelIdentity IdentityFromJson(const Json& j) {
   m.kv_heads = j.value("kv_heads", int64_t{0});
   m.head_dim = j.value("head_dim", int64_t{0});
   m.hidden = j.value("hidden", int64_t{0});
+  m.precision = j.value("precision", "f32");  // artifacts from before precisions: float32
   return m;
 }
 
@@ -112,6 +115,7 @@ absl::StatusOr<ModelIdentity> ModelIdentity::Of(const LlamaModel& model) {
     m.kv_heads = c.num_kv_heads;
     m.head_dim = c.head_dim;
     m.hidden = c.hidden_size;
+    m.precision = PrecisionName(model.precision());
     return m;
   });
 }
@@ -415,6 +419,25 @@ absl::StatusOr<Artifact> Artifact::LoadFor(const std::string& path, const LlamaM
   SCD_ASSIGN_OR_RETURN(Artifact a, Load(path));
   SCD_RETURN_IF_ERROR(a.CheckModels(producer, consumer));
   return a;
+}
+
+absl::Status CheckConsumerPrecision(const Artifact& artifact, const std::string& consumer_precision) {
+  if (artifact.consumer.precision == consumer_precision) return absl::OkStatus();
+  std::string measured = "no fidelity was recorded at fit time";
+  const Json fidelity = ParseOrEmpty(artifact.fidelity_json);
+  if (fidelity.contains("scd") && fidelity["scd"].is_object() &&
+      fidelity["scd"].value("kl", Json()).is_number()) {
+    measured = absl::StrFormat("scd measured at fit time (%s consumer): KL %.4g nats at %.0f bytes "
+                               "per token",
+                               artifact.consumer.precision, fidelity["scd"]["kl"].get<double>(),
+                               fidelity["scd"].value("bytes_per_token", 0.0));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "artifact for consumer '", artifact.consumer.name, "' was fitted at ",
+      artifact.consumer.precision, " weights, this node serves ", consumer_precision, " (", measured,
+      "; not measured at ", consumer_precision, "): fit one with scd-calib fit --consumer-dtype ",
+      consumer_precision, ", or measure this one with scd-calib eval --consumer-dtype ",
+      consumer_precision));
 }
 
 absl::StatusOr<std::string> ArtifactFileId(const std::string& path) {

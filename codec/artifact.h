@@ -36,6 +36,10 @@ struct ModelIdentity {
   std::string fingerprint;  // FingerprintModel()
   RopeConfig rope;
   int64_t layers = 0, kv_heads = 0, head_dim = 0, hidden = 0;
+  // The weight precision it was fitted and measured at (model/runtime.h: "f32", "bf16", "f16",
+  // "int8"): a consumer serving at another precision rebuilds with other weights than the fit saw
+  // (PrecisionMismatch). Files from before precisions: "f32".
+  std::string precision = "f32";
 
   static absl::StatusOr<ModelIdentity> Of(const LlamaModel& model);
 };
@@ -72,6 +76,13 @@ struct Artifact {
                                           const LlamaModel& consumer);
   absl::Status CheckModels(const LlamaModel& producer, const LlamaModel& consumer) const;
 };
+
+// Whether a consumer at `consumer_precision` may use `artifact`: OK when it was fitted at that
+// precision; otherwise FAILED_PRECONDITION naming both precisions, the fidelity measured at fit
+// time (scd's KL and its bytes per token, from the artifact's fidelity record) and how to fit one
+// at the consumer's precision (`scd-calib fit --consumer-dtype P`). A node that allows the mismatch
+// (--allow-precision-mismatch) logs that message as a warning instead.
+absl::Status CheckConsumerPrecision(const Artifact& artifact, const std::string& consumer_precision);
 
 // The id an artifact file is known by across nodes (registry, routing, transfer headers): the
 // first 16 hex digits of the file's SHA-256.

@@ -77,16 +77,24 @@ void ConsumerNode::SetUpMetrics(ConsumerNode* node) {
       metrics, [admission] { return admission->draining() ? "draining" : "serving"; });
 }
 
-absl::Status ConsumerNode::LoadArtifacts(const std::vector<std::string>& paths, ConsumerNode* node,
+absl::Status ConsumerNode::LoadArtifacts(const ConsumerNodeOptions& options, ConsumerNode* node,
                                          v1::RegisterRequest* registration,
                                          std::map<std::string, const Artifact*>* held) {
-  for (const std::string& path : paths) {
+  const std::string precision = PrecisionName(node->model_->precision());
+  for (const std::string& path : options.artifacts) {
     SCD_ASSIGN_OR_RETURN(Artifact artifact, Artifact::Load(path));
     if (artifact.consumer.fingerprint != node->fingerprint_) {
       return absl::FailedPreconditionError(
           absl::StrCat("artifact ", path, " was fitted for consumer ", artifact.consumer.name, " (",
                        artifact.consumer.fingerprint.substr(0, 12), "), not ", node->name_, " (",
                        node->fingerprint_.substr(0, 12), ")"));
+    }
+    if (const absl::Status p = CheckConsumerPrecision(artifact, precision); !p.ok()) {
+      if (!options.allow_precision_mismatch) {
+        return absl::FailedPreconditionError(absl::StrCat(path, ": ", p.message(),
+                                                          " (or --allow-precision-mismatch)"));
+      }
+      spdlog::warn("{}: {} (served: --allow-precision-mismatch)", path, p.message());
     }
     SCD_ASSIGN_OR_RETURN(std::string id, ArtifactFileId(path));
     v1::ArtifactEntry* entry = registration->add_artifacts();
@@ -152,7 +160,7 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
   node->tokenizer_ = std::move(served.tokenizer);
   v1::RegisterRequest registration;
   std::map<std::string, const Artifact*> held;
-  SCD_RETURN_IF_ERROR(LoadArtifacts(options.artifacts, node.get(), &registration, &held));
+  SCD_RETURN_IF_ERROR(LoadArtifacts(options, node.get(), &registration, &held));
   if (options.capacity == 0) return absl::InvalidArgumentError("--capacity must be at least 1");
   if (options.max_batched_tokens < 1) {
     return absl::InvalidArgumentError("--max-batched-tokens must be at least 1");

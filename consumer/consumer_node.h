@@ -45,6 +45,9 @@ struct ConsumerNodeOptions {
   std::string transport = "grpc";      // grpc | ucx (what producers stream over)
   std::string coordinator;             // its control address; "" = standalone (no registration)
   std::vector<std::string> artifacts;  // artifact files, one per producer it accepts
+  // An artifact fitted at another weight precision than this node serves (codec/artifact.h,
+  // CheckConsumerPrecision) is refused unless this is set; then it is served with a warning.
+  bool allow_precision_mismatch = false;
   uint32_t capacity = 16;              // requests holding KV memory at once (an upper bound)
   // KV memory requests reserve (prompt + max_tokens positions each); 0: room for `capacity`
   // requests of the model's whole context, at most half the machine's memory.
@@ -87,7 +90,7 @@ class ConsumerNode {
   static void SetUpMetrics(ConsumerNode* node);
   // Loads the artifacts at `paths` (each fitted for this node's model) into node->artifacts_,
   // named in `registration` and `held` by id.
-  static absl::Status LoadArtifacts(const std::vector<std::string>& paths, ConsumerNode* node,
+  static absl::Status LoadArtifacts(const ConsumerNodeOptions& options, ConsumerNode* node,
                                     v1::RegisterRequest* registration,
                                     std::map<std::string, const Artifact*>* held);
   // Registers with options.coordinator and starts the heartbeats (node->registration_).

@@ -48,25 +48,38 @@ void ScalarPanel(HalfKind kind, const PanelProduct& p, int64_t panel) {
 #define SCD_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 #define SCD_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
 
+// The accumulators stay in registers through the k loop and are stored once for the epilogue
+// (as model/int8_panels.cc's tile, for the same reason).
 template <int MR, int NP>
 SCD_BF16_TARGET void Bf16Tile(const PanelProduct& p, int64_t m0, int64_t panel) {
   __m512 acc[MR][NP];
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
     for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_setzero_ps();
   }
   const uint8_t* w = p.w + panel * p.panel_bytes;
   const uint16_t* x = p.x_bf16 + m0 * p.x_stride;
   for (int64_t g = 0; g < p.groups; ++g) {
     __m512bh wv[NP];
+#pragma GCC unroll 8
     for (int j = 0; j < NP; ++j) {
       wv[j] = (__m512bh)_mm512_loadu_si512(w + j * p.panel_bytes + g * kPanelGroupBytes);
     }
+#pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       int32_t xi;
       std::memcpy(&xi, x + i * p.x_stride + 2 * g, 4);
       const __m512bh xb = (__m512bh)_mm512_set1_epi32(xi);
+#pragma GCC unroll 8
       for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xb, wv[j]);
     }
+  }
+  alignas(64) float sums[MR][NP][kPanelColumns];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
+    for (int j = 0; j < NP; ++j) _mm512_store_ps(sums[i][j], acc[i][j]);
   }
   for (int j = 0; j < NP; ++j) {
     const int64_t n0 = (panel + j) * kPanelColumns;
@@ -76,7 +89,7 @@ SCD_BF16_TARGET void Bf16Tile(const PanelProduct& p, int64_t m0, int64_t panel) 
         p.bias != nullptr ? _mm512_maskz_loadu_ps(mask, p.bias + n0) : _mm512_setzero_ps();
     for (int i = 0; i < MR; ++i) {
       _mm512_mask_storeu_ps(p.y + (m0 + i) * p.y_stride + n0 - p.y_first, mask,
-                            _mm512_add_ps(acc[i][j], bias));
+                            _mm512_add_ps(_mm512_load_ps(sums[i][j]), bias));
     }
   }
 }
@@ -185,8 +198,10 @@ int64_t HalfPanelsPerItem(HalfKernel kernel) {
 void HalfPanels(HalfKind kind, HalfKernel kernel, const PanelProduct& p, int64_t p0, int64_t p1) {
 #if defined(__x86_64__)
   if (kernel == HalfKernel::kAvx512Bf16) {
-    for (int64_t panel = p0; panel < p1; panel += kBf16Panels) {
-      const int64_t np = std::min<int64_t>(kBf16Panels, p1 - panel);
+    // One row of x: one panel at a time, consecutive panels one sequential stream.
+    const int64_t step = p.m == 1 ? 1 : kBf16Panels;
+    for (int64_t panel = p0; panel < p1; panel += step) {
+      const int64_t np = std::min<int64_t>(step, p1 - panel);
       for (int64_t m0 = 0; m0 < p.m; m0 += kBf16Rows) {
         const int64_t mr = std::min<int64_t>(kBf16Rows, p.m - m0);
         kBf16Tiles[mr - 1][np - 1](p, m0, panel);

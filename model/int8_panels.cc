@@ -99,26 +99,39 @@ SCD_AVX2_TARGET float RowAbsMaxAvx2(const float* x, int64_t k) {
   return amax;
 }
 
-// Rows [m0, m0 + MR) against panels [panel, panel + NP).
+// Rows [m0, m0 + MR) against panels [panel, panel + NP). The accumulators live in registers
+// through the k loop (fully unrolled over rows and panels) and are stored once for the epilogue:
+// indexed by run-time values there, GCC otherwise keeps them in memory on every step.
 template <int MR, int NP>
 SCD_VNNI_TARGET void VnniTile(const PanelProduct& p, int64_t m0, int64_t panel) {
   __m512i acc[MR][NP];
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
     for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_setzero_si512();
   }
   const uint8_t* w = p.w + panel * p.panel_bytes;
   const uint8_t* x = p.x_u8 + m0 * p.x_stride;
   for (int64_t g = 0; g < p.groups; ++g) {
     __m512i wv[NP];
+#pragma GCC unroll 8
     for (int j = 0; j < NP; ++j) {
       wv[j] = _mm512_loadu_si512(w + j * p.panel_bytes + g * kPanelGroupBytes);
     }
+#pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       int32_t xi;
       std::memcpy(&xi, x + i * p.x_stride + 4 * g, 4);
       const __m512i xb = _mm512_set1_epi32(xi);
+#pragma GCC unroll 8
       for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], xb, wv[j]);
     }
+  }
+  alignas(64) int32_t sums[MR][NP][kPanelColumns];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
+    for (int j = 0; j < NP; ++j) _mm512_store_si512(sums[i][j], acc[i][j]);
   }
   for (int j = 0; j < NP; ++j) {
     const int64_t n0 = (panel + j) * kPanelColumns;
@@ -130,8 +143,8 @@ SCD_VNNI_TARGET void VnniTile(const PanelProduct& p, int64_t m0, int64_t panel) 
         p.bias != nullptr ? _mm512_maskz_loadu_ps(mask, p.bias + n0) : _mm512_setzero_ps();
     for (int i = 0; i < MR; ++i) {
       // (The masked form: GCC 12 warns that _mm512_cvtepi32_ps's undefined source is uninitialized.)
-      const __m512 f = _mm512_mask_cvtepi32_ps(_mm512_setzero_ps(), 0xFFFF,
-                                               _mm512_sub_epi32(acc[i][j], offset));
+      const __m512 f = _mm512_mask_cvtepi32_ps(
+          _mm512_setzero_ps(), 0xFFFF, _mm512_sub_epi32(_mm512_load_si512(sums[i][j]), offset));
       const __m512 s = _mm512_mul_ps(_mm512_set1_ps(p.x_scale[m0 + i]), w_scale);
       __m512 r = _mm512_mul_ps(f, s);
       if (p.bias != nullptr) r = _mm512_add_ps(r, bias);
@@ -231,8 +244,10 @@ int64_t Int8PanelsPerItem(Int8Kernel kernel) {
 void Int8Panels(Int8Kernel kernel, const PanelProduct& p, int64_t p0, int64_t p1) {
 #if defined(__x86_64__)
   if (kernel == Int8Kernel::kAvx512Vnni) {
-    for (int64_t panel = p0; panel < p1; panel += kVnniPanels) {
-      const int64_t np = std::min<int64_t>(kVnniPanels, p1 - panel);
+    // One row of x: one panel at a time, consecutive panels one sequential stream.
+    const int64_t step = p.m == 1 ? 1 : kVnniPanels;
+    for (int64_t panel = p0; panel < p1; panel += step) {
+      const int64_t np = std::min<int64_t>(step, p1 - panel);
       for (int64_t m0 = 0; m0 < p.m; m0 += kVnniRows) {
         const int64_t mr = std::min<int64_t>(kVnniRows, p.m - m0);
         kVnniTiles[mr - 1][np - 1](p, m0, panel);

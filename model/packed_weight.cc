@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "model/cpu_simd.h"
 #include "model/half_panels.h"
+#include "model/huge_pages.h"
 #include "model/int8_panels.h"
 #include "model/panel_layout.h"
 #include "model/skinny_gemm.h"
@@ -31,12 +33,19 @@ HalfKind KindOf(WeightFormat format) {
   return format == WeightFormat::kBF16 ? HalfKind::kBF16 : HalfKind::kF16;
 }
 
-// Runs `panels(p0, p1)` over [first, last) in items of `per_item` panels, on the compute pool
-// when the matrix is worth it.
+// Runs `panels(p0, p1)` over [first, last): one row of x in guided runs of consecutive panels
+// (each a sequential stream; SkinnyParallelChunks), more rows in items of `per_item` panels (the
+// kernel's tile width), on the compute pool when the matrix is worth it.
 template <typename Fn>
-void SharePanels(int64_t first, int64_t last, int64_t per_item, bool parallel, const Fn& panels) {
+void SharePanels(int64_t first, int64_t last, int64_t rows, int64_t per_item, bool parallel,
+                 const Fn& panels) {
   if (!parallel) {
     panels(first, last);
+    return;
+  }
+  if (rows == 1) {
+    SkinnyParallelChunks(last - first, 4,
+                         [&](int64_t a, int64_t z) { panels(first + a, first + z); });
     return;
   }
   const int64_t items = (last - first + per_item - 1) / per_item;
@@ -72,7 +81,7 @@ PackedWeight PackedWeight::Pack(const at::Tensor& w, WeightFormat format) {
   packed.groups_ = RoundUp(K, G) / G;
   const int64_t panels = RoundUp(N, kPanelColumns) / kPanelColumns;
   const int64_t panel_bytes = packed.groups_ * kPanelGroupBytes;
-  packed.panels_ = at::zeros({panels * panel_bytes}, at::kByte);
+  packed.panels_ = EmptyOnHugePages({panels * panel_bytes}, at::kByte).zero_();
   uint8_t* out = packed.panels_.data_ptr<uint8_t>();
   const float* in = src.data_ptr<float>();
   // Byte offset of (n, k): its panel, its group, its column in the group, its place in the column.
@@ -160,7 +169,7 @@ at::Tensor PackedWeight::Apply(const at::Tensor& x_in, const at::Tensor& b, int6
     p.x_scale = x_scale.data();
     p.x_u8 = u8.empty() ? nullptr : u8.data();
     p.x_i16 = i16.empty() ? nullptr : i16.data();
-    SharePanels(first, last, Int8PanelsPerItem(kernel), parallel,
+    SharePanels(first, last, M, Int8PanelsPerItem(kernel), parallel,
                 [&](int64_t a, int64_t z) { Int8Panels(kernel, p, a, z); });
     return out;
   }
@@ -177,7 +186,7 @@ at::Tensor PackedWeight::Apply(const at::Tensor& x_in, const at::Tensor& b, int6
                   bf16.empty() ? nullptr : bf16.data(), f32.empty() ? nullptr : f32.data());
   p.x_bf16 = bf16.empty() ? nullptr : bf16.data();
   p.x_f32 = f32.empty() ? nullptr : f32.data();
-  SharePanels(first, last, HalfPanelsPerItem(kernel), parallel,
+  SharePanels(first, last, M, HalfPanelsPerItem(kernel), parallel,
               [&](int64_t a, int64_t z) { HalfPanels(kind, kernel, p, a, z); });
   return out;
 }

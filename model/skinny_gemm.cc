@@ -88,6 +88,13 @@ __attribute__((target("avx2,fma"))) void Prefetch(const Problem& p, int64_t n, i
 
 // Outputs for W's rows [n0, n1).
 __attribute__((target("avx2,fma"))) void Range(const Problem& p, int64_t n0, int64_t n1) {
+  if (p.M == 1) {
+    // One row of x: W's rows one after another, a single sequential stream (no prefetch: the
+    // hardware's stream prefetcher keeps up with one stream better than with a tile's 12;
+    // bench/README.md, "Ahead of llama.cpp"). Each output is the same accumulation as in a tile.
+    Block<1, 1>(p, n0, n1 - n0, 0);
+    return;
+  }
   for (int64_t n = n0; n < n1; n += kBlock) {
     const int64_t nb = std::min(kBlock, n1 - n);
     // Two blocks ahead (the next is on its way already; at the start, both).
@@ -227,6 +234,19 @@ void SkinnyParallelFor(int64_t n, const std::function<void(int64_t)>& fn) {
   });
 }
 
+void SkinnyParallelChunks(int64_t n, int64_t min_chunk,
+                          const std::function<void(int64_t, int64_t)>& fn) {
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  const int64_t parts = 2 * std::max(1, ThePool().threads());
+  for (int64_t begin = 0; begin < n;) {
+    const int64_t size = std::max(std::max<int64_t>(1, min_chunk), (n - begin) / parts);
+    chunks.emplace_back(begin, std::min(n, begin + size));
+    begin = chunks.back().second;
+  }
+  SkinnyParallelFor(static_cast<int64_t>(chunks.size()),
+                    [&](int64_t i) { fn(chunks[i].first, chunks[i].second); });
+}
+
 bool SkinnyGemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, at::Tensor* y) {
   if (!CpuHasAvx2Fma() || !x.defined() || !w.defined()) return false;
   if (x.dim() != 2 || w.dim() != 2 || x.size(1) != w.size(1)) return false;
@@ -251,6 +271,14 @@ bool SkinnyGemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, a
   } else {
     // Slices of W's rows handed out one at a time to whichever thread comes: a worker that
     // starts late takes fewer, or none.
+    if (M == 1) {
+      // One row: guided chunks of W's rows, each thread streaming long runs of W.
+      SkinnyParallelChunks(N, 4 * kBlock, [&](int64_t a, int64_t z) { Range(p, a, z); });
+      *y = std::move(out);
+      return true;
+    }
+    // More rows: short slices handed out one at a time, so a worker that starts late takes
+    // fewer, or none.
     constexpr int64_t kSlice = 4 * kBlock;
     SkinnyParallelFor((N + kSlice - 1) / kSlice, [&](int64_t slice) {
       Range(p, slice * kSlice, std::min(N, (slice + 1) * kSlice));

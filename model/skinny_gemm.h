@@ -57,6 +57,13 @@ bool SkinnyGemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, a
 // REQUIRES: fn does not throw (a worker has nowhere to send it).
 void SkinnyParallelFor(int64_t n, const std::function<void(int64_t)>& fn);
 
+// Runs fn(begin, end) over [0, n) in "guided" chunks handed out one at a time: each chunk
+// 1 / (2 threads) of what is left, at least `min_chunk` -- long runs first (a thread streams each
+// as one sequential read), short ones last, so the threads finish together. Same rules as
+// SkinnyParallelFor.
+void SkinnyParallelChunks(int64_t n, int64_t min_chunk,
+                          const std::function<void(int64_t begin, int64_t end)>& fn);
+
 // Threads a call may use (>= 1; the calling thread counts). Starts or stops pool workers.
 void SetSkinnyThreads(int threads);
 int SkinnyThreads();

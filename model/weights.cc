@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "base/exception_guard.h"
 #include "base/status_macros.h"
+#include "model/huge_pages.h"
 
 namespace scd {
 namespace {
@@ -36,6 +37,15 @@ class TensorLoader {
 };
 
 }  // namespace
+
+void LayerWeights::MoveOntoHugePages() {
+  for (at::Tensor* t : {&wqkv, &wo, &w_gate_up, &w_down}) *t = OnHugePages(*t);
+}
+
+void ModelWeights::MoveHeadOntoHugePages(const ModelConfig& c) {
+  embed = OnHugePages(embed);
+  lm_head = c.tie_word_embeddings ? embed : OnHugePages(lm_head);
+}
 
 void LayerWeights::Pack(WeightFormat format) {
   const auto pack = [format](at::Tensor& dense, PackedWeight& packed) {
@@ -126,10 +136,18 @@ absl::StatusOr<ModelWeights> ModelWeights::Load(const Checkpoint& ckpt, const Mo
         SCD_ASSIGN_OR_RETURN(lw.b_down, load.Get(p + "mlp.down_proj.bias", {d}));
         lw.b_gate_up = at::cat({bg, bu}, 0);
       }
-      if (packed) lw.Pack(format);
+      if (packed) {
+        lw.Pack(format);
+      } else {
+        lw.MoveOntoHugePages();
+      }
       w.layers.push_back(std::move(lw));
     }
-    if (packed) w.PackHead(c, format);
+    if (packed) {
+      w.PackHead(c, format);
+    } else {
+      w.MoveHeadOntoHugePages(c);
+    }
     if (!device.is_cpu()) {
       auto move = [&](at::Tensor& t) {
         if (t.defined()) t = t.to(device);
@@ -176,10 +194,18 @@ ModelWeights ModelWeights::Dummy(const ModelConfig& c, uint64_t seed, c10::Scala
       lw.b_gate_up = zeros(2 * f);
       lw.b_down = zeros(d);
     }
-    if (format != WeightFormat::kDense) lw.Pack(format);
+    if (format != WeightFormat::kDense) {
+      lw.Pack(format);
+    } else {
+      lw.MoveOntoHugePages();
+    }
     w.layers.push_back(std::move(lw));
   }
-  if (format != WeightFormat::kDense) w.PackHead(c, format);
+  if (format != WeightFormat::kDense) {
+    w.PackHead(c, format);
+  } else {
+    w.MoveHeadOntoHugePages(c);
+  }
   return w;
 }
 

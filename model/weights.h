@@ -4,7 +4,8 @@
 // Below float32 on a CPU (WeightFormat bf16, f16, int8) every projection, the LM head and the
 // embedding table are held packed for the runtime's kernels (model/packed_weight.h), each packed as
 // soon as it is loaded so the float32 model is never in memory whole; the dense tensors of a packed
-// matrix are then undefined.
+// matrix are then undefined. Matrices live on 2 MiB pages where Linux gives them
+// (model/huge_pages.h): a decode step streams them all.
 // Thread-safety: immutable after construction; safe to share.
 #ifndef SCD_MODEL_WEIGHTS_H_
 #define SCD_MODEL_WEIGHTS_H_
@@ -38,6 +39,8 @@ struct LayerWeights {
 
   // Replaces the dense projections with packed ones. REQUIRES: format is not kDense.
   void Pack(WeightFormat format);
+  // Moves the dense projections onto 2 MiB pages (model/huge_pages.h).
+  void MoveOntoHugePages();
 
   // Views into the fused tensors (no copies). Biases are undefined when the model has none.
   at::Tensor Wq(const ModelConfig& c) const;  // [q_dim, d]
@@ -72,6 +75,8 @@ struct ModelWeights {
                             c10::Device device, WeightFormat format = WeightFormat::kDense);
   // Packs the embedding and LM head (tied: once). REQUIRES: format is not kDense.
   void PackHead(const ModelConfig& config, WeightFormat format);
+  // Moves the dense embedding and LM head onto 2 MiB pages (tied: once).
+  void MoveHeadOntoHugePages(const ModelConfig& config);
 };
 
 }  // namespace scd

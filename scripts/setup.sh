@@ -55,6 +55,15 @@ if command -v update-alternatives >/dev/null 2>&1; then
   done
 fi
 
+# llama.cpp, the peer of `make bench-peer` and of tests/peer_greedy_test.cc: node-llama-cpp's
+# prebuilt CPU binaries at the version bench/peer/package-lock.json pins (integrity hashes checked;
+# no install scripts run, so nothing is downloaded or built beyond the registry's packages).
+peer_version=$(node -p "require('./bench/peer/node_modules/node-llama-cpp/package.json').version" 2>/dev/null || true)
+if [ "$peer_version" != "3.21.1" ]; then
+  echo "[setup] installing the llama.cpp peer (bench/peer: node-llama-cpp 3.21.1)"
+  (cd bench/peer && npm ci --ignore-scripts --omit=optional --no-audit --no-fund --loglevel=error)
+fi
+
 [ "${SCD_SKIP_BUILD:-0}" = "1" ] && exit 0
 
 BUILD_DIR=${SCD_BUILD_DIR:-build}

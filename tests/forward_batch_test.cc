@@ -4,6 +4,9 @@
 // - sequences batched together -- decodes beside prefill chunks, sequences joining and leaving --
 //   give the logits each gets alone within the bound below, and the same greedy tokens;
 // - bad batches are refused before any cache changes.
+// Also with the weights packed below float32 on the CPU (model/packed_weight.h: "@int8",
+// "@bf16"): their kernels give a row the same result in any batch, so the same bound holds with
+// room to spare.
 //
 // The bound. In a batch a sequence's rows go through GEMMs over the batch's rows where alone they
 // went through GEMVs (one row): the same products summed in another order (OpenBLAS blocks the
@@ -47,6 +50,7 @@
 
 #include "model/generator.h"
 #include "model/llama_model.h"
+#include "model/runtime.h"
 #include "tests/test_util.h"
 
 namespace scd {
@@ -102,13 +106,22 @@ class ForwardBatchTest : public ::testing::TestWithParam<std::string> {
     }
     LlamaModel::Options options;
     options.device = *device;
-    model_ = testing::Ok(LlamaModel::Load(testing::ModelDir(GetParam()), options));
+    const std::string param = GetParam();
+    const size_t at = param.find('@');
+    name_ = param.substr(0, at);
+    if (at != std::string::npos) {
+      if (!device->is_cpu()) GTEST_SKIP() << "packed weights run on the CPU";
+      options.weights = testing::Ok(ParsePrecision(param.substr(at + 1), *device)).weights;
+    }
+    model_ = testing::Ok(LlamaModel::Load(testing::ModelDir(name_), options));
   }
+  const std::string& Name() const { return name_; }
+  std::string name_;
   std::unique_ptr<LlamaModel> model_;
 };
 
 TEST_P(ForwardBatchTest, OneSequenceIsBitIdenticalToForward) {
-  const std::vector<TokenId> prompt = Prompt(GetParam(), 1, 20);
+  const std::vector<TokenId> prompt = Prompt(Name(), 1, 20);
   KvCache a = model_->NewCache(32), b = model_->NewCache(32);
   auto alone = testing::Ok(model_->Forward(prompt, &a));
   const BatchSequence seq{prompt, &b, nullptr, true};
@@ -143,7 +156,7 @@ TEST_P(ForwardBatchTest, BatchedSequencesMatchEachAlone) {
   std::vector<AloneRun> alone;
   for (size_t s = 0; s < wanted.size(); ++s) {
     for (size_t length = wanted[s].second; length < wanted[s].second + 12; ++length) {
-      std::vector<TokenId> prompt = Prompt(GetParam(), wanted[s].first, length);
+      std::vector<TokenId> prompt = Prompt(Name(), wanted[s].first, length);
       AloneRun run = RunAlone(*model_, prompt, kSteps);
       bool clear = true;
       for (int i = 0; i < lengths[s]; ++i) clear = clear && TopTwoGap(run.logits[i]) > 2 * bound;
@@ -198,11 +211,11 @@ TEST_P(ForwardBatchTest, BatchedSequencesMatchEachAlone) {
 // last logits a single Forward of the whole prompt gives, within the bound.
 TEST_P(ForwardBatchTest, ChunkedPrefillMatchesAWholePrefill) {
   const ModelConfig& c = model_->config();
-  const std::vector<TokenId> prompt = Prompt(GetParam(), 3, 40);
+  const std::vector<TokenId> prompt = Prompt(Name(), 3, 40);
   KvCache whole = model_->NewCache(48), chunked = model_->NewCache(48),
           other = model_->NewCache(64);
   auto reference = testing::Ok(model_->Forward(prompt, &whole));
-  const std::vector<TokenId> other_prompt = Prompt(GetParam(), 0, 6);
+  const std::vector<TokenId> other_prompt = Prompt(Name(), 0, 6);
   testing::Ok(model_->Forward(other_prompt, &other));
   at::Tensor last;
   TokenId decode_input = 5;
@@ -225,7 +238,7 @@ TEST_P(ForwardBatchTest, ChunkedPrefillMatchesAWholePrefill) {
 }
 
 TEST_P(ForwardBatchTest, BadBatchesAreRefusedBeforeAnyCacheChanges) {
-  const std::vector<TokenId> prompt = Prompt(GetParam(), 0, 5);
+  const std::vector<TokenId> prompt = Prompt(Name(), 0, 5);
   KvCache a = model_->NewCache(8), b = model_->NewCache(8);
   EXPECT_EQ(model_->ForwardBatch({}).status().code(), absl::StatusCode::kInvalidArgument);
   const BatchSequence shared[] = {{prompt, &a, nullptr, true}, {prompt, &a, nullptr, true}};
@@ -243,7 +256,15 @@ TEST_P(ForwardBatchTest, BadBatchesAreRefusedBeforeAnyCacheChanges) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RealCheckpoints, ForwardBatchTest,
-                         ::testing::Values("stories260k", "llama2xs-260k", "tinystories-4m"));
+                         ::testing::Values("stories260k", "llama2xs-260k", "tinystories-4m",
+                                           "stories260k@int8", "tinystories-4m@int8",
+                                           "tinystories-4m@bf16"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           std::replace(n.begin(), n.end(), '@', '_');
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace scd

@@ -41,10 +41,16 @@ namespace fs = std::filesystem;
 struct Common {
   CommonToolFlags tool;
   std::string producer, consumer;
+  std::string consumer_dtype = "f32";  // the consumer's weights (model/runtime.h, Precision)
 
   absl::StatusOr<ModelPair> Load() const {
     spdlog::info("threads: {}", ConfigureThreads(tool.threads).ToString());
-    return ModelPair::Load(producer, consumer);
+    SCD_ASSIGN_OR_RETURN(const Precision precision,
+                         ParsePrecision(consumer_dtype, c10::Device(c10::kCPU)));
+    LlamaModel::Options consumer_options;
+    consumer_options.dtype = precision.dtype;
+    consumer_options.weights = precision.weights;
+    return ModelPair::Load(producer, consumer, {}, consumer_options);
   }
   std::string Data(const std::string& flag, const char* file) const {
     return flag.empty() ? tool.SharedDir() + "/data/" + file : flag;
@@ -434,6 +440,10 @@ int Main(int argc, char** argv) {
     CLI::App* cmd = app.add_subcommand(name, help);
     cmd->add_option("--producer", common.producer, "producer model directory")->required();
     cmd->add_option("--consumer", common.consumer, "consumer model directory")->required();
+    cmd->add_option("--consumer-dtype", common.consumer_dtype,
+                    "the consumer's weights: f32, bf16, f16 or int8 (fit and measure at the "
+                    "precision it serves with; the artifact records it)")
+        ->capture_default_str();
     AddCommonFlags(cmd, &common.tool);
     return cmd;
   };

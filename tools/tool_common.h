@@ -168,9 +168,12 @@ void AddServingNodeFlags(CLI::App* app, NodeOptions* options, const char* artifa
 
 // A consumer's batching and admission flags (scd-consumer and scd serve --all-in-one), bound to
 // its ConsumerNodeOptions: --capacity, --kv-cache-mb, --max-queued, --max-batched-tokens,
-// --transfer-timeout.
+// --transfer-timeout, --allow-precision-mismatch.
 template <typename ConsumerOptions>
 void AddConsumerBatchingFlags(CLI::App* app, ConsumerOptions* options) {
+  app->add_flag("--allow-precision-mismatch", options->allow_precision_mismatch,
+                "serve an artifact fitted at another weight precision than --dtype (logged with "
+                "the fidelity it was measured at) instead of refusing it");
   app->add_option("--capacity", options->capacity,
                   "sequences a consumer runs at once (an upper bound: admission counts KV memory)")
       ->check(CLI::TypeValidator<uint32_t>())
