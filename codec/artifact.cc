@@ -185,6 +185,15 @@ absl::Status Artifact::Save(const std::string& path) const {
     writer.SetMetadata("scd.calibration", ParseOrEmpty(calibration_json).dump());
     writer.SetMetadata("scd.policy", ParseOrEmpty(policy_json).dump());
     writer.SetMetadata("scd.fidelity", ParseOrEmpty(fidelity_json).dump());
+    if (!measured.empty()) {
+      Json list = Json::array();
+      for (const PrecisionMeasurement& m : measured) {
+        list.push_back({{"precision", m.precision}, {"kl", m.kl},
+                        {"bytes_per_token", m.bytes_per_token}, {"ppl_ratio", m.ppl_ratio},
+                        {"windows", m.windows}, {"data", m.data}});
+      }
+      writer.SetMetadata("scd.precision_fidelity", list.dump());
+    }
     writer.SetMetadata("scd.recompute_layers", Json(recompute_layers).dump());
     if (!frontier.empty()) {
       SCD_RETURN_IF_ERROR(frontier.CheckAgainst(FrontierLimits()));
@@ -373,6 +382,15 @@ absl::StatusOr<Artifact> Artifact::Load(const std::string& path) {
     if (const std::string* m = reader.Meta("scd.calibration")) a.calibration_json = *m;
     if (const std::string* m = reader.Meta("scd.policy")) a.policy_json = *m;
     if (const std::string* m = reader.Meta("scd.fidelity")) a.fidelity_json = *m;
+    if (reader.Meta("scd.precision_fidelity") != nullptr) {
+      SCD_ASSIGN_OR_RETURN(Json list, reader.MetaJson("scd.precision_fidelity"));
+      if (!list.is_array()) return Corrupt(path, "metadata scd.precision_fidelity is not a list");
+      for (const Json& m : list) {
+        a.measured.push_back({m.at("precision").get<std::string>(), m.at("kl").get<double>(),
+                              m.value("bytes_per_token", 0.0), m.value("ppl_ratio", 0.0),
+                              m.value("windows", int64_t{0}), m.value("data", "")});
+      }
+    }
     if (static_cast<int64_t>(layers.size()) != a.consumer.layers) {
       return Corrupt(path, absl::StrCat("describes ", layers.size(),
                                         " layers but the consumer has ", a.consumer.layers));
@@ -421,8 +439,28 @@ absl::StatusOr<Artifact> Artifact::LoadFor(const std::string& path, const LlamaM
   return a;
 }
 
+const PrecisionMeasurement* Artifact::MeasuredAt(const std::string& precision) const {
+  for (const PrecisionMeasurement& m : measured) {
+    if (m.precision == precision) return &m;
+  }
+  return nullptr;
+}
+
+void Artifact::Record(PrecisionMeasurement m) {
+  for (PrecisionMeasurement& old : measured) {
+    if (old.precision == m.precision) {
+      old = std::move(m);
+      return;
+    }
+  }
+  measured.push_back(std::move(m));
+}
+
 absl::Status CheckConsumerPrecision(const Artifact& artifact, const std::string& consumer_precision) {
-  if (artifact.consumer.precision == consumer_precision) return absl::OkStatus();
+  if (artifact.consumer.precision == consumer_precision ||
+      artifact.MeasuredAt(consumer_precision) != nullptr) {
+    return absl::OkStatus();
+  }
   std::string measured = "no fidelity was recorded at fit time";
   const Json fidelity = ParseOrEmpty(artifact.fidelity_json);
   if (fidelity.contains("scd") && fidelity["scd"].is_object() &&
@@ -435,8 +473,8 @@ absl::Status CheckConsumerPrecision(const Artifact& artifact, const std::string&
   return absl::FailedPreconditionError(absl::StrCat(
       "artifact for consumer '", artifact.consumer.name, "' was fitted at ",
       artifact.consumer.precision, " weights, this node serves ", consumer_precision, " (", measured,
-      "; not measured at ", consumer_precision, "): fit one with scd-calib fit --consumer-dtype ",
-      consumer_precision, ", or measure this one with scd-calib eval --consumer-dtype ",
+      "; not measured at ", consumer_precision, "): measure it with scd-calib eval --consumer-dtype ",
+      consumer_precision, " --record FILE, or fit one with scd-calib fit --consumer-dtype ",
       consumer_precision));
 }
 

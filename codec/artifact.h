@@ -44,6 +44,17 @@ struct ModelIdentity {
   static absl::StatusOr<ModelIdentity> Of(const LlamaModel& model);
 };
 
+// Fidelity measured with the consumer at another weight precision than the fit's (`scd-calib eval
+// --consumer-dtype P --record FILE`): a precision the consumer may serve the artifact at.
+struct PrecisionMeasurement {
+  std::string precision;  // "bf16", "f16", "int8", ...
+  double kl = 0;          // scd's mean KL against that consumer's own prefill, nats
+  double bytes_per_token = 0;
+  double ppl_ratio = 0;
+  int64_t windows = 0;
+  std::string data;  // the evaluation text's file name
+};
+
 struct ArtifactLayer {
   LayerRoute route = LayerRoute::kReuse;
   ReuseTranslator key, value;         // every layer (reuse-only mode uses them all)
@@ -63,6 +74,13 @@ struct Artifact {
   // Quality against bytes over per-layer ranks and code precisions (empty: not fitted; artifacts
   // from before the frontier load with none).
   Frontier frontier;
+  // Consumer precisions other than the fit's at which scd was measured (metadata
+  // scd.precision_fidelity), at most one per precision.
+  std::vector<PrecisionMeasurement> measured;
+
+  const PrecisionMeasurement* MeasuredAt(const std::string& precision) const;
+  // Adds `m`, replacing an earlier measurement at its precision.
+  void Record(PrecisionMeasurement m);
 
   std::vector<int> PatchLayers() const;
   // The ranks scd mode sends at most per layer (K/V on reuse layers, H on patch layers).
@@ -78,10 +96,10 @@ struct Artifact {
 };
 
 // Whether a consumer at `consumer_precision` may use `artifact`: OK when it was fitted at that
-// precision; otherwise FAILED_PRECONDITION naming both precisions, the fidelity measured at fit
-// time (scd's KL and its bytes per token, from the artifact's fidelity record) and how to fit one
-// at the consumer's precision (`scd-calib fit --consumer-dtype P`). A node that allows the mismatch
-// (--allow-precision-mismatch) logs that message as a warning instead.
+// precision or measured at it (Artifact::measured; the node logs that measurement); otherwise
+// FAILED_PRECONDITION naming both precisions, the fidelity measured at fit time (scd's KL and its
+// bytes per token) and how to measure or fit one at the consumer's precision. A node that allows
+// the mismatch (--allow-precision-mismatch) logs that message as a warning instead.
 absl::Status CheckConsumerPrecision(const Artifact& artifact, const std::string& consumer_precision);
 
 // The id an artifact file is known by across nodes (registry, routing, transfer headers): the

@@ -89,12 +89,19 @@ absl::Status ConsumerNode::LoadArtifacts(const ConsumerNodeOptions& options, Con
                        artifact.consumer.fingerprint.substr(0, 12), "), not ", node->name_, " (",
                        node->fingerprint_.substr(0, 12), ")"));
     }
+    if (const PrecisionMeasurement* m = artifact.MeasuredAt(precision);
+        m != nullptr && artifact.consumer.precision != precision) {
+      spdlog::info("artifact {}: fitted at {} weights, measured at {} (this node): scd KL {:.4g} at "
+                   "{:.0f} bytes per token on {} windows of {}",
+                   path, artifact.consumer.precision, precision, m->kl, m->bytes_per_token,
+                   m->windows, m->data);
+    }
     if (const absl::Status p = CheckConsumerPrecision(artifact, precision); !p.ok()) {
       if (!options.allow_precision_mismatch) {
         return absl::FailedPreconditionError(absl::StrCat(path, ": ", p.message(),
                                                           " (or --allow-precision-mismatch)"));
       }
-      spdlog::warn("{}: {} (served: --allow-precision-mismatch)", path, p.message());
+      spdlog::warn("{}: {} (served: --allow-precision-mismatch)", path, std::string(p.message()));
     }
     SCD_ASSIGN_OR_RETURN(std::string id, ArtifactFileId(path));
     v1::ArtifactEntry* entry = registration->add_artifacts();

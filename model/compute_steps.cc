@@ -18,17 +18,23 @@ std::atomic<bool> shared_now{false};  // Counter::shared, for lock-free readers
 struct Counter {
   absl::Mutex mu;
   int running ABSL_GUARDED_BY(mu) = 0;
-  bool shared ABSL_GUARDED_BY(mu) = false;
+  int calling_threads ABSL_GUARDED_BY(mu) = 0;  // BlasOnCallingThreads scopes open
+  bool shared ABSL_GUARDED_BY(mu) = false;        // steps side by side
+  bool blas_split ABSL_GUARDED_BY(mu) = false;    // the BLAS pool at one thread
   std::function<void(bool)> share ABSL_GUARDED_BY(mu);
   ComputeStepStats stats ABSL_GUARDED_BY(mu);
 
   void Update() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const bool now_shared = running > 1;
-    if (now_shared == shared) return;
-    shared = now_shared;
-    shared_now.store(shared, std::memory_order_relaxed);
-    if (shared) ++stats.shared;
-    if (share) share(shared);
+    if (now_shared != shared) {
+      shared = now_shared;
+      shared_now.store(shared, std::memory_order_relaxed);
+      if (shared) ++stats.shared;
+    }
+    const bool split = shared || calling_threads > 0;
+    if (split == blas_split) return;
+    blas_split = split;
+    if (share) share(split);
   }
 };
 
@@ -77,11 +83,27 @@ ComputeStep::Paused::~Paused() {
   depth = depth_;
 }
 
+BlasOnCallingThreads::BlasOnCallingThreads() {
+  Counter& c = TheCounter();
+  absl::MutexLock lock(&c.mu);
+  ++c.calling_threads;
+  c.Update();
+}
+
+BlasOnCallingThreads::~BlasOnCallingThreads() {
+  Counter& c = TheCounter();
+  absl::MutexLock lock(&c.mu);
+  --c.calling_threads;
+  c.Update();
+}
+
 void SetBlasSharing(std::function<void(bool shared)> share) {
   Counter& c = TheCounter();
   absl::MutexLock lock(&c.mu);
   c.share = std::move(share);
   c.shared = false;  // the caller set the pool up for one step
+  c.blas_split = false;
+  shared_now.store(false, std::memory_order_relaxed);
   c.Update();        // steps running already (unusual): match them
 }
 

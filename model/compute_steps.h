@@ -51,6 +51,20 @@ class ComputeStep {
   };
 };
 
+// Inside the scope every BLAS call of the process runs on its calling thread (the pool is set to
+// one thread, as when steps run side by side), and BLAS's own workers stay asleep: for code that
+// shares its work over the compute pool itself (model/skinny_gemm.h) and calls BLAS from each
+// part, such as a packed model's prefill attention. OpenBLAS's idle workers yield-spin for a
+// while after each call; beside the compute pool's threads on the same cores they took ~10 % of
+// an 8-bit prefill (bench/README.md). Nests; a no-op without the switch (SetBlasSharing).
+class BlasOnCallingThreads {
+ public:
+  BlasOnCallingThreads();
+  ~BlasOnCallingThreads();
+  BlasOnCallingThreads(const BlasOnCallingThreads&) = delete;
+  BlasOnCallingThreads& operator=(const BlasOnCallingThreads&) = delete;
+};
+
 // `share(true)` when a second step starts beside a running one (every step: one BLAS thread),
 // `share(false)` when one is left (it gets the pool). Called under the counter's lock: it must be
 // quick and must not start a step. Null: steps are only counted.

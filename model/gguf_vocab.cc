@@ -43,7 +43,9 @@ bool UsesByteLevel(const json& j) {
 
 // A merge as "a b" whichever way tokenizer.json writes it (a string, or a pair).
 absl::StatusOr<std::string> MergeText(const json& m) {
-  if (m.is_string()) return m.get<std::string>();
+  if (m.is_string() && m.get<std::string>().find(' ') != std::string::npos) {
+    return m.get<std::string>();
+  }
   if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
     return absl::StrCat(m[0].get<std::string>(), " ", m[1].get<std::string>());
   }
@@ -61,8 +63,13 @@ absl::Status FillTokens(const json& model, const json& added, const ModelConfig&
                         GgufVocabulary* v) {
   const json& vocab = model.at("vocab");
   int64_t limit = 0;
-  for (const auto& [token, id] : vocab.items()) limit = std::max<int64_t>(limit, id.get<int64_t>() + 1);
-  for (const json& a : added) limit = std::max<int64_t>(limit, a.at("id").get<int64_t>() + 1);
+  const auto take = [&](int64_t id) -> absl::Status {
+    if (id < 0) return absl::InvalidArgumentError(absl::StrCat("token id ", id, " is negative"));
+    limit = std::max(limit, id + 1);
+    return absl::OkStatus();
+  };
+  for (const auto& [token, id] : vocab.items()) SCD_RETURN_IF_ERROR(take(id.get<int64_t>()));
+  for (const json& a : added) SCD_RETURN_IF_ERROR(take(a.at("id").get<int64_t>()));
   if (limit > config.vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat("the tokenizer has ids up to ", limit - 1,
                                                    " but the model only ", config.vocab_size,
@@ -112,9 +119,22 @@ void GgufVocabulary::AddTo(GgufWriter* w) const {
 absl::StatusOr<GgufVocabulary> VocabularyFromTokenizerJson(const std::string& path,
                                                            const ModelConfig& config) {
   SCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  std::string tokenizer_config;
+  const std::filesystem::path beside =
+      std::filesystem::path(path).parent_path() / "tokenizer_config.json";
+  if (std::filesystem::exists(beside)) {
+    SCD_ASSIGN_OR_RETURN(tokenizer_config, ReadFileToString(beside.string()));
+  }
+  return VocabularyFromJson(text, tokenizer_config, config, path);
+}
+
+absl::StatusOr<GgufVocabulary> VocabularyFromJson(std::string_view tokenizer_json,
+                                                  std::string_view tokenizer_config,
+                                                  const ModelConfig& config,
+                                                  const std::string& path) {
   GgufVocabulary v;
   try {
-    const json j = json::parse(text);
+    const json j = json::parse(tokenizer_json);
     const json& model = j.at("model");
     if (model.value("type", "") != "BPE") {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -149,12 +169,9 @@ absl::StatusOr<GgufVocabulary> VocabularyFromTokenizerJson(const std::string& pa
       }
     }
     v.add_bos = TemplateAddsBos(j.value("post_processor", json()));
-    const std::filesystem::path tokenizer_config =
-        std::filesystem::path(path).parent_path() / "tokenizer_config.json";
-    if (std::filesystem::exists(tokenizer_config)) {
-      SCD_ASSIGN_OR_RETURN(std::string tc, ReadFileToString(tokenizer_config.string()));
-      const json c = json::parse(tc);
-      if (c.contains("add_bos_token") && c["add_bos_token"].is_boolean()) {
+    if (!tokenizer_config.empty()) {
+      const json c = json::parse(tokenizer_config);
+      if (c.is_object() && c.contains("add_bos_token") && c["add_bos_token"].is_boolean()) {
         v.add_bos = c["add_bos_token"].get<bool>();
       }
     }
@@ -183,6 +200,11 @@ GgufVocabulary PlaceholderVocabulary(const ModelConfig& config) {
   if (v.eos && *v.eos < n && v.eos != v.bos) {
     v.tokens[*v.eos] = "</s>";
     v.types[*v.eos] = kControl;
+  }
+  if (n > 0 && v.tokens[0].empty()) {  // SentencePiece's place for the unknown piece
+    v.tokens[0] = "<unk>";
+    v.types[0] = kUnknown;
+    v.unk = 0;
   }
   int next_byte = 0;
   for (int64_t i = 0; i < n; ++i) {

@@ -6,7 +6,8 @@
 //   the merge that makes it, so both merge in the same order.
 // - byte-level BPE (GPT-2, Qwen2, SmolLM2): model "gpt2" -- tokens, token types and the merges.
 // - no tokenizer (dummy weights): a placeholder "llama" vocabulary of the config's size: the
-//   config's BOS/EOS ids as control tokens, the 256 byte tokens, then pieces "▁tN". Token ids are
+//   config's BOS/EOS ids as control tokens, <unk> at 0 when that is free, the 256 byte tokens,
+//   then pieces "▁tN". Token ids are
 //   what a benchmark passes; text through it means nothing.
 // Token types are llama.cpp's: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte.
 // Thread-safety: stateless functions.
@@ -16,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -43,6 +45,12 @@ struct GgufVocabulary {
 // not BPE, more tokens than the model has rows, or a file that does not parse.
 absl::StatusOr<GgufVocabulary> VocabularyFromTokenizerJson(const std::string& path,
                                                            const ModelConfig& config);
+// The same from the files' contents (`tokenizer_config` "" when there is none); `source` names
+// them in errors. Any bytes: a malformed document is INVALID_ARGUMENT (tests/fuzz).
+absl::StatusOr<GgufVocabulary> VocabularyFromJson(std::string_view tokenizer_json,
+                                                  std::string_view tokenizer_config,
+                                                  const ModelConfig& config,
+                                                  const std::string& source);
 // The placeholder vocabulary for dummy weights.
 GgufVocabulary PlaceholderVocabulary(const ModelConfig& config);
 

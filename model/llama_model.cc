@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -504,6 +505,7 @@ at::Tensor LlamaModel::Attend(const at::Tensor& q, const at::Tensor& keys, const
   // q: [Hkv, tokens * g, hd], rows ordered (token, group member), already scaled.
   // keys/values: [Hkv, p0 + tokens, hd]; query t sits at position p0 + t.
   const int64_t g = config_.group_size();
+  if (weights_.packed() && q.device().is_cpu()) return AttendByHead(q, keys, values, step);
   std::vector<at::Tensor> outputs;
   outputs.reserve(step.blocks.size());
   for (const AttentionBlock& b : step.blocks) {
@@ -519,6 +521,35 @@ at::Tensor LlamaModel::Attend(const at::Tensor& q, const at::Tensor& keys, const
     outputs.push_back(at::bmm(probs, vb));  // [Hkv, rows, hd]
   }
   return outputs.size() == 1 ? outputs[0] : at::cat(outputs, 1);
+}
+
+at::Tensor LlamaModel::AttendByHead(const at::Tensor& q, const at::Tensor& keys,
+                                    const at::Tensor& values, const StepContext& step) const {
+  const int64_t g = config_.group_size(), Hkv = q.size(0);
+  const int64_t blocks = static_cast<int64_t>(step.blocks.size());
+  at::Tensor out = at::empty(q.sizes(), q.options());
+  BlasOnCallingThreads blas_here;  // each part's products on its own thread (compute_steps.h)
+  std::atomic<bool> failed{false};
+  SkinnyParallelFor(Hkv * blocks, [&](int64_t item) {
+    const int64_t h = item / blocks;
+    const AttentionBlock& b = step.blocks[item % blocks];
+    try {
+      const int64_t rows = (b.t1 - b.t0) * g;
+      at::Tensor kb = keys[h].narrow(0, b.k_begin, b.k_count);
+      at::Tensor vb = values[h].narrow(0, b.k_begin, b.k_count);
+      at::Tensor scores = at::mm(q[h].narrow(0, b.t0 * g, rows), kb.t());  // [rows, k_count]
+      if (b.mask.defined()) {
+        scores.narrow(1, b.mask_col, b.k_count - b.mask_col)
+            .masked_fill_(b.mask, -std::numeric_limits<float>::infinity());
+      }
+      at::Tensor slice = out[h].narrow(0, b.t0 * g, rows);
+      at::mm_out(slice, at::softmax(scores, -1, at::kFloat), vb);
+    } catch (...) {
+      failed = true;  // a worker of the pool has nowhere to throw
+    }
+  });
+  if (failed) throw std::runtime_error("attention of a prefill failed (out of memory?)");
+  return out;
 }
 
 at::Tensor LlamaModel::Logits(const at::Tensor& hidden) const {

@@ -282,6 +282,11 @@ class LlamaModel {
   // Causal (optionally sliding-window) attention of grouped queries against the cache layer.
   at::Tensor Attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                     const StepContext& step) const;
+  // The same per kv head and query block, shared over the compute pool with BLAS on each part's
+  // own thread: a packed model's prefill, whose projections run on that pool
+  // (compute_steps.h, BlasOnCallingThreads).
+  at::Tensor AttendByHead(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                          const StepContext& step) const;
 
   ModelConfig config_;
   ModelWeights weights_;

@@ -22,6 +22,10 @@ constexpr int64_t kParallelMinWeights = int64_t{1} << 16;
 
 int64_t RoundUp(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 int64_t GroupSize(WeightFormat format) { return format == WeightFormat::kInt8 ? 4 : 2; }
+// K is padded to a whole number of groups, and for 8-bit weights of blocks of x.
+int64_t PaddedK(WeightFormat format, int64_t k) {
+  return RoundUp(k, format == WeightFormat::kInt8 ? kInt8Block : GroupSize(format));
+}
 
 Int8Kernel ChooseInt8Kernel() {
   const KernelIsa& isa = RunnableKernelIsa();
@@ -78,10 +82,12 @@ PackedWeight PackedWeight::Pack(const at::Tensor& w, WeightFormat format) {
   packed.n_ = src.size(0);
   packed.k_ = src.size(1);
   const int64_t G = GroupSize(format), N = packed.n_, K = packed.k_;
-  packed.groups_ = RoundUp(K, G) / G;
+  packed.groups_ = PaddedK(format, K) / G;
   const int64_t panels = RoundUp(N, kPanelColumns) / kPanelColumns;
   const int64_t panel_bytes = packed.groups_ * kPanelGroupBytes;
-  packed.panels_ = EmptyOnHugePages({panels * panel_bytes}, at::kByte).zero_();
+  // Padding: zero weights (8-bit: stored q + 128, so 128).
+  packed.panels_ = EmptyOnHugePages({panels * panel_bytes}, at::kByte)
+                       .fill_(format == WeightFormat::kInt8 ? 128 : 0);
   uint8_t* out = packed.panels_.data_ptr<uint8_t>();
   const float* in = src.data_ptr<float>();
   // Byte offset of (n, k): its panel, its group, its column in the group, its place in the column.
@@ -92,23 +98,17 @@ PackedWeight PackedWeight::Pack(const at::Tensor& w, WeightFormat format) {
   };
   if (format == WeightFormat::kInt8) {
     packed.scale_ = at::zeros({panels * kPanelColumns}, at::kFloat);
-    packed.offset_ = at::zeros({panels * kPanelColumns}, at::kInt);
     float* scale = packed.scale_.data_ptr<float>();
-    int32_t* offset = packed.offset_.data_ptr<int32_t>();
     for (int64_t n = 0; n < N; ++n) {
       const float* row = in + n * K;
       float amax = 0.0f;
       for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(row[k]));
       const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
       scale[n] = amax / 127.0f;
-      int32_t sum = 0;
       for (int64_t k = 0; k < K; ++k) {
         const float q = std::min(127.0f, std::max(-127.0f, std::nearbyint(row[k] * inv)));
-        const int8_t v = static_cast<int8_t>(q);
-        out[at_nk(n, k)] = static_cast<uint8_t>(v);
-        sum += v;
+        out[at_nk(n, k)] = static_cast<uint8_t>(static_cast<int32_t>(q) + 128);
       }
-      offset[n] = 128 * sum;
     }
     return packed;
   }
@@ -125,7 +125,7 @@ PackedWeight PackedWeight::Pack(const at::Tensor& w, WeightFormat format) {
 
 int64_t PackedWeight::bytes() const {
   int64_t total = 0;
-  for (const at::Tensor* t : {&panels_, &scale_, &offset_}) {
+  for (const at::Tensor* t : {&panels_, &scale_}) {
     if (t->defined()) total += t->numel() * static_cast<int64_t>(t->element_size());
   }
   return total;
@@ -154,20 +154,23 @@ at::Tensor PackedWeight::Apply(const at::Tensor& x_in, const at::Tensor& b, int6
   const bool parallel = (n1 - n0) * K >= kParallelMinWeights;
   if (format_ == WeightFormat::kInt8) {
     const Int8Kernel kernel = ChooseInt8Kernel();
-    std::vector<float> x_scale(M);
-    std::vector<uint8_t> u8;
+    const int64_t blocks = kp / kInt8Block;
+    std::vector<float> x_scale(M * blocks);
+    std::vector<int32_t> x_sum128(M * blocks);
+    std::vector<int8_t> s8;
     std::vector<int16_t> i16;
     if (kernel == Int8Kernel::kAvx512Vnni) {
-      u8.resize(M * kp);
+      s8.resize(M * kp);
     } else {
       i16.resize(M * kp);
     }
-    QuantizeInt8Rows(x.data_ptr<float>(), M, K, K, kp, x_scale.data(),
-                     u8.empty() ? nullptr : u8.data(), i16.empty() ? nullptr : i16.data());
+    QuantizeInt8Rows(x.data_ptr<float>(), M, K, K, kp, x_scale.data(), x_sum128.data(),
+                     s8.empty() ? nullptr : s8.data(), i16.empty() ? nullptr : i16.data());
     p.w_scale = scale_.data_ptr<float>();
-    p.w_offset = offset_.data_ptr<int32_t>();
-    p.x_scale = x_scale.data();
-    p.x_u8 = u8.empty() ? nullptr : u8.data();
+    p.x_block_scale = x_scale.data();
+    p.x_block_sum128 = x_sum128.data();
+    p.x_blocks = blocks;
+    p.x_s8 = s8.empty() ? nullptr : s8.data();
     p.x_i16 = i16.empty() ? nullptr : i16.data();
     SharePanels(first, last, M, Int8PanelsPerItem(kernel), parallel,
                 [&](int64_t a, int64_t z) { Int8Panels(kernel, p, a, z); });
@@ -199,7 +202,7 @@ void PackedWeight::UnpackRow(int64_t n, float* out) const {
   for (int64_t k = 0; k < k_; ++k) {
     const uint8_t* at = base + (k / G) * kPanelGroupBytes + (k % G) * (kPanelGroupBytes / kPanelColumns / G);
     if (format_ == WeightFormat::kInt8) {
-      out[k] = static_cast<float>(static_cast<int8_t>(*at)) * scale_.data_ptr<float>()[n];
+      out[k] = static_cast<float>(static_cast<int32_t>(*at) - 128) * scale_.data_ptr<float>()[n];
     } else {
       uint16_t h;
       std::memcpy(&h, at, 2);

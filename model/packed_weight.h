@@ -9,7 +9,8 @@
 // was measured beside them (bench/README.md).
 //
 // A row of y depends only on the same row of x: the same alone or in any batch, on any thread
-// split (8-bit: bit-identical on every ISA too). Work is shared out over groups of panels with
+// split (8-bit: bit-identical on every ISA too). 8-bit weights have one scale per row of W and x
+// is quantized per block of 32 values at run time (model/int8_panels.h). Work is shared out over groups of panels with
 // SkinnyParallelFor (model/skinny_gemm.h), so it follows the process's compute threads.
 //
 // Thread-safety: immutable after Pack; Apply may run concurrently.
@@ -39,7 +40,8 @@ class PackedWeight {
   PackedWeight() = default;
 
   // Packs w [N, K] (a CPU tensor of any floating dtype). 8-bit: per row, scale = max |w| / 127 and
-  // q = nearbyint(w / scale). REQUIRES: format is not kDense.
+  // q = nearbyint(w * 127 / max |w|), stored q + 128 (model/int8_panels.h). REQUIRES: format is
+  // not kDense.
   static PackedWeight Pack(const at::Tensor& w, WeightFormat format);
 
   bool empty() const { return n_ == 0; }
@@ -60,7 +62,7 @@ class PackedWeight {
   // Row n of that into out[0, K) (an embedding lookup).
   void UnpackRow(int64_t n, float* out) const;
 
-  // What it stores (fingerprints): uint8 panels; float32 scales (8-bit; else undefined).
+  // What it stores (fingerprints): uint8 panels; float32 row scales (8-bit; else undefined).
   const at::Tensor& panels() const { return panels_; }
   const at::Tensor& scales() const { return scale_; }
 
@@ -70,7 +72,6 @@ class PackedWeight {
   int64_t groups_ = 0;   // padded K / G
   at::Tensor panels_;    // uint8 [panels * groups * 64]
   at::Tensor scale_;     // float32 [padded N] (8-bit)
-  at::Tensor offset_;    // int32 [padded N]: 128 x the row's sum of q (8-bit)
 };
 
 }  // namespace scd

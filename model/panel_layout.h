@@ -29,14 +29,14 @@ struct PanelProduct {
   int64_t y_first = 0;          // the first column computed (a panel's first)
   int64_t m = 0;                // rows of x
 
-  // 8-bit weights: per-column scale, and 128 x the column's weight sum (vpdpbusd multiplies
-  // unsigned x + 128 by signed weights; the offset's share is taken back exactly).
+  // 8-bit weights (stored q + 128): per-column scale. 8-bit x in blocks of 32 along k: per row and
+  // block its scale and 128 x its sum (x_blocks per row), its values as int8 (VNNI) or int16
+  // (AVX2, scalar), rows `x_stride` elements apart, padded K (model/int8_panels.h).
   const float* w_scale = nullptr;
-  const int32_t* w_offset = nullptr;
-  // 8-bit x per row: its scale, its values + 128 as bytes (VNNI) or as int16 (AVX2, scalar), rows
-  // `x_stride` elements apart, padded K.
-  const float* x_scale = nullptr;
-  const uint8_t* x_u8 = nullptr;
+  const float* x_block_scale = nullptr;
+  const int32_t* x_block_sum128 = nullptr;
+  int64_t x_blocks = 0;
+  const int8_t* x_s8 = nullptr;
   const int16_t* x_i16 = nullptr;
   // 16-bit weights: x as bf16 bits (AVX-512 BF16) or float32, rows `x_stride` elements apart.
   const uint16_t* x_bf16 = nullptr;

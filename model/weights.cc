@@ -66,12 +66,13 @@ void ModelWeights::PackHead(const ModelConfig& c, WeightFormat format) {
   lm_head = at::Tensor();
 }
 
-at::Tensor LayerWeights::Wq(const ModelConfig& c) const { return wqkv.narrow(0, 0, c.q_dim()); }
+at::Tensor LayerWeights::Qkv() const { return wqkv.defined() ? wqkv : packed_qkv.Unpack(); }
+at::Tensor LayerWeights::Wq(const ModelConfig& c) const { return Qkv().narrow(0, 0, c.q_dim()); }
 at::Tensor LayerWeights::Wk(const ModelConfig& c) const {
-  return wqkv.narrow(0, c.q_dim(), c.kv_dim());
+  return Qkv().narrow(0, c.q_dim(), c.kv_dim());
 }
 at::Tensor LayerWeights::Wv(const ModelConfig& c) const {
-  return wqkv.narrow(0, c.q_dim() + c.kv_dim(), c.kv_dim());
+  return Qkv().narrow(0, c.q_dim() + c.kv_dim(), c.kv_dim());
 }
 at::Tensor LayerWeights::Bk(const ModelConfig& c) const {
   return bqkv.defined() ? bqkv.narrow(0, c.q_dim(), c.kv_dim()) : at::Tensor();

@@ -42,12 +42,15 @@ struct LayerWeights {
   // Moves the dense projections onto 2 MiB pages (model/huge_pages.h).
   void MoveOntoHugePages();
 
-  // Views into the fused tensors (no copies). Biases are undefined when the model has none.
+  // Views into the fused tensors (no copies; packed: float32 copies of what the kernels multiply
+  // by, PackedWeight::Unpack). Biases are undefined when the model has none.
   at::Tensor Wq(const ModelConfig& c) const;  // [q_dim, d]
   at::Tensor Wk(const ModelConfig& c) const;  // [kv_dim, d]
   at::Tensor Wv(const ModelConfig& c) const;  // [kv_dim, d]
   at::Tensor Bk(const ModelConfig& c) const;  // [kv_dim]
   at::Tensor Bv(const ModelConfig& c) const;  // [kv_dim]
+  // W_q|W_k|W_v as float32 (dense: the tensor itself).
+  at::Tensor Qkv() const;
 };
 
 struct ModelWeights {

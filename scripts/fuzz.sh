@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes one parser (or all of them in turn) with libFuzzer + AddressSanitizer/LeakSanitizer.
 #   bash scripts/fuzz.sh TARGET|all SECONDS [BUILD_DIR]
-# TARGET: safetensors artifact code_batch tokenizer transfer_frame toml_config generate_request.
+# TARGET: safetensors artifact code_batch tokenizer gguf_vocab transfer_frame toml_config
+#         generate_request.
 # Builds the fuzz tree (clang, -DSCD_FUZZ=ON, default build-fuzz/) on first use, seeds each
 # target's corpus from ../shared (models' safetensors and tokenizer.json files, the tokenizers)
 # and from what the tools make (a small safetensors file, a synthetic artifact, a code batch;
@@ -14,7 +15,7 @@ TARGET=${1:?usage: fuzz.sh TARGET|all SECONDS [BUILD_DIR]}
 SECONDS_EACH=${2:?usage: fuzz.sh TARGET|all SECONDS [BUILD_DIR]}
 BUILD=${3:-build-fuzz}
 SHARED=${SCD_SHARED_DIR:-../shared}
-ALL="safetensors artifact code_batch tokenizer transfer_frame toml_config generate_request"
+ALL="safetensors artifact code_batch tokenizer gguf_vocab transfer_frame toml_config generate_request"
 
 if [ ! -f "$BUILD/build.ninja" ]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
@@ -67,7 +68,7 @@ seed() {  # seed DIR TARGET: seeds made from ../shared and by the tools, never s
       [ -f "$dir/synth.scd" ] || small_artifact "$dir/synth.scd" ;;
     code_batch)
       [ -f "$dir/raw.batch" ] || SCD_FUZZ_WRITE_SEED="$dir/raw.batch" "$BUILD/bin/fuzz_code_batch" ;;
-    tokenizer)
+    tokenizer|gguf_vocab)
       for f in "$SHARED"/models/*/tokenizer.json "$SHARED"/tokenizers/*/tokenizer.json "$SHARED"/tokenizers/*.json; do
         [ -f "$f" ] && cp -n "$f" "$dir/$(echo "$f" | tr / _)"
       done ;;
@@ -81,7 +82,7 @@ for t in $targets; do
   seed "$seeds" "$t"
   case $t in  # the largest input worth mutating: a small model file, a real tokenizer.json
     safetensors|artifact) max_len=1200000 ;;
-    tokenizer) max_len=262144 ;;
+    tokenizer|gguf_vocab) max_len=262144 ;;
     *) max_len=65536 ;;
   esac
   # One allocation may reach what the format allows a peer to announce: a transfer chunk up to

@@ -7,7 +7,9 @@
 # use (`scd kernels --others`: e.g. Sandybridge = AVX without FMA and Prescott = SSE3 on an AVX2
 # CPU; Haswell and Sandybridge on an AVX-512 one), then ATEN_CPU_CAPABILITY=default (libtorch's
 # non-vectorised elementwise code). A user's OPENBLAS_CORETYPE wins over the kernel check
-# (model/blas_kernel.h), so each run really uses the core named.
+# (model/blas_kernel.h), so each run really uses the core named. Then this project's own kernels
+# (model/cpu_simd.h: packed 8- and 16-bit weights, the skinny GEMM, decode attention) capped at
+# AVX2 and at plain C (SCD_KERNEL_ISA), for the tests that run them.
 set -euo pipefail
 BUILD=${1:-build}
 JOBS=${JOBS:-2}
@@ -26,4 +28,14 @@ run() {  # NAME VAR=VALUE
 }
 for core in "${cores[@]}"; do run "OpenBLAS core $core" "OPENBLAS_CORETYPE=$core"; done
 run "ATen portable code" "ATEN_CPU_CAPABILITY=default"
+ours() {  # NAME VAR=VALUE REGEX
+  echo "-- $1"
+  if ! env "$2" ctest --test-dir "$BUILD" -L numeric -R "$3" --output-on-failure -j"$JOBS"; then
+    echo "numeric_kernels: FAILED under $2" >&2
+    status=1
+  fi
+}
+ours "our kernels at AVX2" "SCD_KERNEL_ISA=avx2" \
+  "packed_weight|forward_batch|skinny_gemm|decode_attention|precision_quality|peer_greedy|model_golden"
+ours "our kernels in plain C" "SCD_KERNEL_ISA=scalar" "packed_weight|forward_batch|model_golden"
 exit $status

@@ -70,6 +70,46 @@ TEST_F(ArtifactTest, RoundTripsExactly) {
     EXPECT_TRUE(at::equal(a.chunks[i].data, b.chunks[i].data));
 }
 
+// The consumer precision an artifact was fitted at travels with it; a consumer serving at another
+// precision is told which, what was measured at fit time, and how to fit one at its own.
+TEST_F(ArtifactTest, RecordsTheConsumerPrecisionItWasFittedAt) {
+  EXPECT_EQ(testing::Ok(Artifact::Load(path_)).consumer.precision, "f32");
+  LlamaModel::Options int8;
+  int8.weights = WeightFormat::kInt8;
+  const auto packed = testing::Ok(LlamaModel::Load(testing::ModelDir("stories260k"), int8));
+  EXPECT_EQ(testing::Ok(ModelIdentity::Of(*packed)).precision, "int8");
+  Artifact at_int8 = artifact_;
+  at_int8.consumer.precision = "int8";
+  ASSERT_TRUE(at_int8.Save(dir_.File("int8.scd")).ok());
+  const Artifact loaded = testing::Ok(Artifact::Load(dir_.File("int8.scd")));
+  EXPECT_EQ(loaded.consumer.precision, "int8");
+  EXPECT_EQ(loaded.producer.precision, "f32");
+  EXPECT_TRUE(CheckConsumerPrecision(loaded, "int8").ok());
+  const absl::Status mismatch = CheckConsumerPrecision(loaded, "f32");
+  EXPECT_EQ(mismatch.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(mismatch, "fitted at int8 weights, this node serves f32")) << mismatch;
+  EXPECT_TRUE(Contains(mismatch, "KL 0.5")) << mismatch;  // the fidelity recorded at fit time
+  EXPECT_TRUE(Contains(mismatch, "scd-calib eval --consumer-dtype f32 --record")) << mismatch;
+  // The same fingerprints: weights are the same files whatever the precision.
+  EXPECT_TRUE(loaded.CheckModels(*model_, *packed).ok());
+
+  // Measured at another precision (scd-calib eval --record): accepted there, and only there.
+  Artifact measured = artifact_;  // fitted at f32
+  EXPECT_FALSE(CheckConsumerPrecision(measured, "int8").ok());
+  measured.Record({"int8", 0.034, 144, 1.02, 60, "tinystories_valid_hf.txt"});
+  measured.Record({"int8", 0.032, 144, 1.02, 60, "tinystories_valid_hf.txt"});  // replaces
+  ASSERT_TRUE(measured.Save(dir_.File("measured.scd")).ok());
+  const Artifact back = testing::Ok(Artifact::Load(dir_.File("measured.scd")));
+  ASSERT_EQ(back.measured.size(), 1u);
+  ASSERT_NE(back.MeasuredAt("int8"), nullptr);
+  EXPECT_EQ(back.MeasuredAt("int8")->kl, 0.032);
+  EXPECT_EQ(back.MeasuredAt("int8")->windows, 60);
+  EXPECT_TRUE(CheckConsumerPrecision(back, "int8").ok());
+  EXPECT_TRUE(CheckConsumerPrecision(back, "f32").ok());
+  EXPECT_FALSE(CheckConsumerPrecision(back, "bf16").ok());
+  EXPECT_TRUE(testing::Ok(Artifact::Load(path_)).measured.empty());
+}
+
 TEST_F(ArtifactTest, OtherModelsAreRefusedByFingerprint) {
   auto wrong_consumer = Artifact::LoadFor(path_, *model_, *other_);
   EXPECT_EQ(wrong_consumer.status().code(), absl::StatusCode::kFailedPrecondition);

@@ -135,6 +135,8 @@ TEST(GgufExportTest, PlaceholderVocabularyOfDummyWeights) {
       ModelConfig::FromFile(testing::SharedDir() + "/configs/tinyllama-1.1b.json"));
   const GgufVocabulary v = PlaceholderVocabulary(c);
   ASSERT_EQ(v.tokens.size(), 32000u);
+  EXPECT_EQ(v.tokens[0], "<unk>");
+  EXPECT_EQ(v.types[0], 2);
   EXPECT_EQ(v.tokens[1], "<s>");
   EXPECT_EQ(v.types[1], 3);
   EXPECT_EQ(v.tokens[2], "</s>");

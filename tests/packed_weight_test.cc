@@ -1,8 +1,9 @@
 // PackedWeight (model/packed_weight.h) and its kernels (model/int8_panels.h, model/half_panels.h):
 // - 8-bit: every kernel this CPU runs (scalar, AVX2, AVX-512 VNNI) equals, bit for bit, this
-//   test's own evaluation of the documented arithmetic (per-row scales of W and of x, an exact
-//   integer dot product, then float(dot) * (a_m * s_n) + b_n), on panels this test lays out itself
-//   from the layout's description (model/panel_layout.h); PackedWeight::Apply equals it too;
+//   test's own evaluation of the documented arithmetic (a scale per row of W, a scale per block of
+//   32 of x, exact integer block sums folded as acc = fma(d_b, a_b, acc), then acc * s_n + b_n),
+//   on panels this test lays out itself from the layout's description (model/panel_layout.h,
+//   weights stored q + 128); PackedWeight::Apply equals it too;
 // - 16-bit: the product agrees with the float64 product of what the kernel multiplies (x rounded
 //   to bf16 for bf16 weights; Unpack() for W) within the float32 bound of a K-term dot product,
 //   gamma_K sum |x w| (Higham (3.4));
@@ -34,26 +35,31 @@ struct Shape {
 const Shape kShapes[] = {{96, 64}, {64, 172}, {344, 64}, {1376, 256}, {256, 688},
                          {45, 70},  {17, 3},   {1, 5},    {2560, 2048}};
 
-// Per-row symmetric 8-bit quantization as the header states it.
+// Symmetric 8-bit quantization of each run of `block` values of a row (the row's length when 0).
 struct Quantized {
   std::vector<int32_t> q;  // [rows, k]
-  std::vector<float> scale;
+  std::vector<float> scale;  // [rows, blocks]
+  int64_t blocks = 0;
 };
-Quantized QuantizeRows(const at::Tensor& t) {
+Quantized Quantize(const at::Tensor& t, int64_t block) {
   const at::Tensor c = t.contiguous();
-  const int64_t rows = c.size(0), k = c.size(1);
+  const int64_t rows = c.size(0), k = c.size(1), b = block > 0 ? block : k;
   Quantized out;
+  out.blocks = (k + b - 1) / b;
   out.q.resize(rows * k);
-  out.scale.resize(rows);
+  out.scale.resize(rows * out.blocks);
   for (int64_t r = 0; r < rows; ++r) {
-    const float* row = c.data_ptr<float>() + r * k;
-    float amax = 0;
-    for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(row[i]));
-    const float inv = amax > 0 ? 127.0f / amax : 0.0f;
-    out.scale[r] = amax / 127.0f;
-    for (int64_t i = 0; i < k; ++i) {
-      out.q[r * k + i] =
-          static_cast<int32_t>(std::min(127.0f, std::max(-127.0f, std::nearbyint(row[i] * inv))));
+    for (int64_t j = 0; j < out.blocks; ++j) {
+      const float* x = c.data_ptr<float>() + r * k + j * b;
+      const int64_t n = std::min(b, k - j * b);
+      float amax = 0;
+      for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+      const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+      out.scale[r * out.blocks + j] = amax / 127.0f;
+      for (int64_t i = 0; i < n; ++i) {
+        out.q[r * k + j * b + i] =
+            static_cast<int32_t>(std::min(127.0f, std::max(-127.0f, std::nearbyint(x[i] * inv))));
+      }
     }
   }
   return out;
@@ -61,15 +67,20 @@ Quantized QuantizeRows(const at::Tensor& t) {
 
 // The documented 8-bit result, computed here.
 at::Tensor Int8Reference(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  const Quantized qx = QuantizeRows(x), qw = QuantizeRows(w);
+  const Quantized qx = Quantize(x, kInt8Block), qw = Quantize(w, 0);
   const int64_t M = x.size(0), N = w.size(0), K = x.size(1);
   at::Tensor y = at::empty({M, N});
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t n = 0; n < N; ++n) {
-      int64_t dot = 0;
-      for (int64_t k = 0; k < K; ++k) dot += int64_t{qx.q[m * K + k]} * qw.q[n * K + k];
-      const float s = qx.scale[m] * qw.scale[n];
-      float r = static_cast<float>(static_cast<int32_t>(dot)) * s;
+      float acc = 0.0f;
+      for (int64_t j = 0; j < qx.blocks; ++j) {
+        int32_t d = 0;
+        for (int64_t k = j * kInt8Block; k < std::min(K, (j + 1) * kInt8Block); ++k) {
+          d += qx.q[m * K + k] * qw.q[n * K + k];
+        }
+        acc = std::fma(static_cast<float>(d), qx.scale[m * qx.blocks + j], acc);
+      }
+      float r = acc * qw.scale[n];
       if (b.defined()) r = r + b[n].item<float>();
       y[m][n] = r;
     }
@@ -95,30 +106,29 @@ TEST(PackedWeightTest, EveryInt8KernelComputesTheDocumentedArithmeticOnTheDocume
   at::manual_seed(3);
   for (const Shape s : kShapes) {
     if (s.n * s.k > 1 << 20) continue;  // the reference loops in plain C++
-    const int64_t M = 7, kp = (s.k + 3) / 4 * 4, groups = kp / 4;
-    const int64_t panels = (s.n + 15) / 16;
+    const int64_t M = 7, kp = (s.k + kInt8Block - 1) / kInt8Block * kInt8Block, groups = kp / 4;
+    const int64_t panels = (s.n + 15) / 16, blocks = kp / kInt8Block;
     at::Tensor x = at::randn({M, s.k}), w = at::randn({s.n, s.k}) * 0.05, b = at::randn({s.n});
-    const Quantized qw = QuantizeRows(w);
-    // The layout: panel, group of 4 k, column, place in the group.
-    std::vector<uint8_t> bytes(panels * groups * 64, 0);
+    x[0][0] = 40.0f;  // an outlier: its block's scale, not the row's, is coarse
+    const Quantized qw = Quantize(w, 0);
+    // The layout: panel, group of 4 k, column, place in the group; stored q + 128, padding 128.
+    std::vector<uint8_t> bytes(panels * groups * 64, 128);
     std::vector<float> w_scale(panels * 16, 0.0f);
-    std::vector<int32_t> w_offset(panels * 16, 0);
     for (int64_t n = 0; n < s.n; ++n) {
       w_scale[n] = qw.scale[n];
       for (int64_t k = 0; k < s.k; ++k) {
-        const int32_t q = qw.q[n * s.k + k];
         bytes[(n / 16) * groups * 64 + (k / 4) * 64 + (n % 16) * 4 + k % 4] =
-            static_cast<uint8_t>(static_cast<int8_t>(q));
-        w_offset[n] += 128 * q;
+            static_cast<uint8_t>(qw.q[n * s.k + k] + 128);
       }
     }
     const at::Tensor expected = Int8Reference(x, w, b);
     for (const Int8Kernel kernel : Int8KernelsHere()) {
-      std::vector<float> x_scale(M);
-      std::vector<uint8_t> u8(M * kp);
+      std::vector<float> x_scale(M * blocks);
+      std::vector<int32_t> x_sum128(M * blocks);
+      std::vector<int8_t> s8(M * kp);
       std::vector<int16_t> i16(M * kp);
-      QuantizeInt8Rows(x.data_ptr<float>(), M, s.k, s.k, kp, x_scale.data(), u8.data(),
-                       i16.data());
+      QuantizeInt8Rows(x.data_ptr<float>(), M, s.k, s.k, kp, x_scale.data(), x_sum128.data(),
+                       s8.data(), i16.data());
       at::Tensor y = at::full({M, s.n}, std::nanf(""));
       PanelProduct p;
       p.w = bytes.data();
@@ -130,9 +140,10 @@ TEST(PackedWeightTest, EveryInt8KernelComputesTheDocumentedArithmeticOnTheDocume
       p.y_stride = s.n;
       p.m = M;
       p.w_scale = w_scale.data();
-      p.w_offset = w_offset.data();
-      p.x_scale = x_scale.data();
-      p.x_u8 = u8.data();
+      p.x_block_scale = x_scale.data();
+      p.x_block_sum128 = x_sum128.data();
+      p.x_blocks = blocks;
+      p.x_s8 = s8.data();
       p.x_i16 = i16.data();
       p.x_stride = kp;
       Int8Panels(kernel, p, 0, panels);
@@ -168,7 +179,7 @@ TEST(PackedWeightTest, SixteenBitProductsAgreeWithFloat64WithinTheDotProductBoun
 TEST(PackedWeightTest, UnpackGivesTheStoredValues) {
   at::manual_seed(9);
   at::Tensor w = at::randn({45, 70});
-  const Quantized qw = QuantizeRows(w);
+  const Quantized qw = Quantize(w, 0);
   const at::Tensor int8 = PackedWeight::Pack(w, WeightFormat::kInt8).Unpack();
   for (int64_t n = 0; n < 45; ++n) {
     for (int64_t k = 0; k < 70; ++k) {

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -191,6 +192,7 @@ struct FitCommand {
 
 struct EvalCommand {
   std::string artifact, data, modes = "local,raw,int4,recompute,reuse,scd", json, out_dir = ".";
+  std::string record;  // a copy of the artifact with scd's fidelity at --consumer-dtype recorded
   int windows = 64;
   FidelityOptions fidelity;
   TransferOptions transfer;
@@ -224,6 +226,24 @@ struct EvalCommand {
     cmd->add_flag("--frontier", frontier,
                   "the artifact's frontier measured here, beside the fixed modes: CSV + PNG");
     cmd->add_option("--out-dir", out_dir, "where CSV and PNG files go")->capture_default_str();
+    cmd->add_option("--record", record,
+                    "write a copy of the artifact with scd's fidelity at --consumer-dtype recorded "
+                    "(consumers serving that precision then accept it)");
+  }
+
+  // The artifact with this run's scd measurement at the consumer's precision, saved to --record.
+  absl::Status Record(Artifact a, const std::vector<ModeResult>& results, const ModelPair& m) {
+    const auto scd = std::find_if(results.begin(), results.end(), [](const ModeResult& r) {
+      return r.mode == TransferMode::kScd;
+    });
+    if (scd == results.end()) return absl::InvalidArgumentError("--record needs scd in --modes");
+    a.Record({PrecisionName(m.consumer->precision()), scd->metrics.kl,
+              scd->metrics.bytes_per_token, scd->metrics.ppl_ratio(), scd->metrics.windows,
+              fs::path(data).filename().string()});
+    SCD_RETURN_IF_ERROR(a.Save(record));
+    std::printf("recorded scd at %s weights in %s\n", PrecisionName(m.consumer->precision()).c_str(),
+                record.c_str());
+    return absl::OkStatus();
   }
 
   absl::Status Run(const Common& common) {
@@ -284,6 +304,7 @@ struct EvalCommand {
       SCD_ASSIGN_OR_RETURN(std::string text, WriteFrontierEval(eval, a, out_dir));
       std::fputs(text.c_str(), stdout);
     }
+    if (!record.empty()) SCD_RETURN_IF_ERROR(Record(a, results, m));
     return absl::OkStatus();
   }
 };

@@ -111,4 +111,4 @@ for await (const line of createInterface({input: process.stdin})) {
   }
   process.stdout.write(answer + "\n");
 }
-process.exit(0);
+process.stdout.write("", () => process.exit(0));

@@ -26,7 +26,7 @@ const model = await llama.loadModel({modelPath: request.model});
 const longest = Math.max(1, ...[...(request.continue ?? []), ...(request.score ?? [])]
     .map((p) => p.length)) + (request.tokens ?? 0) + 8;
 const contextOptions = {contextSize: Math.max(64, longest), batchSize: Math.max(64, longest),
-                        threads, sequences: 1};
+                        threads, sequences: 1, flashAttention: request.flash_attention ?? false};
 if (request.kv_f32) {
   contextOptions.experimentalKvCacheKeyType = "F32";
   contextOptions.experimentalKvCacheValueType = "F32";
@@ -85,9 +85,9 @@ for (const prompt of request.score ?? []) {
 
 const info = JSON.parse(readFileSync(new URL("./node_modules/node-llama-cpp/package.json",
                                               import.meta.url), "utf8"));
-process.stdout.write(JSON.stringify({
-  peer: {package: `node-llama-cpp@${info.version}`, build: llama.buildType,
-         cpu: llama.systemInfo}, continuations, scores}));
 await context.dispose();
 await model.dispose();
-process.exit(0);
+// Exit only once stdout has taken everything: on a pipe the write is asynchronous.
+process.stdout.write(JSON.stringify({
+  peer: {package: `node-llama-cpp@${info.version}`, build: llama.buildType,
+         cpu: llama.systemInfo}, continuations, scores}) + "\n", () => process.exit(0));
