@@ -505,7 +505,11 @@ at::Tensor LlamaModel::Attend(const at::Tensor& q, const at::Tensor& keys, const
   // q: [Hkv, tokens * g, hd], rows ordered (token, group member), already scaled.
   // keys/values: [Hkv, p0 + tokens, hd]; query t sits at position p0 + t.
   const int64_t g = config_.group_size();
-  if (weights_.packed() && q.device().is_cpu()) return AttendByHead(q, keys, values, step);
+  // Where the step's projections ran on the compute pool (packed weights; float32 rows of few
+  // tokens, SkinnyGemm), attention runs there too, keeping BLAS's own workers asleep.
+  if (q.device().is_cpu() && (weights_.packed() || step.tokens <= options_.skinny_rows)) {
+    return AttendByHead(q, keys, values, step);
+  }
   std::vector<at::Tensor> outputs;
   outputs.reserve(step.blocks.size());
   for (const AttentionBlock& b : step.blocks) {
@@ -530,6 +534,7 @@ at::Tensor LlamaModel::AttendByHead(const at::Tensor& q, const at::Tensor& keys,
   at::Tensor out = at::empty(q.sizes(), q.options());
   BlasOnCallingThreads blas_here;  // each part's products on its own thread (compute_steps.h)
   std::atomic<bool> failed{false};
+  std::string error;  // the first failure's (written once, by the thread that set `failed`)
   SkinnyParallelFor(Hkv * blocks, [&](int64_t item) {
     const int64_t h = item / blocks;
     const AttentionBlock& b = step.blocks[item % blocks];
@@ -543,12 +548,14 @@ at::Tensor LlamaModel::AttendByHead(const at::Tensor& q, const at::Tensor& keys,
             .masked_fill_(b.mask, -std::numeric_limits<float>::infinity());
       }
       at::Tensor slice = out[h].narrow(0, b.t0 * g, rows);
-      at::mm_out(slice, at::softmax(scores, -1, at::kFloat), vb);
+      at::mm_out(slice, at::softmax(scores, -1, at::kFloat).to(vb.scalar_type()), vb);
+    } catch (const std::exception& e) {  // a worker of the pool has nowhere to throw
+      if (!failed.exchange(true)) error = e.what();
     } catch (...) {
-      failed = true;  // a worker of the pool has nowhere to throw
+      if (!failed.exchange(true)) error = "unknown exception";
     }
   });
-  if (failed) throw std::runtime_error("attention of a prefill failed (out of memory?)");
+  if (failed) throw std::runtime_error("attention of a prefill: " + error);
   return out;
 }
 

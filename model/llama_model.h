@@ -283,8 +283,9 @@ class LlamaModel {
   at::Tensor Attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                     const StepContext& step) const;
   // The same per kv head and query block, shared over the compute pool with BLAS on each part's
-  // own thread: a packed model's prefill, whose projections run on that pool
-  // (compute_steps.h, BlasOnCallingThreads).
+  // own thread, for steps whose projections run on that pool (packed weights, few rows):
+  // OpenBLAS's workers otherwise yield-spin beside the pool's threads (compute_steps.h,
+  // BlasOnCallingThreads).
   at::Tensor AttendByHead(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                           const StepContext& step) const;
 

@@ -163,8 +163,15 @@ TEST(CliErrorTest, BadFlagValues) {
                    "outside the vocabulary");
   ExpectCleanError(RunCommand(Scd() + " generate --model " + model + " --prompt hi --device tpu"),
                    "device 'tpu' is not supported");
-  ExpectCleanError(RunCommand(Scd() + " generate --model " + model + " --prompt hi --dtype f16"),
-                   "needs a CUDA device");
+  ExpectCleanError(RunCommand(Scd() + " generate --model " + model + " --prompt hi --dtype fp8"),
+                   "expected f32, bf16, f16 or int8");
+  // Weights below float32 run on the CPU (model/packed_weight.h): greedy tokens as text.
+  for (const char* dtype : {"f16", "bf16", "int8"}) {
+    const CommandResult r = RunCommand(Scd() + " generate --model " + model +
+                                       " --prompt 'Once upon a time' --max-tokens 8 --dtype " + dtype);
+    EXPECT_EQ(r.exit_code, 0) << dtype << ": " << r.err;
+    EXPECT_FALSE(r.out.empty()) << dtype;
+  }
   CommandResult usage = RunCommand(Scd() + " generate --prompt hi");
   EXPECT_NE(usage.exit_code, 0);
   EXPECT_EQ(usage.signal, 0);

@@ -238,6 +238,24 @@ def markdown(cells, below, meta):
         "**bold**: judged.", "", *lines, "", f"Verdict: {verdict}.", ""])
 
 
+def served_markdown(rows):
+    if not rows:
+        return ""
+    lines = ["", "Served: `scd-bench serve` (local mode, 64 tokens in, requests at once = C) against "
+             "`scd serve --all-in-one`, beside the engines' decode tokens/s at B = C:", "",
+             "| model | precision | C | served tok/s | ours engine | llama.cpp engine | "
+             "served / ours engine | TTFT p50 ms |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ours, peer = r.get("engine_ours"), r.get("engine_peer")
+        lines.append(f"| {r['model']} | {r['precision']} | {r['concurrency']} | "
+                     f"{fmt(r['output_tokens_per_s'])} | {fmt(ours) if ours else ''} | "
+                     f"{fmt(peer) if peer else ''} | "
+                     f"{r['output_tokens_per_s'] / ours:.2f} | {fmt(r['ttft_median_ms'])} |"
+                     if ours else f"| {r['model']} | {r['precision']} | {r['concurrency']} | "
+                     f"{fmt(r['output_tokens_per_s'])} | | | | {fmt(r['ttft_median_ms'])} |")
+    return "\n".join(lines) + "\n"
+
+
 def plot(cells, out):
     import matplotlib
     matplotlib.use("Agg")
@@ -364,14 +382,23 @@ def main():
             "decode_rounds": args.decode_rounds, "decode_steps": args.decode_steps,
             "peer": f"{info.get('package', '')} ({info.get('system', '').strip()})",
             "seconds": time.time() - started}
-    if args.served:
-        meta["served"] = served(args.build, args.shared, args.out, models, args, cells)
-    json.dump({"meta": meta, "cells": cells, "below": below},
-              open(os.path.join(args.out, "summary.json"), "w"), indent=1)
-    table = markdown(cells, below, meta)
-    open(os.path.join(args.out, "table.md"), "w").write(table)
+
+    def write(served_rows):
+        summary = {"meta": meta, "cells": cells, "below": below, "served": served_rows}
+        json.dump(summary, open(os.path.join(args.out, "summary.json"), "w"), indent=1)
+        table = markdown(cells, below, meta) + served_markdown(served_rows)
+        open(os.path.join(args.out, "table.md"), "w").write(table)
+        return table
+
+    write([])  # the engines' figures are kept whatever the served run does
     plot(cells, args.out)
-    print(table)
+    served_rows = []
+    if args.served:
+        try:
+            served_rows = served(args.build, args.shared, args.out, models, args, cells)
+        except (RuntimeError, subprocess.SubprocessError, OSError, KeyError) as e:
+            log(f"served run failed: {e}")
+    print(write(served_rows))
     print(f"[bench-peer] {args.out}/table.md, peer.png, summary.json ({time.time() - started:.0f} s)")
 
 
