@@ -94,13 +94,12 @@ SCD_BF16_TARGET void Bf16Tile(const PanelProduct& p, int64_t m0, int64_t panel) 
   }
 }
 
-using TileFn = void (*)(const PanelProduct&, int64_t, int64_t);
 template <int MR>
-constexpr TileFn kBf16ByPanels[kBf16Panels] = {Bf16Tile<MR, 1>, Bf16Tile<MR, 2>, Bf16Tile<MR, 3>,
-                                               Bf16Tile<MR, 4>};
-constexpr const TileFn* kBf16Tiles[kBf16Rows] = {kBf16ByPanels<1>, kBf16ByPanels<2>,
-                                                 kBf16ByPanels<3>, kBf16ByPanels<4>,
-                                                 kBf16ByPanels<5>, kBf16ByPanels<6>};
+constexpr PanelTile kBf16ByPanels[kBf16Panels] = {Bf16Tile<MR, 1>, Bf16Tile<MR, 2>, Bf16Tile<MR, 3>,
+                                                  Bf16Tile<MR, 4>};
+constexpr const PanelTile* kBf16Tiles[kBf16Rows] = {kBf16ByPanels<1>, kBf16ByPanels<2>,
+                                                    kBf16ByPanels<3>, kBf16ByPanels<4>,
+                                                    kBf16ByPanels<5>, kBf16ByPanels<6>};
 
 // Eight halfwords (four columns x two k) widened to float32.
 template <HalfKind kKind>
@@ -161,7 +160,9 @@ SCD_AVX2_TARGET void Avx2Panels(const PanelProduct& p, int64_t p0, int64_t p1) {
 }  // namespace
 
 uint16_t FloatToBf16(float v) { return c10::BFloat16(v).x; }
-float Bf16ToFloat(uint16_t h) { return static_cast<float>(c10::BFloat16(h, c10::BFloat16::from_bits())); }
+float Bf16ToFloat(uint16_t h) {
+  return static_cast<float>(c10::BFloat16(h, c10::BFloat16::from_bits()));
+}
 uint16_t FloatToF16(float v) { return c10::Half(v).x; }
 float F16ToFloat(uint16_t h) { return static_cast<float>(c10::Half(h, c10::Half::from_bits())); }
 
@@ -198,15 +199,7 @@ int64_t HalfPanelsPerItem(HalfKernel kernel) {
 void HalfPanels(HalfKind kind, HalfKernel kernel, const PanelProduct& p, int64_t p0, int64_t p1) {
 #if defined(__x86_64__)
   if (kernel == HalfKernel::kAvx512Bf16) {
-    // One row of x: one panel at a time, consecutive panels one sequential stream.
-    const int64_t step = p.m == 1 ? 1 : kBf16Panels;
-    for (int64_t panel = p0; panel < p1; panel += step) {
-      const int64_t np = std::min<int64_t>(step, p1 - panel);
-      for (int64_t m0 = 0; m0 < p.m; m0 += kBf16Rows) {
-        const int64_t mr = std::min<int64_t>(kBf16Rows, p.m - m0);
-        kBf16Tiles[mr - 1][np - 1](p, m0, panel);
-      }
-    }
+    ForEachTile(p, p0, p1, kBf16Tiles, kBf16Rows, kBf16Panels);
     return;
   }
   if (kernel == HalfKernel::kAvx2) {

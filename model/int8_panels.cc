@@ -89,10 +89,12 @@ SCD_AVX2_TARGET void QuantizeBlockAvx2(const float* x, float* scale, int32_t* su
   for (float l : lanes) amax = std::max(amax, l);
   const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
   *scale = amax / 127.0f;
-  const __m256 vinv = _mm256_set1_ps(inv), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+  const __m256 vinv = _mm256_set1_ps(inv), hi = _mm256_set1_ps(127.0f),
+               lo = _mm256_set1_ps(-127.0f);
   alignas(32) int32_t q32[kInt8Block];
   for (int q = 0; q < 4; ++q) {
-    __m256 r = _mm256_round_ps(_mm256_mul_ps(v[q], vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r =
+        _mm256_round_ps(_mm256_mul_ps(v[q], vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     r = _mm256_min_ps(hi, _mm256_max_ps(lo, r));
     _mm256_store_si256(reinterpret_cast<__m256i*>(q32 + 8 * q), _mm256_cvtps_epi32(r));
   }
@@ -176,12 +178,11 @@ SCD_VNNI_TARGET void VnniTile(const PanelProduct& p, int64_t m0, int64_t panel) 
   }
 }
 
-using TileFn = void (*)(const PanelProduct&, int64_t, int64_t);
-
 template <int MR>
-constexpr TileFn kVnniByPanels[kVnniPanels] = {VnniTile<MR, 1>, VnniTile<MR, 2>, VnniTile<MR, 3>};
-constexpr const TileFn* kVnniTiles[kVnniRows] = {kVnniByPanels<1>, kVnniByPanels<2>,
-                                                 kVnniByPanels<3>, kVnniByPanels<4>};
+constexpr PanelTile kVnniByPanels[kVnniPanels] = {VnniTile<MR, 1>, VnniTile<MR, 2>,
+                                                  VnniTile<MR, 3>};
+constexpr const PanelTile* kVnniTiles[kVnniRows] = {kVnniByPanels<1>, kVnniByPanels<2>,
+                                                    kVnniByPanels<3>, kVnniByPanels<4>};
 
 // Eight int32 lanes [c0 k01, c0 k23, c1 k01, ...] of two accumulators -> columns c0..c7 in order.
 SCD_AVX2_TARGET inline __m256i JoinPairs(__m256i a, __m256i b) {
@@ -202,8 +203,8 @@ SCD_AVX2_TARGET void Avx2Row(const PanelProduct& p, int64_t m, int64_t panel) {
       std::memcpy(&xi, x + 4 * g, 8);
       const __m256i xb = _mm256_set1_epi64x(xi);
       for (int q = 0; q < 4; ++q) {  // four columns x four k each, as int16
-        const __m128i raw = _mm_loadu_si128(
-            reinterpret_cast<const __m128i*>(w + g * kPanelGroupBytes + 16 * q));
+        const __m128i raw =
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + g * kPanelGroupBytes + 16 * q));
         const __m256i wq = _mm256_cvtepi8_epi16(_mm_xor_si128(raw, flip));
         dot[q] = _mm256_add_epi32(dot[q], _mm256_madd_epi16(wq, xb));
       }
@@ -262,15 +263,7 @@ int64_t Int8PanelsPerItem(Int8Kernel kernel) {
 void Int8Panels(Int8Kernel kernel, const PanelProduct& p, int64_t p0, int64_t p1) {
 #if defined(__x86_64__)
   if (kernel == Int8Kernel::kAvx512Vnni) {
-    // One row of x: one panel at a time, consecutive panels one sequential stream.
-    const int64_t step = p.m == 1 ? 1 : kVnniPanels;
-    for (int64_t panel = p0; panel < p1; panel += step) {
-      const int64_t np = std::min<int64_t>(step, p1 - panel);
-      for (int64_t m0 = 0; m0 < p.m; m0 += kVnniRows) {
-        const int64_t mr = std::min<int64_t>(kVnniRows, p.m - m0);
-        kVnniTiles[mr - 1][np - 1](p, m0, panel);
-      }
-    }
+    ForEachTile(p, p0, p1, kVnniTiles, kVnniRows, kVnniPanels);
     return;
   }
   if (kernel == Int8Kernel::kAvx2) {

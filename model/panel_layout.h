@@ -10,6 +10,7 @@
 #ifndef SCD_MODEL_PANEL_LAYOUT_H_
 #define SCD_MODEL_PANEL_LAYOUT_H_
 
+#include <algorithm>
 #include <cstdint>
 
 namespace scd {
@@ -19,15 +20,15 @@ inline constexpr int64_t kPanelGroupBytes = 64;
 
 // One product y[M, N] = x W^T (+ b) over panels, as the kernels see it.
 struct PanelProduct {
-  const uint8_t* w = nullptr;  // panel 0; panels `panel_bytes` apart
-  int64_t panel_bytes = 0;     // groups * 64
-  int64_t groups = 0;          // padded K / G
-  int64_t n = 0;               // real columns (rows of W)
+  const uint8_t* w = nullptr;   // panel 0; panels `panel_bytes` apart
+  int64_t panel_bytes = 0;      // groups * 64
+  int64_t groups = 0;           // padded K / G
+  int64_t n = 0;                // real columns (rows of W)
   const float* bias = nullptr;  // [n] or null
   float* y = nullptr;           // column n of row m at y + m * y_stride + n - y_first
   int64_t y_stride = 0;
-  int64_t y_first = 0;          // the first column computed (a panel's first)
-  int64_t m = 0;                // rows of x
+  int64_t y_first = 0;  // the first column computed (a panel's first)
+  int64_t m = 0;        // rows of x
 
   // 8-bit weights (stored q + 128): per-column scale. 8-bit x in blocks of 32 along k: per row and
   // block its scale and 128 x its sum (x_blocks per row), its values as int8 (VNNI) or int16
@@ -43,6 +44,23 @@ struct PanelProduct {
   const float* x_f32 = nullptr;
   int64_t x_stride = 0;
 };
+
+// A kernel's register tile: rows m0.. of x against panels panel.. (how many is the tile's shape).
+using PanelTile = void (*)(const PanelProduct&, int64_t m0, int64_t panel);
+
+// Covers panels [p0, p1) and every row of x with `tiles`, where tiles[mr - 1][np - 1] is the tile
+// of mr rows and np panels (mr <= rows, np <= panels). One row of x goes one panel at a time, so
+// that consecutive panels are one sequential stream of W.
+inline void ForEachTile(const PanelProduct& p, int64_t p0, int64_t p1,
+                        const PanelTile* const* tiles, int64_t rows, int64_t panels) {
+  const int64_t step = p.m == 1 ? 1 : panels;
+  for (int64_t panel = p0; panel < p1; panel += step) {
+    const int64_t np = std::min<int64_t>(step, p1 - panel);
+    for (int64_t m0 = 0; m0 < p.m; m0 += rows) {
+      tiles[std::min<int64_t>(rows, p.m - m0) - 1][np - 1](p, m0, panel);
+    }
+  }
+}
 
 }  // namespace scd
 

@@ -70,7 +70,7 @@ double ReorderBound(const ModelConfig& c) {
 // relative 2 u of its scale per layer, L layers adding up. f16 weights keep x in float32: nothing
 // more than the reorder bound.
 double InputRoundingBound(const ModelConfig& c, WeightFormat format) {
-  const double u = format == WeightFormat::kBF16 ? 1.0 / 512
+  const double u = format == WeightFormat::kBF16   ? 1.0 / 512
                    : format == WeightFormat::kInt8 ? 1.0 / 254
                                                    : 0.0;
   return 2 * u * static_cast<double>(c.num_layers);
@@ -162,7 +162,7 @@ TEST_P(ForwardBatchTest, BatchedSequencesMatchEachAlone) {
   const double bound = ReorderBound(c);
   constexpr int kSteps = 12;
   const std::vector<std::pair<int, size_t>> wanted = {{0, 9}, {1, 23}, {2, 14}, {3, 31}};
-  const std::vector<int> joins = {0, 0, 0, 3};        // step a sequence's prompt runs in
+  const std::vector<int> joins = {0, 0, 0, 3};  // step a sequence's prompt runs in
   const std::vector<int> lengths = {5, kSteps, kSteps, kSteps - 3};  // tokens it generates
   // Near-ties make a token comparison meaningless: each prompt is the first of its golden text's
   // prefixes from the wanted length on whose lone run has none among the tokens compared.
@@ -237,8 +237,7 @@ TEST_P(ForwardBatchTest, ChunkedPrefillMatchesAWholePrefill) {
     const size_t n = std::min<size_t>(7, prompt.size() - at);
     const BatchSequence batch[] = {
         {absl::MakeConstSpan(&decode_input, 1), &other, nullptr, true},
-        {absl::MakeConstSpan(prompt).subspan(at, n), &chunked, nullptr,
-         at + n == prompt.size()}};
+        {absl::MakeConstSpan(prompt).subspan(at, n), &chunked, nullptr, at + n == prompt.size()}};
     auto logits = testing::Ok(model_->ForwardBatch(batch));
     ASSERT_TRUE(logits[0].defined());
     EXPECT_EQ(logits[1].defined(), at + n == prompt.size());
@@ -274,12 +273,7 @@ INSTANTIATE_TEST_SUITE_P(RealCheckpoints, ForwardBatchTest,
                          ::testing::Values("stories260k", "llama2xs-260k", "tinystories-4m",
                                            "stories260k@int8", "tinystories-4m@int8",
                                            "tinystories-4m@bf16"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string n = info.param;
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           std::replace(n.begin(), n.end(), '@', '_');
-                           return n;
-                         });
+                         [](const auto& info) { return testing::TestNameOf(info.param); });
 
 }  // namespace
 }  // namespace scd

@@ -57,7 +57,8 @@ std::vector<std::string> Openers() {
     if (!line.empty()) lines.push_back(line);
   }
   std::vector<std::string> picked;
-  for (size_t i = 0; i < lines.size() && picked.size() < kPrompts; i += 39) picked.push_back(lines[i]);
+  for (size_t i = 0; i < lines.size() && picked.size() < kPrompts; i += 39)
+    picked.push_back(lines[i]);
   return picked;
 }
 
@@ -138,8 +139,12 @@ TEST_P(PeerGreedyTest, ContinuationsEqualLlamaCppTokenForToken) {
   for (const std::string& text : Openers()) prompts.push_back(testing::Ok(tokenizer->Encode(text)));
   ASSERT_EQ(prompts.size(), static_cast<size_t>(kPrompts));
   const testing::Golden golden = testing::LoadGolden(name);
-  json request = {{"model", dir.File("model.gguf")}, {"threads", 1}, {"kv_f32", true},
-                  {"tokens", kTokens}, {"continue", prompts}, {"score", json::array()}};
+  json request = {{"model", dir.File("model.gguf")},
+                  {"threads", 1},
+                  {"kv_f32", true},
+                  {"tokens", kTokens},
+                  {"continue", prompts},
+                  {"score", json::array()}};
   for (const testing::GoldenPrompt& p : golden.prompts) request["score"].push_back(p.ids);
   const json peer = RunPeer(request, dir.path());
 
@@ -178,26 +183,23 @@ TEST_P(PeerGreedyTest, ContinuationsEqualLlamaCppTokenForToken) {
     const size_t at = diff.first - ours.tokens.begin();
     const double peer_margin = theirs["margins"][at].get<double>();
     ++parted;
-    std::printf("%s prompt %d parts at token %zu: ours %d (margin %.3g), llama.cpp %d (margin "
-                "%.3g); bound %.3g\n",
-                name.c_str(), p, at, ours.tokens[at], ours.margins[at], peer_tokens[at],
-                peer_margin, bound);
+    std::printf(
+        "%s prompt %d parts at token %zu: ours %d (margin %.3g), llama.cpp %d (margin "
+        "%.3g); bound %.3g\n",
+        name.c_str(), p, at, ours.tokens[at], ours.margins[at], peer_tokens[at], peer_margin,
+        bound);
     EXPECT_TRUE(ours.margins[at] <= bound || peer_margin <= bound)
         << name << " prompt " << p << " parts at token " << at << " without a near-tie";
   }
-  EXPECT_LE(parted, kPrompts / 20) << name << ": " << parted << " of " << kPrompts
-                                   << " prompts part from llama.cpp";
+  EXPECT_LE(parted, kPrompts / 20)
+      << name << ": " << parted << " of " << kPrompts << " prompts part from llama.cpp";
 }
 
 INSTANTIATE_TEST_SUITE_P(RealCheckpoints, PeerGreedyTest,
                          ::testing::Values("stories260k", "stories260k-fables", "llama2xs-260k",
                                            "tinystories-4m", "tinystories-4m-fables",
                                            "tinystories-4m-b"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string n = info.param;
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
-                         });
+                         [](const auto& info) { return testing::TestNameOf(info.param); });
 
 }  // namespace
 }  // namespace scd

@@ -43,7 +43,8 @@ TEST_P(PrecisionQualityTest, PerplexityWithinOnePercentOfFloat32) {
       TextCorpus::Load(testing::SharedDir() + "/data/tinystories_valid_hf.txt", *tokenizer));
   const auto sequences = testing::Ok(corpus.Sequences(32, 256));
   std::vector<std::vector<TokenId>> prompts;
-  for (const std::string& text : Openers(16)) prompts.push_back(testing::Ok(tokenizer->Encode(text)));
+  for (const std::string& text : Openers(16))
+    prompts.push_back(testing::Ok(tokenizer->Encode(text)));
 
   const auto f32 = testing::Ok(LlamaModel::Load(dir, {}));
   const PerplexityResult base = testing::Ok(Perplexity(*f32, sequences));
@@ -57,10 +58,11 @@ TEST_P(PrecisionQualityTest, PerplexityWithinOnePercentOfFloat32) {
     const PerplexityResult r = testing::Ok(Perplexity(*model, sequences));
     const GreedyAgreement g =
         CompareGreedy(base_greedy, testing::Ok(GreedyContinuations(*model, prompts, 32)));
-    std::printf("%-22s %-5s ppl %.4f (%+.3f %%), greedy tokens equal to f32's: %.1f %% of "
-                "positions, %d of %d prompts throughout\n",
-                name.c_str(), WeightFormatName(format), r.ppl, 100 * (r.ppl / base.ppl - 1),
-                100 * g.positions, g.identical, g.prompts);
+    std::printf(
+        "%-22s %-5s ppl %.4f (%+.3f %%), greedy tokens equal to f32's: %.1f %% of "
+        "positions, %d of %d prompts throughout\n",
+        name.c_str(), WeightFormatName(format), r.ppl, 100 * (r.ppl / base.ppl - 1),
+        100 * g.positions, g.identical, g.prompts);
     EXPECT_NEAR(r.ppl / base.ppl, 1.0, 0.01) << name << " " << WeightFormatName(format);
   }
 }
@@ -69,11 +71,7 @@ INSTANTIATE_TEST_SUITE_P(RealCheckpoints, PrecisionQualityTest,
                          ::testing::Values("stories260k", "stories260k-fables", "llama2xs-260k",
                                            "tinystories-4m", "tinystories-4m-fables",
                                            "tinystories-4m-b", "tinystories-656k"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string n = info.param;
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
-                         });
+                         [](const auto& info) { return testing::TestNameOf(info.param); });
 
 }  // namespace
 }  // namespace scd

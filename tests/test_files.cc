@@ -1,13 +1,12 @@
 #include "tests/test_files.h"
 
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <unistd.h>
-
-#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 
@@ -20,6 +19,13 @@ std::string SharedDir() { return ResolveSharedDir(); }
 
 std::string ModelDir(const std::string& name) { return SharedDir() + "/models/" + name; }
 std::string BuildDir() { return SCD_BUILD_DIR; }
+
+std::string TestNameOf(std::string param) {
+  for (char& c : param) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return param;
+}
 
 TempDir::TempDir() {
   std::string pattern = (std::filesystem::temp_directory_path() / "scd_test_XXXXXX").string();

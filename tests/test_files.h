@@ -13,6 +13,9 @@ std::string SharedDir();
 std::string ModelDir(const std::string& name);  // SharedDir()/models/NAME
 std::string BuildDir();                         // the CMake build tree
 
+// A parameter such as "tinystories-4m@int8" as a GoogleTest name: "tinystories_4m_int8".
+std::string TestNameOf(std::string param);
+
 // A fresh empty directory, removed when the object dies.
 class TempDir {
  public:
