@@ -8,7 +8,6 @@
 #include "absl/time/clock.h"
 #include "base/awaited.h"
 #include "base/release_clock.h"
-#include "base/thread_name.h"
 
 namespace scd::consumer {
 namespace {
@@ -30,12 +29,7 @@ std::shared_ptr<Admission> Admission::Create(uint32_t capacity) {
   return Create(options);
 }
 
-Admission::Admission(Options options) : options_(options) {
-  timer_ = std::thread([this] {
-    NameThisThread("scd-admit-timer");
-    ExpireLoop();
-  });
-}
+Admission::Admission(Options options) : options_(options) {}
 
 Admission::~Admission() {
   std::vector<Outcome> ended;
@@ -46,12 +40,7 @@ Admission::~Admission() {
       Dequeue(queue_.front(), absl::UnavailableError("the consumer is shutting down"), &ended);
     }
   }
-  Tell(std::move(ended));
-  if (timer_.get_id() == std::this_thread::get_id()) {
-    timer_.detach();  // the last owner let go on the timer's own thread: it returns by itself
-  } else {
-    timer_.join();
-  }
+  Tell(std::move(ended));  // cancels their timers (one running is waited for, unless it is ours)
 }
 
 Admission::Reservation::~Reservation() { owner_->Release(bytes_); }
@@ -65,14 +54,13 @@ std::unique_ptr<Admission::Reservation> Admission::Reserve(int64_t bytes, absl::
   ++active_;
   reserved_ += bytes;
   return std::unique_ptr<Reservation>(
-      new Reservation(shared_from_this(), bytes, absl::Now() - arrived));
+      new Reservation(shared_from_this(), bytes, options_.clock->Now() - arrived));
 }
 
 void Admission::Dequeue(std::shared_ptr<Waiter> waiter, Admitted result,
                         std::vector<Outcome>* ended) {
   queue_.erase(std::find(queue_.begin(), queue_.end(), waiter));
   queued_bytes_ -= waiter->bytes;
-  queue_changed_ = true;
   ended->push_back(Outcome{std::move(waiter), std::move(result)});
 }
 
@@ -86,13 +74,14 @@ void Admission::AdmitHead(std::vector<Outcome>* ended) {
 void Admission::Tell(std::vector<Outcome> ended) {
   for (Outcome& o : ended) {
     o.waiter->wake.Reset();  // no lock held: a cancel callback under way may finish
+    o.waiter->expiry.Reset();
     o.waiter->done(std::move(o.result));
   }
 }
 
 void Admission::AdmitAsync(int64_t bytes, absl::Time deadline, Cancellation* cancellation,
                            std::function<void(Admitted)> done) {
-  const absl::Time arrived = absl::Now();
+  const absl::Time arrived = options_.clock->Now();
   bytes = std::max<int64_t>(bytes, 0);
   auto waiter = std::make_shared<Waiter>();
   {
@@ -134,7 +123,13 @@ void Admission::AdmitAsync(int64_t bytes, absl::Time deadline, Cancellation* can
       waiter->done = std::move(done);
       queue_.push_back(waiter);
       queued_bytes_ += bytes;
-      queue_changed_ = true;
+      if (deadline < absl::InfiniteFuture()) {
+        // Set under the lock, before anyone can dequeue the waiter and reset its timer. The
+        // timer holds no share of the Admission (Expire takes one): the destructor ends every
+        // wait, cancelling its timer.
+        waiter->expiry = Clock::Timer(options_.clock, deadline,
+                                      [this, ticket = waiter->ticket] { Expire(ticket); });
+      }
     }
   }
   if (at_once.has_value()) {
@@ -163,36 +158,28 @@ void Admission::Leave(uint64_t ticket, absl::Status why) {
   Tell(std::move(ended));
 }
 
-void Admission::ExpireLoop() {
-  absl::MutexLock lock(&mu_);
-  while (!stopping_) {
-    absl::Time next = absl::InfiniteFuture();
-    for (const auto& w : queue_) next = std::min(next, w->deadline);
-    queue_changed_ = false;
-    auto woken = [this]()
-                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || queue_changed_; };
-    mu_.AwaitWithDeadline(absl::Condition(&woken), next);
-    std::vector<Outcome> ended;
-    const absl::Time now = absl::Now();
-    for (size_t i = 0; i < queue_.size();) {
-      const std::shared_ptr<Waiter> w = queue_[i];
-      if (w->deadline > now) {
-        ++i;
-        continue;
-      }
-      Dequeue(w,
-              absl::DeadlineExceededError(absl::StrCat(
-                  "the request's deadline passed after ", absl::FormatDuration(now - w->arrived),
-                  " waiting for KV memory (", w->bytes, " bytes; ", reserved_, " of ",
-                  options_.budget_bytes, " reserved by ", active_, " requests)")),
-              &ended);
-    }
-    if (ended.empty()) continue;
-    AdmitHead(&ended);
-    mu_.Unlock();
-    Tell(std::move(ended));
-    mu_.Lock();
+void Admission::Expire(uint64_t ticket) {
+  // A share for the call (AdmitHead takes more); none left means the destructor is ending every
+  // wait and waits for this callback.
+  const std::shared_ptr<Admission> self = weak_from_this().lock();
+  if (self == nullptr) return;
+  std::vector<Outcome> ended;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = std::find_if(queue_.begin(), queue_.end(),
+                           [ticket](const auto& w) { return w->ticket == ticket; });
+    if (it == queue_.end()) return;  // admitted or gone already
+    const std::shared_ptr<Waiter> w = *it;
+    Dequeue(w,
+            absl::DeadlineExceededError(
+                absl::StrCat("the request's deadline passed after ",
+                             absl::FormatDuration(options_.clock->Now() - w->arrived),
+                             " waiting for KV memory (", w->bytes, " bytes; ", reserved_, " of ",
+                             options_.budget_bytes, " reserved by ", active_, " requests)")),
+            &ended);
+    AdmitHead(&ended);  // the head may have changed
   }
+  Tell(std::move(ended));
 }
 
 void Admission::Release(int64_t bytes) {

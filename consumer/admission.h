@@ -10,8 +10,8 @@
 // passes (DEADLINE_EXCEEDED) or its caller cancels (CANCELLED). A Reservation releases its
 // bytes and place when destroyed, whichever way the request ended.
 // A waiting request holds no thread (AdmitAsync): it is admitted by the thread that made room
-// (a Reservation's release), and one timer thread per Admission ends the waits whose deadline
-// passed. Admit is AdmitAsync waited for.
+// (a Reservation's release), and a timer of the Admission's clock (base/clock.h) ends its wait
+// when its deadline passes. Admit is AdmitAsync waited for.
 // Thread-safety: thread-safe.
 #ifndef SCD_CONSUMER_ADMISSION_H_
 #define SCD_CONSUMER_ADMISSION_H_
@@ -21,7 +21,6 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -29,15 +28,17 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/cancellation.h"
+#include "base/clock.h"
 
 namespace scd::consumer {
 
 class Admission : public std::enable_shared_from_this<Admission> {
  public:
   struct Options {
-    uint32_t capacity = 16;       // requests holding a reservation at once (an upper bound)
-    int64_t budget_bytes = 0;     // KV memory for reservations; 0: no byte limit
-    uint32_t max_queued = 256;    // requests waiting at once; 0: refuse instead of waiting
+    uint32_t capacity = 16;        // requests holding a reservation at once (an upper bound)
+    int64_t budget_bytes = 0;      // KV memory for reservations; 0: no byte limit
+    uint32_t max_queued = 256;     // requests waiting at once; 0: refuse instead of waiting
+    Clock* clock = Clock::Real();  // deadlines and waited(); outlives the Admission
   };
 
   // What one admitted request holds; released on destruction.
@@ -76,11 +77,11 @@ class Admission : public std::enable_shared_from_this<Admission> {
   // take nothing new).
   void Drain();
 
-  uint32_t active() const;          // requests holding a reservation
-  uint32_t queued() const;          // requests waiting
-  int64_t queued_bytes() const;     // the bytes they wait for
-  int64_t reserved_bytes() const;   // bytes the reservations hold
-  int64_t free_bytes() const;       // budget - reserved (0 without a budget)
+  uint32_t active() const;         // requests holding a reservation
+  uint32_t queued() const;         // requests waiting
+  int64_t queued_bytes() const;    // the bytes they wait for
+  int64_t reserved_bytes() const;  // bytes the reservations hold
+  int64_t free_bytes() const;      // budget - reserved (0 without a budget)
   uint32_t capacity() const { return options_.capacity; }
   int64_t budget_bytes() const { return options_.budget_bytes; }
   uint32_t max_queued() const { return options_.max_queued; }
@@ -96,6 +97,7 @@ class Admission : public std::enable_shared_from_this<Admission> {
     absl::Time arrived, deadline;
     std::function<void(Admitted)> done;
     Cancellation::Registration wake;  // leaves the queue when cancelled
+    Clock::Timer expiry;              // leaves the queue at the deadline
   };
   // A wait that ended, told outside the lock.
   struct Outcome {
@@ -114,8 +116,9 @@ class Admission : public std::enable_shared_from_this<Admission> {
   // Tells the ended waits (no lock held: their callbacks may take it).
   static void Tell(std::vector<Outcome> ended);
   void Leave(uint64_t ticket, absl::Status why);
+  // The waiter `ticket`'s deadline passed (its timer).
+  void Expire(uint64_t ticket);
   void Release(int64_t bytes);
-  void ExpireLoop();
 
   const Options options_;
   mutable absl::Mutex mu_;
@@ -126,8 +129,6 @@ class Admission : public std::enable_shared_from_this<Admission> {
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool queue_changed_ ABSL_GUARDED_BY(mu_) = false;  // wakes the timer
-  std::thread timer_;                                // ExpireLoop
 };
 
 }  // namespace scd::consumer

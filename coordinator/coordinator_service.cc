@@ -62,26 +62,16 @@ PrefixHint HintFor(const Tokenizer* tokenizer, const v1::GenerateRequest& req) {
 
 RegistryService::RegistryService(NodeRegistry* registry, ClusterSecret secret,
                                  const Tally* counters)
-    : registry_(registry), secret_(std::move(secret)), counters_(counters) {
-  sweeper_ = std::thread([this] {
-    NameThisThread("scd-sweeper");
-    absl::MutexLock lock(&mu_);
-    while (
-        !mu_.AwaitWithTimeout(absl::Condition(&stopping_), registry_->options().sweep_interval)) {
-      for (const std::string& node : registry_->ExpireLapsed()) {
-        spdlog::warn("registry: dropped {}: no heartbeat within the lease", node);
-      }
-    }
-  });
-}
+    : registry_(registry),
+      secret_(std::move(secret)),
+      counters_(counters),
+      sweeper_(registry->clock(), registry->options().sweep_interval, [registry] {
+        for (const std::string& node : registry->ExpireLapsed()) {
+          spdlog::warn("registry: dropped {}: no heartbeat within the lease", node);
+        }
+      }) {}
 
-RegistryService::~RegistryService() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-  }
-  sweeper_.join();
-}
+RegistryService::~RegistryService() = default;
 
 grpc::Status RegistryService::Register(grpc::ServerContext* context,
                                        const v1::RegisterRequest* request,

@@ -69,9 +69,8 @@ class RegistryService final : public v1::Registry::Service {
   NodeRegistry* const registry_;
   const ClusterSecret secret_;
   const Tally* const counters_;
-  absl::Mutex mu_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread sweeper_;
+  // Expires lapsed leases every sweep_interval on the registry's clock.
+  Clock::Ticker sweeper_;
 };
 
 struct CoordinatorOptions {

@@ -34,8 +34,8 @@ std::string ShortFingerprint(const std::string& fingerprint) { return fingerprin
 
 }  // namespace
 
-NodeRegistry::NodeRegistry(RegistryOptions options, Clock clock)
-    : options_(options), clock_(std::move(clock)) {}
+NodeRegistry::NodeRegistry(RegistryOptions options, Clock* clock)
+    : options_(options), clock_(clock) {}
 
 namespace {
 
@@ -78,7 +78,6 @@ std::map<std::string, Frontier> Frontiers(const v1::RegisterRequest& request) {
   return out;
 }
 
-
 }  // namespace
 
 absl::StatusOr<Lease> NodeRegistry::Register(const v1::RegisterRequest& request) {
@@ -91,7 +90,7 @@ absl::StatusOr<Lease> NodeRegistry::Register(const v1::RegisterRequest& request)
   }
   node.info = request;
   node.frontiers = Frontiers(request);
-  node.last_heartbeat = clock_();
+  node.last_heartbeat = clock_->Now();
   const std::string id = node.id;
   nodes_.emplace(id, std::move(node));
   return Lease{id, options_.lease, options_.heartbeat_interval};
@@ -100,7 +99,7 @@ absl::StatusOr<Lease> NodeRegistry::Register(const v1::RegisterRequest& request)
 absl::Status NodeRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(request.node_id());
-  const absl::Time now = clock_();
+  const absl::Time now = clock_->Now();
   if (it == nodes_.end() || !Live(it->second, now)) {
     return absl::NotFoundError(absl::StrCat("heartbeat: no lease '", ShortNodeId(request.node_id()),
                                             "...' (lapsed or unknown): register"));
@@ -137,7 +136,7 @@ absl::Status NodeRegistry::Upsert(const std::string& node_id, const v1::Register
   node.info = request;
   node.frontiers = Frontiers(request);
   node.external = true;
-  node.last_heartbeat = clock_();
+  node.last_heartbeat = clock_->Now();
   if (request.role() == v1::NODE_ROLE_CONSUMER) {
     for (const v1::ModelEntry& model : request.models()) known_targets_.insert(model.name());
   }
@@ -263,7 +262,7 @@ absl::Status NodeRegistry::Deregister(const std::string& node_id) {
 std::vector<std::string> NodeRegistry::ExpireLapsed() {
   std::vector<std::string> dropped;
   absl::MutexLock lock(&mu_);
-  const absl::Time now = clock_();
+  const absl::Time now = clock_->Now();
   for (auto it = nodes_.begin(); it != nodes_.end();) {
     if (Live(it->second, now)) {
       ++it;
@@ -547,7 +546,7 @@ absl::StatusOr<Route> NodeRegistry::Resolve(const std::vector<std::string>& targ
   }
 
   absl::MutexLock lock(&mu_);
-  const absl::Time now = clock_();
+  const absl::Time now = clock_->Now();
   absl::StatusOr<std::vector<const Node*>> picked = PickConsumers(targets, now, hint);
   if (!picked.ok()) return picked.status();
   const std::vector<const Node*>& consumers = *picked;
@@ -654,7 +653,7 @@ void NodeRegistry::NoteLinkShape(const std::string& producer_node, const v1::Lin
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(producer_node);
   if (it == nodes_.end()) return;
-  it->second.shape_set = clock_();
+  it->second.shape_set = clock_->Now();
   it->second.shape_announced = shape.gbps() > 0;
   if (shape.gbps() > 0) {
     it->second.shape = shape;
@@ -670,7 +669,7 @@ void NodeRegistry::ObserveFinished(const Route& route, const RouteTarget& target
     return;
   }
   absl::MutexLock lock(&mu_);
-  links_[{route.producer_node, target.consumer_node}].Observe(finished, clock_());
+  links_[{route.producer_node, target.consumer_node}].Observe(finished, clock_->Now());
   auto it = nodes_.find(route.producer_node);
   if (it == nodes_.end()) return;
   // A request routed before the shape was last set travelled under the old one: it says nothing
@@ -678,7 +677,7 @@ void NodeRegistry::ObserveFinished(const Route& route, const RouteTarget& target
   if (route.routed_at < it->second.shape_set) return;
   if (finished.has_link() && finished.link().gbps() > 0) {
     it->second.shape = finished.link();
-    it->second.shape_learnt = clock_();
+    it->second.shape_learnt = clock_->Now();
   } else {
     it->second.shape.reset();
     it->second.shape_announced = false;
@@ -688,7 +687,7 @@ void NodeRegistry::ObserveFinished(const Route& route, const RouteTarget& target
 std::vector<v1::ModelInfo> NodeRegistry::Models() const {
   std::vector<v1::ModelInfo> models;
   absl::MutexLock lock(&mu_);
-  const absl::Time now = clock_();
+  const absl::Time now = clock_->Now();
   for (const auto& [id, node] : nodes_) {
     if (!Live(node, now)) continue;
     for (const v1::ModelEntry& entry : node.info.models()) {
@@ -712,7 +711,7 @@ std::vector<v1::ModelInfo> NodeRegistry::Models() const {
 std::vector<NodeRegistry::ProducerNode> NodeRegistry::Producers(const std::string& match) const {
   std::vector<ProducerNode> producers;
   absl::MutexLock lock(&mu_);
-  const absl::Time now = clock_();
+  const absl::Time now = clock_->Now();
   for (const auto& [id, node] : nodes_) {
     if (node.info.role() != v1::NODE_ROLE_PRODUCER || !Live(node, now)) continue;
     const std::string name = node.info.models_size() > 0 ? node.info.models(0).name() : "";

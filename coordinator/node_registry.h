@@ -53,6 +53,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/clock.h"
 #include "codec/frontier.h"
 #include "codec/transfer_mode.h"
 #include "coordinator/auto_choice.h"
@@ -103,8 +104,8 @@ struct RouteTarget {
   std::string consumer_fingerprint;
   TransferMode mode = TransferMode::kLocal;  // the mode this target will use
   std::string mode_reason;                   // why (always set)
-  std::string artifact_id;  // the artifact the mode uses ("" when none)
-  int64_t kv_bytes = 0;     // the KV memory the request will reserve on the consumer (0: unknown)
+  std::string artifact_id;                   // the artifact the mode uses ("" when none)
+  int64_t kv_bytes = 0;  // the KV memory the request will reserve on the consumer (0: unknown)
   // scd from an artifact with a frontier: the point chosen (ranks and precision; the measured
   // fields as the frontier has them). Unset: the fitted configuration at the nodes' precision.
   std::optional<FrontierPoint> point;
@@ -125,14 +126,14 @@ struct Route {
   // it since) said: Started.producer_cached_tokens.
   uint32_t producer_cached_tokens = 0;
   std::vector<RouteTarget> targets;  // in the request's order
-  absl::Time routed_at;  // the registry's clock when Resolve made it
-  uint64_t id = 0;       // Resolve's, unique in this registry
+  absl::Time routed_at;              // the registry's clock when Resolve made it
+  uint64_t id = 0;                   // Resolve's, unique in this registry
 };
 
 class NodeRegistry {
  public:
-  using Clock = std::function<absl::Time()>;
-  explicit NodeRegistry(RegistryOptions options = {}, Clock clock = &absl::Now);
+  // `clock` (leases, heartbeats, routing times) outlives the registry.
+  explicit NodeRegistry(RegistryOptions options = {}, Clock* clock = Clock::Real());
 
   // INVALID_ARGUMENT for a request without role, address or models, a consumer without a transfer
   // address, or an artifact whose consumer fingerprint is none of the node's models'. The lease's
@@ -190,14 +191,15 @@ class NodeRegistry {
   std::vector<v1::ModelInfo> Models() const;
   size_t size() const;
   const RegistryOptions& options() const { return options_; }
+  Clock* clock() const { return clock_; }
 
  private:
   struct Node {
     std::string id;
     v1::RegisterRequest info;
     absl::Time last_heartbeat;
-    uint32_t active_requests = 0;  // as its last heartbeat said
-    uint32_t routed = 0;           // requests routed to it, not yet done
+    uint32_t active_requests = 0;    // as its last heartbeat said
+    uint32_t routed = 0;             // requests routed to it, not yet done
     uint32_t routed_since_beat = 0;  // routed to it since its last heartbeat
     // Consumers: as its last heartbeat said, and the bytes of requests routed to it not yet done.
     int64_t kv_reserved = 0, kv_queued = 0, routed_bytes = 0;
@@ -212,9 +214,9 @@ class NodeRegistry {
     // target index): the prefill work ahead of another local one. Producers: routes sending
     // codes from it and not yet at their first token (route id, the route's target count).
     std::set<std::pair<uint64_t, size_t>> prefilling;
-    std::optional<v1::LinkShape> shape;         // producers: its sessions' shape, when shaped
-    absl::Time shape_set = absl::InfinitePast();  // the last NoteLinkShape
-    bool shape_announced = false;                 // that one set a shape (else learnt or none)
+    std::optional<v1::LinkShape> shape;              // producers: its sessions' shape, when shaped
+    absl::Time shape_set = absl::InfinitePast();     // the last NoteLinkShape
+    bool shape_announced = false;                    // that one set a shape (else learnt or none)
     absl::Time shape_learnt = absl::InfinitePast();  // the last Finished that set `shape`
   };
   void ApplyState(Node& node, const v1::HeartbeatRequest& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -263,7 +265,7 @@ class NodeRegistry {
                        absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RegistryOptions options_;
-  const Clock clock_;
+  Clock* const clock_;
   mutable absl::Mutex mu_;
   std::map<std::string, Node> nodes_ ABSL_GUARDED_BY(mu_);
   mutable std::atomic<uint64_t> routes_{0};  // Route ids made so far (Resolve is const)

@@ -3,16 +3,21 @@
 // none overtaking a large one at the head) and leave it at their deadline or cancel; a request
 // larger than the budget and a full queue are refused at once naming the numbers; draining refuses
 // new and waiting work and keeps running work. Without a queue (max_queued 0) full refuses early.
+// Waits are judged on a simulated clock (base/simulated_clock.h) and through AdmitAsync, whose
+// queueing is done when it returns: no sleeps, no wall-clock bounds.
 #include "consumer/admission.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/time/clock.h"
+#include "base/simulated_clock.h"
 
 namespace scd::consumer {
 namespace {
@@ -72,57 +77,74 @@ TEST(AdmissionTest, DrainingRefusesNewWorkAndKeepsRunningWork) {
   EXPECT_EQ(admission->active(), 0u);
 }
 
-Admission::Options Budget(int64_t bytes, uint32_t capacity = 16, uint32_t queue = 8) {
+Admission::Options Budget(int64_t bytes, uint32_t capacity = 16, uint32_t queue = 8,
+                          Clock* clock = Clock::Real()) {
   Admission::Options options;
   options.budget_bytes = bytes;
   options.capacity = capacity;
   options.max_queued = queue;
+  options.clock = clock;
   return options;
 }
 
+// An AdmitAsync's outcome, once told.
+struct Told {
+  std::optional<Admission::Admitted> result;
+  std::function<void(Admission::Admitted)> Setter() {
+    return [this](Admission::Admitted r) { result = std::move(r); };
+  }
+  bool ok() const { return result.has_value() && result->ok(); }
+  absl::StatusCode code() const {
+    return result.has_value() ? result->status().code() : absl::StatusCode::kUnknown;
+  }
+  std::string message() const {
+    return result.has_value() ? std::string(result->status().message()) : "(not told)";
+  }
+};
+
 TEST(AdmissionTest, BytesAreReservedAndTooLargeARequestIsRefusedAtOnce) {
-  auto admission = Admission::Create(Budget(1000));
+  SimulatedClock clock;
+  auto admission = Admission::Create(Budget(1000, 16, 8, &clock));
   auto a = admission->Admit(600);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(admission->reserved_bytes(), 600);
   EXPECT_EQ(admission->free_bytes(), 400);
   EXPECT_EQ((*a)->bytes(), 600);
-  // A wait for room would last until this deadline; a request that can never fit must not wait.
-  const absl::Time before = absl::Now();
-  auto huge = admission->Admit(1001, before + absl::Seconds(10));
-  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(std::string(huge.status().message()), HasSubstr("needs 1001 bytes"));
-  EXPECT_THAT(std::string(huge.status().message()), HasSubstr("budget of 1000 bytes"));
-  // At once: no wait for room (a bound in wall-clock milliseconds failed once in CI under load).
-  EXPECT_LT(absl::Now() - before, absl::Seconds(5));
+  // A wait for room would last until this deadline; a request that can never fit is told before
+  // AdmitAsync returns, with the clock standing still.
+  Told huge;
+  admission->AdmitAsync(1001, clock.Now() + absl::Seconds(10), nullptr, huge.Setter());
+  EXPECT_EQ(huge.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(huge.message(), HasSubstr("needs 1001 bytes"));
+  EXPECT_THAT(huge.message(), HasSubstr("budget of 1000 bytes"));
+  EXPECT_EQ(admission->queued(), 0u);
+  EXPECT_EQ(clock.pending(), 0u);  // no deadline timer was set
   a->reset();
   EXPECT_EQ(admission->reserved_bytes(), 0);
 }
 
 TEST(AdmissionTest, WaitersAreAdmittedFirstComeFirstAsBytesFree) {
-  auto admission = Admission::Create(Budget(1000));
+  SimulatedClock clock;
+  auto admission = Admission::Create(Budget(1000, 16, 8, &clock));
   auto held = admission->Admit(900);
   ASSERT_TRUE(held.ok());
-  std::vector<std::unique_ptr<Admission::Reservation>> admitted(3);
-  std::vector<std::thread> waiters;
   // 500 first, then two of 50: the small ones would fit beside the held 900 but wait behind the
   // 500 at the head.
+  Told told[3];
   const int64_t sizes[] = {500, 50, 50};
   for (int i = 0; i < 3; ++i) {
-    waiters.emplace_back([&, i] {
-      auto r = admission->Admit(sizes[i]);
-      ASSERT_TRUE(r.ok()) << r.status();
-      EXPECT_GT((*r)->waited(), absl::ZeroDuration());
-      admitted[i] = *std::move(r);
-    });
-    while (admission->queued() < static_cast<uint32_t>(i + 1)) absl::SleepFor(absl::Milliseconds(1));
+    admission->AdmitAsync(sizes[i], absl::InfiniteFuture(), nullptr, told[i].Setter());
+    clock.Advance(absl::Milliseconds(10));
   }
-  absl::SleepFor(absl::Milliseconds(50));
   EXPECT_EQ(admission->queued(), 3u);  // nobody overtook the 500
+  for (const Told& t : told) EXPECT_FALSE(t.result.has_value());
   EXPECT_EQ(admission->reserved_bytes(), 900);
   EXPECT_EQ(admission->queued_bytes(), 600);
-  held->reset();  // 1000 free: all three fit
-  for (auto& w : waiters) w.join();
+  held->reset();  // 1000 free: all three fit, admitted by this thread's release
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(told[i].ok()) << told[i].message();
+    EXPECT_EQ((**told[i].result)->waited(), absl::Milliseconds(30 - 10 * i));  // on the clock
+  }
   EXPECT_EQ(admission->reserved_bytes(), 600);
   EXPECT_EQ(admission->active(), 3u);
   EXPECT_EQ(admission->queued(), 0u);
@@ -132,60 +154,75 @@ TEST(AdmissionTest, WaitersAreAdmittedFirstComeFirstAsBytesFree) {
 TEST(AdmissionTest, AFullQueueRefusesAtOnceNamingIt) {
   auto admission = Admission::Create(Budget(100, 16, /*queue=*/2));
   auto held = admission->Admit(100);
-  std::vector<std::thread> waiters;
-  for (int i = 0; i < 2; ++i) {
-    waiters.emplace_back([&] { EXPECT_TRUE(admission->Admit(10).ok()); });
-  }
-  while (admission->queued() < 2) absl::SleepFor(absl::Milliseconds(1));
+  Told waiting[2];
+  for (Told& w : waiting) admission->AdmitAsync(10, absl::InfiniteFuture(), nullptr, w.Setter());
+  EXPECT_EQ(admission->queued(), 2u);
   auto refused = admission->Admit(10);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("queue holds 2 of 2"));
   held->reset();
-  for (auto& w : waiters) w.join();
+  for (const Told& w : waiting) EXPECT_TRUE(w.ok()) << w.message();
 }
 
 TEST(AdmissionTest, CapacityBoundsRequestsEvenWhenBytesFit) {
   auto admission = Admission::Create(Budget(1 << 20, /*capacity=*/2));
   auto a = admission->Admit(1), b = admission->Admit(1);
-  std::thread third([&] { EXPECT_TRUE(admission->Admit(1).ok()); });
-  while (admission->queued() < 1) absl::SleepFor(absl::Milliseconds(1));
+  Told third;
+  admission->AdmitAsync(1, absl::InfiniteFuture(), nullptr, third.Setter());
+  EXPECT_EQ(admission->queued(), 1u);
   EXPECT_EQ(admission->active(), 2u);
   a->reset();
-  third.join();
+  EXPECT_TRUE(third.ok()) << third.message();
 }
 
 TEST(AdmissionTest, AWaiterLeavesAtItsDeadlineOrCancelAndTheNextGoesOn) {
-  auto admission = Admission::Create(Budget(100));
+  SimulatedClock clock;
+  auto admission = Admission::Create(Budget(100, 16, 8, &clock));
   auto held = admission->Admit(100);
   Cancellation cancel;
-  absl::Status expired, cancelled;
-  std::thread a([&] {
-    expired = admission->Admit(10, absl::Now() + absl::Milliseconds(60)).status();
-  });
-  std::thread b([&] { cancelled = admission->Admit(10, absl::InfiniteFuture(), &cancel).status(); });
-  while (admission->queued() < 2) absl::SleepFor(absl::Milliseconds(1));
-  cancel.Cancel(absl::CancelledError("the caller went away"));
-  a.join();
-  b.join();
+  Told expired, cancelled, last;
+  admission->AdmitAsync(10, clock.Now() + absl::Milliseconds(60), nullptr, expired.Setter());
+  admission->AdmitAsync(10, absl::InfiniteFuture(), &cancel, cancelled.Setter());
+  EXPECT_EQ(admission->queued(), 2u);
+  clock.Advance(absl::Milliseconds(59));
+  EXPECT_FALSE(expired.result.has_value());  // not before its deadline
+  clock.Advance(absl::Milliseconds(1));
   EXPECT_EQ(expired.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(std::string(expired.message()), HasSubstr("waiting for KV memory"));
+  EXPECT_THAT(expired.message(), HasSubstr("passed after 60ms waiting for KV memory"));
+  EXPECT_EQ(admission->queued(), 1u);
+  cancel.Cancel(absl::CancelledError("the caller went away"));
   EXPECT_EQ(cancelled.code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(admission->queued(), 0u);
   EXPECT_EQ(admission->queued_bytes(), 0);
+  // A waiter admitted before its deadline leaves no timer behind.
+  admission->AdmitAsync(100, clock.Now() + absl::Seconds(1), nullptr, last.Setter());
+  EXPECT_EQ(clock.pending(), 1u);
   held->reset();
-  EXPECT_TRUE(admission->Admit(100).ok());  // nothing left behind
+  EXPECT_TRUE(last.ok()) << last.message();
+  EXPECT_EQ(clock.pending(), 0u);
 }
 
-TEST(AdmissionTest, DrainingRefusesWaitingRequests) {
-  auto admission = Admission::Create(Budget(100));
+TEST(AdmissionTest, DrainingAndDestructionEndWaitingRequests) {
+  SimulatedClock clock;
+  auto admission = Admission::Create(Budget(100, 16, 8, &clock));
   auto held = admission->Admit(100);
-  absl::Status waited;
-  std::thread w([&] { waited = admission->Admit(10).status(); });
-  while (admission->queued() < 1) absl::SleepFor(absl::Milliseconds(1));
+  Told drained;
+  admission->AdmitAsync(10, clock.Now() + absl::Seconds(1), nullptr, drained.Setter());
   admission->Drain();
-  w.join();
-  EXPECT_EQ(waited.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(drained.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(admission->active(), 1u);
+  EXPECT_EQ(clock.pending(), 0u);
+  // Destroyed with a request waiting (capacity 0: nothing is ever admitted): told UNAVAILABLE,
+  // its timer cancelled.
+  auto closed = Admission::Create(Budget(100, /*capacity=*/0, 8, &clock));
+  Told waiting;
+  closed->AdmitAsync(10, clock.Now() + absl::Seconds(1), nullptr, waiting.Setter());
+  EXPECT_EQ(closed->queued(), 1u);
+  EXPECT_EQ(clock.pending(), 1u);
+  closed.reset();
+  EXPECT_EQ(waiting.code(), absl::StatusCode::kUnavailable) << waiting.message();
+  EXPECT_EQ(clock.pending(), 0u);
+  clock.Advance(absl::Seconds(2));  // nothing fires into the destroyed Admission
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/simulated_clock.h"
+#include "coordinator/coordinator_service.h"
 #include "proto/registry_client.h"
 
 namespace scd::coordinator {
@@ -33,7 +35,7 @@ constexpr char kXsFp[] = "cccc000000000000xs";
 
 class NodeRegistryTest : public ::testing::Test {
  protected:
-  NodeRegistryTest() : registry_(RegistryOptions{}, [this] { return now_; }) {}
+  NodeRegistryTest() : registry_(RegistryOptions{}, &clock_) {}
 
   static v1::RegisterRequest Producer(const std::string& name, const std::string& fingerprint,
                                       const std::string& address = "10.0.0.1:7000") {
@@ -80,7 +82,7 @@ class NodeRegistryTest : public ::testing::Test {
     ASSERT_TRUE(registry_.Heartbeat(beat).ok());
   }
 
-  absl::Time now_ = absl::FromUnixSeconds(1'000'000);
+  SimulatedClock clock_{absl::FromUnixSeconds(1'000'000)};
   NodeRegistry registry_;
 };
 
@@ -108,11 +110,11 @@ TEST_F(NodeRegistryTest, SilentNodeLeavesRoutingWithinThreeSeconds) {
   EXPECT_LT(registry_.options().lease + registry_.options().sweep_interval, absl::Seconds(3));
   Add(Producer("base", kBaseFp));
   const std::string consumer = Add(Consumer("fables", kFablesFp, {kBaseFp}));
-  now_ += absl::Seconds(1);
+  clock_.Advance(absl::Seconds(1));
   Beat(consumer);
-  now_ += registry_.options().lease;  // exactly at the limit: still live
+  clock_.Advance(registry_.options().lease);  // exactly at the limit: still live
   ASSERT_TRUE(ResolveNamed(registry_, {"fables"}, "").ok());
-  now_ += absl::Milliseconds(1);  // lapsed: no longer routed, even before the sweep
+  clock_.Advance(absl::Milliseconds(1));  // lapsed: no longer routed, even before the sweep
   absl::Status status = ResolveNamed(registry_, {"fables"}, "").status();
   // A known target without a live node is UNAVAILABLE (retry later), not NOT_FOUND.
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
@@ -124,6 +126,18 @@ TEST_F(NodeRegistryTest, SilentNodeLeavesRoutingWithinThreeSeconds) {
   v1::HeartbeatRequest late;
   late.set_node_id(consumer);
   EXPECT_EQ(registry_.Heartbeat(late).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(NodeRegistryTest, TheServiceSweepsLapsedNodesOnTheRegistrysClock) {
+  RegistryService service(&registry_, ClusterSecret::Random(), nullptr);
+  Add(Producer("base", kBaseFp));
+  const absl::Duration lease = registry_.options().lease;
+  const absl::Duration sweep = registry_.options().sweep_interval;
+  // The sweeps that fall within the lease leave it; the first after it lapsed drops it.
+  clock_.Advance(lease);
+  EXPECT_EQ(registry_.size(), 1u);
+  clock_.Advance(sweep);
+  EXPECT_EQ(registry_.size(), 0u);
 }
 
 TEST_F(NodeRegistryTest, DeregisterRemovesAtOnce) {
@@ -230,7 +244,8 @@ TEST_F(NodeRegistryTest, AutoWeighsLocalAgainstPointsByPredictedTtft) {
   EXPECT_THAT(route->targets[0].mode_reason,
               HasSubstr("kept: nothing within the recommended point's KL 0.02 is predicted "
                         "faster by 1 ms and 5 %"));
-  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("runner-up local prefill predicted 80.0 ms"));
+  EXPECT_THAT(route->targets[0].mode_reason,
+              HasSubstr("runner-up local prefill predicted 80.0 ms"));
   EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("taken as unlimited"));
   // No limited link known: nothing to adapt to (a late transfer would be the nodes' compute).
   EXPECT_EQ(route->targets[0].deliver_by_us, 0);
@@ -361,7 +376,7 @@ TEST_F(NodeRegistryTest, ALearntLinkShapeIsForgottenAnAnnouncedOneStays) {
   auto pass = [&](absl::Duration d) {
     while (d > absl::ZeroDuration()) {
       const absl::Duration step = std::min(d, absl::Seconds(1));
-      now_ += step;
+      clock_.Advance(step);
       d -= step;
       beat();
     }
@@ -381,7 +396,7 @@ TEST_F(NodeRegistryTest, ALearntLinkShapeIsForgottenAnAnnouncedOneStays) {
   // enough to be measured): learnt, auto prefills locally.
   Route with_producer;
   with_producer.producer_node = producer;
-  with_producer.routed_at = now_;
+  with_producer.routed_at = clock_.Now();
   v1::Finished finished;
   finished.set_mode("scd");
   finished.mutable_link()->set_gbps(0.0001);
@@ -516,7 +531,7 @@ TEST_F(NodeRegistryTest, ExplicitModesNeedWhatTheyNeed) {
 TEST_F(NodeRegistryTest, StrictModesRefuseCachesAcrossDifferentWeights) {
   NodeRegistry strict(RegistryOptions{absl::Seconds(2), absl::Milliseconds(500),
                                       absl::Milliseconds(100), /*strict_modes=*/true},
-                      [this] { return now_; });
+                      &clock_);
   ASSERT_TRUE(strict.Register(Producer("base", kBaseFp)).ok());
   ASSERT_TRUE(strict.Register(Consumer("fables", kFablesFp, {kBaseFp})).ok());
   ASSERT_TRUE(strict.Register(Consumer("base-copy", kBaseFp, {})).ok());
@@ -769,7 +784,7 @@ TEST_F(NodeRegistryTest, ModelsListsLiveModelsWithTheirArtifacts) {
   EXPECT_EQ(by_name["fables"].role(), "consumer");
   ASSERT_EQ(by_name["fables"].producers_size(), 1);
   EXPECT_EQ(by_name["fables"].producers(0), kBaseFp);
-  now_ += registry_.options().lease + absl::Milliseconds(1);
+  clock_.Advance(registry_.options().lease + absl::Milliseconds(1));
   EXPECT_TRUE(registry_.Models().empty());
 }
 
