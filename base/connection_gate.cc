@@ -121,9 +121,9 @@ absl::StatusOr<std::unique_ptr<ConnectionGate>> ConnectionGate::Listen(
   sockaddr_storage bound{};
   socklen_t length = sizeof(bound);
   getsockname(gate->listen_fd_, reinterpret_cast<sockaddr*>(&bound), &length);
-  gate->port_ = ntohs(bound.ss_family == AF_INET6
-                          ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                          : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  gate->port_ =
+      ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                        : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   gate->address_ = HostPort{where->host, static_cast<uint16_t>(gate->port_)}.ToString();
   gate->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (gate->wake_fd_ < 0) return absl::InternalError(absl::StrCat("eventfd: ", Errno(errno)));
@@ -161,146 +161,162 @@ ConnectionGateCounters ConnectionGate::counters() const {
           accept_errors_.load()};
 }
 
-void ConnectionGate::Loop() {
-  const int epoll = epoll_create1(EPOLL_CLOEXEC);
-  if (epoll < 0) return;
-  epoll_event event{};
-  event.events = EPOLLIN;
-  event.data.fd = listen_fd_;
-  epoll_ctl(epoll, EPOLL_CTL_ADD, listen_fd_, &event);
-  event.data.fd = wake_fd_;
-  epoll_ctl(epoll, EPOLL_CTL_ADD, wake_fd_, &event);
-  const uint64_t limit = RaiseOpenFileLimit();
-  const uint64_t ceiling = limit > options_.fd_headroom + 16 ? limit - options_.fd_headroom : 16;
-  // A spare descriptor: when accept() fails with EMFILE, closing it frees one to accept (and
-  // close) the waiting connection, so the backlog drains instead of spinning.
-  int spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
-
-  // Connections waiting for their preface: by descriptor, and in arrival order for eviction.
-  // An entry of `order` is stale once its descriptor was handed over or dropped (the number may
-  // have been reused by a newer connection: the sequence number tells them apart).
+// Connections waiting for their preface: by descriptor, and in arrival order for eviction. An
+// entry of `order` is stale once its descriptor was handed over or dropped (the number may have
+// been reused by a newer connection: the sequence number tells them apart).
+struct ConnectionGate::LoopState {
   struct Waiting {
     absl::Time deadline;
     uint64_t seq;
   };
+  int epoll = -1;
+  uint64_t ceiling = 16;  // descriptors at or above it are refused
+  // A spare descriptor: when accept() fails with EMFILE, closing it frees one to accept (and
+  // close) the waiting connection, so the backlog drains instead of spinning.
+  int spare = -1;
   std::map<int, Waiting> pending;
   std::deque<std::pair<int, uint64_t>> order;
   uint64_t next_seq = 0;
-  auto live = [&](const std::pair<int, uint64_t>& entry) {
+  absl::Time last_accept_error = absl::InfinitePast();
+
+  bool Live(const std::pair<int, uint64_t>& entry) const {
     auto it = pending.find(entry.first);
     return it != pending.end() && it->second.seq == entry.second;
-  };
-  auto drop = [&](int fd) {
-    epoll_ctl(epoll, EPOLL_CTL_DEL, fd, nullptr);
-    pending.erase(fd);
-    close(fd);
-  };
-  auto hand = [&](int fd) {
-    epoll_ctl(epoll, EPOLL_CTL_DEL, fd, nullptr);
-    pending.erase(fd);
-    ++handed_;
-    hand_over_(fd);
-  };
-  // Peeks the connection's first bytes: hands it over once the preface is all there, drops it
-  // when they differ or the peer closed; leaves it waiting otherwise.
-  auto check = [&](int fd) {
-    const std::string& preface = options_.preface;
-    char buffer[64];
-    const size_t want = std::min(preface.size(), sizeof(buffer));
-    const ssize_t n = recv(fd, buffer, want, MSG_PEEK);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-    if (n <= 0 || std::memcmp(buffer, preface.data(), static_cast<size_t>(n)) != 0) {
-      ++refused_;
-      drop(fd);
-      return;
-    }
-    if (static_cast<size_t>(n) == want) hand(fd);
-  };
+  }
+};
 
-  absl::Time last_accept_error = absl::InfinitePast();
+void ConnectionGate::Drop(LoopState& s, int fd) {
+  epoll_ctl(s.epoll, EPOLL_CTL_DEL, fd, nullptr);
+  s.pending.erase(fd);
+  close(fd);
+}
+
+void ConnectionGate::Hand(LoopState& s, int fd) {
+  epoll_ctl(s.epoll, EPOLL_CTL_DEL, fd, nullptr);
+  s.pending.erase(fd);
+  ++handed_;
+  hand_over_(fd);
+}
+
+void ConnectionGate::Check(LoopState& s, int fd) {
+  const std::string& preface = options_.preface;
+  char buffer[64];
+  const size_t want = std::min(preface.size(), sizeof(buffer));
+  const ssize_t n = recv(fd, buffer, want, MSG_PEEK);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  if (n <= 0 || std::memcmp(buffer, preface.data(), static_cast<size_t>(n)) != 0) {
+    ++refused_;
+    Drop(s, fd);
+    return;
+  }
+  if (static_cast<size_t>(n) == want) Hand(s, fd);
+}
+
+int ConnectionGate::ExpireWaiting(LoopState& s) {
+  // The oldest first (arrival order = deadline order).
+  const absl::Time now = absl::Now();
+  while (!s.order.empty()) {
+    if (!s.Live(s.order.front())) {
+      s.order.pop_front();
+      continue;
+    }
+    const int fd = s.order.front().first;
+    if (s.pending[fd].deadline > now) break;
+    ++timed_out_;
+    Drop(s, fd);
+    s.order.pop_front();
+  }
+  if (s.order.empty()) return 1000;
+  return static_cast<int>(std::clamp<int64_t>(
+      absl::ToInt64Milliseconds(s.pending[s.order.front().first].deadline - now) + 1, 1, 1000));
+}
+
+bool ConnectionGate::AcceptOne(LoopState& s) {
+  const int conn = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (conn < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
+    if (errno == EINTR || errno == ECONNABORTED) return true;
+    ++accept_errors_;
+    if (absl::Now() - s.last_accept_error > absl::Seconds(1)) {
+      s.last_accept_error = absl::Now();
+      // No logger in base/: the counters say it; stderr for the operator.
+      std::fprintf(stderr, "connection gate %s: accept: %s (kept accepting)\n", address_.c_str(),
+                   Errno(errno).c_str());
+    }
+    if ((errno == EMFILE || errno == ENFILE) && s.spare >= 0) {
+      close(s.spare);
+      const int shed = accept(listen_fd_, nullptr, nullptr);
+      if (shed >= 0) close(shed);
+      s.spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+    return false;
+  }
+  // accept() returns the lowest free descriptor: `conn` at the ceiling means that many are open,
+  // so this one is refused before the process can run out.
+  if (static_cast<uint64_t>(conn) >= s.ceiling) {
+    ++refused_;
+    close(conn);
+    return true;
+  }
+  const int one = 1;
+  setsockopt(conn, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (options_.preface.empty()) {
+    ++handed_;
+    hand_over_(conn);
+    return true;
+  }
+  while (s.pending.size() >= options_.max_pending && !s.order.empty()) {
+    const std::pair<int, uint64_t> oldest = s.order.front();
+    s.order.pop_front();
+    if (s.Live(oldest)) {
+      ++evicted_;
+      Drop(s, oldest.first);
+    }
+  }
+  s.pending[conn] = LoopState::Waiting{absl::Now() + options_.handshake_timeout, s.next_seq};
+  s.order.emplace_back(conn, s.next_seq++);
+  epoll_event watch{};
+  watch.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
+  watch.data.fd = conn;
+  epoll_ctl(s.epoll, EPOLL_CTL_ADD, conn, &watch);
+  Check(s, conn);  // its preface may already be there
+  return true;
+}
+
+void ConnectionGate::AcceptAll(LoopState& s) {
+  for (int accepted = 0; accepted < 256 && AcceptOne(s); ++accepted) {
+  }
+}
+
+void ConnectionGate::Loop() {
+  LoopState s;
+  s.epoll = epoll_create1(EPOLL_CLOEXEC);
+  if (s.epoll < 0) return;
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.fd = listen_fd_;
+  epoll_ctl(s.epoll, EPOLL_CTL_ADD, listen_fd_, &event);
+  event.data.fd = wake_fd_;
+  epoll_ctl(s.epoll, EPOLL_CTL_ADD, wake_fd_, &event);
+  const uint64_t limit = RaiseOpenFileLimit();
+  s.ceiling = limit > options_.fd_headroom + 16 ? limit - options_.fd_headroom : 16;
+  s.spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
   epoll_event events[64];
   while (!stopping_.load()) {
-    // Expire the oldest waiting connections (arrival order = deadline order).
-    const absl::Time now = absl::Now();
-    while (!order.empty()) {
-      if (!live(order.front())) {
-        order.pop_front();
-        continue;
-      }
-      const int fd = order.front().first;
-      if (pending[fd].deadline > now) break;
-      ++timed_out_;
-      drop(fd);
-      order.pop_front();
-    }
-    int timeout_ms = 1000;
-    if (!order.empty()) {
-      timeout_ms = static_cast<int>(std::max<int64_t>(
-          1, absl::ToInt64Milliseconds(pending[order.front().first].deadline - now) + 1));
-    }
-    const int ready = epoll_wait(epoll, events, 64, std::min(timeout_ms, 1000));
+    const int ready = epoll_wait(s.epoll, events, 64, ExpireWaiting(s));
     for (int i = 0; i < ready; ++i) {
       const int fd = events[i].data.fd;
       if (fd == wake_fd_) continue;
-      if (fd != listen_fd_) {
-        if (pending.count(fd)) check(fd);
-        continue;
-      }
-      for (int accepted = 0; accepted < 256; ++accepted) {
-        const int conn = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (conn < 0) {
-          if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-          if (errno == EINTR || errno == ECONNABORTED) continue;
-          ++accept_errors_;
-          if (absl::Now() - last_accept_error > absl::Seconds(1)) {
-            last_accept_error = absl::Now();
-            // No logger in base/: the counters say it; stderr for the operator.
-            std::fprintf(stderr, "connection gate %s: accept: %s (kept accepting)\n",
-                         address_.c_str(), Errno(errno).c_str());
-          }
-          if ((errno == EMFILE || errno == ENFILE) && spare >= 0) {
-            close(spare);
-            const int shed = accept(listen_fd_, nullptr, nullptr);
-            if (shed >= 0) close(shed);
-            spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
-          }
-          break;
-        }
-        // accept() returns the lowest free descriptor: `conn` at the ceiling means that many are
-        // open, so this one is refused before the process can run out.
-        if (static_cast<uint64_t>(conn) >= ceiling) {
-          ++refused_;
-          close(conn);
-          continue;
-        }
-        const int one = 1;
-        setsockopt(conn, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        if (options_.preface.empty()) {
-          ++handed_;
-          hand_over_(conn);
-          continue;
-        }
-        while (pending.size() >= options_.max_pending && !order.empty()) {
-          const std::pair<int, uint64_t> oldest = order.front();
-          order.pop_front();
-          if (live(oldest)) {
-            ++evicted_;
-            drop(oldest.first);
-          }
-        }
-        pending[conn] = Waiting{absl::Now() + options_.handshake_timeout, next_seq};
-        order.emplace_back(conn, next_seq++);
-        epoll_event watch{};
-        watch.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
-        watch.data.fd = conn;
-        epoll_ctl(epoll, EPOLL_CTL_ADD, conn, &watch);
-        check(conn);  // its preface may already be there
+      if (fd == listen_fd_) {
+        AcceptAll(s);
+      } else if (s.pending.count(fd)) {
+        Check(s, fd);
       }
     }
   }
-  for (const auto& [fd, waiting] : pending) close(fd);
-  if (spare >= 0) close(spare);
-  close(epoll);
+  for (const auto& [fd, waiting] : s.pending) close(fd);
+  if (s.spare >= 0) close(s.spare);
+  close(s.epoll);
 }
 
 }  // namespace scd

@@ -45,10 +45,10 @@ struct ConnectionGateOptions {
 };
 
 struct ConnectionGateCounters {
-  uint64_t handed = 0;      // connections given to the server
-  uint64_t timed_out = 0;   // closed: no preface within the handshake timeout
-  uint64_t evicted = 0;     // closed: the oldest waiting when max_pending was reached
-  uint64_t refused = 0;     // closed: descriptor ceiling reached, or not the preface
+  uint64_t handed = 0;         // connections given to the server
+  uint64_t timed_out = 0;      // closed: no preface within the handshake timeout
+  uint64_t evicted = 0;        // closed: the oldest waiting when max_pending was reached
+  uint64_t refused = 0;        // closed: descriptor ceiling reached, or not the preface
   uint64_t accept_errors = 0;  // accept() failures (EMFILE, ENFILE, ENOBUFS, ...)
 };
 
@@ -72,7 +72,20 @@ class ConnectionGate {
 
  private:
   ConnectionGate() = default;
+  // The loop thread's own state: its epoll, the connections awaiting their preface.
+  struct LoopState;
   void Loop();
+  // Drops the waiting connections whose handshake time is up; returns epoll's wait in ms.
+  int ExpireWaiting(LoopState& s);
+  // Accepts what the listener holds (up to 256 at a time).
+  void AcceptAll(LoopState& s);
+  // One accept(): false when there is nothing more to accept now.
+  bool AcceptOne(LoopState& s);
+  // Peeks the connection's first bytes: hands it over once the preface is all there, drops it
+  // when they differ or the peer closed; leaves it waiting otherwise.
+  void Check(LoopState& s, int fd);
+  void Drop(LoopState& s, int fd);
+  void Hand(LoopState& s, int fd);
 
   ConnectionGateOptions options_;
   std::string address_;

@@ -1,11 +1,11 @@
 #include "consumer/decode_service.h"
 
-#include <grpcpp/alarm.h>
 #include <spdlog/spdlog.h>
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "base/log_text.h"
 #include "base/release_clock.h"
 #include "codec/transfer_mode.h"
@@ -103,7 +103,7 @@ absl::StatusOr<ServedRequest> ConsumerControlService::Route(const v1::DecodeRequ
     // timer when it is late.
     struct SessionWait {
       std::unique_ptr<SessionRouter::Ticket> ticket;
-      grpc::Alarm late;
+      Clock::Timer late;  // cancelled when the request lets go of the wait
     };
     auto wait = std::make_shared<SessionWait>();
     wait->ticket = std::move(ticket);
@@ -111,8 +111,8 @@ absl::StatusOr<ServedRequest> ConsumerControlService::Route(const v1::DecodeRequ
     served.on_session = [wait, router = router_,
                          tag = SessionTag(request->session_id(), consumer_.name)](
                             absl::Duration timeout, std::function<void()> ready) {
-      wait->late.Set(absl::ToChronoTime(absl::Now() + timeout), [router, tag, timeout](bool ok) {
-        if (!ok) return;  // arrived (or the request ended) first
+      Clock* clock = Clock::Real();
+      wait->late = Clock::Timer(clock, clock->Now() + timeout, [router, tag, timeout] {
         router->FailWaiting(
             tag, absl::DeadlineExceededError(
                      absl::StrCat("no transfer session within ", absl::FormatDuration(timeout))));

@@ -108,7 +108,7 @@ RoutedRequest::RoutedRequest(RoutedRequestDeps deps, v1::GenerateRequest req, Ro
       route_(std::move(route)),
       id_(ForLog(req_.request_id(), 40)),
       session_id_(RandomId128()),
-      routed_at_(absl::Now()),
+      routed_at_(deps_.registry->clock()->Now()),
       deadline_(deadline),
       context_(context),
       lease_(std::make_unique<Lease>(deps_, route_, hint)) {
@@ -150,13 +150,13 @@ void RoutedRequest::Start() {
 template <typename F>
 void RoutedRequest::Locked(F&& f) {
   std::optional<grpc::Status> end;
-  std::pair<bool, bool> timers;  // which timers are set
+  std::pair<Clock::TimerId, Clock::TimerId> timers;  // the timers set (0: none)
   {
     absl::MutexLock lock(&mu_);
     f();
     Advance();
     end = std::exchange(end_due_, std::nullopt);
-    timers = {producer_wait_set_, grace_set_};
+    timers = {producer_wait_, grace_};
     if (end.has_value()) {  // nothing more is written: the request's share ends with the call
       metrics_.reset();
       lease_.reset();
@@ -164,8 +164,8 @@ void RoutedRequest::Locked(F&& f) {
   }
   // Outside the lock: ending the call may run its OnDone on this thread.
   if (end.has_value()) {
-    if (timers.first) producer_wait_.Cancel();
-    if (timers.second) grace_.Cancel();
+    CancelTimer(timers.first);
+    CancelTimer(timers.second);
     End(*std::move(end));
   }
 }
@@ -203,10 +203,9 @@ bool RoutedRequest::OnEvent(TargetCall* call) {
     // transfer's ack); a late one is not waited for long.
     call->parked = true;
     call->HoldOpen();
-    if (!producer_wait_set_) {
-      producer_wait_set_ = true;
-      SetTimer(&producer_wait_, absl::Now() + deps_.producer_answer_wait,
-               [this] { ReleaseParked(); });
+    if (producer_wait_ == 0) {
+      producer_wait_ =
+          SetTimer(clock()->Now() + deps_.producer_answer_wait, [this] { ReleaseParked(); });
     }
     return false;
   }
@@ -325,7 +324,7 @@ void RoutedRequest::StartPrefill() {
     if (route.deliver_by_us > 0 && !req_.keep_ranks()) {
       // The codes' delivery deadline, from now: what the choice's prediction left of it.
       const double left_us =
-          route.deliver_by_us - absl::ToDoubleMicroseconds(absl::Now() - routed_at_);
+          route.deliver_by_us - absl::ToDoubleMicroseconds(clock()->Now() - routed_at_);
       target->set_adapt_within_us(static_cast<uint64_t>(std::max(1.0, left_us)));
       target->set_planned_goodput_bytes_per_s(route.planned_goodput_bytes_per_s);
     }
@@ -406,16 +405,21 @@ void RoutedRequest::Settle(std::vector<TargetCall*> failed) {
     if (call->ended || call->forward.fell_back()) continue;  // settled by itself
     deps_.tell_failed(call->target(), session_id_, call->failure);
   }
-  grace_set_ = true;
-  SetTimer(&grace_, absl::Now() + deps_.failed_target_grace, std::move(cancel_unsettled));
+  grace_ = SetTimer(clock()->Now() + deps_.failed_target_grace, std::move(cancel_unsettled));
 }
 
-void RoutedRequest::SetTimer(grpc::Alarm* alarm, absl::Time when, std::function<void()> fire) {
-  Hold();  // released when it fires or is cancelled
-  alarm->Set(absl::ToChronoTime(when), [this, fire = std::move(fire)](bool ok) {
-    if (ok) Locked(fire);
+Clock::TimerId RoutedRequest::SetTimer(absl::Time when, std::function<void()> fire) {
+  Hold();  // released when it fires or is taken back
+  return clock()->At(when, [this, fire = std::move(fire)] {
+    Locked(fire);
     Release();
   });
+}
+
+void RoutedRequest::CancelTimer(Clock::TimerId id) {
+  // From within the timer's own callback (its Locked ended the request) Cancel is false and the
+  // callback releases; a running one elsewhere is waited for and releases itself.
+  if (id != 0 && clock()->Cancel(id)) Release();
 }
 
 }  // namespace scd::coordinator

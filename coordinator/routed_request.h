@@ -23,7 +23,6 @@
 #ifndef SCD_COORDINATOR_ROUTED_REQUEST_H_
 #define SCD_COORDINATOR_ROUTED_REQUEST_H_
 
-#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -102,8 +101,11 @@ class RoutedRequest final : public EventStream {
   void Settle(std::vector<TargetCall*> failed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forwards the events parked for the producer's answer (known, or waited for long enough).
   void ReleaseParked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Runs `fire` under the lock at `when`, holding the request until then.
-  void SetTimer(grpc::Alarm* alarm, absl::Time when, std::function<void()> fire);
+  // Runs `fire` under the lock at `when` on the registry's clock, holding the request until then
+  // or until CancelTimer (outside the lock) takes the timer back.
+  Clock::TimerId SetTimer(absl::Time when, std::function<void()> fire);
+  void CancelTimer(Clock::TimerId id);
+  Clock* clock() const { return deps_.registry->clock(); }
   void Write(const v1::GenerateEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The Error a target gets when its Decode call ended without a terminal event.
   void EndWithoutTerminal(TargetCall* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -128,10 +130,9 @@ class RoutedRequest final : public EventStream {
   ProducerOutcome producer_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<TargetCall>> calls_;
   std::unique_ptr<PrefillCall> prefill_;
-  grpc::Alarm producer_wait_;  // the parked events' wait for the producer
-  bool producer_wait_set_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::Alarm grace_;  // the failed targets' grace
-  bool grace_set_ ABSL_GUARDED_BY(mu_) = false;
+  Clock::TimerId producer_wait_ ABSL_GUARDED_BY(mu_) =
+      0;                                           // the parked events' wait for the producer
+  Clock::TimerId grace_ ABSL_GUARDED_BY(mu_) = 0;  // the failed targets' grace
   // Cancels every target's call (TryCancel is safe from any thread, before the call starts too).
   Cancellation::Registration cancel_calls_;
 };

@@ -36,6 +36,40 @@ class TensorLoader {
   c10::ScalarType dtype_;
 };
 
+// Layer `l`'s tensors, fused as the runtime holds them (q/k/v, gate/up).
+absl::StatusOr<LayerWeights> LoadLayer(TensorLoader& load, const ModelConfig& c, int64_t l) {
+  const int64_t d = c.hidden_size, f = c.intermediate_size;
+  const std::string p = absl::StrCat("model.layers.", l, ".");
+  LayerWeights lw;
+  SCD_ASSIGN_OR_RETURN(lw.attn_norm, load.Get(p + "input_layernorm.weight", {d}));
+  SCD_ASSIGN_OR_RETURN(lw.mlp_norm, load.Get(p + "post_attention_layernorm.weight", {d}));
+  SCD_ASSIGN_OR_RETURN(at::Tensor wq, load.Get(p + "self_attn.q_proj.weight", {c.q_dim(), d}));
+  SCD_ASSIGN_OR_RETURN(at::Tensor wk, load.Get(p + "self_attn.k_proj.weight", {c.kv_dim(), d}));
+  SCD_ASSIGN_OR_RETURN(at::Tensor wv, load.Get(p + "self_attn.v_proj.weight", {c.kv_dim(), d}));
+  SCD_ASSIGN_OR_RETURN(lw.wo, load.Get(p + "self_attn.o_proj.weight", {d, c.q_dim()}));
+  lw.wqkv = at::cat({wq, wk, wv}, 0);
+  if (c.qkv_bias) {
+    SCD_ASSIGN_OR_RETURN(at::Tensor bq, load.Get(p + "self_attn.q_proj.bias", {c.q_dim()}));
+    SCD_ASSIGN_OR_RETURN(at::Tensor bk, load.Get(p + "self_attn.k_proj.bias", {c.kv_dim()}));
+    SCD_ASSIGN_OR_RETURN(at::Tensor bv, load.Get(p + "self_attn.v_proj.bias", {c.kv_dim()}));
+    lw.bqkv = at::cat({bq, bk, bv}, 0);
+  }
+  if (c.o_bias) {
+    SCD_ASSIGN_OR_RETURN(lw.bo, load.Get(p + "self_attn.o_proj.bias", {d}));
+  }
+  SCD_ASSIGN_OR_RETURN(at::Tensor wg, load.Get(p + "mlp.gate_proj.weight", {f, d}));
+  SCD_ASSIGN_OR_RETURN(at::Tensor wu, load.Get(p + "mlp.up_proj.weight", {f, d}));
+  SCD_ASSIGN_OR_RETURN(lw.w_down, load.Get(p + "mlp.down_proj.weight", {d, f}));
+  lw.w_gate_up = at::cat({wg, wu}, 0);
+  if (c.mlp_bias) {
+    SCD_ASSIGN_OR_RETURN(at::Tensor bg, load.Get(p + "mlp.gate_proj.bias", {f}));
+    SCD_ASSIGN_OR_RETURN(at::Tensor bu, load.Get(p + "mlp.up_proj.bias", {f}));
+    SCD_ASSIGN_OR_RETURN(lw.b_down, load.Get(p + "mlp.down_proj.bias", {d}));
+    lw.b_gate_up = at::cat({bg, bu}, 0);
+  }
+  return lw;
+}
+
 }  // namespace
 
 void LayerWeights::MoveOntoHugePages() {
@@ -86,12 +120,12 @@ absl::StatusOr<ModelWeights> ModelWeights::Load(const Checkpoint& ckpt, const Mo
                                                 WeightFormat format) {
   const bool packed = format != WeightFormat::kDense;
   if (packed && (dtype != c10::kFloat || !device.is_cpu())) {
-    return absl::InvalidArgumentError(absl::StrCat(WeightFormatName(format),
-                                                   " weights run on the CPU in float32 only"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(WeightFormatName(format), " weights run on the CPU in float32 only"));
   }
   return GuardExceptions("ModelWeights::Load", [&]() -> absl::StatusOr<ModelWeights> {
     TensorLoader load(ckpt, dtype);
-    const int64_t d = c.hidden_size, f = c.intermediate_size, V = c.vocab_size;
+    const int64_t d = c.hidden_size, V = c.vocab_size;
     ModelWeights w;
     const bool has_embed = ckpt.Find("model.embed_tokens.weight") != nullptr;
     const bool has_head = ckpt.Find("lm_head.weight") != nullptr;
@@ -109,34 +143,7 @@ absl::StatusOr<ModelWeights> ModelWeights::Load(const Checkpoint& ckpt, const Mo
     }
     SCD_ASSIGN_OR_RETURN(w.final_norm, load.Get("model.norm.weight", {d}));
     for (int64_t l = 0; l < c.num_layers; ++l) {
-      const std::string p = absl::StrCat("model.layers.", l, ".");
-      LayerWeights lw;
-      SCD_ASSIGN_OR_RETURN(lw.attn_norm, load.Get(p + "input_layernorm.weight", {d}));
-      SCD_ASSIGN_OR_RETURN(lw.mlp_norm, load.Get(p + "post_attention_layernorm.weight", {d}));
-      SCD_ASSIGN_OR_RETURN(at::Tensor wq, load.Get(p + "self_attn.q_proj.weight", {c.q_dim(), d}));
-      SCD_ASSIGN_OR_RETURN(at::Tensor wk, load.Get(p + "self_attn.k_proj.weight", {c.kv_dim(), d}));
-      SCD_ASSIGN_OR_RETURN(at::Tensor wv, load.Get(p + "self_attn.v_proj.weight", {c.kv_dim(), d}));
-      SCD_ASSIGN_OR_RETURN(lw.wo, load.Get(p + "self_attn.o_proj.weight", {d, c.q_dim()}));
-      lw.wqkv = at::cat({wq, wk, wv}, 0);
-      if (c.qkv_bias) {
-        SCD_ASSIGN_OR_RETURN(at::Tensor bq, load.Get(p + "self_attn.q_proj.bias", {c.q_dim()}));
-        SCD_ASSIGN_OR_RETURN(at::Tensor bk, load.Get(p + "self_attn.k_proj.bias", {c.kv_dim()}));
-        SCD_ASSIGN_OR_RETURN(at::Tensor bv, load.Get(p + "self_attn.v_proj.bias", {c.kv_dim()}));
-        lw.bqkv = at::cat({bq, bk, bv}, 0);
-      }
-      if (c.o_bias) {
-        SCD_ASSIGN_OR_RETURN(lw.bo, load.Get(p + "self_attn.o_proj.bias", {d}));
-      }
-      SCD_ASSIGN_OR_RETURN(at::Tensor wg, load.Get(p + "mlp.gate_proj.weight", {f, d}));
-      SCD_ASSIGN_OR_RETURN(at::Tensor wu, load.Get(p + "mlp.up_proj.weight", {f, d}));
-      SCD_ASSIGN_OR_RETURN(lw.w_down, load.Get(p + "mlp.down_proj.weight", {d, f}));
-      lw.w_gate_up = at::cat({wg, wu}, 0);
-      if (c.mlp_bias) {
-        SCD_ASSIGN_OR_RETURN(at::Tensor bg, load.Get(p + "mlp.gate_proj.bias", {f}));
-        SCD_ASSIGN_OR_RETURN(at::Tensor bu, load.Get(p + "mlp.up_proj.bias", {f}));
-        SCD_ASSIGN_OR_RETURN(lw.b_down, load.Get(p + "mlp.down_proj.bias", {d}));
-        lw.b_gate_up = at::cat({bg, bu}, 0);
-      }
+      SCD_ASSIGN_OR_RETURN(LayerWeights lw, LoadLayer(load, c, l));
       if (packed) {
         lw.Pack(format);
       } else {

@@ -29,10 +29,21 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& json,
   SCD_ASSIGN_OR_RETURN(model->fuse_unk_, GetBool(json, path, "fuse_unk", false));
   SCD_ASSIGN_OR_RETURN(model->ignore_merges_, GetBool(json, path, "ignore_merges", false));
 
+  SCD_RETURN_IF_ERROR(model->ParseVocab(json, path));
+  SCD_RETURN_IF_ERROR(model->ParseMerges(json, path));
+  if (model->unk_token_.has_value() && !model->Lookup(*model->unk_token_)) {
+    // HF only notices this when an unknown character shows up; failing early is clearer.
+    return JsonError(JsonPath(path, "unk_token"),
+                     Concat("\"", *model->unk_token_, "\" is not in model.vocab"));
+  }
+  return model;
+}
+
+absl::Status BpeModel::ParseVocab(const Json& json, std::string_view path) {
   SCD_ASSIGN_OR_RETURN(const Json* vocab, RequiredField(json, path, "vocab"));
   const std::string vocab_path = JsonPath(path, "vocab");
   if (!vocab->is_object()) return JsonError(vocab_path, "must be an object of token -> id");
-  model->vocab_.reserve(vocab->size());
+  vocab_.reserve(vocab->size());
   for (const auto& [token, id_json] : vocab->items()) {
     if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 ||
         id_json.get<int64_t>() >= INT32_MAX) {
@@ -40,18 +51,21 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& json,
                        "must be a non-negative integer id");
     }
     const auto id = static_cast<int32_t>(id_json.get<int64_t>());
-    model->vocab_[token] = id;
-    model->vocab_r_[id] = token;
-    model->id_limit_ = std::max(model->id_limit_, id + 1);
+    vocab_[token] = id;
+    vocab_r_[id] = token;
+    id_limit_ = std::max(id_limit_, id + 1);
   }
   for (int b = 0; b < 256; ++b) {
-    model->byte_ids_[b] = model->Lookup(absl::StrFormat("<0x%02X>", b)).value_or(-1);
+    byte_ids_[b] = Lookup(absl::StrFormat("<0x%02X>", b)).value_or(-1);
   }
+  return absl::OkStatus();
+}
 
+absl::Status BpeModel::ParseMerges(const Json& json, std::string_view path) {
   SCD_ASSIGN_OR_RETURN(const Json* merges, RequiredField(json, path, "merges"));
   const std::string merges_path = JsonPath(path, "merges");
   if (!merges->is_array()) return JsonError(merges_path, "must be an array");
-  model->merges_.reserve(merges->size());
+  merges_.reserve(merges->size());
   for (size_t rank = 0; rank < merges->size(); ++rank) {
     const Json& merge = (*merges)[rank];
     const std::string merge_path = Concat(merges_path, "[", rank, "]");
@@ -71,31 +85,26 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& json,
     } else {
       return JsonError(merge_path, "must be a string \"a b\" or a pair [\"a\", \"b\"]");
     }
-    const auto a_id = model->Lookup(a);
-    const auto b_id = model->Lookup(b);
+    const auto a_id = Lookup(a);
+    const auto b_id = Lookup(b);
     if (!a_id || !b_id) {
       return JsonError(merge_path, Concat("references token \"", !a_id ? a : b,
                                           "\" which is not in model.vocab"));
     }
-    const size_t prefix_len = model->continuing_subword_prefix_.size();
+    const size_t prefix_len = continuing_subword_prefix_.size();
     if (b.size() < prefix_len) {
       return JsonError(merge_path, "right token is shorter than continuing_subword_prefix");
     }
     const std::string merged = a + b.substr(prefix_len);
-    const auto new_id = model->Lookup(merged);
+    const auto new_id = Lookup(merged);
     if (!new_id) {
       return JsonError(merge_path,
                        Concat("produces token \"", merged, "\" which is not in model.vocab"));
     }
     // A later duplicate replaces an earlier one, as when HF collects merges into a HashMap.
-    model->merges_[PairKey(*a_id, *b_id)] = Merge{static_cast<uint32_t>(rank), *new_id};
+    merges_[PairKey(*a_id, *b_id)] = Merge{static_cast<uint32_t>(rank), *new_id};
   }
-  if (model->unk_token_.has_value() && !model->Lookup(*model->unk_token_)) {
-    // HF only notices this when an unknown character shows up; failing early is clearer.
-    return JsonError(JsonPath(path, "unk_token"),
-                     Concat("\"", *model->unk_token_, "\" is not in model.vocab"));
-  }
-  return model;
+  return absl::OkStatus();
 }
 
 std::optional<int32_t> BpeModel::Lookup(std::string_view token) const {
@@ -120,13 +129,14 @@ void BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* ids) const 
     }
   }
 
-  // Symbols form a doubly linked list over a vector; a merged-away symbol gets len == 0.
-  struct Symbol {
-    int32_t id;
-    int32_t prev;
-    int32_t next;
-    size_t len;
-  };
+  std::vector<Symbol> symbols = Symbols(word);
+  MergeAll(symbols);
+  for (const Symbol& symbol : symbols) {
+    if (symbol.len != 0) ids->push_back(symbol.id);
+  }
+}
+
+std::vector<BpeModel::Symbol> BpeModel::Symbols(std::string_view word) const {
   std::vector<Symbol> symbols;
   symbols.reserve(word.size());
   auto add = [&symbols](int32_t id, size_t len) {
@@ -180,7 +190,10 @@ void BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* ids) const 
     }
   }
   if (unk_id >= 0) add(unk_id, unk_len);
+  return symbols;
+}
 
+void BpeModel::MergeAll(std::vector<Symbol>& symbols) const {
   // Word::merge_all: repeatedly apply the lowest-ranked merge (leftmost on ties).
   struct Candidate {
     uint32_t rank;
@@ -228,9 +241,6 @@ void BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* ids) const 
         queue.push({nm->rank, top.pos, nm->new_id});
       }
     }
-  }
-  for (const Symbol& symbol : symbols) {
-    if (symbol.len != 0) ids->push_back(symbol.id);
   }
 }
 

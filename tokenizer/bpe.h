@@ -49,6 +49,20 @@ class BpeModel {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
   std::optional<int32_t> Lookup(std::string_view token) const;
+  // FromJson's parts: the vocabulary (and byte tokens), then the merges ranked by position.
+  absl::Status ParseVocab(const Json& json, std::string_view path);
+  absl::Status ParseMerges(const Json& json, std::string_view path);
+
+  // Tokenize's: the word as symbols (a doubly linked list over a vector; a merged-away symbol
+  // gets len == 0), one per character (or its bytes, or an unk), then HF's Word::merge_all.
+  struct Symbol {
+    int32_t id;
+    int32_t prev;
+    int32_t next;
+    size_t len;
+  };
+  std::vector<Symbol> Symbols(std::string_view word) const;
+  void MergeAll(std::vector<Symbol>& symbols) const;
 
   absl::flat_hash_map<std::string, int32_t> vocab_;
   absl::flat_hash_map<int32_t, std::string> vocab_r_;

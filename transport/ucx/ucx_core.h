@@ -133,6 +133,15 @@ class Core {
   void SendDone(SendOp* op, ucs_status_t status);
   ucs_status_t HandleAm(const void* header, size_t header_length, void* data, size_t length,
                         const ucp_am_recv_param_t* param);
+  // HandleAm's for a kFrame message: checks it (a malformed one ends the link), then receives it
+  // as a rendezvous (into a pooled buffer) or from ucp's eager buffer.
+  void HandleFrameAm(const std::shared_ptr<LinkState>& link, const WireHeader& header,
+                     const char* inline_meta, size_t inline_meta_len, void* data, size_t length,
+                     const ucp_am_recv_param_t* param);
+  void ReceiveRendezvous(const std::shared_ptr<LinkState>& link, const WireHeader& header,
+                         const char* inline_meta, void* data, size_t length);
+  void ReceiveEager(const std::shared_ptr<LinkState>& link, const WireHeader& header,
+                    const char* inline_meta, const void* data, size_t length);
   void RecvDone(RecvOp* op, ucs_status_t status);
   void Accept(const std::shared_ptr<LinkState>& link, bool control, uint64_t seq, Frame frame);
   void HandleEpError(ucp_ep_h ep, ucs_status_t status);

@@ -265,25 +265,28 @@ ucs_status_t Core::HandleAm(const void* header_bytes, size_t header_length, void
       link->ack_bye = link->ep != nullptr;
       return UCS_OK;
     case WireKind::kFrame:
-      break;
+      HandleFrameAm(link, header, static_cast<const char*>(header_bytes) + sizeof(WireHeader),
+                    header_length - sizeof(WireHeader), data, length, param);
+      return UCS_OK;
     default:
       return UCS_OK;
   }
+}
+
+void Core::HandleFrameAm(const std::shared_ptr<LinkState>& link, const WireHeader& header,
+                         const char* inline_meta, size_t inline_meta_len, void* data, size_t length,
+                         const ucp_am_recv_param_t* param) {
   // A malformed frame ends the link before anything is allocated for it: dropping it instead
   // would leave a hole in the data sequence that every later frame waits behind.
   auto malformed = [&](const std::string& why) {
     LinkDown(link, absl::DataLossError(absl::StrCat("ucx: malformed frame from peer: ", why)),
              false);
-    return UCS_OK;
   };
   if (header.frame_type < 1 || header.frame_type > kMaxFrameType) {
     return malformed(absl::StrCat("unknown frame type ", header.frame_type));
   }
-  const auto type = static_cast<FrameType>(header.frame_type);
-  const bool control = IsControl(type);
   const bool meta_in_data = header.flags & kFlagMetaInData;
-  const char* inline_meta = static_cast<const char*>(header_bytes) + sizeof(WireHeader);
-  if (!meta_in_data && header_length - sizeof(WireHeader) != header.meta_len) {
+  if (!meta_in_data && inline_meta_len != header.meta_len) {
     return malformed("header length does not match its meta");
   }
   if (meta_in_data && length < header.meta_len) {
@@ -294,61 +297,71 @@ ucs_status_t Core::HandleAm(const void* header_bytes, size_t header_length, void
     return malformed(
         absl::StrCat("a payload of ", length, " bytes (limit ", kMaxFramePayloadBytes, ")"));
   }
-  if (!control) {
+  if (!IsControl(static_cast<FrameType>(header.frame_type))) {
     if (header.seq < link->recv_base || header.seq - link->recv_base > kMaxReorderWindow) {
       LinkDown(link,
                absl::InternalError(absl::StrCat("ucx: data frame out of sequence (got ", header.seq,
                                                 ", expected ", link->recv_base, ")")),
                false);
-      return UCS_OK;
+      return;
     }
     const size_t index = header.seq - link->recv_base;
     if (link->reorder.size() <= index) link->reorder.resize(index + 1);
   }
-
   if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
-    RecvOp* op = NewRecvOp();
-    op->link = link;
-    op->control = control;
-    op->meta_in_data = meta_in_data;
-    op->type = type;
-    op->session_id = header.session_id;
-    op->seq = header.seq;
-    op->meta_len = header.meta_len;
-    op->length = length;
-    if (!meta_in_data) op->meta.assign(inline_meta, header.meta_len);
-    void* destination = nullptr;
-    ucp_request_param_t params{};
-    params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    params.cb.recv_am = &Core::OnRecvComplete;
-    params.user_data = op;
-    op->buffer = pool_->Take(length);
-    if (op->buffer != nullptr) {
-      destination = op->buffer->data;
-      params.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-      params.memh = static_cast<ucp_mem_h>(op->buffer->registration);
-    } else {
-      uint8_t* out = nullptr;
-      op->fallback = Payload::Allocate(length, &out);
-      destination = out;
-    }
-    op->in_flight = true;
-    ++recv_ops_in_flight_;
-    ucs_status_ptr_t request = ucp_am_recv_data_nbx(worker_, data, destination, length, &params);
-    if (request == nullptr) {
-      RecvDone(op, UCS_OK);
-    } else if (UCS_PTR_IS_ERR(request)) {
-      RecvDone(op, UCS_PTR_STATUS(request));
-    }
-    // Otherwise OnRecvComplete finishes it (possibly already has).
-    return UCS_OK;
+    ReceiveRendezvous(link, header, inline_meta, data, length);
+  } else {
+    ReceiveEager(link, header, inline_meta, data, length);
   }
+}
 
+void Core::ReceiveRendezvous(const std::shared_ptr<LinkState>& link, const WireHeader& header,
+                             const char* inline_meta, void* data, size_t length) {
+  const auto type = static_cast<FrameType>(header.frame_type);
+  const bool meta_in_data = header.flags & kFlagMetaInData;
+  RecvOp* op = NewRecvOp();
+  op->link = link;
+  op->control = IsControl(type);
+  op->meta_in_data = meta_in_data;
+  op->type = type;
+  op->session_id = header.session_id;
+  op->seq = header.seq;
+  op->meta_len = header.meta_len;
+  op->length = length;
+  if (!meta_in_data) op->meta.assign(inline_meta, header.meta_len);
+  void* destination = nullptr;
+  ucp_request_param_t params{};
+  params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  params.cb.recv_am = &Core::OnRecvComplete;
+  params.user_data = op;
+  op->buffer = pool_->Take(length);
+  if (op->buffer != nullptr) {
+    destination = op->buffer->data;
+    params.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    params.memh = static_cast<ucp_mem_h>(op->buffer->registration);
+  } else {
+    uint8_t* out = nullptr;
+    op->fallback = Payload::Allocate(length, &out);
+    destination = out;
+  }
+  op->in_flight = true;
+  ++recv_ops_in_flight_;
+  ucs_status_ptr_t request = ucp_am_recv_data_nbx(worker_, data, destination, length, &params);
+  if (request == nullptr) {
+    RecvDone(op, UCS_OK);
+  } else if (UCS_PTR_IS_ERR(request)) {
+    RecvDone(op, UCS_PTR_STATUS(request));
+  }
+  // Otherwise OnRecvComplete finishes it (possibly already has).
+}
+
+void Core::ReceiveEager(const std::shared_ptr<LinkState>& link, const WireHeader& header,
+                        const char* inline_meta, const void* data, size_t length) {
   Frame frame;
-  frame.type = type;
+  frame.type = static_cast<FrameType>(header.frame_type);
   frame.session_id = header.session_id;
   const auto* bytes = static_cast<const uint8_t*>(data);
-  if (meta_in_data) {
+  if (header.flags & kFlagMetaInData) {
     frame.meta.assign(reinterpret_cast<const char*>(bytes), header.meta_len);
     bytes += header.meta_len;
     length -= header.meta_len;
@@ -365,8 +378,7 @@ ucs_status_t Core::HandleAm(const void* header_bytes, size_t header_length, void
       std::memcpy(out, bytes, length);
     }
   }
-  Accept(link, control, header.seq, std::move(frame));
-  return UCS_OK;
+  Accept(link, IsControl(frame.type), header.seq, std::move(frame));
 }
 
 void Core::OnRecvComplete(void* request, ucs_status_t status, size_t /*length*/, void* user_data) {
