@@ -35,6 +35,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/cancellation.h"
+#include "base/clock.h"
 
 namespace scd {
 
@@ -50,9 +51,10 @@ class PrefixBlockCache {
  public:
   using BlockPtr = std::shared_ptr<const Block>;
 
-  // `budget_bytes` > 0; `block_tokens`: positions per block (for the counters).
-  PrefixBlockCache(int64_t budget_bytes, int block_tokens)
-      : budget_(budget_bytes), block_tokens_(block_tokens) {}
+  // `budget_bytes` > 0; `block_tokens`: positions per block (for the counters); `clock` (the
+  // waits' deadlines) outlives the cache.
+  PrefixBlockCache(int64_t budget_bytes, int block_tokens, Clock* clock = Clock::Real())
+      : budget_(budget_bytes), block_tokens_(block_tokens), clock_(clock) {}
   PrefixBlockCache(const PrefixBlockCache&) = delete;
   PrefixBlockCache& operator=(const PrefixBlockCache&) = delete;
 
@@ -163,7 +165,7 @@ class PrefixBlockCache {
   // Claims keys[from, to) (those nobody else claims) unless keys[from] is claimed by another
   // request: then waits until that claim ends, `until` passes or `cancel` (may be null) is
   // cancelled (its callback wakes the wait), and returns nullopt (look up again; after `until`
-  // or a cancel, compute without a claim).
+  // or a cancel, compute without a claim). `until` is on the cache's clock.
   std::optional<Claim> ClaimOrWait(const std::vector<std::string>& keys, size_t from, size_t to,
                                    absl::Time until, Cancellation* cancel) {
     // A cancel wakes the wait: taking the mutex makes it look at its condition again.
@@ -177,7 +179,7 @@ class PrefixBlockCache {
         return claimed_.count(next) == 0 || (cancel != nullptr && cancel->cancelled());
       };
       ++waits_;
-      mu_.AwaitWithDeadline(absl::Condition(&released), until);
+      clock_->AwaitWithDeadline(&mu_, absl::Condition(&released), until);
       return std::nullopt;
     }
     std::vector<std::string> mine;
@@ -212,9 +214,8 @@ class PrefixBlockCache {
     std::vector<std::pair<uint64_t, uint64_t>> by_tick;  // (tick, routing)
     by_tick.reserve(nodes_.size());
     for (const auto& [key, node] : nodes_) by_tick.push_back({node.tick, node.routing});
-    std::sort(by_tick.begin(), by_tick.end(), [](const auto& a, const auto& b) {
-      return a.first > b.first;
-    });
+    std::sort(by_tick.begin(), by_tick.end(),
+              [](const auto& a, const auto& b) { return a.first > b.first; });
     std::vector<uint64_t> keys;
     for (size_t i = 0; i < by_tick.size() && i < max; ++i) keys.push_back(by_tick[i].second);
     return keys;
@@ -260,6 +261,7 @@ class PrefixBlockCache {
 
   const int64_t budget_;
   const int block_tokens_;
+  Clock* const clock_;
   mutable absl::Mutex mu_;
   std::unordered_map<std::string, Node> nodes_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<uint64_t, std::string>> leaves_ ABSL_GUARDED_BY(mu_);  // (tick, key)

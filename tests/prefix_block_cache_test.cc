@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "base/prefix_hash.h"
+#include "base/simulated_clock.h"
 
 namespace scd {
 namespace {
@@ -85,7 +86,7 @@ TEST(PrefixBlockCache, EvictsLeastRecentlyUsedTrailingBlocksOnly) {
   cache.Insert(a, RoutingKeys(a), 0, Blocks(3, 10));
   cache.Insert(b, RoutingKeys(b), 0, Blocks(2, 10));
   EXPECT_EQ(cache.Counters().evictions, 0u);
-  cache.Lookup(b, 4);  // b is now more recently used than a
+  cache.Lookup(b, 4);                                 // b is now more recently used than a
   cache.Insert(c, RoutingKeys(c), 0, Blocks(2, 10));  // 70 bytes: two blocks go
   const PrefixCacheCounters counters = cache.Counters();
   EXPECT_EQ(counters.evictions, 2u);
@@ -152,44 +153,55 @@ TEST(PrefixBlockCache, UpdateGrowsABlockAndKeepsTheBudget) {
   EXPECT_EQ(roomy.Counters().bytes, 350u);
 }
 
+// The waits below are on a simulated clock: a test knows a request is parked on its claim wait
+// when the clock holds its deadline (AwaitPending), and ends a wait by advancing the clock.
 TEST(PrefixBlockCache, ConcurrentRequestsForOnePrefixComputeItOnce) {
-  Cache cache(1 << 20, 16);
+  SimulatedClock clock;
+  Cache cache(1 << 20, 16, &clock);
   const auto keys = PrefixBlockChain("", Range(64));
   std::atomic<int> computed{0};
   auto request = [&] {
     for (;;) {
       const size_t held = cache.Lookup(keys, keys.size()).size();
       if (held == keys.size()) return;
-      auto claim = cache.ClaimOrWait(keys, held, keys.size(), absl::Now() + absl::Seconds(10),
-                                     nullptr);
+      auto claim =
+          cache.ClaimOrWait(keys, held, keys.size(), clock.Now() + absl::Seconds(10), nullptr);
       if (!claim.has_value()) continue;  // someone else computed: look again
       ++computed;
-      absl::SleepFor(absl::Milliseconds(50));  // the prefill
       cache.Insert(keys, RoutingKeys(keys), held, Blocks(static_cast<int>(keys.size() - held), 1));
       return;
     }
   };
+  // One request claims the prefix; three more arrive while it computes and wait for it.
   std::vector<std::thread> threads;
-  for (int i = 0; i < 4; ++i) threads.emplace_back(request);
+  {
+    auto first = cache.ClaimOrWait(keys, 0, keys.size(), clock.Now(), nullptr);
+    ASSERT_TRUE(first.has_value());
+    for (int i = 0; i < 3; ++i) threads.emplace_back(request);
+    clock.AwaitPending(3);
+    EXPECT_EQ(cache.waits(), 3u);
+    cache.Insert(keys, RoutingKeys(keys), 0, Blocks(static_cast<int>(keys.size()), 1));
+  }  // the claim ends: they look again and find it
   for (auto& t : threads) t.join();
-  EXPECT_EQ(computed.load(), 1);
-  EXPECT_GE(cache.waits(), 1u);
+  EXPECT_EQ(computed.load(), 0);  // computed once: by the first, none of the three
+  EXPECT_EQ(clock.pending(), 0u);
 }
 
 TEST(PrefixBlockCache, AFailedClaimLeavesNothingAndLetsTheWaiterCompute) {
-  Cache cache(1 << 20, 16);
+  SimulatedClock clock;
+  Cache cache(1 << 20, 16, &clock);
   const auto keys = PrefixBlockChain("", Range(32));
   std::atomic<bool> waiter_claimed{false};
   std::thread waiter;
   {
-    auto first = cache.ClaimOrWait(keys, 0, 2, absl::Now() + absl::Seconds(1), nullptr);
+    auto first = cache.ClaimOrWait(keys, 0, 2, clock.Now() + absl::Seconds(1), nullptr);
     ASSERT_TRUE(first.has_value());
     waiter = std::thread([&] {
-      EXPECT_FALSE(cache.ClaimOrWait(keys, 0, 2, absl::Now() + absl::Seconds(10), nullptr));
-      auto second = cache.ClaimOrWait(keys, 0, 2, absl::Now() + absl::Seconds(10), nullptr);
+      EXPECT_FALSE(cache.ClaimOrWait(keys, 0, 2, clock.Now() + absl::Seconds(10), nullptr));
+      auto second = cache.ClaimOrWait(keys, 0, 2, clock.Now() + absl::Seconds(10), nullptr);
       waiter_claimed = second.has_value();
     });
-    absl::SleepFor(absl::Milliseconds(30));
+    clock.AwaitPending(1);  // the waiter waits for `first`
     // `first` fails: no Insert.
   }
   waiter.join();
@@ -197,28 +209,40 @@ TEST(PrefixBlockCache, AFailedClaimLeavesNothingAndLetsTheWaiterCompute) {
   EXPECT_EQ(cache.Counters().entries, 0u);
 }
 
-TEST(PrefixBlockCache, WaitEndsAtItsDeadlineOrStop) {
-  Cache cache(1 << 20, 16);
+TEST(PrefixBlockCache, WaitEndsAtItsDeadlineOrCancel) {
+  SimulatedClock clock;
+  Cache cache(1 << 20, 16, &clock);
   const auto keys = PrefixBlockChain("", Range(16));
-  auto held = cache.ClaimOrWait(keys, 0, 1, absl::Now(), nullptr);
+  auto held = cache.ClaimOrWait(keys, 0, 1, clock.Now(), nullptr);
   ASSERT_TRUE(held.has_value());
-  const absl::Time start = absl::Now();
-  EXPECT_FALSE(cache.ClaimOrWait(keys, 0, 1, absl::Now() + absl::Milliseconds(100), nullptr));
-  EXPECT_GE(absl::Now() - start, absl::Milliseconds(90));
+  // The deadline ends the wait: not a microsecond before it.
+  std::atomic<bool> returned{false};
+  std::thread waiter([&] {
+    EXPECT_FALSE(cache.ClaimOrWait(keys, 0, 1, clock.Now() + absl::Milliseconds(100), nullptr));
+    returned = true;
+  });
+  clock.AwaitPending(1);
+  clock.Advance(absl::Milliseconds(99));
+  EXPECT_FALSE(returned.load());
+  clock.Advance(absl::Milliseconds(1));
+  waiter.join();
+  // Cancelled before: no wait at all (the clock holds no deadline for it).
   Cancellation cancelled;
   cancelled.Cancel(absl::CancelledError("gone"));
-  EXPECT_FALSE(cache.ClaimOrWait(keys, 0, 1, absl::Now() + absl::Seconds(30), &cancelled));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  // A cancel during the wait ends it (its callback wakes the wait: nothing polls).
+  EXPECT_FALSE(cache.ClaimOrWait(keys, 0, 1, clock.Now() + absl::Seconds(30), &cancelled));
+  EXPECT_EQ(clock.pending(), 0u);
+  // A cancel during the wait ends it (its callback wakes the wait: nothing polls), the clock
+  // standing still.
   Cancellation later;
-  std::thread canceller([&later] {
-    absl::SleepFor(absl::Milliseconds(50));
-    later.Cancel(absl::CancelledError("gone"));
+  const absl::Time before = clock.Now();
+  std::thread cancelled_waiter([&] {
+    EXPECT_FALSE(cache.ClaimOrWait(keys, 0, 1, clock.Now() + absl::Seconds(30), &later));
   });
-  const absl::Time waited = absl::Now();
-  EXPECT_FALSE(cache.ClaimOrWait(keys, 0, 1, absl::Now() + absl::Seconds(30), &later));
-  EXPECT_LT(absl::Now() - waited, absl::Seconds(5));
-  canceller.join();
+  clock.AwaitPending(1);
+  later.Cancel(absl::CancelledError("gone"));
+  cancelled_waiter.join();
+  EXPECT_EQ(clock.Now(), before);
+  EXPECT_EQ(clock.pending(), 0u);
 }
 
 TEST(PrefixBlockCache, CountsHitsAndMisses) {
