@@ -76,10 +76,9 @@ void Cancellation::Unregister(uint64_t id) {
   mu_.Await(absl::Condition(&done));
 }
 
-bool Cancellation::WaitUntil(absl::Time deadline) const {
+bool Cancellation::WaitUntil(absl::Time deadline, Clock* clock) const {
   absl::MutexLock lock(&mu_);
-  mu_.AwaitWithDeadline(absl::Condition(&cancelled_locked_), deadline);
-  return cancelled_locked_;
+  return clock->AwaitWithDeadline(&mu_, absl::Condition(&cancelled_locked_), deadline);
 }
 
 }  // namespace scd

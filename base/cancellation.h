@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/clock.h"
 
 namespace scd {
 
@@ -67,8 +68,8 @@ class Cancellation {
   const std::atomic<bool>* flag() const { return &cancelled_; }
   // Runs `callback` once when cancelled (at once, here, if it is already).
   [[nodiscard]] Registration OnCancel(Callback callback);
-  // Blocks until cancelled or `deadline`; true when cancelled.
-  bool WaitUntil(absl::Time deadline) const;
+  // Blocks until cancelled or `clock` reaches `deadline`; true when cancelled.
+  bool WaitUntil(absl::Time deadline, Clock* clock = Clock::Real()) const;
 
  private:
   void Unregister(uint64_t id);

@@ -11,6 +11,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "base/simulated_clock.h"
 
 namespace scd {
 namespace {
@@ -73,6 +74,8 @@ TEST(CancellationTest, UnregisteringWaitsForTheRunningCallbackButNotItsOwn) {
     slow.Reset();  // must not return while the callback runs
     EXPECT_TRUE(finished.load());
   });
+  // No event says that `unregister` is blocked in Reset (that is the point): this sleep gives a
+  // wrong Reset the time to return early, and the check below would see it.
   absl::SleepFor(absl::Milliseconds(50));
   EXPECT_FALSE(finished.load());
   release.Notify();
@@ -81,16 +84,28 @@ TEST(CancellationTest, UnregisteringWaitsForTheRunningCallbackButNotItsOwn) {
 }
 
 TEST(CancellationTest, AWaiterIsWokenByCancelNotByTime) {
+  SimulatedClock clock;
   Cancellation cancel;
-  EXPECT_FALSE(cancel.WaitUntil(absl::Now() + absl::Milliseconds(10)));
-  const absl::Time start = absl::Now();
-  std::thread canceller([&] {
-    absl::SleepFor(absl::Milliseconds(20));
-    cancel.Cancel(absl::UnavailableError("peer lost"));
+  // Not cancelled: the wait ends when the clock reaches its deadline.
+  std::atomic<bool> timed_out{false};
+  std::thread waiter([&] {
+    EXPECT_FALSE(cancel.WaitUntil(clock.Now() + absl::Milliseconds(10), &clock));
+    timed_out = true;
   });
-  EXPECT_TRUE(cancel.WaitUntil(absl::Now() + absl::Seconds(60)));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
-  canceller.join();
+  clock.AwaitPending(1);
+  clock.Advance(absl::Milliseconds(9));
+  EXPECT_FALSE(timed_out.load());
+  clock.Advance(absl::Milliseconds(1));
+  waiter.join();
+  // Cancelled during the wait: woken at once, the clock standing still.
+  const absl::Time before = clock.Now();
+  std::thread woken(
+      [&] { EXPECT_TRUE(cancel.WaitUntil(clock.Now() + absl::Seconds(60), &clock)); });
+  clock.AwaitPending(1);
+  cancel.Cancel(absl::UnavailableError("peer lost"));
+  woken.join();
+  EXPECT_EQ(clock.Now(), before);
+  EXPECT_EQ(clock.pending(), 0u);
 }
 
 // Registrations racing with Cancel: each callback runs at most once, and exactly once when it was
