@@ -1,11 +1,14 @@
 #include "base/child_process.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -146,19 +149,44 @@ absl::StatusOr<std::string> ChildProcess::WaitForFile(const std::string& file,
   }
 }
 
-int ChildProcess::Wait(absl::Duration timeout) {
+bool ChildProcess::ReapWithin(absl::Duration timeout) {
+  if (!running()) return true;
   const absl::Time limit = absl::Now() + timeout;
+#ifdef SYS_pidfd_open
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
+#else
+  const int pidfd = -1;
+#endif
   while (running()) {
-    if (absl::Now() > limit) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-      reaped_ = true;
-      killed_after_timeout_ = true;
-      return -1;
+    const absl::Duration left = limit - absl::Now();
+    if (left <= absl::ZeroDuration()) break;
+    if (pidfd < 0) {  // no pidfd (an old kernel): look again shortly
+      absl::SleepFor(std::min(left, absl::Milliseconds(5)));
+      continue;
     }
-    absl::SleepFor(absl::Milliseconds(5));
+    pollfd exited{pidfd, POLLIN, 0};
+    // Readable once the child exits; EINTR and a bound of 1 s per call just loop.
+    poll(&exited, 1,
+         static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1000)));
   }
-  return pid_ > 0 && WIFEXITED(status_) ? WEXITSTATUS(status_) : -1;
+  if (pidfd >= 0) close(pidfd);
+  return reaped_;
+}
+
+void ChildProcess::Kill() {
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  reaped_ = true;
+  killed_after_timeout_ = true;
+}
+
+int ChildProcess::Wait(absl::Duration timeout) {
+  if (pid_ <= 0) return -1;
+  if (!ReapWithin(timeout)) {
+    Kill();
+    return -1;
+  }
+  return WIFEXITED(status_) ? WEXITSTATUS(status_) : -1;
 }
 
 absl::StatusOr<ChildProcess::Outcome> ChildProcess::Run(std::vector<std::string> argv,
@@ -182,19 +210,8 @@ int ChildProcess::Terminate(absl::Duration timeout) {
   if (pid_ <= 0) return -1;
   if (!reaped_) {
     kill(pid_, SIGTERM);
-    const absl::Time limit = absl::Now() + timeout;
-    while (!reaped_ && absl::Now() < limit) {
-      if (waitpid(pid_, &status_, WNOHANG) == pid_) {
-        reaped_ = true;
-        break;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    if (!reaped_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-      reaped_ = true;
-      killed_after_timeout_ = true;
+    if (!ReapWithin(timeout)) {
+      Kill();
       return -1;
     }
   }

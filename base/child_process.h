@@ -62,6 +62,12 @@ class ChildProcess {
   std::string LogTail(size_t bytes = 2000) const;
 
  private:
+  // Waits until the child exits (reaped: true) or `timeout` passes (false): woken by the kernel
+  // through a pidfd (Linux >= 5.3), else by looking every 5 ms.
+  bool ReapWithin(absl::Duration timeout);
+  // SIGKILL and reap (what a timeout ends in).
+  void Kill();
+
   pid_t pid_ = -1;
   bool reaped_ = false;
   bool killed_after_timeout_ = false;

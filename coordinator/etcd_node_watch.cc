@@ -31,16 +31,23 @@ absl::StatusOr<std::unique_ptr<EtcdNodeWatch>> EtcdNodeWatch::Start(const std::s
 
 EtcdNodeWatch::~EtcdNodeWatch() {
   stop_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
   if (thread_.joinable()) thread_.join();
 }
 
 bool EtcdNodeWatch::WaitSynced(absl::Duration timeout) const {
-  const absl::Time limit = absl::Now() + timeout;
-  while (!synced_.load()) {
-    if (absl::Now() > limit) return false;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return true;
+  Clock* clock = registry_->clock();
+  absl::MutexLock lock(&mu_);
+  return clock->AwaitWithDeadline(&mu_, absl::Condition(&synced_), clock->Now() + timeout);
+}
+
+void EtcdNodeWatch::Backoff(absl::Duration d) {
+  Clock* clock = registry_->clock();
+  absl::MutexLock lock(&mu_);
+  clock->AwaitWithDeadline(&mu_, absl::Condition(&stopping_), clock->Now() + d);
 }
 
 void EtcdNodeWatch::Apply(const EtcdEvent& event) {
@@ -76,6 +83,7 @@ int64_t EtcdNodeWatch::Resync() {
   for (const std::string& id : registry_->ExternalNodeIds()) {
     if (present.count(id) == 0) (void)registry_->Deregister(id);
   }
+  absl::MutexLock lock(&mu_);
   synced_ = true;
   return revision;
 }
@@ -86,7 +94,7 @@ void EtcdNodeWatch::Loop() {
     if (next == 0) {
       const int64_t revision = Resync();
       if (revision == 0) {
-        absl::SleepFor(absl::Milliseconds(500));
+        Backoff(absl::Milliseconds(500));
         continue;
       }
       next = revision + 1;
@@ -104,7 +112,7 @@ void EtcdNodeWatch::Loop() {
     if (watched.code() == absl::StatusCode::kDeadlineExceeded) continue;  // quiet: watch again
     spdlog::warn("registry: etcd watch ended ({}); reading the nodes again", watched.ToString());
     next = 0;
-    absl::SleepFor(absl::Milliseconds(200));
+    Backoff(absl::Milliseconds(200));
   }
 }
 

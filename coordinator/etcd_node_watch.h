@@ -15,7 +15,9 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "base/etcd_client.h"
 #include "coordinator/node_registry.h"
 
@@ -38,11 +40,15 @@ class EtcdNodeWatch {
   // Reads the prefix into the registry; the revision to watch from (0 on failure).
   int64_t Resync();
   void Apply(const EtcdEvent& event);
+  // Waits `d` on the registry's clock before trying etcd again, or until the destructor.
+  void Backoff(absl::Duration d);
 
   const EtcdClient etcd_;
   NodeRegistry* const registry_;
-  std::atomic<bool> stop_{false};
-  std::atomic<bool> synced_{false};
+  std::atomic<bool> stop_{false};  // what EtcdClient::Watch looks at
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // stop_, for the waits
+  bool synced_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

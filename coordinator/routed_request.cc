@@ -271,15 +271,23 @@ void RoutedRequest::EndWithoutTerminal(TargetCall* call) {
   v1::GenerateEvent error;
   error.set_target(call->target().target);
   const bool quiet = status.ok() || status.error_code() == grpc::StatusCode::CANCELLED;
-  error.mutable_error()->set_code(quiet && !call->failure.empty()
-                                      ? static_cast<int>(grpc::StatusCode::UNAVAILABLE)
-                                      : static_cast<int>(status.error_code()));
-  error.mutable_error()->set_message(
+  grpc::StatusCode code =
+      quiet && !call->failure.empty() ? grpc::StatusCode::UNAVAILABLE : status.error_code();
+  std::string message =
       !call->failure.empty()
           ? call->failure
           : absl::StrCat("consumer ", call->target().target, " at ",
                          call->target().consumer_address, ": ",
-                         status.ok() ? "ended without a result" : status.error_message()));
+                         status.ok() ? "ended without a result" : status.error_message());
+  // Past the request's deadline, whichever part noticed first (the consumer's call, the
+  // producer's session failing the target), the deadline is why it ended.
+  if (clock()->Now() >= deadline_ && (quiet || code == grpc::StatusCode::UNAVAILABLE ||
+                                      code == grpc::StatusCode::DEADLINE_EXCEEDED)) {
+    code = grpc::StatusCode::DEADLINE_EXCEEDED;
+    message = absl::StrCat("the request's deadline passed (", message, ")");
+  }
+  error.mutable_error()->set_code(static_cast<int>(code));
+  error.mutable_error()->set_message(message);
   Write(error);
 }
 

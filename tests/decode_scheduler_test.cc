@@ -54,12 +54,21 @@ class RecordingSink : public SequenceSink {
   }
   SequenceEnd Wait() {
     absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(+[](int* n) { return *n > 0; }, &ended_));
+    mu_.Await(absl::Condition(
+        +[](int* n) { return *n > 0; }, &ended_));
     return end_;
   }
   std::vector<TokenId> tokens() const {
     absl::MutexLock lock(&mu_);
     return tokens_;
+  }
+  // Blocks until the sequence has `n` tokens or ended (an event: Token takes the lock).
+  void AwaitTokens(size_t n) const {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return tokens_.size() >= n || ended_ > 0;
+    };
+    mu_.Await(absl::Condition(&enough));
   }
   std::vector<absl::Time> times() const {
     absl::MutexLock lock(&mu_);
@@ -112,8 +121,8 @@ class DecodeSchedulerTest : public ::testing::TestWithParam<std::string> {
       testing::Ok(model_->Forward(absl::MakeConstSpan(prompt).first(cached), &cache,
                                   {.logits = LogitsMode::kNone}));
     }
-    return SequenceRequest{prompt, std::move(cache), at::Tensor(), options,
-                           absl::InfiniteFuture(), nullptr, sink};
+    return SequenceRequest{
+        prompt, std::move(cache), at::Tensor(), options, absl::InfiniteFuture(), nullptr, sink};
   }
   std::unique_ptr<LlamaModel> model_;
 };
@@ -139,7 +148,8 @@ TEST_P(DecodeSchedulerTest, SequencesJoiningAndLeavingGiveTheirTokensAlone) {
   for (const Case& c : cases) {
     absl::SleepFor(begin + c.join - absl::Now());
     sinks.push_back(std::make_unique<RecordingSink>());
-    ASSERT_TRUE(scheduler.Submit(Request(c.prompt, Options(c.max_tokens), sinks.back().get())).ok());
+    ASSERT_TRUE(
+        scheduler.Submit(Request(c.prompt, Options(c.max_tokens), sinks.back().get())).ok());
   }
   for (size_t i = 0; i < cases.size(); ++i) {
     const SequenceEnd end = sinks[i]->Wait();
@@ -236,7 +246,7 @@ TEST_P(DecodeSchedulerTest, CancelAndDeadlineEndASequenceBetweenStepsOthersGoOn)
   ASSERT_TRUE(scheduler.Submit(std::move(a)).ok());
   ASSERT_TRUE(scheduler.Submit(std::move(b)).ok());
   ASSERT_TRUE(scheduler.Submit(Request(prompt, Options(60), &kept)).ok());
-  while (cancelled.tokens().size() < 3) absl::SleepFor(absl::Milliseconds(1));
+  cancelled.AwaitTokens(3);
   cancel = true;
   const SequenceEnd c = cancelled.Wait();
   EXPECT_TRUE(absl::IsCancelled(c.status)) << c.status;
@@ -289,8 +299,7 @@ TEST_P(DecodeSchedulerTest, ACachedPrefixIsContinued) {
 TEST_P(DecodeSchedulerTest, RebuildWorkRunsInOrderInPiecesCoveringEveryRow) {
   DecodeScheduler scheduler(*model_, SchedulerOptions());
   RecordingSink decoding;
-  ASSERT_TRUE(
-      scheduler.Submit(Request(Prompt(GetParam(), 0, 12), Options(120), &decoding)).ok());
+  ASSERT_TRUE(scheduler.Submit(Request(Prompt(GetParam(), 0, 12), Options(120), &decoding)).ok());
   std::mutex mu;
   std::vector<std::pair<int, std::pair<int64_t, int64_t>>> pieces;  // (work, (begin, count))
   std::vector<std::thread> threads;
@@ -298,16 +307,16 @@ TEST_P(DecodeSchedulerTest, RebuildWorkRunsInOrderInPiecesCoveringEveryRow) {
     threads.emplace_back([&, w] {
       absl::SleepFor(absl::Milliseconds(2 * w));
       // Rows x layers beyond one step's budget (512 rows of every layer): split for sure.
-      const absl::Status status = scheduler.RunBetweenSteps(
-          1500, static_cast<int>(model_->config().num_layers),
-          [&](int64_t begin, int64_t count) -> absl::Status {
-            // Some real work, so the pacing measures something.
-            at::Tensor x = at::randn({count, 64});
-            (void)x.matmul(x.t()).sum();
-            std::lock_guard<std::mutex> lock(mu);
-            pieces.push_back({w, {begin, count}});
-            return absl::OkStatus();
-          });
+      const absl::Status status =
+          scheduler.RunBetweenSteps(1500, static_cast<int>(model_->config().num_layers),
+                                    [&](int64_t begin, int64_t count) -> absl::Status {
+                                      // Some real work, so the pacing measures something.
+                                      at::Tensor x = at::randn({count, 64});
+                                      (void)x.matmul(x.t()).sum();
+                                      std::lock_guard<std::mutex> lock(mu);
+                                      pieces.push_back({w, {begin, count}});
+                                      return absl::OkStatus();
+                                    });
       EXPECT_TRUE(status.ok()) << status;
     });
   }
@@ -340,11 +349,12 @@ TEST_P(DecodeSchedulerTest, ALongPrefillDoesNotFreezeRunningDecodes) {
   std::atomic<bool> enough{false};  // the decoders stop once the prompt's first token is out
   for (int i = 0; i < 3; ++i) {
     decoders.push_back(std::make_unique<RecordingSink>());
-    SequenceRequest request = Request(Prompt(GetParam(), i, 8), Options(400), decoders.back().get());
+    SequenceRequest request =
+        Request(Prompt(GetParam(), i, 8), Options(400), decoders.back().get());
     request.cancelled = &enough;
     ASSERT_TRUE(scheduler.Submit(std::move(request)).ok());
   }
-  while (decoders[0]->tokens().size() < 20) absl::SleepFor(absl::Milliseconds(1));
+  decoders[0]->AwaitTokens(20);
   std::vector<TokenId> long_prompt;
   while (long_prompt.size() < 400) {
     for (TokenId id : Prompt(GetParam(), 1, 60)) long_prompt.push_back(id);
@@ -379,7 +389,7 @@ TEST_P(DecodeSchedulerTest, PromptWorkBesideDecodesReportsItsItlCostPerToken) {
   request.options.max_tokens = static_cast<int>(model_->config().max_position_embeddings) - 8;
   request.cancelled = &enough;
   ASSERT_TRUE(scheduler.Submit(std::move(request)).ok());
-  while (decoding.tokens().size() < 20) absl::SleepFor(absl::Milliseconds(1));
+  decoding.AwaitTokens(20);
   // 600 rows of every layer at 30 us a row.
   const int layers = static_cast<int>(model_->config().num_layers);
   ASSERT_TRUE(scheduler
