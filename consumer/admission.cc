@@ -93,7 +93,9 @@ void Admission::AdmitAsync(int64_t bytes, absl::Time deadline, Cancellation* can
   // check below refuses it).
   if (cancellation != nullptr) {
     waiter->wake = cancellation->OnCancel([this, ticket = waiter->ticket](const absl::Status&) {
-      Leave(ticket, absl::CancelledError("cancelled while waiting for KV memory"));
+      Leave(ticket, [](const Waiter&) {
+        return absl::CancelledError("cancelled while waiting for KV memory");
+      });
     });
   }
   std::optional<Admitted> at_once;  // told without the lock (`done` may release a reservation)
@@ -145,14 +147,15 @@ Admission::Admitted Admission::Admit(int64_t bytes, absl::Time deadline,
   return admitted.Wait();
 }
 
-void Admission::Leave(uint64_t ticket, absl::Status why) {
+void Admission::Leave(uint64_t ticket, const std::function<absl::Status(const Waiter&)>& why) {
   std::vector<Outcome> ended;
   {
     absl::MutexLock lock(&mu_);
     auto it = std::find_if(queue_.begin(), queue_.end(),
                            [ticket](const auto& w) { return w->ticket == ticket; });
     if (it == queue_.end()) return;  // admitted or gone already
-    Dequeue(*it, std::move(why), &ended);
+    const std::shared_ptr<Waiter> w = *it;
+    Dequeue(w, why(*w), &ended);
     AdmitHead(&ended);  // the head may have changed
   }
   Tell(std::move(ended));
@@ -163,23 +166,13 @@ void Admission::Expire(uint64_t ticket) {
   // wait and waits for this callback.
   const std::shared_ptr<Admission> self = weak_from_this().lock();
   if (self == nullptr) return;
-  std::vector<Outcome> ended;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = std::find_if(queue_.begin(), queue_.end(),
-                           [ticket](const auto& w) { return w->ticket == ticket; });
-    if (it == queue_.end()) return;  // admitted or gone already
-    const std::shared_ptr<Waiter> w = *it;
-    Dequeue(w,
-            absl::DeadlineExceededError(
-                absl::StrCat("the request's deadline passed after ",
-                             absl::FormatDuration(options_.clock->Now() - w->arrived),
-                             " waiting for KV memory (", w->bytes, " bytes; ", reserved_, " of ",
-                             options_.budget_bytes, " reserved by ", active_, " requests)")),
-            &ended);
-    AdmitHead(&ended);  // the head may have changed
-  }
-  Tell(std::move(ended));
+  Leave(ticket, [this](const Waiter& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("the request's deadline passed after ",
+                     absl::FormatDuration(options_.clock->Now() - w.arrived),
+                     " waiting for KV memory (", w.bytes, " bytes; ", reserved_, " of ",
+                     options_.budget_bytes, " reserved by ", active_, " requests)"));
+  });
 }
 
 void Admission::Release(int64_t bytes) {

@@ -115,7 +115,8 @@ class Admission : public std::enable_shared_from_this<Admission> {
   void AdmitHead(std::vector<Outcome>* ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells the ended waits (no lock held: their callbacks may take it).
   static void Tell(std::vector<Outcome> ended);
-  void Leave(uint64_t ticket, absl::Status why);
+  // Takes the waiter `ticket` (if still queued) out with why(it), read under the lock.
+  void Leave(uint64_t ticket, const std::function<absl::Status(const Waiter&)>& why);
   // The waiter `ticket`'s deadline passed (its timer).
   void Expire(uint64_t ticket);
   void Release(int64_t bytes);
