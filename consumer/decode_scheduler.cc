@@ -18,6 +18,7 @@
 #include "base/exception_guard.h"
 #include "base/release_clock.h"
 #include "base/thread_name.h"
+#include "consumer/step_plan.h"
 #include "model/skinny_gemm.h"
 #include "proto/serving_metrics.h"
 
@@ -26,10 +27,6 @@ namespace {
 
 // Weight of the newest sample in the moving averages.
 constexpr double kAverageWeight = 0.25;
-// Rebuild rows a step runs at least (and, beside decodes, before any is measured).
-constexpr int64_t kMinPieceRows = 16;
-// Prefill tokens a step beside decodes runs at least, when a prompt waits.
-constexpr int64_t kMinChunk = 2;
 
 void Average(double* average, double sample) {
   *average = *average == 0 ? sample : (1 - kAverageWeight) * *average + kAverageWeight * sample;
@@ -89,7 +86,11 @@ void LowerThreadPriority(int nice) {
 }  // namespace
 
 DecodeScheduler::DecodeScheduler(const LlamaModel& model, SchedulerOptions options)
-    : model_(model), options_(options), pacer_(options.step_slack, kSkinnyMaxRows) {
+    : model_(model),
+      options_(options),
+      clock_(options.clock != nullptr ? options.clock : Clock::Real()),
+      limits_{options.max_batched_tokens, model.config().num_layers, kSkinnyMaxRows},
+      pacer_(options.step_slack, kSkinnyMaxRows) {
   thread_ = std::thread([this] {
     NameThisThread("scd-decode");
     Loop();
@@ -178,7 +179,7 @@ void DecodeScheduler::Loop() {
       };
       mu_.Await(absl::Condition(&ready));
       if (stopping_) break;
-      const absl::Time now = absl::Now();
+      const absl::Time now = clock_->Now();
       while (!incoming_.empty()) {
         incoming_.front()->joined = now;
         running.push_back(std::move(incoming_.front()));
@@ -204,7 +205,7 @@ void DecodeScheduler::Loop() {
     running.push_back(std::move(seq));
   }
   for (auto& seq : running) End(*seq, stopped, FinishReason::kNone);
-  Settle(running, Plan());
+  Settle(running, Batch());
 }
 
 void DecodeScheduler::End(Sequence& seq, absl::Status status, FinishReason reason) {
@@ -220,102 +221,99 @@ void DecodeScheduler::End(Sequence& seq, absl::Status status, FinishReason reaso
   ends_.emplace_back(seq.req.sink, std::move(end));
 }
 
-void DecodeScheduler::Settle(std::list<std::unique_ptr<Sequence>>& running, const Plan& plan) {
+void DecodeScheduler::Settle(std::list<std::unique_ptr<Sequence>>& running, const Batch& batch) {
   running.remove_if([](const auto& seq) { return seq->ended; });
-  Publish(running, plan);
+  Publish(running, batch);
   std::vector<std::pair<SequenceSink*, SequenceEnd>> ends;
   ends.swap(ends_);
   for (auto& [sink, end] : ends) sink->Ended(end);
 }
 
-void DecodeScheduler::RunPieces(int64_t decodes, double* allowed, int64_t* rows_left) {
+void DecodeScheduler::RunPieces(const StepPlan& plan, const std::vector<Work*>& queued) {
   const int64_t layers = model_.config().num_layers;
-  std::vector<Work*> queued;
-  {
-    absl::MutexLock lock(&mu_);
-    queued.assign(work_.begin(), work_.end());
-  }
-  bool ran = false;
-  for (Work* work : queued) {  // in order: a later transfer waits for the earlier one's rows
-    const int64_t remaining = work->rows - work->next_row;
-    int64_t n = remaining;
-    if (work->layers > 0) {
-      n = std::min(n, *rows_left * layers / work->layers);
-      if (decodes > 0) {
-        const double per_row = rebuild_row_layer_s_ * work->layers;
-        n = std::min<int64_t>(
-            n, per_row > 0 ? static_cast<int64_t>(std::max(0.0, std::floor(*allowed / per_row)))
-                           : kMinPieceRows);
-      }
-    }
-    if (!ran) n = std::max(n, std::min(remaining, kMinPieceRows));  // progress
-    if (n <= 0) break;
-    const absl::Time start = absl::Now();
+  for (const StepPlan::Piece& piece : plan.pieces) {  // in order: a later transfer waits
+    Work* work = queued[piece.work];
+    const int64_t n = piece.rows;
+    const absl::Time start = clock_->Now();
     absl::Status status =
         GuardExceptions("rebuild piece", [&] { return (*work->fn)(work->next_row, n); });
-    const double took = absl::ToDoubleSeconds(absl::Now() - start);
-    ran = true;
+    const double took = absl::ToDoubleSeconds(clock_->Now() - start);
     work->next_row += n;
     if (work->layers > 0) {
       Average(&rebuild_row_layer_s_, took / (static_cast<double>(n) * work->layers));
       // Every decoding sequence waits for the piece: its whole time is their ITL.
-      if (decodes > 0) {
+      if (plan.decodes > 0) {
         rebuild_itl_.Add(took, static_cast<double>(n) * work->layers / static_cast<double>(layers));
       }
     }
-    *allowed -= took;
-    *rows_left = std::max<int64_t>(0, *rows_left - (n * work->layers + layers - 1) / layers);
     if (status.ok() && work->next_row < work->rows) break;  // its next rows in a later step
     absl::MutexLock lock(&mu_);
     work_.pop_front();  // `work` is the front: earlier ones are done
     work->status = std::move(status);
     work->done = true;  // the caller may return (and free `work`) from here on
+    if (!work->status.ok()) break;  // the plan's later pieces counted on this one's rows
   }
 }
 
+StepState DecodeScheduler::ViewOf(const std::vector<Sequence*>& running,
+                                  std::vector<Work*>* queued) const {
+  StepState state;
+  state.now = clock_->Now();
+  state.rebuild_row_layer_s = rebuild_row_layer_s_;
+  for (const Sequence* seq : running) {
+    PlannedSequence planned;
+    planned.decoding = seq->decoding();
+    if (seq->prefilling()) {
+      planned.prompt_left = static_cast<int64_t>(seq->req.prompt.size()) - seq->prompt_next;
+    }
+    planned.cancelled = seq->req.cancelled != nullptr && seq->req.cancelled->load();
+    planned.deadline = seq->req.deadline;
+    state.sequences.push_back(planned);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    queued->assign(work_.begin(), work_.end());
+  }
+  for (const Work* work : *queued) state.work.push_back({work->rows - work->next_row, work->layers});
+  return state;
+}
+
 void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
-  const absl::Time now = absl::Now();
-  // Leaves: cancelled and expired sequences, between steps.
-  for (auto& seq : running) {
-    if (seq->req.cancelled != nullptr && seq->req.cancelled->load()) {
-      End(*seq, absl::CancelledError("cancelled"), FinishReason::kCancelled);
-    } else if (now > seq->req.deadline) {
-      End(*seq, absl::DeadlineExceededError("the request's deadline passed"), FinishReason::kNone);
+  std::vector<Sequence*> members;
+  for (auto& seq : running) members.push_back(seq.get());
+  std::vector<Work*> queued;
+  const StepPlan plan = PlanStep(ViewOf(members, &queued), pacer_, limits_);
+  // Leaves: cancelled and expired sequences, told now, not after this step's forward.
+  for (const StepPlan::Leave& leave : plan.leaves) {
+    Sequence& seq = *members[leave.sequence];
+    if (leave.why == StepLeave::kCancelled) {
+      End(seq, absl::CancelledError("cancelled"), FinishReason::kCancelled);
+    } else {
+      End(seq, absl::DeadlineExceededError("the request's deadline passed"), FinishReason::kNone);
     }
   }
-  if (!ends_.empty()) Settle(running, Plan());  // told now, not after this step's forward
+  if (!ends_.empty()) Settle(running, Batch());  // the leaving sequences are gone from here on
+  RunPieces(plan, queued);
+  if (plan.decodes > 0 && !plan.decodes_only) last_chunk_budget_ = plan.chunk_budget;
 
-  // The budget beside the decodes (see the header).
-  Plan plan;
-  for (const auto& seq : running) plan.decodes += seq->decoding();
-  double allowed = pacer_.Allowed(plan.decodes);
-  int64_t rows_left = std::max<int64_t>(0, options_.max_batched_tokens - plan.decodes);
-  // The decodes' own step time is measured first, and again when its measure grew old (their
-  // caches grow): that step they run alone.
-  plan.decodes_only = pacer_.NeedsMeasure(plan.decodes);
-
-  // Rebuild pieces handed in by transfers, oldest first.
-  if (!plan.decodes_only) RunPieces(plan.decodes, &allowed, &rows_left);
-
-  PlanBatch(running, plan.decodes_only ? 0 : ChunkBudget(plan.decodes, allowed, rows_left),
-            &plan);
+  Batch batch = BatchOf(plan, members);
   std::vector<at::Tensor> logits;
-  if (!plan.batch.empty()) {
-    const absl::Time start = absl::Now();
-    absl::StatusOr<std::vector<at::Tensor>> out = model_.ForwardBatch(plan.batch);
-    const double took = absl::ToDoubleSeconds(absl::Now() - start);
+  if (!batch.inputs.empty()) {
+    const absl::Time start = clock_->Now();
+    absl::StatusOr<std::vector<at::Tensor>> out = model_.ForwardBatch(batch.inputs);
+    const double took = absl::ToDoubleSeconds(clock_->Now() - start);
     if (!out.ok()) {
-      for (Sequence* seq : plan.members) End(*seq, out.status(), FinishReason::kNone);
-      Settle(running, plan);
+      for (Sequence* seq : batch.members) End(*seq, out.status(), FinishReason::kNone);
+      Settle(running, batch);
       return;
     }
     logits = *std::move(out);
-    Learn(plan, took, allowed);
+    Learn(batch, took, plan.chunk_allowed);
   }
-  for (size_t i = 0; i < plan.members.size(); ++i) {
-    Sequence& seq = *plan.members[i];
-    if (plan.chunk[i] > 0) {
-      seq.prompt_next += plan.chunk[i];
+  for (size_t i = 0; i < batch.members.size(); ++i) {
+    Sequence& seq = *batch.members[i];
+    if (batch.chunk[i] > 0) {
+      seq.prompt_next += batch.chunk[i];
       if (!logits[i].defined()) continue;  // more chunks to come
       seq.req.sink->PromptDone(seq.req.cache);
     }
@@ -327,14 +325,15 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
     seq->req.sink->PromptDone(seq->req.cache);
     Pick(*seq, seq->req.first_logits);
   }
-  Settle(running, plan);
+  Settle(running, batch);
 }
 
 void DecodeScheduler::Publish(const std::list<std::unique_ptr<Sequence>>& running,
-                              const Plan& plan) {
+                              const Batch& batch) {
   absl::MutexLock lock(&mu_);
-  if (!plan.batch.empty()) ++stats_.steps;
-  stats_.max_batch = std::max<int64_t>(stats_.max_batch, static_cast<int64_t>(plan.batch.size()));
+  if (!batch.inputs.empty()) ++stats_.steps;
+  stats_.max_batch =
+      std::max<int64_t>(stats_.max_batch, static_cast<int64_t>(batch.inputs.size()));
   if (static_cast<int64_t>(running.size()) < stats_.running) NoteRelease();
   stats_.running = static_cast<int64_t>(running.size());
   stats_.decoding = 0;
@@ -346,46 +345,31 @@ void DecodeScheduler::Publish(const std::list<std::unique_ptr<Sequence>>& runnin
   stats_.busy_prefill_us_per_token = busy_prefill_.UsPerToken();
 }
 
-int64_t DecodeScheduler::ChunkBudget(int64_t decodes, double allowed, int64_t rows_left) {
-  if (decodes == 0) return rows_left;
-  // Within the rows SkinnyGemm takes (model/skinny_gemm.h): past them the whole step's
-  // projections go to BLAS and cost another way.
-  const int64_t chunk = std::min({pacer_.ChunkTokens(allowed), rows_left,
-                                  std::max<int64_t>(0, kSkinnyMaxRows - decodes)});
-  last_chunk_budget_ = chunk;
-  return chunk;
+DecodeScheduler::Batch DecodeScheduler::BatchOf(const StepPlan& plan,
+                                                const std::vector<Sequence*>& members) {
+  Batch batch;
+  batch.decodes = plan.decodes;
+  batch.prefill_tokens = plan.prefill_tokens;
+  for (const StepPlan::Member& m : plan.batch) {
+    Sequence* seq = members[m.sequence];
+    if (m.chunk == 0) {
+      batch.inputs.push_back(
+          {absl::MakeConstSpan(&*seq->input, 1), &seq->req.cache, &seq->workspace, true});
+    } else {
+      const int64_t remaining = static_cast<int64_t>(seq->req.prompt.size()) - seq->prompt_next;
+      batch.inputs.push_back({absl::MakeConstSpan(seq->req.prompt)
+                                  .subspan(static_cast<size_t>(seq->prompt_next),
+                                           static_cast<size_t>(m.chunk)),
+                              &seq->req.cache, &seq->workspace, m.chunk == remaining});
+    }
+    batch.members.push_back(seq);
+    batch.chunk.push_back(m.chunk);
+  }
+  return batch;
 }
 
-void DecodeScheduler::PlanBatch(const std::list<std::unique_ptr<Sequence>>& running,
-                                int64_t chunk_left, Plan* plan) const {
-  // Every decode, then prefill chunks oldest first (at least kMinChunk tokens when a prompt waits,
-  // unless the decodes run alone to be measured).
-  for (const auto& seq : running) {
-    if (!seq->decoding()) continue;
-    plan->batch.push_back(
-        {absl::MakeConstSpan(&*seq->input, 1), &seq->req.cache, &seq->workspace, true});
-    plan->members.push_back(seq.get());
-    plan->chunk.push_back(0);
-  }
-  for (const auto& seq : running) {
-    if (plan->decodes_only) break;
-    if (!seq->prefilling()) continue;
-    const int64_t remaining = static_cast<int64_t>(seq->req.prompt.size()) - seq->prompt_next;
-    int64_t can = chunk_left;
-    if (plan->prefill_tokens == 0) can = std::max<int64_t>(can, kMinChunk);  // progress
-    const int64_t n = std::min(remaining, can);
-    if (n <= 0) break;
-    plan->batch.push_back({absl::MakeConstSpan(seq->req.prompt).subspan(
-                               static_cast<size_t>(seq->prompt_next), static_cast<size_t>(n)),
-                           &seq->req.cache, &seq->workspace, n == remaining});
-    plan->members.push_back(seq.get());
-    plan->chunk.push_back(n);
-    plan->prefill_tokens += n;
-    chunk_left -= n;
-  }
-}
-
-void DecodeScheduler::Learn(const Plan& plan, double took, double allowed) {
+void DecodeScheduler::Learn(const Batch& plan, double took, double allowed) {
+  // `plan`: the step's batch as it ran.
   if (plan.decodes > 0 && plan.prefill_tokens > 0) {
     const double alone = pacer_.DecodeStepEstimate(plan.decodes);
     if (alone > 0) local_itl_.Add(took - alone, static_cast<double>(plan.prefill_tokens));
@@ -393,7 +377,7 @@ void DecodeScheduler::Learn(const Plan& plan, double took, double allowed) {
   }
   pacer_.Observe(plan.decodes, plan.prefill_tokens, took, allowed);
   if (options_.metrics != nullptr) {
-    options_.metrics->ObserveStep(static_cast<int64_t>(plan.batch.size()),
+    options_.metrics->ObserveStep(static_cast<int64_t>(plan.inputs.size()),
                                   plan.decodes + plan.prefill_tokens, took);
   }
 }
@@ -401,14 +385,14 @@ void DecodeScheduler::Learn(const Plan& plan, double took, double allowed) {
 void DecodeScheduler::Pick(Sequence& seq, const at::Tensor& logits) {
   if (!seq.sampled) {
     seq.sampled = true;
-    seq.prefill = absl::Now() - seq.joined;
+    seq.prefill = clock_->Now() - seq.joined;
   }
   std::optional<TokenId> next;
   const absl::Status failed = GuardExceptions("sampling", [&]() -> absl::Status {
     next = seq.state.Next(logits, seq.req.cache.length(),
                           [&](TokenId id, const TokenLogprobs& logprobs) {
                             if (seq.first_token == absl::InfinitePast()) {
-                              seq.first_token = absl::Now();
+                              seq.first_token = clock_->Now();
                             }
                             return seq.req.sink->Token(id, logprobs);
                           });

@@ -1,5 +1,6 @@
 // DecodeScheduler: continuous batching on one consumer. One thread advances every running
-// sequence together: a step is one LlamaModel::ForwardBatch over each decoding sequence's last
+// sequence together, each step carrying out the plan PlanStep (consumer/step_plan.h) returns
+// for the scheduler's state: a step is one LlamaModel::ForwardBatch over each decoding sequence's last
 // token and chunks of local prefills (a rebuilt sequence's last prompt token is a one-token
 // chunk), then every sequence that got logits picks its next token with its own GenerationState
 // (its own sampling parameters and seeded sampler, so a seed gives the same tokens whatever else
@@ -47,9 +48,11 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/clock.h"
 #include "base/finish_reason.h"
 #include "base/token_id.h"
 #include "consumer/step_pacer.h"
+#include "consumer/step_plan.h"
 #include "model/generator.h"
 #include "model/kv_cache.h"
 #include "model/llama_model.h"
@@ -68,6 +71,9 @@ struct SchedulerOptions {
   // this many times their own step time.
   double step_slack = 2.0;
   ServingMetrics* metrics = nullptr;  // not owned; null: no step metrics
+  // Deadlines, the steps' and pieces' timings, a sequence's join and first token (not owned;
+  // null: Clock::Real()).
+  Clock* clock = nullptr;
   // The loop's own thread runs this much nicer than the process (Linux: niceness is per thread;
   // 0: as the process). The steps run back to back while anything decodes, so on a busy CPU the
   // threads that answer the network -- a cancel, a deadline, an admission, an event write --
@@ -170,39 +176,41 @@ class DecodeScheduler {
     bool done = false;
   };
 
-  // What one step runs: the batch, its sequences and their prompt tokens (0 for a decode).
-  struct Plan {
+  // What one step runs, as the model takes it: the plan's batch (consumer/step_plan.h) with its
+  // sequences and their prompt tokens (0 for a decode).
+  struct Batch {
     int64_t decodes = 0, prefill_tokens = 0;
-    bool decodes_only = false;  // the decodes alone, to measure their step time
-    std::vector<BatchSequence> batch;
+    std::vector<BatchSequence> inputs;
     std::vector<Sequence*> members;
     std::vector<int64_t> chunk;
   };
 
   void Loop();
-  // One step: leaves, rebuild pieces, the batched forward, sampling.
+  // One step: PlanStep's plan, carried out -- leaves, rebuild pieces, the batched forward,
+  // sampling.
   void Step(std::list<std::unique_ptr<Sequence>>& running);
+  // The state the planner sees; `queued` gets the rebuild work it indexes.
+  StepState ViewOf(const std::vector<Sequence*>& running, std::vector<Work*>* queued) const;
+  static Batch BatchOf(const StepPlan& plan, const std::vector<Sequence*>& members);
   // Publishes the step's stats (a sequence that left is a release: base/release_clock.h).
-  void Publish(const std::list<std::unique_ptr<Sequence>>& running, const Plan& plan);
+  void Publish(const std::list<std::unique_ptr<Sequence>>& running, const Batch& batch);
   // Drops the ended sequences (their caches freed), publishes the stats without them, then tells
   // their sinks: whoever saw a sequence end sees stats that no longer count it.
-  void Settle(std::list<std::unique_ptr<Sequence>>& running, const Plan& plan);
-  // Prompt tokens the step may take beside `decodes` decodes, given the time and rows left.
-  int64_t ChunkBudget(int64_t decodes, double allowed, int64_t rows_left);
-  void PlanBatch(const std::list<std::unique_ptr<Sequence>>& running, int64_t chunk_left,
-                 Plan* plan) const;
-  // Tells the pacer and the metrics about a step whose forward took `took` seconds, with
-  // `allowed` seconds beside its decodes left after rebuild pieces.
-  void Learn(const Plan& plan, double took, double allowed);
+  void Settle(std::list<std::unique_ptr<Sequence>>& running, const Batch& batch);
+  // Tells the pacer and the metrics about a step whose forward took `took` seconds, planned with
+  // `allowed` seconds beside its decodes for its prompt chunks.
+  void Learn(const Batch& batch, double took, double allowed);
   // The sequence picks its next token from `logits`, or ends.
   void Pick(Sequence& seq, const at::Tensor& logits);
   // Marks `seq` ended; its sink hears it at the next Settle.
   void End(Sequence& seq, absl::Status status, FinishReason reason);
-  // Runs rebuild pieces within the budget; updates it.
-  void RunPieces(int64_t decodes, double* allowed, int64_t* rows_left);
+  // Runs the plan's rebuild pieces (`queued`: the work the plan indexes), timing each.
+  void RunPieces(const StepPlan& plan, const std::vector<Work*>& queued);
 
   const LlamaModel& model_;
   const SchedulerOptions options_;
+  Clock* const clock_;
+  const StepLimits limits_;
 
   mutable absl::Mutex mu_;
   std::deque<std::unique_ptr<Sequence>> incoming_ ABSL_GUARDED_BY(mu_);

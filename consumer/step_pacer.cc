@@ -22,23 +22,24 @@ int64_t ToTokens(double tokens) { return static_cast<int64_t>(std::min(tokens, 1
 StepPacer::StepPacer(double step_slack, int64_t max_decodes)
     : step_slack_(step_slack),
       decode_step_s_(static_cast<size_t>(std::max<int64_t>(1, max_decodes)) + 1, 0.0),
-      decode_measured_at_(decode_step_s_.size(), 0) {}
+      decode_measured_at_(decode_step_s_.size(), -1) {}
 
 bool StepPacer::NeedsMeasure(int64_t decodes) const {
   if (decodes <= 0) return false;
   const size_t n = std::min<size_t>(static_cast<size_t>(decodes), decode_step_s_.size() - 1);
-  return decode_step_s_[n] == 0 || steps_ - decode_measured_at_[n] > kMeasureEvery;
+  return decode_measured_at_[n] < 0 || steps_ - decode_measured_at_[n] > kMeasureEvery;
 }
 
 double StepPacer::DecodeStepEstimate(int64_t decodes) const {
   if (decodes <= 0) return 0;
   const int64_t last = static_cast<int64_t>(decode_step_s_.size()) - 1;
   const int64_t n = std::min<int64_t>(decodes, last);
+  auto measured = [this](int64_t i) { return decode_measured_at_[static_cast<size_t>(i)] >= 0; };
   for (int64_t i = n; i >= 1; --i) {
-    if (decode_step_s_[static_cast<size_t>(i)] > 0) return decode_step_s_[static_cast<size_t>(i)];
+    if (measured(i)) return decode_step_s_[static_cast<size_t>(i)];
   }
   for (int64_t i = n + 1; i <= last; ++i) {
-    if (decode_step_s_[static_cast<size_t>(i)] > 0) return decode_step_s_[static_cast<size_t>(i)];
+    if (measured(i)) return decode_step_s_[static_cast<size_t>(i)];
   }
   return 0;
 }
@@ -93,7 +94,8 @@ void StepPacer::Observe(int64_t decodes, int64_t prefill_tokens, double seconds,
     if (decodes <= 0) return;
     const size_t n = std::min<size_t>(static_cast<size_t>(decodes), decode_step_s_.size() - 1);
     double& average = decode_step_s_[n];
-    average = average == 0 ? seconds : (1 - kAverageWeight) * average + kAverageWeight * seconds;
+    average = decode_measured_at_[n] < 0 ? seconds
+                                         : (1 - kAverageWeight) * average + kAverageWeight * seconds;
     decode_measured_at_[n] = steps_;
   } else if (decodes > 0) {
     // What the prompt tokens added to the decodes' own time. An estimate from a slower moment

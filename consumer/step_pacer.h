@@ -64,8 +64,10 @@ class StepPacer {
 
  private:
   double step_slack_;
-  std::vector<double> decode_step_s_;        // [decodes]: 0 = not measured
-  std::vector<int64_t> decode_measured_at_;  // [decodes]: steps_ at its last measure
+  std::vector<double> decode_step_s_;        // [decodes]
+  // [decodes]: steps_ at its last measure, -1 = not measured (a step may take no time: on a
+  // simulated clock, or below the clock's resolution).
+  std::vector<int64_t> decode_measured_at_;
   int64_t steps_ = 0;
   // Decayed sums of 1, p, p^2, y, p*y over chunks (p tokens, y seconds).
   double w_ = 0, wp_ = 0, wpp_ = 0, wy_ = 0, wpy_ = 0;

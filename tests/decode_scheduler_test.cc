@@ -18,6 +18,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -28,6 +29,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/simulated_clock.h"
 #include "model/generator.h"
 #include "tests/test_util.h"
 
@@ -42,11 +44,21 @@ class RecordingSink : public SequenceSink {
     prompt_done_at_ = cache.length();
   }
   bool Token(TokenId id, const TokenLogprobs&) override {
-    absl::MutexLock lock(&mu_);
-    tokens_.push_back(id);
-    times_.push_back(absl::Now());
-    return stop_after_ == 0 || static_cast<int>(tokens_.size()) < stop_after_;
+    size_t count;
+    bool go_on;
+    {
+      absl::MutexLock lock(&mu_);
+      tokens_.push_back(id);
+      times_.push_back(absl::Now());
+      count = tokens_.size();
+      go_on = stop_after_ == 0 || static_cast<int>(count) < stop_after_;
+    }
+    if (on_token_) on_token_(count);
+    return go_on;
   }
+  // Runs `hook` with the count after each token, on the scheduler's thread (between the step
+  // that made the token and the next one's plan).
+  void OnToken(std::function<void(size_t)> hook) { on_token_ = std::move(hook); }
   void Ended(const SequenceEnd& end) override {
     absl::MutexLock lock(&mu_);
     ++ended_;
@@ -92,6 +104,7 @@ class RecordingSink : public SequenceSink {
   int64_t prompt_done_at_ = -1;
   SequenceEnd end_;
   int stop_after_ = 0;
+  std::function<void(size_t)> on_token_;
 };
 
 std::vector<TokenId> Prompt(const std::string& model, int index, size_t length) {
@@ -134,19 +147,18 @@ TEST_P(DecodeSchedulerTest, SequencesJoiningAndLeavingGiveTheirTokensAlone) {
   struct Case {
     std::vector<TokenId> prompt;
     int max_tokens;
-    absl::Duration join;  // after the first
+    size_t join;  // once the first sequence has this many tokens
   };
   const std::vector<Case> cases = {
-      {Prompt(GetParam(), 0, 10), 40, absl::ZeroDuration()},
-      {Prompt(GetParam(), 1, 30), 12, absl::ZeroDuration()},
-      {Prompt(GetParam(), 2, 45), 30, absl::Milliseconds(3)},
-      {Prompt(GetParam(), 3, 7), 25, absl::Milliseconds(8)},
-      {Prompt(GetParam(), 0, 52), 8, absl::Milliseconds(12)},
+      {Prompt(GetParam(), 0, 10), 40, 0},
+      {Prompt(GetParam(), 1, 30), 12, 0},
+      {Prompt(GetParam(), 2, 45), 30, 3},
+      {Prompt(GetParam(), 3, 7), 25, 8},
+      {Prompt(GetParam(), 0, 52), 8, 12},
   };
   std::vector<std::unique_ptr<RecordingSink>> sinks;
-  const absl::Time begin = absl::Now();
   for (const Case& c : cases) {
-    absl::SleepFor(begin + c.join - absl::Now());
+    if (!sinks.empty()) sinks.front()->AwaitTokens(c.join);
     sinks.push_back(std::make_unique<RecordingSink>());
     ASSERT_TRUE(
         scheduler.Submit(Request(c.prompt, Options(c.max_tokens), sinks.back().get())).ok());
@@ -234,26 +246,37 @@ TEST_P(DecodeSchedulerTest, ASeededSampledSequenceGivesItsTokensWhateverElseRuns
   EXPECT_GE(scheduler.stats().max_batch, 2);
 }
 
+// On a simulated clock: the cancel and the clock's move past the deadline happen inside a token's
+// callback, so each sequence must leave at the very next step, with exactly the tokens it had.
 TEST_P(DecodeSchedulerTest, CancelAndDeadlineEndASequenceBetweenStepsOthersGoOn) {
-  DecodeScheduler scheduler(*model_, SchedulerOptions());
+  SimulatedClock clock;
+  SchedulerOptions options;
+  options.clock = &clock;
+  DecodeScheduler scheduler(*model_, options);
   std::atomic<bool> cancel{false};
   RecordingSink cancelled, expired, kept;
   const std::vector<TokenId> prompt = Prompt(GetParam(), 2, 20);
   SequenceRequest a = Request(prompt, Options(200), &cancelled);
   a.cancelled = &cancel;
+  cancelled.OnToken([&](size_t n) {
+    if (n == 3) cancel = true;
+  });
   SequenceRequest b = Request(prompt, Options(200), &expired);
-  b.deadline = absl::Now() + absl::Milliseconds(30);
+  b.deadline = clock.Now() + absl::Milliseconds(30);
+  expired.OnToken([&](size_t n) {
+    if (n == 5) clock.Advance(absl::Milliseconds(30));  // at the deadline: still runs
+    if (n == 6) clock.Advance(absl::Microseconds(1));   // past it
+  });
   ASSERT_TRUE(scheduler.Submit(std::move(a)).ok());
   ASSERT_TRUE(scheduler.Submit(std::move(b)).ok());
   ASSERT_TRUE(scheduler.Submit(Request(prompt, Options(60), &kept)).ok());
-  cancelled.AwaitTokens(3);
-  cancel = true;
   const SequenceEnd c = cancelled.Wait();
   EXPECT_TRUE(absl::IsCancelled(c.status)) << c.status;
   EXPECT_EQ(FinishReasonName(c.finish_reason), "cancelled");
-  EXPECT_LT(cancelled.tokens().size(), 200u);
+  EXPECT_EQ(cancelled.tokens().size(), 3u);
   const SequenceEnd e = expired.Wait();
   EXPECT_TRUE(absl::IsDeadlineExceeded(e.status)) << e.status;
+  EXPECT_EQ(expired.tokens().size(), 6u);
   const SequenceEnd k = kept.Wait();
   EXPECT_TRUE(k.status.ok());
   EXPECT_EQ(kept.tokens(), Alone(prompt, Options(60)));
@@ -304,8 +327,7 @@ TEST_P(DecodeSchedulerTest, RebuildWorkRunsInOrderInPiecesCoveringEveryRow) {
   std::vector<std::pair<int, std::pair<int64_t, int64_t>>> pieces;  // (work, (begin, count))
   std::vector<std::thread> threads;
   for (int w = 0; w < 3; ++w) {
-    threads.emplace_back([&, w] {
-      absl::SleepFor(absl::Milliseconds(2 * w));
+    threads.emplace_back([&, w] {  // in whatever order they come: each work's rows in order
       // Rows x layers beyond one step's budget (512 rows of every layer): split for sure.
       const absl::Status status =
           scheduler.RunBetweenSteps(1500, static_cast<int>(model_->config().num_layers),
@@ -502,20 +524,21 @@ TEST_P(DecodeSchedulerTest, TheLoopsThreadRunsNicerThanTheProcess) {
     SchedulerOptions options;
     options.nice = 7;
     DecodeScheduler scheduler(*model_, options);
-    const absl::Time give_up = absl::Now() + absl::Seconds(10);
-    while (nicer(7) == before && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
-    EXPECT_EQ(nicer(7), before + 1);
-    // It still runs sequences to their end.
+    // It still runs sequences to their end; once one ended, the loop has lowered its priority
+    // (the first thing it does).
     RecordingSink sink;
     ASSERT_TRUE(scheduler.Submit(Request(Prompt(GetParam(), 0, 6), Options(4), &sink)).ok());
     EXPECT_TRUE(sink.Wait().status.ok());
+    EXPECT_EQ(nicer(7), before + 1);
   }
   EXPECT_EQ(nicer(7), before);  // the thread is gone with the scheduler
   SchedulerOptions same;
   same.nice = 0;
   const std::map<int, int> threads_before = ThreadNiceness();
   DecodeScheduler scheduler(*model_, same);
-  absl::SleepFor(absl::Milliseconds(50));
+  RecordingSink sink;  // a sequence run to its end: the loop is past where it would renice
+  ASSERT_TRUE(scheduler.Submit(Request(Prompt(GetParam(), 0, 6), Options(4), &sink)).ok());
+  EXPECT_TRUE(sink.Wait().status.ok());
   for (const auto& [tid, nice] : ThreadNiceness()) {
     if (threads_before.count(tid) == 0) {
       EXPECT_EQ(nice, process_nice) << "thread " << tid;

@@ -58,6 +58,12 @@ TEST(StepPacerTest, DecodesAreMeasuredFirstAndAgainWhenTheirMeasureIsOld) {
   EXPECT_FALSE(pacer.NeedsMeasure(3));
   pacer.Observe(3, 8, 0.006, 0.004);
   EXPECT_TRUE(pacer.NeedsMeasure(3)) << "65 steps since its measure";
+  // A step that took no time (a simulated clock nobody advanced) is measured all the same: the
+  // decodes are not run alone again and again, starving the prompts.
+  StepPacer instant(2.0, 64);
+  instant.Observe(1, 0, 0.0, 0);
+  EXPECT_FALSE(instant.NeedsMeasure(1));
+  EXPECT_EQ(instant.Allowed(1), 0);
 }
 
 TEST(StepPacerTest, TheChunkConvergesToWhatFitsTheStep) {
