@@ -9,14 +9,15 @@
 #include <set>
 #include <tuple>
 
-#include "base/grpc_tls.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "base/grpc_tls.h"
 #include "bench/timings_json.h"
 #include "codec/ttft_model.h"
 #include "proto/inference_client.h"
+#include "proto/wire_mode.h"
 #include "scd/v1/registry.grpc.pb.h"
 
 namespace scd::bench {
@@ -103,7 +104,9 @@ std::string ExcessStage(const SweepRecord& r) {
 bool IsAutoMode(const std::string& mode) { return mode == "auto" || mode == "auto-keep"; }
 
 std::string ChoiceText(const v1::Started& started, const v1::Finished& finished) {
-  if (finished.mode() != "scd" || !started.has_point()) return finished.mode();
+  if (RanMode(finished) != TransferMode::kScd || !started.has_point()) {
+    return RanModeName(finished);
+  }
   const v1::CodePoint& p = started.point();
   auto ranks = [](const auto& r) { return absl::StrJoin(r, ","); };
   return absl::StrCat("scd ", p.code_dtype(), " K ", ranks(p.rank_k()), " V ", ranks(p.rank_v()),
@@ -122,7 +125,7 @@ SweepReply SendSweepRequest(const SweepOptions& o, const std::string& consumer,
   request.add_targets(consumer);
   // auto-keep: auto's choice sent at its ranks, however the link does (no adaptation).
   const bool automatic = mode == "auto" || mode == "auto-keep";
-  request.set_mode(automatic ? "auto" : mode);
+  SetRequestModeName(automatic ? "auto" : mode, &request);
   if (automatic) {
     request.set_max_kl(o.max_kl);
     request.set_ttft_slo_ms(o.ttft_slo_ms);
@@ -290,7 +293,7 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
             rec.ids = r.ids;
             rec.client_ttft_us = r.client_ttft_us;
             if (r.finished) {
-              rec.mode_used = r.f.mode();
+              rec.mode_used = RanModeName(r.f);
               rec.mode_reason = r.f.mode_reason();
               rec.prompt_tokens = r.f.prompt_tokens();
               rec.output_tokens = r.f.output_tokens();

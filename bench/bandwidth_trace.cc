@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "proto/wire_mode.h"
 
 namespace scd::bench {
 namespace {
@@ -90,7 +91,7 @@ void FillRecord(const SweepOptions& o, const SweepReply& r, TraceRecord* rec) {
   rec->ok = r.finished;
   rec->error = r.error;
   if (!r.finished) return;
-  rec->mode_used = r.f.mode();
+  rec->mode_used = RanModeName(r.f);
   rec->choice = ChoiceText(r.started, r.f);
   rec->ttft_ms = static_cast<double>(r.f.timings().ttft()) / 1e3;
   rec->predicted_ttft_ms = static_cast<double>(r.f.predicted_ttft_us()) / 1e3;

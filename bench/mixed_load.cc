@@ -1,16 +1,16 @@
 #include "bench/mixed_load.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "bench/serve_benchmark.h"
 #include "proto/inference_client.h"
+#include "proto/wire_mode.h"
 
 namespace scd::bench {
 namespace {
@@ -27,7 +27,7 @@ v1::GenerateRequest Request(const MixedLoadOptions& o, const std::string& mode,
                             const BenchPrompt& prompt, int max_tokens) {
   v1::GenerateRequest request;
   request.add_targets(o.target);
-  request.set_mode(mode);
+  SetRequestModeName(mode, &request);
   for (int32_t id : prompt.ids) request.add_prompt_ids(id);
   request.set_max_tokens(static_cast<uint32_t>(max_tokens));
   request.set_deadline_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(o.timeout)));
@@ -147,7 +147,7 @@ std::string MixedLoadJson(const MixedLoadOptions& o, const MixedLoadResult& r) {
   j["during_gaps"] = r.during_gaps;
   j["long_ttft_ms"] = r.long_ttft_ms;
   j["window_covered"] = r.window_covered;
-  j["long_mode_used"] = r.long_finished.mode();
+  j["long_mode_used"] = RanModeName(r.long_finished);
   j["long_payload_bytes"] = r.long_finished.payload_bytes();
   j["decoders_ok"] = r.decoders_ok;
   j["error"] = r.error;

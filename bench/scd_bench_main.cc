@@ -71,6 +71,7 @@
 #include "bench/serve_benchmark.h"
 #include "bench/soak_command.h"
 #include "bench/sweep_deployment.h"
+#include "proto/wire_mode.h"
 
 namespace scd::bench {
 namespace {
@@ -363,7 +364,7 @@ absl::Status RunMixed(const MixedLoadOptions& options, const std::string& out) {
   SCD_ASSIGN_OR_RETURN(MixedLoadResult r, RunMixedLoad(options));
   std::printf("%d decoders (%s, %d-token prompts) while a %d-token prompt arrives (%s)\n",
               options.decoders, options.decode_mode.c_str(), options.decode_prompt_len,
-              options.long_prompt_len, r.long_finished.mode().c_str());
+              options.long_prompt_len, RanModeName(r.long_finished).c_str());
   std::printf("  ITL p50 before it:           %9.2f ms (%lld gaps)\n", r.itl_p50_baseline_ms,
               static_cast<long long>(r.baseline_gaps));
   std::printf("  ITL p50 / p99 / max while it is prefilled or rebuilt: %.2f / %.2f / %.2f ms "

@@ -12,14 +12,15 @@
 #include <random>
 #include <thread>
 
-#include "base/grpc_tls.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "base/grpc_tls.h"
 #include "bench/timings_json.h"
 #include "proto/inference_client.h"
+#include "proto/wire_mode.h"
 #include "scd/v1/control.grpc.pb.h"
 #include "scd/v1/registry.grpc.pb.h"
 
@@ -60,7 +61,7 @@ std::vector<StreamRecord> RunOne(const ServeBenchOptions& options, const BenchPr
     for (int32_t id : prompt.ids) request.add_prompt_ids(id);
   }
   for (const std::string& target : options.targets) request.add_targets(target);
-  request.set_mode(options.mode);
+  SetRequestModeName(options.mode, &request);
   // Several salts (tenants): request i takes the (i mod n)-th.
   const std::vector<std::string> salts = absl::StrSplit(options.cache_salt, ',');
   request.set_cache_salt(salts[static_cast<size_t>(index) % salts.size()]);
@@ -449,7 +450,7 @@ std::string ServeBenchJson(const ServeBenchResult& r, const ServeBenchOptions& o
     ttfts.push_back(s.ttft_s * 1e3);
     itls.push_back(s.itl_s);
     e2els.push_back(s.e2el_s * 1e3);
-    modes.push_back(s.finished.mode());
+    modes.push_back(RanModeName(s.finished));
     payload.push_back(s.finished.payload_bytes());
     server_ttft.push_back(static_cast<double>(s.finished.timings().ttft()) / 1e3);
     server_output.push_back(s.finished.output_tokens());

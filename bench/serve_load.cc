@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "proto/load_generator.h"
+#include "proto/wire_mode.h"
 
 namespace scd {
 namespace {
@@ -45,7 +46,7 @@ int Run(const Flags& flags) {
   options.server = flags.server;
   options.request.set_prompt(flags.prompt);
   options.request.add_targets(flags.target);
-  options.request.set_mode(flags.mode);
+  SetRequestModeName(flags.mode, &options.request);
   options.request.set_max_tokens(static_cast<uint32_t>(flags.max_tokens));
   options.request.set_temperature(0);
   options.duration = absl::Milliseconds(500);

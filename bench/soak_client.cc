@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/grpc_tls.h"
+#include "proto/wire_mode.h"
 #include "scd/v1/inference.grpc.pb.h"
 
 namespace scd::bench {
@@ -54,7 +55,7 @@ class StreamChecker {
         Violation(
             absl::StrCat(s.target, ": Started names request '", e.started().request_id(), "'"));
       }
-      s.mode = s.started_mode = e.started().mode();
+      s.mode = s.started_mode = RanModeName(e.started());
     } else if (s.started == 0 && !e.has_error()) {
       Violation(absl::StrCat(s.target, ": an event before Started"));
     }
@@ -70,7 +71,7 @@ class StreamChecker {
       ++s.terminals;
       s.finished = true;
       s.reason = e.finished().reason();
-      s.mode = e.finished().mode();
+      s.mode = RanModeName(e.finished());
       s.lowered = e.finished().lowered_layers_size() > 0;
       s.producer_cached = e.finished().producer_cached_tokens();
       s.consumer_cached = e.finished().consumer_cached_tokens();

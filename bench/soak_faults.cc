@@ -5,6 +5,7 @@
 #include "bench/bandwidth_sweep.h"
 #include "proto/inference_client.h"
 #include "proto/registry_client.h"
+#include "proto/wire_mode.h"
 
 namespace scd::bench {
 namespace {
@@ -214,7 +215,7 @@ bool Probe(const std::string& server, const std::string& target, const std::stri
   v1::GenerateRequest request;
   request.set_prompt("Once upon a time");
   request.add_targets(target);
-  request.set_mode(mode);
+  SetRequestModeName(mode, &request);
   request.set_max_tokens(2);
   request.set_deadline_ms(3000);
   bool finished = false;

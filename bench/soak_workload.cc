@@ -11,6 +11,7 @@
 #include "absl/strings/strip.h"
 #include "base/file_util.h"
 #include "proto/inference_client.h"
+#include "proto/wire_mode.h"
 
 namespace scd::bench {
 
@@ -96,7 +97,7 @@ v1::GenerateRequest ToGenerateRequest(const SoakRequestSpec& spec,
   v1::GenerateRequest r;
   r.set_prompt(prompts.at(static_cast<size_t>(spec.prompt)));
   for (const std::string& t : spec.targets) r.add_targets(t);
-  r.set_mode(spec.mode);
+  SetRequestModeName(spec.mode, &r);
   r.set_cache_salt(spec.salt);
   r.set_max_tokens(spec.max_tokens);
   if (!spec.greedy) {
@@ -123,7 +124,7 @@ absl::StatusOr<SoakReferences> SoakReferences::Compute(
         v1::GenerateRequest request;
         request.set_prompt(prompts[p]);
         request.add_targets(target);
-        request.set_mode(mode);
+        SetRequestModeName(mode, &request);
         request.set_max_tokens(max_tokens);
         request.set_logprobs(2);
         SoakReference ref;
@@ -138,7 +139,7 @@ absl::StatusOr<SoakReferences> SoakReferences::Compute(
                 }
               } else if (e.has_finished()) {
                 ref.reason = e.finished().reason();
-                ref.mode = e.finished().mode();
+                ref.mode = RanModeName(e.finished());
               } else if (e.has_error()) {
                 error = e.error().message();
               }

@@ -14,6 +14,7 @@
 #include "proto/grpc_util.h"
 #include "proto/prefix_cache_stats.h"
 #include "proto/requested_point.h"
+#include "proto/wire_mode.h"
 
 namespace scd::consumer {
 
@@ -55,8 +56,7 @@ absl::StatusOr<ServedRequest> ConsumerControlService::Route(const v1::DecodeRequ
                                             ForLog(request->target()), "'"));
   }
   TargetRoute route;
-  absl::StatusOr<TransferMode> mode =
-      request->mode().empty() ? TransferMode::kLocal : ParseTransferMode(request->mode());
+  absl::StatusOr<TransferMode> mode = TargetModeOf(*request);
   if (!mode.ok()) return mode.status();
   route.mode = *mode;
   route.mode_reason = request->mode_reason();

@@ -11,6 +11,7 @@
 #include "consumer/served_request.h"
 #include "proto/checked_inference.h"
 #include "proto/grpc_util.h"
+#include "proto/wire_mode.h"
 
 namespace scd::consumer {
 
@@ -41,7 +42,7 @@ EventStream* ConsumerInferenceService::Generate(grpc::CallbackServerContext* con
     }
   }
   TargetRoute route;
-  absl::StatusOr<RequestedMode> mode = ParseRequestedMode(req.mode());
+  absl::StatusOr<RequestedMode> mode = RequestModeOf(req);
   if (!mode.ok()) return refuse(mode.status());
   if (mode->is_auto()) {
     route.mode_reason = "a consumer called directly has no producer: local prefill";

@@ -21,6 +21,7 @@
 #include "model/generator.h"
 #include "proto/frontier_proto.h"
 #include "proto/request_validation.h"
+#include "proto/wire_mode.h"
 #include "tokenizer/prompt_ids.h"
 
 namespace scd::consumer {
@@ -218,7 +219,7 @@ v1::Finished FinishedOf(const PrefixOutcome& prefix, const SequenceEnd& end, siz
   f.set_prompt_tokens(static_cast<uint32_t>(prompt_tokens));
   f.set_output_tokens(static_cast<uint32_t>(end.output_tokens));
   f.set_payload_bytes(static_cast<uint64_t>(prefix.payload_bytes));
-  f.set_mode(TransferModeName(prefix.mode));
+  SetRanMode(prefix.mode, &f);
   f.set_mode_reason(prefix.reason);
   f.set_consumer_cached_tokens(static_cast<uint32_t>(prefix.cached_tokens));
   for (const LoweredLayer& l : prefix.lowered) {
@@ -301,7 +302,7 @@ v1::GenerateEvent StartedEvent(const ConsumerModel& consumer, const v1::Generate
   started->set_request_id(request.request_id());
   started->set_producer(route.mode == TransferMode::kLocal ? "" : route.producer);
   started->set_consumer(consumer.name);
-  started->set_mode(TransferModeName(route.mode));
+  SetRanMode(route.mode, started);
   started->set_mode_reason(route.mode_reason);
   if (route.point && route.mode != TransferMode::kLocal) {
     *started->mutable_point() = CodePointToProto(*route.point);
@@ -346,7 +347,7 @@ absl::StatusOr<std::optional<ExpectedTransfer>> PlanFor(const ConsumerModel& con
 // The Started a target sends when its transfer failed and it runs its own prefill.
 v1::GenerateEvent FallbackNotice(const v1::GenerateEvent& started, const PrefixOutcome& prefix) {
   v1::GenerateEvent notice = started;
-  notice.mutable_started()->set_mode(TransferModeName(prefix.mode));
+  SetRanMode(prefix.mode, notice.mutable_started());
   notice.mutable_started()->set_mode_reason(prefix.reason);
   notice.mutable_started()->clear_expected_payload_bytes();
   notice.mutable_started()->clear_point();

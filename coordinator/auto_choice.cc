@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "proto/node_speeds.h"
+#include "proto/wire_mode.h"
 
 namespace scd::coordinator {
 
@@ -35,8 +36,8 @@ std::string Prediction(const AutoCandidate& c) {
 
 void LinkEstimate::Observe(const v1::Finished& finished, absl::Time now) {
   const v1::Timings& t = finished.timings();
-  if (TransferModeOr(finished.mode(), TransferMode::kLocal) == TransferMode::kLocal ||
-      finished.payload_bytes() == 0 || t.transfer() == 0)
+  if (RanMode(finished) == TransferMode::kLocal || finished.payload_bytes() == 0 ||
+      t.transfer() == 0)
     return;
   const double bytes = static_cast<double>(finished.payload_bytes());
   const double took = static_cast<double>(t.transfer());

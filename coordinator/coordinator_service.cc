@@ -23,6 +23,7 @@
 #include "proto/grpc_util.h"
 #include "proto/registry_client.h"
 #include "proto/request_validation.h"
+#include "proto/wire_mode.h"
 #include "tokenizer/prompt_ids.h"
 
 namespace scd::coordinator {
@@ -229,7 +230,7 @@ EventStream* CoordinatorInferenceService::Generate(grpc::CallbackServerContext* 
   if (req.request_id().empty()) req.set_request_id(RandomId128());
   const std::string id = ForLog(req.request_id(), 40);  // for logs
   const PrefixHint hint = HintFor(options_.tokenizer, req);
-  absl::StatusOr<RequestedMode> mode = ParseRequestedMode(req.mode());
+  absl::StatusOr<RequestedMode> mode = RequestModeOf(req);  // the enum: read at the edge
   absl::StatusOr<Route> route =
       !mode.ok()
           ? absl::StatusOr<Route>(mode.status())

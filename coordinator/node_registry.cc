@@ -15,6 +15,7 @@
 #include "codec/transfer_mode.h"
 #include "proto/frontier_proto.h"
 #include "proto/node_speeds.h"
+#include "proto/wire_mode.h"
 
 namespace scd::coordinator {
 namespace {
@@ -664,8 +665,7 @@ void NodeRegistry::NoteLinkShape(const std::string& producer_node, const v1::Lin
 
 void NodeRegistry::ObserveFinished(const Route& route, const RouteTarget& target,
                                    const v1::Finished& finished) {
-  if (route.producer_node.empty() ||
-      TransferModeOr(finished.mode(), TransferMode::kLocal) == TransferMode::kLocal) {
+  if (route.producer_node.empty() || RanMode(finished) == TransferMode::kLocal) {
     return;
   }
   absl::MutexLock lock(&mu_);

@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "base/random_id.h"
 #include "proto/checked_inference.h"
+#include "proto/wire_mode.h"
 #include "scd/v1/inference.grpc.pb.h"
 
 namespace scd::coordinator {
@@ -185,8 +186,10 @@ absl::Status ParseOptions(const Json& body, ParsedRequest* out) {
     SCD_FIELD(include_usage, bool, *options, "include_usage");
     parsed.include_usage = include_usage.value_or(false);
   }
-  SCD_FIELD(mode, std::string, body, "mode");
-  r.set_mode(mode.value_or(""));
+  SCD_FIELD(mode, std::string, body, "mode");  // the API's strings, read at its edge
+  const absl::StatusOr<RequestedMode> requested = ParseRequestedMode(mode.value_or(""));
+  if (!requested.ok()) return Invalid("mode", std::string(requested.status().message()));
+  SetRequestMode(*requested, &r);
   SCD_FIELD(cache_salt, std::string, body, "cache_salt");
   r.set_cache_salt(cache_salt.value_or(""));
   SCD_FIELD(fallback, bool, body, "allow_local_fallback");
@@ -423,7 +426,8 @@ class OpenAiHttpHandler::Impl {
               {"total_tokens", prompt + completion}};
     }
     static Json ScdInfo(const v1::Finished& f) {
-      Json info = {{"mode", f.mode()}, {"mode_reason", f.mode_reason()},
+      Json info = {{"mode", RanModeName(f)},
+                   {"mode_reason", f.mode_reason()},
                    {"payload_bytes", f.payload_bytes()},
                    {"ttft_ms", static_cast<double>(f.timings().ttft()) / 1000.0},
                    {"producer_cached_tokens", f.producer_cached_tokens()},

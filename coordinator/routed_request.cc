@@ -14,6 +14,7 @@
 #include "base/release_clock.h"
 #include "codec/transfer_mode.h"
 #include "proto/frontier_proto.h"
+#include "proto/wire_mode.h"
 
 namespace scd::coordinator {
 
@@ -131,7 +132,7 @@ void RoutedRequest::Start() {
     v1::DecodeRequest decode;
     *decode.mutable_request() = req_;
     decode.set_target(target.target);
-    decode.set_mode(TransferModeName(target.mode));
+    SetTargetMode(target.mode, &decode);
     decode.set_mode_reason(target.mode_reason);
     decode.set_producer(route_.producer_name);
     decode.set_producer_fingerprint(route_.producer_fingerprint);
@@ -325,7 +326,7 @@ void RoutedRequest::StartPrefill() {
     target->set_target(route.target);
     target->set_transfer_address(route.transfer_address);
     target->set_consumer_fingerprint(route.consumer_fingerprint);
-    target->set_mode(TransferModeName(f.started_mode()));
+    SetTargetMode(f.started_mode(), target);
     target->set_artifact_id(route.artifact_id);
     target->set_consumer_cached_tokens(f.consumer_cached_tokens());
     if (route.point) *target->mutable_point() = CodePointToProto(*route.point);

@@ -1,13 +1,14 @@
 #include "coordinator/target_forwarder.h"
 
+#include "proto/wire_mode.h"
+
 namespace scd::coordinator {
 
 TargetForwarder::TargetForwarder(const Route* route, size_t index, NodeRegistry* registry)
     : route_(route), index_(index), registry_(registry) {}
 
 bool TargetForwarder::NeedsProducer(const v1::GenerateEvent& event) const {
-  return event.has_finished() &&
-         TransferModeOr(event.finished().mode(), TransferMode::kLocal) != TransferMode::kLocal &&
+  return event.has_finished() && RanMode(event.finished()) != TransferMode::kLocal &&
          started_mode_ != TransferMode::kLocal;
 }
 
@@ -28,7 +29,7 @@ bool TargetForwarder::Rewrite(const ProducerOutcome& producer, v1::GenerateEvent
       return false;
     }
     started_ = true;
-    started_mode_ = TransferModeOr(event->started().mode(), TransferMode::kLocal);
+    started_mode_ = RanMode(event->started());
     consumer_cached_tokens_ = event->started().consumer_cached_tokens();
     if (started_mode_ != TransferMode::kLocal) {
       event->mutable_started()->set_producer_cached_tokens(route_->producer_cached_tokens);
@@ -37,8 +38,8 @@ bool TargetForwarder::Rewrite(const ProducerOutcome& producer, v1::GenerateEvent
   if (event->has_finished()) {
     v1::Finished* finished = event->mutable_finished();
     // Auto's prediction, where the mode it predicted for is the one that ran.
-    const absl::StatusOr<TransferMode> ran = ParseTransferMode(finished->mode());
-    if (target().predicted_ttft_us > 0 && ran.ok() && *ran == target().mode) {
+    const TransferMode ran = RanMode(*finished);
+    if (target().predicted_ttft_us > 0 && ran == target().mode) {
       finished->set_predicted_ttft_us(static_cast<uint64_t>(target().predicted_ttft_us));
     }
     if (registry_ != nullptr) registry_->ObserveFinished(*route_, target(), *finished);

@@ -20,6 +20,7 @@
 #include "proto/prefix_cache_stats.h"
 #include "proto/request_validation.h"
 #include "proto/requested_point.h"
+#include "proto/wire_mode.h"
 #include "tokenizer/prompt_ids.h"
 
 namespace scd::producer {
@@ -295,7 +296,7 @@ absl::Status ProducerControlService::OpenSession(const v1::PrefillRequest& reque
                                                  const PrefillRun& run, OpenTarget* o) {
   const v1::PrefillTarget& target = request.targets(i);
   const ModelConfig& config = producer_.model->config();
-  SCD_ASSIGN_OR_RETURN(TransferMode mode, ParseTransferMode(target.mode()));
+  SCD_ASSIGN_OR_RETURN(TransferMode mode, TargetModeOf(target));
   const Artifact* artifact = nullptr;
   if (ModeServedWithArtifact(mode)) {
     auto it = producer_.artifacts.find(target.artifact_id());

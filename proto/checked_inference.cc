@@ -18,6 +18,8 @@
 #include "base/log_text.h"
 #include "base/status_macros.h"
 #include "proto/grpc_util.h"
+#include "proto/request_validation.h"
+#include "proto/wire_mode.h"
 
 #ifndef SCD_VERSION
 #define SCD_VERSION "unknown"
@@ -246,7 +248,9 @@ absl::StatusOr<v1::GenerateRequest> CheckedInferenceService::Check(
     return absl::InvalidArgumentError("the request is not a scd.v1.GenerateRequest");
   }
   *request_id = request.request_id();
-  SCD_RETURN_IF_ERROR(ValidateGenerateRequest(request, limits_, require_target_));
+  RequestedMode mode;
+  SCD_RETURN_IF_ERROR(ValidateGenerateRequest(request, limits_, require_target_, &mode));
+  SetRequestMode(mode, &request);  // read once here: the enum alone goes on
   SCD_RETURN_IF_ERROR(CheckPromptTokens(request));
   return request;
 }

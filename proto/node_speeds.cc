@@ -5,6 +5,7 @@
 
 #include "base/finish_reason.h"
 #include "codec/transfer_mode.h"
+#include "proto/wire_mode.h"
 
 namespace scd {
 
@@ -45,7 +46,7 @@ void NodeSpeedTracker::ObserveFinished(const v1::Finished& finished) {
   const int64_t cached = std::min(finished.consumer_cached_tokens(), finished.prompt_tokens());
   const double computed = static_cast<double>(finished.prompt_tokens()) - cached;
   absl::MutexLock lock(&mu_);
-  const TransferMode mode = TransferModeOr(finished.mode(), TransferMode::kLocal);
+  const TransferMode mode = RanMode(finished);
   if (mode == TransferMode::kLocal) {
     if (t.ttft() >= t.queue()) prefill_.Add(computed, static_cast<double>(t.ttft() - t.queue()));
   } else if (mode == TransferMode::kScd) {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/log_text.h"
 #include "codec/transfer_mode.h"
+#include "proto/wire_mode.h"
 
 namespace scd {
 namespace {
@@ -23,10 +24,15 @@ absl::Status Length(const std::string& field, size_t size, size_t limit, const c
       absl::StrCat(field, ": ", size, " ", unit, ", more than the limit of ", limit));
 }
 
+// The generation values, the mode already read.
+absl::Status ValidateValues(const v1::GenerateRequest& request, const RequestLimits& limits,
+                            RequestedMode mode);
+
 }  // namespace
 
 absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
-                                     const RequestLimits& limits, bool require_target) {
+                                     const RequestLimits& limits, bool require_target,
+                                     RequestedMode* mode_out) {
   // request_id first: every later message may name it.
   const std::string& id = request.request_id();
   if (id.size() > limits.max_request_id_bytes || !IsPrintableAscii(id)) {
@@ -80,12 +86,10 @@ absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
           absl::StrCat(field, ": '", ForLog(target), "' is named twice"));
     }
   }
-  if (!ParseRequestedMode(request.mode()).ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("mode: unknown mode '", ForLog(request.mode()),
-                                                   "' (auto, local, raw, int4, recompute, reuse, "
-                                                   "scd)"));
-  }
-  return ValidateGenerationValues(request, limits);
+  absl::StatusOr<RequestedMode> mode = RequestModeOf(request);  // the one parse on this node
+  if (!mode.ok()) return mode.status();
+  if (mode_out != nullptr) *mode_out = *mode;
+  return ValidateValues(request, limits, *mode);
 }
 
 absl::Status ValidateLinkShape(const v1::LinkShape& shape) {
@@ -102,6 +106,15 @@ absl::Status ValidateLinkShape(const v1::LinkShape& shape) {
 
 absl::Status ValidateGenerationValues(const v1::GenerateRequest& request,
                                       const RequestLimits& limits) {
+  absl::StatusOr<RequestedMode> mode = RequestModeOf(request);
+  if (!mode.ok()) return mode.status();
+  return ValidateValues(request, limits, *mode);
+}
+
+namespace {
+
+absl::Status ValidateValues(const v1::GenerateRequest& request, const RequestLimits& limits,
+                            RequestedMode mode) {
   if (request.max_tokens() > limits.max_tokens) {
     return absl::OutOfRangeError(absl::StrCat("max_tokens: ", request.max_tokens(),
                                               " is more than the limit of ", limits.max_tokens));
@@ -148,14 +161,12 @@ absl::Status ValidateGenerationValues(const v1::GenerateRequest& request,
     return absl::OutOfRangeError(absl::StrCat("max_kl: ", max_kl, " is not in [0, ", limits.max_kl,
                                               "] (nats per token; 0: the recommended point)"));
   }
-  // An unknown mode is neither auto nor scd here (ValidateGenerateRequest refuses it first).
-  const absl::StatusOr<RequestedMode> mode = ParseRequestedMode(request.mode());
-  const bool is_auto = mode.ok() && mode->is_auto();
-  if (max_kl > 0 && !is_auto && !(mode.ok() && mode->Is(TransferMode::kScd))) {
+  const bool is_auto = mode.is_auto();
+  if (max_kl > 0 && !is_auto && !mode.Is(TransferMode::kScd)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_kl: a quality budget chooses among scd's frontier points, so it needs mode auto or "
         "scd, not ",
-        ForLog(request.mode(), 40)));
+        RequestedModeName(mode)));
   }
   if (request.ttft_slo_ms() > limits.max_ttft_slo_ms) {
     return absl::OutOfRangeError(absl::StrCat("ttft_slo_ms: ", request.ttft_slo_ms(),
@@ -166,12 +177,12 @@ absl::Status ValidateGenerationValues(const v1::GenerateRequest& request,
     return absl::InvalidArgumentError(absl::StrCat(
         "ttft_slo_ms: a time-to-first-token objective chooses the mode, so it needs mode auto, "
         "not ",
-        ForLog(request.mode(), 40)));
+        RequestedModeName(mode)));
   }
   if (request.keep_ranks() && !is_auto) {
     return absl::InvalidArgumentError(absl::StrCat(
         "keep_ranks: only auto adapts a point's ranks to the link, so it needs mode auto, not ",
-        ForLog(request.mode(), 40)));
+        RequestedModeName(mode)));
   }
   if (request.deadline_ms() > limits.max_deadline_ms) {
     return absl::OutOfRangeError(absl::StrCat("deadline_ms: ", request.deadline_ms(),
@@ -180,5 +191,7 @@ absl::Status ValidateGenerationValues(const v1::GenerateRequest& request,
   }
   return absl::OkStatus();
 }
+
+}  // namespace
 
 }  // namespace scd

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "codec/transfer_mode.h"
 #include "scd/v1/inference.pb.h"
 
 namespace scd {
@@ -49,8 +50,10 @@ absl::Status ValidateLinkShape(const v1::LinkShape& shape);
 
 // OK, or the first field out of bounds (see the header comment). `require_target`: the
 // coordinator needs at least one target; a consumer called directly serves its own model.
+// `mode` (may be null) gets the request's mode, read once (proto/wire_mode.h RequestModeOf).
 absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
-                                     const RequestLimits& limits = {}, bool require_target = true);
+                                     const RequestLimits& limits = {}, bool require_target = true,
+                                     RequestedMode* mode = nullptr);
 
 }  // namespace scd
 

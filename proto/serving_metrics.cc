@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "codec/transfer_mode.h"
+#include "proto/wire_mode.h"
 
 namespace scd {
 namespace {
@@ -115,14 +116,15 @@ void ServingMetrics::CountRefused(const absl::Status& status) {
 
 void ServingMetrics::Finished(const v1::Finished& f) {
   const v1::Timings& t = f.timings();
-  const MetricLabels mode = {{"mode", f.mode()}};
+  const TransferMode ran = RanMode(f);
+  const MetricLabels mode = {{"mode", TransferModeName(ran)}};
   Seconds(registry_, "scd:time_to_first_token_seconds", kTtftHelp, mode)
       .Observe(Seconds(t.ttft()));
   Seconds(registry_, "scd:e2e_request_latency_seconds", kE2eHelp, mode)
       .Observe(Seconds(t.total()));
   queue_.Observe(Seconds(t.queue()));
   prefill_.Observe(Seconds(t.prefill()));
-  if (TransferModeOr(f.mode(), TransferMode::kLocal) != TransferMode::kLocal) {
+  if (ran != TransferMode::kLocal) {
     encode_.Observe(Seconds(t.encode()));
     transfer_.Observe(Seconds(t.transfer()));
     rebuild_.Observe(Seconds(t.rebuild()));
@@ -144,7 +146,8 @@ void ServingMetrics::Finished(const v1::Finished& f) {
   registry_->GetCounter("scd:transfer_bytes_total", kBytesHelp, mode)
       .Increment(static_cast<double>(f.payload_bytes()));
   registry_
-      ->GetCounter("scd:requests_total", kRequestsHelp, {{"mode", f.mode()}, {"outcome", f.reason()}})
+      ->GetCounter("scd:requests_total", kRequestsHelp,
+                   {{"mode", TransferModeName(ran)}, {"outcome", f.reason()}})
       .Increment();
   prompt_tokens_.Increment(f.prompt_tokens());
   generation_tokens_.Increment(f.output_tokens());

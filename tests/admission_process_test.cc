@@ -27,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "proto/inference_client.h"
+#include "proto/wire_mode.h"
 #include "scd/v1/control.grpc.pb.h"
 #include "tests/cluster_client.h"
 #include "tests/test_daemon.h"
@@ -100,7 +101,7 @@ class AdmissionProcessTest : public ::testing::Test {
                               int max_tokens) const {
     v1::GenerateRequest request;
     request.add_targets(target);
-    request.set_mode(mode);
+    SetRequestModeName(mode, &request);
     for (int32_t id : Prompt(prompt)) request.add_prompt_ids(id);
     request.set_max_tokens(max_tokens);
     return request;
@@ -174,7 +175,7 @@ TEST_F(AdmissionProcessTest, AHundredRequestsAtOnceAllCompleteOnAConsumerWithRoo
     ++finished;
     queued_us = std::max<uint64_t>(queued_us, end->finished().timings().queue());
     EXPECT_LE(replies[i].ids.size(), 32u);
-    auto [it, first] = first_ids.emplace(end->finished().mode(), replies[i].ids);
+    auto [it, first] = first_ids.emplace(RanModeName(end->finished()), replies[i].ids);
     if (!first) {
       EXPECT_EQ(replies[i].ids, it->second) << "request " << i;
     }

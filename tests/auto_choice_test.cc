@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "proto/wire_mode.h"
+
 namespace scd::coordinator {
 namespace {
 
@@ -19,7 +21,7 @@ void SetCost(v1::LinearCost* cost, double fixed, double per_unit) {
 
 v1::Finished Transfer(uint64_t bytes, uint64_t transfer_us, uint64_t prefill_us) {
   v1::Finished f;
-  f.set_mode("scd");
+  SetRanMode(*ParseTransferMode("scd"), &f);
   f.set_payload_bytes(bytes);
   f.mutable_timings()->set_transfer(transfer_us);
   f.mutable_timings()->set_prefill(prefill_us);
@@ -40,7 +42,7 @@ TEST(LinkEstimateTest, LearnsOnlyFromTransfersTheLinkHeldBack) {
   EXPECT_NEAR(link.latency_us(), 100, 1e-6);
   // A local request teaches nothing.
   v1::Finished local = Transfer(0, 0, 5000);
-  local.set_mode("local");
+  SetRanMode(*ParseTransferMode("local"), &local);
   link.Observe(local, t0);
   EXPECT_TRUE(link.Known(t0));
   // Forgotten after a minute without a held-back transfer.

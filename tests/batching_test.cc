@@ -21,6 +21,7 @@
 
 #include "absl/time/clock.h"
 #include "calib/synthetic_artifact.h"
+#include "proto/wire_mode.h"
 #include "tests/serving_stack.h"
 #include "tests/test_util.h"
 
@@ -89,7 +90,7 @@ class BatchingTest : public ::testing::TestWithParam<Pair> {
   v1::GenerateRequest Request(const std::string& mode, size_t i) const {
     v1::GenerateRequest request;
     request.add_targets("c");
-    request.set_mode(mode);
+    SetRequestMode(*ParseRequestedMode(mode), &request);
     for (TokenId id : prompts_[i]) request.add_prompt_ids(id);
     request.set_max_tokens(static_cast<uint32_t>(12 + 5 * i));  // each leaves at its own length
     request.set_logprobs(2);

@@ -30,6 +30,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "proto/wire_mode.h"
 #include "scd/v1/control.grpc.pb.h"
 #include "scd/v1/inference.grpc.pb.h"
 #include "scd/v1/registry.grpc.pb.h"
@@ -131,7 +132,7 @@ TEST(CancelLatencyTest, ACancelReleasesEverythingAtOnce) {
        ++trial) {
     v1::GenerateRequest request;
     request.add_targets("c");
-    request.set_mode(trial % 2 == 0 ? "local" : "raw");
+    SetRequestModeName(trial % 2 == 0 ? "local" : "raw", &request);
     request.add_prompt_ids(1);
     while (request.prompt_ids_size() < 16) request.add_prompt_ids(3 + random() % 500);
     request.set_max_tokens(256);
@@ -216,14 +217,16 @@ TEST(CancelLatencyTest, ACancelReleasesEverythingAtOnce) {
         << (by_deadline ? " (a deadline)" : " (a reset)");
     const double ms = absl::ToDoubleMilliseconds(released - event);
     latencies_ms.push_back(ms);
-    by_kind[absl::StrCat(request.mode(), by_deadline ? " deadline" : " reset")].push_back(ms);
+    by_kind[absl::StrCat(RequestedModeName(*RequestModeOf(request)),
+                         by_deadline ? " deadline" : " reset")]
+        .push_back(ms);
     if (ms > 5) {
       std::string nodes_ms;
       for (size_t n = 0; n < nodes.size(); ++n) absl::StrAppend(&nodes_ms, " ", per_node[n].back());
-      late.push_back(absl::StrCat(request.mode(), by_deadline ? " deadline" : " reset", " at ",
-                                  absl::FormatDuration(after), ": ", ms, " ms (consumer, producer,",
-                                  " coordinator:", nodes_ms, "; event at ",
-                                  absl::ToUnixMicros(event), ")"));
+      late.push_back(absl::StrCat(
+          RequestedModeName(*RequestModeOf(request)), by_deadline ? " deadline" : " reset", " at ",
+          absl::FormatDuration(after), ": ", ms, " ms (consumer, producer,",
+          " coordinator:", nodes_ms, "; event at ", absl::ToUnixMicros(event), ")"));
     }
   }
   ASSERT_EQ(static_cast<int>(latencies_ms.size()), kCancels)

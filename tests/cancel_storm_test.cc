@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "model/generator.h"
+#include "proto/wire_mode.h"
 #include "tests/serving_stack.h"
 #include "tests/test_util.h"
 #include "transport/payload.h"
@@ -53,7 +54,7 @@ class CancelStormTest : public ::testing::TestWithParam<std::string> {
   v1::GenerateRequest Request(const std::vector<TokenId>& prompt, int max_tokens) {
     v1::GenerateRequest request;
     request.add_targets("copy");
-    request.set_mode("raw");
+    SetRequestMode(*ParseRequestedMode("raw"), &request);
     for (TokenId id : prompt) request.add_prompt_ids(id);
     request.set_max_tokens(max_tokens);
     return request;

@@ -14,6 +14,7 @@
 #include "model/generator.h"
 #include "proto/checked_inference.h"
 #include "proto/grpc_server.h"
+#include "proto/wire_mode.h"
 #include "tests/test_util.h"
 
 namespace scd::consumer {
@@ -76,7 +77,7 @@ TEST_F(ConsumerServiceTest, GenerateStreamsTheConsumersOwnGreedyGeneration) {
   ASSERT_TRUE(call.status.ok()) << call.status.error_message();
   ASSERT_GE(call.events.size(), 2u);
   ASSERT_TRUE(call.events.front().has_started());
-  EXPECT_EQ(call.events.front().started().mode(), "local");
+  EXPECT_EQ(RanModeName(call.events.front().started()), "local");
   EXPECT_THAT(call.events.front().started().mode_reason(), HasSubstr("no producer"));
   EXPECT_FALSE(call.events.front().started().request_id().empty());
   ASSERT_TRUE(call.events.back().has_finished());
@@ -107,10 +108,10 @@ TEST_F(ConsumerServiceTest, RequestsItCannotServeAreRefusedWithTheirOwnCodes) {
   EXPECT_TRUE(unknown.events.empty());
 
   request.clear_targets();
-  request.set_mode("scd");
+  SetRequestMode(*ParseRequestedMode("scd"), &request);
   EXPECT_EQ(Generate(request).status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
 
-  request.set_mode("local");
+  SetRequestMode(*ParseRequestedMode("local"), &request);
   {
     auto held = service_->admission()->Admit();  // the only slot is taken
     ASSERT_TRUE(held.ok());

@@ -35,6 +35,7 @@
 #include "model/generator.h"
 #include "proto/grpc_util.h"
 #include "proto/inference_client.h"
+#include "proto/wire_mode.h"
 #include "scd/v1/control.grpc.pb.h"
 #include "scd/v1/inference.grpc.pb.h"
 #include "scd/v1/registry.grpc.pb.h"
@@ -117,7 +118,7 @@ class DaemonsProcessTest : public ::testing::TestWithParam<std::string> {
                                      int max_tokens) {
     v1::GenerateRequest request;
     for (const std::string& target : targets) request.add_targets(target);
-    request.set_mode(mode);
+    SetRequestModeName(mode, &request);
     for (TokenId id : prompt) request.add_prompt_ids(id);
     request.set_max_tokens(max_tokens);
     return request;
@@ -167,12 +168,12 @@ TEST_P(DaemonsProcessTest, ScdAndRawMatchTheirReferencesAndSigtermDrains) {
   Reply scd = Generate("xs", "scd", Prompt(2), 16);
   ASSERT_TRUE(scd.status.ok()) << scd.status;
   ASSERT_TRUE(scd.events.back().has_finished()) << scd.events.back().DebugString();
-  EXPECT_EQ(scd.events.back().finished().mode(), "scd");
+  EXPECT_EQ(RanModeName(scd.events.back().finished()), "scd");
   EXPECT_EQ(scd.ids, Reference(*xs_, TransferMode::kScd, Prompt(2), 16));
 
   Reply raw = Generate("base-copy", "", Prompt(1), 16);  // auto: identical weights -> raw
   ASSERT_TRUE(raw.status.ok()) << raw.status;
-  EXPECT_EQ(raw.events.front().started().mode(), "raw");
+  EXPECT_EQ(RanModeName(raw.events.front().started()), "raw");
   EXPECT_EQ(raw.ids, Reference(*producer_, TransferMode::kLocal, Prompt(1), 16));
 
   EXPECT_EQ(xs_daemon_->Terminate(absl::Seconds(10)), 0) << xs_daemon_->Ending();
@@ -269,8 +270,8 @@ TEST_P(DaemonsProcessTest, TheAllInOneServerAndScdCalibGenerateGiveTheSameTokens
   ASSERT_TRUE(routed.status.ok()) << routed.status;
   ASSERT_TRUE(local.status.ok()) << local.status;
   ASSERT_TRUE(routed.events.back().has_finished()) << routed.events.back().DebugString();
-  EXPECT_EQ(routed.events.back().finished().mode(), "scd");
-  EXPECT_EQ(local.events.back().finished().mode(), "scd");
+  EXPECT_EQ(RanModeName(routed.events.back().finished()), "scd");
+  EXPECT_EQ(RanModeName(local.events.back().finished()), "scd");
   EXPECT_EQ(routed.ids, local.ids);
 
   // scd-calib generate, same pair, artifact, mode and prompt: the same text.
@@ -398,7 +399,7 @@ TEST(DummyWeightsServingTest, AllInOneServesIdsOnARealConfigAndRefusesText) {
   ASSERT_FALSE(address.empty());
   v1::GenerateRequest request;
   request.add_targets("b");
-  request.set_mode("scd");
+  SetRequestModeName("scd", &request);
   request.set_max_tokens(6);
   request.set_logprobs(2);
   for (int i = 0; i < 40; ++i) request.add_prompt_ids(100 + 37 * i);
@@ -408,7 +409,7 @@ TEST(DummyWeightsServingTest, AllInOneServesIdsOnARealConfigAndRefusesText) {
   ASSERT_TRUE(status.ok()) << status;
   ASSERT_FALSE(events.empty());
   ASSERT_TRUE(events.back().has_finished()) << events.back().DebugString();
-  EXPECT_EQ(events.back().finished().mode(), "scd");
+  EXPECT_EQ(RanModeName(events.back().finished()), "scd");
   EXPECT_EQ(events.back().finished().prompt_tokens(), 40u);
   EXPECT_GT(events.back().finished().payload_bytes(), 0u);
   int positions = 0;
@@ -571,7 +572,7 @@ class DaemonsFaultTest : public DaemonsProcessTest {
         call.WaitFor([](const auto& events) { return !events.empty(); }, absl::Seconds(30)));
     const v1::GenerateEvent first = call.events().front();
     ASSERT_TRUE(first.has_started()) << first.DebugString();
-    ASSERT_EQ(first.started().mode(), "raw");
+    ASSERT_EQ(RanModeName(first.started()), "raw");
     const absl::Time limit = absl::Now() + absl::Seconds(10);
     v1::NodeStats stats;
     do {
@@ -601,7 +602,7 @@ class DaemonsFaultTest : public DaemonsProcessTest {
     const std::vector<v1::GenerateEvent> events = call.events();
     ASSERT_TRUE(events.back().has_finished()) << events.back().DebugString();
     EXPECT_EQ(Terminals(events), 1);
-    EXPECT_EQ(events.back().finished().mode(), "local");
+    EXPECT_EQ(RanModeName(events.back().finished()), "local");
     EXPECT_THAT(events.back().finished().mode_reason(), HasSubstr("fallback"));
     std::vector<TokenId> ids;
     for (const auto& e : events)
@@ -688,7 +689,7 @@ TEST_P(DaemonsFaultTest, ClientCancelMidTransferFreesEverythingAndTheNextRequest
   Reply next = Generate("base-copy", "", Prompt(1), 16);
   ASSERT_TRUE(next.status.ok()) << next.status;
   ASSERT_TRUE(next.events.back().has_finished()) << next.events.back().DebugString();
-  EXPECT_EQ(next.events.back().finished().mode(), "raw");
+  EXPECT_EQ(RanModeName(next.events.back().finished()), "raw");
   EXPECT_EQ(next.ids, Reference(*producer_, TransferMode::kLocal, Prompt(1), 16));
   EXPECT_EQ(ProducerStats().ended().at("completed"), 1u);
 }

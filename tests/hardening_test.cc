@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "base/host_port.h"
 #include "proto/inference_client.h"
+#include "proto/wire_mode.h"
 #include "scd/v1/control.grpc.pb.h"
 #include "scd/v1/inference.grpc.pb.h"
 #include "scd/v1/registry.grpc.pb.h"
@@ -164,10 +165,10 @@ TEST_F(CoordinatorHardeningTest, WithoutTheSecretNobodyCallsPrefillOrDecode) {
   v1::PrefillTarget* target = prefill.add_targets();
   target->set_target("c");
   target->set_transfer_address("127.0.0.1:9");
-  target->set_mode("raw");
+  SetTargetMode(TransferMode::kRaw, target);
   v1::DecodeRequest decode;
   decode.set_target("c");
-  decode.set_mode("local");
+  SetTargetMode(TransferMode::kLocal, &decode);
   decode.mutable_request()->set_prompt("Once upon a time");
   for (const char* secret : {"", "not-the-cluster-secret-at-all"}) {
     auto context = [&](grpc::ClientContext* c) {
@@ -377,7 +378,7 @@ class ServingHardeningTest : public ::testing::Test {
     request.add_targets(target);
     request.set_prompt("Once upon a time");
     request.set_max_tokens(4);
-    request.set_mode("raw");
+    SetRequestMode(TransferMode::kRaw, &request);
     return request;
   }
   static std::map<std::string, uint64_t> CoordinatorStats() {
@@ -411,8 +412,8 @@ TEST_F(ServingHardeningTest, BadValuesAreRefusedAsAWholeBeforeAnyWork) {
   const std::vector<Case> cases = {
       {"max_tokens 2^31", [](auto* r) { r->set_max_tokens(1u << 31); },
        absl::StatusCode::kOutOfRange, "max_tokens"},
-      {"max_tokens 2^32-1", [](auto* r) { r->set_max_tokens(~0u); },
-       absl::StatusCode::kOutOfRange, "max_tokens"},
+      {"max_tokens 2^32-1", [](auto* r) { r->set_max_tokens(~0u); }, absl::StatusCode::kOutOfRange,
+       "max_tokens"},
       {"top_k 2^31", [](auto* r) { r->set_top_k(1u << 31); }, absl::StatusCode::kOutOfRange,
        "top_k"},
       {"top_p -1", [](auto* r) { r->set_top_p(-1); }, absl::StatusCode::kOutOfRange, "top_p"},
@@ -439,8 +440,11 @@ TEST_F(ServingHardeningTest, BadValuesAreRefusedAsAWholeBeforeAnyWork) {
        absl::StatusCode::kInvalidArgument, "request_id"},
       {"past the model's room", [](auto* r) { r->set_max_tokens(600); },
        absl::StatusCode::kOutOfRange, "max_tokens"},
-      {"unknown mode", [](auto* r) { r->set_mode("telepathy"); },
+      {"unknown mode", [](auto* r) { SetRequestModeName("telepathy", r); },
        absl::StatusCode::kInvalidArgument, "mode"},
+      {"unknown transfer_mode",
+       [](auto* r) { r->set_transfer_mode(static_cast<v1::TransferMode>(42)); },
+       absl::StatusCode::kInvalidArgument, "transfer_mode"},
   };
   for (const Case& c : cases) {
     v1::GenerateRequest request = Request();

@@ -18,6 +18,7 @@
 #include "codec/code_encoder.h"
 #include "codec/transfer_mode.h"
 #include "codec/transfer_plan.h"
+#include "proto/wire_mode.h"
 #include "tests/serving_stack.h"
 #include "tests/test_util.h"
 
@@ -96,7 +97,7 @@ class LayerOverlapTest : public ::testing::Test {
       ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
       const v1::GenerateEvent& last = reply.events["target"].back();
       ASSERT_TRUE(last.has_finished()) << last.DebugString();
-      ASSERT_EQ(last.finished().mode(), mode);
+      ASSERT_EQ(RanModeName(last.finished()), mode);
       ASSERT_EQ(static_cast<int64_t>(last.finished().payload_bytes()), bytes);
       if (round == 0) continue;
       const v1::Timings& t = last.finished().timings();

@@ -33,6 +33,7 @@
 #include "base/process_memory.h"
 #include "model/generator.h"
 #include "proto/inference_client.h"
+#include "proto/wire_mode.h"
 #include "tests/cluster_client.h"
 #include "tests/test_daemon.h"
 #include "tests/test_util.h"
@@ -114,7 +115,7 @@ TEST(ManyStreamsTest, EveryProcessServes256StreamsOnFewThreads) {
   auto request_for = [&](int p, const std::string& target, const std::string& mode) {
     v1::GenerateRequest request;
     request.add_targets(target);
-    request.set_mode(mode);
+    SetRequestModeName(mode, &request);
     for (TokenId id : prompts[p]) request.add_prompt_ids(id);
     request.set_max_tokens(kOutputTokens);
     request.set_logprobs(2);
@@ -176,7 +177,7 @@ TEST(ManyStreamsTest, EveryProcessServes256StreamsOnFewThreads) {
     const v1::GenerateRequest request =
         request_for(p, random() % 2 == 0 ? "a" : "b", kModes[i % 3]);
     const std::vector<TokenId>* reference =
-        request.mode() == "scd" ? &scd_references[p] : &references[p];
+        RequestedModeName(*RequestModeOf(request)) == "scd" ? &scd_references[p] : &references[p];
     clients.emplace_back([&, i, request, reference] {
       std::vector<TokenId> ids;
       std::vector<double> gaps;  // top-1 minus top-2 log-probability per token
@@ -206,8 +207,9 @@ TEST(ManyStreamsTest, EveryProcessServes256StreamsOnFewThreads) {
       for (size_t k = 0; k < ids.size(); ++k) {
         if (ids[k] == (*reference)[k]) continue;
         if (gaps[k] > tie) {
-          failures[i] = absl::StrCat(request.mode(), ": token ", k, " is ", ids[k], ", alone ",
-                                     (*reference)[k], ", at a gap of ", gaps[k], " (> ", tie, ")");
+          failures[i] = absl::StrCat(RequestedModeName(*RequestModeOf(request)), ": token ", k,
+                                     " is ", ids[k], ", alone ", (*reference)[k], ", at a gap of ",
+                                     gaps[k], " (> ", tie, ")");
         }
         break;  // parted at a near-tie: what follows is another sequence
       }

@@ -11,6 +11,7 @@
 #include "base/simulated_clock.h"
 #include "coordinator/coordinator_service.h"
 #include "proto/registry_client.h"
+#include "proto/wire_mode.h"
 
 namespace scd::coordinator {
 namespace {
@@ -266,7 +267,7 @@ TEST_F(NodeRegistryTest, AutoWeighsLocalAgainstPointsByPredictedTtft) {
   // A finished transfer that travelled unshaped clears the shape; one the link held back
   // (transfer far beyond the prefill) is then the link's measure.
   v1::Finished finished;
-  finished.set_mode("scd");
+  SetRanMode(*ParseTransferMode("scd"), &finished);
   finished.set_payload_bytes(8000);
   finished.mutable_timings()->set_prefill(4000);
   finished.mutable_timings()->set_transfer(800'000);  // 10 kB/s
@@ -398,7 +399,7 @@ TEST_F(NodeRegistryTest, ALearntLinkShapeIsForgottenAnAnnouncedOneStays) {
   with_producer.producer_node = producer;
   with_producer.routed_at = clock_.Now();
   v1::Finished finished;
-  finished.set_mode("scd");
+  SetRanMode(*ParseTransferMode("scd"), &finished);
   finished.mutable_link()->set_gbps(0.0001);
   RouteTarget target;
   target.consumer_node = consumer;

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/process_memory.h"
 #include "producer/prefix_store.h"
+#include "proto/wire_mode.h"
 #include "tests/serving_stack.h"
 #include "tests/test_util.h"
 
@@ -46,7 +47,7 @@ Cached CachedOf(const Reply& reply, const std::string& target) {
       c.producer = e.finished().producer_cached_tokens();
       c.consumer = e.finished().consumer_cached_tokens();
       c.payload = e.finished().payload_bytes();
-      c.mode = e.finished().mode();
+      c.mode = RanModeName(e.finished());
     }
     if (e.has_error()) ADD_FAILURE() << target << ": " << e.error().message();
   }
@@ -109,7 +110,7 @@ class PrefixCacheTest : public ::testing::Test {
                                      const std::string& salt = "", const std::string& mode = "scd") {
     v1::GenerateRequest request;
     request.add_targets(target);
-    request.set_mode(mode);
+    SetRequestMode(*ParseRequestedMode(mode), &request);
     for (TokenId id : ids) request.add_prompt_ids(id);
     request.set_max_tokens(kMaxTokens);
     request.set_cache_salt(salt);
@@ -356,7 +357,7 @@ TEST(PrefixCacheCancelTest, ARequestCancelledMidPrefillLeavesNoEntry) {
   stack.Start();
   v1::GenerateRequest request;
   request.add_targets("smol-copy");
-  request.set_mode("raw");
+  SetRequestMode(*ParseRequestedMode("raw"), &request);
   for (int i = 0; i < 1024; ++i) request.add_prompt_ids((i * 7919) % 49152);
   request.set_max_tokens(2);
 

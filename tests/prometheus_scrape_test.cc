@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "base/child_process.h"
 #include "proto/inference_client.h"
+#include "proto/wire_mode.h"
 #include "tests/test_daemon.h"
 #include "tests/test_files.h"
 
@@ -70,7 +71,7 @@ TEST(PrometheusScrapeTest, QueriesReturnWhatTheClientsSaw) {
     v1::GenerateRequest request;
     request.set_prompt(absl::StrCat("Once upon a time, there were ", i + 2, " cats"));
     request.add_targets("copy");
-    request.set_mode("raw");
+    SetRequestMode(*ParseRequestedMode("raw"), &request);
     request.set_max_tokens(8);
     int finished = 0;
     ASSERT_TRUE(StreamGenerate(server, request, absl::Seconds(30), [&](const v1::GenerateEvent& e) {

@@ -8,10 +8,9 @@
 
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
-
-#include <cmath>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "codec/transfer.h"
 #include "model/generator.h"
 #include "producer/prefill_streamer.h"
+#include "proto/wire_mode.h"
 #include "tests/test_util.h"
 #include "tests/transport_test_util.h"
 #include "transport/transfer_session.h"
@@ -108,7 +108,7 @@ class RequestRunnerTest : public ::testing::Test {
     context.session = [&](absl::Duration timeout) { return peers.acceptor->Accept(timeout); };
     Outcome run;
     context.on_fallback = [&](const v1::GenerateEvent& notice) {
-      EXPECT_EQ(notice.started().mode(), "local");
+      EXPECT_EQ(RanModeName(notice.started()), "local");
       run.fallbacks.push_back(notice.started().mode_reason());
       run.events_before_fallback = run.events.size();
     };
@@ -138,7 +138,7 @@ class RequestRunnerTest : public ::testing::Test {
 TEST_F(RequestRunnerTest, LocalEqualsTheConsumersOwnGeneration) {
   Outcome run = Serve(Consumer(*consumer_), Request(prompt_), {});
   ASSERT_TRUE(run.events.front().has_started());
-  EXPECT_EQ(run.events.front().started().mode(), "local");
+  EXPECT_EQ(RanModeName(run.events.front().started()), "local");
   ASSERT_TRUE(run.last().has_finished()) << run.last().DebugString();
   EXPECT_EQ(run.ids, Reference(TransferMode::kLocal, *consumer_));
   GenerationOptions options;
@@ -159,7 +159,7 @@ TEST_F(RequestRunnerTest, ScdOnTheHardPairEqualsTheBatchTransferPath) {
   ASSERT_TRUE(run.last().has_finished()) << run.last().DebugString();
   EXPECT_EQ(run.ids, Reference(TransferMode::kScd, *consumer_));
   const v1::Finished& f = run.last().finished();
-  EXPECT_EQ(f.mode(), "scd");
+  EXPECT_EQ(RanModeName(f), "scd");
   EXPECT_GT(f.payload_bytes(), 0u);
   EXPECT_GT(f.timings().rebuild(), 0u);
   EXPECT_GT(f.timings().first_decode(), 0u);
@@ -171,7 +171,7 @@ TEST_F(RequestRunnerTest, RawBetweenIdenticalModelsEqualsLocal) {
                       {TransferMode::kRaw, "identical", "stories260k"});
   ASSERT_TRUE(run.last().has_finished()) << run.last().DebugString();
   EXPECT_EQ(run.ids, Reference(TransferMode::kLocal, *producer_));
-  EXPECT_EQ(run.last().finished().mode(), "raw");
+  EXPECT_EQ(RanModeName(run.last().finished()), "raw");
 }
 
 TEST_F(RequestRunnerTest, LostProducerEndsInErrorOrFallsBackToLocal) {
@@ -194,7 +194,7 @@ TEST_F(RequestRunnerTest, LostProducerEndsInErrorOrFallsBackToLocal) {
   request.set_allow_local_fallback(true);
   Outcome fallback = Serve(Consumer(*consumer_), request, route, /*producer_dies=*/true);
   ASSERT_TRUE(fallback.last().has_finished()) << fallback.last().DebugString();
-  EXPECT_EQ(fallback.last().finished().mode(), "local");
+  EXPECT_EQ(RanModeName(fallback.last().finished()), "local");
   EXPECT_THAT(fallback.last().finished().mode_reason(), HasSubstr("fallback"));
   EXPECT_EQ(fallback.ids, Reference(TransferMode::kLocal, *consumer_));
   // Announced once, with Finished's reason, before the fallback's prefill (only Started before
@@ -217,7 +217,7 @@ TEST_F(RequestRunnerTest, CodesFromAnotherProducerThanTheArtifactsArePermissionD
 TEST_F(RequestRunnerTest, OneTokenPromptRunsLocal) {
   Outcome run = Serve(Consumer(*consumer_), Request({prompt_[0]}),
                       {TransferMode::kScd, "artifact", "stories260k", &artifact_});
-  EXPECT_EQ(run.events.front().started().mode(), "local");
+  EXPECT_EQ(RanModeName(run.events.front().started()), "local");
   EXPECT_THAT(run.events.front().started().mode_reason(), HasSubstr("1-token"));
   ASSERT_TRUE(run.last().has_finished()) << run.last().DebugString();
   EXPECT_EQ(run.last().finished().output_tokens(), 12u);

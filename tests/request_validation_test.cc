@@ -9,6 +9,8 @@
 #include <functional>
 #include <string>
 
+#include "proto/wire_mode.h"
+
 namespace scd {
 namespace {
 
@@ -63,9 +65,25 @@ TEST(RequestValidationTest, EveryBoundAtAndPastItsEdge) {
        "targets[0]"},
       {"target of 129 bytes", [](auto* r) { r->set_targets(0, std::string(129, 't')); },
        absl::StatusCode::kOutOfRange, "targets[0]"},
-      {"unknown mode", [](auto* r) { r->set_mode("telepathy"); },
+      {"unknown mode", [](auto* r) { SetRequestModeName("telepathy", r); },
        absl::StatusCode::kInvalidArgument, "mode"},
-      {"every mode", [](auto* r) { r->set_mode("recompute"); }, absl::StatusCode::kOk, ""},
+      {"unknown transfer_mode",
+       [](auto* r) { r->set_transfer_mode(static_cast<v1::TransferMode>(8)); },
+       absl::StatusCode::kInvalidArgument, "transfer_mode: 8 is not a TransferMode"},
+      {"transfer_mode and mode disagree",
+       [](auto* r) {
+         SetRequestMode(TransferMode::kScd, r);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+         r->set_mode("raw");
+#pragma GCC diagnostic pop
+       },
+       absl::StatusCode::kInvalidArgument, "disagree"},
+      {"max_kl with transfer_mode raw",
+       [](auto* r) { r->set_max_kl(0.02), SetRequestMode(TransferMode::kRaw, r); },
+       absl::StatusCode::kInvalidArgument, "needs mode auto or scd, not raw"},
+      {"every mode", [](auto* r) { SetRequestModeName("recompute", r); }, absl::StatusCode::kOk,
+       ""},
       {"max_tokens at 2^20", [](auto* r) { r->set_max_tokens(1 << 20); }, absl::StatusCode::kOk,
        ""},
       {"max_tokens 2^31", [](auto* r) { r->set_max_tokens(1u << 31); },
@@ -105,7 +123,7 @@ TEST(RequestValidationTest, EveryBoundAtAndPastItsEdge) {
       {"deadline past an hour", [](auto* r) { r->set_deadline_ms(3600 * 1000 + 1); },
        absl::StatusCode::kOutOfRange, "deadline_ms"},
       {"max_kl at 10", [](auto* r) { r->set_max_kl(10); }, absl::StatusCode::kOk, ""},
-      {"max_kl with scd", [](auto* r) { r->set_max_kl(0.02), r->set_mode("scd"); },
+      {"max_kl with scd", [](auto* r) { r->set_max_kl(0.02), SetRequestModeName("scd", r); },
        absl::StatusCode::kOk, ""},
       {"max_kl past 10", [](auto* r) { r->set_max_kl(10.001); }, absl::StatusCode::kOutOfRange,
        "max_kl"},
@@ -113,21 +131,25 @@ TEST(RequestValidationTest, EveryBoundAtAndPastItsEdge) {
        "max_kl"},
       {"NaN max_kl", [](auto* r) { r->set_max_kl(std::nan("")); }, absl::StatusCode::kOutOfRange,
        "max_kl"},
-      {"max_kl with raw", [](auto* r) { r->set_max_kl(0.02), r->set_mode("raw"); },
+      {"max_kl with raw", [](auto* r) { r->set_max_kl(0.02), SetRequestModeName("raw", r); },
        absl::StatusCode::kInvalidArgument, "max_kl: a quality budget"},
-      {"max_kl 0 with raw", [](auto* r) { r->set_max_kl(0), r->set_mode("raw"); },
+      {"max_kl 0 with raw", [](auto* r) { r->set_max_kl(0), SetRequestModeName("raw", r); },
        absl::StatusCode::kOk, ""},
       {"ttft_slo_ms of an hour", [](auto* r) { r->set_ttft_slo_ms(3600 * 1000); },
        absl::StatusCode::kOk, ""},
       {"ttft_slo_ms past an hour", [](auto* r) { r->set_ttft_slo_ms(3600 * 1000 + 1); },
        absl::StatusCode::kOutOfRange, "ttft_slo_ms"},
-      {"ttft_slo_ms with auto", [](auto* r) { r->set_ttft_slo_ms(500), r->set_mode("auto"); },
+      {"ttft_slo_ms with auto",
+       [](auto* r) { r->set_ttft_slo_ms(500), SetRequestModeName("auto", r); },
        absl::StatusCode::kOk, ""},
-      {"ttft_slo_ms with scd", [](auto* r) { r->set_ttft_slo_ms(500), r->set_mode("scd"); },
+      {"ttft_slo_ms with scd",
+       [](auto* r) { r->set_ttft_slo_ms(500), SetRequestModeName("scd", r); },
        absl::StatusCode::kInvalidArgument, "ttft_slo_ms: a time-to-first-token objective"},
-      {"keep_ranks with auto", [](auto* r) { r->set_keep_ranks(true), r->set_mode("auto"); },
+      {"keep_ranks with auto",
+       [](auto* r) { r->set_keep_ranks(true), SetRequestModeName("auto", r); },
        absl::StatusCode::kOk, ""},
-      {"keep_ranks with scd", [](auto* r) { r->set_keep_ranks(true), r->set_mode("scd"); },
+      {"keep_ranks with scd",
+       [](auto* r) { r->set_keep_ranks(true), SetRequestModeName("scd", r); },
        absl::StatusCode::kInvalidArgument, "keep_ranks: only auto"},
       {"request_id of 128", [](auto* r) { r->set_request_id(std::string(128, 'r')); },
        absl::StatusCode::kOk, ""},

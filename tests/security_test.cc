@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "proto/inference_client.h"
+#include "proto/wire_mode.h"
 #include "tests/test_daemon.h"
 #include "tests/test_files.h"
 
@@ -217,7 +218,7 @@ TEST(SecurityTest, EachLimitRefusesWithItsStatus) {
   ASSERT_FALSE(address.empty());
   auto generate = [&address](v1::GenerateRequest request) {
     request.add_targets("copy");
-    request.set_mode("raw");
+    SetRequestMode(*ParseRequestedMode("raw"), &request);
     return StreamGenerate(address, request, absl::Seconds(30), [](const v1::GenerateEvent&) {});
   };
   v1::GenerateRequest request;

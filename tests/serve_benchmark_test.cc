@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "proto/wire_mode.h"
 #include "scd/v1/registry.grpc.pb.h"
 #include "tests/test_daemon.h"
 #include "tests/test_files.h"
@@ -98,7 +99,7 @@ TEST_F(ServeBenchmarkTest, TenRequestsMatchTheServersFinishedEvents) {
     EXPECT_EQ(s.output_tokens, static_cast<int64_t>(s.finished.output_tokens()));
     EXPECT_EQ(s.itl_s.size(), static_cast<size_t>(s.output_tokens - 1));
     EXPECT_EQ(s.finished.prompt_tokens(), 32u);  // 8 shared + 24 own
-    EXPECT_EQ(s.finished.mode(), "raw");
+    EXPECT_EQ(RanModeName(s.finished), "raw");
     // The client's TTFT includes the server's (measured from receipt) and is within its E2EL.
     EXPECT_GE(s.ttft_s * 1e6, static_cast<double>(s.finished.timings().ttft()) * 0.999);
     EXPECT_LE(s.ttft_s, s.e2el_s);

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/load_generator.h"
+#include "proto/wire_mode.h"
 #include "tests/test_daemon.h"
 #include "tests/test_files.h"
 
@@ -19,7 +20,7 @@ LoadReport Load(const std::string& server, int concurrency, absl::Duration durat
   options.server = server;
   options.request.set_prompt("Once upon a time, there was a little girl named Lily. She");
   options.request.add_targets("xs");
-  options.request.set_mode("local");
+  SetRequestModeName("local", &options.request);
   options.request.set_max_tokens(128);
   options.request.set_temperature(0);
   options.concurrency = concurrency;

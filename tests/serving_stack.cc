@@ -7,6 +7,7 @@
 #include "codec/fingerprint.h"
 #include "proto/frontier_proto.h"
 #include "proto/registry_client.h"
+#include "proto/wire_mode.h"
 #include "tests/test_files.h"
 #include "transport/session_acceptor.h"
 
@@ -158,7 +159,7 @@ ServingReply ServingStack::Generate(const std::vector<std::string>& targets,
                                     int max_tokens) {
   v1::GenerateRequest request;
   for (const auto& t : targets) request.add_targets(t);
-  request.set_mode(mode);
+  SetRequestMode(*ParseRequestedMode(mode), &request);
   for (TokenId id : prompt) request.add_prompt_ids(id);
   request.set_max_tokens(max_tokens);
   return Generate(request);

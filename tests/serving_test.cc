@@ -23,6 +23,7 @@
 #include "model/generator.h"
 #include "proto/frontier_proto.h"
 #include "proto/requested_point.h"
+#include "proto/wire_mode.h"
 #include "tests/serving_stack.h"
 #include "tests/test_util.h"
 
@@ -150,8 +151,8 @@ TEST_F(ServingTest, ScdThroughTheCoordinatorEqualsTheBatchTransferPath) {
   ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
   const auto& events = reply.events["xs"];
   ASSERT_TRUE(events.back().has_finished()) << events.back().DebugString();
-  EXPECT_EQ(events.front().started().mode(), "scd");
-  EXPECT_EQ(events.back().finished().mode(), "scd");
+  EXPECT_EQ(RanModeName(events.front().started()), "scd");
+  EXPECT_EQ(RanModeName(events.back().finished()), "scd");
   EXPECT_GT(events.back().finished().payload_bytes(), 0u);
   EXPECT_EQ(events.front().started().expected_payload_bytes(),
             events.back().finished().payload_bytes());
@@ -169,11 +170,39 @@ TEST_F(ServingTest, ScdThroughTheCoordinatorEqualsTheBatchTransferPath) {
 
 // The API's logprobs (issue 16): every generated position carries k candidates, the first of
 // which is the greedy token, and the tokens are those of a request without logprobs.
+// A request's mode is read once in the whole deployment (all of it in this process): at the
+// coordinator's front, from the deprecated string when a client of the last release sends one;
+// from there on the enum travels (the control messages and the events carry it) and no node parses
+// a name again. A client that sends the enum causes no parse at all.
+TEST_F(ServingTest, AModeNameIsParsedOnceInTheWholeDeployment) {
+  v1::GenerateRequest request;
+  for (TokenId id : Prompt(2)) request.add_prompt_ids(id);
+  request.add_targets("xs");
+  request.set_max_tokens(4);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  request.set_mode("scd");  // as a client of the last release
+#pragma GCC diagnostic pop
+  int64_t before = ModeNamesParsed();
+  Reply reply = stack_->Generate(request);
+  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+  ASSERT_TRUE(reply.events["xs"].back().has_finished());
+  EXPECT_EQ(RanMode(reply.events["xs"].back().finished()), TransferMode::kScd);
+  EXPECT_EQ(ModeNamesParsed() - before, 1);
+
+  SetRequestMode(TransferMode::kScd, &request);
+  before = ModeNamesParsed();
+  reply = stack_->Generate(request);
+  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+  EXPECT_EQ(RanMode(reply.events["xs"].back().finished()), TransferMode::kScd);
+  EXPECT_EQ(ModeNamesParsed() - before, 0);
+}
+
 TEST_F(ServingTest, LogprobsTopOneIsTheGreedyTokenAtEveryPosition) {
   v1::GenerateRequest request;
   for (TokenId id : Prompt(3)) request.add_prompt_ids(id);
   request.add_targets("xs");
-  request.set_mode("scd");
+  SetRequestMode(*ParseRequestedMode("scd"), &request);
   request.set_max_tokens(20);
   request.set_logprobs(4);
   Reply reply = stack_->Generate(request);
@@ -208,7 +237,7 @@ TEST_F(ServingTest, RecomputeThroughTheCoordinatorEqualsTheBatchTransferPath) {
   Reply reply = Generate({"xs"}, "recompute", Prompt(1), 12);
   ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
   ASSERT_TRUE(reply.events["xs"].back().has_finished()) << reply.events["xs"].back().DebugString();
-  EXPECT_EQ(reply.events["xs"].back().finished().mode(), "recompute");
+  EXPECT_EQ(RanModeName(reply.events["xs"].back().finished()), "recompute");
   EXPECT_EQ(reply.ids["xs"], Reference("xs", TransferMode::kRecompute, Prompt(1), 12));
   // A consumer without the pair's artifact cannot serve it: refused before any work.
   Reply refused = Generate({"base-copy"}, "recompute", Prompt(1), 4);
@@ -219,7 +248,7 @@ TEST_F(ServingTest, RecomputeThroughTheCoordinatorEqualsTheBatchTransferPath) {
 TEST_F(ServingTest, RawBetweenIdenticalModelsEqualsLocalGeneration) {
   Reply reply = Generate({"base-copy"}, "", Prompt(1), 16);  // auto: identical weights -> raw
   ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
-  EXPECT_EQ(reply.events["base-copy"].front().started().mode(), "raw");
+  EXPECT_EQ(RanModeName(reply.events["base-copy"].front().started()), "raw");
   EXPECT_EQ(reply.ids["base-copy"], Reference("base-copy", TransferMode::kLocal, Prompt(1), 16));
 }
 
@@ -250,7 +279,7 @@ TEST_F(ServingTest, AutoChoosesByPredictedTtftAndTheTokensAreThatChoices) {
   ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
   const v1::Started& sent = reply.events["xs"].front().started();
   const v1::Finished& sent_end = reply.events["xs"].back().finished();
-  EXPECT_EQ(sent.mode(), "scd");
+  EXPECT_EQ(RanModeName(sent), "scd");
   EXPECT_THAT(sent.mode_reason(), HasSubstr("auto: scd point #1 int8"));
   EXPECT_THAT(sent.mode_reason(), HasSubstr("runner-up"));
   EXPECT_GT(sent_end.predicted_ttft_us(), 0u);
@@ -264,10 +293,10 @@ TEST_F(ServingTest, AutoChoosesByPredictedTtftAndTheTokensAreThatChoices) {
   ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
   const v1::Started& local = reply.events["xs"].front().started();
   const v1::Finished& local_end = reply.events["xs"].back().finished();
-  EXPECT_EQ(local.mode(), "local");
+  EXPECT_EQ(RanModeName(local), "local");
   EXPECT_THAT(local.mode_reason(), HasSubstr("auto: local prefill predicted"));
   EXPECT_THAT(local.mode_reason(), HasSubstr("runner-up scd point"));
-  EXPECT_EQ(local_end.mode(), "local");
+  EXPECT_EQ(RanModeName(local_end), "local");
   EXPECT_GT(local_end.predicted_ttft_us(), 0u);
   EXPECT_EQ(reply.ids["xs"], Reference("xs", TransferMode::kLocal, Prompt(2), 16));
   // An explicit mode predicts nothing.
@@ -281,7 +310,7 @@ TEST_F(ServingTest, AutoLowersLaterRanksWhenTheLinkCannotMeetItsSloAndSaysWhich)
   Reply reply = stack_->Generate(request);
   ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
   const v1::Finished& adapted = reply.events["xs"].back().finished();
-  ASSERT_EQ(adapted.mode(), "scd") << adapted.mode_reason();
+  ASSERT_EQ(RanModeName(adapted), "scd") << adapted.mode_reason();
   const FrontierPoint chosen = XsFrontier().points[2];  // K 2, V 3 on 0, 2, 4; H 5 on 1, 3
   FrontierPoint sent = chosen;
   std::vector<uint32_t> layers;
@@ -356,13 +385,13 @@ TEST_F(ServingTest, AutoSendsTheFrontierPointItsBudgetPicks) {
     const v1::Started& started = reply.events["xs"].front().started();
     const v1::Finished& finished = reply.events["xs"].back().finished();
     if (c.point < 0) {
-      EXPECT_EQ(started.mode(), "local") << c.max_kl;
+      EXPECT_EQ(RanModeName(started), "local") << c.max_kl;
       EXPECT_THAT(started.mode_reason(), HasSubstr("is within max_kl 0.01"));
       EXPECT_EQ(reply.ids["xs"], Reference("xs", TransferMode::kLocal, Prompt(2), 16));
       continue;
     }
     const FrontierPoint& p = frontier.points[c.point];
-    EXPECT_EQ(started.mode(), "scd") << c.max_kl;
+    EXPECT_EQ(RanModeName(started), "scd") << c.max_kl;
     EXPECT_THAT(started.mode_reason(), HasSubstr(absl::StrCat("frontier point #", c.point)));
     EXPECT_EQ(started.point().code_dtype(), WireDtypeName(p.code_dtype));
     EXPECT_EQ(
@@ -395,12 +424,12 @@ TEST_F(ServingTest, AutoSendsTheFrontierPointItsBudgetPicks) {
   v1::GenerateRequest strict;
   strict.add_targets("xs");
   strict.set_prompt("Once upon a time");
-  strict.set_mode("scd");
+  SetRequestMode(*ParseRequestedMode("scd"), &strict);
   strict.set_max_kl(0.01);
   Reply refused = stack_->Generate(strict);
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(refused.status.error_message(), HasSubstr("max_kl: no point"));
-  strict.set_mode("raw");
+  SetRequestMode(*ParseRequestedMode("raw"), &strict);
   refused = stack_->Generate(strict);
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(refused.status.error_message(), HasSubstr("max_kl"));
@@ -493,7 +522,7 @@ TEST_F(ServingTest, CancelledRequestLeavesTheNextOneOnTheConsumerExact) {
   for (int attempt = 0; attempt < 3; ++attempt) {
     v1::GenerateRequest request;
     request.add_targets("xs");
-    request.set_mode("scd");
+    SetRequestMode(*ParseRequestedMode("scd"), &request);
     for (TokenId id : Prompt(3)) request.add_prompt_ids(id);
     request.set_max_tokens(200);
     grpc::ClientContext context;
@@ -541,7 +570,7 @@ TEST_F(ServingTest, TheProducerDropsTheConnectionOfAConsumerThatIsGone) {
 TEST_F(ServingTest, PromptsOfOneTokenAndOfTheMaximumLengthComplete) {
   Reply one = Generate({"xs"}, "scd", {Prompt(0)[0]}, 8);
   ASSERT_TRUE(one.events["xs"].back().has_finished()) << one.events["xs"].back().DebugString();
-  EXPECT_EQ(one.events["xs"].front().started().mode(), "local");
+  EXPECT_EQ(RanModeName(one.events["xs"].front().started()), "local");
   std::vector<TokenId> longest;
   const int64_t max = stack_->consumer("xs").model->config().max_position_embeddings;
   while (static_cast<int64_t>(longest.size()) < max) {

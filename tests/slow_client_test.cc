@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "proto/wire_mode.h"
 #include "tests/serving_stack.h"
 #include "tests/test_util.h"
 
@@ -40,7 +41,7 @@ TEST(SlowClientTest, ASlowReaderSlowsOnlyItsOwnStream) {
   v1::GenerateRequest slow_request;
   slow_request.add_targets("a");
   slow_request.add_targets("b");
-  slow_request.set_mode("local");
+  SetRequestMode(*ParseRequestedMode("local"), &slow_request);
   for (TokenId id : prompt) slow_request.add_prompt_ids(id);
   slow_request.set_max_tokens(400);
   slow_request.set_logprobs(20);

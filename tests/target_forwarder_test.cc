@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "proto/wire_mode.h"
+
 namespace scd::coordinator {
 namespace {
 
@@ -32,13 +34,13 @@ class TargetForwarderTest : public ::testing::Test {
 
   static v1::GenerateEvent Started(const std::string& mode, uint32_t cached = 0) {
     v1::GenerateEvent e;
-    e.mutable_started()->set_mode(mode);
+    SetRanMode(*ParseTransferMode(mode), e.mutable_started());
     e.mutable_started()->set_consumer_cached_tokens(cached);
     return e;
   }
   static v1::GenerateEvent Finished(const std::string& mode) {
     v1::GenerateEvent e;
-    e.mutable_finished()->set_mode(mode);
+    SetRanMode(*ParseTransferMode(mode), e.mutable_finished());
     e.mutable_finished()->mutable_timings()->set_transfer(50);
     return e;
   }

@@ -42,6 +42,7 @@
 #include "producer/producer_node.h"
 #include "proto/cluster_secret.h"
 #include "proto/inference_client.h"
+#include "proto/wire_mode.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/export_gguf_command.h"
 #include "tools/tool_common.h"
@@ -119,7 +120,7 @@ absl::Status RunRemoteGenerate(const GenerateFlags& flags) {
     for (TokenId id : ids) request.add_prompt_ids(id);
   }
   for (const std::string& target : flags.targets) request.add_targets(target);
-  request.set_mode(flags.mode);
+  SetRequestModeName(flags.mode, &request);
   const GenerationOptions& g = flags.generation;
   request.set_max_tokens(static_cast<uint32_t>(g.max_tokens));
   request.set_temperature(g.sampling.temperature);
@@ -158,10 +159,11 @@ absl::Status RunRemoteGenerate(const GenerateFlags& flags) {
               "[%s] mode %s (%s), %u+%u tokens, %llu payload bytes; ttft %.2f ms (queue %.2f, "
               "prefill %.2f, encode %.2f, transfer %.2f, rebuild %.2f of which %.2f after the "
               "last chunk, first decode %.2f: overlapped); total %.2f ms\n",
-              event.target().c_str(), f.mode().c_str(), f.mode_reason().c_str(), f.prompt_tokens(),
-              f.output_tokens(), static_cast<unsigned long long>(f.payload_bytes()), t.ttft() / 1e3,
-              t.queue() / 1e3, t.prefill() / 1e3, t.encode() / 1e3, t.transfer() / 1e3,
-              t.rebuild() / 1e3, t.last_rebuild() / 1e3, t.first_decode() / 1e3, t.total() / 1e3));
+              event.target().c_str(), RanModeName(f).c_str(), f.mode_reason().c_str(),
+              f.prompt_tokens(), f.output_tokens(),
+              static_cast<unsigned long long>(f.payload_bytes()), t.ttft() / 1e3, t.queue() / 1e3,
+              t.prefill() / 1e3, t.encode() / 1e3, t.transfer() / 1e3, t.rebuild() / 1e3,
+              t.last_rebuild() / 1e3, t.first_decode() / 1e3, t.total() / 1e3));
         }
       }));
   if (!flags.json) {

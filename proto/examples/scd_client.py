@@ -26,7 +26,8 @@ def main():
     parser.add_argument("--prompt", default="Once upon a time")
     parser.add_argument("--target", action="append", default=[],
                         help="consumer model (repeat for a fan-out); none: the server's default")
-    parser.add_argument("--mode", default="", help="auto | scd | reuse | raw | int4 | recompute | local")
+    parser.add_argument("--mode", default="auto",
+                        choices=["auto", "scd", "reuse", "raw", "int4", "recompute", "local"])
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds for the whole call")
@@ -45,8 +46,10 @@ def main():
             for model in stub.ListModels(inference_pb2.ListModelsRequest(),
                                          timeout=args.timeout).models:
                 print(f"model: {model.name} ({model.role}) at {model.address}", file=sys.stderr)
+            # The enum (TransferMode); the string field `mode` is deprecated.
+            mode = inference_pb2.TransferMode.Value("TRANSFER_MODE_" + args.mode.upper())
             request = inference_pb2.GenerateRequest(
-                prompt=args.prompt, targets=args.target, mode=args.mode,
+                prompt=args.prompt, targets=args.target, transfer_mode=mode,
                 max_tokens=args.max_tokens, temperature=args.temperature)
             failed = False
             for event in stub.Generate(request, timeout=args.timeout):
@@ -56,7 +59,9 @@ def main():
                     sys.stdout.flush()
                 elif kind == "finished":
                     f = event.finished
-                    print(f"\n[{event.target}] {f.reason}: mode {f.mode}, {f.prompt_tokens} prompt + "
+                    ran = inference_pb2.TransferMode.Name(f.transfer_mode)
+                    ran = ran.removeprefix("TRANSFER_MODE_").lower()
+                    print(f"\n[{event.target}] {f.reason}: mode {ran}, {f.prompt_tokens} prompt + "
                           f"{f.output_tokens} output tokens, {f.payload_bytes} payload bytes, "
                           f"TTFT {f.timings.ttft / 1000:.1f} ms", file=sys.stderr)
                 elif kind == "error":
