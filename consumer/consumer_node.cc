@@ -129,6 +129,9 @@ void ConsumerNode::Register(const ConsumerNodeOptions& options, v1::RegisterRequ
   registration.set_capacity(options.capacity);
   registration.set_kv_budget_bytes(static_cast<uint64_t>(kv_budget_bytes));
   registration.set_kv_bytes_per_token(static_cast<uint64_t>(kv_bytes_per_token));
+  if (node->tokenizer_ != nullptr) {
+    registration.set_tokenizer_fingerprint(node->tokenizer_->fingerprint());
+  }
   Admission* admission_ptr = node->admission_.get();
   RegistryClient::PrefixBlocksFn prefix_blocks;
   if (ConsumerPrefixCache* cache = node->prefix_cache_.get(); cache != nullptr) {

@@ -31,7 +31,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Start(
   }
   node->serving_metrics_ = std::make_unique<ServingMetrics>(&node->metrics_);
   routing.metrics = node->serving_metrics_.get();
-  node->registry_ = std::make_unique<NodeRegistry>(options.registry);
+  RegistryOptions registry = options.registry;
+  // Nodes whose tokenizer is another than this one's are refused: the ids it sends them would
+  // mean other tokens there.
+  if (node->tokenizer_ != nullptr) registry.tokenizer_fingerprint = node->tokenizer_->fingerprint();
+  node->registry_ = std::make_unique<NodeRegistry>(registry);
   if (IsEtcdRegistry(options.registry_address)) {
     SCD_ASSIGN_OR_RETURN(node->etcd_watch_,
                          EtcdNodeWatch::Start(options.registry_address, node->registry_.get()));

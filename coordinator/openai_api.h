@@ -27,6 +27,9 @@
 // disconnects cancels the request. Errors: OpenAI's shape {"error": {message, type, param, code}}
 // with the HTTP status of the gRPC code (400 invalid, 401 unauthenticated, 404 unknown model,
 // 429 full, 503 unavailable, 504 deadline).
+// One concept in a long file: openai_api.cc (about 620 lines) is one API's translation both
+// ways -- request JSON to GenerateRequest, the events to completion and chat JSON, streamed and
+// not -- where each endpoint's two directions change together.
 // Thread-safety: thread-safe; each request runs on the HTTP server's thread that took it.
 #ifndef SCD_COORDINATOR_OPENAI_API_H_
 #define SCD_COORDINATOR_OPENAI_API_H_

@@ -19,6 +19,10 @@
 // Forward runs (bit-identical); in a batch its rows go through GEMMs instead of GEMVs (the same
 // sums in another order).
 //
+// One concept in a long file: llama_model.cc (about 640 lines) is the forward of one network --
+// prefill, decode, batched steps, captures and layer ranges share its per-layer code path, and
+// the precisions' and kernels' own code lives in files of their own (model/packed_weight.h,
+// model/skinny_gemm.h, model/decode_attention.h).
 // Thread-safety: immutable after construction. Const methods may run concurrently as long as
 // each call uses its own KvCaches.
 #ifndef SCD_MODEL_LLAMA_MODEL_H_

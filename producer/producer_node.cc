@@ -69,6 +69,9 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
                     node->name_, node->fingerprint_, &registration);
     registration.add_transports(options.transport);
     registration.set_capacity(options.capacity);
+    if (node->tokenizer_ != nullptr) {
+      registration.set_tokenizer_fingerprint(node->tokenizer_->fingerprint());
+    }
     RegistryClient::PrefixBlocksFn prefix_blocks;
     if (ProducerPrefixStore* store = node->service_->prefix_store(); store != nullptr) {
       prefix_blocks = [store] { return PrefixBlocksReport(store->blocks()); };

@@ -194,6 +194,15 @@ absl::Status CheckedInferenceService::Authenticate(const grpc::ServerContextBase
   return absl::OkStatus();
 }
 
+absl::Status CheckedInferenceService::TokenizeOnce(v1::GenerateRequest* request) const {
+  if (guards_.tokenizer == nullptr || request->prompt_ids_size() > 0) return absl::OkStatus();
+  absl::StatusOr<std::vector<TokenId>> ids = guards_.tokenizer->Encode(request->prompt());
+  if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat("prompt: ", ids.status().message()));
+  request->mutable_prompt_ids()->Assign(ids->begin(), ids->end());
+  request->clear_prompt();
+  return absl::OkStatus();
+}
+
 absl::Status CheckedInferenceService::CheckPromptTokens(const v1::GenerateRequest& request) const {
   if (guards_.max_prompt_tokens == 0) return absl::OkStatus();
   size_t tokens = static_cast<size_t>(request.prompt_ids_size());
@@ -251,6 +260,7 @@ absl::StatusOr<v1::GenerateRequest> CheckedInferenceService::Check(
   RequestedMode mode;
   SCD_RETURN_IF_ERROR(ValidateGenerateRequest(request, limits_, require_target_, &mode));
   SetRequestMode(mode, &request);  // read once here: the enum alone goes on
+  SCD_RETURN_IF_ERROR(TokenizeOnce(&request));
   SCD_RETURN_IF_ERROR(CheckPromptTokens(request));
   return request;
 }

@@ -11,6 +11,10 @@
 //  - a client (its address; for HTTP clients, theirs, as the node's HTTP front end passes it in
 //    `x-scd-client` over the in-process channel) runs at most max_requests_per_client calls at
 //    once (RESOURCE_EXHAUSTED naming the client and the limit);
+//  - the request's mode is read once (proto/wire_mode.h) and goes on as the enum alone;
+//  - with a tokenizer, a text prompt is tokenized here, once, and goes on as prompt_ids: the
+//    nodes behind this one get ids (range-checked against their vocabulary), never the text --
+//    which is why a coordinator refuses nodes whose tokenizer differs from its own;
 //  - a prompt over max_prompt_tokens (ids counted; text with the tokenizer) is OUT_OF_RANGE;
 // every refusal is logged once with the client's values escaped and counted in `refusals` as
 // "refused_<code>" (the node's Stats report it). Health answers carry the build's version.
@@ -60,7 +64,9 @@ struct PublicApiGuards {
   std::string api_token;                 // "" = no token needed
   uint32_t max_requests_per_client = 0;  // 0 = no limit
   uint32_t max_prompt_tokens = 0;        // 0 = the model's room only
-  const Tokenizer* tokenizer = nullptr;  // counts text prompts (not owned; null: ids only)
+  // Tokenizes text prompts at the edge (not owned; null: the text goes on, for the node behind
+  // to tokenize).
+  const Tokenizer* tokenizer = nullptr;
 };
 
 // Metadata the HTTP front end sets on its in-process calls: the HTTP client's address.
@@ -101,6 +107,8 @@ class CheckedInferenceService final : public grpc::Service {
                       const std::string& request_id);
   absl::Status Authenticate(const grpc::ServerContextBase& context) const;
   absl::Status CheckPromptTokens(const v1::GenerateRequest& request) const;
+  // A text prompt as ids, with the tokenizer (else as it is).
+  absl::Status TokenizeOnce(v1::GenerateRequest* request) const;
   // Counts the call against its client; false (nothing counted) when the client is at its limit.
   bool Enter(const std::string& client);
   void Leave(const std::string& client);

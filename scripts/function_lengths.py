@@ -3,9 +3,11 @@
 
 A function is a definition whose body opens with "{" at the end of a line and closes with a "}"
 at the same indentation as its first line; lambdas and local classes count toward the enclosing
-function. Exit status 1 if any function is longer than --max lines (body and signature included).
+function. Exit status 1 if any function is longer than --max lines (body and signature included),
+or if a file is longer than --max-file-lines without a sentence in its header (the .h of the
+same name, for a .cc) that starts "One concept in a long file" and says why it is one concept.
 
-  scripts/function_lengths.py [--max N] [--top K] FOLDER...
+  scripts/function_lengths.py [--max N] [--max-file-lines N] [--top K] FOLDER...
 """
 import argparse
 import os
@@ -44,9 +46,32 @@ def functions(path):
     return out
 
 
+LONG_FILE_SENTENCE = "One concept in a long file"
+
+
+def long_files(folder, max_lines):
+    """Files over `max_lines` lines whose header does not say why they are one concept."""
+    out = []
+    for d, _, files in os.walk(folder):
+        for f in files:
+            if not f.endswith((".cc", ".h")):
+                continue
+            path = os.path.join(d, f)
+            lines = open(path, encoding="utf-8", errors="replace").read().count("\n")
+            if lines <= max_lines:
+                continue
+            header = os.path.splitext(path)[0] + ".h"
+            text = open(header, encoding="utf-8", errors="replace").read() if os.path.exists(
+                header) else ""
+            if LONG_FILE_SENTENCE not in text:
+                out.append((lines, path))
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--max", type=int, default=0)
+    parser.add_argument("--max-file-lines", type=int, default=0)
     parser.add_argument("--top", type=int, default=10)
     parser.add_argument("folders", nargs="+")
     args = parser.parse_args()
@@ -60,10 +85,17 @@ def main():
     for length, path, line, name in found[:args.top]:
         print(f"{length:5d}  {path}:{line}  {name}")
     too_long = [f for f in found if args.max and f[0] > args.max]
+    failed = 0
     if too_long:
         print(f"{len(too_long)} function(s) longer than {args.max} lines")
-        return 1
-    return 0
+        failed = 1
+    if args.max_file_lines:
+        for folder in args.folders:
+            for lines, path in long_files(folder, args.max_file_lines):
+                print(f"{path}: {lines} lines, and its header does not say why it is one concept "
+                      f"(a sentence starting \"{LONG_FILE_SENTENCE}\")")
+                failed = 1
+    return failed
 
 
 if __name__ == "__main__":

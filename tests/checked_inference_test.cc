@@ -95,7 +95,10 @@ TEST_F(CheckedInferenceTest, RefusesBeforeTheServiceAndPassesTheRestIntact) {
   ASSERT_TRUE(Generate(request, &events).ok());
   EXPECT_EQ(events, 1);
   EXPECT_EQ(recording_.calls.load(), 1);
-  EXPECT_EQ(recording_.last.SerializeAsString(), request.SerializeAsString());
+  // Intact but for the mode, read here once and passed on as the enum (auto: nothing was set).
+  v1::GenerateRequest passed = request;
+  passed.set_transfer_mode(v1::TRANSFER_MODE_AUTO);
+  EXPECT_EQ(recording_.last.SerializeAsString(), passed.SerializeAsString());
 
   v1::GenerateRequest bad_utf8 = request;
   bad_utf8.set_prompt("caf\xc3(");

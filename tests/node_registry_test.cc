@@ -550,6 +550,30 @@ TEST_F(NodeRegistryTest, StrictModesRefuseCachesAcrossDifferentWeights) {
   EXPECT_TRUE(ResolveNamed(strict, {"fables"}, "recompute").ok());
 }
 
+// A coordinator that tokenizes prompts sends ids: a node whose tokenizer differs would read them
+// as other tokens, so it is refused at registration (etcd's Upsert too); a node without a
+// tokenizer (ids only) and a coordinator without one check nothing.
+TEST_F(NodeRegistryTest, ANodeWhoseTokenizerIsNotTheCoordinatorsIsRefused) {
+  RegistryOptions options;
+  options.tokenizer_fingerprint = "1234567890abcdef-coordinator";
+  NodeRegistry registry(options, &clock_);
+  v1::RegisterRequest other = Consumer("fables", kFablesFp, {});
+  other.set_tokenizer_fingerprint("fedcba0987654321-other");
+  absl::StatusOr<Lease> refused = registry.Register(other);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("fedcba098765"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("1234567890ab"));
+  EXPECT_EQ(registry.Upsert("consumer-etcd", other, {}).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(registry.size(), 0u);
+  v1::RegisterRequest same = other;
+  same.set_tokenizer_fingerprint(options.tokenizer_fingerprint);
+  EXPECT_TRUE(registry.Register(same).ok());
+  v1::RegisterRequest ids_only = Producer("base", kBaseFp);
+  EXPECT_TRUE(registry.Register(ids_only).ok());
+  EXPECT_TRUE(registry_.Register(other).ok()) << "a coordinator without a tokenizer checks nothing";
+}
+
 TEST_F(NodeRegistryTest, NodeIdsAreRandomAndUnguessable) {
   const std::string a = Add(Consumer("fables", kFablesFp, {}));
   const std::string b = Add(Consumer("fables", kFablesFp, {}));

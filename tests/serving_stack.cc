@@ -121,10 +121,16 @@ void ServingStack::Start() {
   ASSERT_TRUE(lease.ok()) << lease.status();
   node_ids_[""] = lease->node_id;
 
-  coordinator_ =
-      std::make_unique<coordinator::CoordinatorInferenceService>(&registry_, secret_, &counters_);
+  // As a coordinator node with --tokenizer: text prompts are tokenized at its front, once.
+  coordinator::CoordinatorOptions routing;
+  routing.tokenizer = tokenizer_;
+  coordinator_ = std::make_unique<coordinator::CoordinatorInferenceService>(&registry_, secret_,
+                                                                           &counters_, routing);
+  PublicApiGuards guards;
+  guards.tokenizer = tokenizer_;
   checked_ = std::make_unique<CheckedInferenceService>(coordinator_.get(), RequestLimits(),
-                                                       /*require_target=*/true, &counters_);
+                                                       /*require_target=*/true, &counters_,
+                                                       nullptr, guards);
   coordinator_server_ = Serve({checked_.get()}, &coordinator_address_);
   stub_ = v1::Inference::NewStub(
       grpc::CreateChannel(coordinator_address_, grpc::InsecureChannelCredentials()));

@@ -198,6 +198,25 @@ TEST_F(ServingTest, AModeNameIsParsedOnceInTheWholeDeployment) {
   EXPECT_EQ(ModeNamesParsed() - before, 0);
 }
 
+// A text prompt is tokenized once in the whole deployment (all of it in this process): at the
+// coordinator's front; its consumer and its producer get the ids. The continuation is the one the
+// ids would give.
+TEST_F(ServingTest, ATextPromptIsTokenizedOnceInTheWholeDeployment) {
+  v1::GenerateRequest request;
+  request.set_prompt("Once upon a time, there was a little girl");
+  request.add_targets("xs");
+  request.set_max_tokens(6);
+  SetRequestMode(TransferMode::kScd, &request);
+  const int64_t before = Tokenizer::TextsEncoded();
+  Reply reply = stack_->Generate(request);
+  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+  ASSERT_TRUE(reply.events["xs"].back().has_finished());
+  EXPECT_EQ(Tokenizer::TextsEncoded() - before, 1);
+  const std::vector<TokenId> ids = testing::Ok(tokenizer_->Encode(request.prompt()));
+  EXPECT_EQ(reply.events["xs"].back().finished().prompt_tokens(), ids.size());
+  EXPECT_EQ(reply.ids["xs"], Reference("xs", TransferMode::kScd, ids, 6));
+}
+
 TEST_F(ServingTest, LogprobsTopOneIsTheGreedyTokenAtEveryPosition) {
   v1::GenerateRequest request;
   for (TokenId id : Prompt(3)) request.add_prompt_ids(id);

@@ -15,6 +15,9 @@
 //   methods (items, keys, values, get), range(). Anything else is refused when the template is
 //   parsed (INVALID_ARGUMENT naming it), never rendered wrongly. tests/chat_template_test.cc
 //   compares renderings with Python's jinja2 (Debian's python3-jinja2).
+// One concept in a long file: chat_template.cc (about 1,200 lines) is one template engine --
+// lexer, parser and evaluator of one language sharing one syntax tree and one value type; split
+// into files, each part would export internals only the others use.
 // Thread-safety: an immutable value; Render is const and thread-safe.
 #ifndef SCD_TOKENIZER_CHAT_TEMPLATE_H_
 #define SCD_TOKENIZER_CHAT_TEMPLATE_H_

@@ -1,11 +1,13 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_join.h"
 #include "base/file_util.h"
+#include "base/sha256.h"
 #include "base/status_macros.h"
 #include "tokenizer/added.h"
 #include "tokenizer/bpe.h"
@@ -146,6 +148,7 @@ struct Tokenizer::Impl {
   std::unique_ptr<AddedVocabulary> added;
   Template post_template{{true, {}}};
   std::unique_ptr<Decoder> decoder;  // may be null: tokens are joined with spaces
+  std::string fingerprint;
 
   const std::string* TokenString(TokenId id) const {
     const std::string* token = added->IdToToken(id);
@@ -185,6 +188,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
     }
   }
   auto impl = std::make_unique<Impl>();
+  impl->fingerprint = Sha256Hex(root.dump());  // nlohmann's objects keep their keys sorted
 
   SCD_ASSIGN_OR_RETURN(const Json* model, RequiredField(root, "", "model"));
   if (!model->is_object()) return JsonError("model", "must be an object");
@@ -226,8 +230,17 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
   return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
 }
 
+namespace {
+std::atomic<int64_t> texts_encoded{0};
+}  // namespace
+
+int64_t Tokenizer::TextsEncoded() { return texts_encoded.load(std::memory_order_relaxed); }
+
+const std::string& Tokenizer::fingerprint() const { return impl_->fingerprint; }
+
 absl::StatusOr<std::vector<TokenId>> Tokenizer::Encode(std::string_view text,
                                                        bool add_special_tokens) const {
+  texts_encoded.fetch_add(1, std::memory_order_relaxed);
   const size_t bad = tokenizer_internal::FirstInvalidUtf8(text);
   if (bad != text.size()) {
     return absl::InvalidArgumentError(

@@ -55,6 +55,13 @@ class Tokenizer {
   // The BOS id the post-processor puts before the text (first special token of the template for
   // a single sequence), if any.
   std::optional<TokenId> bos_token_id() const;
+  // SHA-256 (hex) of the tokenizer.json's content in a canonical form (keys sorted, no
+  // whitespace): two tokenizers with the same fingerprint encode every text alike. A coordinator
+  // refuses a node whose tokenizer's differs from its own (registry.proto).
+  const std::string& fingerprint() const;
+  // Texts Encode has tokenized in this process so far (a request's prompt is tokenized once in
+  // the whole deployment: tests count it).
+  static int64_t TextsEncoded();
 
  private:
   struct Impl;
