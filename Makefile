@@ -35,12 +35,14 @@ story: build
 	./$(BUILD)/bin/scd generate --model $(PRODUCER) \
 	  --prompt "Once upon a time" --max-tokens 256 --temperature 0.8 --top-p 0.9 --seed 42 --stats
 
-# Every test; the floating-point ones again under other BLAS kernels and ATen's portable code
+# Every test (those that judge a real-time bound, label `latency`, alone after the rest); the
+# floating-point ones again under other BLAS kernels and ATen's portable code
 # (`make numeric-kernels`); the transport tests under AddressSanitizer + LeakSanitizer (`make asan`);
 # every parser's libFuzzer target for 30 s (`make fuzz-smoke`); the 3-minute soak under faults
 # (`make soak-smoke`).
 test: build
-	ctest --test-dir $(BUILD) --output-on-failure -j2
+	ctest --test-dir $(BUILD) --output-on-failure -j2 -LE latency
+	ctest --test-dir $(BUILD) --output-on-failure -L latency
 	$(MAKE) numeric-kernels
 	$(MAKE) asan
 	$(MAKE) fuzz-smoke

@@ -32,7 +32,8 @@ bool EventStream::Push(v1::GenerateEvent event) {
   bool room = true;
   {
     absl::MutexLock lock(&mu_);
-    if (gone_ || end_.has_value()) return true;  // nobody reads it: never wait for room
+    // Nobody reads it: never wait for room.
+    if (gone_ || cancellation_.cancelled() || end_.has_value()) return true;
     queue_.push_back(std::move(event));
     if (queue_.size() >= capacity_) {
       full_ = true;
@@ -57,7 +58,11 @@ void EventStream::Advance() {
   {
     absl::MutexLock lock(&mu_);
     if (writing_ || finishing_) return;
-    if (!gone_ && !queue_.empty()) {
+    // Cancelled is gone, even before the cancellation's callback above ran: Cancel marks it
+    // first, so a pusher woken by it may End here before that (event_stream_test saw the call
+    // end OK after its client had cancelled).
+    const bool gone = gone_ || cancellation_.cancelled();
+    if (!gone && !queue_.empty()) {
       writing_ = true;
       writing_event_ = std::move(queue_.front());
       queue_.pop_front();
@@ -65,7 +70,7 @@ void EventStream::Advance() {
     } else if (end_.has_value()) {
       finishing_ = true;
       finished_with_ =
-          gone_ ? grpc::Status(grpc::StatusCode::CANCELLED, "the client went away") : *end_;
+          gone ? grpc::Status(grpc::StatusCode::CANCELLED, "the client went away") : *end_;
       next = kFinish;
     }
   }
