@@ -137,6 +137,15 @@ class DecodeSchedulerTest : public ::testing::TestWithParam<std::string> {
     return SequenceRequest{
         prompt, std::move(cache), at::Tensor(), options, absl::InfiniteFuture(), nullptr, sink};
   }
+  // Submits a sequence that decodes to the model's last position unless `stop` is set, and waits
+  // for its 20th token.
+  void SubmitDecoding(DecodeScheduler& scheduler, RecordingSink* sink, std::atomic<bool>* stop) {
+    SequenceRequest request = Request(Prompt(GetParam(), 0, 8), Options(100000), sink);
+    request.options.max_tokens = static_cast<int>(model_->config().max_position_embeddings) - 8;
+    request.cancelled = stop;
+    ASSERT_TRUE(scheduler.Submit(std::move(request)).ok());
+    sink->AwaitTokens(20);
+  }
   std::unique_ptr<LlamaModel> model_;
 };
 
@@ -413,11 +422,7 @@ TEST_P(DecodeSchedulerTest, PromptWorkBesideDecodesReportsItsItlCostPerToken) {
     EXPECT_EQ(scheduler.stats().rebuild_itl_us_per_token, 0);
     std::atomic<bool> enough{false};
     RecordingSink decoding;
-    SequenceRequest request = Request(Prompt(GetParam(), 0, 8), Options(100000), &decoding);
-    request.options.max_tokens = static_cast<int>(model_->config().max_position_embeddings) - 8;
-    request.cancelled = &enough;
-    ASSERT_TRUE(scheduler.Submit(std::move(request)).ok());
-    decoding.AwaitTokens(20);
+    SubmitDecoding(scheduler, &decoding, &enough);
     // 600 rows of every layer at 30 us a row.
     ASSERT_TRUE(scheduler
                     .RunBetweenSteps(600, layers,
@@ -435,11 +440,7 @@ TEST_P(DecodeSchedulerTest, PromptWorkBesideDecodesReportsItsItlCostPerToken) {
   EXPECT_EQ(scheduler.stats().local_itl_us_per_token, 0);
   std::atomic<bool> enough{false};
   RecordingSink decoding;
-  SequenceRequest request = Request(Prompt(GetParam(), 0, 8), Options(100000), &decoding);
-  request.options.max_tokens = static_cast<int>(model_->config().max_position_embeddings) - 8;
-  request.cancelled = &enough;
-  ASSERT_TRUE(scheduler.Submit(std::move(request)).ok());
-  decoding.AwaitTokens(20);
+  SubmitDecoding(scheduler, &decoding, &enough);
 
   // A 300-token prompt prefilled in chunks beside the decode.
   std::vector<TokenId> long_prompt;
