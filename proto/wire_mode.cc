@@ -76,6 +76,18 @@ TransferMode RanModeOf(int wire, const std::string& name, TransferMode otherwise
   return TransferModeOr(name, otherwise);
 }
 
+// A routed target's mode (DecodeRequest, PrefillTarget): neither field set is local.
+template <typename Message>
+absl::StatusOr<TransferMode> TargetMode(const Message& message) {
+  if (message.transfer_mode() == v1::TRANSFER_MODE_UNSPECIFIED && message.mode().empty()) {
+    return TransferMode::kLocal;
+  }
+  absl::StatusOr<RequestedMode> mode =
+      ModeOf(message.transfer_mode(), message.mode(), "transfer_mode", false);
+  if (!mode.ok()) return mode.status();
+  return mode->mode();
+}
+
 }  // namespace
 
 v1::TransferMode ToWire(TransferMode mode) {
@@ -103,23 +115,11 @@ void SetRequestModeName(const std::string& name, v1::GenerateRequest* request) {
 }
 
 absl::StatusOr<TransferMode> TargetModeOf(const v1::DecodeRequest& request) {
-  if (request.transfer_mode() == v1::TRANSFER_MODE_UNSPECIFIED && request.mode().empty()) {
-    return TransferMode::kLocal;
-  }
-  absl::StatusOr<RequestedMode> mode =
-      ModeOf(request.transfer_mode(), request.mode(), "transfer_mode", false);
-  if (!mode.ok()) return mode.status();
-  return mode->mode();
+  return TargetMode(request);
 }
 
 absl::StatusOr<TransferMode> TargetModeOf(const v1::PrefillTarget& target) {
-  if (target.transfer_mode() == v1::TRANSFER_MODE_UNSPECIFIED && target.mode().empty()) {
-    return TransferMode::kLocal;
-  }
-  absl::StatusOr<RequestedMode> mode =
-      ModeOf(target.transfer_mode(), target.mode(), "transfer_mode", false);
-  if (!mode.ok()) return mode.status();
-  return mode->mode();
+  return TargetMode(target);
 }
 
 void SetTargetMode(TransferMode mode, v1::DecodeRequest* request) {
