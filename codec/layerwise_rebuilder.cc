@@ -1,5 +1,6 @@
 #include "codec/layerwise_rebuilder.h"
 
+#include <memory>
 #include <optional>
 #include <utility>
 
@@ -83,103 +84,119 @@ absl::StatusOr<std::unique_ptr<LayerwiseRebuilder>> LayerwiseRebuilder::Create(
     while (end < layers && recomputed(end)) ++end;
     rebuilder->layers_[l].run_end = end;
     for (int m = l + 1; m < end; ++m) rebuilder->layers_[m].expected.clear();
-    if (l == 0) {
-      std::vector<int> filled;
-      SCD_RETURN_IF_ERROR(rebuilder->Rebuild(0, &filled));  // needs nothing from the producer
-    } else {
-      rebuilder->layers_[l].expected = {PayloadKind::kHiddenState};
-    }
+    if (l > 0) rebuilder->layers_[l].expected = {PayloadKind::kHiddenState};  // layer 0: Begin
     l = end;
   }
   return rebuilder;
 }
 
-absl::StatusOr<std::vector<int>> LayerwiseRebuilder::Add(CodeChunk chunk) {
+void LayerwiseRebuilder::Begin(Filled done) {
+  if (layers_.empty() || layers_[0].run_end <= 0) return done(std::vector<int>());
+  Rebuild(0, std::move(done));  // needs nothing from the producer
+}
+
+void LayerwiseRebuilder::Add(CodeChunk chunk, Filled done) {
   const int l = chunk.layer;
   if (l < 0 || l >= static_cast<int>(layers_.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk for layer ", l, " but the plan has ", layers_.size(), " layers"));
+    return done(absl::InvalidArgumentError(
+        absl::StrCat("chunk for layer ", l, " but the plan has ", layers_.size(), " layers")));
   }
   const std::string what = absl::StrCat(PayloadKindName(chunk.kind), " of layer ", l);
   if (chunk.token_begin != begin_ || chunk.token_end != static_cast<int64_t>(tokens_.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " covers tokens [", chunk.token_begin,
-                                                   ", ", chunk.token_end, "), the transfer [",
-                                                   begin_, ", ", tokens_.size(), ")"));
+    return done(absl::InvalidArgumentError(absl::StrCat(what, " covers tokens [", chunk.token_begin,
+                                                        ", ", chunk.token_end, "), the transfer [",
+                                                        begin_, ", ", tokens_.size(), ")")));
   }
   LayerState& state = layers_[l];
   if (state.expected.erase(chunk.kind) == 0) {
     const bool again = state.done || state.held.count(chunk.kind) > 0;
-    return absl::InvalidArgumentError(again ? absl::StrCat("a second copy of the ", what)
-                                            : absl::StrCat("the plan sends no ", what));
+    return done(absl::InvalidArgumentError(again ? absl::StrCat("a second copy of the ", what)
+                                                 : absl::StrCat("the plan sends no ", what)));
   }
   state.held.emplace(chunk.kind, std::move(chunk));
-  std::vector<int> filled;
-  if (state.expected.empty()) SCD_RETURN_IF_ERROR(Rebuild(l, &filled));
-  return filled;
+  if (!state.expected.empty()) return done(std::vector<int>());
+  Rebuild(l, std::move(done));
 }
 
-absl::Status LayerwiseRebuilder::RunPieces(int64_t rows, int layers,
-                                           const RebuildPacing::Piece& work) {
-  return pacing_.Run(rows, layers, [&](int64_t begin, int64_t count) -> absl::Status {
-    ComputeStep step;  // model work beside other requests' steps (model/compute_steps.h)
-    const absl::Time start = absl::Now();
-    absl::Status done = work(begin, count);
-    rebuild_time_ += absl::Now() - start;
-    return done;
-  });
+void LayerwiseRebuilder::RunPieces(int64_t rows, int layers, RebuildPacing::Piece work,
+                                   RebuildPacing::Done done) {
+  pacing_.Run(
+      rows, layers,
+      [this, work = std::move(work)](int64_t begin, int64_t count) -> absl::Status {
+        ComputeStep step;  // model work beside other requests' steps (model/compute_steps.h)
+        const absl::Time start = absl::Now();
+        absl::Status status = work(begin, count);
+        rebuild_time_ += absl::Now() - start;
+        return status;
+      },
+      std::move(done));
 }
 
-absl::Status LayerwiseRebuilder::Rebuild(int layer, std::vector<int>* filled) {
+// A recomputed run [layer, end) of the positions: its input (the prefix's embeddings, or the
+// producer's residual stream entering `layer`) made by the first piece.
+RebuildPacing::Piece LayerwiseRebuilder::RecomputePiece(int layer, int end) {
+  const LayerState& state = layers_[layer];
+  auto hidden = state.held.find(PayloadKind::kHiddenState);
+  const CodeChunk* entering = hidden == state.held.end() ? nullptr : &hidden->second;
+  auto input = std::make_shared<at::Tensor>();
+  return [this, layer, end, entering, input](int64_t row, int64_t count) -> absl::Status {
+    if (!input->defined()) {
+      absl::StatusOr<at::Tensor> in = decoder_.SegmentInput(
+          layer, entering, absl::MakeConstSpan(tokens_).subspan(static_cast<size_t>(begin_)));
+      if (!in.ok()) return in.status();
+      *input = *std::move(in);
+    }
+    return decoder_.RecomputeRows(layer, end, *input, row, count, cache_);
+  };
+}
+
+// A layer decoded from its held chunks, unpacked by the first piece.
+RebuildPacing::Piece LayerwiseRebuilder::DecodePiece(int layer, int64_t rows) {
+  const LayerState& state = layers_[layer];
+  CodeDecoder::LayerChunks chunks;
+  chunks.key = Held(state.held, PayloadKind::kRawKey, PayloadKind::kKeyCode);
+  chunks.value = Held(state.held, PayloadKind::kRawValue, PayloadKind::kValueCode);
+  chunks.hidden_code = Held(state.held, PayloadKind::kHiddenCode, PayloadKind::kHiddenCode);
+  auto unpacked = std::make_shared<std::optional<CodeDecoder::UnpackedLayer>>();
+  return [this, layer, rows, chunks, unpacked](int64_t row, int64_t count) -> absl::Status {
+    if (!unpacked->has_value()) {
+      absl::StatusOr<CodeDecoder::UnpackedLayer> u = decoder_.Unpack(layer, chunks);
+      if (!u.ok()) return u.status();
+      if (u->rows == 0) {
+        return absl::InternalError(absl::StrCat("layer ", layer, " had no payload"));
+      }
+      if (u->rows != rows) {
+        return absl::InvalidArgumentError(absl::StrCat("layer ", layer, "'s payload covers ",
+                                                       u->rows, " positions, the transfer ", rows));
+      }
+      *unpacked = *std::move(u);
+    }
+    return decoder_.DecodeRows(**unpacked, row, count, cache_);
+  };
+}
+
+void LayerwiseRebuilder::Rebuild(int layer, Filled done) {
   const absl::Duration before = rebuild_time_;
-  LayerState& state = layers_[layer];
+  const LayerState& state = layers_[layer];
   const int64_t rows = static_cast<int64_t>(tokens_.size()) - begin_;
-  int end = layer + 1;
-  if (state.run_end > 0) {
-    end = state.run_end;
-    auto hidden = state.held.find(PayloadKind::kHiddenState);
-    at::Tensor input;  // the segment's input, made by the first piece
-    SCD_RETURN_IF_ERROR(RunPieces(rows, end - layer, [&](int64_t row, int64_t count) {
-      if (!input.defined()) {
-        absl::StatusOr<at::Tensor> in = decoder_.SegmentInput(
-            layer, hidden == state.held.end() ? nullptr : &hidden->second,
-            absl::MakeConstSpan(tokens_).subspan(static_cast<size_t>(begin_)));
-        if (!in.ok()) return in.status();
-        input = *std::move(in);
-      }
-      return decoder_.RecomputeRows(layer, end, input, row, count, cache_);
-    }));
-  } else {
-    CodeDecoder::LayerChunks chunks;
-    chunks.key = Held(state.held, PayloadKind::kRawKey, PayloadKind::kKeyCode);
-    chunks.value = Held(state.held, PayloadKind::kRawValue, PayloadKind::kValueCode);
-    chunks.hidden_code = Held(state.held, PayloadKind::kHiddenCode, PayloadKind::kHiddenCode);
-    std::optional<CodeDecoder::UnpackedLayer> unpacked;  // made by the first piece
-    SCD_RETURN_IF_ERROR(RunPieces(rows, 1, [&](int64_t row, int64_t count) -> absl::Status {
-      if (!unpacked.has_value()) {
-        absl::StatusOr<CodeDecoder::UnpackedLayer> u = decoder_.Unpack(layer, chunks);
-        if (!u.ok()) return u.status();
-        if (u->rows == 0) {
-          return absl::InternalError(absl::StrCat("layer ", layer, " had no payload"));
-        }
-        if (u->rows != rows) {
-          return absl::InvalidArgumentError(absl::StrCat("layer ", layer, "'s payload covers ",
-                                                         u->rows, " positions, the transfer ",
-                                                         rows));
-        }
-        unpacked = *std::move(u);
-      }
-      return decoder_.DecodeRows(*unpacked, row, count, cache_);
-    }));
-  }
-  const bool patched = state.held.count(PayloadKind::kHiddenCode) > 0;
-  state.held.clear();  // the codes are in the cache now
-  for (int l = layer; l < end; ++l) {
-    layers_[l].done = true;
-    filled->push_back(l);
-    --remaining_;
-  }
-  if (patched) patch_time_ += rebuild_time_ - before;
-  return absl::OkStatus();
+  const int end = state.run_end > 0 ? state.run_end : layer + 1;
+  RebuildPacing::Piece piece =
+      state.run_end > 0 ? RecomputePiece(layer, end) : DecodePiece(layer, rows);
+  RunPieces(rows, end - layer, std::move(piece),
+            [this, layer, end, before, done = std::move(done)](absl::Status status) {
+              if (!status.ok()) return done(std::move(status));
+              LayerState& rebuilt = layers_[layer];
+              const bool patched = rebuilt.held.count(PayloadKind::kHiddenCode) > 0;
+              rebuilt.held.clear();  // the codes are in the cache now
+              std::vector<int> filled;
+              for (int l = layer; l < end; ++l) {
+                layers_[l].done = true;
+                filled.push_back(l);
+                --remaining_;
+              }
+              if (patched) patch_time_ += rebuild_time_ - before;
+              done(std::move(filled));
+            });
 }
 
 absl::Status LayerwiseRebuilder::Finish() const {

@@ -10,9 +10,9 @@
 // Pacing: by default a completed layer is rebuilt at once on the calling thread. A consumer that
 // batches its decodes (consumer/decode_scheduler.h) hands the work to its scheduler instead
 // (RebuildPacing): the scheduler runs each layer's positions in pieces of its choosing between
-// two decode steps while the receiving thread waits. A rebuild in pieces fills the cache with the
-// same values up to the order of sums inside matrix products of other row counts (CodeDecoder's
-// pieces); in one piece it equals the unpaced one bit for bit.
+// two decode steps and tells the rebuilder when they ran; no thread waits meanwhile. A rebuild in
+// pieces fills the cache with the same values up to the order of sums inside matrix products of
+// other row counts (CodeDecoder's pieces); in one piece it equals the unpaced one bit for bit.
 //
 // Thread-safety: none; one per transfer, calls serialized by the caller.
 #ifndef SCD_CODEC_LAYERWISE_REBUILDER_H_
@@ -39,12 +39,15 @@ namespace scd {
 struct RebuildPacing {
   // A piece of work over rows [begin, begin + count) of a layer's (or recomputed run's) positions.
   using Piece = std::function<absl::Status(int64_t begin, int64_t count)>;
+  using Done = std::function<void(absl::Status)>;
   // Runs `work` over rows [0, rows) of `layers` layers in pieces of its choosing, in order,
-  // stopping at the first error, and returns it. Null: one piece, inline.
-  std::function<absl::Status(int64_t rows, int layers, const Piece& work)> run;
+  // stopping at the first error, then calls `done` with it once (on any thread). Null: one piece,
+  // inline, `done` called before Run returns.
+  std::function<void(int64_t rows, int layers, Piece work, Done done)> run;
 
-  absl::Status Run(int64_t rows, int layers, const Piece& work) const {
-    return run ? run(rows, layers, work) : work(0, rows);
+  void Run(int64_t rows, int layers, Piece work, Done done) const {
+    if (run) return run(rows, layers, std::move(work), std::move(done));
+    done(work(0, rows));
   }
 };
 
@@ -55,15 +58,22 @@ class LayerwiseRebuilder {
   // positions [begin, tokens.size()), the cache holds [0, begin) already in every layer (a prefix
   // cache's hit; 0: the cache is empty).
   // REQUIRES: `decoder` and `cache` outlive the rebuilder; `cache` is shaped for the decoder's
-  // consumer. Runs a recomputed segment starting at layer 0 before returning.
+  // consumer.
   static absl::StatusOr<std::unique_ptr<LayerwiseRebuilder>> Create(
       const CodeDecoder& decoder, const TransferPlan& plan, std::vector<TokenId> tokens,
       KvCache* cache, int64_t begin = 0, RebuildPacing pacing = {});
 
-  // Takes one chunk and rebuilds what it completes; returns those layers (ascending). Refused
-  // (InvalidArgument, naming layer and kind): a layer outside the plan, a kind the plan does not
-  // send for that layer, a second copy of a chunk, a token range other than [begin, T).
-  absl::StatusOr<std::vector<int>> Add(CodeChunk chunk);
+  // Told, once, the layers a call filled (ascending; maybe none) or why it failed.
+  using Filled = std::function<void(absl::StatusOr<std::vector<int>>)>;
+
+  // Rebuilds what needs nothing from the producer (a recomputed run starting at layer 0, from the
+  // prefix's own embeddings); call once, first.
+  void Begin(Filled done);
+  // Takes one chunk and rebuilds what it completes. Refused (InvalidArgument, naming layer and
+  // kind, `done` called at once): a layer outside the plan, a kind the plan does not send for that
+  // layer, a second copy of a chunk, a token range other than [begin, T). Calls are serialized:
+  // the next one after `done`.
+  void Add(CodeChunk chunk, Filled done);
 
   // Whether every layer of the cache is rebuilt.
   bool complete() const { return remaining_ == 0; }
@@ -87,9 +97,12 @@ class LayerwiseRebuilder {
   LayerwiseRebuilder(const CodeDecoder& decoder, std::vector<TokenId> tokens, KvCache* cache,
                      int64_t begin, RebuildPacing pacing);
   // Runs `work` over `rows` positions through the pacing, timing its compute.
-  absl::Status RunPieces(int64_t rows, int layers, const RebuildPacing::Piece& work);
-  // Rebuilds `layer` from its held chunks (and its recomputed run); appends the layers filled.
-  absl::Status Rebuild(int layer, std::vector<int>* filled);
+  void RunPieces(int64_t rows, int layers, RebuildPacing::Piece work, RebuildPacing::Done done);
+  // Rebuilds `layer` from its held chunks (and its recomputed run); tells `done` the layers filled.
+  void Rebuild(int layer, Filled done);
+  // The work of a recomputed run [layer, end), and of a layer decoded from its chunks.
+  RebuildPacing::Piece RecomputePiece(int layer, int end);
+  RebuildPacing::Piece DecodePiece(int layer, int64_t rows);
 
   const CodeDecoder& decoder_;
   const std::vector<TokenId> tokens_;

@@ -127,54 +127,13 @@ class PieceJoiner {
   std::map<std::pair<int, int>, std::vector<CodeChunk>> held_;
 };
 
-}  // namespace
-
-namespace {
-
-// The session's next chunk (nullopt: the trailer matched, every chunk is here), within the
-// transfer's deadline and `stall_timeout` after `progress`; the session is cancelled on a stall
-// or the deadline (an error the session itself ended with is returned as is; a cancellation
-// cancels it from its callback).
-absl::StatusOr<std::optional<transport::ReceivedChunk>> NextChunk(
-    transport::ReceiveSession& session, absl::Time deadline, absl::Time progress,
-    absl::Duration timeout, absl::Duration stall_timeout, const Cancellation* cancellation) {
-  auto fail = [&](absl::Status status) {
-    session.Cancel(std::string(status.message()));
-    return status;
-  };
-  for (;;) {
-    const absl::Time until = std::min(deadline, progress + stall_timeout);
-    absl::StatusOr<std::optional<transport::ReceivedChunk>> next =
-        session.Next(until - absl::Now());
-    if (cancellation != nullptr && cancellation->cancelled()) {
-      return absl::CancelledError("cancelled by the caller during the transfer");
-    }
-    if (next.ok()) return next;
-    if (!absl::IsDeadlineExceeded(next.status())) return next.status();  // peer lost, corrupt...
-    if (absl::Now() < until) continue;
-    if (until < deadline) {
-      return fail(absl::DeadlineExceededError(absl::StrCat("the transfer stalled: no chunk within ",
-                                                           absl::FormatDuration(stall_timeout),
-                                                           " (the transfer timeout)")));
-    }
-    return fail(absl::DeadlineExceededError(
-        absl::StrCat("no complete transfer within ", absl::FormatDuration(timeout))));
-  }
-}
-
-// One received chunk into the cache: unframed, checked against the plan, joined with its other
-// pieces (adaptive sessions), handed to the rebuilder; `advance_tail` runs over the layers it
-// completed.
-absl::Status TakeChunk(transport::ReceivedChunk& received, const v1::TransferHeader& header,
-                       const std::vector<PlannedChunk>& expected, int64_t T, PieceJoiner* pieces,
-                       LayerwiseRebuilder* rebuilder,
-                       const std::function<absl::Status()>& advance_tail, ReceiveReport* report) {
-  const absl::Time now = absl::Now();
-  if (report->chunks == 0) report->first_chunk = now;
-  report->last_chunk = now;
-  // What travelled: the data and, for int8 / int4, the scales beside it (the header's count).
-  report->bytes += static_cast<int64_t>(received.payload.size() + received.meta.scales().size());
-  ++report->chunks;
+// One unframed chunk, checked against the plan and joined with its other pieces (adaptive
+// sessions): the whole chunk to rebuild, or nothing while pieces are missing.
+absl::StatusOr<std::optional<CodeChunk>> Unframed(transport::ReceivedChunk& received,
+                                                  const v1::TransferHeader& header,
+                                                  const std::vector<PlannedChunk>& expected,
+                                                  int64_t T, PieceJoiner* pieces,
+                                                  ReceiveReport* report) {
   SCD_ASSIGN_OR_RETURN(CodeChunk chunk, UnframeChunk(received.meta, received.payload.view(), T));
   int64_t lowered_rank = 0;
   if (std::string why = ChunkMismatch(chunk, expected, header.adaptive(), &lowered_rank);
@@ -183,82 +142,227 @@ absl::Status TakeChunk(transport::ReceivedChunk& received, const v1::TransferHea
   }
   if (lowered_rank > 0) NoteLowered(chunk, lowered_rank, report);
   received.payload.Reset();  // unframing copied the bytes into the chunk's tensors
-  if (header.adaptive() && IsCodeKind(chunk.kind)) {
-    SCD_ASSIGN_OR_RETURN(std::optional<CodeChunk> whole, pieces->Take(std::move(chunk)));
-    if (!whole.has_value()) return absl::OkStatus();  // more pieces of this code to come
-    chunk = *std::move(whole);
+  if (header.adaptive() && IsCodeKind(chunk.kind)) return pieces->Take(std::move(chunk));
+  return std::optional<CodeChunk>(std::move(chunk));
+}
+
+// One receive, advanced by events (see the header). Steps run one at a time: each is set off by
+// the one before (an armed OnReady, a rebuild's `done`), so its members need no lock but
+// `timed_out_`, which the clock's timers write.
+class CodeReceiver : public std::enable_shared_from_this<CodeReceiver> {
+ public:
+  CodeReceiver(std::shared_ptr<transport::ReceiveSession> session, const TransferPlan& plan,
+               const std::vector<PlannedChunk>& expected, const std::vector<TokenId>& tokens,
+               KvCache* cache, ReceiveOptions options, ReceiveDone done)
+      : session_(std::move(session)),
+        plan_(plan),
+        expected_(expected),
+        T_(static_cast<int64_t>(tokens.size())),
+        cache_(cache),
+        options_(std::move(options)),
+        clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
+        pieces_(options_.begin, T_),
+        done_(std::move(done)) {}
+
+  // Checks the header, arms the deadline and the cancellation, rebuilds what needs no chunk.
+  void Start(const CodeDecoder& decoder, const std::vector<TokenId>& tokens);
+
+ private:
+  // Waits for the session's next event; the step it sets off runs on the queue.
+  void Arm();
+  // Takes what the session has: a chunk, the trailer, or its end.
+  void Step();
+  void Take(transport::ReceivedChunk received);
+  // The chunk taken at `taken` was rebuilt (its layers `filled`).
+  void Rebuilt(absl::StatusOr<std::vector<int>> filled, absl::Time taken);
+  // Runs the tail token through the layers rebuilt so far, then `then`.
+  void AdvanceTail(RebuildPacing::Done then);
+  // Waits for the next chunk, the stall clock started again.
+  void Continue(absl::Time taken);
+  void Complete();
+  // Ends the receive once: what it armed is disarmed, a failure ends the session, `done` hears.
+  void End(absl::StatusOr<ReceiveReport> result);
+  // A timer fired: the session ends, and the next step ends the receive with `why`.
+  void TimeOut(absl::Status why);
+  bool cancelled() const {
+    return options_.cancellation != nullptr && options_.cancellation->cancelled();
   }
-  SCD_ASSIGN_OR_RETURN(std::vector<int> filled, rebuilder->Add(std::move(chunk)));
-  if (!filled.empty()) SCD_RETURN_IF_ERROR(advance_tail());
+
+  const std::shared_ptr<transport::ReceiveSession> session_;
+  const TransferPlan& plan_;
+  const std::vector<PlannedChunk>& expected_;
+  const int64_t T_;
+  KvCache* const cache_;
+  const ReceiveOptions options_;
+  Clock* const clock_;
+  std::unique_ptr<LayerwiseRebuilder> rebuilder_;
+  PieceJoiner pieces_;
+  ReceiveReport report_;
+  ReceiveDone done_;
+  bool ended_ = false;
+  absl::Time started_;
+  Clock::Timer deadline_timer_, stall_timer_;
+  Cancellation::Registration end_session_;
+  absl::Mutex mu_;
+  absl::Status timed_out_ ABSL_GUARDED_BY(mu_);
+};
+
+void CodeReceiver::Start(const CodeDecoder& decoder, const std::vector<TokenId>& tokens) {
+  started_ = clock_->Now();
+  if (std::string why = HeaderMismatch(session_->header(), plan_, expected_, T_, options_.begin);
+      !why.empty()) {
+    return End(absl::FailedPreconditionError(why));
+  }
+  absl::StatusOr<std::unique_ptr<LayerwiseRebuilder>> rebuilder =
+      LayerwiseRebuilder::Create(decoder, plan_, tokens, cache_, options_.begin, options_.pacing);
+  if (!rebuilder.ok()) return End(rebuilder.status());
+  rebuilder_ = *std::move(rebuilder);
+  if (options_.deadline != absl::InfiniteFuture()) {
+    deadline_timer_ = Clock::Timer(clock_, options_.deadline, [this] {
+      TimeOut(absl::DeadlineExceededError(absl::StrCat(
+          "no complete transfer within ", absl::FormatDuration(options_.deadline - started_))));
+    });
+  }
+  // A cancellation ends the session at once: the producer hears it, the session is ready.
+  if (options_.cancellation != nullptr) {
+    end_session_ = options_.cancellation->OnCancel([this](const absl::Status&) {
+      session_->Cancel("cancelled by the caller during the transfer");
+    });
+  }
+  // The tail runs through a recomputed run from layer 0 (rebuilt without a chunk) first.
+  std::shared_ptr<CodeReceiver> self = shared_from_this();
+  rebuilder_->Begin([self](absl::StatusOr<std::vector<int>> filled) {
+    if (!filled.ok()) return self->End(filled.status());
+    self->AdvanceTail([self](absl::Status status) {
+      if (!status.ok()) return self->End(status);
+      self->Continue(self->clock_->Now());
+    });
+  });
+}
+
+void CodeReceiver::Arm() {
+  std::shared_ptr<CodeReceiver> self = shared_from_this();
+  session_->OnReady([self] { self->options_.post([self] { self->Step(); }); });
+}
+
+void CodeReceiver::Step() {
+  if (cancelled()) return End(absl::CancelledError("cancelled by the caller during the transfer"));
+  {
+    absl::MutexLock lock(&mu_);
+    if (!timed_out_.ok()) return End(timed_out_);
+  }
+  absl::StatusOr<std::optional<transport::ReceivedChunk>> next =
+      session_->Next(absl::ZeroDuration());
+  if (!next.ok()) {
+    if (session_->state() == transport::SessionState::kOpen) return Arm();  // nothing after all
+    if (cancelled()) return Step();  // the cancellation ended it: say so
+    return End(next.status());       // peer lost, corrupt, cancelled by the producer...
+  }
+  if (!next->has_value()) return Complete();  // the trailer matched: every chunk is here
+  stall_timer_.Reset();  // the stall clock starts again once this chunk is rebuilt
+  Take(**std::move(next));
+}
+
+void CodeReceiver::Take(transport::ReceivedChunk received) {
+  const absl::Time now = clock_->Now();
+  if (report_.chunks == 0) report_.first_chunk = now;
+  report_.last_chunk = now;
+  // What travelled: the data and, for int8 / int4, the scales beside it (the header's count).
+  report_.bytes += static_cast<int64_t>(received.payload.size() + received.meta.scales().size());
+  ++report_.chunks;
+  absl::StatusOr<std::optional<CodeChunk>> chunk =
+      Unframed(received, session_->header(), expected_, T_, &pieces_, &report_);
+  if (!chunk.ok()) return End(chunk.status());
+  if (!chunk->has_value()) return Continue(now);  // more pieces of this code to come
+  std::shared_ptr<CodeReceiver> self = shared_from_this();
+  rebuilder_->Add(**std::move(chunk), [self, now](absl::StatusOr<std::vector<int>> filled) {
+    self->Rebuilt(std::move(filled), now);
+  });
+}
+
+void CodeReceiver::Rebuilt(absl::StatusOr<std::vector<int>> filled, absl::Time taken) {
+  if (!filled.ok()) return End(filled.status());
+  if (filled->empty()) return Continue(taken);
+  std::shared_ptr<CodeReceiver> self = shared_from_this();
+  AdvanceTail([self, taken](absl::Status status) {
+    if (!status.ok()) return self->End(status);
+    if (self->report_.first_layer_ready == absl::InfinitePast()) {
+      self->report_.first_layer_ready = self->clock_->Now();
+    }
+    self->Continue(taken);
+  });
+}
+
+void CodeReceiver::AdvanceTail(RebuildPacing::Done then) {
+  if (options_.tail == nullptr) return then(absl::OkStatus());
+  LayerStepper* tail = options_.tail;
+  KvCache* cache = cache_;
+  options_.pacing.Run(
+      1, 1, [tail, cache](int64_t, int64_t) { return tail->Advance(cache).status(); },
+      std::move(then));
+}
+
+void CodeReceiver::Continue(absl::Time taken) {
   // The work this chunk set off (unframing, the layers it completed); the last chunk's is what
   // no streaming can hide. Waiting for the trailer afterwards is not rebuild time.
-  report->last_rebuild = absl::Now() - now;
-  if (!filled.empty() && report->first_layer_ready == absl::InfinitePast()) {
-    report->first_layer_ready = absl::Now();
+  if (report_.chunks > 0) report_.last_rebuild = clock_->Now() - taken;
+  if (options_.stall_timeout != absl::InfiniteDuration()) {
+    stall_timer_ = Clock::Timer(clock_, clock_->Now() + options_.stall_timeout, [this] {
+      TimeOut(absl::DeadlineExceededError(absl::StrCat("the transfer stalled: no chunk within ",
+                                                       absl::FormatDuration(options_.stall_timeout),
+                                                       " (the transfer timeout)")));
+    });
   }
-  return absl::OkStatus();
+  Arm();
+}
+
+void CodeReceiver::Complete() {
+  report_.rebuild = rebuilder_->rebuild_time();
+  report_.patch = rebuilder_->patch_time();
+  if (absl::Status finished = rebuilder_->Finish(); !finished.ok()) return End(finished);
+  LayerStepper* tail = options_.tail;
+  if (tail != nullptr) {
+    report_.tail = tail->compute_time();
+    if (!tail->done()) {
+      return End(absl::InternalError(absl::StrCat(
+          "the cache is rebuilt but the last prompt token ran ", tail->next_layer(), " layers")));
+    }
+  }
+  End(std::move(report_));
+}
+
+void CodeReceiver::TimeOut(absl::Status why) {
+  std::string message(why.message());
+  {
+    absl::MutexLock lock(&mu_);
+    if (!timed_out_.ok()) return;
+    timed_out_ = std::move(why);
+  }
+  session_->Cancel(message);  // the session is ready now: the next step ends the receive
+}
+
+void CodeReceiver::End(absl::StatusOr<ReceiveReport> result) {
+  if (ended_) return;
+  ended_ = true;
+  deadline_timer_.Reset();
+  stall_timer_.Reset();
+  end_session_.Reset();
+  // A failure found here ends the session (one the session itself ended with, already ended,
+  // is left as it is).
+  if (!result.ok()) session_->Cancel(std::string(result.status().message()));
+  const ReceiveDone done = std::move(done_);
+  done(std::move(result));
 }
 
 }  // namespace
 
-absl::StatusOr<ReceiveReport> ReceiveIntoCache(
-    transport::ReceiveSession& session, const CodeDecoder& decoder, const TransferPlan& plan,
-    const std::vector<PlannedChunk>& expected, const std::vector<TokenId>& tokens, KvCache* cache,
-    absl::Duration timeout, Cancellation* cancellation, int64_t begin, LayerStepper* tail,
-    const RebuildPacing& pacing, absl::Duration stall_timeout) {
-  auto fail = [&](absl::Status status) {
-    session.Cancel(std::string(status.message()));
-    return status;
-  };
-  const int64_t T = static_cast<int64_t>(tokens.size());
-  if (std::string why = HeaderMismatch(session.header(), plan, expected, T, begin); !why.empty()) {
-    return fail(absl::FailedPreconditionError(why));
-  }
-  absl::StatusOr<std::unique_ptr<LayerwiseRebuilder>> rebuilder =
-      LayerwiseRebuilder::Create(decoder, plan, tokens, cache, begin, pacing);
-  if (!rebuilder.ok()) return fail(rebuilder.status());
-  // Runs the tail token through the layers rebuilt so far (a recomputed run from layer 0 is
-  // rebuilt at creation).
-  const std::function<absl::Status()> advance_tail = [&]() -> absl::Status {
-    if (tail == nullptr) return absl::OkStatus();
-    return pacing.Run(1, 1, [&](int64_t, int64_t) { return tail->Advance(cache).status(); });
-  };
-  if (absl::Status advanced = advance_tail(); !advanced.ok()) return fail(advanced);
-
-  // A cancellation ends the session at once: the producer hears it, Next returns.
-  Cancellation::Registration end_session;
-  if (cancellation != nullptr) {
-    end_session = cancellation->OnCancel([&session](const absl::Status&) {
-      session.Cancel("cancelled by the caller during the transfer");
-    });
-  }
-  ReceiveReport report;
-  PieceJoiner pieces(begin, T);
-  const absl::Time deadline = absl::Now() + timeout;
-  absl::Time progress = absl::Now();  // the last chunk (or the start)
-  for (;;) {
-    SCD_ASSIGN_OR_RETURN(
-        std::optional<transport::ReceivedChunk> next,
-        NextChunk(session, deadline, progress, timeout, stall_timeout, cancellation));
-    if (!next.has_value()) break;  // trailer matched: every chunk is here
-    if (absl::Status taken = TakeChunk(*next, session.header(), expected, T, &pieces,
-                                       rebuilder->get(), advance_tail, &report);
-        !taken.ok()) {
-      return fail(taken);
-    }
-    progress = absl::Now();  // the stall clock starts again once this chunk is rebuilt
-  }
-  report.rebuild = (*rebuilder)->rebuild_time();
-  report.patch = (*rebuilder)->patch_time();
-  SCD_RETURN_IF_ERROR((*rebuilder)->Finish());
-  if (tail != nullptr) {
-    report.tail = tail->compute_time();
-    if (!tail->done()) {
-      return absl::InternalError(absl::StrCat("the cache is rebuilt but the last prompt token ran ",
-                                              tail->next_layer(), " layers"));
-    }
-  }
-  return report;
+void ReceiveIntoCache(std::shared_ptr<transport::ReceiveSession> session,
+                      const CodeDecoder& decoder, const TransferPlan& plan,
+                      const std::vector<PlannedChunk>& expected, const std::vector<TokenId>& tokens,
+                      KvCache* cache, ReceiveOptions options, ReceiveDone done) {
+  auto receiver = std::make_shared<CodeReceiver>(std::move(session), plan, expected, tokens, cache,
+                                                 std::move(options), std::move(done));
+  receiver->Start(decoder, tokens);
 }
 
 }  // namespace scd::consumer

@@ -5,17 +5,25 @@
 // naming the difference, when it does not match; a chunk that does not unframe or rebuild cancels
 // it too. Every chunk must be one the plan sends, of its shape; under an adaptive header a code
 // chunk may come at a lower rank (its first columns: the nested codes), and the cache is
-// rebuilt from what arrived. The cache is complete exactly when this returns OK.
-// Thread-safety: ReceiveIntoCache may run concurrently for distinct sessions and caches.
+// rebuilt from what arrived. The cache is complete exactly when the result is OK.
+//
+// A receive holds no thread: it is a state object advanced by events -- the session has a chunk
+// (ReceiveSession::OnReady; taking it runs as a job on the caller's queue: the CRC, unframing,
+// the checks), a rebuild's pieces ran (RebuildPacing: the consumer's scheduler, between decode
+// steps), a timer (the stall and the deadline, on the clock), a cancellation.
+// Thread-safety: ReceiveIntoCache may run concurrently for distinct sessions and caches; one
+// receive's steps never run concurrently.
 #ifndef SCD_CONSUMER_CODE_RECEIVER_H_
 #define SCD_CONSUMER_CODE_RECEIVER_H_
 
-#include <atomic>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "base/cancellation.h"
+#include "base/clock.h"
 #include "codec/code_decoder.h"
 #include "codec/code_encoder.h"
 #include "codec/layerwise_rebuilder.h"
@@ -57,24 +65,40 @@ struct ReceiveReport {
   std::vector<LoweredPiece> lowered_pieces;  // in arrival order
 };
 
-// `expected` are the chunks the producer's plan sends for `tokens` (CodeEncoder::PlannedChunks of
-// the same mode, producer config, artifact and options); `decoder` holds the consumer model and
-// its artifact. The transfer covers positions [begin, tokens.size()) (`expected` planned for that
-// many); `cache` holds [0, begin) in every layer (a prefix cache's hit; 0: empty). On any error the
-// session ends (cancelled) and the cache must be discarded. `cancellation` (may be null), once
-// cancelled, ends the session at once (CANCELLED): the producer hears it and stops sending. `tail`
-// (may be null; started for the prompt token after `tokens`, at position tokens.size()) is advanced
-// through each layer as soon as that layer is rebuilt, so when this returns OK it has been through
-// every layer and the cache holds the prompt's last position too. `pacing` says where the rebuild's
-// and the tail's compute runs (codec/layerwise_rebuilder.h: the consumer's scheduler, between
-// decode steps). A session with no chunk for `stall_timeout` ends DEADLINE_EXCEEDED (a producer
-// that stalls).
-absl::StatusOr<ReceiveReport> ReceiveIntoCache(
-    transport::ReceiveSession& session, const CodeDecoder& decoder, const TransferPlan& plan,
-    const std::vector<PlannedChunk>& expected, const std::vector<TokenId>& tokens, KvCache* cache,
-    absl::Duration timeout, Cancellation* cancellation = nullptr, int64_t begin = 0,
-    LayerStepper* tail = nullptr, const RebuildPacing& pacing = {},
-    absl::Duration stall_timeout = absl::InfiniteDuration());
+// How a receive runs, beside what it receives.
+struct ReceiveOptions {
+  absl::Time deadline = absl::InfiniteFuture();  // every chunk rebuilt by then
+  // A session with no chunk for this long ends DEADLINE_EXCEEDED (a producer that stalls); the
+  // time a chunk's rebuild takes does not count.
+  absl::Duration stall_timeout = absl::InfiniteDuration();
+  // Once cancelled, ends the session at once (CANCELLED): the producer hears it and stops sending.
+  Cancellation* cancellation = nullptr;  // may be null
+  int64_t begin = 0;  // positions [0, begin) the cache holds already (a prefix cache's hit)
+  // Started for the prompt token after `tokens` (at position tokens.size()); advanced through each
+  // layer as soon as that layer is rebuilt, so at OK it has been through every layer and the cache
+  // holds the prompt's last position too. May be null.
+  LayerStepper* tail = nullptr;
+  // Where the rebuild's and the tail's compute runs (the consumer's scheduler; null: inline).
+  RebuildPacing pacing;
+  // Runs the receive's own steps (a WorkQueue's Run): never on the transport's threads, the
+  // scheduler's or the clock's. Required.
+  std::function<void(std::function<void()>)> post;
+  Clock* clock = nullptr;  // the stall and the deadline; null: Clock::Real()
+};
+
+// Told once how a receive ended (on the thread of its last step).
+using ReceiveDone = std::function<void(absl::StatusOr<ReceiveReport>)>;
+
+// Receives `session` into `cache` and tells `done`. `expected` are the chunks the producer's plan
+// sends for `tokens` (CodeEncoder::PlannedChunks of the same mode, producer config, artifact and
+// options) over positions [options.begin, tokens.size()); `decoder` holds the consumer model and
+// its artifact. On any error the session ends (cancelled) and the cache must be discarded.
+// REQUIRES: `decoder`, `plan`, `expected`, `tokens`, `cache`, options.tail and
+// options.cancellation outlive `done`.
+void ReceiveIntoCache(std::shared_ptr<transport::ReceiveSession> session,
+                      const CodeDecoder& decoder, const TransferPlan& plan,
+                      const std::vector<PlannedChunk>& expected, const std::vector<TokenId>& tokens,
+                      KvCache* cache, ReceiveOptions options, ReceiveDone done);
 
 }  // namespace scd::consumer
 

@@ -158,6 +158,27 @@ void ConsumerNode::Register(const ConsumerNodeOptions& options, v1::RegisterRequ
   node->registration_->Start();
 }
 
+ConsumerModel ConsumerNode::ServingModel(const ConsumerNodeOptions& options, ConsumerNode* node) {
+  ConsumerModel model{node->model_.get(), node->tokenizer_.get(),     node->name_,
+                      TransferOptions(),  options.default_max_tokens, absl::Seconds(60)};
+  model.metrics = node->serving_metrics_.get();
+  SchedulerOptions scheduling;
+  scheduling.max_batched_tokens = options.max_batched_tokens;
+  scheduling.nice = options.scheduler_nice;
+  scheduling.metrics = node->serving_metrics_.get();
+  node->scheduler_ = std::make_unique<DecodeScheduler>(*node->model_, scheduling);
+  model.scheduler = node->scheduler_.get();
+  node->steps_ = std::make_unique<WorkQueue>(std::max(1, options.step_threads));
+  model.steps = node->steps_.get();
+  model.transfer_timeout = options.transfer_timeout;
+  if (options.prefix_cache_mb > 0) {
+    node->prefix_cache_ = std::make_unique<ConsumerPrefixCache>(
+        *node->model_, node->fingerprint_, static_cast<int64_t>(options.prefix_cache_mb) << 20);
+    model.prefix_cache = node->prefix_cache_.get();
+  }
+  return model;
+}
+
 absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
     const ConsumerNodeOptions& options) {
   SCD_RETURN_IF_ERROR(CheckRegistryAddress(options.coordinator));
@@ -199,21 +220,7 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
   node->serving_metrics_ = std::make_unique<ServingMetrics>(
       node->metrics_.get(), static_cast<uint64_t>(node->model_->config().KvBytesPerToken(2)));
   node->serving_metrics_->set_speed_tracker(&node->speeds_);
-  ConsumerModel model{node->model_.get(), node->tokenizer_.get(),     node->name_,
-                      TransferOptions(),  options.default_max_tokens, absl::Seconds(60)};
-  model.metrics = node->serving_metrics_.get();
-  SchedulerOptions scheduling;
-  scheduling.max_batched_tokens = options.max_batched_tokens;
-  scheduling.nice = options.scheduler_nice;
-  scheduling.metrics = node->serving_metrics_.get();
-  node->scheduler_ = std::make_unique<DecodeScheduler>(*node->model_, scheduling);
-  model.scheduler = node->scheduler_.get();
-  model.transfer_timeout = options.transfer_timeout;
-  if (options.prefix_cache_mb > 0) {
-    node->prefix_cache_ = std::make_unique<ConsumerPrefixCache>(
-        *node->model_, node->fingerprint_, static_cast<int64_t>(options.prefix_cache_mb) << 20);
-    model.prefix_cache = node->prefix_cache_.get();
-  }
+  const ConsumerModel model = ServingModel(options, node.get());
   node->control_ = std::make_unique<ConsumerControlService>(model, held, node->admission_,
                                                             node->router_.get(), secret);
   node->inference_ = std::make_unique<ConsumerInferenceService>(

@@ -17,9 +17,7 @@
 #include "absl/status/statusor.h"
 #include "base/http_server.h"
 #include "base/metrics.h"
-#include "proto/checked_inference.h"
-#include "proto/node_speeds.h"
-#include "proto/serving_metrics.h"
+#include "base/work_queue.h"
 #include "codec/artifact.h"
 #include "codec/served_model_spec.h"
 #include "consumer/admission.h"
@@ -29,7 +27,9 @@
 #include "consumer/session_router.h"
 #include "proto/checked_inference.h"
 #include "proto/grpc_server.h"
+#include "proto/node_speeds.h"
 #include "proto/registry_client.h"
+#include "proto/serving_metrics.h"
 
 namespace scd::consumer {
 
@@ -55,6 +55,9 @@ struct ConsumerNodeOptions {
   uint32_t max_queued = 256;           // requests waiting for KV memory at once (0: refuse)
   int64_t max_batched_tokens = 512;    // rows of one batched step (decodes + prefill chunks)
   int scheduler_nice = 10;  // how much nicer the decode loop's thread runs (SchedulerOptions::nice)
+  // Threads running requests' steps (their start, taking transfer chunks: CRC, unframing): fixed,
+  // whatever the number of requests (ConsumerModel::steps).
+  int step_threads = 2;
   absl::Duration transfer_timeout = absl::Seconds(30);  // a transfer's longest stall
   size_t prefix_cache_mb = 0;          // the prefix cache's budget (0: off)
   uint32_t default_max_tokens = 128;
@@ -93,6 +96,9 @@ class ConsumerNode {
   static absl::Status LoadArtifacts(const ConsumerNodeOptions& options, ConsumerNode* node,
                                     v1::RegisterRequest* registration,
                                     std::map<std::string, const Artifact*>* held);
+  // The model as its requests see it: the scheduler, the step queue and the prefix cache made
+  // (node->scheduler_, steps_, prefix_cache_).
+  static ConsumerModel ServingModel(const ConsumerNodeOptions& options, ConsumerNode* node);
   // Registers with options.coordinator and starts the heartbeats (node->registration_).
   static void Register(const ConsumerNodeOptions& options, v1::RegisterRequest registration,
                        int64_t kv_budget_bytes, int64_t kv_bytes_per_token, ClusterSecret secret,
@@ -110,6 +116,7 @@ class ConsumerNode {
   std::map<std::string, Artifact> artifacts_;  // by id
   std::shared_ptr<Admission> admission_;
   std::unique_ptr<DecodeScheduler> scheduler_;  // before the services: outlives their calls
+  std::unique_ptr<WorkQueue> steps_;            // outlives the sessions that post to it
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<SessionRouter> router_;
   std::unique_ptr<ConsumerInferenceService> inference_;

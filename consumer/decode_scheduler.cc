@@ -145,19 +145,22 @@ absl::Status DecodeScheduler::Submit(SequenceRequest request) {
   return absl::OkStatus();
 }
 
-absl::Status DecodeScheduler::RunBetweenSteps(
-    int64_t rows, int layers, const std::function<absl::Status(int64_t, int64_t)>& work) {
-  if (rows <= 0) return absl::OkStatus();
-  if (std::this_thread::get_id() == thread_.get_id()) return work(0, rows);  // from a step
-  Work item;
-  item.rows = rows;
-  item.layers = layers;
-  item.fn = &work;
-  absl::MutexLock lock(&mu_);
-  if (stopping_) return absl::UnavailableError("the consumer's scheduler is stopping");
-  work_.push_back(&item);
-  mu_.Await(absl::Condition(&item.done));
-  return item.status;
+void DecodeScheduler::RunBetweenSteps(int64_t rows, int layers, RebuildPacing::Piece work,
+                                      std::function<void(absl::Status)> done) {
+  if (rows <= 0) return done(absl::OkStatus());
+  auto item = std::make_unique<Work>();
+  item->rows = rows;
+  item->layers = layers;
+  item->fn = std::move(work);
+  item->done = std::move(done);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stopping_) {
+      work_.push_back(std::move(item));
+      return;
+    }
+  }
+  item->done(absl::UnavailableError("the consumer's scheduler is stopping"));
 }
 
 DecodeScheduler::Stats DecodeScheduler::stats() const {
@@ -190,15 +193,14 @@ void DecodeScheduler::Loop() {
   }
   // Stopping: every sequence ends and every waiting piece fails.
   std::deque<std::unique_ptr<Sequence>> incoming;
+  std::deque<std::unique_ptr<Work>> waiting;
   {
     absl::MutexLock lock(&mu_);
     incoming.swap(incoming_);
-    for (Work* work : work_) {
-      work->status = absl::UnavailableError("the consumer's scheduler is stopping");
-      work->done = true;
-    }
-    work_.clear();
+    waiting.swap(work_);
   }
+  for (auto& work : waiting)
+    work->done(absl::UnavailableError("the consumer's scheduler is stopping"));
   const absl::Status stopped = absl::UnavailableError("the consumer is shutting down");
   for (auto& seq : incoming) {
     End(*seq, stopped, FinishReason::kNone);
@@ -236,7 +238,7 @@ void DecodeScheduler::RunPieces(const StepPlan& plan, const std::vector<Work*>& 
     const int64_t n = piece.rows;
     const absl::Time start = clock_->Now();
     absl::Status status =
-        GuardExceptions("rebuild piece", [&] { return (*work->fn)(work->next_row, n); });
+        GuardExceptions("rebuild piece", [&] { return work->fn(work->next_row, n); });
     const double took = absl::ToDoubleSeconds(clock_->Now() - start);
     work->next_row += n;
     if (work->layers > 0) {
@@ -247,11 +249,15 @@ void DecodeScheduler::RunPieces(const StepPlan& plan, const std::vector<Work*>& 
       }
     }
     if (status.ok() && work->next_row < work->rows) break;  // its next rows in a later step
-    absl::MutexLock lock(&mu_);
-    work_.pop_front();  // `work` is the front: earlier ones are done
-    work->status = std::move(status);
-    work->done = true;  // the caller may return (and free `work`) from here on
-    if (!work->status.ok()) break;  // the plan's later pieces counted on this one's rows
+    std::unique_ptr<Work> finished;
+    {
+      absl::MutexLock lock(&mu_);
+      finished = std::move(work_.front());  // `work` is the front: earlier ones are done
+      work_.pop_front();
+    }
+    const bool failed = !status.ok();
+    finished->done(std::move(status));
+    if (failed) break;  // the plan's later pieces counted on this one's rows
   }
 }
 
@@ -272,7 +278,8 @@ StepState DecodeScheduler::ViewOf(const std::vector<Sequence*>& running,
   }
   {
     absl::MutexLock lock(&mu_);
-    queued->assign(work_.begin(), work_.end());
+    queued->clear();
+    for (const auto& work : work_) queued->push_back(work.get());
   }
   for (const Work* work : *queued) state.work.push_back({work->rows - work->next_row, work->layers});
   return state;

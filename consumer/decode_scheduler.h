@@ -51,6 +51,7 @@
 #include "base/clock.h"
 #include "base/finish_reason.h"
 #include "base/token_id.h"
+#include "codec/layerwise_rebuilder.h"
 #include "consumer/step_pacer.h"
 #include "consumer/step_plan.h"
 #include "model/generator.h"
@@ -134,12 +135,14 @@ class DecodeScheduler {
   absl::Status Submit(SequenceRequest request);
 
   // Runs `work` over rows [0, rows) of `layers` layers on the scheduler's thread, in pieces
-  // between steps as the pacing allows (at least 16 rows a step), in order; returns the first
-  // error or OK once every row ran. Blocks the caller until then; work handed in earlier runs
-  // first. This is RebuildPacing::run for the transfers to this consumer. UNAVAILABLE once
-  // stopping. Called from a sink callback (the scheduler's thread), it runs inline.
-  absl::Status RunBetweenSteps(int64_t rows, int layers,
-                               const std::function<absl::Status(int64_t, int64_t)>& work);
+  // between steps as the pacing allows (at least 16 rows a step), in order, then calls `done` with
+  // the first error or OK, on the scheduler's thread; no thread waits meanwhile. Work handed in
+  // earlier runs first. This is RebuildPacing::run for the transfers to this consumer. `done` runs
+  // at once, on the calling thread, for rows <= 0 (OK) and once stopping (UNAVAILABLE); work
+  // waiting when the scheduler stops gets UNAVAILABLE. `done` must not block (it runs between
+  // steps): it hands what follows to a queue, or hands in more work.
+  void RunBetweenSteps(int64_t rows, int layers, RebuildPacing::Piece work,
+                       std::function<void(absl::Status)> done);
 
   struct Stats {
     int64_t running = 0;         // sequences joined and not ended
@@ -170,10 +173,9 @@ class DecodeScheduler {
   struct Work {
     int64_t rows = 0;
     int layers = 0;
-    const std::function<absl::Status(int64_t, int64_t)>* fn = nullptr;
+    RebuildPacing::Piece fn;
+    std::function<void(absl::Status)> done;
     int64_t next_row = 0;  // scheduler thread only
-    absl::Status status;
-    bool done = false;
   };
 
   // What one step runs, as the model takes it: the plan's batch (consumer/step_plan.h) with its
@@ -214,7 +216,7 @@ class DecodeScheduler {
 
   mutable absl::Mutex mu_;
   std::deque<std::unique_ptr<Sequence>> incoming_ ABSL_GUARDED_BY(mu_);
-  std::deque<Work*> work_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::unique_ptr<Work>> work_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   Stats stats_ ABSL_GUARDED_BY(mu_);
 

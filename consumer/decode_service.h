@@ -1,7 +1,7 @@
 // The consumer's side of the control plane (scd.v1.Consumer.Decode, called by the coordinator):
 // admit the routed request (its KV memory reserved before the producer sends, waiting in the
 // admission queue while it does not fit; consumer/admission.h), expect its transfer session at
-// the SessionRouter, then run it (RunTarget): rebuild the prefix layer by layer from the
+// the SessionRouter, then run it (StartTarget): rebuild the prefix layer by layer from the
 // producer's codes, decode in the consumer's batch, stream events. A mode that needs an
 // artifact the consumer does not hold is FAILED_PRECONDITION, naming the artifact. A caller that
 // goes away (the coordinator cancels: its client left) ends the transfer within ~30 ms, which

@@ -1,66 +1,27 @@
 #include "consumer/request_runner.h"
 
 #include <algorithm>
+#include <memory>
 #include <optional>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/time/clock.h"
-#include "base/awaited.h"
 #include "base/exception_guard.h"
 #include "base/status_macros.h"
-#include "base/thread_name.h"
 #include "codec/code_decoder.h"
 #include "codec/code_encoder.h"
 #include "codec/transfer_mode.h"
 #include "consumer/code_receiver.h"
 #include "consumer/sequence_stream.h"
+#include "consumer/target_events.h"
 #include "model/generator.h"
-#include "proto/frontier_proto.h"
+#include "model/layer_stepper.h"
 #include "proto/request_validation.h"
-#include "proto/wire_mode.h"
 #include "tokenizer/prompt_ids.h"
 
 namespace scd::consumer {
 namespace {
-
-uint64_t Micros(absl::Duration d) {
-  return static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Microseconds(d)));
-}
-
-// How the prefix's cache came to be.
-struct PrefixOutcome {
-  TransferMode mode = TransferMode::kLocal;  // the mode actually used
-  std::string reason;                        // and why
-  int64_t cached_tokens = 0;  // positions the prefix cache held (0 after a fallback)
-  int64_t payload_bytes = 0;
-  absl::Duration transfer = absl::ZeroDuration();
-  absl::Duration rebuild = absl::ZeroDuration();
-  absl::Duration patch = absl::ZeroDuration();
-  absl::Duration last_rebuild = absl::ZeroDuration();
-  // Rebuilt from codes: the last prompt token's logits, run layer by layer as the cache was
-  // rebuilt (the cache then holds the whole prompt), and the time its steps took.
-  at::Tensor first_logits;
-  absl::Duration tail = absl::ZeroDuration();
-  std::vector<LoweredLayer> lowered;  // layers whose codes came below the plan's ranks
-};
-
-// "; the link fell behind: layers 5 (K 3, V 6), 7 (H 16) sent at lower ranks".
-std::string LoweredText(const std::vector<LoweredLayer>& lowered) {
-  std::vector<std::string> parts;
-  for (const LoweredLayer& l : lowered) {
-    std::vector<std::string> ranks;
-    if (l.rank_k > 0) ranks.push_back(absl::StrCat("K ", l.rank_k));
-    if (l.rank_v > 0) ranks.push_back(absl::StrCat("V ", l.rank_v));
-    if (l.rank_h > 0) ranks.push_back(absl::StrCat("H ", l.rank_h));
-    parts.push_back(absl::StrCat(l.layer, " (", absl::StrJoin(ranks, ", "), ")"));
-  }
-  return absl::StrCat("; the link fell behind: layer", lowered.size() > 1 ? "s " : " ",
-                      absl::StrJoin(parts, ", "), " sent at lower ranks");
-}
 
 // What the producer's plan sends for this route and prefix, as this consumer expects it (same
 // architecture on both sides: the consumer's config makes the producer's plan).
@@ -90,58 +51,6 @@ absl::StatusOr<ExpectedTransfer> PlanTransfer(const ConsumerModel& consumer,
   return expected;
 }
 
-// Rebuilds the prefix `ids[0, T)` into `cache` from the producer's transfer session, its compute
-// paced by the consumer's scheduler. `begin`: positions the cache holds already (the transfer
-// covers the rest).
-absl::StatusOr<ReceiveReport> RebuildFromCodes(const ConsumerModel& consumer,
-                                               DecodeScheduler& scheduler,
-                                               const ExpectedTransfer& expected,
-                                               const std::vector<TokenId>& prefix,
-                                               const RunContext& context, absl::Time deadline,
-                                               int64_t begin, KvCache* cache, LayerStepper* tail) {
-  const Artifact* artifact = expected.artifact;
-  CodeDecoder decoder(*consumer.model, artifact);
-  if (!context.session) return absl::InternalError("no transfer session source");
-  // Waits for the producer's session (a cancellation wakes the wait: RunContext); a producer
-  // that never opens it frees the reservation after the transfer timeout.
-  const absl::Time give_up = std::min(deadline, absl::Now() + consumer.transfer_timeout);
-  auto cancelled = [&context] {
-    return context.cancellation != nullptr && context.cancellation->cancelled();
-  };
-  if (cancelled()) return absl::CancelledError("cancelled by the caller before the transfer began");
-  absl::StatusOr<std::shared_ptr<transport::ReceiveSession>> opened =
-      context.session(std::max(absl::ZeroDuration(), give_up - absl::Now()));
-  if (cancelled()) {
-    if (opened.ok()) (*opened)->Cancel("cancelled by the caller before the transfer began");
-    return absl::CancelledError("cancelled by the caller before the transfer began");
-  }
-  if (absl::IsDeadlineExceeded(opened.status())) {
-    return absl::DeadlineExceededError(
-        give_up < deadline
-            ? absl::StrCat("the producer opened no transfer session within the transfer timeout (",
-                           absl::FormatDuration(consumer.transfer_timeout), ")")
-            : "the producer opened no transfer session before the request's deadline");
-  }
-  SCD_ASSIGN_OR_RETURN(std::shared_ptr<transport::ReceiveSession> session, std::move(opened));
-  // Codes are only meaningful from the producer the artifact was fitted for.
-  if (artifact != nullptr &&
-      session->header().producer_fingerprint() != artifact->producer.fingerprint) {
-    const std::string why = absl::StrCat("the codes come from producer ",
-                                         session->header().producer_fingerprint().substr(0, 12),
-                                         ", the artifact was fitted for ", artifact->producer.name,
-                                         " (", artifact->producer.fingerprint.substr(0, 12), ")");
-    session->Cancel(why);
-    return absl::PermissionDeniedError(why);
-  }
-  RebuildPacing pacing;
-  pacing.run = [&scheduler](int64_t rows, int layers, const RebuildPacing::Piece& work) {
-    return scheduler.RunBetweenSteps(rows, layers, work);
-  };
-  return ReceiveIntoCache(*session, decoder, expected.plan, expected.chunks, prefix, cache,
-                          deadline - absl::Now(), context.cancellation, begin, tail, pacing,
-                          consumer.transfer_timeout);
-}
-
 absl::StatusOr<GenerationOptions> GenerationOptionsFor(const ConsumerModel& consumer,
                                                        const v1::GenerateRequest& request) {
   // The generation values' bounds (proto/request_validation.h) again, cheaply: RunTarget may be
@@ -163,87 +72,6 @@ absl::StatusOr<GenerationOptions> GenerationOptionsFor(const ConsumerModel& cons
   options.top_logprobs = static_cast<int>(request.logprobs());
   SCD_RETURN_IF_ERROR(options.sampling.Validate());
   return options;
-}
-
-// The prefix's cache: rebuilt from codes (`planned`: the route's expected transfer; null for
-// local), or left empty for the consumer's own prefill.
-absl::StatusOr<PrefixOutcome> PreparePrefix(
-    const ConsumerModel& consumer, DecodeScheduler& scheduler, const v1::GenerateRequest& request,
-    const TargetRoute& route, const ExpectedTransfer* planned, const std::vector<TokenId>& ids,
-    const RunContext& context, absl::Time deadline, int64_t cached_tokens, KvCache* cache) {
-  PrefixOutcome outcome;
-  outcome.mode = route.mode;
-  outcome.reason = route.mode_reason;
-  outcome.cached_tokens = cached_tokens;
-  if (planned == nullptr) return outcome;
-  const std::vector<TokenId> prefix(ids.begin(), ids.end() - 1);
-  // The last prompt token follows the rebuild layer by layer (model/layer_stepper.h).
-  absl::StatusOr<LayerStepper> tail = LayerStepper::Start(
-      *consumer.model, absl::MakeConstSpan(ids).last(1), static_cast<int64_t>(prefix.size()));
-  if (!tail.ok()) return tail.status();
-  absl::StatusOr<ReceiveReport> received = RebuildFromCodes(
-      consumer, scheduler, *planned, prefix, context, deadline, cached_tokens, cache, &*tail);
-  if (received.ok()) {
-    absl::StatusOr<at::Tensor> logits;
-    SCD_RETURN_IF_ERROR(scheduler.RunBetweenSteps(1, 0, [&](int64_t, int64_t) {
-      logits = tail->LastLogits();
-      return logits.status();
-    }));
-    outcome.first_logits = *std::move(logits);
-    outcome.tail = tail->compute_time();
-    outcome.payload_bytes = received->bytes;
-    outcome.transfer = received->last_chunk - received->first_chunk;
-    outcome.rebuild = received->rebuild;
-    outcome.patch = received->patch;
-    outcome.last_rebuild = received->last_rebuild;
-    outcome.lowered = received->lowered;
-    if (!outcome.lowered.empty()) absl::StrAppend(&outcome.reason, LoweredText(outcome.lowered));
-    return outcome;
-  }
-  const bool cancelled = context.cancellation != nullptr && context.cancellation->cancelled();
-  if (!request.allow_local_fallback() || cancelled) return received.status();
-  *cache = consumer.model->NewCache(cache->capacity());  // drop what was half rebuilt
-  outcome.cached_tokens = 0;
-  outcome.mode = TransferMode::kLocal;
-  outcome.reason = absl::StrCat("fallback: the ", TransferModeName(route.mode),
-                                " transfer failed (", received.status().ToString(), ")");
-  return outcome;
-}
-
-// The Finished event of a target that decoded: how the prefix came to be and the sequence ended.
-v1::Finished FinishedOf(const PrefixOutcome& prefix, const SequenceEnd& end, size_t prompt_tokens,
-                        absl::Time start, absl::Time first_token, absl::Time received) {
-  v1::Finished f;
-  f.set_reason(std::string(FinishReasonName(absl::IsCancelled(end.status) ? FinishReason::kCancelled
-                                                                          : end.finish_reason)));
-  f.set_prompt_tokens(static_cast<uint32_t>(prompt_tokens));
-  f.set_output_tokens(static_cast<uint32_t>(end.output_tokens));
-  f.set_payload_bytes(static_cast<uint64_t>(prefix.payload_bytes));
-  SetRanMode(prefix.mode, &f);
-  f.set_mode_reason(prefix.reason);
-  f.set_consumer_cached_tokens(static_cast<uint32_t>(prefix.cached_tokens));
-  for (const LoweredLayer& l : prefix.lowered) {
-    v1::LoweredLayer* out = f.add_lowered_layers();
-    out->set_layer(static_cast<uint32_t>(l.layer));
-    out->set_rank_k(static_cast<uint32_t>(l.rank_k));
-    out->set_rank_v(static_cast<uint32_t>(l.rank_v));
-    out->set_rank_h(static_cast<uint32_t>(l.rank_h));
-  }
-  v1::Timings* t = f.mutable_timings();
-  t->set_queue(Micros(start - received));
-  if (prefix.mode == TransferMode::kLocal) {
-    t->set_prefill(Micros(end.prefill));
-  } else {
-    // The last prompt token's steps (most overlapped with the rebuild) and the first sampling.
-    t->set_first_decode(Micros(prefix.tail + end.prefill));
-  }
-  t->set_transfer(Micros(prefix.transfer));
-  t->set_rebuild(Micros(prefix.rebuild));
-  t->set_patch(Micros(prefix.patch));
-  t->set_last_rebuild(Micros(prefix.last_rebuild));
-  t->set_ttft(first_token == absl::InfinitePast() ? 0 : Micros(first_token - received));
-  t->set_total(Micros(absl::Now() - received));
-  return f;
 }
 
 }  // namespace
@@ -293,24 +121,6 @@ int64_t ReservationBytes(const ConsumerModel& consumer, const v1::GenerateReques
 
 namespace {
 
-// The target's Started event, as routing decided (the cached tokens and payload added later).
-v1::GenerateEvent StartedEvent(const ConsumerModel& consumer, const v1::GenerateRequest& request,
-                               const TargetRoute& route) {
-  v1::GenerateEvent e;
-  e.set_target(consumer.name);
-  v1::Started* started = e.mutable_started();
-  started->set_request_id(request.request_id());
-  started->set_producer(route.mode == TransferMode::kLocal ? "" : route.producer);
-  started->set_consumer(consumer.name);
-  SetRanMode(route.mode, started);
-  started->set_mode_reason(route.mode_reason);
-  if (route.point && route.mode != TransferMode::kLocal) {
-    *started->mutable_point() = CodePointToProto(*route.point);
-    started->set_expected_kl(route.expected_kl);
-  }
-  return e;
-}
-
 // Loads the prefix cache's part of the prompt's prefix into `cache` (the route's scope: caches of
 // different codes never mix); returns the positions it held (0 with no prefix cache), and the
 // prefix's keys in *keys.
@@ -344,35 +154,8 @@ absl::StatusOr<std::optional<ExpectedTransfer>> PlanFor(const ConsumerModel& con
   return plan;
 }
 
-// The Started a target sends when its transfer failed and it runs its own prefill.
-v1::GenerateEvent FallbackNotice(const v1::GenerateEvent& started, const PrefixOutcome& prefix) {
-  v1::GenerateEvent notice = started;
-  SetRanMode(prefix.mode, notice.mutable_started());
-  notice.mutable_started()->set_mode_reason(prefix.reason);
-  notice.mutable_started()->clear_expected_payload_bytes();
-  notice.mutable_started()->clear_point();
-  notice.mutable_started()->clear_expected_kl();
-  return notice;
-}
-
-// The Error a decode's end calls for (OK: it finished, or the client cancelled it).
-absl::Status EndError(const SequenceEnd& end, absl::Duration budget) {
-  if (end.status.ok() || absl::IsCancelled(end.status)) return absl::OkStatus();
-  if (absl::IsDeadlineExceeded(end.status)) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("deadline of ", absl::FormatDuration(budget), " reached while ",
-                     end.first_token == absl::InfinitePast() ? "prefilling" : "decoding"));
-  }
-  return end.status;
-}
-
-// The Error event of a target that failed.
-void EmitError(const ConsumerModel& consumer, const EventSink& emit, const absl::Status& status) {
-  v1::GenerateEvent e;
-  e.set_target(consumer.name);
-  e.mutable_error()->set_code(static_cast<int32_t>(status.code()));
-  e.mutable_error()->set_message(std::string(status.message()));
-  emit(e);
+Clock* ClockOf(const ConsumerModel& consumer) {
+  return consumer.clock != nullptr ? consumer.clock : Clock::Real();
 }
 
 // A target whose sequence the scheduler runs: what its end needs, kept until then (no thread
@@ -402,10 +185,11 @@ struct RunningTarget {
       v1::GenerateEvent finished;
       finished.set_target(consumer->name);
       *finished.mutable_finished() =
-          FinishedOf(prefix, end, ids.size(), start, stream->first_token(), received);
+          FinishedOf(prefix, end, ids.size(), start, stream->first_token(), received,
+                     ClockOf(*consumer)->Now());
       emit(finished);
     } else {
-      EmitError(*consumer, emit, status);
+      emit(ErrorEvent(consumer->name, status));
     }
     const RunDone finish = std::move(done);
     delete this;  // the stream too: this is its last act (SequenceStream::Options::on_ended)
@@ -413,16 +197,25 @@ struct RunningTarget {
   }
 };
 
-// One target from its checked inputs to the hand-over of its sequence (StartTarget): Begin runs
-// up to the Started event; Continue the prefix (cached, transferred or prefilled) and the
-// hand-over, whose end `running_` finishes. A transfer whose session can be waited for without a
-// thread (RunContext::on_session) continues on a thread of its own once the session is there.
-class TargetRun {
+// One target from its checked inputs to the hand-over of its sequence (StartTarget): a state
+// object advanced by events, no thread waiting for any of them --
+//   Start    (the caller's thread): the prefix cache's part, the plan, Started; a local target
+//            goes straight to its hand-over;
+//   the producer's session arrives (RunContext::on_session) -> Receive (a step-queue job): the
+//            codes received and rebuilt layer by layer (consumer/code_receiver.h), the rebuild's
+//            compute run by the scheduler between decode steps;
+//   received -> the last prompt token's logits (a piece on the scheduler) -> Rebuilt (a job);
+//   Handover: the sequence to the scheduler, whose end finishes the target
+//            (RunningTarget::Ended).
+// A transfer that fails ends the target with its Error, or falls back to local prefill when the
+// request allows it (PrefixFailed). Steps run one at a time, each set off by the one before.
+class TargetRun : public std::enable_shared_from_this<TargetRun> {
  public:
   TargetRun(const ConsumerModel& consumer, const v1::GenerateRequest& request, TargetRoute route,
             std::vector<TokenId> ids, GenerationOptions options, RunContext context,
             std::unique_ptr<RunningTarget> running)
       : consumer_(consumer),
+        clock_(ClockOf(consumer)),
         request_(request),
         route_(std::move(route)),
         ids_(std::move(ids)),
@@ -431,55 +224,82 @@ class TargetRun {
         running_(std::move(running)),
         deadline_(RequestDeadline(consumer, request, context_.received, context_.call_deadline)) {}
 
-  // Runs it; a failure emits the Error and ends the target (RunningTarget::done).
-  static void Run(std::unique_ptr<TargetRun> run) {
-    if (absl::Status begun = run->Begin(); !begun.ok()) return Fail(std::move(run), begun);
-    if (!run->planned_.has_value() || !run->context_.on_session) return Finish(std::move(run));
-    // Waits for the producer's session with no thread; continues on one of its own.
-    const absl::Duration timeout = std::max(
-        absl::ZeroDuration(),
-        std::min(run->deadline_, absl::Now() + run->consumer_.transfer_timeout) - absl::Now());
-    TargetRun* waiting = run.release();
-    waiting->context_.on_session(timeout, [waiting] {
-      std::thread([waiting] {
-        NameThisThread("scd-target-end");
-        Finish(std::unique_ptr<TargetRun>(waiting));
-      }).detach();
-    });
-  }
+  void Start();
 
  private:
-  static void Finish(std::unique_ptr<TargetRun> run) {
-    absl::Status status = GuardExceptions("TargetRun", [&] { return run->Continue(); });
-    if (!status.ok()) Fail(std::move(run), std::move(status));
-  }
-  // Emits the Error, gives back what the run holds (its session's ticket), then tells its end.
-  static void Fail(std::unique_ptr<TargetRun> run, absl::Status status) {
-    EmitError(run->consumer_, run->running_->emit, status);
-    const RunDone finish = std::move(run->running_->done);
-    run.reset();
-    finish(std::move(status));
-  }
   absl::Status Begin();
-  absl::Status Continue();
+  // Runs `step` as a job on the consumer's step queue (exceptions end the target).
+  void Post(void (TargetRun::*step)());
+  void Receive();
+  void Received(absl::StatusOr<ReceiveReport> report);
+  void Rebuilt();
+  // The transfer failed: the Error, or the fallback to local prefill when allowed.
+  void PrefixFailed(const absl::Status& why);
+  void Handover(PrefixOutcome prefix);
+  // Emits the Error, gives back what the run holds, then tells its end (once; nothing after the
+  // hand-over).
+  void Fail(absl::Status status);
+  bool cancelled() const {
+    return context_.cancellation != nullptr && context_.cancellation->cancelled();
+  }
+  PrefixOutcome RouteOutcome() const {
+    PrefixOutcome outcome;
+    outcome.mode = route_.mode;
+    outcome.reason = route_.mode_reason;
+    outcome.cached_tokens = cached_tokens_;
+    return outcome;
+  }
 
   const ConsumerModel& consumer_;
+  Clock* const clock_;
   const v1::GenerateRequest request_;
   const TargetRoute route_;
   const std::vector<TokenId> ids_;
   const GenerationOptions options_;
   const RunContext context_;
-  std::unique_ptr<RunningTarget> running_;  // null once handed over
+  std::unique_ptr<RunningTarget> running_;  // null once handed over or failed
   const absl::Time deadline_;
+  absl::Time give_up_ = absl::InfiniteFuture();  // no session by then: the transfer timed out
   v1::GenerateEvent started_;
   std::optional<KvCache> cache_;
   std::optional<ConsumerPrefixCache::Keys> prefix_keys_;
   int64_t cached_tokens_ = 0;
   std::optional<ExpectedTransfer> planned_;  // unset: local
+  // A transfer's: the decoder, the prefix it covers, the last prompt token run layer by layer as
+  // the layers are rebuilt, and what the receive reported.
+  std::optional<CodeDecoder> decoder_;
+  std::vector<TokenId> prefix_;
+  std::optional<LayerStepper> tail_;
+  ReceiveReport report_;
+  absl::StatusOr<at::Tensor> logits_;
 };
 
+void TargetRun::Start() {
+  if (absl::Status begun = Begin(); !begun.ok()) return Fail(begun);
+  if (!planned_.has_value()) return Handover(RouteOutcome());
+  // Waits for the producer's session with no thread; a producer that never opens it frees the
+  // reservation after the transfer timeout.
+  const absl::Time now = clock_->Now();
+  give_up_ = std::min(deadline_, now + consumer_.transfer_timeout);
+  if (!context_.on_session) return Post(&TargetRun::Receive);
+  std::shared_ptr<TargetRun> self = shared_from_this();
+  context_.on_session(std::max(absl::ZeroDuration(), give_up_ - now),
+                      [self] { self->Post(&TargetRun::Receive); });
+}
+
+void TargetRun::Post(void (TargetRun::*step)()) {
+  std::shared_ptr<TargetRun> self = shared_from_this();
+  consumer_.steps->Run([self, step] {
+    absl::Status status = GuardExceptions("TargetRun", [&] {
+      ((*self).*step)();
+      return absl::OkStatus();
+    });
+    if (!status.ok()) self->Fail(std::move(status));
+  });
+}
+
 absl::Status TargetRun::Begin() {
-  started_ = StartedEvent(consumer_, request_, route_);
+  started_ = StartedEvent(consumer_.name, request_, route_);
   // The prefix cache's part of the prefix: loaded before anything else happens.
   const int64_t capacity =
       std::min<int64_t>(consumer_.model->config().max_position_embeddings,
@@ -495,22 +315,131 @@ absl::Status TargetRun::Begin() {
   return absl::OkStatus();
 }
 
-absl::Status TargetRun::Continue() {
+void TargetRun::Receive() {
+  constexpr char kBeforeTransfer[] = "cancelled by the caller before the transfer began";
+  if (cancelled()) return Fail(absl::CancelledError(kBeforeTransfer));
+  // Returns at once once on_session said so (else waits here: a caller without it).
+  absl::StatusOr<std::shared_ptr<transport::ReceiveSession>> opened =
+      context_.session(std::max(absl::ZeroDuration(), give_up_ - clock_->Now()));
+  if (cancelled()) {
+    if (opened.ok()) (*opened)->Cancel(kBeforeTransfer);
+    return Fail(absl::CancelledError(kBeforeTransfer));
+  }
+  if (absl::IsDeadlineExceeded(opened.status())) {
+    return PrefixFailed(absl::DeadlineExceededError(
+        give_up_ < deadline_
+            ? absl::StrCat("the producer opened no transfer session within the transfer timeout (",
+                           absl::FormatDuration(consumer_.transfer_timeout), ")")
+            : "the producer opened no transfer session before the request's deadline"));
+  }
+  if (!opened.ok()) return PrefixFailed(opened.status());
+  std::shared_ptr<transport::ReceiveSession> session = *std::move(opened);
+  // Codes are only meaningful from the producer the artifact was fitted for.
+  const Artifact* artifact = planned_->artifact;
+  if (artifact != nullptr &&
+      session->header().producer_fingerprint() != artifact->producer.fingerprint) {
+    const std::string why = absl::StrCat("the codes come from producer ",
+                                         session->header().producer_fingerprint().substr(0, 12),
+                                         ", the artifact was fitted for ", artifact->producer.name,
+                                         " (", artifact->producer.fingerprint.substr(0, 12), ")");
+    session->Cancel(why);
+    return PrefixFailed(absl::PermissionDeniedError(why));
+  }
+  prefix_.assign(ids_.begin(), ids_.end() - 1);
+  // The last prompt token follows the rebuild layer by layer (model/layer_stepper.h).
+  absl::StatusOr<LayerStepper> tail = LayerStepper::Start(
+      *consumer_.model, absl::MakeConstSpan(ids_).last(1), static_cast<int64_t>(prefix_.size()));
+  if (!tail.ok()) return Fail(tail.status());
+  tail_.emplace(*std::move(tail));
+  decoder_.emplace(*consumer_.model, artifact);
+  ReceiveOptions options;
+  options.deadline = deadline_;
+  options.stall_timeout = consumer_.transfer_timeout;
+  options.cancellation = context_.cancellation;
+  options.begin = cached_tokens_;
+  options.tail = &*tail_;
+  options.pacing.run = [scheduler = consumer_.scheduler](int64_t rows, int layers,
+                                                         RebuildPacing::Piece work,
+                                                         RebuildPacing::Done done) {
+    scheduler->RunBetweenSteps(rows, layers, std::move(work), std::move(done));
+  };
+  options.post = [steps = consumer_.steps](std::function<void()> job) {
+    steps->Run(std::move(job));
+  };
+  options.clock = clock_;
+  std::shared_ptr<TargetRun> self = shared_from_this();
+  ReceiveIntoCache(std::move(session), *decoder_, planned_->plan, planned_->chunks, prefix_,
+                   &*cache_, std::move(options), [self](absl::StatusOr<ReceiveReport> report) {
+                     self->Received(std::move(report));
+                   });
+}
+
+void TargetRun::Received(absl::StatusOr<ReceiveReport> report) {
+  if (!report.ok()) {
+    // On the thread of the receive's last step (maybe the scheduler's): the fallback's prefill
+    // allocates a cache, so it runs as a job.
+    logits_ = report.status();
+    return Post(&TargetRun::Rebuilt);
+  }
+  report_ = *std::move(report);
+  std::shared_ptr<TargetRun> self = shared_from_this();
+  consumer_.scheduler->RunBetweenSteps(
+      1, 0,
+      [self](int64_t, int64_t) {
+        self->logits_ = self->tail_->LastLogits();
+        return self->logits_.status();
+      },
+      [self](absl::Status status) {
+        if (!status.ok()) self->logits_ = std::move(status);
+        self->Post(&TargetRun::Rebuilt);
+      });
+}
+
+void TargetRun::Rebuilt() {
+  if (!logits_.ok()) return PrefixFailed(logits_.status());
+  PrefixOutcome outcome = RouteOutcome();
+  outcome.first_logits = *std::move(logits_);
+  outcome.tail = tail_->compute_time();
+  outcome.payload_bytes = report_.bytes;
+  outcome.transfer = report_.last_chunk - report_.first_chunk;
+  outcome.rebuild = report_.rebuild;
+  outcome.patch = report_.patch;
+  outcome.last_rebuild = report_.last_rebuild;
+  outcome.lowered = report_.lowered;
+  if (!outcome.lowered.empty()) absl::StrAppend(&outcome.reason, LoweredText(outcome.lowered));
+  Handover(std::move(outcome));
+}
+
+void TargetRun::PrefixFailed(const absl::Status& why) {
+  if (!request_.allow_local_fallback() || cancelled()) return Fail(why);
+  *cache_ = consumer_.model->NewCache(cache_->capacity());  // drop what was half rebuilt
+  PrefixOutcome outcome;
+  outcome.mode = TransferMode::kLocal;
+  outcome.reason = absl::StrCat("fallback: the ", TransferModeName(route_.mode),
+                                " transfer failed (", why.ToString(), ")");
+  Handover(std::move(outcome));
+}
+
+void TargetRun::Fail(absl::Status status) {
+  if (running_ == nullptr) return;  // handed over: the sequence's end tells
+  running_->emit(ErrorEvent(consumer_.name, status));
+  const RunDone finish = std::move(running_->done);
+  running_.reset();
+  finish(std::move(status));
+}
+
+void TargetRun::Handover(PrefixOutcome prefix) {
   DecodeScheduler& scheduler = *consumer_.scheduler;
   const int64_t prefix_tokens = static_cast<int64_t>(ids_.size()) - 1;
-  absl::StatusOr<PrefixOutcome> prefix =
-      PreparePrefix(consumer_, scheduler, request_, route_, planned_ ? &*planned_ : nullptr, ids_,
-                    context_, deadline_, cached_tokens_, &*cache_);
-  if (!prefix.ok()) return prefix.status();
   // Stores the prefix's blocks this request computed, once its cache holds the whole prefix.
-  if (prefix->mode != route_.mode && prefix_keys_.has_value()) {
+  if (prefix.mode != route_.mode && prefix_keys_.has_value()) {
     // A fallback's cache is local: its own scope.
     prefix_keys_ = consumer_.prefix_cache->KeysFor(
         ConsumerPrefixCache::RouteScope(TransferMode::kLocal, "", ""), request_.cache_salt(),
         absl::MakeConstSpan(ids_).first(static_cast<size_t>(prefix_tokens)));
   }
   RunningTarget* r = running_.get();
-  r->prefix = *std::move(prefix);
+  r->prefix = std::move(prefix);
   r->ids = ids_;
   r->budget = deadline_ - context_.received;
   r->prefix_keys = std::move(prefix_keys_);
@@ -543,9 +472,8 @@ absl::Status TargetRun::Continue() {
   running_.release();  // from here the sequence's end owns it
   if (absl::Status submitted = scheduler.Submit(std::move(sequence)); !submitted.ok()) {
     running_.reset(r);  // refused: never handed over
-    return submitted;
+    Fail(submitted);
   }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -556,10 +484,10 @@ void StartTarget(const ConsumerModel& consumer, const v1::GenerateRequest& reque
   running->consumer = &consumer;
   running->emit = std::move(emit);
   running->done = std::move(done);
-  running->start = absl::Now();
+  running->start = ClockOf(consumer)->Now();
   running->received = context.received;
   auto fail = [&](absl::Status status) {
-    EmitError(consumer, running->emit, status);
+    running->emit(ErrorEvent(consumer.name, status));
     const RunDone finish = std::move(running->done);
     running.reset();
     finish(std::move(status));
@@ -569,30 +497,17 @@ void StartTarget(const ConsumerModel& consumer, const v1::GenerateRequest& reque
   if (!ids.ok()) return fail(ids.status());
   absl::StatusOr<GenerationOptions> options = GenerationOptionsFor(consumer, request);
   if (!options.ok()) return fail(options.status());
-  if (consumer.scheduler == nullptr) return fail(absl::InternalError("no decode scheduler"));
+  if (consumer.scheduler == nullptr || consumer.steps == nullptr) {
+    return fail(absl::InternalError("the consumer has no decode scheduler or step queue"));
+  }
   TargetRoute route = route_in;
   if (route.mode != TransferMode::kLocal && ids->size() < 2) {
     route = TargetRoute{};
     route.mode_reason = "a 1-token prompt has no prefix to transfer";
   }
-  TargetRun::Run(std::make_unique<TargetRun>(consumer, request, std::move(route), *std::move(ids),
-                                             *std::move(options), std::move(context),
-                                             std::move(running)));
-}
-
-absl::Status RunTarget(const ConsumerModel& consumer_in, const v1::GenerateRequest& request,
-                       const TargetRoute& route, const RunContext& context, const EventSink& emit) {
-  // Without the consumer's scheduler (tests calling this directly): one of its own, which
-  // outlives the run (the call waits for its end).
-  ConsumerModel consumer = consumer_in;
-  std::optional<DecodeScheduler> own;
-  if (consumer.scheduler == nullptr) {
-    own.emplace(*consumer.model, SchedulerOptions());
-    consumer.scheduler = &*own;
-  }
-  Awaited<absl::Status> ended;
-  StartTarget(consumer, request, route, context, emit, ended.Setter());
-  return ended.Wait();
+  std::make_shared<TargetRun>(consumer, request, std::move(route), *std::move(ids),
+                              *std::move(options), std::move(context), std::move(running))
+      ->Start();
 }
 
 }  // namespace scd::consumer

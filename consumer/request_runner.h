@@ -4,8 +4,7 @@
 // local prefill), hand the sequence to the consumer's DecodeScheduler (which prefills what is
 // left in chunks and decodes it in a batch with every other running sequence), and stream its
 // events (SequenceStream): one Started, TokenDeltas, then exactly one terminal event (Finished or
-// Error). The daemon's Generate handlers and the all-in-one server call this; tests call it
-// directly.
+// Error). The daemon's Generate handlers (consumer/served_request.h) call this.
 //
 // Prefix cache (ConsumerModel::prefix_cache): the cached blocks of the prompt's prefix are
 // loaded first (Started.consumer_cached_tokens says how many positions) and the producer sends
@@ -19,8 +18,10 @@
 // so in Finished.mode / mode_reason.
 // A transfer that makes no progress (no session, or no chunk) for ConsumerModel::transfer_timeout
 // ends DEADLINE_EXCEEDED (or falls back, when allowed), so its reservation is freed.
-// Thread-safety: RunTarget is reentrant; concurrent calls share the model read-only and the
-// scheduler.
+// A target is a state object advanced by events (StartTarget's run: the session arrived, codes
+// received and rebuilt, its sequence's end); no thread waits for any of them.
+// Thread-safety: StartTarget is reentrant; concurrent calls share the model read-only, the
+// scheduler and the step queue.
 #ifndef SCD_CONSUMER_REQUEST_RUNNER_H_
 #define SCD_CONSUMER_REQUEST_RUNNER_H_
 
@@ -34,6 +35,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "base/cancellation.h"
+#include "base/clock.h"
+#include "base/work_queue.h"
 #include "codec/artifact.h"
 #include "codec/frontier.h"
 #include "codec/transfer_mode.h"
@@ -58,9 +61,11 @@ struct ConsumerModel {
   absl::Duration default_deadline = absl::Seconds(60);
   ConsumerPrefixCache* prefix_cache = nullptr;  // not owned; null: no prefix cache
   ServingMetrics* metrics = nullptr;            // not owned; null: no metrics recorded
-  // Not owned; required by StartTarget and the services (null: RunTarget runs a scheduler of
-  // its own per call, batching nothing across calls -- tests).
-  DecodeScheduler* scheduler = nullptr;
+  DecodeScheduler* scheduler = nullptr;         // not owned; required
+  // Not owned; required: where a request's steps run (its start, taking a transfer's chunks,
+  // the fallback's cache) -- a few threads fixed by configuration, never one per request.
+  WorkQueue* steps = nullptr;
+  Clock* clock = nullptr;  // deadlines, the transfer timeout, timings; null: Clock::Real()
   // The longest a transfer may stall: its session not opened, or no chunk arriving.
   absl::Duration transfer_timeout = absl::Seconds(30);
 };
@@ -83,8 +88,8 @@ struct TargetRoute {
 // This request's transfer session, once the producer has opened it (waits up to `timeout`).
 using SessionSource = std::function<absl::StatusOr<std::shared_ptr<transport::ReceiveSession>>(
     absl::Duration timeout)>;
-// Receives every event, in order: those before the sequence is handed to the scheduler on the
-// calling thread, the rest on the scheduler's (it must not block there).
+// Receives every event, in order, on the thread of the step that makes it (the caller's, a
+// step-queue thread, the scheduler's): it must not block.
 using EventSink = std::function<void(const v1::GenerateEvent&)>;
 // Told once how a target ended: the status its terminal event carried (OK for Finished).
 using RunDone = std::function<void(absl::Status)>;
@@ -97,15 +102,15 @@ struct RunContext {
   // by it (ServeRequest fails the session's ticket from a callback).
   Cancellation* cancellation = nullptr;
   SessionSource session;  // required unless the route is local
-  // Optional: lets a transfer wait for its session without a thread -- called once with the
-  // longest wait and `ready`, which it calls once (on any thread) when `session` would return at
-  // once: the session arrived, the transfer failed or was cancelled, or the wait timed out (then
-  // `session` returns DEADLINE_EXCEEDED). StartTarget then returns, and the rest of the run
-  // continues on a thread of its own.
+  // Lets a transfer wait for its session without a thread -- called once with the longest wait
+  // and `ready`, which it calls once (on any thread) when `session` would return at once: the
+  // session arrived, the transfer failed or was cancelled, or the wait timed out (then `session`
+  // returns DEADLINE_EXCEEDED). The run continues as a job on the step queue. Unset: `session`
+  // waits on a step-queue thread (a caller whose session is there already).
   std::function<void(absl::Duration timeout, std::function<void()> ready)> on_session;
-  // The prompt's ids when the caller has them already (CheckRequest); else RunTarget tokenizes.
+  // The prompt's ids when the caller has them already (CheckRequest); else StartTarget tokenizes.
   std::optional<std::vector<TokenId>> prompt_ids;
-  // Optional: called once, on the calling thread, when the transfer failed and the target falls
+  // Optional: called once, on a step-queue thread, when the transfer failed and the target falls
   // back to its own prefill (request.allow_local_fallback), before that prefill runs, with a
   // Started event saying so (mode local, the mode_reason Finished will carry). The coordinator
   // learns from it that a consumer serves the request on its own and must not be cancelled
@@ -113,24 +118,20 @@ struct RunContext {
   std::function<void(const v1::GenerateEvent& started)> on_fallback;
 };
 
-// Runs one target up to its sequence's hand-over to the consumer's scheduler (the prefix cache,
-// the transfer and its rebuild run on the calling thread, or after a wait for the session without
-// a thread on one of their own: RunContext::on_session), then returns: the scheduler's thread
-// emits the rest and the terminal event and calls `done` -- no thread waits for the decode.
-// Inputs refused, or a prefix that failed: the Error is emitted and `done` called before it
-// returns. REQUIRES: consumer.scheduler set; `consumer` and `context.cancellation` outlive `done`.
+// Runs one target: Started, the prefix (cached, transferred and rebuilt, or left to the
+// scheduler's prefill), the sequence's hand-over to the consumer's scheduler, whose thread emits
+// the rest and the terminal event and calls `done`. Begins on the calling thread (the prefix
+// cache, the plan, Started) and returns; the rest runs on events. Inputs refused, or a prefix
+// that failed: the Error is emitted and `done` called (before it returns for inputs refused).
+// REQUIRES: consumer.scheduler and consumer.steps set; `consumer` and `context.cancellation`
+// outlive `done`.
 void StartTarget(const ConsumerModel& consumer, const v1::GenerateRequest& request,
                  const TargetRoute& route, RunContext context, EventSink emit, RunDone done);
-
-// StartTarget, waiting for its end (with a scheduler of its own when the consumer has none);
-// returns the status the terminal event carries (OK for Finished).
-absl::Status RunTarget(const ConsumerModel& consumer, const v1::GenerateRequest& request,
-                       const TargetRoute& route, const RunContext& context, const EventSink& emit);
 
 // The checks that need the model, done before the request is admitted (a refusal then ends the
 // call as a whole, before any work): the prompt's ids (PromptIds), the sampling values, and the
 // room: OUT_OF_RANGE "max_tokens" when the prompt plus max_tokens exceed the model's positions.
-// Returns the prompt's ids (RunContext::prompt_ids, so RunTarget does not tokenize again).
+// Returns the prompt's ids (RunContext::prompt_ids, so StartTarget does not tokenize again).
 absl::StatusOr<std::vector<TokenId>> CheckRequest(const ConsumerModel& consumer,
                                                   const v1::GenerateRequest& request);
 

@@ -4,14 +4,12 @@
 
 #include <memory>
 #include <optional>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "base/exception_guard.h"
 #include "base/log_text.h"
-#include "base/thread_name.h"
 #include "codec/transfer_mode.h"
 #include "proto/checked_inference.h"
 #include "proto/grpc_util.h"
@@ -109,15 +107,13 @@ void ServeRequest(const ConsumerModel& consumer, Admission& admission, Tally* ou
   serving->done = std::move(done);
   // Admitted by KV memory, waiting in the queue while it does not fit (the coordinator asks the
   // producer to send only once Decode has started); a caller that goes away leaves the queue.
-  // The wait holds no thread: admitted later, the run continues on a thread of its own (the
-  // admitting thread may be the scheduler's, which must not wait for a prefix or a transfer).
+  // The wait holds no thread.
   if (served->on_cancel) serving->wake = cancellation->OnCancel(served->on_cancel);
   const absl::Time deadline =
       RequestDeadline(consumer, req, served->received, served->call_deadline);
-  const std::thread::id caller = std::this_thread::get_id();
   admission.AdmitAsync(
       ReservationBytes(consumer, req, served->prompt_ids.size()), deadline, cancellation,
-      [&consumer, &admission, serving, served, caller](Admission::Admitted reservation) {
+      [&consumer, &admission, serving, served](Admission::Admitted reservation) {
         if (!reservation.ok()) {
           CountRefusal(serving->outcomes, reservation.status());
           spdlog::info("[{}] refused: {}", served->id,
@@ -127,19 +123,13 @@ void ServeRequest(const ConsumerModel& consumer, Admission& admission, Tally* ou
           finish(ToGrpcStatus(reservation.status()));
           return;
         }
+        // Admitted on the caller's thread or later on the thread that freed the memory (the
+        // scheduler's, which must not load a prefix): the run starts as a step-queue job.
         auto admitted =
             std::make_shared<std::unique_ptr<Admission::Reservation>>(*std::move(reservation));
-        auto run = [&consumer, &admission, serving, served, admitted] {
+        consumer.steps->Run([&consumer, &admission, serving, served, admitted] {
           RunAdmitted(consumer, admission, serving, *served, std::move(*admitted));
-        };
-        if (std::this_thread::get_id() == caller) {
-          run();
-        } else {
-          std::thread([run] {
-            NameThisThread("scd-admitted");
-            run();
-          }).detach();
-        }
+        });
       });
 }
 
@@ -150,16 +140,13 @@ EventStream* ServeOnStream(const ConsumerModel& consumer, Admission& admission, 
   // scheduler never waits for a slow caller.
   auto* stream = new EventStream(kQueuedEvents, std::move(ended));
   stream->Hold();  // released when the request ended
-  std::thread([&consumer, &admission, outcomes, stream, served = std::move(served)]() mutable {
-    NameThisThread("scd-request");
-    ServeRequest(
-        consumer, admission, outcomes, &stream->cancellation(),
-        [stream](const v1::GenerateEvent& event) { stream->Push(event); }, std::move(served),
-        [stream](const grpc::Status& status) {
-          stream->End(status);
-          stream->Release();
-        });
-  }).detach();
+  ServeRequest(
+      consumer, admission, outcomes, &stream->cancellation(),
+      [stream](const v1::GenerateEvent& event) { stream->Push(event); }, std::move(served),
+      [stream](const grpc::Status& status) {
+        stream->End(status);
+        stream->Release();
+      });
   return stream;
 }
 

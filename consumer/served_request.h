@@ -2,13 +2,13 @@
 // public Inference.Generate (a client calling the consumer directly: local prefill) and its
 // control plane's Consumer.Decode (the coordinator's routed request). Admission by KV memory
 // (waiting in the queue while it does not fit; a caller that goes away leaves it), the run
-// (RunTarget) with its events written to the call (metrics observed; a write that fails is the
+// (StartTarget) with its events written to the call (metrics observed; a write that fails is the
 // caller gone and cancels the run), the log lines and the outcome counts ("request_" + finished,
 // cancelled or the error code's name; a refusal: "refused_" + the code's name).
 // ServeOnStream serves it on a callback call's EventStream (proto/event_stream.h): the call's
 // cancellation is the request's (gRPC reports a client gone at once: no watch polls for it).
-// Thread-safety: ServeRequest holds the calling thread up to the hand-over to the scheduler
-// (admission, the prefix, the transfer); no thread waits for the decode.
+// Thread-safety: no thread waits for a request: ServeRequest returns at once; admission, the
+// run's steps (the consumer's step queue), the transfer and the decode advance it on events.
 #ifndef SCD_CONSUMER_SERVED_REQUEST_H_
 #define SCD_CONSUMER_SERVED_REQUEST_H_
 
@@ -53,18 +53,18 @@ struct ServedRequest {
 // CANCELLED when the caller went away).
 using ServeDone = std::function<void(const grpc::Status& status)>;
 
-// Serves `served`: admission (waiting in the queue), then the run (StartTarget) up to its
-// sequence's hand-over, on the calling thread; its events are written with `write` (on the
-// calling thread, then the scheduler's: it must not block), the terminal one last. `done` is
-// called once at the end, after what the request held is given back -- at once for a refusal at
-// admission (no event). `cancellation`: the call's (a write that fails must cancel it); it and
-// `consumer`, `admission` and `outcomes` (counts how it ended) outlive `done`.
+// Serves `served`: admission (waiting in the queue), then the run (StartTarget, begun as a job on
+// the consumer's step queue); its events are written with `write` (on the thread of the step that
+// makes them: it must not block), the terminal one last. `done` is called once at the end, after
+// what the request held is given back -- at once for a refusal at admission (no event).
+// `cancellation`: the call's (a write that fails must cancel it); it and `consumer`, `admission`
+// and `outcomes` (counts how it ended) outlive `done`.
 void ServeRequest(const ConsumerModel& consumer, Admission& admission, Tally* outcomes,
                   Cancellation* cancellation, EventSink write, ServedRequest served,
                   ServeDone done);
 
-// Serves `served` on a new EventStream (made with `ended`): ServeRequest on a thread of its own
-// that ends at the sequence's hand-over; the stream is ended with ServeRequest's status. Up to
+// Serves `served` on a new EventStream (made with `ended`): ServeRequest, the stream ended with
+// its status; returns at once (a callback call's reactor must not block). Up to
 // kQueuedEvents events are queued before the stream reports itself full (the queue is never cut:
 // a request's events are bounded by its max_tokens). REQUIRES: `consumer`, `admission` and
 // `outcomes` outlive the call (a server's Shutdown waits for its calls to end).

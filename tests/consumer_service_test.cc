@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/work_queue.h"
 #include "consumer/inference_service.h"
 #include "model/generator.h"
 #include "proto/checked_inference.h"
@@ -33,6 +34,7 @@ class ConsumerServiceTest : public ::testing::Test {
     ConsumerModel consumer{model_.get(), tokenizer_.get(), "fables", TransferOptions(),
                            16,           absl::Seconds(30)};
     consumer.scheduler = scheduler_.get();
+    consumer.steps = &steps_;
     service_ = std::make_unique<ConsumerInferenceService>(consumer, "fp-fables",
                                                           Admission::Create(1), &refusals_);
     // Served as a node serves it: the checked front first (proto/checked_inference.h).
@@ -63,6 +65,7 @@ class ConsumerServiceTest : public ::testing::Test {
   std::unique_ptr<Tokenizer> tokenizer_;
   Tally refusals_;
   std::unique_ptr<DecodeScheduler> scheduler_;
+  WorkQueue steps_{2};
   std::unique_ptr<ConsumerInferenceService> service_;
   std::unique_ptr<CheckedInferenceService> checked_;
   GrpcServer server_;

@@ -29,6 +29,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/awaited.h"
 #include "base/simulated_clock.h"
 #include "model/generator.h"
 #include "tests/test_util.h"
@@ -109,6 +110,14 @@ class RecordingSink : public SequenceSink {
 
 std::vector<TokenId> Prompt(const std::string& model, int index, size_t length) {
   return testing::GoldenContinuation(model, index, length);
+}
+
+// RunBetweenSteps, waited for.
+absl::Status RunWaited(DecodeScheduler& scheduler, int64_t rows, int layers,
+                       RebuildPacing::Piece work) {
+  Awaited<absl::Status> done;
+  scheduler.RunBetweenSteps(rows, layers, std::move(work), done.Setter());
+  return done.Wait();
 }
 
 GenerationOptions Options(int max_tokens) {
@@ -334,24 +343,30 @@ TEST_P(DecodeSchedulerTest, RebuildWorkRunsInOrderInPiecesCoveringEveryRow) {
   ASSERT_TRUE(scheduler.Submit(Request(Prompt(GetParam(), 0, 12), Options(120), &decoding)).ok());
   std::mutex mu;
   std::vector<std::pair<int, std::pair<int64_t, int64_t>>> pieces;  // (work, (begin, count))
-  std::vector<std::thread> threads;
-  for (int w = 0; w < 3; ++w) {
-    threads.emplace_back([&, w] {  // in whatever order they come: each work's rows in order
-      // Rows x layers beyond one step's budget (512 rows of every layer): split for sure.
-      const absl::Status status =
-          scheduler.RunBetweenSteps(1500, static_cast<int>(model_->config().num_layers),
-                                    [&](int64_t begin, int64_t count) -> absl::Status {
-                                      // Some real work, so the pacing measures something.
-                                      at::Tensor x = at::randn({count, 64});
-                                      (void)x.matmul(x.t()).sum();
-                                      std::lock_guard<std::mutex> lock(mu);
-                                      pieces.push_back({w, {begin, count}});
-                                      return absl::OkStatus();
-                                    });
-      EXPECT_TRUE(status.ok()) << status;
-    });
+  std::vector<int> done_order;
+  std::vector<Awaited<absl::Status>> done(3);
+  for (int w = 0; w < 3; ++w) {  // handed in at once, no thread waiting: each work's rows in order
+    // Rows x layers beyond one step's budget (512 rows of every layer): split for sure.
+    scheduler.RunBetweenSteps(
+        1500, static_cast<int>(model_->config().num_layers),
+        [&, w](int64_t begin, int64_t count) -> absl::Status {
+          // Some real work, so the pacing measures something.
+          at::Tensor x = at::randn({count, 64});
+          (void)x.matmul(x.t()).sum();
+          std::lock_guard<std::mutex> lock(mu);
+          pieces.push_back({w, {begin, count}});
+          return absl::OkStatus();
+        },
+        [&, w, told = done[w].Setter()](absl::Status status) {
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            done_order.push_back(w);
+          }
+          told(std::move(status));
+        });
   }
-  for (auto& t : threads) t.join();
+  for (auto& d : done) EXPECT_TRUE(d.Wait().ok());
+  EXPECT_EQ(done_order, (std::vector<int>{0, 1, 2})) << "work handed in earlier ends first";
   std::map<int, int64_t> next;
   for (const auto& [w, range] : pieces) {
     EXPECT_EQ(range.first, next[w]) << "work " << w << " out of order";
@@ -362,11 +377,10 @@ TEST_P(DecodeSchedulerTest, RebuildWorkRunsInOrderInPiecesCoveringEveryRow) {
   EXPECT_GE(pieces.size(), 9u) << "the rows were not split between steps";
   // An error stops the work at once and comes back.
   int calls = 0;
-  const absl::Status failed =
-      scheduler.RunBetweenSteps(100, 1, [&](int64_t, int64_t) -> absl::Status {
-        ++calls;
-        return absl::DataLossError("bad chunk");
-      });
+  const absl::Status failed = RunWaited(scheduler, 100, 1, [&](int64_t, int64_t) -> absl::Status {
+    ++calls;
+    return absl::DataLossError("bad chunk");
+  });
   EXPECT_TRUE(absl::IsDataLoss(failed));
   EXPECT_EQ(calls, 1);
   EXPECT_TRUE(decoding.Wait().status.ok());
@@ -424,13 +438,10 @@ TEST_P(DecodeSchedulerTest, PromptWorkBesideDecodesReportsItsItlCostPerToken) {
     RecordingSink decoding;
     SubmitDecoding(scheduler, &decoding, &enough);
     // 600 rows of every layer at 30 us a row.
-    ASSERT_TRUE(scheduler
-                    .RunBetweenSteps(600, layers,
-                                     [&](int64_t, int64_t count) -> absl::Status {
-                                       clock.Advance(absl::Microseconds(30 * count));
-                                       return absl::OkStatus();
-                                     })
-                    .ok());
+    ASSERT_TRUE(RunWaited(scheduler, 600, layers, [&](int64_t, int64_t count) -> absl::Status {
+                  clock.Advance(absl::Microseconds(30 * count));
+                  return absl::OkStatus();
+                }).ok());
     ASSERT_EQ(decoding.ended(), 0) << "the decode ended before the rebuild: nothing measured";
     EXPECT_NEAR(scheduler.stats().rebuild_itl_us_per_token, 30, 1e-6);
     enough = true;

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/awaited.h"
+#include "base/work_queue.h"
 #include "codec/chunk_rows.h"
 #include "codec/code_decoder.h"
 #include "codec/code_encoder.h"
@@ -35,6 +37,21 @@ struct Pair {
   std::unique_ptr<CodeDecoder> decoder;
   std::vector<PlannedChunk> expected;
 };
+
+// ReceiveIntoCache, waited for: its steps on a queue of their own, everything within 30 s.
+absl::StatusOr<consumer::ReceiveReport> Receive(std::shared_ptr<transport::ReceiveSession> session,
+                                                const Pair& pair,
+                                                const std::vector<TokenId>& prompt,
+                                                KvCache* cache) {
+  WorkQueue steps(1);
+  consumer::ReceiveOptions options;
+  options.deadline = absl::Now() + absl::Seconds(30);
+  options.post = [&steps](std::function<void()> job) { steps.Run(std::move(job)); };
+  Awaited<absl::StatusOr<consumer::ReceiveReport>> received;
+  consumer::ReceiveIntoCache(std::move(session), *pair.decoder, pair.plan, pair.expected, prompt,
+                             cache, std::move(options), received.Setter());
+  return received.Wait();
+}
 
 class LayerwiseStreamingTest : public ::testing::Test {
  protected:
@@ -96,8 +113,7 @@ TEST_F(LayerwiseStreamingTest, StreamedScdRebuildsTheBatchDecodersCacheOnEveryBa
       std::thread receiver([&] {
         auto incoming = peers.acceptor->Accept(absl::Seconds(10));
         ASSERT_TRUE(incoming.ok()) << incoming.status();
-        received = consumer::ReceiveIntoCache(**incoming, *pair.decoder, pair.plan, pair.expected,
-                                              prompt_, &cache, absl::Seconds(30));
+        received = Receive(*incoming, pair, prompt_, &cache);
       });
       producer::StreamReport sent = testing::Ok(
           producer::StreamPrefill(*producer_, prompt_, {{pair.encoder.get(), session}}));
@@ -143,9 +159,7 @@ TEST_F(LayerwiseStreamingTest, FanOutRunsOnePrefillForTwoConsumers) {
       drains.emplace_back([&, session = *incoming, which] {
         const Pair& pair = which == 0 ? scd : raw;
         drained[which] =
-            consumer::ReceiveIntoCache(*session, *pair.decoder, pair.plan, pair.expected, prompt_,
-                                       which == 0 ? &scd_cache : &raw_cache, absl::Seconds(30))
-                .status();
+            Receive(session, pair, prompt_, which == 0 ? &scd_cache : &raw_cache).status();
       });
     }
   });
@@ -175,9 +189,7 @@ TEST_F(LayerwiseStreamingTest, ConsumerExpectingAnotherModeRefusesAndTheProducer
     auto incoming = peers.acceptor->Accept(absl::Seconds(10));
     ASSERT_TRUE(incoming.ok()) << incoming.status();
     KvCache cache = consumer_->NewCache(64);
-    refused = consumer::ReceiveIntoCache(**incoming, *expected_pair.decoder, expected_pair.plan,
-                                         expected_pair.expected, prompt_, &cache, absl::Seconds(30))
-                  .status();
+    refused = Receive(*incoming, expected_pair, prompt_, &cache).status();
   });
   receiver.join();  // refuses on the header, before the producer sends anything
   producer::StreamReport sent = testing::Ok(
@@ -207,8 +219,7 @@ absl::StatusOr<consumer::ReceiveReport> StreamAdapting(
   std::thread receiver([&] {
     auto incoming = peers.acceptor->Accept(absl::Seconds(10));
     ASSERT_TRUE(incoming.ok()) << incoming.status();
-    received = consumer::ReceiveIntoCache(**incoming, *pair.decoder, pair.plan, pair.expected,
-                                          prompt, cache, absl::Seconds(30));
+    received = Receive(*incoming, pair, prompt, cache);
   });
   producer::StreamTarget target{pair.encoder.get(), session};
   target.adapt = budget;

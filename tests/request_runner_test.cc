@@ -1,4 +1,4 @@
-// consumer::RunTarget, a request end to end on the consumer, against independent references:
+// consumer::StartTarget, a request end to end on the consumer, against independent references:
 // greedy tokens equal the batch transfer path (TransferPath: whole batch, batch decoder) followed
 // by GenerateTokens for the same pair and mode (hard pair, scd); raw between identical models and
 // local give the consumer's own local generation; every run emits Started first and exactly one
@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/awaited.h"
+#include "base/work_queue.h"
 #include "codec/code_encoder.h"
 #include "codec/fingerprint.h"
 #include "codec/transfer.h"
@@ -112,13 +114,24 @@ class RequestRunnerTest : public ::testing::Test {
       run.fallbacks.push_back(notice.started().mode_reason());
       run.events_before_fallback = run.events.size();
     };
-    consumer::RunTarget(consumer, request, route, context, [&](const v1::GenerateEvent& e) {
-      run.events.push_back(e);
-      if (e.has_token()) {
-        run.text += e.token().text();
-        for (int32_t id : e.token().ids()) run.ids.push_back(id);
-      }
-    }).IgnoreError();
+    // As a node runs it: its scheduler and step queue (the scheduler outlives the queue's jobs).
+    consumer::ConsumerModel node = consumer;
+    consumer::DecodeScheduler scheduler(*node.model, consumer::SchedulerOptions());
+    WorkQueue steps(2);
+    node.scheduler = &scheduler;
+    node.steps = &steps;
+    Awaited<absl::Status> ended;
+    consumer::StartTarget(
+        node, request, route, context,
+        [&](const v1::GenerateEvent& e) {
+          run.events.push_back(e);
+          if (e.has_token()) {
+            run.text += e.token().text();
+            for (int32_t id : e.token().ids()) run.ids.push_back(id);
+          }
+        },
+        ended.Setter());
+    ended.Wait().IgnoreError();
     if (producer.joinable()) producer.join();
     // Exactly one Started first (unless refused before it) and exactly one terminal event, last.
     int terminal = 0;

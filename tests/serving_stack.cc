@@ -80,6 +80,8 @@ void ServingStack::AddConsumer(const std::string& name, std::unique_ptr<LlamaMod
   node->admission = consumer::Admission::Create(admission);
   node->scheduler = std::make_unique<consumer::DecodeScheduler>(*node->model, options_.scheduling);
   served.scheduler = node->scheduler.get();
+  node->steps = std::make_unique<WorkQueue>(2);
+  served.steps = node->steps.get();
   node->control = std::make_unique<consumer::ConsumerControlService>(served, held, node->admission,
                                                                      node->router.get(), secret_);
   node->server = Serve({node->control.get()}, &node->address);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "base/work_queue.h"
 #include "codec/artifact.h"
 #include "consumer/decode_scheduler.h"
 #include "consumer/decode_service.h"
@@ -37,6 +38,7 @@ struct ServedConsumer {
   std::unique_ptr<consumer::SessionRouter> router;
   std::shared_ptr<consumer::Admission> admission;
   std::unique_ptr<consumer::DecodeScheduler> scheduler;  // the node's batch
+  std::unique_ptr<WorkQueue> steps;                      // its requests' steps
   std::unique_ptr<consumer::ConsumerPrefixCache> prefix_cache;  // null: off
   std::unique_ptr<consumer::ConsumerControlService> control;
   GrpcServer server;

@@ -11,6 +11,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "base/awaited.h"
+#include "base/work_queue.h"
 #include "tests/transport_test_util.h"
 #include "transport/fault_injection.h"
 
@@ -103,6 +105,58 @@ TEST_P(TransferSessionTest, ChunksArriveInOrderWithExactBytesAndBothSidesComplet
   EXPECT_EQ(s.chunks, 40u);
   EXPECT_EQ(s.bytes, r.bytes);
   EXPECT_GT(r.goodput_gbps(), 0.0);
+}
+
+// A receiver that holds no thread: every chunk is taken by a job an OnReady callback queued
+// (Next(0) never waits there), each job arming the next, to the trailer; then one armed on a
+// session that a cancel ends is woken by the cancel itself.
+TEST_P(TransferSessionTest, OnReadyDrivesAReceiverThatHoldsNoThread) {
+  Peers peers = Connect();
+  auto session = peers.sender->StartSession(Header("req-ready"), absl::Seconds(30));
+  ASSERT_TRUE(session.ok()) << session.status();
+  auto received = peers.acceptor->Accept(absl::Seconds(5));
+  ASSERT_TRUE(received.ok()) << received.status();
+  struct Reader {
+    std::shared_ptr<ReceiveSession> session;
+    WorkQueue* steps = nullptr;
+    int chunks = 0, wakes = 0;
+    Awaited<absl::Status> ended;
+    std::function<void(absl::Status)> end = ended.Setter();
+    void Arm() {
+      session->OnReady([this] { steps->Run([this] { Step(); }); });
+    }
+    void Step() {
+      ++wakes;
+      auto next = session->Next(absl::ZeroDuration());
+      if (!next.ok()) return end(next.status());  // never DeadlineExceeded: it was ready
+      if (!next->has_value()) return end(absl::OkStatus());
+      ++chunks;
+      Arm();
+    }
+  };
+  WorkQueue steps(1);
+  Reader reader;
+  reader.session = *received;
+  reader.steps = &steps;
+  reader.Arm();
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE((*session)->SendChunk(ChunkMeta(i % 3), Payload::Copy("abcdefgh", 8)).ok());
+  }
+  ASSERT_TRUE((*session)->Finish().ok()) << (*session)->status();
+  EXPECT_TRUE(reader.ended.Wait().ok());
+  EXPECT_EQ(reader.chunks, 20);
+  EXPECT_EQ(reader.wakes, 21);  // one per chunk, one for the trailer
+
+  auto second = peers.sender->StartSession(Header("req-ready-cancel"), absl::Seconds(30));
+  ASSERT_TRUE(second.ok());
+  auto waiting = peers.acceptor->Accept(absl::Seconds(5));
+  ASSERT_TRUE(waiting.ok());
+  Awaited<absl::Status> woken;
+  std::function<void(absl::Status)> wake = woken.Setter();
+  std::shared_ptr<ReceiveSession> armed = *waiting;
+  armed->OnReady([armed, wake] { wake(armed->Next(absl::ZeroDuration()).status()); });
+  armed->Cancel("the request went away");
+  EXPECT_TRUE(absl::IsCancelled(woken.Wait()));
 }
 
 TEST_P(TransferSessionTest, SlowReceiverKeepsSenderWithinInflightLimit) {

@@ -196,6 +196,10 @@ void AddConsumerBatchingFlags(CLI::App* app, ConsumerOptions* options) {
                   "answering the network (cancels, deadlines, admissions, event writes) preempt "
                   "it on a busy CPU (0: as the process)")
       ->check(CLI::Range(0, 19));
+  app->add_option("--step-threads", options->step_threads,
+                  "threads running requests' steps (their start; taking a transfer's chunks: "
+                  "the checksum, unframing), fixed whatever the number of requests")
+      ->check(CLI::Range(1, 64));
   app->add_option_function<double>(
          "--transfer-timeout",
          [options](double seconds) { options->transfer_timeout = absl::Seconds(seconds); },

@@ -168,6 +168,7 @@ void TransferConnection::EndReceive(const std::shared_ptr<ReceiveSession>& sessi
     if (!session->EndLocked(state, message)) return;
     dropped.swap(session->queue_);
   }
+  session->NotifyReady();
   const bool up = Forget(session->id(), /*sending=*/false);
   if (notify_peer && up) {
     v1::TransferFrame reply;
@@ -314,13 +315,11 @@ void TransferConnection::HandleData(uint64_t id, v1::TransferFrame message, Payl
   {
     absl::MutexLock lock(&session->mu_);
     if (session->state_ != SessionState::kOpen) return;
-    if (message.has_trailer()) {
-      session->trailer_ = message.trailer();
-      return;
-    }
     const size_t bytes = payload.size() + message.chunk().scales().size();
     const uint64_t expected = session->header_.expected_bytes();
-    if (expected != 0 && session->stats_.bytes + bytes > expected) {
+    if (message.has_trailer()) {
+      session->trailer_ = message.trailer();
+    } else if (expected != 0 && session->stats_.bytes + bytes > expected) {
       // More than the header announced: refused as it arrives, not queued until the trailer.
       overflow =
           absl::StrCat("chunk ", session->stats_.chunks, " brings the session to ",
@@ -333,9 +332,9 @@ void TransferConnection::HandleData(uint64_t id, v1::TransferFrame message, Payl
       ++session->stats_.chunks;
       session->queue_.push_back(
           {std::move(*message.mutable_chunk()), std::move(payload), payload_crc});
-      return;
     }
   }
+  if (overflow.empty()) return session->NotifyReady();
   EndReceive(session, SessionState::kProtocolError, overflow, true);
 }
 

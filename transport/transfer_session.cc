@@ -125,9 +125,7 @@ absl::StatusOr<std::optional<ReceivedChunk>> ReceiveSession::Next(absl::Duration
   ReceivedChunk chunk;
   {
     absl::MutexLock lock(&mu_);
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return state_ != SessionState::kOpen || !queue_.empty() || trailer_.has_value();
-    };
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return ReadyLocked(); };
     if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
       return absl::DeadlineExceededError(
           absl::StrCat("no chunk within ", absl::FormatDuration(timeout)));
@@ -204,10 +202,40 @@ void ReceiveSession::Cancel(const std::string& reason) {
   if (connection != nullptr) {
     connection->EndReceive(self, SessionState::kCancelled, reason, true);
   } else {
-    absl::MutexLock lock(&mu_);
-    EndLocked(SessionState::kCancelled, reason);
-    queue_.clear();
+    {
+      absl::MutexLock lock(&mu_);
+      EndLocked(SessionState::kCancelled, reason);
+      queue_.clear();
+    }
+    NotifyReady();
   }
+}
+
+bool ReceiveSession::ReadyLocked() const {
+  return state_ != SessionState::kOpen || !queue_.empty() || trailer_.has_value();
+}
+
+void ReceiveSession::OnReady(std::function<void()> ready) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!ReadyLocked()) {
+      on_ready_ = std::move(ready);
+      return;
+    }
+    on_ready_ = nullptr;
+  }
+  ready();
+}
+
+void ReceiveSession::NotifyReady() {
+  std::function<void()> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!on_ready_ || !ReadyLocked()) return;
+    ready = std::move(on_ready_);
+    on_ready_ = nullptr;
+  }
+  ready();
 }
 
 size_t ReceiveSession::queued_chunks() const {

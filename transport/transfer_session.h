@@ -114,13 +114,24 @@ class ReceiveSession : public SessionCore {
   // Ends the session kCancelled and tells the sender.
   void Cancel(const std::string& reason);
   size_t queued_chunks() const;
+  // Calls `ready` once, when Next(0) would return without waiting: a chunk is queued, the
+  // trailer arrived, or the session ended -- at once (on the calling thread) when that holds now,
+  // else on the thread of the event that makes it hold (the link's, a timer's, a canceller's).
+  // What a receiver that holds no thread waits with; a second call replaces a pending `ready`.
+  // `ready` must not block (hand the work to a queue).
+  void OnReady(std::function<void()> ready);
 
  private:
   friend class TransferConnection;
+  bool ReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Calls the pending `ready` when Next would no longer wait (after every change of state).
+  void NotifyReady();
+
   const v1::TransferHeader header_;
   std::weak_ptr<TransferConnection> connection_;
   std::deque<ReceivedChunk> queue_ ABSL_GUARDED_BY(mu_);
   std::optional<v1::TransferTrailer> trailer_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> on_ready_ ABSL_GUARDED_BY(mu_);
   uint32_t next_index_ = 0;  // only the thread calling Next touches it
 };
 
