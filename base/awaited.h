@@ -1,7 +1,8 @@
 // Awaited<T>: a value that a callback delivers (on any thread) and another thread waits for --
-// how a blocking call is made of an asynchronous one (Admission::Admit of AdmitAsync, RunTarget
-// of StartTarget). The callback holds a share of the state, so neither side frees it while the
-// other still uses it (a notification on the waiter's stack may be gone while Notify returns).
+// how a blocking call is made of an asynchronous one (Admission::Admit of AdmitAsync; a test
+// waiting for StartTarget's end). The callback holds a share of the state, so neither side frees
+// it while the other still uses it (a notification on the waiter's stack may be gone while Notify
+// returns).
 //
 //   Awaited<absl::Status> ended;
 //   StartSomething(ended.Setter());

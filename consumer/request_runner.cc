@@ -53,7 +53,7 @@ absl::StatusOr<ExpectedTransfer> PlanTransfer(const ConsumerModel& consumer,
 
 absl::StatusOr<GenerationOptions> GenerationOptionsFor(const ConsumerModel& consumer,
                                                        const v1::GenerateRequest& request) {
-  // The generation values' bounds (proto/request_validation.h) again, cheaply: RunTarget may be
+  // The generation values' bounds (proto/request_validation.h) again, cheaply: StartTarget may be
   // called directly, and nothing may wrap past int.
   SCD_RETURN_IF_ERROR(ValidateGenerationValues(request));
   GenerationOptions options;

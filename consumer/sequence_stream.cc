@@ -46,22 +46,16 @@ bool SequenceStream::Token(TokenId id, const TokenLogprobs& logprobs) {
   {
     absl::MutexLock lock(&mu_);
     if (first_token_ == absl::InfinitePast()) first_token_ = absl::Now();
-    if (!options_.on_event) events_.push_back(std::move(e));
   }
-  if (options_.on_event) options_.on_event(e);
+  options_.on_event(e);
   return !stop_string_;
 }
 
 void SequenceStream::Ended(const SequenceEnd& end) {
-  if (options_.on_event) {
-    if (std::optional<v1::GenerateEvent> rest = Rest(end)) options_.on_event(*rest);
-    // The last act: on_ended may destroy this stream (its own copy runs).
-    const std::function<void(const SequenceEnd&)> ended = options_.on_ended;
-    if (ended) ended(end);
-    return;
-  }
-  absl::MutexLock lock(&mu_);
-  end_ = end;
+  if (std::optional<v1::GenerateEvent> rest = Rest(end)) options_.on_event(*rest);
+  // The last act: on_ended may destroy this stream (its own copy runs).
+  const std::function<void(const SequenceEnd&)> ended = options_.on_ended;
+  ended(end);
 }
 
 std::optional<v1::GenerateEvent> SequenceStream::Rest(const SequenceEnd& end) {
@@ -72,26 +66,6 @@ std::optional<v1::GenerateEvent> SequenceStream::Rest(const SequenceEnd& end) {
   stops_.Finish([&](std::string_view p) { rest.append(p); });
   if (rest.empty()) return std::nullopt;
   return Delta(std::move(rest), std::nullopt, nullptr);
-}
-
-SequenceEnd SequenceStream::Drain(const std::function<void(const v1::GenerateEvent&)>& emit) {
-  std::optional<SequenceEnd> end;
-  for (;;) {
-    std::deque<v1::GenerateEvent> batch;
-    {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !events_.empty() || end_.has_value();
-      };
-      mu_.Await(absl::Condition(&ready));
-      batch.swap(events_);
-      if (batch.empty()) end = end_;  // every event before the end is out
-    }
-    for (const v1::GenerateEvent& e : batch) emit(e);
-    if (end.has_value()) break;
-  }
-  if (std::optional<v1::GenerateEvent> rest = Rest(*end)) emit(*rest);
-  return *end;
 }
 
 absl::Time SequenceStream::first_token() const {

@@ -1,17 +1,15 @@
 // SequenceStream: what streams one sequence's events. It is the scheduler's sink for one
 // sequence (consumer/decode_scheduler.h): each token becomes a scd.v1 TokenDelta (its id; text
 // held back only inside a UTF-8 character or a possible stop string; its log-probabilities when
-// asked), queued for the request's own thread, which writes them with Drain -- or, with
-// Options::on_event set, handed to it on the scheduler's thread as it is made (then
-// Options::on_ended is told the end, and no thread waits for the sequence). The scheduler never
-// waits on a client: a slow reader slows only its own stream (its queue holds at most max_tokens
-// events). When the sequence ended normally the text still held back is flushed. The terminal
-// event (Finished or Error) is the caller's: it knows the route and the timings.
-// Thread-safety: the sink callbacks come from the scheduler's thread, Drain from one other thread.
+// asked), handed to Options::on_event on the scheduler's thread as it is made, and
+// Options::on_ended is told the end: no thread waits for the sequence. The scheduler never waits
+// on a client: on_event queues (a slow reader slows only its own stream; its queue holds at most
+// max_tokens events). When the sequence ended normally the text still held back is flushed. The
+// terminal event (Finished or Error) is the caller's: it knows the route and the timings.
+// Thread-safety: the sink callbacks come from the scheduler's thread; first_token() from any.
 #ifndef SCD_CONSUMER_SEQUENCE_STREAM_H_
 #define SCD_CONSUMER_SEQUENCE_STREAM_H_
 
-#include <deque>
 #include <functional>
 #include <optional>
 #include <string>
@@ -37,9 +35,9 @@ class SequenceStream final : public SequenceSink {
     int top_logprobs = 0;
     // Called (scheduler thread) once every prompt position is in the cache.
     std::function<void(const KvCache&)> on_prompt_done;
-    // Set: every event is handed here (scheduler thread; must not block) instead of queued for
-    // Drain, the held-back text too, and then on_ended is called with how the sequence ended --
-    // the stream's last act: on_ended may destroy it.
+    // Required: every event is handed here (scheduler thread; must not block), the held-back
+    // text too, and then on_ended is called with how the sequence ended -- the stream's last act:
+    // on_ended may destroy it.
     std::function<void(const v1::GenerateEvent&)> on_event;
     std::function<void(const SequenceEnd&)> on_ended;
   };
@@ -49,10 +47,6 @@ class SequenceStream final : public SequenceSink {
   void PromptDone(const KvCache& cache) override;
   bool Token(TokenId id, const TokenLogprobs& logprobs) override;
   void Ended(const SequenceEnd& end) override;
-
-  // Writes every event with `emit` on the calling thread as it comes, until the sequence ended
-  // (then the held-back text, if it ended normally); returns how it ended.
-  SequenceEnd Drain(const std::function<void(const v1::GenerateEvent&)>& emit);
 
   // When the first token's event was made (InfinitePast: none): the request's first token.
   absl::Time first_token() const;
@@ -65,14 +59,12 @@ class SequenceStream final : public SequenceSink {
   std::optional<v1::GenerateEvent> Rest(const SequenceEnd& end);
 
   const Options options_;
-  // Scheduler thread until Ended, then the draining thread.
+  // Scheduler thread.
   std::optional<StreamingDetokenizer> detok_;
   StopStringMatcher stops_;
   bool stop_string_ = false;
 
   mutable absl::Mutex mu_;
-  std::deque<v1::GenerateEvent> events_ ABSL_GUARDED_BY(mu_);
-  std::optional<SequenceEnd> end_ ABSL_GUARDED_BY(mu_);
   absl::Time first_token_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
