@@ -158,70 +158,34 @@ Clock* ClockOf(const ConsumerModel& consumer) {
   return consumer.clock != nullptr ? consumer.clock : Clock::Real();
 }
 
-// A target whose sequence the scheduler runs: what its end needs, kept until then (no thread
-// waits for it). Ended, on the scheduler's thread, writes the Finished (or the Error), runs
-// `done` and deletes it.
-struct RunningTarget {
-  const ConsumerModel* consumer = nullptr;
-  EventSink emit;
-  RunDone done;
-  absl::Time start, received;
-  absl::Duration budget;
-  PrefixOutcome prefix;
-  std::vector<TokenId> ids;
-  std::optional<ConsumerPrefixCache::Keys> prefix_keys;  // unset: nothing to store
-  bool stored = false;
-  std::unique_ptr<SequenceStream> stream;
-
-  // Stores the prefix's blocks this request computed, once its cache holds the whole prefix.
-  void StorePrefix(const KvCache& complete) {
-    if (stored || !prefix_keys.has_value()) return;
-    stored = true;
-    consumer->prefix_cache->Store(*prefix_keys, prefix.cached_tokens, complete);
-  }
-  void Ended(const SequenceEnd& end) {
-    absl::Status status = EndError(end, budget);
-    if (status.ok()) {
-      v1::GenerateEvent finished;
-      finished.set_target(consumer->name);
-      *finished.mutable_finished() =
-          FinishedOf(prefix, end, ids.size(), start, stream->first_token(), received,
-                     ClockOf(*consumer)->Now());
-      emit(finished);
-    } else {
-      emit(ErrorEvent(consumer->name, status));
-    }
-    const RunDone finish = std::move(done);
-    delete this;  // the stream too: this is its last act (SequenceStream::Options::on_ended)
-    finish(std::move(status));
-  }
-};
-
-// One target from its checked inputs to the hand-over of its sequence (StartTarget): a state
-// object advanced by events, no thread waiting for any of them --
+// One target from its checked inputs to its end (StartTarget): a state object advanced by
+// events, no thread waiting for any of them --
 //   Start    (the caller's thread): the prefix cache's part, the plan, Started; a local target
 //            goes straight to its hand-over;
 //   the producer's session arrives (RunContext::on_session) -> Receive (a step-queue job): the
 //            codes received and rebuilt layer by layer (consumer/code_receiver.h), the rebuild's
 //            compute run by the scheduler between decode steps;
 //   received -> the last prompt token's logits (a piece on the scheduler) -> Rebuilt (a job);
-//   Handover: the sequence to the scheduler, whose end finishes the target
-//            (RunningTarget::Ended).
+//   Handover: the sequence to the scheduler, which hands each token's event over on its thread;
+//   Ended   (the scheduler's thread): the Finished (or the Error), `done`.
 // A transfer that fails ends the target with its Error, or falls back to local prefill when the
-// request allows it (PrefixFailed). Steps run one at a time, each set off by the one before.
+// request allows it (PrefixFailed). Steps run one at a time, each set off by the one before. The
+// run owns itself through the callbacks it is waiting for: the last one lets it go.
 class TargetRun : public std::enable_shared_from_this<TargetRun> {
  public:
   TargetRun(const ConsumerModel& consumer, const v1::GenerateRequest& request, TargetRoute route,
-            std::vector<TokenId> ids, GenerationOptions options, RunContext context,
-            std::unique_ptr<RunningTarget> running)
+            std::vector<TokenId> ids, GenerationOptions options, RunContext context, EventSink emit,
+            RunDone done)
       : consumer_(consumer),
         clock_(ClockOf(consumer)),
+        start_(clock_->Now()),
         request_(request),
         route_(std::move(route)),
         ids_(std::move(ids)),
         options_(std::move(options)),
         context_(std::move(context)),
-        running_(std::move(running)),
+        emit_(std::move(emit)),
+        done_(std::move(done)),
         deadline_(RequestDeadline(consumer, request, context_.received, context_.call_deadline)) {}
 
   void Start();
@@ -236,8 +200,12 @@ class TargetRun : public std::enable_shared_from_this<TargetRun> {
   // The transfer failed: the Error, or the fallback to local prefill when allowed.
   void PrefixFailed(const absl::Status& why);
   void Handover(PrefixOutcome prefix);
-  // Emits the Error, gives back what the run holds, then tells its end (once; nothing after the
-  // hand-over).
+  // Stores the prefix's blocks this request computed, once its cache holds the whole prefix.
+  void StorePrefix(const KvCache& complete);
+  // The sequence ended (the scheduler's thread): Finished or the Error, then `done`.
+  void Ended(const SequenceEnd& end);
+  // Emits the Error and tells `done` (once; nothing after the hand-over: the sequence's end
+  // tells).
   void Fail(absl::Status status);
   bool cancelled() const {
     return context_.cancellation != nullptr && context_.cancellation->cancelled();
@@ -252,12 +220,15 @@ class TargetRun : public std::enable_shared_from_this<TargetRun> {
 
   const ConsumerModel& consumer_;
   Clock* const clock_;
+  const absl::Time start_;
   const v1::GenerateRequest request_;
   const TargetRoute route_;
   const std::vector<TokenId> ids_;
   const GenerationOptions options_;
   const RunContext context_;
-  std::unique_ptr<RunningTarget> running_;  // null once handed over or failed
+  const EventSink emit_;
+  RunDone done_;  // empty once told
+  bool handed_over_ = false;
   const absl::Time deadline_;
   absl::Time give_up_ = absl::InfiniteFuture();  // no session by then: the transfer timed out
   v1::GenerateEvent started_;
@@ -268,10 +239,15 @@ class TargetRun : public std::enable_shared_from_this<TargetRun> {
   // A transfer's: the decoder, the prefix it covers, the last prompt token run layer by layer as
   // the layers are rebuilt, and what the receive reported.
   std::optional<CodeDecoder> decoder_;
-  std::vector<TokenId> prefix_;
+  std::vector<TokenId> prefix_ids_;
   std::optional<LayerStepper> tail_;
   ReceiveReport report_;
   absl::StatusOr<at::Tensor> logits_;
+  // From the hand-over: how the prefix came to be, whether its blocks are stored, the stream
+  // that turns the sequence's tokens into events (its callbacks hold the run until its end).
+  PrefixOutcome prefix_;
+  bool stored_ = false;
+  std::unique_ptr<SequenceStream> stream_;
 };
 
 void TargetRun::Start() {
@@ -311,7 +287,7 @@ absl::Status TargetRun::Begin() {
   started_.mutable_started()->set_consumer_cached_tokens(static_cast<uint32_t>(cached_tokens_));
   SCD_ASSIGN_OR_RETURN(planned_,
                        PlanFor(consumer_, route_, prefix_tokens - cached_tokens_, &started_));
-  running_->emit(started_);
+  emit_(started_);
   return absl::OkStatus();
 }
 
@@ -345,10 +321,11 @@ void TargetRun::Receive() {
     session->Cancel(why);
     return PrefixFailed(absl::PermissionDeniedError(why));
   }
-  prefix_.assign(ids_.begin(), ids_.end() - 1);
+  prefix_ids_.assign(ids_.begin(), ids_.end() - 1);
   // The last prompt token follows the rebuild layer by layer (model/layer_stepper.h).
-  absl::StatusOr<LayerStepper> tail = LayerStepper::Start(
-      *consumer_.model, absl::MakeConstSpan(ids_).last(1), static_cast<int64_t>(prefix_.size()));
+  absl::StatusOr<LayerStepper> tail =
+      LayerStepper::Start(*consumer_.model, absl::MakeConstSpan(ids_).last(1),
+                          static_cast<int64_t>(prefix_ids_.size()));
   if (!tail.ok()) return Fail(tail.status());
   tail_.emplace(*std::move(tail));
   decoder_.emplace(*consumer_.model, artifact);
@@ -368,7 +345,7 @@ void TargetRun::Receive() {
   };
   options.clock = clock_;
   std::shared_ptr<TargetRun> self = shared_from_this();
-  ReceiveIntoCache(std::move(session), *decoder_, planned_->plan, planned_->chunks, prefix_,
+  ReceiveIntoCache(std::move(session), *decoder_, planned_->plan, planned_->chunks, prefix_ids_,
                    &*cache_, std::move(options), [self](absl::StatusOr<ReceiveReport> report) {
                      self->Received(std::move(report));
                    });
@@ -421,76 +398,90 @@ void TargetRun::PrefixFailed(const absl::Status& why) {
 }
 
 void TargetRun::Fail(absl::Status status) {
-  if (running_ == nullptr) return;  // handed over: the sequence's end tells
-  running_->emit(ErrorEvent(consumer_.name, status));
-  const RunDone finish = std::move(running_->done);
-  running_.reset();
-  finish(std::move(status));
+  if (handed_over_ || !done_) return;
+  emit_(ErrorEvent(consumer_.name, status));
+  const RunDone done = std::move(done_);
+  done_ = nullptr;
+  done(std::move(status));
+}
+
+void TargetRun::StorePrefix(const KvCache& complete) {
+  if (stored_ || !prefix_keys_.has_value()) return;
+  stored_ = true;
+  consumer_.prefix_cache->Store(*prefix_keys_, prefix_.cached_tokens, complete);
 }
 
 void TargetRun::Handover(PrefixOutcome prefix) {
-  DecodeScheduler& scheduler = *consumer_.scheduler;
   const int64_t prefix_tokens = static_cast<int64_t>(ids_.size()) - 1;
-  // Stores the prefix's blocks this request computed, once its cache holds the whole prefix.
   if (prefix.mode != route_.mode && prefix_keys_.has_value()) {
     // A fallback's cache is local: its own scope.
     prefix_keys_ = consumer_.prefix_cache->KeysFor(
         ConsumerPrefixCache::RouteScope(TransferMode::kLocal, "", ""), request_.cache_salt(),
         absl::MakeConstSpan(ids_).first(static_cast<size_t>(prefix_tokens)));
   }
-  RunningTarget* r = running_.get();
-  r->prefix = std::move(prefix);
-  r->ids = ids_;
-  r->budget = deadline_ - context_.received;
-  r->prefix_keys = std::move(prefix_keys_);
+  prefix_ = std::move(prefix);
   // A prefix rebuilt from codes that arrived below the point's ranks is not what a later
   // request at this point would rebuild: never kept under its scope.
-  if (!r->prefix.lowered.empty()) r->prefix_keys.reset();
-  if (r->prefix.mode != TransferMode::kLocal) r->StorePrefix(*cache_);  // rebuilt
-  if (r->prefix.mode != route_.mode && context_.on_fallback) {
-    context_.on_fallback(FallbackNotice(started_, r->prefix));  // announced before it runs
+  if (!prefix_.lowered.empty()) prefix_keys_.reset();
+  if (prefix_.mode != TransferMode::kLocal) StorePrefix(*cache_);  // rebuilt
+  if (prefix_.mode != route_.mode && context_.on_fallback) {
+    context_.on_fallback(FallbackNotice(started_, prefix_));  // announced before it runs
   }
   // The scheduler prefills what is left (local) and decodes; the stream hands its events over
-  // on the scheduler's thread, and its end finishes the target (RunningTarget::Ended).
+  // on the scheduler's thread, and its end finishes the target (Ended).
+  std::shared_ptr<TargetRun> self = shared_from_this();
   SequenceStream::Options stream_options;
   stream_options.target = consumer_.name;
   stream_options.tokenizer = consumer_.tokenizer;
   stream_options.stop_strings = options_.stop_strings;
   stream_options.top_logprobs = options_.top_logprobs;
-  stream_options.on_prompt_done = [r](const KvCache& complete) { r->StorePrefix(complete); };
-  stream_options.on_event = r->emit;
-  stream_options.on_ended = [r](const SequenceEnd& end) { r->Ended(end); };
-  r->stream = std::make_unique<SequenceStream>(std::move(stream_options), ids_);
+  stream_options.on_prompt_done = [self](const KvCache& complete) { self->StorePrefix(complete); };
+  stream_options.on_event = emit_;
+  stream_options.on_ended = [self](const SequenceEnd& end) { self->Ended(end); };
+  stream_ = std::make_unique<SequenceStream>(std::move(stream_options), ids_);
   SequenceRequest sequence{
       ids_,
       *std::move(cache_),
-      r->prefix.first_logits,
+      prefix_.first_logits,
       options_,
       deadline_,
       context_.cancellation != nullptr ? context_.cancellation->flag() : nullptr,
-      r->stream.get()};
-  running_.release();  // from here the sequence's end owns it
-  if (absl::Status submitted = scheduler.Submit(std::move(sequence)); !submitted.ok()) {
-    running_.reset(r);  // refused: never handed over
+      stream_.get()};
+  handed_over_ = true;
+  if (absl::Status submitted = consumer_.scheduler->Submit(std::move(sequence)); !submitted.ok()) {
+    handed_over_ = false;  // refused: never handed over
+    stream_.reset();       // lets go of the run its callbacks held
     Fail(submitted);
   }
+}
+
+void TargetRun::Ended(const SequenceEnd& end) {
+  absl::Status status = EndError(end, deadline_ - context_.received);
+  if (status.ok()) {
+    v1::GenerateEvent finished;
+    finished.set_target(consumer_.name);
+    *finished.mutable_finished() =
+        FinishedOf(prefix_, end, ids_.size(), start_, stream_->first_token(), context_.received,
+                   clock_->Now());
+    emit_(finished);
+  } else {
+    emit_(ErrorEvent(consumer_.name, status));
+  }
+  const RunDone done = std::move(done_);
+  done_ = nullptr;
+  // The stream's last act (SequenceStream::Options::on_ended): its callbacks let go of the run;
+  // the copy of on_ended running holds it until this returns.
+  stream_.reset();
+  done(std::move(status));
 }
 
 }  // namespace
 
 void StartTarget(const ConsumerModel& consumer, const v1::GenerateRequest& request,
                  const TargetRoute& route_in, RunContext context, EventSink emit, RunDone done) {
-  auto running = std::make_unique<RunningTarget>();
-  running->consumer = &consumer;
-  running->emit = std::move(emit);
-  running->done = std::move(done);
-  running->start = ClockOf(consumer)->Now();
-  running->received = context.received;
   auto fail = [&](absl::Status status) {
-    running->emit(ErrorEvent(consumer.name, status));
-    const RunDone finish = std::move(running->done);
-    running.reset();
-    finish(std::move(status));
+    emit(ErrorEvent(consumer.name, status));
+    done(std::move(status));
   };
   absl::StatusOr<std::vector<TokenId>> ids =
       context.prompt_ids.has_value() ? *context.prompt_ids : PromptIds(consumer, request);
@@ -506,7 +497,8 @@ void StartTarget(const ConsumerModel& consumer, const v1::GenerateRequest& reque
     route.mode_reason = "a 1-token prompt has no prefix to transfer";
   }
   std::make_shared<TargetRun>(consumer, request, std::move(route), *std::move(ids),
-                              *std::move(options), std::move(context), std::move(running))
+                              *std::move(options), std::move(context), std::move(emit),
+                              std::move(done))
       ->Start();
 }
 

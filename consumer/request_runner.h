@@ -18,7 +18,7 @@
 // so in Finished.mode / mode_reason.
 // A transfer that makes no progress (no session, or no chunk) for ConsumerModel::transfer_timeout
 // ends DEADLINE_EXCEEDED (or falls back, when allowed), so its reservation is freed.
-// A target is a state object advanced by events (StartTarget's run: the session arrived, codes
+// A target's run (TargetRun) is a state object advanced by events (the session arrived, codes
 // received and rebuilt, its sequence's end); no thread waits for any of them.
 // Thread-safety: StartTarget is reentrant; concurrent calls share the model read-only, the
 // scheduler and the step queue.

@@ -55,10 +55,10 @@ struct Serving {
   }
 };
 
-// The admitted request's run, up to its hand-over to the scheduler.
-void RunAdmitted(const ConsumerModel& consumer, const Admission& admission,
-                 const std::shared_ptr<Serving>& serving, ServedRequest& served,
-                 std::unique_ptr<Admission::Reservation> reservation) {
+// The admitted request's TargetRun, started.
+void StartAdmitted(const ConsumerModel& consumer, const Admission& admission,
+                   const std::shared_ptr<Serving>& serving, ServedRequest& served,
+                   std::unique_ptr<Admission::Reservation> reservation) {
   spdlog::info("[{}] admitted for {}{} ({} of {} running, {} KV bytes reserved, waited {})",
                served.id, TransferModeName(served.route.mode),
                served.route.producer.empty() ? "" : " from " + ForLog(served.route.producer),
@@ -81,7 +81,8 @@ void RunAdmitted(const ConsumerModel& consumer, const Admission& admission,
       s->Write(started);
     };
   }
-  // Exceptions are caught up to the hand-over; the scheduler guards its own thread.
+  // Exceptions in the run's first step are caught here; its later steps guard themselves
+  // (TargetRun::Post), the scheduler its own thread.
   const absl::Status started = GuardExceptions(served.handler, [&] {
     StartTarget(
         consumer, served.request, served.route, std::move(run),
@@ -128,7 +129,7 @@ void ServeRequest(const ConsumerModel& consumer, Admission& admission, Tally* ou
         auto admitted =
             std::make_shared<std::unique_ptr<Admission::Reservation>>(*std::move(reservation));
         consumer.steps->Run([&consumer, &admission, serving, served, admitted] {
-          RunAdmitted(consumer, admission, serving, *served, std::move(*admitted));
+          StartAdmitted(consumer, admission, serving, *served, std::move(*admitted));
         });
       });
 }

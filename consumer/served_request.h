@@ -7,6 +7,9 @@
 // cancelled or the error code's name; a refusal: "refused_" + the code's name).
 // ServeOnStream serves it on a callback call's EventStream (proto/event_stream.h): the call's
 // cancellation is the request's (gRPC reports a client gone at once: no watch polls for it).
+// Names: a request on the consumer is a ServedRequest (what its handler checked and routed),
+// served by ServeRequest (admission, the call's writes, the outcome); once admitted its work is
+// one TargetRun (consumer/request_runner.h StartTarget: the prefix, the transfer, the decode).
 // Thread-safety: no thread waits for a request: ServeRequest returns at once; admission, the
 // run's steps (the consumer's step queue), the transfer and the decode advance it on events.
 #ifndef SCD_CONSUMER_SERVED_REQUEST_H_
