@@ -121,7 +121,7 @@ class PrefillPass {
   const CachedPrefix* const cached_;
   const int64_t T_, M_;  // positions in all; loaded from the cache, not computed
   StreamReport report_;
-  // Adapting targets' senders: each paces its target's layers to the link on its own thread.
+  // Adapting targets' senders: each paces its target's layers to the link (no thread of its own).
   std::vector<std::unique_ptr<AdaptiveSender>> senders_;
   // Per target, where encoding starts: positions [begin, coded) come from codes kept with the
   // cached blocks (none without a codes key or a cache).
@@ -142,10 +142,13 @@ absl::Status PrefillPass::Prepare() {
     SCD_ASSIGN_OR_RETURN(
         std::vector<LayerBytes> planned,
         PlannedLayerBytes(*targets_[i].encoder, producer_.config(), T_ - targets_[i].begin));
-    senders_[i] = std::make_unique<AdaptiveSender>(
-        targets_[i].session,
-        AdaptiveSender::Options{targets_[i].adapt, std::move(planned), report_.start, held_,
-                                targets_[i].adapt_max_window});
+    AdaptiveSender::Options adapt;
+    adapt.budget = targets_[i].adapt;
+    adapt.planned = std::move(planned);
+    adapt.start = report_.start;
+    adapt.held_payload_bytes = held_;
+    adapt.max_window = targets_[i].adapt_max_window;
+    senders_[i] = std::make_unique<AdaptiveSender>(targets_[i].session, std::move(adapt));
   }
   coded_.resize(targets_.size());
   for (size_t i = 0; i < targets_.size(); ++i) {

@@ -11,6 +11,7 @@
 
 #include <thread>
 
+#include "base/simulated_clock.h"
 #include "codec/chunk_rows.h"
 #include "proto/code_chunk_framing.h"
 #include "tests/test_util.h"
@@ -25,6 +26,38 @@ TEST(AdaptiveSenderTest, TheWindowIsTwentyMillisecondsOfGoodputWithinItsBounds) 
   EXPECT_EQ(AdaptiveSender::Window(1.25e9), size_t{25000000});      // 10 Gbit/s: 25 MB
   EXPECT_EQ(AdaptiveSender::Window(1e12), size_t{64} << 20);        // the cap
   EXPECT_EQ(AdaptiveSender::Window(1.25e9, 4096), size_t{4096});    // a caller's cap
+}
+
+// The gauge's wait holds no thread: told at once when the bytes are within the bound, else by the
+// release that brings them there (not an earlier one), or by Stop.
+TEST(AdaptiveSenderTest, TheGaugeTellsAWaiterWhenItsBytesDrainOrItStops) {
+  ByteGauge gauge;
+  int told = 0;
+  gauge.OnAtMost(0, [&told] { ++told; });
+  EXPECT_EQ(told, 1);  // nothing held
+  gauge.Add(1000);
+  gauge.OnAtMost(300, [&told] { ++told; });
+  gauge.Release(600);  // 400 held: still above
+  EXPECT_EQ(told, 1);
+  gauge.Release(100);  // 300
+  EXPECT_EQ(told, 2);
+  gauge.Release(100);  // told once only
+  EXPECT_EQ(told, 2);
+  gauge.OnAtMost(0, [&told] { ++told; });
+  gauge.Stop();
+  EXPECT_EQ(told, 3);
+  EXPECT_EQ(gauge.bytes(), 200u);
+}
+
+AdaptiveSender::Options Adapt(AdaptBudget budget, std::vector<LayerBytes> planned, absl::Time start,
+                              size_t max_window, Clock* clock = nullptr) {
+  AdaptiveSender::Options options;
+  options.budget = budget;
+  options.planned = std::move(planned);
+  options.start = start;
+  options.max_window = max_window;
+  options.clock = clock;
+  return options;
 }
 
 CodeChunk Chunk(PayloadKind kind, const at::Tensor& values) {
@@ -85,11 +118,9 @@ TEST(AdaptiveSenderTest, ALayerGoesInPiecesLoweredOnceTheLinkShowsItIsBehind) {
   AdaptivePeers p = StartAdaptive("inproc", 1.25e-5, absl::ZeroDuration(), &received);
   auto& session = p.session;
   auto& receiver = p.receiver;
-  AdaptiveSender sender(session, {{absl::Seconds(1), 1e7},
-                                  {{2 * 64 * 8 * 2, 2 * 64 * 4 * 2}},
-                                  absl::Now(),
-                                  nullptr,
-                                  /*max_window=*/512});
+  AdaptiveSender sender(
+      session, Adapt({absl::Seconds(1), 1e7}, {{2 * 64 * 8 * 2, 2 * 64 * 4 * 2}}, absl::Now(),
+                     /*max_window=*/512));
   ASSERT_TRUE(sender.Push(0, std::move(layer)).ok());
   ASSERT_TRUE(sender.Finish().ok());
   ASSERT_TRUE(session->Finish().ok());
@@ -137,11 +168,9 @@ TEST(AdaptiveSenderTest, AConsumerBusyBetweenTakesNeitherHoldsTheLinkNorLowersTh
   auto& session = p.session;
   auto& receiver = p.receiver;
   const absl::Time start = absl::Now();
-  AdaptiveSender sender(session, {{absl::Seconds(2), 1e5},
-                                  {{2 * 64 * 8 * 2, 2 * 64 * 4 * 2}},
-                                  start,
-                                  nullptr,
-                                  /*max_window=*/512});
+  AdaptiveSender sender(session,
+                        Adapt({absl::Seconds(2), 1e5}, {{2 * 64 * 8 * 2, 2 * 64 * 4 * 2}}, start,
+                              /*max_window=*/512));
   ASSERT_TRUE(sender.Push(0, std::move(layer)).ok());
   ASSERT_TRUE(sender.Finish().ok());
   // Every piece handed over long before the consumer woke.
@@ -157,6 +186,74 @@ TEST(AdaptiveSenderTest, AConsumerBusyBetweenTakesNeitherHoldsTheLinkNorLowersTh
     due = received[i].token_end;
   }
   EXPECT_EQ(due, 64);
+}
+
+// The sender's policy on a simulated clock, the test being the link: over the in-process backend
+// the receiver holds the payload itself, so what this side holds drains exactly when the test
+// drops a received chunk, and time moves only when the test moves it. One layer: a key code
+// [2, 64, 8] (32 bytes a position, 2,048 in all) and a raw value [2, 64, 4] (1,024 bytes, whole
+// with the first piece); a budget of 1 s at a planned 10 kB/s; a 300-byte window cap: pieces of
+// 150 / 32 = 4 positions. By the governor's formula (codec/rank_governor.h):
+//   piece 1, nothing measured: 3,072 bytes at 10 kB/s fit the second: the plan's rank 8;
+//   the sender then waits (1,152 bytes held > 300) -- 0.5 s later the test drops the raw value:
+//   1,024 bytes drained in 0.5 s, 2,048 B/s; 0.5 s left buys 1,024 bytes, 128 still held, the
+//   key's 60 positions left are 1,920 bytes at rank 8: scale 896 / 1,920, rank floor(3.73) = 3.
+TEST(AdaptiveSenderTest, OnASimulatedClockEachPieceWaitsForTheDrainAndTakesTheRankTheBudgetAllows) {
+  SimulatedClock clock;
+  testing::SessionPeers peers = testing::ConnectSessions("inproc");
+  v1::TransferHeader header;
+  header.set_request_id("adaptive-simulated");
+  header.set_adaptive(true);
+  auto session = testing::Ok(peers.sender->StartSession(header, absl::Seconds(30)));
+  auto incoming = testing::Ok(peers.acceptor->Accept(absl::Seconds(10)));
+  at::manual_seed(7);
+  const at::Tensor key = at::randn({2, 64, 8});
+  const at::Tensor value = at::randn({2, 64, 4});
+  AdaptiveSender sender(session, Adapt({absl::Seconds(1), 1e4}, {{2048, 1024}}, clock.Now(),
+                                       /*max_window=*/300, &clock));
+  ASSERT_TRUE(
+      sender.Push(0, {Chunk(PayloadKind::kKeyCode, key), Chunk(PayloadKind::kRawValue, value)})
+          .ok());
+  // Waits for the next chunk (an event: the sender's step hands it over), unframed.
+  auto next = [&](transport::ReceivedChunk* raw) {
+    auto got = incoming->Next(absl::Seconds(30));
+    EXPECT_TRUE(got.ok() && got->has_value()) << got.status();
+    *raw = std::move(**got);
+    return testing::Ok(UnframeChunk(raw->meta, raw->payload.view(), 64));
+  };
+  transport::ReceivedChunk raw_value, first, second;
+  const CodeChunk whole = next(&raw_value);
+  EXPECT_EQ(whole.kind, PayloadKind::kRawValue);
+  const CodeChunk piece1 = next(&first);
+  EXPECT_EQ(piece1.token_begin, 0);
+  EXPECT_EQ(piece1.token_end, 4);
+  EXPECT_EQ(piece1.shape.back(), 8);
+
+  clock.Advance(absl::Milliseconds(500));
+  raw_value.payload.Reset();  // the link took the raw value: the sender's wait ends
+  const CodeChunk piece2 = next(&second);
+  EXPECT_EQ(piece2.token_begin, 4);
+  EXPECT_EQ(piece2.token_end, 8);
+  EXPECT_EQ(piece2.shape.back(), 3) << "not the rank the budget allows after the drain";
+
+  // The rest, each dropped as it comes (the clock standing still): every position, in order.
+  first.payload.Reset();
+  second.payload.Reset();
+  int64_t due = piece2.token_end;
+  while (due < 64) {
+    transport::ReceivedChunk raw;
+    const CodeChunk piece = next(&raw);
+    raw.payload.Reset();
+    EXPECT_EQ(piece.token_begin, due);
+    EXPECT_LE(piece.shape.back(), 8);
+    due = piece.token_end;
+  }
+  ASSERT_TRUE(sender.Finish().ok());
+  EXPECT_EQ(sender.report().lowered, std::vector<int>{0});
+  std::thread trailer([&] { EXPECT_TRUE(session->Finish().ok()) << session->status(); });
+  auto end = incoming->Next(absl::Seconds(30));
+  EXPECT_TRUE(end.ok() && !end->has_value());
+  trailer.join();
 }
 
 }  // namespace

@@ -159,6 +159,35 @@ TEST_P(TransferSessionTest, OnReadyDrivesAReceiverThatHoldsNoThread) {
   EXPECT_TRUE(absl::IsCancelled(woken.Wait()));
 }
 
+// A sender that holds no thread waits for credit with OnRoomFor: told at once while the window
+// has room, else when the receiver takes a chunk (its credit), or when the session ends.
+TEST_P(TransferSessionTest, OnRoomForTellsASenderWhenCreditMakesRoom) {
+  ConnectionOptions sender_options;
+  sender_options.max_inflight_bytes = 64 << 10;
+  Peers peers = Connect({}, sender_options);
+  auto session = peers.sender->StartSession(Header("req-room"), absl::Seconds(30));
+  ASSERT_TRUE(session.ok());
+  auto received = peers.acceptor->Accept(absl::Seconds(5));
+  ASSERT_TRUE(received.ok());
+  const std::string block = PatternBytes(48 << 10, 9);
+  bool at_once = false;
+  (*session)->OnRoomFor(block.size(), [&at_once] { at_once = true; });
+  EXPECT_TRUE(at_once);  // nothing in flight
+  ASSERT_TRUE((*session)->SendChunk(ChunkMeta(0), Payload::Copy(block.data(), block.size())).ok());
+  Awaited<bool> room;
+  (*session)->OnRoomFor(block.size(), [told = room.Setter()] { told(true); });
+  EXPECT_EQ((*session)->inflight_bytes(), block.size());  // 48 + 48 KiB > 64 KiB: waiting
+  auto first = (*received)->Next(absl::Seconds(5));       // the credit for it
+  ASSERT_TRUE(first.ok() && first->has_value());
+  EXPECT_TRUE(room.Wait());
+  ASSERT_TRUE((*session)->SendChunk(ChunkMeta(1), Payload::Copy(block.data(), block.size())).ok());
+  Awaited<bool> ended;
+  (*session)->OnRoomFor(block.size(), [told = ended.Setter()] { told(true); });
+  (*received)->Cancel("the consumer went away");  // an end wakes the wait too
+  EXPECT_TRUE(ended.Wait());
+  EXPECT_TRUE(absl::IsCancelled((*session)->SendChunk(ChunkMeta(2), Payload::Copy("x", 1))));
+}
+
 TEST_P(TransferSessionTest, SlowReceiverKeepsSenderWithinInflightLimit) {
   ConnectionOptions sender_options;
   sender_options.max_inflight_bytes = 1 << 20;

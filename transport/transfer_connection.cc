@@ -125,6 +125,7 @@ void TransferConnection::EndSend(const std::shared_ptr<SendSession>& session, Se
     absl::MutexLock lock(&session->mu_);
     if (!session->EndLocked(state, message)) return;
   }
+  session->NotifyRoom();
   const bool up = Forget(session->id(), /*sending=*/true);
   // Chunks of an unfinished session still queued (a shaped link holds them for seconds) go now.
   if (up && state != SessionState::kCompleted) link_->DropSession(session->id());
@@ -342,8 +343,11 @@ void TransferConnection::HandleControl(uint64_t id, const v1::TransferFrame& mes
   switch (message.body_case()) {
     case v1::TransferFrame::kCredit: {
       if (auto session = FindSend(id)) {
-        absl::MutexLock lock(&session->mu_);
-        session->inflight_ -= std::min<size_t>(session->inflight_, message.credit().bytes());
+        {
+          absl::MutexLock lock(&session->mu_);
+          session->inflight_ -= std::min<size_t>(session->inflight_, message.credit().bytes());
+        }
+        session->NotifyRoom();
       }
       break;
     }

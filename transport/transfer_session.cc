@@ -42,9 +42,8 @@ absl::Status SendSession::SendChunk(v1::CodeChunk chunk, Payload payload) {
   v1::TransferFrame message;
   {
     absl::MutexLock lock(&mu_);
-    auto may_send = [this, bytes]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return state_ != SessionState::kOpen || inflight_ == 0 || inflight_ + bytes <= max_inflight_;
-    };
+    auto may_send = [this, bytes]()
+                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return RoomLocked(bytes); };
     mu_.Await(absl::Condition(&may_send));  // the timer ends the session at its deadline
     if (state_ != SessionState::kOpen) return StatusLocked();
     if (finished_) return absl::FailedPreconditionError("SendChunk after Finish");
@@ -98,14 +97,46 @@ void SendSession::Cancel(const std::string& reason) {
   if (connection != nullptr) {
     connection->EndSend(self, SessionState::kCancelled, reason, true);
   } else {
-    absl::MutexLock lock(&mu_);
-    EndLocked(SessionState::kCancelled, reason);
+    {
+      absl::MutexLock lock(&mu_);
+      EndLocked(SessionState::kCancelled, reason);
+    }
+    NotifyRoom();
   }
 }
 
 size_t SendSession::inflight_bytes() const {
   absl::MutexLock lock(&mu_);
   return inflight_;
+}
+
+bool SendSession::RoomLocked(size_t bytes) const {
+  return state_ != SessionState::kOpen || inflight_ == 0 || inflight_ + bytes <= max_inflight_;
+}
+
+bool SendSession::HasRoomFor(size_t bytes) const {
+  absl::MutexLock lock(&mu_);
+  return RoomLocked(bytes);
+}
+
+void SendSession::OnRoomFor(size_t bytes, std::function<void()> ready) {
+  std::function<void()> now;
+  {
+    absl::MutexLock lock(&mu_);
+    room_for_ = bytes;
+    on_room_.Park(std::move(ready));
+    now = on_room_.TakeIf(RoomLocked(room_for_));
+  }
+  if (now) now();
+}
+
+void SendSession::NotifyRoom() {
+  std::function<void()> now;
+  {
+    absl::MutexLock lock(&mu_);
+    now = on_room_.TakeIf(RoomLocked(room_for_));
+  }
+  if (now) now();
 }
 
 size_t SendSession::AwaitInflightAtMost(size_t bytes, absl::Time deadline) const {
@@ -216,26 +247,22 @@ bool ReceiveSession::ReadyLocked() const {
 }
 
 void ReceiveSession::OnReady(std::function<void()> ready) {
+  std::function<void()> now;
   {
     absl::MutexLock lock(&mu_);
-    if (!ReadyLocked()) {
-      on_ready_ = std::move(ready);
-      return;
-    }
-    on_ready_ = nullptr;
+    on_ready_.Park(std::move(ready));
+    now = on_ready_.TakeIf(ReadyLocked());
   }
-  ready();
+  if (now) now();
 }
 
 void ReceiveSession::NotifyReady() {
-  std::function<void()> ready;
+  std::function<void()> now;
   {
     absl::MutexLock lock(&mu_);
-    if (!on_ready_ || !ReadyLocked()) return;
-    ready = std::move(on_ready_);
-    on_ready_ = nullptr;
+    now = on_ready_.TakeIf(ReadyLocked());
   }
-  ready();
+  if (now) now();
 }
 
 size_t ReceiveSession::queued_chunks() const {

@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/pending_call.h"
 #include "scd/v1/transfer.pb.h"
 #include "transport/link_shaper.h"
 #include "transport/session_state.h"
@@ -81,14 +82,27 @@ class SendSession : public SessionCore {
   // `deadline` passed; returns the bytes in flight then. What a sender that adapts to the link
   // uses to hand each piece over only when the link is ready for it (codec/rank_governor.h).
   size_t AwaitInflightAtMost(size_t bytes, absl::Time deadline) const;
+  // Calls `ready` once, when SendChunk of `bytes` would not wait for credit (or the session
+  // ended) -- at once, on the calling thread, when that holds now, else on the thread of the
+  // credit or the end that makes it hold. What a sender that holds no thread waits with; a second
+  // call replaces a pending `ready`. `ready` must not block.
+  void OnRoomFor(size_t bytes, std::function<void()> ready);
+  // Whether SendChunk of `bytes` would go without waiting for credit now.
+  bool HasRoomFor(size_t bytes) const;
 
  private:
   friend class TransferConnection;
+  bool RoomLocked(size_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Calls the pending OnRoomFor `ready` when its room is there (after every credit and the end).
+  void NotifyRoom();
+
   std::weak_ptr<TransferConnection> connection_;
   const size_t max_inflight_;
   size_t inflight_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t next_index_ ABSL_GUARDED_BY(mu_) = 0;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  size_t room_for_ ABSL_GUARDED_BY(mu_) = 0;
+  PendingCall on_room_ ABSL_GUARDED_BY(mu_);
 };
 
 struct ReceivedChunk {
@@ -131,7 +145,7 @@ class ReceiveSession : public SessionCore {
   std::weak_ptr<TransferConnection> connection_;
   std::deque<ReceivedChunk> queue_ ABSL_GUARDED_BY(mu_);
   std::optional<v1::TransferTrailer> trailer_ ABSL_GUARDED_BY(mu_);
-  std::function<void()> on_ready_ ABSL_GUARDED_BY(mu_);
+  PendingCall on_ready_ ABSL_GUARDED_BY(mu_);
   uint32_t next_index_ = 0;  // only the thread calling Next touches it
 };
 
