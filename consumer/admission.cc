@@ -200,6 +200,12 @@ void Admission::Drain() {
   Tell(std::move(ended));
 }
 
+bool Admission::AwaitIdle(absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return active_ == 0; };
+  return options_.clock->AwaitWithDeadline(&mu_, absl::Condition(&idle), deadline);
+}
+
 uint32_t Admission::active() const {
   absl::MutexLock lock(&mu_);
   return active_;

@@ -76,6 +76,9 @@ class Admission : public std::enable_shared_from_this<Admission> {
   // Refuses every later Admit and every request still waiting (SIGTERM: drain what is running,
   // take nothing new).
   void Drain();
+  // Waits until no request holds a reservation (the last release wakes it) or this Admission's
+  // clock reaches `deadline`; returns whether none does. A drain's wait for running requests.
+  bool AwaitIdle(absl::Time deadline) const;
 
   uint32_t active() const;         // requests holding a reservation
   uint32_t queued() const;         // requests waiting

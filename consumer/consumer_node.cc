@@ -257,9 +257,7 @@ void ConsumerNode::Drain() {
 
 void ConsumerNode::Shutdown(absl::Duration grace) {
   Drain();
-  const absl::Time limit = absl::Now() + grace;
-  while (admission_->active() > 0 && absl::Now() < limit) absl::SleepFor(absl::Milliseconds(20));
-  if (admission_->active() > 0) {
+  if (!admission_->AwaitIdle(Clock::Real()->Now() + grace)) {
     spdlog::warn("consumer {}: {} requests still running after the drain grace", name_,
                  admission_->active());
   }

@@ -224,4 +224,11 @@ size_t NodeRegistry::size() const {
   return nodes_.size();
 }
 
+bool NodeRegistry::AwaitSize(size_t nodes, absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  auto enough = [this, nodes]()
+                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return nodes_.size() >= nodes; };
+  return clock_->AwaitWithDeadline(&mu_, absl::Condition(&enough), deadline);
+}
+
 }  // namespace scd::coordinator

@@ -110,6 +110,9 @@ class NodeRegistry {
   // Every live model, for Inference.ListModels.
   std::vector<v1::ModelInfo> Models() const;
   size_t size() const;
+  // Waits until at least `nodes` are registered (a registration wakes it) or the registry's clock
+  // reaches `deadline`; returns whether they are.
+  bool AwaitSize(size_t nodes, absl::Time deadline) const;
   const RegistryOptions& options() const { return options_; }
   Clock* clock() const { return clock_; }
 

@@ -225,5 +225,28 @@ TEST(AdmissionTest, DrainingAndDestructionEndWaitingRequests) {
   clock.Advance(absl::Seconds(2));  // nothing fires into the destroyed Admission
 }
 
+// A drain's wait for running requests: woken by the last release with the clock standing still,
+// or ended by its deadline (exactly: not 1 us before).
+TEST(AdmissionTest, AwaitIdleEndsAtTheLastReleaseOrItsDeadline) {
+  SimulatedClock clock;
+  auto admission = Admission::Create(Budget(100, 16, 8, &clock));
+  EXPECT_TRUE(admission->AwaitIdle(clock.Now()));  // nothing held: at once
+  auto held = admission->Admit(60);
+  ASSERT_TRUE(held.ok());
+  std::atomic<int> idle{-1};
+  std::thread waiter([&] { idle = admission->AwaitIdle(clock.Now() + absl::Seconds(1)); });
+  clock.AwaitPending(1);  // the wait is parked on the clock
+  clock.Advance(absl::Seconds(1) - absl::Microseconds(1));
+  EXPECT_EQ(clock.pending(), 1u) << "the wait ended before its deadline";
+  clock.Advance(absl::Microseconds(1));
+  waiter.join();
+  EXPECT_EQ(idle.load(), 0) << "the deadline did not end the wait";
+  std::thread released([&] { idle = admission->AwaitIdle(clock.Now() + absl::Seconds(1)); });
+  clock.AwaitPending(1);
+  held->reset();
+  released.join();
+  EXPECT_EQ(idle.load(), 1) << "the last release did not wake the wait";
+}
+
 }  // namespace
 }  // namespace scd::consumer

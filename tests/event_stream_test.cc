@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "proto/checked_inference.h"
@@ -70,7 +71,8 @@ class Service final : public v1::Inference::CallbackService {
     const int n = static_cast<int>(request->max_tokens());
     auto ended = [this](const grpc::Status& status) {
       ended_code = status.error_code();
-      ended_calls++;
+      absl::MutexLock lock(&ended_mu);
+      ++ended_calls;
     };
     if (request->prompt() == "refuse") {
       return RefusedStream(grpc::Status(grpc::StatusCode::OUT_OF_RANGE, "no"), ended);
@@ -102,7 +104,8 @@ class Service final : public v1::Inference::CallbackService {
 
   std::atomic<int> rooms{0};
   std::vector<bool> full_at;
-  std::atomic<int> ended_calls{0};
+  absl::Mutex ended_mu;
+  int ended_calls ABSL_GUARDED_BY(ended_mu) = 0;
   std::atomic<grpc::StatusCode> ended_code{grpc::StatusCode::UNKNOWN};
   absl::Notification cancelled;
 };
@@ -124,12 +127,14 @@ class EventStreamTest : public ::testing::Test {
     context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     return stub_->Generate(context, request);
   }
+  // Waits until `calls` calls ended (each end wakes it; 10 s: only a guard against a hang).
   void WaitForEnded(int calls) {
-    const absl::Time limit = absl::Now() + absl::Seconds(10);
-    while (service_.ended_calls.load() < calls && absl::Now() < limit) {
-      absl::SleepFor(absl::Milliseconds(1));
-    }
-    ASSERT_EQ(service_.ended_calls.load(), calls);
+    absl::MutexLock lock(&service_.ended_mu);
+    auto ended = [this, calls]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(service_.ended_mu) {
+      return service_.ended_calls >= calls;
+    };
+    service_.ended_mu.AwaitWithTimeout(absl::Condition(&ended), absl::Seconds(10));
+    ASSERT_EQ(service_.ended_calls, calls);
   }
 
   Service service_;

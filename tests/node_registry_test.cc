@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <thread>
 
 #include "base/simulated_clock.h"
 #include "coordinator/coordinator_service.h"
@@ -147,6 +149,25 @@ TEST_F(NodeRegistryTest, DeregisterRemovesAtOnce) {
   EXPECT_EQ(ResolveNamed(registry_, {"fables"}, "local").status().code(),
             absl::StatusCode::kUnavailable);
   EXPECT_EQ(registry_.Deregister(id).code(), absl::StatusCode::kNotFound);
+}
+
+// What the all-in-one server waits with before it serves: woken by the registration that makes
+// the count, or ended at its deadline (exactly: not 1 us before).
+TEST_F(NodeRegistryTest, AwaitSizeEndsAtTheRegistrationOrItsDeadline) {
+  EXPECT_TRUE(registry_.AwaitSize(0, clock_.Now()));
+  std::atomic<int> enough{-1};
+  std::thread late([&] { enough = registry_.AwaitSize(1, clock_.Now() + absl::Seconds(1)); });
+  clock_.AwaitPending(1);  // the wait is parked on the clock
+  clock_.Advance(absl::Seconds(1) - absl::Microseconds(1));
+  EXPECT_EQ(clock_.pending(), 1u) << "the wait ended before its deadline";
+  clock_.Advance(absl::Microseconds(1));
+  late.join();
+  EXPECT_EQ(enough.load(), 0);
+  std::thread woken([&] { enough = registry_.AwaitSize(1, clock_.Now() + absl::Seconds(1)); });
+  clock_.AwaitPending(1);
+  Add(Consumer("fables", kFablesFp, {}));
+  woken.join();
+  EXPECT_EQ(enough.load(), 1) << "the registration did not wake the wait";
 }
 
 TEST_F(NodeRegistryTest, UnknownTargetIsNotFoundAndNamesTheKnownOnes) {

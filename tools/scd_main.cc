@@ -296,12 +296,10 @@ absl::Status RunServe(const ServeFlags& flags, int threads) {
     coordinator->UseChannel(node->control_address(), node->InProcessControlChannel());
     consumers.push_back(std::move(node));
   }
-  // Serve once every node is routable.
-  const absl::Time limit = absl::Now() + absl::Seconds(30);
-  for (;;) {
-    if (coordinator->registry().size() == consumers.size() + 1) break;
-    if (absl::Now() > limit) return absl::DeadlineExceededError("nodes did not register");
-    absl::SleepFor(absl::Milliseconds(20));
+  // Serve once every node is routable (each registration wakes the wait).
+  coordinator::NodeRegistry& registry = coordinator->registry();
+  if (!registry.AwaitSize(consumers.size() + 1, registry.clock()->Now() + absl::Seconds(30))) {
+    return absl::DeadlineExceededError("nodes did not register");
   }
   // The public API's view: the coordinator's metrics (what clients asked and got).
   if (http) http->SetHandler(coordinator->http_handler());
