@@ -109,6 +109,11 @@ void ServeRequest(const ConsumerModel& consumer, Admission& admission, Tally* ou
   // Admitted by KV memory, waiting in the queue while it does not fit (the coordinator asks the
   // producer to send only once Decode has started); a caller that goes away leaves the queue.
   // The wait holds no thread.
+  if (consumer.steps == nullptr || consumer.scheduler == nullptr) {
+    const ServeDone finish = std::move(serving->done);
+    return finish(grpc::Status(grpc::StatusCode::INTERNAL,
+                               "the consumer has no decode scheduler or step queue"));
+  }
   if (served->on_cancel) serving->wake = cancellation->OnCancel(served->on_cancel);
   const absl::Time deadline =
       RequestDeadline(consumer, req, served->received, served->call_deadline);
