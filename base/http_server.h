@@ -1,30 +1,31 @@
-// HttpServer: a daemon's HTTP listener (Debian's cpp-httplib): /health and /metrics on every
+// HttpServer: a daemon's HTTP listener (Boost.Beast on Asio): /health and /metrics on every
 // daemon, the OpenAI-compatible API on the coordinator and the all-in-one server. It binds
 // `listen` at once (port 0: a free port), before the node behind it has loaded, and answers
 // /health with 503 {"status":"loading"} (every other path 503 in OpenAI's error shape) until
 // SetHandler installs what the node serves; SetDraining turns /health to 503 "draining" for the
-// drain. Request bodies past max_body_bytes get 413; a handler that throws gets 500; no exception
-// escapes. Each connection is served on one of `threads` threads (a streaming response holds its
-// thread until it ends): at most `threads` connections are served at once, later ones wait.
-// Thread-safety: thread-safe; handlers run on the server's threads, concurrently.
+// drain. Every connection is a state object on a few I/O threads (`io_threads`): nothing holds
+// a thread while it waits, a streamed answer included, so the threads do not grow with the
+// connections. Handlers run on those threads and must not block: one that waits answers later
+// through its HttpReply (base/http_message.h), from any thread.
+// Limits, each answered in OpenAI's error shape where an answer can still be sent: a request
+// head over max_header_bytes 431, a body over max_body_bytes 413, a malformed request 400; a
+// request not read in full within read_timeout_seconds (also the idle time allowed between a
+// kept-alive connection's requests) is dropped; connections past max_connections get 503 and
+// are closed; a reader that takes nothing of a write for write_timeout_seconds, or lets more than
+// max_queued_bytes pile up, is dropped (the handler hears OnClosed). A client that disconnects
+// while its answer is pending is noticed (OnClosed). A handler that throws answers 500; no
+// exception escapes.
+// Thread-safety: thread-safe.
 #ifndef SCD_BASE_HTTP_SERVER_H_
 #define SCD_BASE_HTTP_SERVER_H_
 
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "base/http_message.h"
 #include "base/metrics.h"
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace scd {
 
@@ -32,9 +33,9 @@ namespace scd {
 class HttpHandler {
  public:
   virtual ~HttpHandler() = default;
-  // Answers the request into `response` and returns true, or returns false for a path it does
-  // not serve (the server answers 404, or 405 for a known path with another method).
-  virtual bool Handle(const httplib::Request& request, httplib::Response& response) = 0;
+  // Takes the request and returns true: it answers through `reply`, now or later, without
+  // blocking this thread. False: not a path it serves (the server answers 404).
+  virtual bool Handle(const HttpRequest& request, const std::shared_ptr<HttpReply>& reply) = 0;
 };
 
 // GET /metrics (the registry's text exposition) and GET /health (200 {"status":"serving"} or
@@ -43,7 +44,7 @@ class MetricsHttpHandler : public HttpHandler {
  public:
   // REQUIRES: `metrics` outlives the handler. `health`: "serving" or why not; null: "serving".
   MetricsHttpHandler(MetricsRegistry* metrics, std::function<std::string()> health = nullptr);
-  bool Handle(const httplib::Request& request, httplib::Response& response) override;
+  bool Handle(const HttpRequest& request, const std::shared_ptr<HttpReply>& reply) override;
 
  private:
   MetricsRegistry* const metrics_;
@@ -51,10 +52,14 @@ class MetricsHttpHandler : public HttpHandler {
 };
 
 struct HttpServerOptions {
-  std::string listen;                        // HOST:PORT
-  int threads = 64;                          // connections served at once
-  size_t max_body_bytes = 8u << 20;          // larger bodies: 413
-  int read_timeout_seconds = 30;             // a client silent this long mid-request is dropped
+  std::string listen;          // HOST:PORT
+  int io_threads = 2;          // the threads every connection is served on
+  int max_connections = 4096;  // open at once (the process's open-file limit allows it)
+  size_t max_header_bytes = 16 << 10;
+  size_t max_body_bytes = 8u << 20;    // larger bodies: 413
+  int read_timeout_seconds = 30;       // a request must arrive in full within this
+  int write_timeout_seconds = 30;      // a client that takes none of a write this long is dropped
+  size_t max_queued_bytes = 4u << 20;  // a stream's bytes the client has not taken, at most
   // HTTPS: this certificate chain and key (PEM paths; "" = plain HTTP); with `tls_client_ca`,
   // clients must present a certificate it signed (mutual TLS).
   std::string tls_cert, tls_key, tls_client_ca;
@@ -62,33 +67,29 @@ struct HttpServerOptions {
 
 class HttpServer {
  public:
-  // UNAVAILABLE naming the address when it cannot listen there; INVALID_ARGUMENT for a bad one.
+  // UNAVAILABLE naming the address when it cannot listen there; INVALID_ARGUMENT for a bad
+  // address or TLS files that do not load.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(HttpServerOptions options);
   ~HttpServer();  // Stop()
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  const std::string& address() const { return address_; }  // HOST:PORT as bound
+  const std::string& address() const;  // HOST:PORT as bound
   void SetHandler(std::shared_ptr<HttpHandler> handler);
   // /health answers 503 {"status":"draining"} from now on; other paths are still served.
   void SetDraining();
-  // Stops listening and waits for the connections being served. Idempotent.
+  // Connections open now (a test's and a gauge's view).
+  int connections() const;
+  // Stops listening, closes every connection (pending answers hear OnClosed) and joins the
+  // I/O threads. Idempotent.
   void Stop();
 
+  class Impl;
+
  private:
-  HttpServer() = default;
-  void Dispatch(const httplib::Request& request, httplib::Response& response);
-
-  std::unique_ptr<httplib::Server> server_;
-  std::string address_;
-  std::thread thread_;
-  absl::Mutex mu_;
-  std::shared_ptr<HttpHandler> handler_ ABSL_GUARDED_BY(mu_);
-  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  explicit HttpServer(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;  // shared with the open connections
 };
-
-// A JSON error body in OpenAI's shape: {"error":{"message":..,"type":..,"code":..}}.
-std::string OpenAiErrorJson(const std::string& message, const std::string& type, int code);
 
 }  // namespace scd
 

@@ -1,7 +1,6 @@
 #include "coordinator/openai_api.h"
 
 #include <grpcpp/grpcpp.h>
-#include <httplib.h>
 
 #include <algorithm>
 #include <map>
@@ -21,7 +20,6 @@ namespace scd::coordinator {
 namespace {
 
 using Json = nlohmann::json;
-constexpr char kJson[] = "application/json";
 
 std::string Dump(const Json& json) {
   return json.dump(-1, ' ', false, Json::error_handler_t::replace);
@@ -32,13 +30,12 @@ absl::Status Invalid(const std::string& param, const std::string& message) {
   return absl::InvalidArgumentError(absl::StrCat(param, ": ", message));
 }
 
-void SendError(httplib::Response& response, int http_status, const std::string& message) {
+HttpResponse ErrorResponse(int http_status, const std::string& message) {
   const char* type = http_status == 401   ? "authentication_error"
                      : http_status == 429 ? "rate_limit_exceeded"
                      : http_status >= 500 ? "server_error"
                                           : "invalid_request_error";
-  response.status = http_status;
-  response.set_content(OpenAiErrorJson(message, type, http_status), kJson);
+  return HttpResponse::Json(http_status, OpenAiErrorJson(message, type, http_status));
 }
 
 // What the client asked, as the node's GenerateRequest plus the OpenAI-only parts.
@@ -258,8 +255,8 @@ absl::StatusOr<ParsedRequest> Parse(const std::string& text, bool chat,
 // What the node's CheckedInferenceService judges the HTTP client by: its bearer token and its
 // address. False when the Authorization header cannot travel as gRPC metadata (not printable
 // ASCII): refused like a wrong token.
-bool AttachClient(const httplib::Request& http, grpc::ClientContext* context) {
-  const std::string authorization = http.get_header_value("Authorization");
+bool AttachClient(const HttpRequest& http, grpc::ClientContext* context) {
+  const std::string authorization = http.Header("Authorization");
   for (unsigned char c : authorization) {
     if (c < 0x20 || c > 0x7e) return false;
   }
@@ -297,7 +294,7 @@ int HttpStatusOfGrpcCode(int code) {
   }
 }
 
-class OpenAiHttpHandler::Impl {
+class OpenAiHttpHandler::Impl : public std::enable_shared_from_this<OpenAiHttpHandler::Impl> {
  public:
   Impl(std::shared_ptr<grpc::Channel> channel, const Tokenizer* tokenizer,
        const ChatTemplate* chat_template)
@@ -305,16 +302,30 @@ class OpenAiHttpHandler::Impl {
         tokenizer_(tokenizer),
         chat_template_(chat_template) {}
 
-  void Models(const httplib::Request& http, httplib::Response& response) {
-    grpc::ClientContext context;
-    if (!AttachClient(http, &context)) return SendError(response, 401, "malformed Authorization");
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    v1::ListModelsResponse models;
-    grpc::Status status = stub_->ListModels(&context, v1::ListModelsRequest(), &models);
-    if (!status.ok()) {
-      return SendError(response, HttpStatusOfGrpcCode(status.error_code()),
-                       status.error_message());
+  // GET /v1/models: the node's ListModels, answered when it returns (no thread waits).
+  void Models(const HttpRequest& http, const std::shared_ptr<HttpReply>& reply) {
+    struct Listing {
+      grpc::ClientContext context;
+      v1::ListModelsRequest request;
+      v1::ListModelsResponse response;
+    };
+    auto listing = std::make_shared<Listing>();
+    if (!AttachClient(http, &listing->context)) {
+      return reply->Send(ErrorResponse(401, "malformed Authorization"));
     }
+    listing->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    stub_->async()->ListModels(
+        &listing->context, &listing->request, &listing->response,
+        [listing, reply](grpc::Status status) {
+          if (!status.ok()) {
+            return reply->Send(
+                ErrorResponse(HttpStatusOfGrpcCode(status.error_code()), status.error_message()));
+          }
+          reply->Send(HttpResponse::Json(200, ModelList(listing->response)));
+        });
+  }
+
+  static std::string ModelList(const v1::ListModelsResponse& models) {
     Json data = Json::array();
     std::vector<std::string> seen;
     for (const v1::ModelInfo& model : models.models()) {
@@ -326,49 +337,102 @@ class OpenAiHttpHandler::Impl {
       data.push_back({{"id", model.name()}, {"object", "model"}, {"created", 0},
                       {"owned_by", "scd-serve"}, {"root", model.name()}, {"parent", nullptr}});
     }
-    response.set_content(Dump({{"object", "list"}, {"data", data}}), kJson);
+    return Dump({{"object", "list"}, {"data", data}});
   }
 
-  void Generate(const httplib::Request& http, httplib::Response& response, bool chat) {
+  void Generate(const HttpRequest& http, const std::shared_ptr<HttpReply>& reply, bool chat) {
     absl::StatusOr<ParsedRequest> parsed = Parse(http.body, chat, chat_template_);
-    if (!parsed.ok()) return SendError(response, 400, std::string(parsed.status().message()));
-    auto call = std::make_shared<Call>(this, *std::move(parsed));
+    if (!parsed.ok()) {
+      return reply->Send(ErrorResponse(400, std::string(parsed.status().message())));
+    }
+    auto call = std::make_shared<Call>(shared_from_this(), *std::move(parsed), reply);
     if (!AttachClient(http, &call->context)) {
-      return SendError(response, 401, "malformed Authorization header");
+      return reply->Send(ErrorResponse(401, "malformed Authorization header"));
     }
-    if (!call->parsed.stream) return call->Whole(response);
-    // Headers go out only once the first event (or a refusal) is known: a request refused as a
-    // whole still gets its HTTP status.
-    std::optional<v1::GenerateEvent> first = call->Open();
-    if (!first) {
-      const grpc::Status status = call->reader->Finish();
-      return SendError(response, HttpStatusOfGrpcCode(status.error_code()),
-                       status.ok() ? "no answer" : status.error_message());
-    }
-    response.set_header("Cache-Control", "no-cache");
-    response.set_chunked_content_provider(
-        "text/event-stream", [call, first](size_t, httplib::DataSink& sink) {
-          return call->Stream(*first, sink);  // runs once: it ends with done() or false
-        });
+    call->Begin(call);
   }
 
  private:
-  struct Call {
-    Call(Impl* impl, ParsedRequest p)
-        : impl(impl), parsed(std::move(p)), id(absl::StrCat(parsed.chat ? "chatcmpl-" : "cmpl-",
-                                                            RandomId128())),
-          created(absl::ToUnixSeconds(absl::Now())) {
+  // One request's call to the node's Generate: a reactor advanced by its events (gRPC's
+  // callbacks) and by room in the client's stream; it holds no thread. It keeps itself alive
+  // until its call is done (OnDone).
+  class Call final : public grpc::ClientReadReactor<v1::GenerateEvent> {
+   public:
+    Call(std::shared_ptr<Impl> impl, ParsedRequest p, std::shared_ptr<HttpReply> reply)
+        : impl(std::move(impl)),
+          parsed(std::move(p)),
+          id(absl::StrCat(parsed.chat ? "chatcmpl-" : "cmpl-", RandomId128())),
+          created(absl::ToUnixSeconds(absl::Now())),
+          reply_(std::move(reply)) {
       for (int i = 0; i < parsed.request.targets_size(); ++i) {
         choices[parsed.request.targets(i)].index = i;
       }
     }
-    // Starts the call; the first event, or nullopt when the stream ended without one.
-    std::optional<v1::GenerateEvent> Open() {
-      reader = impl->stub_->Generate(&context, parsed.request);
-      v1::GenerateEvent event;
-      if (!reader->Read(&event)) return std::nullopt;
-      return event;
+    void Begin(std::shared_ptr<Call> self) {
+      self_ = self;
+      // A client that goes away (or reads too slowly) cancels every target.
+      std::weak_ptr<Call> weak = self;
+      reply_->OnClosed([weak] {
+        if (std::shared_ptr<Call> call = weak.lock()) call->context.TryCancel();
+      });
+      impl->stub_->async()->Generate(&context, &parsed.request, this);
+      StartRead(&event_);
+      StartCall();
     }
+
+   private:
+    void OnReadDone(bool ok) override {
+      if (!ok) return;  // the call's end: OnDone
+      if (!parsed.stream) {
+        Apply(event_);
+        return StartRead(&event_);
+      }
+      if (!started_) {  // headers go out with the first event: a refusal keeps its HTTP status
+        started_ = true;
+        HttpResponse head;
+        head.content_type = "text/event-stream";
+        head.headers.emplace_back("Cache-Control", "no-cache");
+        reply_->StartStream(std::move(head));
+      }
+      const Json chunk = Apply(event_);
+      if (chunk.is_null() || reply_->Write(absl::StrCat("data: ", Dump(chunk), "\n\n"))) {
+        return StartRead(&event_);
+      }
+      AddHold();  // the next read starts outside a reaction, once the client took enough
+      reply_->OnRoom([this] {
+        StartRead(&event_);
+        RemoveHold();
+      });
+    }
+    void OnDone(const grpc::Status& status) override {
+      if (parsed.stream) {
+        EndStream(status);
+      } else {
+        reply_->Send(Whole(status));
+      }
+      self_.reset();  // may delete this
+    }
+    void EndStream(const grpc::Status& status) {
+      if (!started_) {
+        return reply_->Send(ErrorResponse(HttpStatusOfGrpcCode(status.error_code()),
+                                          status.ok() ? "no answer" : status.error_message()));
+      }
+      if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
+        reply_->Write(absl::StrCat("data: ",
+                                   OpenAiErrorJson(status.error_message(), "server_error",
+                                                   HttpStatusOfGrpcCode(status.error_code())),
+                                   "\n\n"));
+      }
+      if (parsed.include_usage) {
+        Json chunk = Chunk(Json::array());
+        chunk["usage"] = Usage();
+        reply_->Write(absl::StrCat("data: ", Dump(chunk), "\n\n"));
+      }
+      reply_->Write("data: [DONE]\n\n");
+      reply_->End();
+    }
+
+   public:
     // Applies an event; the chunk to stream for it (null: nothing to send).
     Json Apply(const v1::GenerateEvent& event) {
       auto it = choices.find(event.target());
@@ -450,45 +514,10 @@ class OpenAiHttpHandler::Impl {
                                          status))["error"];
     }
 
-    // Streams every event; false when the client went away (the request is then cancelled).
-    bool Stream(const v1::GenerateEvent& first, httplib::DataSink& sink) {
-      bool open = true;
-      auto send = [&](const std::string& data) {
-        if (open && !sink.write(data.data(), data.size())) {
-          open = false;
-          context.TryCancel();  // the client went away: cancel every target
-        }
-      };
-      v1::GenerateEvent event = first;
-      do {
-        Json chunk = Apply(event);
-        if (!chunk.is_null()) send(absl::StrCat("data: ", Dump(chunk), "\n\n"));
-      } while (reader->Read(&event));
-      const grpc::Status status = reader->Finish();
-      if (!status.ok() && open && status.error_code() != grpc::StatusCode::CANCELLED) {
-        send(absl::StrCat("data: ",
-                          OpenAiErrorJson(status.error_message(), "server_error",
-                                          HttpStatusOfGrpcCode(status.error_code())),
-                          "\n\n"));
-      }
-      if (parsed.include_usage) {
-        Json chunk = Chunk(Json::array());
-        chunk["usage"] = Usage();
-        send(absl::StrCat("data: ", Dump(chunk), "\n\n"));
-      }
-      send("data: [DONE]\n\n");
-      if (open) sink.done();
-      return open;
-    }
-
-    void Whole(httplib::Response& response) {
-      reader = impl->stub_->Generate(&context, parsed.request);
-      v1::GenerateEvent event;
-      while (reader->Read(&event)) Apply(event);
-      const grpc::Status status = reader->Finish();
+    // The whole answer once every event was read.
+    HttpResponse Whole(const grpc::Status& status) {
       if (!status.ok()) {
-        return SendError(response, HttpStatusOfGrpcCode(status.error_code()),
-                         status.error_message());
+        return ErrorResponse(HttpStatusOfGrpcCode(status.error_code()), status.error_message());
       }
       Json out = Json::array();
       const Choice* failed = nullptr;
@@ -518,23 +547,27 @@ class OpenAiHttpHandler::Impl {
         out.push_back(std::move(choice));
       }
       if (!any_finished && failed != nullptr) {  // nothing to answer: the error is the answer
-        return SendError(response,
-                         failed->error ? HttpStatusOfGrpcCode(failed->error->code()) : 500,
-                         failed->error ? failed->error->message() : "no result");
+        return ErrorResponse(failed->error ? HttpStatusOfGrpcCode(failed->error->code()) : 500,
+                             failed->error ? failed->error->message() : "no result");
       }
       Json body = {{"id", id}, {"object", parsed.chat ? "chat.completion" : "text_completion"},
                    {"created", created}, {"model", parsed.model}, {"choices", out},
                    {"usage", Usage()}};
-      response.set_content(Dump(body), kJson);
+      return HttpResponse::Json(200, Dump(body));
     }
 
-    Impl* const impl;
+    const std::shared_ptr<Impl> impl;  // the handler may go before the call
     const ParsedRequest parsed;
     const std::string id;
     const int64_t created;
     grpc::ClientContext context;
-    std::unique_ptr<grpc::ClientReader<v1::GenerateEvent>> reader;
     std::map<std::string, Choice> choices;
+
+   private:
+    const std::shared_ptr<HttpReply> reply_;
+    std::shared_ptr<Call> self_;  // until OnDone
+    v1::GenerateEvent event_;
+    bool started_ = false;  // the stream's head went out
   };
 
   std::string TokenText(int32_t id) const {
@@ -599,22 +632,23 @@ OpenAiHttpHandler::OpenAiHttpHandler(std::shared_ptr<grpc::Channel> channel,
     : impl_(std::make_shared<Impl>(std::move(channel), tokenizer, chat_template)),
       fallback_(std::move(fallback)) {}
 
-bool OpenAiHttpHandler::Handle(const httplib::Request& request, httplib::Response& response) {
+bool OpenAiHttpHandler::Handle(const HttpRequest& request,
+                               const std::shared_ptr<HttpReply>& reply) {
   const bool get = request.method == "GET";
   const bool post = request.method == "POST";
   if (request.path == "/v1/models" || request.path == "/models") {
-    if (!get) return SendError(response, 405, "use GET"), true;
-    impl_->Models(request, response);
+    if (!get) return reply->Send(ErrorResponse(405, "use GET")), true;
+    impl_->Models(request, reply);
     return true;
   }
   for (const auto& [path, chat] : {std::pair<const char*, bool>{"/v1/completions", false},
                                    std::pair<const char*, bool>{"/v1/chat/completions", true}}) {
     if (request.path != path) continue;
-    if (!post) return SendError(response, 405, "use POST"), true;
-    impl_->Generate(request, response, chat);
+    if (!post) return reply->Send(ErrorResponse(405, "use POST")), true;
+    impl_->Generate(request, reply, chat);
     return true;
   }
-  return fallback_ != nullptr && fallback_->Handle(request, response);
+  return fallback_ != nullptr && fallback_->Handle(request, reply);
 }
 
 }  // namespace scd::coordinator

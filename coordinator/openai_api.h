@@ -24,13 +24,18 @@
 // raise_exception (roles out of order, ...) is a 400 with its message.
 // Streaming: Server-Sent Events, one `data: {chunk}` per token event, ending `data: [DONE]`; an
 // error after the stream began is sent as `data: {"error": ...}` before [DONE]. A client that
-// disconnects cancels the request. Errors: OpenAI's shape {"error": {message, type, param, code}}
-// with the HTTP status of the gRPC code (400 invalid, 401 unauthenticated, 404 unknown model,
-// 429 full, 503 unavailable, 504 deadline).
-// One concept in a long file: openai_api.cc (about 620 lines) is one API's translation both
+// disconnects, or reads too slowly for the server's limits, cancels the request. No request holds
+// a thread: the node's Generate is a gRPC callback reactor that reads its next event only when
+// the client's stream has room (back-pressure from the HTTP connection). Errors: OpenAI's shape
+// {"error": {message, type, param, code}} with the HTTP status of the gRPC code (400 invalid, 401
+// unauthenticated, 404 unknown model, 429 full, 503 unavailable, 504 deadline).
+//
+// One concept in a long file: openai_api.cc (about 650 lines) is one API's translation both
 // ways -- request JSON to GenerateRequest, the events to completion and chat JSON, streamed and
 // not -- where each endpoint's two directions change together.
-// Thread-safety: thread-safe; each request runs on the HTTP server's thread that took it.
+//
+// Thread-safety: thread-safe; a request starts on the HTTP server's thread that took it and goes
+// on in gRPC's callbacks.
 #ifndef SCD_COORDINATOR_OPENAI_API_H_
 #define SCD_COORDINATOR_OPENAI_API_H_
 
@@ -56,7 +61,7 @@ class OpenAiHttpHandler : public HttpHandler {
   OpenAiHttpHandler(std::shared_ptr<grpc::Channel> channel, const Tokenizer* tokenizer,
                     std::shared_ptr<HttpHandler> fallback,
                     const ChatTemplate* chat_template = nullptr);
-  bool Handle(const httplib::Request& request, httplib::Response& response) override;
+  bool Handle(const HttpRequest& request, const std::shared_ptr<HttpReply>& reply) override;
 
  private:
   class Impl;

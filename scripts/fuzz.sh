@@ -15,7 +15,7 @@ TARGET=${1:?usage: fuzz.sh TARGET|all SECONDS [BUILD_DIR]}
 SECONDS_EACH=${2:?usage: fuzz.sh TARGET|all SECONDS [BUILD_DIR]}
 BUILD=${3:-build-fuzz}
 SHARED=${SCD_SHARED_DIR:-../shared}
-ALL="safetensors artifact code_batch tokenizer gguf_vocab transfer_frame toml_config generate_request"
+ALL="safetensors artifact code_batch tokenizer gguf_vocab transfer_frame toml_config generate_request http_request"
 
 if [ ! -f "$BUILD/build.ninja" ]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
@@ -68,6 +68,10 @@ seed() {  # seed DIR TARGET: seeds made from ../shared and by the tools, never s
       [ -f "$dir/synth.scd" ] || small_artifact "$dir/synth.scd" ;;
     code_batch)
       [ -f "$dir/raw.batch" ] || SCD_FUZZ_WRITE_SEED="$dir/raw.batch" "$BUILD/bin/fuzz_code_batch" ;;
+    http_request)  # a completion with a body, a chunked one, a GET with headers
+      printf 'POST /v1/completions HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\nContent-Length: 33\r\n\r\n{"model":"m","prompt":"Once up"}\n' > "$dir/post.http"
+      printf 'POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n' > "$dir/chunked.http"
+      printf 'GET /metrics?x=1 HTTP/1.0\r\nAuthorization: Bearer t\r\nConnection: keep-alive\r\n\r\n' > "$dir/get.http" ;;
     tokenizer|gguf_vocab)
       for f in "$SHARED"/models/*/tokenizer.json "$SHARED"/tokenizers/*/tokenizer.json "$SHARED"/tokenizers/*.json; do
         [ -f "$f" ] && cp -n "$f" "$dir/$(echo "$f" | tr / _)"

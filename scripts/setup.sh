@@ -19,7 +19,8 @@ PACKAGES=(
   util-linux                 # prlimit: the lock-out test limits a daemon's descriptors
   python3-matplotlib         # scd-bench's plots (Debian's /usr/bin/python3)
   iproute2                   # scd-bench sweep --link netns: ip netns, veth, tc
-  libcpp-httplib-dev         # the OpenAI-compatible HTTP API and /metrics on every daemon
+  libboost-dev               # Boost.Beast/Asio: every daemon's HTTP server (OpenAI API, /metrics)
+  libcpp-httplib-dev         # HTTP clients: the etcd registry's, tests'
   prometheus-cpp-dev         # base/metrics: prometheus-cpp's core registry and text serializer
   python3-grpcio python3-protobuf   # the Python client example (proto/examples), its test
   python3-jinja2             # chat_template_test: the reference renderer of HF chat templates

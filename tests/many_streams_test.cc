@@ -12,7 +12,11 @@
 // callbacks, the producer's Prefill waits in a queue for one of a few threads, a consumer's request
 // is a state object advanced on events -- admission, the producer's session, its chunks, the
 // scheduler's steps -- whose steps run on a fixed step queue: README "Threads, per daemon"). The
-// maxima and the resident memory per open stream are printed.
+// maxima and the resident memory per open stream are printed. Then as many streams again through
+// the coordinator's OpenAI API (Server-Sent Events) by the official `openai` npm client
+// (tests/openai_many_streams.mjs), each to its usage; the HTTP server is asynchronous (a few I/O
+// threads, base/http_server.h) and the gRPC call behind each stream a callback reactor, so the
+// same thread bounds hold across both halves.
 #include <ATen/ATen.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -22,6 +26,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <thread>
@@ -36,6 +41,7 @@
 #include "proto/wire_mode.h"
 #include "tests/cluster_client.h"
 #include "tests/test_daemon.h"
+#include "tests/test_files.h"
 #include "tests/test_util.h"
 
 namespace scd {
@@ -75,7 +81,9 @@ TEST(ManyStreamsTest, EveryProcessServes256StreamsOnFewThreads) {
   const std::string artifact = dir + "/pair.scd";
   ASSERT_TRUE(testing::SyntheticArtifact(*model).Save(artifact).ok());
 
-  Daemon coordinator(dir, "coordinator", {Bin("scd-coordinator"), "--listen", "127.0.0.1:0"});
+  Daemon coordinator(
+      dir, "coordinator",
+      {Bin("scd-coordinator"), "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"});
   const std::string server = coordinator.Address();
   ASSERT_FALSE(server.empty());
   const std::string control = coordinator.ControlAddress();
@@ -216,8 +224,27 @@ TEST(ManyStreamsTest, EveryProcessServes256StreamsOnFewThreads) {
     });
   }
   for (std::thread& t : clients) t.join();
+
+  // The same number of streams through the coordinator's OpenAI API (Server-Sent Events), by
+  // the official `openai` npm client: each stream must end with its usage; the sampler goes on.
+  nlohmann::json sse_requests = nlohmann::json::array();
+  for (int p = 0; p < kPrompts; ++p) {
+    sse_requests.push_back({{"model", p % 2 == 0 ? "a" : "b"}, {"prompt", prompts[p]}});
+  }
+  testing::WriteFile(dir + "/sse_requests.json", sse_requests.dump());
+  const testing::CommandResult sse = testing::RunCommand(
+      absl::StrCat("node ", SCD_SOURCE_DIR, "/tests/openai_many_streams.mjs ", testing::BuildDir(),
+                   "/node-openai/node_modules ", coordinator.HttpAddress(), " ", streams, " ",
+                   kOutputTokens, " ", dir, "/sse_requests.json"));
   running = false;
   sampler.join();
+  ASSERT_EQ(sse.exit_code, 0) << sse.err << sse.out;
+  const nlohmann::json sse_result = nlohmann::json::parse(sse.out);
+  EXPECT_EQ(sse_result["completed"].get<int>(), streams) << sse_result.dump();
+  EXPECT_GE(sse_result["most_open"].get<int>(), streams / 2)
+      << "the SSE streams were not open together";
+  std::printf("SSE: %d of %d streams completed (%d open at most)\n",
+              sse_result["completed"].get<int>(), streams, sse_result["most_open"].get<int>());
 
   int failed = 0;
   for (int i = 0; i < streams; ++i) {
