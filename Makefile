@@ -122,7 +122,7 @@ asan:
 	cmake --build $(ASAN_BUILD) --target scd_transport_tests
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
 	  LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \
-	  ctest -L transport --output-on-failure -j2
+	  ctest -L 'transport|asan' --output-on-failure -j2
 
 # Each fuzz target for 30 s in build-fuzz/ (clang, libFuzzer + ASan); longer runs:
 # `bash scripts/fuzz.sh TARGET SECONDS`.

@@ -85,15 +85,13 @@ void ConnectionReply::StartStream(HttpResponse head) {
 }
 
 bool ConnectionReply::Write(std::string data) {
-  std::shared_ptr<Connection> too_slow;
-  {
-    absl::MutexLock lock(&mu_);
-    if (closed_ || !streaming_ || ended_) return true;
-    if (!data.empty()) Enqueue(absl::StrCat(absl::Hex(data.size()), "\r\n", data, "\r\n"));
-    if (queued_ <= max_queued_bytes_) return queued_ < kLowMark;
-    too_slow = connection_.lock();  // the client lets too much pile up: dropped
-  }
-  if (too_slow) too_slow->Close();
+  absl::MutexLock lock(&mu_);
+  if (closed_ || !streaming_ || ended_) return true;
+  if (!data.empty()) Enqueue(absl::StrCat(absl::Hex(data.size()), "\r\n", data, "\r\n"));
+  if (queued_ <= max_queued_bytes_) return queued_ < kLowMark;
+  // The client lets too much pile up: dropped. Posted under the lock, as every post of a reply
+  // is: once the connection closed it (Close), nothing more is posted to its strand.
+  if (std::shared_ptr<Connection> too_slow = connection_.lock()) too_slow->Close();
   return true;
 }
 

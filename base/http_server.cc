@@ -60,7 +60,10 @@ class HttpServer::Impl final : public http_connection::Host,
                                public std::enable_shared_from_this<HttpServer::Impl> {
  public:
   explicit Impl(HttpServerOptions options)
-      : options_(std::move(options)), io_(std::max(1, options_.io_threads)), acceptor_(io_) {
+      : options_(std::move(options)),
+        io_(std::max(1, options_.io_threads)),
+        work_(io_.get_executor()),
+        acceptor_(net::make_strand(io_)) {
     limits_.max_header_bytes = options_.max_header_bytes;
     limits_.max_body_bytes = options_.max_body_bytes;
     timeouts_.read_seconds = options_.read_timeout_seconds;
@@ -102,6 +105,10 @@ class HttpServer::Impl final : public http_connection::Host,
   HttpLimits limits_;
   Timeouts timeouts_;
   net::io_context io_;
+  // Keeps the threads running (not only while some operation is under way) until Stop has
+  // posted its last close: without it they could end between two of its posts, and a posted
+  // close that never runs would keep its connection, and this, alive.
+  net::executor_work_guard<net::io_context::executor_type> work_;
   tcp::acceptor acceptor_;
   std::optional<net::ssl::context> tls_;
   std::vector<std::thread> threads_;
@@ -243,7 +250,7 @@ void HttpServer::Impl::Dispatch(const HttpRequest& request,
 void HttpServer::Impl::Stop() {
   if (stopped_) return;
   stopped_ = true;
-  net::post(io_, [self = shared_from_this()] {
+  net::post(acceptor_.get_executor(), [self = shared_from_this()] {
     boost::system::error_code ignored;
     self->acceptor_.close(ignored);
   });
@@ -257,6 +264,7 @@ void HttpServer::Impl::Stop() {
   }
   for (const std::shared_ptr<Connection>& connection : open) connection->Close();
   open.clear();
+  work_.reset();  // from here the threads end once every close above has run
   for (std::thread& thread : threads_) thread.join();
   threads_.clear();
 }
