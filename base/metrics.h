@@ -1,7 +1,7 @@
 // Prometheus metrics: counters, gauges and histograms, grouped in families by name, each member
 // told apart by its label values, rendered in Prometheus' text exposition format (0.0.4) for a
 // daemon's GET /metrics. Names follow vLLM's with the `scd:` prefix
-// (scd:time_to_first_token_seconds, ...); proto/serving_metrics.h declares the project's.
+// (scd:time_to_first_token_seconds, ...); serving/serving_metrics.h declares the project's.
 // The metrics and the text are prometheus-cpp's (Debian's prometheus-cpp-dev: its core registry,
 // metric types and text serializer); this is the project's face on it: families looked up by name
 // (first call wins), a name or label the library refuses never throws, totals copied at scrape.

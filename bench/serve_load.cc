@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "proto/load_generator.h"
 #include "proto/wire_mode.h"
+#include "serving/load_generator.h"
 
 namespace scd {
 namespace {

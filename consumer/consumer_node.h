@@ -25,11 +25,11 @@
 #include "consumer/decode_service.h"
 #include "consumer/inference_service.h"
 #include "consumer/session_router.h"
-#include "proto/checked_inference.h"
 #include "proto/grpc_server.h"
 #include "proto/node_speeds.h"
 #include "proto/registry_client.h"
-#include "proto/serving_metrics.h"
+#include "serving/checked_inference.h"
+#include "serving/serving_metrics.h"
 
 namespace scd::consumer {
 

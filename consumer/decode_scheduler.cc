@@ -20,7 +20,7 @@
 #include "base/thread_name.h"
 #include "consumer/step_plan.h"
 #include "model/skinny_gemm.h"
-#include "proto/serving_metrics.h"
+#include "serving/serving_metrics.h"
 
 namespace scd::consumer {
 namespace {

@@ -10,11 +10,11 @@
 #include "base/release_clock.h"
 #include "codec/transfer_mode.h"
 #include "consumer/served_request.h"
-#include "proto/checked_inference.h"
 #include "proto/grpc_util.h"
 #include "proto/prefix_cache_stats.h"
 #include "proto/requested_point.h"
 #include "proto/wire_mode.h"
+#include "serving/checked_inference.h"
 
 namespace scd::consumer {
 

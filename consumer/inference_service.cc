@@ -9,9 +9,9 @@
 #include "base/random_id.h"
 #include "codec/transfer_mode.h"
 #include "consumer/served_request.h"
-#include "proto/checked_inference.h"
 #include "proto/grpc_util.h"
 #include "proto/wire_mode.h"
+#include "serving/checked_inference.h"
 
 namespace scd::consumer {
 

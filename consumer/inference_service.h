@@ -21,8 +21,8 @@
 #include "base/tally.h"
 #include "consumer/admission.h"
 #include "consumer/request_runner.h"
-#include "proto/checked_inference.h"
 #include "scd/v1/inference.grpc.pb.h"
+#include "serving/checked_inference.h"
 
 namespace scd::consumer {
 

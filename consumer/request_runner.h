@@ -44,8 +44,8 @@
 #include "consumer/consumer_prefix_cache.h"
 #include "consumer/decode_scheduler.h"
 #include "model/llama_model.h"
-#include "proto/serving_metrics.h"
 #include "scd/v1/inference.pb.h"
+#include "serving/serving_metrics.h"
 #include "tokenizer/tokenizer.h"
 #include "transport/transfer_session.h"
 

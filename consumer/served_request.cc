@@ -11,8 +11,8 @@
 #include "base/exception_guard.h"
 #include "base/log_text.h"
 #include "codec/transfer_mode.h"
-#include "proto/checked_inference.h"
 #include "proto/grpc_util.h"
+#include "serving/checked_inference.h"
 
 namespace scd::consumer {
 

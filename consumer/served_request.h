@@ -5,7 +5,7 @@
 // (StartTarget) with its events written to the call (metrics observed; a write that fails is the
 // caller gone and cancels the run), the log lines and the outcome counts ("request_" + finished,
 // cancelled or the error code's name; a refusal: "refused_" + the code's name).
-// ServeOnStream serves it on a callback call's EventStream (proto/event_stream.h): the call's
+// ServeOnStream serves it on a callback call's EventStream (serving/event_stream.h): the call's
 // cancellation is the request's (gRPC reports a client gone at once: no watch polls for it).
 // Names: a request on the consumer is a ServedRequest (what its handler checked and routed),
 // served by ServeRequest (admission, the call's writes, the outcome); once admitted its work is
@@ -26,8 +26,8 @@
 #include "base/token_id.h"
 #include "consumer/admission.h"
 #include "consumer/request_runner.h"
-#include "proto/event_stream.h"
 #include "scd/v1/inference.pb.h"
+#include "serving/event_stream.h"
 
 namespace scd::consumer {
 

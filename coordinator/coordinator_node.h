@@ -16,11 +16,11 @@
 #include "base/metrics.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/etcd_node_watch.h"
-#include "tokenizer/chat_template.h"
 #include "coordinator/node_registry.h"
-#include "proto/checked_inference.h"
 #include "proto/grpc_server.h"
-#include "proto/serving_metrics.h"
+#include "serving/checked_inference.h"
+#include "serving/serving_metrics.h"
+#include "tokenizer/chat_template.h"
 
 namespace scd::coordinator {
 

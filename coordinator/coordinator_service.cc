@@ -18,12 +18,12 @@
 #include "base/thread_name.h"
 #include "codec/transfer_mode.h"
 #include "coordinator/routed_request.h"
-#include "proto/checked_inference.h"
 #include "proto/frontier_proto.h"
 #include "proto/grpc_util.h"
 #include "proto/registry_client.h"
 #include "proto/request_validation.h"
 #include "proto/wire_mode.h"
+#include "serving/checked_inference.h"
 #include "tokenizer/prompt_ids.h"
 
 namespace scd::coordinator {

@@ -34,12 +34,12 @@
 #include "absl/synchronization/mutex.h"
 #include "base/tally.h"
 #include "coordinator/node_registry.h"
-#include "proto/checked_inference.h"
 #include "proto/cluster_secret.h"
-#include "proto/serving_metrics.h"
 #include "scd/v1/control.grpc.pb.h"
 #include "scd/v1/inference.grpc.pb.h"
 #include "scd/v1/registry.grpc.pb.h"
+#include "serving/checked_inference.h"
+#include "serving/serving_metrics.h"
 #include "tokenizer/tokenizer.h"
 
 namespace scd::coordinator {

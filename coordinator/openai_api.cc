@@ -12,9 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/random_id.h"
-#include "proto/checked_inference.h"
 #include "proto/wire_mode.h"
 #include "scd/v1/inference.grpc.pb.h"
+#include "serving/checked_inference.h"
 
 namespace scd::coordinator {
 namespace {

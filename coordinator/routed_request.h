@@ -1,5 +1,5 @@
 // One Generate on the coordinator, from routed to done, on gRPC's callback API: the request is
-// the client's stream (an EventStream, proto/event_stream.h) and owns its state -- the route's
+// the client's stream (an EventStream, serving/event_stream.h) and owns its state -- the route's
 // load on the registry and one in the service's active count (a lease taken in the constructor,
 // released when the call ends or the request is destroyed, whichever comes first: every exit
 // releases it, and none after the server's shutdown), one call per target, the producer's outcome.
@@ -38,10 +38,10 @@
 #include "coordinator/node_registry.h"
 #include "coordinator/target_forwarder.h"
 #include "proto/cluster_secret.h"
-#include "proto/event_stream.h"
-#include "proto/serving_metrics.h"
 #include "scd/v1/control.grpc.pb.h"
 #include "scd/v1/inference.pb.h"
+#include "serving/event_stream.h"
+#include "serving/serving_metrics.h"
 
 namespace scd::coordinator {
 

@@ -8,11 +8,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
-#include "proto/serving_metrics.h"
 #include "codec/fingerprint.h"
-#include "proto/prefix_cache_stats.h"
 #include "proto/grpc_server.h"
 #include "proto/grpc_util.h"
+#include "proto/prefix_cache_stats.h"
+#include "serving/serving_metrics.h"
 
 namespace scd::producer {
 

@@ -22,19 +22,22 @@ ALLOWED = {
     "calib": ["base", "tokenizer", "model", "codec"],
     # The wire protocol; code_chunk_framing and requested_point see codec/'s libtorch side.
     "proto": ["base", "tokenizer", "model", "codec"],
+    # The serving runtime on the wire: the checked public front, event streams, serving metrics,
+    # the load generator. Torch-free (codec/: only the torch-free transfer_mode).
+    "serving": ["base", "tokenizer", "codec", "proto"],
     # Bytes and frames only: never models or codecs.
     "transport": ["base", "proto"],
     # The daemons' libraries. Producer and consumer meet only through transport and proto; the
     # coordinator routes without models (torch-free: codec/transfer_mode, wire_dtype, frontier).
-    "producer": ["base", "tokenizer", "model", "codec", "proto", "transport"],
-    "consumer": ["base", "tokenizer", "model", "codec", "proto", "transport"],
-    "coordinator": ["base", "tokenizer", "codec", "proto", "transport"],
+    "producer": ["base", "tokenizer", "model", "codec", "proto", "serving", "transport"],
+    "consumer": ["base", "tokenizer", "model", "codec", "proto", "serving", "transport"],
+    "coordinator": ["base", "tokenizer", "codec", "proto", "serving", "transport"],
     # Front ends and harnesses sit on top and may use everything.
     "tools": None,
     "bench": None,
     "tests": None,
 }
-TORCH_FREE = {"base", "tokenizer", "transport", "coordinator"}
+TORCH_FREE = {"base", "tokenizer", "serving", "transport", "coordinator"}
 # transport/ holds the interface, sessions and shared mechanisms; each backend its own subfolder.
 # A backend sees the core and itself, never another backend; the core sees no backend except in
 # the factory; the services see no backend at all (they pick one through CreateTransport).

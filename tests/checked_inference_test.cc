@@ -1,9 +1,9 @@
-// proto/checked_inference.h in front of a recording Inference service, over a real gRPC server:
+// serving/checked_inference.h in front of a recording Inference service, over a real gRPC server:
 // invalid UTF-8 anywhere (even nested, even in a repeated field's third element) is refused with
 // INVALID_ARGUMENT naming the field, not gRPC's empty INTERNAL; a request past a bound never
 // reaches the service; a valid one arrives intact; refusals are counted; Health carries the
 // version.
-#include "proto/checked_inference.h"
+#include "serving/checked_inference.h"
 
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>

@@ -13,9 +13,9 @@
 #include "base/work_queue.h"
 #include "consumer/inference_service.h"
 #include "model/generator.h"
-#include "proto/checked_inference.h"
 #include "proto/grpc_server.h"
 #include "proto/wire_mode.h"
+#include "serving/checked_inference.h"
 #include "tests/test_util.h"
 
 namespace scd::consumer {
@@ -37,7 +37,7 @@ class ConsumerServiceTest : public ::testing::Test {
     consumer.steps = &steps_;
     service_ = std::make_unique<ConsumerInferenceService>(consumer, "fp-fables",
                                                           Admission::Create(1), &refusals_);
-    // Served as a node serves it: the checked front first (proto/checked_inference.h).
+    // Served as a node serves it: the checked front first (serving/checked_inference.h).
     checked_ = std::make_unique<CheckedInferenceService>(service_.get(), RequestLimits(),
                                                          /*require_target=*/false, &refusals_);
     server_ = testing::Ok(StartGrpcServer("127.0.0.1:0", {checked_.get()}));

@@ -1,9 +1,9 @@
-// proto/event_stream.h over a real gRPC server on loopback: every event arrives once and in
+// serving/event_stream.h over a real gRPC server on loopback: every event arrives once and in
 // order however slowly the client reads; Push says "full" at the capacity and OnRoom follows once
 // the client drained it; a client that cancels reaches the stream's cancellation (gRPC's
 // OnCancel; the body never ends the call by itself), and `ended` then reports CANCELLED; a
 // refused stream ends with its status and no event.
-#include "proto/event_stream.h"
+#include "serving/event_stream.h"
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -17,9 +17,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "proto/checked_inference.h"
 #include "proto/grpc_server.h"
 #include "scd/v1/inference.grpc.pb.h"
+#include "serving/checked_inference.h"
 
 namespace scd {
 namespace {

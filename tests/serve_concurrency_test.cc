@@ -1,14 +1,14 @@
 // Concurrent requests must not slow each other below one request alone (issue 14: 941 output
 // tokens/s for one request in flight, 60 for eight, before model steps took turns). The real
 // all-in-one server as a process with its own thread policy, a closed-loop client
-// (proto/load_generator.h), local mode on llama2xs-260k, 128 greedy tokens per request.
+// (serving/load_generator.h), local mode on llama2xs-260k, 128 greedy tokens per request.
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "proto/load_generator.h"
 #include "proto/wire_mode.h"
+#include "serving/load_generator.h"
 #include "tests/test_daemon.h"
 #include "tests/test_files.h"
 

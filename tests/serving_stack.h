@@ -20,10 +20,10 @@
 #include "consumer/decode_service.h"
 #include "coordinator/coordinator_service.h"
 #include "producer/producer_service.h"
-#include "proto/checked_inference.h"
 #include "proto/cluster_secret.h"
 #include "proto/grpc_server.h"
 #include "scd/v1/inference.grpc.pb.h"
+#include "serving/checked_inference.h"
 #include "tokenizer/tokenizer.h"
 #include "transport/link_shaper.h"
 

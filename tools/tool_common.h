@@ -17,8 +17,8 @@
 #include "base/http_server.h"
 #include "base/process_memory.h"
 #include "codec/served_model_spec.h"
-#include "proto/checked_inference.h"
 #include "proto/request_validation.h"
+#include "serving/checked_inference.h"
 
 namespace scd {
 

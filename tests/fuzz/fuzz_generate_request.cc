@@ -1,5 +1,5 @@
 // libFuzzer target: the public API's request bytes as the checked front takes them
-// (proto/checked_inference.h): the UTF-8 scan over the raw message, protobuf parsing, and
+// (serving/checked_inference.h): the UTF-8 scan over the raw message, protobuf parsing, and
 // ValidateGenerateRequest. A request that passes validation must carry valid UTF-8 in every
 // string field and a request_id of printable ASCII within bounds.
 #include <cstdint>
@@ -8,8 +8,8 @@
 
 #include "base/log_text.h"
 #include "google/protobuf/stubs/logging.h"
-#include "proto/checked_inference.h"
 #include "proto/request_validation.h"
+#include "serving/checked_inference.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   google::protobuf::LogSilencer quiet;  // protobuf's parser logs bad UTF-8 it meets

@@ -1,4 +1,4 @@
-#include "proto/serving_metrics.h"
+#include "serving/serving_metrics.h"
 
 #include <grpcpp/support/status_code_enum.h>
 
@@ -57,13 +57,12 @@ ServingMetrics::ServingMetrics(MetricsRegistry* registry, uint64_t kv_bytes_per_
                                       ExponentialBuckets(1e5, 4, 12))),
       prompt_tokens_(registry->GetCounter("scd:prompt_tokens_total",
                                           "Prompt tokens of finished requests (per target)")),
-      generation_tokens_(registry->GetCounter("scd:generation_tokens_total",
-                                              "Tokens generated (per target)")),
+      generation_tokens_(
+          registry->GetCounter("scd:generation_tokens_total", "Tokens generated (per target)")),
       waiting_(registry->GetGauge("scd:num_requests_waiting",
                                   "Request targets admitted that have not sent a token yet "
                                   "(queue, prefill, transfer, rebuild)")),
-      running_(registry->GetGauge("scd:num_requests_running",
-                                  "Request targets generating tokens")),
+      running_(registry->GetGauge("scd:num_requests_running", "Request targets generating tokens")),
       batch_size_(registry->GetHistogram("scd:batch_size",
                                          "Sequences one scheduler step advanced together",
                                          ExponentialBuckets(1, 2, 10))),
@@ -118,10 +117,8 @@ void ServingMetrics::Finished(const v1::Finished& f) {
   const v1::Timings& t = f.timings();
   const TransferMode ran = RanMode(f);
   const MetricLabels mode = {{"mode", TransferModeName(ran)}};
-  Seconds(registry_, "scd:time_to_first_token_seconds", kTtftHelp, mode)
-      .Observe(Seconds(t.ttft()));
-  Seconds(registry_, "scd:e2e_request_latency_seconds", kE2eHelp, mode)
-      .Observe(Seconds(t.total()));
+  Seconds(registry_, "scd:time_to_first_token_seconds", kTtftHelp, mode).Observe(Seconds(t.ttft()));
+  Seconds(registry_, "scd:e2e_request_latency_seconds", kE2eHelp, mode).Observe(Seconds(t.total()));
   queue_.Observe(Seconds(t.queue()));
   prefill_.Observe(Seconds(t.prefill()));
   if (ran != TransferMode::kLocal) {
@@ -132,8 +129,8 @@ void ServingMetrics::Finished(const v1::Finished& f) {
     if (f.payload_bytes() > 0 && t.transfer() > 0) {
       goodput_.Observe(static_cast<double>(f.payload_bytes()) / Seconds(t.transfer()));
     }
-    const uint64_t sent = f.prompt_tokens() - std::min(f.prompt_tokens(),
-                                                       f.consumer_cached_tokens());
+    const uint64_t sent =
+        f.prompt_tokens() - std::min(f.prompt_tokens(), f.consumer_cached_tokens());
     if (kv_bytes_per_token_ > 0 && f.payload_bytes() > 0 && sent > 0) {
       registry_
           ->GetHistogram("scd:compression_ratio",
@@ -233,8 +230,9 @@ void SetNodeGauges(MetricsRegistry* r, const v1::NodeStats& stats) {
   if (stats.kv_budget_bytes() > 0) {  // a consumer
     const double budget = static_cast<double>(stats.kv_budget_bytes());
     const double reserved = static_cast<double>(stats.kv_reserved_bytes());
-    r->GetGauge("scd:num_sequences_running", "Sequences in the consumer's batch (prefilling or "
-                                             "decoding)")
+    r->GetGauge("scd:num_sequences_running",
+                "Sequences in the consumer's batch (prefilling or "
+                "decoding)")
         .Set(stats.sequences());
     r->GetGauge("scd:num_requests_queued", "Requests waiting for KV memory (admission queue)")
         .Set(stats.queued());
@@ -270,8 +268,7 @@ void SetNodeGauges(MetricsRegistry* r, const v1::NodeStats& stats) {
   }
 }
 
-void AddNodeStatsCollector(MetricsRegistry* registry,
-                           std::function<void(v1::NodeStats*)> fill) {
+void AddNodeStatsCollector(MetricsRegistry* registry, std::function<void(v1::NodeStats*)> fill) {
   registry->AddCollector([registry, fill = std::move(fill)] {
     v1::NodeStats stats;
     fill(&stats);

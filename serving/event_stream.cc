@@ -1,4 +1,4 @@
-#include "proto/event_stream.h"
+#include "serving/event_stream.h"
 
 #include <utility>
 

@@ -2,8 +2,8 @@
 // as soon as its previous one finished, for a fixed time; reports output tokens/s and latency
 // percentiles. What `scd-serve-bench` prints and what the serving tests assert on.
 // Thread-safety: reentrant (each call has its own clients).
-#ifndef SCD_PROTO_LOAD_GENERATOR_H_
-#define SCD_PROTO_LOAD_GENERATOR_H_
+#ifndef SCD_SERVING_LOAD_GENERATOR_H_
+#define SCD_SERVING_LOAD_GENERATOR_H_
 
 #include <cstdint>
 #include <string>
@@ -40,4 +40,4 @@ absl::StatusOr<LoadReport> RunClosedLoop(const LoadOptions& options);
 
 }  // namespace scd
 
-#endif  // SCD_PROTO_LOAD_GENERATOR_H_
+#endif  // SCD_SERVING_LOAD_GENERATOR_H_

@@ -20,11 +20,11 @@
 // "refused_<code>" (the node's Stats report it). Health answers carry the build's version.
 // ListModels and Health are passed on.
 // Generate is served on gRPC's callback API: the checks run on the gRPC thread that delivers the
-// call, and the backend returns the call's EventStream (proto/event_stream.h) -- no thread is
+// call, and the backend returns the call's EventStream (serving/event_stream.h) -- no thread is
 // held for an open stream unless the backend holds one.
 // Thread-safety: thread-safe as the backend is.
-#ifndef SCD_PROTO_CHECKED_INFERENCE_H_
-#define SCD_PROTO_CHECKED_INFERENCE_H_
+#ifndef SCD_SERVING_CHECKED_INFERENCE_H_
+#define SCD_SERVING_CHECKED_INFERENCE_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -37,10 +37,10 @@
 #include "absl/synchronization/mutex.h"
 #include "base/tally.h"
 #include "google/protobuf/descriptor.h"
-#include "proto/event_stream.h"
 #include "proto/request_validation.h"
-#include "proto/serving_metrics.h"
 #include "scd/v1/inference.grpc.pb.h"
+#include "serving/event_stream.h"
+#include "serving/serving_metrics.h"
 #include "tokenizer/tokenizer.h"
 
 namespace scd {
@@ -128,4 +128,4 @@ std::string ClientOf(const grpc::ServerContextBase& context);
 
 }  // namespace scd
 
-#endif  // SCD_PROTO_CHECKED_INFERENCE_H_
+#endif  // SCD_SERVING_CHECKED_INFERENCE_H_

@@ -1,4 +1,4 @@
-#include "proto/checked_inference.h"
+#include "serving/checked_inference.h"
 
 #include <arpa/inet.h>
 #include <google/protobuf/unknown_field_set.h>
@@ -172,7 +172,8 @@ std::string ClientOf(const grpc::ServerContextBase& context) {
   }
   // In-process calls come from the node's HTTP front end, which names its client.
   auto it = context.client_metadata().find(kClientMetadata);
-  if (it != context.client_metadata().end()) return std::string(it->second.data(), it->second.size());
+  if (it != context.client_metadata().end())
+    return std::string(it->second.data(), it->second.size());
   return peer;
 }
 
@@ -197,7 +198,8 @@ absl::Status CheckedInferenceService::Authenticate(const grpc::ServerContextBase
 absl::Status CheckedInferenceService::TokenizeOnce(v1::GenerateRequest* request) const {
   if (guards_.tokenizer == nullptr || request->prompt_ids_size() > 0) return absl::OkStatus();
   absl::StatusOr<std::vector<TokenId>> ids = guards_.tokenizer->Encode(request->prompt());
-  if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat("prompt: ", ids.status().message()));
+  if (!ids.ok())
+    return absl::InvalidArgumentError(absl::StrCat("prompt: ", ids.status().message()));
   request->mutable_prompt_ids()->Assign(ids->begin(), ids->end());
   request->clear_prompt();
   return absl::OkStatus();
@@ -213,9 +215,8 @@ absl::Status CheckedInferenceService::CheckPromptTokens(const v1::GenerateReques
     tokens = ids->size();
   }
   if (tokens > guards_.max_prompt_tokens) {
-    return absl::OutOfRangeError(absl::StrCat("prompt: ", tokens,
-                                              " tokens, over this server's limit of ",
-                                              guards_.max_prompt_tokens));
+    return absl::OutOfRangeError(absl::StrCat(
+        "prompt: ", tokens, " tokens, over this server's limit of ", guards_.max_prompt_tokens));
   }
   return absl::OkStatus();
 }

@@ -1,4 +1,4 @@
-#include "proto/load_generator.h"
+#include "serving/load_generator.h"
 
 #include <algorithm>
 #include <thread>

@@ -22,8 +22,8 @@
 //                                             auto mode predicted one (the coordinator)
 // Node gauges from the node's Stats (SetNodeGauges) come from a collector at scrape time.
 // Thread-safety: ServingMetrics is thread-safe; a Call is used by its call's thread.
-#ifndef SCD_PROTO_SERVING_METRICS_H_
-#define SCD_PROTO_SERVING_METRICS_H_
+#ifndef SCD_SERVING_SERVING_METRICS_H_
+#define SCD_SERVING_SERVING_METRICS_H_
 
 #include <functional>
 #include <map>
@@ -115,9 +115,8 @@ class ServingMetrics {
 void SetNodeGauges(MetricsRegistry* registry, const v1::NodeStats& stats);
 // Sets them at every scrape from `fill` (the node's Stats, without the secret check).
 // REQUIRES: what `fill` reads outlives the registry's renders.
-void AddNodeStatsCollector(MetricsRegistry* registry,
-                           std::function<void(v1::NodeStats*)> fill);
+void AddNodeStatsCollector(MetricsRegistry* registry, std::function<void(v1::NodeStats*)> fill);
 
 }  // namespace scd
 
-#endif  // SCD_PROTO_SERVING_METRICS_H_
+#endif  // SCD_SERVING_SERVING_METRICS_H_

@@ -16,8 +16,8 @@
 // `ended` runs once, in OnDone, with the status the call ended with (CANCELLED when the client
 // went away), before gRPC's hold is released.
 // Thread-safety: Push, End, Hold and Release are thread-safe; End is called once.
-#ifndef SCD_PROTO_EVENT_STREAM_H_
-#define SCD_PROTO_EVENT_STREAM_H_
+#ifndef SCD_SERVING_EVENT_STREAM_H_
+#define SCD_SERVING_EVENT_STREAM_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -86,4 +86,4 @@ class EventStream : public grpc::ServerWriteReactor<v1::GenerateEvent> {
 
 }  // namespace scd
 
-#endif  // SCD_PROTO_EVENT_STREAM_H_
+#endif  // SCD_SERVING_EVENT_STREAM_H_
