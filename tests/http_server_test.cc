@@ -124,6 +124,16 @@ class RawClient {
   bool connected_ = false;
 };
 
+// Sends GET /held on `client`: the reply the handler holds for it (its `nth`, from 0), with
+// `closed` notified when the exchange closes.
+std::shared_ptr<HttpReply> HoldOne(TestHandler& handler, RawClient& client, size_t nth,
+                                   absl::Notification* closed) {
+  client.Send("GET /held HTTP/1.1\r\nHost: x\r\n\r\n");
+  std::shared_ptr<HttpReply> reply = handler.Held(nth + 1)[nth];
+  reply->OnClosed([closed] { closed->Notify(); });
+  return reply;
+}
+
 TEST(HttpServerTest, HealthIsLoadingThenServingThenDraining) {
   auto server = Serve();
   ASSERT_NE(server, nullptr);
@@ -238,10 +248,8 @@ TEST(HttpServerTest, AClientThatGoesAwayClosesItsPendingAnswer) {
   auto handler = std::make_shared<TestHandler>();
   server->SetHandler(handler);
   RawClient raw(Port(*server));
-  raw.Send("GET /held HTTP/1.1\r\nHost: x\r\n\r\n");
-  std::shared_ptr<HttpReply> reply = handler->Held(1)[0];
   absl::Notification closed;
-  reply->OnClosed([&closed] { closed.Notify(); });
+  std::shared_ptr<HttpReply> reply = HoldOne(*handler, raw, 0, &closed);
   raw.Close();
   EXPECT_TRUE(closed.WaitForNotificationWithTimeout(absl::Seconds(30)));
   reply->Send(HttpResponse::Json(200, "{}"));  // too late: nothing happens
@@ -259,10 +267,8 @@ TEST(HttpServerTest, ASlowReaderIsDropped) {
   auto handler = std::make_shared<TestHandler>();
   server->SetHandler(handler);
   RawClient stalled(Port(*server));
-  stalled.Send("GET /held HTTP/1.1\r\nHost: x\r\n\r\n");
-  std::shared_ptr<HttpReply> reply = handler->Held(1)[0];
   absl::Notification closed;
-  reply->OnClosed([&closed] { closed.Notify(); });
+  std::shared_ptr<HttpReply> reply = HoldOne(*handler, stalled, 0, &closed);
   reply->StartStream(HttpResponse());
   const std::string piece(16 << 10, 'p');
   std::function<void()> write_on = [&] {
@@ -275,10 +281,8 @@ TEST(HttpServerTest, ASlowReaderIsDropped) {
   EXPECT_TRUE(closed.WaitForNotificationWithTimeout(absl::Seconds(30)));
 
   RawClient piling(Port(*server));
-  piling.Send("GET /held HTTP/1.1\r\nHost: x\r\n\r\n");
-  std::shared_ptr<HttpReply> ignoring = handler->Held(2)[1];
   absl::Notification dropped;
-  ignoring->OnClosed([&dropped] { dropped.Notify(); });
+  std::shared_ptr<HttpReply> ignoring = HoldOne(*handler, piling, 1, &dropped);
   ignoring->StartStream(HttpResponse());
   for (int i = 0; i < 4 && !dropped.HasBeenNotified(); ++i)
     ignoring->Write(std::string(1 << 20, 'q'));
@@ -364,10 +368,8 @@ TEST(HttpServerTest, StopClosesPendingAnswers) {
   auto handler = std::make_shared<TestHandler>();
   server->SetHandler(handler);
   RawClient raw(Port(*server));
-  raw.Send("GET /held HTTP/1.1\r\nHost: x\r\n\r\n");
-  std::shared_ptr<HttpReply> reply = handler->Held(1)[0];
   absl::Notification closed;
-  reply->OnClosed([&closed] { closed.Notify(); });
+  std::shared_ptr<HttpReply> reply = HoldOne(*handler, raw, 0, &closed);
   server->Stop();
   EXPECT_TRUE(closed.HasBeenNotified());
   EXPECT_TRUE(raw.ClosedByServer());
