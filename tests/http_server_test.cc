@@ -124,6 +124,13 @@ class RawClient {
   bool connected_ = false;
 };
 
+// A TestHandler installed on `server`.
+std::shared_ptr<TestHandler> Handled(HttpServer& server) {
+  auto handler = std::make_shared<TestHandler>();
+  server.SetHandler(handler);
+  return handler;
+}
+
 // Sends GET /held on `client`: the reply the handler holds for it (its `nth`, from 0), with
 // `closed` notified when the exchange closes.
 std::shared_ptr<HttpReply> HoldOne(TestHandler& handler, RawClient& client, size_t nth,
@@ -167,7 +174,7 @@ TEST(HttpServerTest, LimitsAndMalformedRequestsAreAnsweredInOpenAisShape) {
   options.max_header_bytes = 4096;
   auto server = Serve(options);
   ASSERT_NE(server, nullptr);
-  server->SetHandler(std::make_shared<TestHandler>());
+  Handled(*server);
   httplib::Client client("127.0.0.1", Port(*server));
   auto fits = client.Post("/hello", std::string(1024, 'x'), "text/plain");
   ASSERT_TRUE(fits);
@@ -194,7 +201,7 @@ TEST(HttpServerTest, LimitsAndMalformedRequestsAreAnsweredInOpenAisShape) {
 TEST(HttpServerTest, PipelinedRequestsOnOneConnectionAreAnsweredInOrder) {
   auto server = Serve();
   ASSERT_NE(server, nullptr);
-  server->SetHandler(std::make_shared<TestHandler>());
+  Handled(*server);
   RawClient raw(Port(*server));
   raw.Send(
       "POST /hello HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"
@@ -211,8 +218,7 @@ TEST(HttpServerTest, PipelinedRequestsOnOneConnectionAreAnsweredInOrder) {
 TEST(HttpServerTest, AStreamWrittenFromAnotherThreadArrivesWhole) {
   auto server = Serve();
   ASSERT_NE(server, nullptr);
-  auto handler = std::make_shared<TestHandler>();
-  server->SetHandler(handler);
+  auto handler = Handled(*server);
   std::string expected;
   for (int i = 0; i < 2000; ++i) expected += absl::StrCat("data: chunk ", i, "\n\n");
   std::thread writer([&] {
@@ -245,8 +251,7 @@ TEST(HttpServerTest, AStreamWrittenFromAnotherThreadArrivesWhole) {
 TEST(HttpServerTest, AClientThatGoesAwayClosesItsPendingAnswer) {
   auto server = Serve();
   ASSERT_NE(server, nullptr);
-  auto handler = std::make_shared<TestHandler>();
-  server->SetHandler(handler);
+  auto handler = Handled(*server);
   RawClient raw(Port(*server));
   absl::Notification closed;
   std::shared_ptr<HttpReply> reply = HoldOne(*handler, raw, 0, &closed);
@@ -264,8 +269,7 @@ TEST(HttpServerTest, ASlowReaderIsDropped) {
   options.max_queued_bytes = 1 << 20;
   auto server = Serve(options);
   ASSERT_NE(server, nullptr);
-  auto handler = std::make_shared<TestHandler>();
-  server->SetHandler(handler);
+  auto handler = Handled(*server);
   RawClient stalled(Port(*server));
   absl::Notification closed;
   std::shared_ptr<HttpReply> reply = HoldOne(*handler, stalled, 0, &closed);
@@ -294,7 +298,7 @@ TEST(HttpServerTest, ARequestNotSentInTimeIsDropped) {
   options.read_timeout_seconds = 1;
   auto server = Serve(options);
   ASSERT_NE(server, nullptr);
-  server->SetHandler(std::make_shared<TestHandler>());
+  Handled(*server);
   RawClient partial(Port(*server));
   partial.Send("GET /hello HTTP/1.1\r\nHost: x\r\n");  // the head never ends
   EXPECT_TRUE(partial.ClosedByServer());
@@ -309,7 +313,7 @@ TEST(HttpServerTest, ConnectionsPastTheLimitAreRefused) {
   options.max_connections = 2;
   auto server = Serve(options);
   ASSERT_NE(server, nullptr);
-  server->SetHandler(std::make_shared<TestHandler>());
+  Handled(*server);
   std::vector<std::unique_ptr<RawClient>> open;
   for (int i = 0; i < 2; ++i) {  // each answered once: the server holds both
     open.push_back(std::make_unique<RawClient>(Port(*server)));
@@ -338,8 +342,7 @@ int Threads() {
 TEST(HttpServerTest, ManyPendingAnswersHoldNoThreads) {
   auto server = Serve();
   ASSERT_NE(server, nullptr);
-  auto handler = std::make_shared<TestHandler>();
-  server->SetHandler(handler);
+  auto handler = Handled(*server);
   const int before = Threads();
   constexpr int kClients = 300;
   std::vector<std::unique_ptr<RawClient>> clients;
@@ -365,8 +368,7 @@ TEST(HttpServerTest, ManyPendingAnswersHoldNoThreads) {
 TEST(HttpServerTest, StopClosesPendingAnswers) {
   auto server = Serve();
   ASSERT_NE(server, nullptr);
-  auto handler = std::make_shared<TestHandler>();
-  server->SetHandler(handler);
+  auto handler = Handled(*server);
   RawClient raw(Port(*server));
   absl::Notification closed;
   std::shared_ptr<HttpReply> reply = HoldOne(*handler, raw, 0, &closed);
@@ -390,7 +392,7 @@ TEST(HttpServerTest, HttpsWithTheGivenCertificate) {
   options.tls_key = dir.File("key.pem");
   auto server = Serve(options);
   ASSERT_NE(server, nullptr);
-  server->SetHandler(std::make_shared<TestHandler>());
+  Handled(*server);
   const std::string port = absl::StrCat(Port(*server));
   const testing::CommandResult https =
       testing::RunCommand("curl -s -m 30 --cacert " + dir.File("cert.pem") +
