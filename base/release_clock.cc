@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "absl/time/clock.h"
+#include "base/change_notice.h"
 
 namespace scd {
 namespace {
@@ -17,6 +18,7 @@ void NoteRelease() {
   while (seen < now &&
          !last_release_micros.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
   }
+  NoteChange();
 }
 
 int64_t LastReleaseUnixMicros() { return last_release_micros.load(std::memory_order_relaxed); }

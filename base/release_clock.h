@@ -14,6 +14,7 @@
 namespace scd {
 
 // Stamps now (the wall clock, Unix microseconds) as the latest release; never moves backwards.
+// Counts a change too (base/change_notice.h).
 void NoteRelease();
 
 // The latest stamp, Unix microseconds; 0 before the first release.

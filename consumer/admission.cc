@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/awaited.h"
+#include "base/change_notice.h"
 #include "base/release_clock.h"
 
 namespace scd::consumer {
@@ -53,6 +54,7 @@ bool Admission::Fits(int64_t bytes) const {
 std::unique_ptr<Admission::Reservation> Admission::Reserve(int64_t bytes, absl::Time arrived) {
   ++active_;
   reserved_ += bytes;
+  NoteChange();
   return std::unique_ptr<Reservation>(
       new Reservation(shared_from_this(), bytes, options_.clock->Now() - arrived));
 }
@@ -61,6 +63,7 @@ void Admission::Dequeue(std::shared_ptr<Waiter> waiter, Admitted result,
                         std::vector<Outcome>* ended) {
   queue_.erase(std::find(queue_.begin(), queue_.end(), waiter));
   queued_bytes_ -= waiter->bytes;
+  NoteChange();
   ended->push_back(Outcome{std::move(waiter), std::move(result)});
 }
 
@@ -125,6 +128,8 @@ void Admission::AdmitAsync(int64_t bytes, absl::Time deadline, Cancellation* can
       waiter->done = std::move(done);
       queue_.push_back(waiter);
       queued_bytes_ += bytes;
+      most_queued_ = std::max(most_queued_, static_cast<uint32_t>(queue_.size()));
+      NoteChange();
       if (deadline < absl::InfiniteFuture()) {
         // Set under the lock, before anyone can dequeue the waiter and reset its timer. The
         // timer holds no share of the Admission (Expire takes one): the destructor ends every
@@ -214,6 +219,11 @@ uint32_t Admission::active() const {
 uint32_t Admission::queued() const {
   absl::MutexLock lock(&mu_);
   return static_cast<uint32_t>(queue_.size());
+}
+
+uint32_t Admission::most_queued() const {
+  absl::MutexLock lock(&mu_);
+  return most_queued_;
 }
 
 int64_t Admission::queued_bytes() const {

@@ -82,6 +82,7 @@ class Admission : public std::enable_shared_from_this<Admission> {
 
   uint32_t active() const;         // requests holding a reservation
   uint32_t queued() const;         // requests waiting
+  uint32_t most_queued() const;    // the most requests that waited at once so far
   int64_t queued_bytes() const;    // the bytes they wait for
   int64_t reserved_bytes() const;  // bytes the reservations hold
   int64_t free_bytes() const;      // budget - reserved (0 without a budget)
@@ -130,6 +131,7 @@ class Admission : public std::enable_shared_from_this<Admission> {
   int64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<std::shared_ptr<Waiter>> queue_ ABSL_GUARDED_BY(mu_);  // first come first
   int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t most_queued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/change_notice.h"
 #include "base/exception_guard.h"
 #include "base/release_clock.h"
 #include "base/thread_name.h"
@@ -342,6 +343,7 @@ void DecodeScheduler::Publish(const std::list<std::unique_ptr<Sequence>>& runnin
   stats_.max_batch =
       std::max<int64_t>(stats_.max_batch, static_cast<int64_t>(batch.inputs.size()));
   if (static_cast<int64_t>(running.size()) < stats_.running) NoteRelease();
+  if (static_cast<int64_t>(running.size()) > stats_.running) NoteChange();
   stats_.running = static_cast<int64_t>(running.size());
   stats_.decoding = 0;
   for (const auto& seq : running) stats_.decoding += seq->decoding();

@@ -15,6 +15,7 @@
 #include "proto/requested_point.h"
 #include "proto/wire_mode.h"
 #include "serving/checked_inference.h"
+#include "serving/stats_wait.h"
 
 namespace scd::consumer {
 
@@ -157,10 +158,12 @@ grpc::Status ConsumerControlService::TransferFailed(grpc::ServerContext* context
   return grpc::Status::OK;
 }
 
-grpc::Status ConsumerControlService::Stats(grpc::ServerContext* context, const v1::StatsRequest*,
-                                           v1::NodeStats* stats) {
+grpc::Status ConsumerControlService::Stats(grpc::ServerContext* context,
+                                           const v1::StatsRequest* request, v1::NodeStats* stats) {
   if (grpc::Status auth = secret_.Check(*context); !auth.ok()) return auth;
+  const uint64_t change = AwaitStatsChange(*request, *context);
   FillStats(stats);
+  stats->set_change_count(change);
   return grpc::Status::OK;
 }
 
@@ -171,6 +174,7 @@ void ConsumerControlService::FillStats(v1::NodeStats* stats) const {
   stats->set_capacity(admission_->capacity());
   stats->set_open_sessions(static_cast<uint32_t>(router_->open_sessions()));
   stats->set_queued(admission_->queued());
+  stats->set_most_queued(admission_->most_queued());
   stats->set_kv_reserved_bytes(static_cast<uint64_t>(admission_->reserved_bytes()));
   stats->set_kv_budget_bytes(static_cast<uint64_t>(admission_->budget_bytes()));
   if (consumer_.scheduler != nullptr) {

@@ -24,6 +24,7 @@
 #include "proto/request_validation.h"
 #include "proto/wire_mode.h"
 #include "serving/checked_inference.h"
+#include "serving/stats_wait.h"
 #include "tokenizer/prompt_ids.h"
 
 namespace scd::coordinator {
@@ -104,10 +105,12 @@ grpc::Status RegistryService::Deregister(grpc::ServerContext* context,
   return ToGrpcStatus(registry_->Deregister(request->node_id()));
 }
 
-grpc::Status RegistryService::Stats(grpc::ServerContext* context, const v1::StatsRequest*,
+grpc::Status RegistryService::Stats(grpc::ServerContext* context, const v1::StatsRequest* request,
                                     v1::NodeStats* stats) {
   if (grpc::Status auth = secret_.Check(*context); !auth.ok()) return auth;
+  const uint64_t change = AwaitStatsChange(*request, *context);
   FillStats(stats);
+  stats->set_change_count(change);
   return grpc::Status::OK;
 }
 

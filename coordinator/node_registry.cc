@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/change_notice.h"
 #include "base/log_text.h"
 #include "base/random_id.h"
 #include "proto/wire_mode.h"
@@ -24,6 +25,7 @@ absl::StatusOr<Lease> NodeRegistry::Register(const v1::RegisterRequest& request)
     for (const v1::ModelEntry& model : request.models()) known_targets_.insert(model.name());
   }
   nodes_.emplace(id, NodeOf(id, request, clock_->Now()));
+  NoteChange();
   return Lease{id, options_.lease, options_.heartbeat_interval};
 }
 
@@ -60,6 +62,7 @@ absl::Status NodeRegistry::Upsert(const std::string& node_id, const v1::Register
     for (const v1::ModelEntry& model : request.models()) known_targets_.insert(model.name());
   }
   ApplyState(state, &node);
+  NoteChange();
   return absl::OkStatus();
 }
 
@@ -133,6 +136,7 @@ absl::Status NodeRegistry::Deregister(const std::string& node_id) {
     return absl::NotFoundError(absl::StrCat("deregister: no node '", ShortNodeId(node_id), "...'"));
   }
   links_.Forget(node_id);
+  NoteChange();
   return absl::OkStatus();
 }
 
@@ -151,6 +155,7 @@ std::vector<std::string> NodeRegistry::ExpireLapsed() {
     it = nodes_.erase(it);
     links_.Forget(id);
   }
+  if (!dropped.empty()) NoteChange();
   return dropped;
 }
 

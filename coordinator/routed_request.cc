@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/change_notice.h"
 #include "base/log_text.h"
 #include "base/random_id.h"
 #include "base/release_clock.h"
@@ -76,6 +77,7 @@ class RoutedRequest::Lease {
       : registry_(deps.registry), active_(deps.active), route_(route) {
     registry_->NoteRouted(route_, hint);
     if (active_ != nullptr) ++*active_;
+    NoteChange();
   }
   ~Lease() {
     registry_->RoutedDone(route_);

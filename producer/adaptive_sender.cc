@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/change_notice.h"
 #include "base/status_macros.h"
 #include "base/work_queue.h"
 #include "codec/chunk_rows.h"
@@ -21,11 +22,17 @@ class HeldChunk {
   HeldChunk(std::shared_ptr<const void> owner, uint64_t size, std::atomic<uint64_t>* held,
             std::shared_ptr<ByteGauge> queued)
       : owner_(std::move(owner)), size_(size), held_(held), queued_(std::move(queued)) {
-    if (held_ != nullptr) held_->fetch_add(size_);
+    if (held_ != nullptr) {
+      held_->fetch_add(size_);
+      NoteChange();  // NodeStats.held_payload_bytes moved
+    }
     if (queued_ != nullptr) queued_->Add(size_);
   }
   ~HeldChunk() {
-    if (held_ != nullptr) held_->fetch_sub(size_);
+    if (held_ != nullptr) {
+      held_->fetch_sub(size_);
+      NoteChange();
+    }
     if (queued_ != nullptr) queued_->Release(size_);
   }
   HeldChunk(const HeldChunk&) = delete;

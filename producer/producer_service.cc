@@ -6,9 +6,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/cancellation.h"
+#include "base/change_notice.h"
 #include "base/exception_guard.h"
 #include "base/log_text.h"
 #include "base/release_clock.h"
@@ -21,6 +23,7 @@
 #include "proto/request_validation.h"
 #include "proto/requested_point.h"
 #include "proto/wire_mode.h"
+#include "serving/stats_wait.h"
 #include "tokenizer/prompt_ids.h"
 
 namespace scd::producer {
@@ -103,6 +106,7 @@ absl::StatusOr<std::shared_ptr<transport::TransferConnection>> ProducerControlSe
       c = connections_.erase(c);
     }
   }
+  if (!dead.empty()) NoteChange();
   auto it = connections_.find(address);
   if (it != connections_.end() && SameShape(it->second.shape, shape_)) {
     *shape = it->second.shape;
@@ -114,6 +118,7 @@ absl::StatusOr<std::shared_ptr<transport::TransferConnection>> ProducerControlSe
   options.shape = shape_;
   auto connection = transport::TransferConnection::Create(std::move(link), options);
   connections_[address] = {connection, shape_};
+  NoteChange();
   *shape = shape_;
   return connection;
 }
@@ -159,10 +164,12 @@ grpc::Status ProducerControlService::SetLinkShape(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status ProducerControlService::Stats(grpc::ServerContext* context, const v1::StatsRequest*,
-                                           v1::NodeStats* stats) {
+grpc::Status ProducerControlService::Stats(grpc::ServerContext* context,
+                                           const v1::StatsRequest* request, v1::NodeStats* stats) {
   if (grpc::Status auth = secret_.Check(*context); !auth.ok()) return auth;
+  const uint64_t change = AwaitStatsChange(*request, *context);
   FillStats(stats);
+  stats->set_change_count(change);
   return grpc::Status::OK;
 }
 
@@ -361,6 +368,13 @@ void ProducerControlService::LookUpPrefix(Cancellation* cancel, PrefillRun* run)
 
 absl::Status ProducerControlService::Stream(Cancellation* cancel, PrefillRun* run) {
   ++running_;
+  NoteChange();
+  // Running until the pass's blocks and codes are stored: whoever sees none running (a drain, a
+  // test, a heartbeat) sees them.
+  absl::Cleanup done = [this] {
+    --running_;
+    NoteRelease();
+  };
   std::vector<StreamTarget>& streams = run->streams;
   // The caller going away ends every session, which ends the pass at its next layer.
   const Cancellation::Registration end_sessions = cancel->OnCancel([&streams](const absl::Status&) {
@@ -372,8 +386,6 @@ absl::Status ProducerControlService::Stream(Cancellation* cancel, PrefillRun* ru
     return StreamPrefill(*producer_.model, run->prefix, streams, &held_payload_bytes_,
                          run->reuse.has_value() ? &*run->reuse : nullptr);
   });
-  --running_;
-  NoteRelease();
   for (const StreamTarget& stream : streams) {
     ended_.Add(transport::SessionStateName(stream.session->state()));
   }

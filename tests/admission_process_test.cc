@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -84,7 +85,7 @@ class AdmissionProcessTest : public ::testing::Test {
     wide_ = consumer("wide", {"--capacity", "16", "--kv-cache-mb", "1"});
     // 209,715 bytes: 163 positions; one waiting request at most.
     narrow_ = consumer("narrow", {"--capacity", "16", "--kv-cache-mb", "0.2", "--max-queued", "1"});
-    ASSERT_TRUE(testing::WaitForModels(server_, 3, absl::Seconds(60)))
+    ASSERT_TRUE(testing::WaitForModels(*coordinator_, 3, absl::Seconds(60)))
         << "daemons did not register; logs in " << dir_;
   }
   void TearDown() override {
@@ -117,16 +118,24 @@ class AdmissionProcessTest : public ::testing::Test {
     return reply;
   }
   v1::NodeStats Stats(Daemon& daemon) { return testing::StatsOf<v1::Consumer>(daemon); }
+  // `daemon`'s Stats once `holds` them (woken by each change of the node), or the last ones.
+  v1::NodeStats Await(Daemon& daemon, const std::function<bool(const v1::NodeStats&)>& holds,
+                      absl::Duration limit = absl::Seconds(30)) {
+    return testing::AwaitStats<v1::Consumer>(daemon, holds, limit);
+  }
   // Waits until `daemon` holds nothing; returns how long that took (InfiniteDuration: never).
   absl::Duration UntilIdle(Daemon& daemon, absl::Duration limit) {
     const absl::Time start = absl::Now();
-    while (absl::Now() - start < limit) {
-      const v1::NodeStats s = Stats(daemon);
-      if (s.running() == 0 && s.sequences() == 0 && s.kv_reserved_bytes() == 0 &&
-          s.queued() == 0 && s.open_sessions() == 0) {
-        return absl::Now() - start;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
+    const v1::NodeStats s = Await(
+        daemon,
+        [](const v1::NodeStats& s) {
+          return s.running() == 0 && s.sequences() == 0 && s.kv_reserved_bytes() == 0 &&
+                 s.queued() == 0 && s.open_sessions() == 0;
+        },
+        limit);
+    if (s.running() == 0 && s.sequences() == 0 && s.kv_reserved_bytes() == 0 && s.queued() == 0 &&
+        s.open_sessions() == 0) {
+      return absl::Now() - start;
     }
     return absl::InfiniteDuration();
   }
@@ -146,15 +155,6 @@ class AdmissionProcessTest : public ::testing::Test {
 TEST_F(AdmissionProcessTest, AHundredRequestsAtOnceAllCompleteOnAConsumerWithRoomForSixteen) {
   constexpr int kRequests = 100;
   std::vector<Reply> replies(kRequests);
-  std::atomic<uint32_t> most_queued{0};
-  std::atomic<bool> done{false};
-  std::thread watcher([&] {  // the consumer's own view of its queue while the burst runs
-    while (!done) {
-      const uint32_t q = Stats(*wide_).queued();
-      if (q > most_queued) most_queued = q;
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-  });
   std::vector<std::thread> clients;
   for (int i = 0; i < kRequests; ++i) {
     clients.emplace_back([&, i] {
@@ -162,8 +162,7 @@ TEST_F(AdmissionProcessTest, AHundredRequestsAtOnceAllCompleteOnAConsumerWithRoo
     });
   }
   for (auto& c : clients) c.join();
-  done = true;
-  watcher.join();
+  const uint32_t most_queued = Stats(*wide_).most_queued();  // the consumer's own view
   int finished = 0;
   uint64_t queued_us = 0;
   std::map<std::string, std::vector<int32_t>> first_ids;  // per mode
@@ -181,10 +180,10 @@ TEST_F(AdmissionProcessTest, AHundredRequestsAtOnceAllCompleteOnAConsumerWithRoo
     }
   }
   EXPECT_EQ(finished, kRequests);
-  EXPECT_GT(most_queued.load(), 0u) << "nothing ever waited in the queue";
+  EXPECT_GT(most_queued, 0u) << "nothing ever waited in the queue";
   EXPECT_GT(queued_us, 0u);
-  std::printf("100 at once: %u waited at most at a time; longest queue time %.1f ms\n",
-              most_queued.load(), queued_us / 1e3);
+  std::printf("100 at once: %u waited at most at a time; longest queue time %.1f ms\n", most_queued,
+              queued_us / 1e3);
   EXPECT_LT(UntilIdle(*wide_, absl::Seconds(5)), absl::Seconds(5));
   ExpectIdle(*wide_);
   const v1::NodeStats stats = Stats(*wide_);
@@ -213,11 +212,13 @@ TEST_F(AdmissionProcessTest, AStalledProducerFreesTheReservationWithinTheTransfe
   held.set_deadline_ms(6000);  // the coordinator's call on the stopped producer gives up then
   Reply stalled;
   std::thread first([&] { stalled = Generate(held); });
-  while (Stats(*narrow_).kv_reserved_bytes() == 0) absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_GT(Await(*narrow_, [](const v1::NodeStats& s) { return s.kv_reserved_bytes() > 0; })
+                .kv_reserved_bytes(),
+            0u);
   const absl::Time admitted = absl::Now();
   Reply waiting;
   std::thread second([&] { waiting = Generate(Request("narrow", "local", 16, 100)); });
-  while (Stats(*narrow_).queued() == 0) absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_GT(Await(*narrow_, [](const v1::NodeStats& s) { return s.queued() > 0; }).queued(), 0u);
   const absl::Time refused_at = absl::Now();
   const Reply refused = Generate(Request("narrow", "local", 16, 8));
   EXPECT_LT(absl::Now() - refused_at, absl::Seconds(1));
@@ -245,7 +246,9 @@ TEST_F(AdmissionProcessTest, AStalledProducerFreesTheReservationWithinTheTransfe
   v1::GenerateRequest long_raw = Request("wide", "raw", 200, 16);
   long_raw.set_deadline_ms(8000);
   std::thread third([&] { cut = Generate(long_raw); });
-  while (Stats(*wide_).open_sessions() == 0) absl::SleepFor(absl::Milliseconds(2));
+  ASSERT_GT(
+      Await(*wide_, [](const v1::NodeStats& s) { return s.open_sessions() > 0; }).open_sessions(),
+      0u);
   producer_->Kill(SIGSTOP);
   const absl::Time stopped = absl::Now();
   const absl::Duration idle = UntilIdle(*wide_, absl::Seconds(6));

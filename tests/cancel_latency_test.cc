@@ -77,7 +77,7 @@ TEST(CancelLatencyTest, ACancelReleasesEverythingAtOnce) {
   Daemon consumer(dir, "c",
                   {Bin("scd-consumer"), "--model", model_dir, "--name", "c", "--coordinator",
                    coordinator.ControlAddress()});
-  ASSERT_TRUE(testing::WaitForModels(server, 2, absl::Seconds(60))) << "logs in " << dir;
+  ASSERT_TRUE(testing::WaitForModels(coordinator, 2, absl::Seconds(60))) << "logs in " << dir;
   auto producer_stub = ControlStub<v1::Producer>(producer);
   auto consumer_stub = ControlStub<v1::Consumer>(consumer);
   auto inference =

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/change_notice.h"
 #include "model/generator.h"
 #include "proto/wire_mode.h"
 #include "tests/serving_stack.h"
@@ -116,12 +117,12 @@ TEST_P(CancelStormTest, OthersCancellingNeverBreaksARequest) {
   }
   EXPECT_EQ(failed, 0) << "of " << 4 * kRounds << " normal requests; first: " << first_failure;
   // Nothing held anywhere once the storm is over: sessions end, buffers go back.
-  const absl::Time limit = absl::Now() + absl::Seconds(5);
-  while ((stack_->producer_service().open_sessions() > 0 ||
-          stack_->consumer("copy").admission->active() > 0) &&
-         absl::Now() < limit) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  AwaitChange(
+      [&] {
+        return stack_->producer_service().open_sessions() == 0 &&
+               stack_->consumer("copy").admission->active() == 0;
+      },
+      absl::Now() + absl::Seconds(5));
   EXPECT_EQ(stack_->producer_service().open_sessions(), 0u);
   EXPECT_EQ(stack_->consumer("copy").admission->active(), 0u);
 }

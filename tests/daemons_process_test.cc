@@ -100,7 +100,7 @@ class DaemonsProcessTest : public ::testing::TestWithParam<std::string> {
     for (const std::string& flag : ConsumerFlags()) copy_argv.push_back(flag);
     copy_daemon_ = std::make_unique<Daemon>(dir_, "copy", copy_argv);
     // Registered: all three models routable.
-    ASSERT_TRUE(testing::WaitForModels(server_, 3, absl::Seconds(60)))
+    ASSERT_TRUE(testing::WaitForModels(*coordinator_, 3, absl::Seconds(60)))
         << "daemons did not register; logs in " << dir_;
   }
   void TearDown() override {
@@ -228,12 +228,13 @@ TEST_P(DaemonsProcessTest, FanOutRunsOnePrefillAndMatchesBothSingleTargetReferen
                              artifact_path_, "--artifact", dir_ + "/fables.scd"});
   producer_daemon_->Kill(SIGKILL);  // the producer that holds both artifacts takes over
   const std::string producer_address = producer_with_both.Address();
-  const absl::Time limit = absl::Now() + absl::Seconds(30);
-  Reply probe;
-  do {  // routed once fables is registered and the old producer's lease has lapsed
-    absl::SleepFor(absl::Milliseconds(100));
-    probe = Generate("fables", "scd", Prompt(0), 2);
-  } while ((!probe.status.ok() || !probe.events.back().has_finished()) && absl::Now() < limit);
+  // Routed once fables and the new producer are registered and the old producer's lease has
+  // lapsed: the registry holds xs, base-copy, fables and producer2 (its Stats' `running`).
+  const v1::NodeStats registry = testing::AwaitStats<v1::Registry>(
+      *coordinator_, [](const v1::NodeStats& s) { return s.running() == 4; }, absl::Seconds(30));
+  ASSERT_EQ(registry.running(), 4u) << registry.DebugString();
+  const Reply probe = Generate("fables", "scd", Prompt(0), 2);
+  ASSERT_TRUE(probe.status.ok()) << probe.status;
   ASSERT_TRUE(probe.events.back().has_finished()) << probe.events.back().DebugString();
 
   auto prefills = [&] {
@@ -436,14 +437,8 @@ TEST(DummyWeightsServingTest, AllInOneServesIdsOnARealConfigAndRefusesText) {
 
 TEST_P(DaemonsProcessTest, KilledConsumerLeavesRoutingWithinThreeSeconds) {
   copy_daemon_->Kill(SIGKILL);
-  const absl::Time killed = absl::Now();
-  for (;;) {
-    auto models = ListModels(server_, absl::Seconds(2));
-    ASSERT_TRUE(models.ok()) << models.status();
-    if (models->size() == 2) break;
-    ASSERT_LT(absl::Now() - killed, absl::Seconds(3)) << "still routed after 3 s";
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  ASSERT_TRUE(testing::WaitForModels(*coordinator_, 2, absl::Seconds(3)))
+      << "still routed after 3 s";
   // Known, but no live node: UNAVAILABLE (retry later); a name never served stays NOT_FOUND.
   Reply gone = Generate("base-copy", "", Prompt(1), 4);
   EXPECT_EQ(gone.status.code(), absl::StatusCode::kUnavailable);
@@ -455,7 +450,7 @@ TEST_P(DaemonsProcessTest, KilledConsumerLeavesRoutingWithinThreeSeconds) {
 
 TEST_P(DaemonsProcessTest, DeadProducerEndsTheRequestInOneErrorWithinOneSecond) {
   producer_daemon_->Kill(SIGKILL);  // still routed until its lease lapses
-  absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_EQ(producer_daemon_->Wait(absl::Seconds(10)), -1);  // dead (reaped), sockets closed
   const absl::Time start = absl::Now();
   Reply reply = Generate("xs", "scd", Prompt(2), 16);
   EXPECT_LT(absl::Now() - start, absl::Seconds(1));
@@ -484,6 +479,24 @@ class DaemonsFaultTest : public DaemonsProcessTest {
 
   v1::NodeStats ProducerStats() { return testing::StatsOf<v1::Producer>(*producer_daemon_); }
   v1::NodeStats CopyStats() { return testing::StatsOf<v1::Consumer>(*copy_daemon_); }
+  using Holds = std::function<bool(const v1::NodeStats&)>;
+  // The node's Stats once `holds` them (a long poll on its changes) or when `timeout` is over.
+  v1::NodeStats AwaitProducer(const Holds& holds, absl::Duration timeout) {
+    return testing::AwaitStats<v1::Producer>(*producer_daemon_, holds, timeout);
+  }
+  v1::NodeStats AwaitCopy(const Holds& holds, absl::Duration timeout) {
+    return testing::AwaitStats<v1::Consumer>(*copy_daemon_, holds, timeout);
+  }
+  static bool ConsumerFree(const v1::NodeStats& s) {
+    return s.running() == 0 && s.open_sessions() == 0;
+  }
+  static bool ProducerFree(const v1::NodeStats& s) {
+    return s.open_sessions() == 0 && s.held_payload_bytes() == 0 && s.running() == 0;
+  }
+  // What is left of `limit` after `since`.
+  static absl::Duration Left(absl::Time since, absl::Duration limit) {
+    return since + limit - absl::Now();
+  }
 
   // A prompt whose raw transfer takes seconds on the shaped link.
   static std::vector<TokenId> LongPrompt() {
@@ -573,13 +586,10 @@ class DaemonsFaultTest : public DaemonsProcessTest {
     const v1::GenerateEvent first = call.events().front();
     ASSERT_TRUE(first.has_started()) << first.DebugString();
     ASSERT_EQ(RanModeName(first.started()), "raw");
-    const absl::Time limit = absl::Now() + absl::Seconds(10);
-    v1::NodeStats stats;
-    do {
-      stats = ProducerStats();
-      if (stats.open_sessions() > 0 && SecondsOnLink(stats) > 1.0) break;
-      absl::SleepFor(absl::Milliseconds(10));
-    } while (absl::Now() < limit);
+    // Woken by the session's opening and by each buffer the link lets go of.
+    const v1::NodeStats stats = AwaitProducer(
+        [](const v1::NodeStats& s) { return s.open_sessions() > 0 && SecondsOnLink(s) > 1.0; },
+        absl::Seconds(10));
     ASSERT_GT(stats.open_sessions(), 0u) << "no transfer in progress";
     ASSERT_GT(SecondsOnLink(stats), 1.0) << stats.DebugString() << " (the fault would land late)";
   }
@@ -624,12 +634,8 @@ TEST_P(DaemonsFaultTest, ProducerKilledMidTransferEndsInOneErrorWithinOneSecond)
   // The consumer frees the request within the same second: nothing admitted, no session open.
   // (The coordinator writes the Error as it cancels the consumer's call; the consumer frees it
   // when the cancel reaches it, so the client may hear the end first.)
-  for (;;) {
-    const v1::NodeStats consumer = CopyStats();
-    if (consumer.running() == 0 && consumer.open_sessions() == 0) break;
-    ASSERT_LT(absl::Now() - killed, absl::Seconds(1)) << "still held: " << consumer.DebugString();
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  const v1::NodeStats consumer = AwaitCopy(ConsumerFree, Left(killed, absl::Seconds(1)));
+  EXPECT_TRUE(ConsumerFree(consumer)) << "still held after 1 s: " << consumer.DebugString();
 }
 
 TEST_P(DaemonsFaultTest, ProducerKilledMidTransferFallsBackToLocalWhenAllowed) {
@@ -645,14 +651,8 @@ TEST_P(DaemonsFaultTest, ConsumerKilledMidTransferFreesTheProducersSessionWithin
   const uint64_t peer_lost_before = ProducerStats().ended().count("peer_lost");
   copy_daemon_->Kill(SIGKILL);
   const absl::Time killed = absl::Now();
-  v1::NodeStats stats;
-  for (;;) {
-    stats = ProducerStats();
-    if (stats.open_sessions() == 0 && stats.held_payload_bytes() == 0 && stats.running() == 0)
-      break;
-    ASSERT_LT(absl::Now() - killed, absl::Seconds(1)) << "still held: " << stats.DebugString();
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  const v1::NodeStats stats = AwaitProducer(ProducerFree, Left(killed, absl::Seconds(1)));
+  EXPECT_TRUE(ProducerFree(stats)) << "still held after 1 s: " << stats.DebugString();
   EXPECT_GT(stats.ended().at("peer_lost") + stats.ended().count("cancelled"), peer_lost_before)
       << stats.DebugString();
   ASSERT_TRUE(call.WaitDone(absl::Seconds(10)));
@@ -667,19 +667,11 @@ TEST_P(DaemonsFaultTest, ClientCancelMidTransferFreesEverythingAndTheNextRequest
     WaitUntilTransferring(call);
     call.Cancel();
     const absl::Time cancelled = absl::Now();
-    v1::NodeStats producer, consumer;
-    for (;;) {
-      producer = ProducerStats();
-      consumer = CopyStats();
-      if (producer.open_sessions() == 0 && producer.held_payload_bytes() == 0 &&
-          producer.running() == 0 && consumer.running() == 0 && consumer.open_sessions() == 0) {
-        break;
-      }
-      ASSERT_LT(absl::Now() - cancelled, absl::Seconds(1))
-          << "still held:\n"
-          << producer.DebugString() << consumer.DebugString();
-      absl::SleepFor(absl::Milliseconds(10));
-    }
+    const v1::NodeStats producer = AwaitProducer(ProducerFree, Left(cancelled, absl::Seconds(1)));
+    const v1::NodeStats consumer = AwaitCopy(ConsumerFree, Left(cancelled, absl::Seconds(1)));
+    ASSERT_TRUE(ProducerFree(producer) && ConsumerFree(consumer))
+        << "still held after 1 s:\n"
+        << producer.DebugString() << consumer.DebugString();
     EXPECT_EQ(producer.ended().at("cancelled"), 1u) << producer.DebugString();
     EXPECT_EQ(consumer.ended().at("request_cancelled"), 1u) << consumer.DebugString();
     EXPECT_EQ(producer.ended().count("completed"), 0u);
@@ -755,13 +747,8 @@ TEST_P(DaemonsPrefixCacheFaultTest, ProducerKilledMidPrefillLeavesNoConsumerEntr
   const std::vector<v1::GenerateEvent> events = call.events();
   ASSERT_TRUE(events.back().has_error()) << events.back().DebugString();
   EXPECT_EQ(Terminals(events), 1);
-  v1::NodeStats consumer;
-  for (;;) {
-    consumer = CopyStats();
-    if (consumer.running() == 0 && consumer.open_sessions() == 0) break;
-    ASSERT_LT(absl::Now() - killed, absl::Seconds(5)) << "still held: " << consumer.DebugString();
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  const v1::NodeStats consumer = AwaitCopy(ConsumerFree, Left(killed, absl::Seconds(5)));
+  ASSERT_TRUE(ConsumerFree(consumer)) << "still held after 5 s: " << consumer.DebugString();
   EXPECT_EQ(consumer.prefix_cache().entries(), 0u) << consumer.DebugString();
   EXPECT_EQ(consumer.prefix_cache().bytes(), 0u);
   EXPECT_EQ(consumer.prefix_cache().hits(), 0u);

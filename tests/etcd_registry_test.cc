@@ -20,6 +20,7 @@
 #include "base/etcd_client.h"
 #include "proto/inference_client.h"
 #include "proto/registry_client.h"
+#include "tests/cluster_client.h"
 #include "tests/test_daemon.h"
 #include "tests/test_files.h"
 
@@ -95,10 +96,9 @@ TEST(EtcdRegistryTest, TwoCoordinatorsShareTheNodesAndLeasesDropTheDead) {
   auto copy = consumer("copy");
   auto spare = consumer("spare");
   const std::set<std::string> all = {"stories260k", "copy", "spare"};
-  const absl::Time limit = absl::Now() + absl::Seconds(60);
-  while ((Models(server_a) != all || Models(server_b) != all) && absl::Now() < limit) {
-    absl::SleepFor(absl::Milliseconds(100));
-  }
+  auto all_listed = [&all](const std::set<std::string>& names) { return names == all; };
+  ASSERT_TRUE(testing::AwaitModels(*a, all_listed, absl::Seconds(60))) << "logs in " << dir.path();
+  ASSERT_TRUE(testing::AwaitModels(*b, all_listed, absl::Seconds(60))) << "logs in " << dir.path();
   ASSERT_EQ(Models(server_a), all) << "logs in " << dir.path();
   ASSERT_EQ(Models(server_b), all);
 
@@ -124,9 +124,9 @@ TEST(EtcdRegistryTest, TwoCoordinatorsShareTheNodesAndLeasesDropTheDead) {
   // A consumer dies without a word: it leaves routing within its lease (10 s) plus the watch.
   const absl::Time killed = absl::Now();
   spare->Kill(SIGKILL);
-  while (Models(server_b).count("spare") > 0 && absl::Now() - killed < absl::Seconds(20)) {
-    absl::SleepFor(absl::Milliseconds(100));
-  }
+  testing::AwaitModels(
+      *b, [](const std::set<std::string>& names) { return names.count("spare") == 0; },
+      absl::Seconds(20));
   const absl::Duration gone = absl::Now() - killed;
   EXPECT_EQ(Models(server_b).count("spare"), 0u);
   EXPECT_LE(gone, kEtcdLeaseTtl + absl::Seconds(3));
@@ -136,9 +136,9 @@ TEST(EtcdRegistryTest, TwoCoordinatorsShareTheNodesAndLeasesDropTheDead) {
   // A consumer stopped cleanly revokes its lease: gone at once.
   const absl::Time stopped = absl::Now();
   EXPECT_EQ(copy->Terminate(absl::Seconds(20)), 0) << copy->Ending();
-  while (Models(server_b).count("copy") > 0 && absl::Now() - stopped < absl::Seconds(10)) {
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  testing::AwaitModels(
+      *b, [](const std::set<std::string>& names) { return names.count("copy") == 0; },
+      absl::Seconds(10));
   EXPECT_LT(absl::Now() - stopped, absl::Seconds(3));
   absl::StatusOr<std::vector<EtcdKeyValue>> left = client->Range(kEtcdNodesPrefix);
   ASSERT_TRUE(left.ok());

@@ -98,7 +98,7 @@ TEST(ManyStreamsTest, EveryProcessServes256StreamsOnFewThreads) {
                                  "--coordinator", control, "--artifact", artifact, "--capacity",
                                  "64", "--max-queued", std::to_string(streams)}));
   }
-  ASSERT_TRUE(testing::WaitForModels(server, 3, absl::Seconds(60))) << "logs in " << dir;
+  ASSERT_TRUE(testing::WaitForModels(coordinator, 3, absl::Seconds(60))) << "logs in " << dir;
 
   // Prompts and their references: the model's own greedy generation.
   std::mt19937 random(30);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/change_notice.h"
 #include "base/process_memory.h"
 #include "producer/prefix_store.h"
 #include "proto/wire_mode.h"
@@ -370,18 +371,22 @@ TEST(PrefixCacheCancelTest, ARequestCancelledMidPrefillLeavesNoEntry) {
     v1::GenerateEvent event;
     ASSERT_TRUE(reader->Read(&event));
     ASSERT_TRUE(event.has_started());
-    absl::SleepFor(absl::Milliseconds(30));
+    ASSERT_TRUE(AwaitChange([&] { return stack.producer_service().running() > 0; },
+                            absl::Now() + absl::Seconds(30)))
+        << "the producer's prefill never started";
     context.TryCancel();
     while (reader->Read(&event)) {
     }
     EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
-  // Wait for the producer to see it (its call ends) before looking at its cache.
-  const absl::Time limit = absl::Now() + absl::Seconds(30);
-  while (stack.producer_service().open_sessions() > 0 && absl::Now() < limit) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  absl::SleepFor(absl::Milliseconds(200));
+  // Wait for the producer to see it (its pass over, whatever it stores stored) before looking at
+  // its cache.
+  ASSERT_TRUE(AwaitChange(
+      [&] {
+        return stack.producer_service().open_sessions() == 0 &&
+               stack.producer_service().running() == 0;
+      },
+      absl::Now() + absl::Seconds(30)));
   const absl::Duration cancelled_after = absl::Now() - start;
   const PrefixCacheCounters cancelled =
       stack.producer_service().prefix_store()->blocks().Counters();

@@ -19,6 +19,7 @@
 #include "base/child_process.h"
 #include "proto/inference_client.h"
 #include "proto/wire_mode.h"
+#include "tests/cluster_client.h"
 #include "tests/test_daemon.h"
 #include "tests/test_files.h"
 
@@ -56,13 +57,8 @@ TEST(PrometheusScrapeTest, QueriesReturnWhatTheClientsSaw) {
                    control, "--http-listen", "127.0.0.1:0"});
   const std::string http[] = {coordinator.HttpAddress(), producer.HttpAddress(),
                               consumer.HttpAddress()};
-  const absl::Time limit = absl::Now() + absl::Seconds(60);
-  for (;;) {
-    auto models = ListModels(server, absl::Seconds(2));
-    if (models.ok() && models->size() == 2) break;
-    ASSERT_LT(absl::Now(), limit) << "the nodes did not register; logs in " << dir.path();
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  ASSERT_TRUE(testing::WaitForModels(coordinator, 2, absl::Seconds(60)))
+      << "the nodes did not register; logs in " << dir.path();
 
   // Traffic: five requests (raw: identical weights), one refused as a whole.
   constexpr int kRequests = 5;

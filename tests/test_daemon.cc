@@ -62,6 +62,8 @@ std::string Daemon::ReadAddress(const std::string& file, absl::Duration timeout)
 
 void Daemon::Kill(int signal) { child_.Signal(signal); }
 
+int Daemon::Wait(absl::Duration timeout) { return child_.Wait(timeout); }
+
 int Daemon::Terminate(absl::Duration timeout) { return child_.Terminate(timeout); }
 
 std::string Daemon::Ending() const {

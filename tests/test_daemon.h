@@ -37,6 +37,9 @@ class Daemon {
   // The HTTP listener's (argv with --http-listen gets --http-address-file DIR/NAME.http.addr).
   std::string HttpAddress(absl::Duration timeout = absl::Seconds(30));
   void Kill(int signal);
+  // Waits for it to exit (after Kill): its exit status (-1: killed by a signal, or still running
+  // after `timeout`, then SIGKILLed).
+  int Wait(absl::Duration timeout);
   // Exit status after SIGTERM (-1: killed by a signal or still running after `timeout`).
   int Terminate(absl::Duration timeout);
   // How it ended and its log, for a failed expectation on Terminate: `<< daemon.Ending()`.

@@ -57,14 +57,6 @@ v1::CodeChunk ChunkMeta(int layer) {
   return chunk;
 }
 
-// Owner of the sender's bytes, so tests can see when the transport let go of them.
-struct SenderBytes {
-  std::shared_ptr<std::string> bytes;
-  Payload View() const {
-    return Payload(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(), bytes);
-  }
-};
-
 TEST_P(TransferSessionTest, ChunksArriveInOrderWithExactBytesAndBothSidesComplete) {
   Peers peers = Connect();
   auto session = peers.sender->StartSession(Header("req-order"), absl::Seconds(30));
@@ -227,7 +219,7 @@ TEST_P(TransferSessionTest, SlowReceiverKeepsSenderWithinInflightLimit) {
 TEST_P(TransferSessionTest, CancelFromSenderReachesReceiverAndReleasesEverything) {
   {
     Peers peers = Connect();
-    SenderBytes bytes{std::make_shared<std::string>(PatternBytes(1 << 20, 3))};
+    testing::WatchedBytes bytes(PatternBytes(1 << 20, 3));
     auto session = peers.sender->StartSession(Header("req-cancel-s"), absl::Seconds(30));
     ASSERT_TRUE(session.ok());
     for (int i = 0; i < 4; ++i) ASSERT_TRUE((*session)->SendChunk(ChunkMeta(i), bytes.View()).ok());
@@ -245,10 +237,9 @@ TEST_P(TransferSessionTest, CancelFromSenderReachesReceiverAndReleasesEverything
     EXPECT_NE((*received)->status().message().find("client went away"), std::string::npos);
     EXPECT_TRUE(absl::IsCancelled((*session)->SendChunk(ChunkMeta(9), bytes.View())));
     // Frames already on their way are dropped when they land.
-    for (int i = 0; i < 100 && (bytes.bytes.use_count() > 1 || LiveTransportBuffers() > 0); ++i) {
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    EXPECT_EQ(bytes.bytes.use_count(), 1) << "the transport still holds the sender's bytes";
+    EXPECT_TRUE(bytes.AwaitReleased(absl::Seconds(1)))
+        << "the transport still holds the sender's bytes";
+    EXPECT_TRUE(AwaitLiveTransportBuffers(0, absl::Now() + absl::Seconds(1)));
     EXPECT_EQ(peers.sender->open_sessions(), 0u);
   }
   EXPECT_EQ(LiveTransportBuffers(), 0);
@@ -262,7 +253,7 @@ TEST_P(TransferSessionTest, ASessionCancelledBeforeItsHeaderArrivedComesOutCance
   ConnectionOptions sender_options;
   sender_options.shape.gbps = 0.05;  // 2 MiB take about 0.34 s
   Peers peers = Connect({}, sender_options);
-  SenderBytes bytes{std::make_shared<std::string>(PatternBytes(2 << 20, 4))};
+  testing::WatchedBytes bytes(PatternBytes(2 << 20, 4));
   auto first = peers.sender->StartSession(Header("req-first"), absl::Seconds(30));
   ASSERT_TRUE(first.ok());
   ASSERT_TRUE((*first)->SendChunk(ChunkMeta(0), bytes.View()).ok());
@@ -288,7 +279,7 @@ TEST_P(TransferSessionTest, CancelFromReceiverReachesSenderAndReleasesEverything
     ConnectionOptions sender_options;
     sender_options.max_inflight_bytes = 2 << 20;
     Peers peers = Connect({}, sender_options);
-    SenderBytes bytes{std::make_shared<std::string>(PatternBytes(1 << 20, 4))};
+    testing::WatchedBytes bytes(PatternBytes(1 << 20, 4));
     auto session = peers.sender->StartSession(Header("req-cancel-r"), absl::Seconds(30));
     ASSERT_TRUE(session.ok());
     std::atomic<bool> sender_done{false};
@@ -314,11 +305,8 @@ TEST_P(TransferSessionTest, CancelFromReceiverReachesSenderAndReleasesEverything
     EXPECT_TRUE(sender_done);
     EXPECT_TRUE(absl::IsCancelled(sender_status)) << sender_status;
     EXPECT_NE(sender_status.message().find("consumer out of memory"), std::string::npos);
-    for (int i = 0; i < 100 && (bytes.bytes.use_count() > 1 || LiveTransportBuffers() > 0); ++i) {
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    EXPECT_EQ(bytes.bytes.use_count(), 1);
-    EXPECT_EQ(LiveTransportBuffers(), 0);
+    EXPECT_TRUE(bytes.AwaitReleased(absl::Seconds(1)));
+    EXPECT_TRUE(AwaitLiveTransportBuffers(0, absl::Now() + absl::Seconds(1)));
   }
   EXPECT_EQ(LiveTransportBuffers(), 0);
 }
@@ -395,7 +383,7 @@ TEST_P(TransferSessionTest, MoreBytesThanTheHeaderAnnouncedAreRefusedAsTheyArriv
   ASSERT_TRUE(session.ok());
   auto received = peers.acceptor->Accept(absl::Seconds(5));
   ASSERT_TRUE(received.ok()) << received.status();
-  SenderBytes bytes{std::make_shared<std::string>(PatternBytes(800, 1))};
+  testing::WatchedBytes bytes(PatternBytes(800, 1));
   ASSERT_TRUE((*session)->SendChunk(ChunkMeta(0), bytes.View()).ok());
   // 1,600 of 1,000 announced: the receiver ends the session without waiting for the trailer.
   (*session)->SendChunk(ChunkMeta(1), bytes.View()).IgnoreError();
@@ -423,8 +411,9 @@ TEST_P(TransferSessionTest, AnAdaptiveHeadersCountsAreACeilingAndAFloor) {
     auto received = peers.acceptor->Accept(absl::Seconds(5));
     EXPECT_TRUE(received.ok()) << received.status();
     std::thread sender([&] {
-      SenderBytes bytes{std::make_shared<std::string>(PatternBytes(100, 2))};
-      for (int i = 0; i < chunks; ++i) (*session)->SendChunk(ChunkMeta(0), bytes.View()).IgnoreError();
+      testing::WatchedBytes bytes(PatternBytes(100, 2));
+      for (int i = 0; i < chunks; ++i)
+        (*session)->SendChunk(ChunkMeta(0), bytes.View()).IgnoreError();
       (*session)->Finish().IgnoreError();
     });
     absl::StatusOr<std::optional<ReceivedChunk>> next;

@@ -22,6 +22,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/change_notice.h"
 #include "tests/transport_test_util.h"
 #include "transport/session_acceptor.h"
 #include "transport/transfer_session.h"
@@ -244,10 +245,8 @@ TEST_P(TransportProcessTest, ADeadSendersConnectionIsDroppedWithoutAnotherConnec
   DrainUntilEnd(**session, absl::Seconds(5));
   ASSERT_EQ((*session)->state(), SessionState::kPeerLost) << (*session)->status();
   const absl::Time ended = absl::Now();
-  while (acceptor->connections() > 0 && absl::Now() - ended < absl::Seconds(5)) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  EXPECT_EQ(acceptor->connections(), 0u);
+  // Woken when the acceptor drops a connection (base/change_notice.h).
+  EXPECT_TRUE(AwaitChange([&] { return acceptor->connections() == 0; }, ended + absl::Seconds(5)));
   EXPECT_LE(absl::Now() - ended, absl::Seconds(1));
 }
 
@@ -256,7 +255,7 @@ TEST_P(TransportProcessTest, KillingTheReceiverEndsTheSendersSessionAndReleasesI
   auto listening = peer.WaitFor("LISTENING ", absl::Seconds(10));
   ASSERT_TRUE(listening.has_value());
   const std::string address = listening->substr(10);
-  auto bytes = std::make_shared<std::string>(256 << 10, 'b');
+  testing::WatchedBytes bytes(std::string(256 << 10, 'b'));
   {
     auto link = transport_->Connect(address, absl::Seconds(5));
     ASSERT_TRUE(link.ok()) << link.status();
@@ -268,9 +267,7 @@ TEST_P(TransportProcessTest, KillingTheReceiverEndsTheSendersSessionAndReleasesI
     absl::Time killed = absl::InfiniteFuture();
     absl::Status last;
     for (int i = 0; i < 100000; ++i) {
-      last = (*session)->SendChunk(
-          v1::CodeChunk(),
-          Payload(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(), bytes));
+      last = (*session)->SendChunk(v1::CodeChunk(), bytes.View());
       if (!last.ok()) break;
       if (i == 8) {
         ASSERT_TRUE(peer.WaitFor("CHUNK 2", absl::Seconds(5)).has_value());
@@ -286,10 +283,8 @@ TEST_P(TransportProcessTest, KillingTheReceiverEndsTheSendersSessionAndReleasesI
     std::printf("%s: sender saw the receiver's death after %s\n", GetParam().c_str(),
                 absl::FormatDuration(took).c_str());
     // Every reference to the sender's bytes is gone once the session ended and the link is down.
-    for (int i = 0; i < 100 && bytes.use_count() > 1; ++i) absl::SleepFor(absl::Milliseconds(10));
-    EXPECT_EQ(bytes.use_count(), 1) << "buffers still held after the peer died";
+    EXPECT_TRUE(bytes.AwaitReleased(absl::Seconds(1))) << "buffers still held after the peer died";
   }
-  EXPECT_EQ(bytes.use_count(), 1);
   EXPECT_EQ(LiveTransportBuffers(), 0);
 }
 

@@ -217,11 +217,20 @@ void CheckFrameScript(std::vector<transport::Frame> got, const FrameScript& scri
 }
 
 int64_t SettledLiveBuffers() {
-  const absl::Time deadline = absl::Now() + absl::Seconds(2);
-  while (transport::LiveTransportBuffers() != 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  transport::AwaitLiveTransportBuffers(0, absl::Now() + absl::Seconds(2));
   return transport::LiveTransportBuffers();
+}
+
+WatchedBytes::WatchedBytes(std::string bytes)
+    : bytes_(std::make_shared<std::string>(std::move(bytes))),
+      released_(std::make_shared<absl::Notification>()),
+      view_(transport::Payload::Adopt(
+          reinterpret_cast<const uint8_t*>(bytes_->data()), bytes_->size(),
+          [keep = bytes_, released = released_] { released->Notify(); })) {}
+
+bool WatchedBytes::AwaitReleased(absl::Duration timeout) {
+  view_.Reset();
+  return released_->WaitForNotificationWithTimeout(timeout);
 }
 
 SessionPeers ConnectSessions(const std::string& backend,

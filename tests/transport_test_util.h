@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "transport/fault_injection.h"
 #include "transport/session_acceptor.h"
@@ -68,8 +69,25 @@ FrameScript MakeFrameScript(uint32_t seed);
 void SendFrameScript(transport::Link* link, const FrameScript& script);
 // Data frames in order with exact meta and bytes; every control frame once, in any place.
 void CheckFrameScript(std::vector<transport::Frame> got, const FrameScript& script);
-// LiveTransportBuffers() once backends' threads let go of the last buffers (bounded wait).
+// LiveTransportBuffers() once backends' threads let go of the last buffers (a wait of at most 2 s,
+// woken by each release).
 int64_t SettledLiveBuffers();
+
+// Bytes a test sends, as one counted buffer whose release is an event: every View shares it, and
+// AwaitReleased says when the transport let go of the last one (instead of polling a count).
+class WatchedBytes {
+ public:
+  explicit WatchedBytes(std::string bytes);
+  transport::Payload View() const { return view_; }
+  // Drops the test's own view; whether the transport let go of every other within `timeout`.
+  bool AwaitReleased(absl::Duration timeout);
+  size_t size() const { return bytes_->size(); }
+
+ private:
+  std::shared_ptr<std::string> bytes_;
+  std::shared_ptr<absl::Notification> released_;
+  transport::Payload view_;
+};
 
 // A receiver (acceptor) and a sender connection on one backend (loopback, or in-process), the
 // sender's link wrapped in a fault injector with `policy`. Members are destroyed in reverse order:

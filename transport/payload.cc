@@ -3,6 +3,8 @@
 #include <atomic>
 #include <cstring>
 
+#include "base/change_notice.h"
+
 namespace scd::transport {
 namespace {
 
@@ -19,6 +21,7 @@ struct AdoptedBuffer {
     if (release) release();
     live_buffers.fetch_sub(1, std::memory_order_relaxed);
     live_bytes.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
+    NoteChange();  // what waits for the transport to let go of buffers wakes
   }
   AdoptedBuffer(const AdoptedBuffer&) = delete;
   AdoptedBuffer& operator=(const AdoptedBuffer&) = delete;
@@ -47,5 +50,9 @@ Payload Payload::Copy(const void* data, size_t size) {
 
 int64_t LiveTransportBuffers() { return live_buffers.load(std::memory_order_relaxed); }
 int64_t LiveTransportBufferBytes() { return live_bytes.load(std::memory_order_relaxed); }
+
+bool AwaitLiveTransportBuffers(int64_t at_most, absl::Time deadline) {
+  return AwaitChange([at_most] { return LiveTransportBuffers() <= at_most; }, deadline);
+}
 
 }  // namespace scd::transport

@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace scd::transport {
 
@@ -53,6 +54,9 @@ class Payload {
 // Buffers allocated by Payload::Allocate / Copy and not yet released, in this process.
 int64_t LiveTransportBuffers();
 int64_t LiveTransportBufferBytes();
+// Waits until at most `at_most` such buffers are live (woken by each release, never polling) or
+// `deadline` passes; returns whether they were.
+bool AwaitLiveTransportBuffers(int64_t at_most, absl::Time deadline);
 
 }  // namespace scd::transport
 

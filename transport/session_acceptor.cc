@@ -6,6 +6,7 @@
 #include <deque>
 
 #include "absl/strings/str_cat.h"
+#include "base/change_notice.h"
 #include "base/thread_name.h"
 
 namespace scd::transport {
@@ -64,6 +65,7 @@ void SessionAcceptor::AcceptLoop() {
     auto connection = TransferConnection::Create(*std::move(link), std::move(options));
     absl::MutexLock lock(&mu_);
     connections_.push_back(std::move(connection));
+    NoteChange();
   }
 }
 
@@ -75,6 +77,7 @@ void SessionAcceptor::ForgetDeadConnections() {
                                       [](const auto& c) { return c->alive(); });
     dead.assign(std::make_move_iterator(gone), std::make_move_iterator(connections_.end()));
     connections_.erase(gone, connections_.end());
+    if (!dead.empty()) NoteChange();
   }
   dead.clear();  // outside the lock: each destructor joins its connection's threads
 }

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "base/change_notice.h"
 #include "base/release_clock.h"
 #include "base/status_macros.h"
 #include "base/thread_name.h"
@@ -99,6 +100,7 @@ absl::StatusOr<std::shared_ptr<SendSession>> TransferConnection::StartSession(
     session = std::make_shared<SendSession>(id, header.request_id(), weak_from_this(),
                                             options_.max_inflight_bytes);
     sending_[id] = session;
+    NoteChange();
   }
   {
     absl::MutexLock lock(&session->mu_);
@@ -261,6 +263,7 @@ void TransferConnection::HandleHeader(uint64_t id, v1::TransferHeader header) {
     if (!cancelled.has_value()) {
       receiving_[id] = session;
       deadline_changed_ = true;
+      NoteChange();
     }
   }
   if (cancelled.has_value()) {
