@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/inotify.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -18,6 +19,7 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -128,9 +130,45 @@ std::string ChildProcess::LogTail(size_t bytes) const {
   return all.size() > bytes ? all.substr(all.size() - bytes) : all;
 }
 
+namespace {
+
+// A pidfd for `pid` (readable once it exits), or -1 where the kernel has none (Linux < 5.3).
+int OpenPidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+// An inotify descriptor watching the folder of `file` for writes and files landing there, or -1.
+int WatchFolderOf(const std::string& file) {
+  const int watch = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  if (watch < 0) return -1;
+  const size_t slash = file.rfind('/');
+  const std::string folder = slash == std::string::npos ? "." : file.substr(0, slash + 1);
+  if (inotify_add_watch(watch, folder.c_str(),
+                        IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE) < 0) {
+    close(watch);
+    return -1;
+  }
+  return watch;
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> ChildProcess::WaitForFile(const std::string& file,
                                                       absl::Duration timeout) {
   const absl::Time limit = absl::Now() + timeout;
+  // Woken by the kernel: a write or a file landing in the folder (inotify), the child's exit
+  // (pidfd); without either (an old kernel, a folder that cannot be watched) it looks every 20 ms.
+  const int watch = WatchFolderOf(file);
+  const int pidfd = OpenPidfd(pid_);
+  const absl::Cleanup close_both = [watch, pidfd] {
+    if (watch >= 0) close(watch);
+    if (pidfd >= 0) close(pidfd);
+  };
   for (;;) {
     std::ifstream in(file);
     std::string word;
@@ -140,23 +178,28 @@ absl::StatusOr<std::string> ChildProcess::WaitForFile(const std::string& file,
                                                         file, "; its log (", log_, ") ends:\n",
                                                         LogTail()));
     }
-    if (absl::Now() > limit) {
+    const absl::Duration left = limit - absl::Now();
+    if (left < absl::ZeroDuration()) {
       return absl::DeadlineExceededError(absl::StrCat("nothing in ", file, " after ",
                                                       absl::FormatDuration(timeout), "; log (",
                                                       log_, ") ends:\n", LogTail()));
     }
-    absl::SleepFor(absl::Milliseconds(20));
+    const bool woken = watch >= 0 && pidfd >= 0;
+    pollfd fds[2] = {{watch, POLLIN, 0}, {pidfd, POLLIN, 0}};
+    poll(fds, woken ? 2 : 0,
+         static_cast<int>(std::min(left, woken ? absl::Seconds(1) : absl::Milliseconds(20)) /
+                          absl::Milliseconds(1)) +
+             1);
+    char events[4096];
+    while (watch >= 0 && read(watch, events, sizeof(events)) > 0) {
+    }
   }
 }
 
 bool ChildProcess::ReapWithin(absl::Duration timeout) {
   if (!running()) return true;
   const absl::Time limit = absl::Now() + timeout;
-#ifdef SYS_pidfd_open
-  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
-#else
-  const int pidfd = -1;
-#endif
+  const int pidfd = OpenPidfd(pid_);
   while (running()) {
     const absl::Duration left = limit - absl::Now();
     if (left <= absl::ZeroDuration()) break;

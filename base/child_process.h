@@ -42,7 +42,8 @@ class ChildProcess {
   ChildProcess& operator=(const ChildProcess&) = delete;
   ~ChildProcess();
 
-  // The first whitespace-delimited word of `file` once the child wrote it. DEADLINE_EXCEEDED
+  // The first whitespace-delimited word of `file` once the child wrote it (woken by the kernel:
+  // inotify on the file's folder, a pidfd for the child's exit). DEADLINE_EXCEEDED
   // after `timeout`, FAILED_PRECONDITION when the child exited first (both quote the log's tail).
   absl::StatusOr<std::string> WaitForFile(const std::string& file, absl::Duration timeout);
   void Signal(int signal);

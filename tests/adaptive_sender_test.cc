@@ -90,6 +90,7 @@ AdaptivePeers StartAdaptive(const std::string& backend, double gbps, absl::Durat
   p.receiver = std::thread([acceptor = p.peers.acceptor.get(), busy, received] {
     auto incoming = acceptor->Accept(absl::Seconds(10));
     ASSERT_TRUE(incoming.ok()) << incoming.status();
+    // paces: the receiver is busy this long before it reads (the scenario)
     absl::SleepFor(busy);
     for (;;) {
       auto next = (*incoming)->Next(absl::Seconds(30));

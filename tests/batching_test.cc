@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "base/change_notice.h"
 #include "calib/synthetic_artifact.h"
 #include "proto/wire_mode.h"
 #include "tests/serving_stack.h"
@@ -118,6 +119,7 @@ TEST_P(BatchingTest, EveryRequestInABatchGetsItsTokensServedAlone) {
     const absl::Time begin = absl::Now();
     for (size_t i = 0; i < prompts_.size(); ++i) {
       clients.emplace_back([&, i] {
+        // paces: requests arrive 4 ms apart (the scenario)
         absl::SleepFor(begin + absl::Milliseconds(4 * static_cast<int>(i)) - absl::Now());
         batched[i] = Collect(stack_->Generate(Request(mode, i)), "c");
       });
@@ -149,7 +151,9 @@ TEST_P(BatchingTest, ASeededSampledRequestGivesTheSameTokensInABatch) {
   for (size_t i = 0; i < 5; ++i) {
     others.emplace_back([&, i] { stack_->Generate(Request(i % 2 ? "scd" : "local", i)); });
   }
-  absl::SleepFor(absl::Milliseconds(5));
+  // Sent once the others run on the consumer (its scheduler's sequences are a noted change).
+  AwaitChange([&] { return stack_->consumer("c").scheduler->stats().running > 0; },
+              absl::Now() + absl::Seconds(30));
   const Served batched = Collect(stack_->Generate(sampled), "c");
   for (auto& t : others) t.join();
   EXPECT_EQ(batched.ids, alone.ids);

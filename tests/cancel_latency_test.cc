@@ -157,6 +157,7 @@ TEST(CancelLatencyTest, ACancelReleasesEverythingAtOnce) {
       }
       status = reader->Finish();
     });
+    // paces: the cancel comes at its drawn moment (the scenario)
     absl::SleepFor(start + after - absl::Now());
     const absl::Time event = by_deadline ? start + after : absl::Now();
     if (!by_deadline) context.TryCancel();
@@ -166,7 +167,10 @@ TEST(CancelLatencyTest, ACancelReleasesEverythingAtOnce) {
     // (base/release_clock.h): exact, and not slowed by the reads (which share the machine's CPUs
     // with the nodes), as dating a release by the read that first sees it would be.
     std::vector<Holding> now(nodes.size()), before(nodes.size(), Holding{"-", 0});
-    absl::SleepFor(absl::Milliseconds(10));  // the reads do not compete with the release
+    // waits: the latency test's settle loop (label latency): three processes' Stats read until none
+    //  holds anything and no release is stamped for 10 ms; dated by the nodes' own release stamps,
+    //  not by these reads
+    absl::SleepFor(absl::Milliseconds(10));
     for (bool settled = false; !settled && absl::Now() - event < absl::Seconds(5);) {
       std::string what;
       for (size_t n = 0; n < nodes.size(); ++n) {
@@ -174,6 +178,7 @@ TEST(CancelLatencyTest, ACancelReleasesEverythingAtOnce) {
         what += now[n].what;
       }
       if (!what.empty()) {
+        // waits: see the settle loop above
         absl::SleepFor(absl::Milliseconds(5));
         before.assign(nodes.size(), Holding{"-", 0});
         continue;
@@ -184,6 +189,7 @@ TEST(CancelLatencyTest, ACancelReleasesEverythingAtOnce) {
                   before[n].last_release_micros == now[n].last_release_micros;
       }
       before = now;
+      // waits: see the settle loop above
       if (!settled) absl::SleepFor(absl::Milliseconds(10));
     }
     const absl::Time settled_at = absl::Now();

@@ -73,6 +73,7 @@ void CancelledRequest(v1::Inference::Stub* stub, const v1::GenerateRequest& requ
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   auto reader = stub->Generate(&context, request);
   std::thread canceller([&context, after] {
+    // paces: the cancel comes at its drawn moment (the scenario)
     absl::SleepFor(after);
     context.TryCancel();
   });

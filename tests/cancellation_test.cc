@@ -76,6 +76,7 @@ TEST(CancellationTest, UnregisteringWaitsForTheRunningCallbackButNotItsOwn) {
   });
   // No event says that `unregister` is blocked in Reset (that is the point): this sleep gives a
   // wrong Reset the time to return early, and the check below would see it.
+  // waits: see above: no event says `unregister` is blocked in Reset
   absl::SleepFor(absl::Milliseconds(50));
   EXPECT_FALSE(finished.load());
   release.Notify();

@@ -92,6 +92,7 @@ TEST(ClockTest, AwaitAndSleepReachTheirDeadline) {
   }
   EXPECT_GE(clock->Now(), deadline);
   const absl::Time before = clock->Now();
+  // paces: the real clock's SleepFor is the code under test
   clock->SleepFor(absl::Milliseconds(10));
   EXPECT_GE(clock->Now() - before, absl::Milliseconds(10));
 }

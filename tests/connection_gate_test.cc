@@ -13,10 +13,10 @@
 
 #include <atomic>
 #include <cerrno>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 
 namespace scd {
@@ -54,21 +54,22 @@ class ConnectionGateTest : public ::testing::Test {
     options.preface = kPreface;
     gate_ = *ConnectionGate::Listen("127.0.0.1:0", options);
     gate_->Start([this](int fd) {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       handed_.push_back(fd);
     });
   }
-  // The handed-over connections' first bytes (what the server would read).
+  // How many connections were handed over once `expected` were or `timeout` passed.
+  size_t AwaitHanded(size_t expected, absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return handed_.size() >= expected; };
+    mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+    return handed_.size();
+  }
+  // The handed-over connections' first bytes (what the server would read; read once), once
+  // `expected` were handed over or `timeout` passed.
   std::vector<std::string> HandedBytes(size_t expected, absl::Duration timeout) {
-    const absl::Time limit = absl::Now() + timeout;
-    for (;;) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (handed_.size() >= expected || absl::Now() > limit) break;
-      }
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    std::lock_guard<std::mutex> lock(mu_);
+    AwaitHanded(expected, timeout);
+    absl::MutexLock lock(&mu_);
     std::vector<std::string> bytes;
     for (int fd : handed_) {
       char buffer[64] = {};
@@ -81,26 +82,33 @@ class ConnectionGateTest : public ::testing::Test {
   }
   void TearDown() override {
     if (gate_) gate_->Stop();
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (int fd : handed_) close(fd);
   }
 
   std::unique_ptr<ConnectionGate> gate_;
-  std::mutex mu_;
-  std::vector<int> handed_;
+  absl::Mutex mu_;
+  std::vector<int> handed_ ABSL_GUARDED_BY(mu_);
 };
 
 TEST_F(ConnectionGateTest, HandsOverOnlyConnectionsWhosePrefaceArrivedUnread) {
   Start({});
   const int client = Connect(gate_->port());
   Send(client, std::string(kPreface).substr(0, 10));  // half of it: not yet
-  absl::SleepFor(absl::Milliseconds(100));
-  EXPECT_EQ(gate_->counters().handed, 0u);
+  // A client that connects and sends its whole preface after it is handed over; the gate's loop
+  // accepted and read the first before (its accept queue and its readiness list keep the order),
+  // so the first, still waiting, is the one with half a preface.
+  const int later = Connect(gate_->port());
+  Send(later, kPreface);
+  ASSERT_EQ(AwaitHanded(1, absl::Seconds(5)), 1u);
+  EXPECT_EQ(gate_->counters().handed, 1u);
   Send(client, std::string(kPreface).substr(10));
-  std::vector<std::string> bytes = HandedBytes(1, absl::Seconds(5));
-  ASSERT_EQ(bytes.size(), 1u);
+  std::vector<std::string> bytes = HandedBytes(2, absl::Seconds(5));
+  ASSERT_EQ(bytes.size(), 2u);
   EXPECT_EQ(bytes[0], kPreface);  // peeked, not consumed
+  EXPECT_EQ(bytes[1], kPreface);
   close(client);
+  close(later);
 }
 
 TEST_F(ConnectionGateTest, WrongPrefaceSilenceAndFloodsAreClosedNotHeld) {
@@ -146,7 +154,11 @@ TEST_F(ConnectionGateTest, AUsedPortIsAnErrorThatSaysSo) {
 TEST_F(ConnectionGateTest, StopClosesWhatWaits) {
   Start({});
   const int waiting = Connect(gate_->port());
-  absl::SleepFor(absl::Milliseconds(50));
+  // Once a client connected after it is handed over, the gate holds `waiting` (accepted first).
+  const int later = Connect(gate_->port());
+  Send(later, kPreface);
+  ASSERT_EQ(AwaitHanded(1, absl::Seconds(5)), 1u);
+  close(later);
   gate_->Stop();
   EXPECT_TRUE(ClosedByPeer(waiting, absl::Seconds(2)));
   close(waiting);

@@ -218,6 +218,19 @@ TEST_P(DaemonsProcessTest, FanOutRunsOnePrefillAndMatchesBothSingleTargetReferen
   Artifact fables_artifact = testing::SyntheticArtifact(*producer_);
   fables_artifact.consumer = testing::Ok(ModelIdentity::Of(*fables));
   ASSERT_TRUE(fables_artifact.Save(dir_ + "/fables.scd").ok());
+  // The producer that holds both artifacts takes over: the old one's lease lapses first (the
+  // registry then holds xs and base-copy: its Stats' `running`), then the new nodes register
+  // (four), so the probe below is routed to them.
+  producer_daemon_->Kill(SIGKILL);
+  ASSERT_EQ(producer_daemon_->Wait(absl::Seconds(10)), -1);
+  auto registry_holds = [this](uint32_t nodes) {
+    const v1::NodeStats registry = testing::AwaitStats<v1::Registry>(
+        *coordinator_, [nodes](const v1::NodeStats& s) { return s.running() == nodes; },
+        absl::Seconds(30));
+    EXPECT_EQ(registry.running(), nodes) << registry.DebugString();
+    return registry.running() == nodes;
+  };
+  ASSERT_TRUE(registry_holds(2));
   Daemon fables_daemon(
       dir_, "fables",
       {Bin("scd-consumer"), "--model", testing::ModelDir("stories260k-fables"), "--name", "fables",
@@ -226,13 +239,8 @@ TEST_P(DaemonsProcessTest, FanOutRunsOnePrefillAndMatchesBothSingleTargetReferen
                             {Bin("scd-producer"), "--model", testing::ModelDir("stories260k"),
                              "--coordinator", control_, "--transport", GetParam(), "--artifact",
                              artifact_path_, "--artifact", dir_ + "/fables.scd"});
-  producer_daemon_->Kill(SIGKILL);  // the producer that holds both artifacts takes over
   const std::string producer_address = producer_with_both.Address();
-  // Routed once fables and the new producer are registered and the old producer's lease has
-  // lapsed: the registry holds xs, base-copy, fables and producer2 (its Stats' `running`).
-  const v1::NodeStats registry = testing::AwaitStats<v1::Registry>(
-      *coordinator_, [](const v1::NodeStats& s) { return s.running() == 4; }, absl::Seconds(30));
-  ASSERT_EQ(registry.running(), 4u) << registry.DebugString();
+  ASSERT_TRUE(registry_holds(4));
   const Reply probe = Generate("fables", "scd", Prompt(0), 2);
   ASSERT_TRUE(probe.status.ok()) << probe.status;
   ASSERT_TRUE(probe.events.back().has_finished()) << probe.events.back().DebugString();

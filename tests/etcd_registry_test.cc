@@ -70,6 +70,7 @@ TEST(EtcdRegistryTest, TwoCoordinatorsShareTheNodesAndLeasesDropTheDead) {
   const std::string registry = absl::StrCat("etcd://127.0.0.1:", client_port);
   absl::StatusOr<EtcdClient> client = EtcdClient::Create(registry);
   ASSERT_TRUE(client.ok());
+  // waits: etcd (a foreign process) is ready when it answers; it signals nothing else
   for (int i = 0; i < 200 && !client->Range("/").ok(); ++i) absl::SleepFor(absl::Milliseconds(50));
   ASSERT_TRUE(client->Range("/").ok()) << testing::ReadFile(dir.File("etcd.log"));
 

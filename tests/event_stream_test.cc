@@ -150,7 +150,8 @@ TEST_F(EventStreamTest, EveryEventOnceAndInOrderToASlowReader) {
   while (reader->Read(&event)) {
     ASSERT_EQ(event.token().ids(0), next);
     ++next;
-    if (next % 50 == 0) absl::SleepFor(absl::Milliseconds(20));  // the pusher waits meanwhile
+    // paces: a slow reader (the scenario)
+    if (next % 50 == 0) absl::SleepFor(absl::Milliseconds(20));
   }
   EXPECT_TRUE(reader->Finish().ok());
   EXPECT_EQ(next, 200);

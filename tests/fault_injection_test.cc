@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "base/change_notice.h"
 #include "tests/transport_test_util.h"
 
 namespace scd::transport {
@@ -114,7 +115,12 @@ TEST(FaultInjectionTest, FreezeSilencesBothDirectionsButKeepsTheLinkUp) {
   for (int i = 0; i < 3; ++i)
     ASSERT_TRUE(pair.sender->Send(MakeFrame(FrameType::kChunk, i, "")).ok());
   ASSERT_TRUE(pair.receiver->Send(MakeFrame(FrameType::kCredit, 9, "")).ok());
-  absl::SleepFor(absl::Milliseconds(100));
+  // Chunks 1 and 2 and the credit are swallowed: each one's buffer is let go as it is, a change
+  // to wait on (base/change_notice.h); chunk 0 went through before the freeze.
+  ASSERT_TRUE(AwaitChange([&] { return pair.sender->counters().frozen_frames == 3; },
+                          absl::Now() + absl::Seconds(5)))
+      << pair.sender->counters().frozen_frames;
+  ASSERT_TRUE(pair.received.WaitForFrames(1, absl::Seconds(1)));
   EXPECT_EQ(pair.received.frame_count(), 1u);
   EXPECT_EQ(pair.sent_back.frame_count(), 0u);
   EXPECT_FALSE(pair.received.WaitForLinkDown(absl::ZeroDuration()).has_value());

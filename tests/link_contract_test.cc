@@ -178,7 +178,9 @@ TEST_P(LinkContractTest, ControlFrameOvertakesQueuedData) {
   for (uint32_t i = 0; i < 48; ++i) ASSERT_TRUE(client_->Send(ValidChunk(9, i, payload)).ok());
   got.WaitUntilStalled();
   ASSERT_TRUE(client_->Send(ValidControl(FrameType::kCredit, 9, 12345)).ok());
-  absl::SleepFor(absl::Milliseconds(100));  // the credit travels while the receiver is stalled
+  // waits: the credit to reach the stalled receiver's backend: a frame queued there is visible to
+  //  nobody until delivered; 100 ms is ~1,000x loopback latency
+  absl::SleepFor(absl::Milliseconds(100));
   got.Release();
   ASSERT_TRUE(got.WaitForFrames(49, absl::Seconds(30)));
   std::vector<Frame> frames = got.TakeFrames();
@@ -205,7 +207,9 @@ TEST_P(LinkContractTest, FramesArrivingBeforeStartAreHeld) {
   ASSERT_TRUE(client_->Send(ValidHeader(4, 1)).ok());
   ASSERT_TRUE(client_->Send(ValidChunk(4, 0, Payload::Copy(bytes.data(), bytes.size()))).ok());
   ASSERT_TRUE(client_->Send(ValidControl(FrameType::kHeartbeat, 0, 1)).ok());
-  absl::SleepFor(absl::Milliseconds(200));  // they arrive with no handler
+  // waits: the frames to reach the link before Start (no handler: nothing can tell); Start before
+  //  they arrive tests less but still passes
+  absl::SleepFor(absl::Milliseconds(200));
   server_->Start(&got);
   ASSERT_TRUE(got.WaitForFrames(3, absl::Seconds(5)));
   std::vector<Frame> frames = got.TakeFrames();
@@ -246,7 +250,7 @@ void LinkContractTest::CheckCloseReachesBothHandlersOnce(bool client_closes) {
   EXPECT_TRUE(absl::IsUnavailable(*remote)) << *remote;
   EXPECT_LT(absl::Now() - start, absl::Seconds(1));
   EXPECT_TRUE(absl::IsFailedPrecondition(closer->Send(ValidControl(FrameType::kCredit, 2, 1))));
-  absl::SleepFor(absl::Milliseconds(200));
+  // The peer heard it: it cannot send either.
   EXPECT_TRUE(absl::IsFailedPrecondition(peer->Send(ValidControl(FrameType::kCredit, 3, 1))));
   closer->Close();  // idempotent
   peer->Close();
@@ -309,7 +313,8 @@ TEST_P(LinkContractTest, DropSessionDropsOnlyThatSessionsQueuedData) {
   ASSERT_TRUE(client_->Send(ValidChunk(3, 0, payload)).ok());  // a later session still goes
   got.Release();
   ASSERT_TRUE(got.WaitForFrames(kPerSession + 3, absl::Seconds(30)));
-  absl::SleepFor(absl::Milliseconds(300));  // anything else of session 1 that would still come
+  // Data keeps its order: once session 3's chunk is here, what of session 1 still came came.
+  ASSERT_TRUE(got.WaitForSession(3, absl::Seconds(30)));
   std::vector<uint32_t> first, second;
   int control = 0, third = 0;
   for (const Frame& frame : got.TakeFrames()) {
@@ -344,12 +349,14 @@ TEST_P(LinkContractTest, DropSessionReachesTheBackendThroughEveryWrapper) {
   const Payload payload = Payload::Copy(bytes.data(), bytes.size());
   for (uint32_t i = 0; i < 32; ++i) ASSERT_TRUE(wrapped->Send(ValidChunk(5, i, payload)).ok());
   got.WaitUntilStalled();
-  absl::SleepFor(absl::Milliseconds(50));  // past the shaper: queued in the backend
+  // waits: the frames to leave the 1-us shaper for the backend (its queue is not observable); if
+  //  some are still in it, DropSession drops them there and the test still holds
+  absl::SleepFor(absl::Milliseconds(50));
   wrapped->DropSession(5);
   ASSERT_TRUE(wrapped->Send(ValidChunk(6, 0, payload)).ok());
   got.Release();
-  ASSERT_TRUE(got.WaitForFrames(2, absl::Seconds(10)));
-  absl::SleepFor(absl::Milliseconds(300));
+  // Data keeps its order: once session 6's chunk is here, what of session 5 still came came.
+  ASSERT_TRUE(got.WaitForSession(6, absl::Seconds(10)));
   size_t of_five = 0;
   bool six = false;
   for (const Frame& frame : got.TakeFrames()) {
@@ -364,6 +371,8 @@ TEST_P(LinkContractTest, DropSessionReachesTheBackendThroughEveryWrapper) {
 TEST_P(LinkContractTest, NobodyToConnectToOrToAccept) {
   EXPECT_TRUE(absl::IsDeadlineExceeded(listener_->Accept(absl::Milliseconds(50)).status()));
   std::thread closer([&] {
+    // waits: Accept to be blocked when Close comes (no event says a thread is blocked); a Close
+    //  before it ends Accept the same way
     absl::SleepFor(absl::Milliseconds(50));
     listener_->Close();
   });

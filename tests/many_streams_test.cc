@@ -173,6 +173,7 @@ TEST(ManyStreamsTest, EveryProcessServes256StreamsOnFewThreads) {
           p->rss_most = std::max<int64_t>(p->rss_most.load(), ResidentBytes(p->pid));
         }
       }
+      // paces: the /proc sampler's period (sampling is the measurement)
       absl::SleepFor(absl::Milliseconds(20));
     }
   });

@@ -111,6 +111,8 @@ TEST(PrometheusScrapeTest, QueriesReturnWhatTheClientsSaw) {
     count = Query(client, ttft);
     std::optional<double> up = Query(client, "sum(up)");
     if (count && up && *up == 3) break;
+    // waits: a real Prometheus (a foreign process) to scrape; its query API is the only way to see
+    //  it
     absl::SleepFor(absl::Milliseconds(250));
   }
   ASSERT_TRUE(count.has_value()) << "no scrape; " << testing::ReadFile(dir.File("prometheus.log"));
@@ -170,6 +172,8 @@ TEST(PrometheusScrapeTest, HealthSaysLoadingUntilTheNodeServes) {
     } else {
       EXPECT_EQ(health->status, 503);
       EXPECT_EQ(health->body, "{\"status\":\"loading\"}");
+      // waits: the consumer's /health answers `loading` until its model is in; sampling it is what
+      //  this test checks
       absl::SleepFor(absl::Milliseconds(25));
     }
   }

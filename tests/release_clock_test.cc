@@ -19,6 +19,7 @@ TEST(ReleaseClockTest, StampsTheMomentOfTheLatestRelease) {
   const int64_t after = absl::ToUnixMicros(absl::Now());
   EXPECT_GE(first, before);
   EXPECT_LE(first, after);
+  // paces: the wall clock must move for the stamp to (the code under test reads it)
   absl::SleepFor(absl::Milliseconds(2));
   NoteRelease();
   EXPECT_GE(LastReleaseUnixMicros(), first + 2000);

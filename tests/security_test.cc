@@ -151,6 +151,8 @@ TEST(SecurityTest, MutualTlsBetweenSeparateNodes) {
   do {
     served = Client(server, client_tls + " --mode raw");
     if (served.exit_code == 0) break;
+    // waits: registration over mutual TLS; the client is the only party holding the certificates to
+    //  ask (the coordinator's Stats need no TLS-free port here)
     absl::SleepFor(absl::Milliseconds(200));
   } while (absl::Now() < limit);
   ASSERT_EQ(served.exit_code, 0) << served.err << "\nlogs in " << dir.path();

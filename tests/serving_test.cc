@@ -577,6 +577,8 @@ TEST_F(ServingTest, TheProducerDropsTheConnectionOfAConsumerThatIsGone) {
     ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
     EXPECT_EQ(reply.ids["xs"], Reference("xs", TransferMode::kScd, Prompt(2), 8));
     held = stack_->producer_service().connections();
+    // waits: the producer drops a dead connection only when its next session opens, so each retry
+    //  is a request; no event says it saw the link down
     if (held > 1) absl::SleepFor(absl::Milliseconds(50));
   }
   EXPECT_EQ(held, 1u) << "the gone consumer's connection is still held after 10 s";

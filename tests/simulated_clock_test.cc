@@ -115,6 +115,7 @@ TEST(SimulatedClockTest, SleepEndsWhenTheClockGetsThere) {
   const absl::Time t0 = clock.Now();
   absl::Time woke;
   std::thread sleeper([&] {
+    // paces: a simulated clock's SleepFor (no real time passes; the code under test)
     clock.SleepFor(absl::Milliseconds(250));
     woke = clock.Now();
   });

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "proto/wire_mode.h"
 #include "tests/serving_stack.h"
@@ -53,6 +54,7 @@ TEST(SlowClientTest, ASlowReaderSlowsOnlyItsOwnStream) {
   std::map<std::string, std::vector<TokenId>> slow_ids;
   std::map<std::string, int> terminals;
   grpc::Status slow_status;
+  absl::Notification reading;  // the slow stream's first event came
   std::thread slow([&] {
     // A client that takes little ahead of its reads: 4 KiB a stream, no window growth.
     grpc::ChannelArguments args;
@@ -66,17 +68,22 @@ TEST(SlowClientTest, ASlowReaderSlowsOnlyItsOwnStream) {
     v1::GenerateEvent event;
     bool first = true;
     while (reader->Read(&event)) {
-      if (first) absl::SleepFor(absl::Milliseconds(500));  // the windows and the queue fill
+      if (first) {
+        reading.Notify();
+        // paces: the windows and the queue fill (a slow reader is the scenario)
+        absl::SleepFor(absl::Milliseconds(500));
+      }
       first = false;
       for (int32_t id : event.token().ids()) slow_ids[event.target()].push_back(id);
       if (event.has_finished() || event.has_error()) ++terminals[event.target()];
+      // paces: a slow reader (the scenario)
       absl::SleepFor(absl::Milliseconds(2));
     }
     slow_status = reader->Finish();
     slow_done = true;
   });
-  // Beside it, requests read at full speed end long before it.
-  absl::SleepFor(absl::Milliseconds(100));
+  // Beside it, once it streams, requests read at full speed end long before it.
+  ASSERT_TRUE(reading.WaitForNotificationWithTimeout(absl::Seconds(60)));
   for (int i = 0; i < 3; ++i) {
     const testing::ServingReply fast = stack.Generate({"b"}, "local", prompt, 64);
     ASSERT_TRUE(fast.status.ok()) << fast.status.error_message();

@@ -42,7 +42,8 @@ TEST(TerminationSignalDeathTest, ASigtermOnAForeignThreadWhileMainIsBusyIsADrain
         StartForeignThread();
         CatchTerminationSignals();
         kill(getpid(), SIGTERM);  // main blocks it and is not waiting: the foreign thread gets it
-        absl::SleepFor(absl::Milliseconds(200));  // "loading a model"
+        // paces: main is busy ("loading a model") while the foreign thread takes the signal
+        absl::SleepFor(absl::Milliseconds(200));
         _exit(ExitFor(WaitForTerminationSignal()));
       },
       ::testing::ExitedWithCode(kGotSigterm), "");
@@ -53,7 +54,6 @@ TEST(TerminationSignalDeathTest, ASignalPendingWhileEveryThreadBlocksItEndsTheWa
       {
         CatchTerminationSignals();
         kill(getpid(), SIGINT);  // the only thread blocks it: pending until the wait unblocks
-        absl::SleepFor(absl::Milliseconds(50));
         _exit(ExitFor(WaitForTerminationSignal()));
       },
       ::testing::ExitedWithCode(kGotSigint), "");
@@ -65,6 +65,8 @@ TEST(TerminationSignalDeathTest, ASignalWhileWaitingEndsTheWait) {
         StartForeignThread();
         CatchTerminationSignals();
         std::thread([] {
+          // waits: main to block in the wait before the signal comes (no event says a thread is in
+          //  sigwait); a signal before it is the pending case, which also passes
           absl::SleepFor(absl::Milliseconds(100));
           kill(getpid(), SIGTERM);
         }).detach();

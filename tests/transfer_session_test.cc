@@ -200,7 +200,8 @@ TEST_P(TransferSessionTest, SlowReceiverKeepsSenderWithinInflightLimit) {
   ASSERT_TRUE(received.ok());
   int chunks = 0;
   for (;;) {
-    absl::SleepFor(absl::Milliseconds(10));  // a slow consumer
+    // paces: a slow consumer (the scenario)
+    absl::SleepFor(absl::Milliseconds(10));
     auto chunk = (*received)->Next(absl::Seconds(10));
     ASSERT_TRUE(chunk.ok()) << chunk.status();
     if (!chunk->has_value()) break;
@@ -296,7 +297,9 @@ TEST_P(TransferSessionTest, CancelFromReceiverReachesSenderAndReleasesEverything
     auto first = (*received)->Next(absl::Seconds(5));
     ASSERT_TRUE(first.ok() && first->has_value());
     first->reset();
-    absl::SleepFor(absl::Milliseconds(50));  // the sender is now blocked on its window
+    // waits: the sender to block on its window (SendChunk blocked is not observable); cancelled
+    //  before that, it ends the same way
+    absl::SleepFor(absl::Milliseconds(50));
     const absl::Time cancelled = absl::Now();
     (*received)->Cancel("consumer out of memory");
     ASSERT_TRUE((*session)->WaitForEnd(absl::Seconds(1)));
@@ -450,7 +453,8 @@ TEST_P(TransferSessionTest, FrozenPeerEndsPeerLostWithinLiveness) {
   ASSERT_TRUE((*session)->SendChunk(ChunkMeta(0), Payload::Copy("abcd", 4)).ok());
   auto received = peers.acceptor->Accept(absl::Seconds(5));
   ASSERT_TRUE(received.ok());
-  absl::SleepFor(absl::Milliseconds(1500));  // idle, but heartbeats keep it alive
+  // paces: idle while heartbeats keep it alive (time passing is the scenario)
+  absl::SleepFor(absl::Milliseconds(1500));
   EXPECT_EQ((*received)->state(), SessionState::kOpen);
   const absl::Time frozen = absl::Now();
   peers.sender_faults->SetFrozen(true);

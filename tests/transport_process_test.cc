@@ -318,6 +318,7 @@ double CoreShare(absl::Duration window) {
     return absl::DurationFromTimeval(usage.ru_utime) + absl::DurationFromTimeval(usage.ru_stime);
   };
   const absl::Duration before = cpu();
+  // paces: the window the CPU share is measured over
   absl::SleepFor(window);
   return absl::FDivDuration(cpu() - before, window);
 }
@@ -335,6 +336,8 @@ TEST_P(TransportProcessTest, AfterAStalledPeerTheTransportsThreadsIdle) {
   DrainUntilEnd(**session, absl::Seconds(5));
   ASSERT_EQ((*session)->state(), SessionState::kPeerLost) << (*session)->status();
   // The dead connection is still held by the acceptor: its threads must sleep.
+  // waits: the session's end work to finish before the idle CPU is measured (idleness is what is
+  //  measured, so nothing signals it)
   absl::SleepFor(absl::Milliseconds(200));
   const double share = CoreShare(absl::Seconds(1));
   peer.Signal(SIGKILL);
@@ -435,6 +438,7 @@ TEST_P(TransportProcessTest, ASilentLinkEndsBothSidesWithinTheLivenessLimit) {
       cut = absl::Now();
       ASSERT_TRUE(veth.SetDown());
     }
+    // paces: a sender at 5 ms a chunk while the link goes down (the scenario)
     if (i > 20) absl::SleepFor(absl::Milliseconds(5));
   }
   ASSERT_TRUE((*session)->WaitForEnd(absl::Seconds(5)));

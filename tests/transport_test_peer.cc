@@ -53,6 +53,7 @@ int Send(Transport& transport, const std::map<std::string, std::string>& flags) 
     }
     last = absl::Now();
     Say(absl::StrCat("CHUNK ", i));
+    // paces: the peer process sends at --interval-ms (the scenario)
     absl::SleepFor(absl::Milliseconds(std::stoi(flags.at("interval-ms"))));
   }
   (*session)->Finish().IgnoreError();
@@ -78,6 +79,7 @@ int Receive(Transport& transport, const std::map<std::string, std::string>& flag
     if (!chunk.ok() || !chunk->has_value()) break;
     last = absl::Now();
     Say(absl::StrCat("CHUNK ", i));
+    // paces: the peer process sends at --interval-ms (the scenario)
     absl::SleepFor(absl::Milliseconds(std::stoi(flags.at("interval-ms"))));
   }
   return Report(**session, last);

@@ -31,6 +31,15 @@ bool FrameRecorder::WaitForFrames(size_t count, absl::Duration timeout) {
   return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
 }
 
+bool FrameRecorder::WaitForSession(uint64_t session, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto arrived = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return std::any_of(frames_.begin(), frames_.end(),
+                       [session](const transport::Frame& f) { return f.session_id == session; });
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&arrived), timeout);
+}
+
 std::optional<absl::Status> FrameRecorder::WaitForLinkDown(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   auto down = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return down_.has_value(); };

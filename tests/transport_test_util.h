@@ -27,6 +27,8 @@ class FrameRecorder : public transport::LinkHandler {
 
   // Waits until at least `count` frames arrived (true) or `timeout` passed (false).
   bool WaitForFrames(size_t count, absl::Duration timeout);
+  // Waits until a frame of `session` arrived (true) or `timeout` passed (false).
+  bool WaitForSession(uint64_t session, absl::Duration timeout);
   // Waits for OnLinkDown; nullopt on timeout.
   std::optional<absl::Status> WaitForLinkDown(absl::Duration timeout);
   std::vector<transport::Frame> TakeFrames();

@@ -29,6 +29,7 @@ TEST(WorkQueue, AtMostItsThreadsAtOnceAndEveryJobRuns) {
         int before = most.load();
         while (now > before && !most.compare_exchange_weak(before, now)) {
         }
+        // paces: each task works 2 ms so tasks overlap (the scenario)
         absl::SleepFor(absl::Milliseconds(2));
         {
           absl::MutexLock lock(&mu);
