@@ -6,10 +6,10 @@
 
 namespace scd {
 
-WorkQueue::WorkQueue(int threads) {
+WorkQueue::WorkQueue(int threads, std::string name) {
   for (int i = 0; i < (threads < 1 ? 1 : threads); ++i)
-    threads_.emplace_back([this] {
-      NameThisThread("scd-work");
+    threads_.emplace_back([this, name] {
+      NameThisThread(name.c_str());
       Work();
     });
 }

@@ -19,8 +19,8 @@ namespace scd {
 
 class WorkQueue {
  public:
-  // `threads` >= 1.
-  explicit WorkQueue(int threads);
+  // `threads` >= 1, each named `name` (base/thread_name.h).
+  explicit WorkQueue(int threads, std::string name = "scd-work");
   ~WorkQueue();
   WorkQueue(const WorkQueue&) = delete;
   WorkQueue& operator=(const WorkQueue&) = delete;

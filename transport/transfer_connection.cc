@@ -13,7 +13,7 @@
 #include "base/change_notice.h"
 #include "base/release_clock.h"
 #include "base/status_macros.h"
-#include "base/thread_name.h"
+#include "base/work_queue.h"
 #include "transport/frame_message.h"
 #include "transport/transfer_session.h"
 
@@ -42,10 +42,10 @@ std::shared_ptr<TransferConnection> TransferConnection::Create(std::unique_ptr<L
     connection->next_heartbeat_ = absl::Now();
   }
   connection->link_->Start(connection.get());
-  connection->timer_ = std::thread([c = connection.get()] {
-    NameThisThread("scd-xfer-timer");
-    c->TimerLoop();
-  });
+  {
+    absl::MutexLock lock(&connection->mu_);
+    connection->ScheduleTickLocked(absl::Now());
+  }
   return connection;
 }
 
@@ -54,8 +54,8 @@ TransferConnection::~TransferConnection() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    tick_timer_.Reset();  // a tick already queued finds the connection gone (its weak pointer)
   }
-  if (timer_.joinable()) timer_.join();
   {
     absl::MutexLock lock(&mu_);
     link_closing_ = true;
@@ -117,7 +117,7 @@ absl::StatusOr<std::shared_ptr<SendSession>> TransferConnection::StartSession(
     return sent;
   }
   absl::MutexLock lock(&mu_);
-  deadline_changed_ = true;  // wakes the timer to look at the new deadline
+  ScheduleTickLocked(absl::Now());  // the tick looks at the new deadline
   return session;
 }
 
@@ -262,7 +262,7 @@ void TransferConnection::HandleHeader(uint64_t id, v1::TransferHeader header) {
     }
     if (!cancelled.has_value()) {
       receiving_[id] = session;
-      deadline_changed_ = true;
+      ScheduleTickLocked(absl::Now());  // the tick looks at the new deadline
       NoteChange();
     }
   }
@@ -432,62 +432,80 @@ void TransferConnection::LinkLost(const std::string& why) {
   link_->Close();
 }
 
-void TransferConnection::TimerLoop() {
+namespace {
+
+// The threads every connection's tick runs on (created at the first connection, never destroyed,
+// as Clock::Real()'s timer thread): a tick sends a heartbeat (Link::Send queues it), checks
+// liveness and deadlines, and ends what lapsed -- short work, on two threads so that one
+// connection's slow end does not hold another's heartbeat back.
+WorkQueue& TickQueue() {
+  static WorkQueue* const queue = new WorkQueue(2, "scd-xfer-tick");
+  return *queue;
+}
+
+}  // namespace
+
+void TransferConnection::ScheduleTickLocked(absl::Time when) {
+  if (stopping_ || (tick_timer_.armed() && tick_at_ <= when)) return;
+  tick_at_ = when;
+  tick_timer_ = Clock::Timer(Clock::Real(), when,
+                             [weak = std::weak_ptr<TransferConnection>(weak_from_this())] {
+                               TickQueue().Run([weak] {
+                                 if (std::shared_ptr<TransferConnection> connection = weak.lock())
+                                   connection->Tick();
+                               });
+                             });
+}
+
+void TransferConnection::Tick() {
   absl::MutexLock lock(&mu_);
-  while (!stopping_) {
-    const absl::Time now = absl::Now();
-    if (!down_ && now - last_receive_ >= options_.liveness_timeout) {
-      const std::string why =
-          absl::StrCat("nothing from the peer for ", absl::FormatDuration(now - last_receive_),
-                       " (liveness timeout ", absl::FormatDuration(options_.liveness_timeout), ")");
-      mu_.Unlock();
-      LinkLost(why);
-      mu_.Lock();
-      continue;
-    }
-    if (!down_ && now >= next_heartbeat_) {
-      next_heartbeat_ = now + options_.heartbeat_interval;
-      mu_.Unlock();
-      v1::TransferFrame beat;
-      beat.mutable_heartbeat()->set_sent_unix_us(absl::ToUnixMicros(now));
-      SendMessage(beat).IgnoreError();
-      mu_.Lock();
-    }
-    // Deadlines: collect under this lock, look at each under the session's.
-    std::vector<std::shared_ptr<SendSession>> sending;
-    std::vector<std::shared_ptr<ReceiveSession>> receiving;
-    for (auto& [id, s] : sending_) sending.push_back(s);
-    for (auto& [id, s] : receiving_) receiving.push_back(s);
+  tick_at_ = absl::InfiniteFuture();
+  tick_timer_ = Clock::Timer();  // this one fired; the next is armed below
+  if (stopping_) return;
+  const absl::Time now = absl::Now();
+  if (!down_ && now - last_receive_ >= options_.liveness_timeout) {
+    const std::string why =
+        absl::StrCat("nothing from the peer for ", absl::FormatDuration(now - last_receive_),
+                     " (liveness timeout ", absl::FormatDuration(options_.liveness_timeout), ")");
     mu_.Unlock();
-    absl::Time next_deadline = absl::InfiniteFuture();
-    auto check = [&](SessionCore& s) {
-      absl::MutexLock session_lock(&s.mu_);
-      if (s.deadline_ <= now) return true;
-      next_deadline = std::min(next_deadline, s.deadline_);
-      return false;
-    };
-    for (auto& s : sending) {
-      if (check(*s)) {
-        EndSend(s, SessionState::kDeadlineExceeded, "session deadline passed", true);
-      }
-    }
-    for (auto& s : receiving) {
-      if (check(*s)) {
-        EndReceive(s, SessionState::kDeadlineExceeded, "session deadline passed", true);
-      }
-    }
+    LinkLost(why);  // down from now on: no heartbeat, no liveness check
     mu_.Lock();
-    // A down link sends no heartbeats and checks no liveness: only deadlines wake the timer (a
-    // heartbeat time never advanced once down made the wait return at once, a spinning core).
-    absl::Time wake = next_deadline;
-    if (!down_) {
-      wake = std::min({wake, next_heartbeat_, last_receive_ + options_.liveness_timeout});
-    }
-    deadline_changed_ = false;
-    auto woken = [this]()
-                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || deadline_changed_; };
-    mu_.AwaitWithDeadline(absl::Condition(&woken), wake);
   }
+  if (!down_ && now >= next_heartbeat_) {
+    next_heartbeat_ = now + options_.heartbeat_interval;
+    mu_.Unlock();
+    v1::TransferFrame beat;
+    beat.mutable_heartbeat()->set_sent_unix_us(absl::ToUnixMicros(now));
+    SendMessage(beat).IgnoreError();
+    mu_.Lock();
+  }
+  // Deadlines: collect under this lock, look at each under the session's.
+  std::vector<std::shared_ptr<SendSession>> sending;
+  std::vector<std::shared_ptr<ReceiveSession>> receiving;
+  for (auto& [id, s] : sending_) sending.push_back(s);
+  for (auto& [id, s] : receiving_) receiving.push_back(s);
+  mu_.Unlock();
+  absl::Time next_deadline = absl::InfiniteFuture();
+  auto check = [&](SessionCore& s) {
+    absl::MutexLock session_lock(&s.mu_);
+    if (s.deadline_ <= now) return true;
+    next_deadline = std::min(next_deadline, s.deadline_);
+    return false;
+  };
+  for (auto& s : sending) {
+    if (check(*s)) EndSend(s, SessionState::kDeadlineExceeded, "session deadline passed", true);
+  }
+  for (auto& s : receiving) {
+    if (check(*s)) {
+      EndReceive(s, SessionState::kDeadlineExceeded, "session deadline passed", true);
+    }
+  }
+  mu_.Lock();
+  // A down link sends no heartbeats and checks no liveness: only deadlines arm the tick (a
+  // heartbeat time never advanced once down armed it for the past, a spinning core).
+  absl::Time wake = next_deadline;
+  if (!down_) wake = std::min({wake, next_heartbeat_, last_receive_ + options_.liveness_timeout});
+  if (wake < absl::InfiniteFuture()) ScheduleTickLocked(wake);
 }
 
 absl::StatusOr<std::shared_ptr<ReceiveSession>> TransferConnection::AcceptSession(

@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/clock.h"
 #include "base/pending_call.h"
 #include "scd/v1/transfer.pb.h"
 #include "transport/link_shaper.h"
@@ -152,7 +153,9 @@ class ReceiveSession : public SessionCore {
 class TransferConnection : public LinkHandler,
                            public std::enable_shared_from_this<TransferConnection> {
  public:
-  // Takes the link, starts it, and starts the heartbeat/deadline timer.
+  // Takes the link, starts it, and arms its heartbeat/liveness/deadline tick: a timer on the
+  // process's clock (base/clock.h) whose work runs on a queue of two threads every connection of
+  // the process shares, not on a thread of its own.
   static std::shared_ptr<TransferConnection> Create(std::unique_ptr<Link> link,
                                                     ConnectionOptions options);
   ~TransferConnection() override;
@@ -182,7 +185,11 @@ class TransferConnection : public LinkHandler,
   friend class SendSession;
   friend class ReceiveSession;
   TransferConnection(std::unique_ptr<Link> link, ConnectionOptions options);
-  void TimerLoop();
+  // One round of the timer's work (liveness, heartbeat, session deadlines), then the next one
+  // armed: on the shared tick queue.
+  void Tick();
+  // Arms the tick for `when` unless one is armed for then or earlier (or the connection stops).
+  void ScheduleTickLocked(absl::Time when) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends the frame carrying `message` (its body says which frame type).
   absl::Status SendMessage(const v1::TransferFrame& message, Payload payload = Payload());
   // Ends `session` in `state`; tells the peer (Cancel from a sender, Error from a receiver) when
@@ -216,7 +223,8 @@ class TransferConnection : public LinkHandler,
   mutable absl::Mutex mu_;
   bool down_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool deadline_changed_ ABSL_GUARDED_BY(mu_) = false;
+  Clock::Timer tick_timer_ ABSL_GUARDED_BY(mu_);
+  absl::Time tick_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();  // when tick_timer_ fires
   // Link callbacks running now; once `link_closing_` is set (destructor) new ones return at once,
   // so none touches link_ while it is being destroyed.
   int callbacks_ ABSL_GUARDED_BY(mu_) = 0;
@@ -232,7 +240,6 @@ class TransferConnection : public LinkHandler,
   // come slightly out of id order).
   std::map<uint64_t, std::string> cancelled_before_header_ ABSL_GUARDED_BY(mu_);
   uint64_t last_header_id_ ABSL_GUARDED_BY(mu_) = 0;
-  std::thread timer_;
 };
 
 }  // namespace scd::transport
