@@ -445,6 +445,8 @@ WorkQueue& TickQueue() {
 
 }  // namespace
 
+void StartConnectionTicks() { TickQueue(); }
+
 void TransferConnection::ScheduleTickLocked(absl::Time when) {
   if (stopping_ || (tick_timer_.armed() && tick_at_ <= when)) return;
   tick_at_ = when;

@@ -150,6 +150,10 @@ class ReceiveSession : public SessionCore {
   uint32_t next_index_ = 0;  // only the thread calling Next touches it
 };
 
+// Starts the two threads every connection's tick runs on (once per process; later calls do
+// nothing). CreateTransport calls it, so a node has them before its first connection.
+void StartConnectionTicks();
+
 class TransferConnection : public LinkHandler,
                            public std::enable_shared_from_this<TransferConnection> {
  public:

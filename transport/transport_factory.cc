@@ -2,6 +2,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "transport/inproc/inproc_transport.h"
+#include "transport/transfer_session.h"
 #include "transport/transport.h"
 #if SCD_HAVE_GRPC
 #include "transport/grpc/grpc_transport.h"
@@ -24,6 +25,9 @@ std::vector<std::string> AvailableBackends() {
 }
 
 absl::StatusOr<std::unique_ptr<Transport>> CreateTransport(const TransportOptions& options) {
+  // The connections' tick threads exist before the first connection: a node's threads are all
+  // there once it serves (the soak counts them before and after its load).
+  StartConnectionTicks();
   if (options.backend == "inproc") return NewInProcessTransport(options);
 #if SCD_HAVE_GRPC
   if (options.backend == "grpc") return NewGrpcTransport(options);
