@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/child_process.h"
 #include "base/progress.h"
@@ -215,6 +216,18 @@ std::vector<ProcSample> LevelsBackTo(const SoakDeployment& d,
   }
 }
 
+// What of `end` is more than of `baseline`, by kind: "scd-send +2, scd-timers +1" ("" when none).
+std::string Grown(const std::map<std::string, int>& baseline,
+                  const std::map<std::string, int>& end) {
+  std::vector<std::string> grown;
+  for (const auto& [kind, n] : end) {
+    const auto before = baseline.find(kind);
+    const int more = n - (before == baseline.end() ? 0 : before->second);
+    if (more > 0) grown.push_back(absl::StrCat(kind, " +", more));
+  }
+  return absl::StrJoin(grown, ", ");
+}
+
 void Verdict(SoakReport& r) {
   const SoakTally& t = r.tally;
   auto fail = [&](std::string why) { r.failures.push_back(std::move(why)); };
@@ -252,7 +265,8 @@ void Verdict(SoakReport& r) {
     if (!AtOrBelow(n.end, n.baseline)) {
       fail(absl::StrCat(n.name, ": ", n.end.fds, " descriptors and ", n.end.own_threads(),
                         " threads (gRPC's pools aside) at the end; ", n.baseline.fds, " and ",
-                        n.baseline.own_threads(), " before the load"));
+                        n.baseline.own_threads(), " before the load (more threads: ",
+                        Grown(n.baseline.thread_names, n.end.thread_names), ")"));
     }
     if (n.rss_requests >= r.options.rss_min_requests &&
         n.rss_growth_mb_per_1k >= r.options.rss_bound_mb_per_1k) {

@@ -143,7 +143,8 @@ int64_t AdaptiveSender::PieceRows(size_t window, int64_t row_bytes, int64_t left
 }
 
 std::function<void(std::function<void()>)> AdaptiveSender::SendingQueue() {
-  static WorkQueue* const queue = new WorkQueue(2);  // never destroyed: senders of any lifetime
+  static WorkQueue* const queue =
+      new WorkQueue(2, "scd-send");  // never destroyed: senders of any lifetime
   return [](std::function<void()> job) { queue->Run(std::move(job)); };
 }
 

@@ -119,8 +119,9 @@ class AdaptiveSender {
   // The rows of a layer's next piece: half the window's bytes at `row_bytes` a position, at least
   // one, and the rest of the `left` positions when what would remain is under half a piece.
   static int64_t PieceRows(size_t window, int64_t row_bytes, int64_t left);
-  // The queue every sender of the process runs its steps on unless told otherwise (2 threads,
-  // made at first use, never destroyed).
+  // The queue every sender of the process runs its steps on unless told otherwise (2 threads
+  // named scd-send, made at first use, never destroyed; a service calls it at start so that its
+  // threads are all there before the first request).
   static std::function<void(std::function<void()>)> SendingQueue();
 
  private:

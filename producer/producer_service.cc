@@ -17,6 +17,7 @@
 #include "base/status_macros.h"
 #include "codec/code_encoder.h"
 #include "codec/transfer_mode.h"
+#include "producer/adaptive_sender.h"
 #include "producer/prefill_streamer.h"
 #include "proto/grpc_util.h"
 #include "proto/prefix_cache_stats.h"
@@ -54,7 +55,8 @@ ProducerControlService::ProducerControlService(ProducerModel producer,
       secret_(std::move(secret)),
       connection_options_(std::move(connection_options)),
       shape_(connection_options_.shape),
-      prefill_queue_(producer_.prefill_threads) {
+      prefill_queue_(producer_.prefill_threads, "scd-prefill") {
+  AdaptiveSender::SendingQueue();  // its threads start now, not at the first request
   if (producer_.prefix_cache_bytes > 0) {
     // Every plan this producer may be asked for: what its cached blocks must let it encode.
     std::vector<TransferPlan> plans;
