@@ -2,7 +2,9 @@
 // at 0.1, 1 and 10 Gbit/s; latency delays every frame by the setting; control frames
 // overtake queued data frames; a dropped session's queued frames are released at once and the
 // frames behind them move up; a new rate reaches the frames already queued (a drop slows them, a
-// rise speeds them), as a real link's rate change reaches a transfer under way.
+// rise speeds them), as a real link's rate change reaches a transfer under way; a frame due at once
+// with nothing ahead of it reaches the inner link on the sender's own thread, and frames keep
+// their order whichever thread hands them over.
 #include "transport/link_shaper.h"
 
 #include <gtest/gtest.h>
@@ -10,7 +12,9 @@
 #include <algorithm>
 #include <atomic>
 #include <thread>
+#include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "tests/transport_test_util.h"
 #include "transport/session_acceptor.h"
 #include "transport/transfer_session.h"
@@ -195,6 +199,80 @@ TEST(LinkShaperTest, ARateChangeReachesTheFramesAlreadyQueued) {
   std::printf("rise: switched at %s, last frame at %s\n",
               absl::FormatDuration(rise.switched).c_str(), absl::FormatDuration(rise.last).c_str());
   EXPECT_LE(rise.last, absl::Milliseconds(1200));
+}
+
+// An inner link that records who handed it each frame, in order.
+class RecordingLink : public Link {
+ public:
+  struct Sent {
+    uint64_t session_id;
+    std::thread::id thread;
+  };
+  void Start(LinkHandler*) override {}
+  absl::Status Send(Frame frame) override {
+    absl::MutexLock lock(&mu_);
+    sent_.push_back({frame.session_id, std::this_thread::get_id()});
+    return absl::OkStatus();
+  }
+  void Close() override {}
+  std::string Describe() const override { return "recording"; }
+  std::vector<Sent> AwaitSent(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return sent_.size() >= n; };
+    mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(10));
+    return sent_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<Sent> sent_ ABSL_GUARDED_BY(mu_);
+};
+
+Frame DataFrame(uint64_t session, size_t bytes) {
+  Frame f;
+  f.type = FrameType::kChunk;
+  f.session_id = session;
+  const std::string data(bytes, 'd');
+  f.payload = Payload::Copy(data.data(), data.size());
+  return f;
+}
+
+TEST(LinkShaperTest, AFrameDueAtOnceLeavesOnTheSendersThreadAndFramesKeepTheirOrder) {
+  // Unshaped but reshapable (a sweep's link): every frame is due at once, none waits for the
+  // shaper's thread (on a CPU busy computing, that hand-off waits for a scheduler slice).
+  {
+    auto inner = std::make_unique<RecordingLink>();
+    RecordingLink* recorded = inner.get();
+    LinkShape shape;
+    shape.reshapable = true;
+    auto link = ShapeLink(std::move(inner), shape);
+    for (uint64_t i = 1; i <= 3; ++i) ASSERT_TRUE(link->Send(DataFrame(i, 1000)).ok());
+    const std::vector<RecordingLink::Sent> sent = recorded->AwaitSent(3);
+    ASSERT_EQ(sent.size(), 3u);
+    for (uint64_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(sent[i].session_id, i + 1);
+      EXPECT_EQ(sent[i].thread, std::this_thread::get_id());
+    }
+  }
+  // Shaped at 8 Mbit/s (1 MB/s) with a 64 KiB burst: the first 60 KB frame fits the burst and
+  // leaves at once, here; the next two wait for the bucket (~55 ms) and go on the shaper's thread,
+  // in the order they were handed over.
+  auto inner = std::make_unique<RecordingLink>();
+  RecordingLink* recorded = inner.get();
+  LinkShape shape;
+  shape.gbps = 0.008;
+  auto link = ShapeLink(std::move(inner), shape);
+  ASSERT_TRUE(link->Send(DataFrame(1, 60000)).ok());
+  ASSERT_TRUE(link->Send(DataFrame(2, 60000)).ok());
+  ASSERT_TRUE(link->Send(DataFrame(3, 100)).ok());
+  const std::vector<RecordingLink::Sent> sent = recorded->AwaitSent(3);
+  ASSERT_EQ(sent.size(), 3u);
+  EXPECT_EQ(sent[0].session_id, 1u);
+  EXPECT_EQ(sent[0].thread, std::this_thread::get_id());
+  EXPECT_EQ(sent[1].session_id, 2u);
+  EXPECT_NE(sent[1].thread, std::this_thread::get_id());
+  EXPECT_EQ(sent[2].session_id, 3u);  // due after 2: queued behind it, not sent past it
+  EXPECT_NE(sent[2].thread, std::this_thread::get_id());
 }
 
 }  // namespace
