@@ -57,8 +57,7 @@ class ShapedLink : public LinkWrapper {
     }
     absl::Status sent = inner().Send(std::move(frame));
     absl::MutexLock lock(&mu_);
-    sending_ = false;
-    changed_ = true;
+    sending_ = false;  // the shaper's thread waits on it, if anything was queued meanwhile
     return sent;
   }
 
