@@ -303,6 +303,14 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
   if (!ends_.empty()) Settle(running, Batch());  // the leaving sequences are gone from here on
   RunPieces(plan, queued);
   if (plan.decodes > 0 && !plan.decodes_only) last_chunk_budget_ = plan.chunk_budget;
+  // Sequences that joined with their first logits (rebuilt caches) need no forward: their first
+  // token goes before this step's forward, not after it (they decode from the next step on).
+  // `running`, not `members`: the leaves settled above are gone from it.
+  for (auto& seq : running) {
+    if (seq->ended || seq->sampled || !seq->req.first_logits.defined()) continue;
+    seq->req.sink->PromptDone(seq->req.cache);
+    Pick(*seq, seq->req.first_logits);
+  }
 
   Batch batch = BatchOf(plan, members);
   std::vector<at::Tensor> logits;
@@ -326,12 +334,6 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
       seq.req.sink->PromptDone(seq.req.cache);
     }
     Pick(seq, logits[i]);
-  }
-  // Sequences that joined with their first logits (rebuilt caches) need no forward.
-  for (auto& seq : running) {
-    if (seq->ended || seq->sampled || !seq->req.first_logits.defined()) continue;
-    seq->req.sink->PromptDone(seq->req.cache);
-    Pick(*seq, seq->req.first_logits);
   }
   Settle(running, batch);
 }

@@ -113,7 +113,8 @@ struct SequenceRequest {
   std::vector<TokenId> prompt;
   // Holds positions [0, k) of the prompt in every layer: k < prompt.size(), the rest is
   // prefilled here in chunks; or k == prompt.size() with `first_logits` (float32 [1, vocab],
-  // the last prompt token's, from a rebuild that ran it layer by layer).
+  // the last prompt token's, from a rebuild that ran it layer by layer: its first token is
+  // picked in the step it joins, ahead of that step's forward).
   KvCache cache;
   at::Tensor first_logits;
   GenerationOptions options;  // max_tokens, sampling, stop ids, top_logprobs

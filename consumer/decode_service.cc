@@ -19,6 +19,32 @@
 
 namespace scd::consumer {
 
+namespace {
+
+// The request's wait for its transfer session, which holds no thread: the ticket says when the
+// session arrived (or failed), a timer when it is late.
+void WaitForSession(std::unique_ptr<SessionRouter::Ticket> ticket, SessionRouter* router,
+                    const std::string& tag, ServedRequest* served) {
+  struct SessionWait {
+    std::unique_ptr<SessionRouter::Ticket> ticket;
+    Clock::Timer late;  // cancelled when the request lets go of the wait
+  };
+  auto wait = std::make_shared<SessionWait>();
+  wait->ticket = std::move(ticket);
+  served->session = [wait](absl::Duration timeout) { return wait->ticket->Wait(timeout); };
+  served->on_session = [wait, router, tag](absl::Duration timeout, std::function<void()> ready) {
+    Clock* clock = Clock::Real();
+    wait->late = Clock::Timer(clock, clock->Now() + timeout, [router, tag, timeout] {
+      router->FailWaiting(tag, absl::DeadlineExceededError(absl::StrCat(
+                                   "no transfer session within ", absl::FormatDuration(timeout))));
+    });
+    wait->ticket->OnArrival(std::move(ready));
+  };
+  served->on_cancel = [router, tag](const absl::Status& why) { router->Fail(tag, why); };
+}
+
+}  // namespace
+
 ConsumerControlService::ConsumerControlService(ConsumerModel consumer,
                                                std::map<std::string, const Artifact*> artifacts,
                                                std::shared_ptr<Admission> admission,
@@ -80,11 +106,15 @@ absl::StatusOr<ServedRequest> ConsumerControlService::Route(const v1::DecodeRequ
     route.point = *std::move(point);
     route.expected_kl = request->expected_kl();
   }
+  if (request->early_prefill() && route.mode == TransferMode::kLocal) {
+    return absl::InvalidArgumentError("early_prefill: set for a local target");
+  }
+  route.early_prefill = request->early_prefill();
   if (route.mode != TransferMode::kLocal && request->session_id().empty()) {
     return absl::InvalidArgumentError("session_id: empty (the coordinator sets it)");
   }
-  absl::StatusOr<std::vector<TokenId>> prompt_ids = CheckRequest(consumer_, request->request());
-  if (!prompt_ids.ok()) return prompt_ids.status();
+  // Expected before the request's own checks: a refusal then ends the tag, and the session of
+  // an early prefill that comes later is refused at once (the producer's pass stops).
   std::unique_ptr<SessionRouter::Ticket> ticket;
   if (route.mode != TransferMode::kLocal) {
     absl::StatusOr<std::unique_ptr<SessionRouter::Ticket>> expected =
@@ -92,6 +122,8 @@ absl::StatusOr<ServedRequest> ConsumerControlService::Route(const v1::DecodeRequ
     if (!expected.ok()) return expected.status();
     ticket = *std::move(expected);
   }
+  absl::StatusOr<std::vector<TokenId>> prompt_ids = CheckRequest(consumer_, request->request());
+  if (!prompt_ids.ok()) return prompt_ids.status();
   ServedRequest served;
   served.handler = "ConsumerControlService::Decode";
   served.id = ForLog(request->request().request_id(), 40);
@@ -100,28 +132,8 @@ absl::StatusOr<ServedRequest> ConsumerControlService::Route(const v1::DecodeRequ
   served.prompt_ids = *std::move(prompt_ids);
   served.received = received;
   if (ticket != nullptr) {
-    // The wait for the session holds no thread: the ticket says when it arrived (or failed), a
-    // timer when it is late.
-    struct SessionWait {
-      std::unique_ptr<SessionRouter::Ticket> ticket;
-      Clock::Timer late;  // cancelled when the request lets go of the wait
-    };
-    auto wait = std::make_shared<SessionWait>();
-    wait->ticket = std::move(ticket);
-    served.session = [wait](absl::Duration timeout) { return wait->ticket->Wait(timeout); };
-    served.on_session = [wait, router = router_,
-                         tag = SessionTag(request->session_id(), consumer_.name)](
-                            absl::Duration timeout, std::function<void()> ready) {
-      Clock* clock = Clock::Real();
-      wait->late = Clock::Timer(clock, clock->Now() + timeout, [router, tag, timeout] {
-        router->FailWaiting(
-            tag, absl::DeadlineExceededError(
-                     absl::StrCat("no transfer session within ", absl::FormatDuration(timeout))));
-      });
-      wait->ticket->OnArrival(std::move(ready));
-    };
-    served.on_cancel = [router = router_, tag = SessionTag(request->session_id(), consumer_.name)](
-                           const absl::Status& why) { router->Fail(tag, why); };
+    WaitForSession(std::move(ticket), router_, SessionTag(request->session_id(), consumer_.name),
+                   &served);
   }
   served.announce_fallback = true;
   return served;

@@ -137,6 +137,8 @@ absl::StatusOr<int64_t> LoadCachedPrefix(const ConsumerModel& consumer,
           route.point ? absl::StrCat(route.artifact_id, "@", route.point->Describe())
                       : route.artifact_id),
       request.cache_salt(), absl::MakeConstSpan(ids).first(static_cast<size_t>(prefix_tokens)));
+  // An early prefill's codes cover the whole prefix (the keys still store what is rebuilt).
+  if (route.early_prefill && route.mode != TransferMode::kLocal) return 0;
   // A transfer keeps at least one position to send; local prefill runs the last token anyway.
   const int64_t most = route.mode == TransferMode::kLocal ? prefix_tokens : prefix_tokens - 1;
   return consumer.prefix_cache->Load(**keys, most, prefix_tokens, cache);

@@ -83,6 +83,9 @@ struct TargetRoute {
   // artifact); unset: the fitted configuration at this node's code precision.
   std::optional<FrontierPoint> point = {};
   double expected_kl = 0;  // the frontier's KL at `point` (Started.expected_kl)
+  // The producer was asked before this consumer's Started (DecodeRequest.early_prefill): its
+  // codes cover the whole prefix, none of it is loaded from the prefix cache.
+  bool early_prefill = false;
 };
 
 // This request's transfer session, once the producer has opened it (waits up to `timeout`).

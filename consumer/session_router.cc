@@ -10,14 +10,19 @@
 
 namespace scd::consumer {
 
-SessionRouter::SessionRouter(std::unique_ptr<transport::SessionAcceptor> acceptor)
-    : acceptor_(std::move(acceptor)), address_(acceptor_->address()) {
+SessionRouter::SessionRouter(std::unique_ptr<transport::SessionAcceptor> acceptor, Clock* clock,
+                             absl::Duration early_wait)
+    : acceptor_(std::move(acceptor)),
+      address_(acceptor_->address()),
+      clock_(clock),
+      early_wait_(early_wait) {
   acceptor_->SetSessionHandler(
       [this](std::shared_ptr<transport::ReceiveSession> session) { Deliver(std::move(session)); });
 }
 
 SessionRouter::~SessionRouter() {
   std::vector<std::function<void()>> waiting;
+  std::map<std::string, Early> early;  // their timers cancelled outside the lock
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
@@ -25,9 +30,11 @@ SessionRouter::~SessionRouter() {
       if (slot.on_arrival) waiting.push_back(std::move(slot.on_arrival));
       slot.on_arrival = nullptr;
     }
+    early.swap(early_);
   }
   for (const auto& ready : waiting) ready();  // their Wait says the consumer stops
-  acceptor_->Close();  // no session is handed over after this returns
+  early.clear();
+  acceptor_->Close();  // no session is handed over after this returns (the early ones end)
 }
 
 void SessionRouter::Deliver(std::shared_ptr<transport::ReceiveSession> session) {
@@ -41,6 +48,14 @@ void SessionRouter::Deliver(std::shared_ptr<transport::ReceiveSession> session) 
       it->second.session = std::move(session);
       ready = std::move(it->second.on_arrival);
       it->second.on_arrival = nullptr;
+    } else if (it == expected_.end() && ended_.count(tag) == 0 && early_.count(tag) == 0 &&
+               early_.size() < kMaxEarly) {
+      // Ahead of its request (an early prefill): kept, unread, until the request expects it.
+      Early& early = early_[tag];
+      early.session = std::move(session);
+      early.refuse =
+          Clock::Timer(clock_, clock_->Now() + early_wait_, [this, tag] { RefuseEarly(tag); });
+      return;
     } else {
       ++refused_;
     }
@@ -53,13 +68,45 @@ void SessionRouter::Deliver(std::shared_ptr<transport::ReceiveSession> session) 
   session->Cancel(absl::StrCat("no admitted request expects session '", tag, "'"));
 }
 
+void SessionRouter::RefuseEarly(const std::string& tag) {
+  Early refused;  // its timer (this callback's own) let go outside the lock
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = early_.find(tag);
+    if (it == early_.end()) return;
+    refused = std::move(it->second);
+    early_.erase(it);
+    ++refused_;
+    NoteEnded(tag);
+  }
+  spdlog::warn("[{}] refused a transfer session no request expected within {}", tag,
+               absl::FormatDuration(early_wait_));
+  refused.session->Cancel(absl::StrCat("no admitted request expects session '", tag, "'"));
+}
+
 absl::StatusOr<std::unique_ptr<SessionRouter::Ticket>> SessionRouter::Expect(
     const std::string& tag) {
+  Clock::Timer early_wait;  // a waiting session's timer, cancelled outside the lock
   absl::MutexLock lock(&mu_);
-  if (!expected_.emplace(tag, Slot{}).second) {
+  auto [it, inserted] = expected_.emplace(tag, Slot{});
+  if (!inserted) {
     return absl::AlreadyExistsError(absl::StrCat("session '", tag, "' is expected already"));
   }
+  if (auto early = early_.find(tag); early != early_.end()) {  // it came first
+    it->second.session = std::move(early->second.session);
+    early_wait = std::move(early->second.refuse);
+    early_.erase(early);
+  }
   return std::unique_ptr<Ticket>(new Ticket(this, tag));
+}
+
+void SessionRouter::NoteEnded(const std::string& tag) {
+  if (!ended_.insert(tag).second) return;
+  ended_order_.push_back(tag);
+  if (ended_order_.size() > kEndedTags) {
+    ended_.erase(ended_order_.front());
+    ended_order_.pop_front();
+  }
 }
 
 void SessionRouter::Forget(const std::string& tag) {
@@ -70,6 +117,7 @@ void SessionRouter::Forget(const std::string& tag) {
     if (it == expected_.end()) return;
     untaken = std::move(it->second.session);
     expected_.erase(it);
+    NoteEnded(tag);
   }
   // The request ended (any way) with its session still open: end it so the producer stops.
   if (untaken != nullptr && untaken->state() == transport::SessionState::kOpen) {
@@ -122,6 +170,11 @@ size_t SessionRouter::open_sessions() const { return acceptor_->open_sessions();
 int64_t SessionRouter::refused() const {
   absl::MutexLock lock(&mu_);
   return refused_;
+}
+
+size_t SessionRouter::early() const {
+  absl::MutexLock lock(&mu_);
+  return early_.size();
 }
 
 SessionRouter::Ticket::~Ticket() { router_->Forget(tag_); }

@@ -1,22 +1,30 @@
 // SessionRouter: the consumer's transfer listener. Producers open sessions to it; each is handed to
 // the request that expects it, by the tag in its header (TransferHeader.request_id, "<request
-// id>#<target>"). A request registers its tag when admitted, before the producer is asked to send,
-// so a session for a tag nobody expects (never admitted, already ended, or cancelled) is refused
-// at once (cancelled, naming the tag) and its bytes are never buffered.
+// id>#<target>"). A request registers its tag when its Decode call arrives. The coordinator may
+// ask the producer at the same time (an early prefill, coordinator/routed_request.h), so a
+// session may arrive first: one whose tag was never expected waits, unread, until its request
+// expects it, at most `early_wait` and at most kMaxEarly such sessions at once (each holds at
+// most its credit window of bytes); past either it is refused. A session for a request that
+// ended (or was cancelled, or whose transfer was reported failed) is refused at once (cancelled,
+// naming the tag).
 // Thread-safety: thread-safe; sessions are handed over on the transport's connection threads, as
-// their headers arrive (SessionAcceptor's handler): the router has no thread of its own.
+// their headers arrive (SessionAcceptor's handler), and early ones refused on the clock's timer
+// thread: the router has no thread of its own.
 #ifndef SCD_CONSUMER_SESSION_ROUTER_H_
 #define SCD_CONSUMER_SESSION_ROUTER_H_
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/clock.h"
 #include "proto/code_chunk_framing.h"
 #include "transport/session_acceptor.h"
 #include "transport/transfer_session.h"
@@ -46,7 +54,14 @@ class SessionRouter {
     const std::string tag_;
   };
 
-  explicit SessionRouter(std::unique_ptr<transport::SessionAcceptor> acceptor);
+  // Sessions that arrived before their request at most this many at once.
+  static constexpr size_t kMaxEarly = 256;
+  // Tags of ended requests remembered (a late session for one is refused at once).
+  static constexpr size_t kEndedTags = 4096;
+
+  explicit SessionRouter(std::unique_ptr<transport::SessionAcceptor> acceptor,
+                         Clock* clock = Clock::Real(),
+                         absl::Duration early_wait = absl::Seconds(5));
   ~SessionRouter();  // stops accepting; pending tickets' waits fail
   SessionRouter(const SessionRouter&) = delete;
   SessionRouter& operator=(const SessionRouter&) = delete;
@@ -68,6 +83,8 @@ class SessionRouter {
   // meanwhile is left alone. Returns whether it failed the wait.
   bool FailWaiting(const std::string& tag, const absl::Status& why);
   int64_t refused() const;
+  // Sessions that arrived before their request and wait for it.
+  size_t early() const;
   // Transfer sessions producers have open to this consumer (not yet ended).
   size_t open_sessions() const;
 
@@ -77,14 +94,28 @@ class SessionRouter {
     absl::Status failed;  // set by Fail before the session arrived; a later arrival is refused
     std::function<void()> on_arrival;  // Ticket::OnArrival's, until called
   };
-  // Hands `session` to the ticket that expects its tag, or refuses it.
+  // A session that arrived before its request expected it.
+  struct Early {
+    std::shared_ptr<transport::ReceiveSession> session;
+    Clock::Timer refuse;  // at the end of its wait (destroyed outside mu_: its callback takes it)
+  };
+  // Hands `session` to the ticket that expects its tag, keeps it for a request yet to come, or
+  // refuses it.
   void Deliver(std::shared_ptr<transport::ReceiveSession> session);
+  // Refuses the early session `tag` if it still waits (its wait ended).
+  void RefuseEarly(const std::string& tag);
   void Forget(const std::string& tag);
+  void NoteEnded(const std::string& tag) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::unique_ptr<transport::SessionAcceptor> acceptor_;
   const std::string address_;
+  Clock* const clock_;
+  const absl::Duration early_wait_;
   mutable absl::Mutex mu_;
   std::map<std::string, Slot> expected_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Early> early_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> ended_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> ended_order_ ABSL_GUARDED_BY(mu_);  // oldest first
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
 };

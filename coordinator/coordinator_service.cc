@@ -252,6 +252,7 @@ EventStream* CoordinatorInferenceService::Generate(grpc::CallbackServerContext* 
   deps.metrics = options_.metrics;
   deps.active = &active_;
   deps.failed_target_grace = options_.failed_target_grace;
+  deps.early_prefill = options_.early_prefill;
   deps.tell_failed = [this, id](const RouteTarget& target, const std::string& session_id,
                                 const std::string& reason) {
     TellTransferFailed(target, session_id, reason, id);

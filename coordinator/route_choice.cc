@@ -336,6 +336,8 @@ absl::StatusOr<Route> ChooseRoute(const RoutingView& v, const RouteAsk& ask,
       if (hint != nullptr) {
         target->kv_bytes =
             hint->kv_positions * static_cast<int64_t>(consumers[i]->info.kv_bytes_per_token());
+        target->consumer_cached_tokens =
+            static_cast<uint32_t>(Matched(*consumers[i], hint) * hint->block_tokens);
       }
       route.targets.push_back(*std::move(target));
     }

@@ -47,6 +47,9 @@ struct RouteTarget {
   std::string mode_reason;                   // why (always set)
   std::string artifact_id;                   // the artifact the mode uses ("" when none)
   int64_t kv_bytes = 0;  // the KV memory the request will reserve on the consumer (0: unknown)
+  // Prompt positions the consumer's prefix cache held, as its last report said (0: none, or
+  // unknown without a prefix hint); Started says how many it really loaded.
+  uint32_t consumer_cached_tokens = 0;
   // scd from an artifact with a frontier: the point chosen (ranks and precision; the measured
   // fields as the frontier has them). Unset: the fitted configuration at the nodes' precision.
   std::optional<FrontierPoint> point;

@@ -113,6 +113,7 @@ RoutedRequest::RoutedRequest(RoutedRequestDeps deps, v1::GenerateRequest req, Ro
       session_id_(RandomId128()),
       routed_at_(deps_.registry->clock()->Now()),
       deadline_(deadline),
+      early_prefill_(EarlyPrefill(deps_, route_)),
       context_(context),
       lease_(std::make_unique<Lease>(deps_, route_, hint)) {
   metrics_.emplace(deps_.metrics);
@@ -128,6 +129,12 @@ RoutedRequest::RoutedRequest(RoutedRequestDeps deps, v1::GenerateRequest req, Ro
 RoutedRequest::~RoutedRequest() { cancel_calls_.Reset(); }
 
 void RoutedRequest::Start() {
+  // Held while this runs: a client gone at once ends the call, and an early Prefill may answer
+  // (cancelled) before the targets' calls hold the request.
+  Hold();
+  // Early: the Prefill goes first -- the producer's pass is the longer road to the first token,
+  // and a session that reaches the consumer before the Decode waits there for it.
+  if (early_prefill_) Locked([this] { StartPrefill(); });
   for (auto& owned : calls_) {
     TargetCall* call = owned.get();
     const RouteTarget& target = call->target();
@@ -140,6 +147,7 @@ void RoutedRequest::Start() {
     decode.set_producer_fingerprint(route_.producer_fingerprint);
     decode.set_artifact_id(target.artifact_id);
     decode.set_session_id(session_id_);
+    decode.set_early_prefill(early_prefill_);
     if (target.point) {
       *decode.mutable_point() = CodePointToProto(*target.point);
       decode.set_expected_kl(target.point->kl);
@@ -148,6 +156,15 @@ void RoutedRequest::Start() {
     Hold();  // released in the call's OnDone
     call->Begin(std::move(decode), v1::Consumer::NewStub(deps_.channel(target.consumer_address)));
   }
+  Release();
+}
+
+bool RoutedRequest::EarlyPrefill(const RoutedRequestDeps& deps, const Route& route) {
+  // One target: a fan-out's Prefill waits for every Started (one refusal must not cancel the
+  // codes of the others).
+  return deps.early_prefill && route.targets.size() == 1 &&
+         route.targets.front().mode != TransferMode::kLocal &&
+         route.targets.front().consumer_cached_tokens == 0 && !route.producer_address.empty();
 }
 
 template <typename F>
@@ -249,15 +266,7 @@ void RoutedRequest::Advance() {
                      [](const auto& c) { return c->forward.started() || c->ended; })) {
       return;
     }
-    if (std::optional<grpc::Status> refused = Refusal(); refused.has_value()) {
-      spdlog::info("[{}] refused by the consumers: {}", id_, ForLog(refused->error_message(), 300));
-      phase_ = Phase::kSettled;
-      ended_ = true;
-      end_due_ = *std::move(refused);
-      return;
-    }
-    phase_ = Phase::kPrefill;
-    StartPrefill();
+    EndStarting();
   }
   if (phase_ != Phase::kSettled || ended_) return;
   if (std::all_of(calls_.begin(), calls_.end(),
@@ -294,6 +303,25 @@ void RoutedRequest::EndWithoutTerminal(TargetCall* call) {
   Write(error);
 }
 
+void RoutedRequest::EndStarting() {
+  if (std::optional<grpc::Status> refused = Refusal(); refused.has_value()) {
+    spdlog::info("[{}] refused by the consumers: {}", id_, ForLog(refused->error_message(), 300));
+    if (prefill_ != nullptr) prefill_->context->TryCancel();  // an early one: its codes unwanted
+    phase_ = Phase::kSettled;
+    ended_ = true;
+    end_due_ = *std::move(refused);
+    return;
+  }
+  if (!early_prefill_) {
+    phase_ = Phase::kPrefill;
+    StartPrefill();
+    return;
+  }
+  // Early: the Prefill runs already, or answered while targets were starting.
+  phase_ = producer_.known ? Phase::kSettled : Phase::kPrefill;
+  Settle(std::exchange(failed_early_, {}));
+}
+
 std::optional<grpc::Status> RoutedRequest::Refusal() {
   if (std::any_of(calls_.begin(), calls_.end(),
                   [](const auto& c) { return c->forward.started(); })) {
@@ -320,17 +348,20 @@ void RoutedRequest::StartPrefill() {
   prefill->request.set_session_id(session_id_);
   for (auto& call : calls_) {
     const TargetForwarder& f = call->forward;
-    if (!f.started() || call->ended || f.fell_back() || f.started_mode() == TransferMode::kLocal) {
+    const RouteTarget& route = call->target();
+    // Early: as routed (the consumer will load no cached positions); else as its Started said.
+    const TransferMode mode = early_prefill_ ? route.mode : f.started_mode();
+    if (!early_prefill_ &&
+        (!f.started() || call->ended || f.fell_back() || mode == TransferMode::kLocal)) {
       continue;
     }
-    const RouteTarget& route = call->target();
     v1::PrefillTarget* target = prefill->request.add_targets();
     target->set_target(route.target);
     target->set_transfer_address(route.transfer_address);
     target->set_consumer_fingerprint(route.consumer_fingerprint);
-    SetTargetMode(f.started_mode(), target);
+    SetTargetMode(mode, target);
     target->set_artifact_id(route.artifact_id);
-    target->set_consumer_cached_tokens(f.consumer_cached_tokens());
+    target->set_consumer_cached_tokens(early_prefill_ ? 0 : f.consumer_cached_tokens());
     if (route.point) *target->mutable_point() = CodePointToProto(*route.point);
     if (route.deliver_by_us > 0 && !req_.keep_ranks()) {
       // The codes' delivery deadline, from now: what the choice's prediction left of it.
@@ -389,6 +420,11 @@ void RoutedRequest::OnPrefillDone(const grpc::Status& status) {
                  status.ok() ? "ok" : ForLog(status.error_message(), 300), response.prefill_us(),
                  failed.size());
     ReleaseParked();
+    if (ended_) return;                // refused meanwhile (an early Prefill): nothing to settle
+    if (phase_ == Phase::kStarting) {  // an early Prefill: settled once every target started
+      failed_early_ = std::move(failed);
+      return;
+    }
     Settle(std::move(failed));
     phase_ = Phase::kSettled;
   });

@@ -9,7 +9,14 @@
 //   refusal   every target refused before starting: the request is refused as a whole;
 //   prefill   once every target started or ended, one Producer.Prefill (async; a child of the
 //             client's call, so a client that goes away cancels it and its sessions) for the
-//             targets that take codes; a Finished from codes waits for its answer at most 2 s;
+//             targets that take codes; a Finished from codes waits for its answer at most 2 s.
+//             Early prefill: when the route already says what the Started will (one target, a
+//             transfer mode, a consumer holding none of the prompt's blocks), the Prefill goes
+//             out just before the Decode (DecodeRequest.early_prefill: the consumer loads nothing
+//             from its prefix cache and keeps a session that comes first), so the producer's pass
+//             waits for no hop to the consumer and back (~1 ms here); a target refused before
+//             starting cancels it, and targets the producer failed before they started are
+//             settled once they start;
 //   settle    a target the producer failed is told (Consumer.TransferFailed) and given the grace to
 //             announce a fallback (a timer); else cancelled, and its Error written;
 //   end       once every target's call ended (its terminal event written) the stream ends.
@@ -56,6 +63,8 @@ struct RoutedRequestDeps {
   absl::Duration failed_target_grace = absl::Seconds(2);
   // How long a Finished from codes waits for the producer's Prefill answer.
   absl::Duration producer_answer_wait = absl::Seconds(2);
+  // Starts the producer's Prefill with the Decode where the route allows (early prefill, above).
+  bool early_prefill = true;
   // Tells a target's consumer that its transfer failed (Consumer.TransferFailed); must not block.
   std::function<void(const RouteTarget& target, const std::string& session_id,
                      const std::string& reason)>
@@ -95,8 +104,14 @@ class RoutedRequest final : public EventStream {
   void Advance() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The whole request's refusal, when every target refused before starting.
   std::optional<grpc::Status> Refusal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Starts the producer's Prefill for the targets that take codes (none: the producer is known).
+  // Whether the Prefill starts with the Decode calls (early prefill, above).
+  static bool EarlyPrefill(const RoutedRequestDeps& deps, const Route& route);
+  // Starts the producer's Prefill for the targets that take codes (none: the producer is known):
+  // as their Started said, or as routed (early prefill).
   void StartPrefill() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Once every target started or ended: the Prefill started (or not needed), the request settled
+  // or refused.
+  void EndStarting() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnPrefillDone(const grpc::Status& status);
   void Settle(std::vector<TargetCall*> failed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forwards the events parked for the producer's answer (known, or waited for long enough).
@@ -119,6 +134,7 @@ class RoutedRequest final : public EventStream {
   const std::string session_id_;  // the producer's sessions to the targets
   const absl::Time routed_at_;    // where the predictions' clocks start
   const absl::Time deadline_;
+  const bool early_prefill_;
   grpc::CallbackServerContext* const context_;
   absl::Mutex mu_;  // everything below
   std::unique_ptr<Lease> lease_ ABSL_GUARDED_BY(mu_);
@@ -128,6 +144,8 @@ class RoutedRequest final : public EventStream {
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<grpc::Status> end_due_ ABSL_GUARDED_BY(mu_);  // End with it once unlocked
   ProducerOutcome producer_ ABSL_GUARDED_BY(mu_);
+  // Targets an early Prefill failed before every target started: settled once they have.
+  std::vector<TargetCall*> failed_early_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<TargetCall>> calls_;
   std::unique_ptr<PrefillCall> prefill_;
   Clock::TimerId producer_wait_ ABSL_GUARDED_BY(mu_) =

@@ -109,6 +109,10 @@ class PrefillPass {
   absl::Status Send(size_t i, int layer, absl::StatusOr<std::vector<CodeChunk>> chunks);
   // Sends layer `layer` to every live target; stops the pass once none is left.
   absl::Status SendLayer(int layer, LayerCapture layer_capture);
+  // The forward pass, each layer's captures sent as they exist. It ends once the last layer's
+  // are out: that layer's attention and MLP (and its cache rows) feed nothing -- no logits, no
+  // later layer, a cache discarded with the pass -- so they are not computed, and the trailer
+  // follows the last codes at once (1/L of the pass's layers' bulk sooner).
   absl::StatusOr<ForwardOutput> Forward(const CaptureSpec& capture);
   // The adapting targets' senders finished, every live session finished.
   void Finish();
@@ -283,10 +287,18 @@ absl::StatusOr<ForwardOutput> PrefillPass::Forward(const CaptureSpec& capture) {
   KvCache cache = producer_.NewCache(T_);
   if (M_ > 0) SCD_RETURN_IF_ERROR(reuse_->store->LoadInto(*cached_, &cache));
   ForwardOptions options{.logits = LogitsMode::kNone, .capture = &capture};
-  options.on_layer = [this](int layer, LayerCapture capture) {
-    return SendLayer(layer, std::move(capture));
+  const int last = static_cast<int>(producer_.config().num_layers) - 1;
+  bool all_sent = false;
+  options.on_layer = [this, last, &all_sent](int layer, LayerCapture capture) {
+    SCD_RETURN_IF_ERROR(SendLayer(layer, std::move(capture)));
+    if (layer < last) return absl::OkStatus();
+    all_sent = true;  // stops the pass (LayerCallback: a non-OK status does)
+    return absl::CancelledError("the last layer's codes are out");
   };
-  return producer_.Forward(tokens_.subspan(static_cast<size_t>(M_)), &cache, options);
+  absl::StatusOr<ForwardOutput> out =
+      producer_.Forward(tokens_.subspan(static_cast<size_t>(M_)), &cache, options);
+  if (all_sent) return ForwardOutput{};
+  return out;
 }
 
 void PrefillPass::Finish() {

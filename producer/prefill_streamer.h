@@ -1,7 +1,8 @@
 // Layer-wise streaming on the producer: one prefill whose layers are encoded and sent, each to
 // every target's transfer session, as soon as the forward pass has computed them
 // (ForwardOptions::on_layer), so transfer overlaps prefill. A fan-out request has several targets
-// (each with its own encoder: its own artifact and mode) and still runs one prefill.
+// (each with its own encoder: its own artifact and mode) and still runs one prefill. The pass
+// ends once the last layer's codes are out: that layer's attention and MLP feed nothing.
 //
 // A target whose session ends early (consumer gone, cancelled, deadline) is dropped and the others
 // go on; when every target is gone the prefill stops at the next layer. Every chunk's bytes are a
@@ -67,7 +68,7 @@ struct PrefixReuse {
 
 struct StreamReport {
   absl::Time start;
-  absl::Time prefill_end;  // the forward pass's last layer done (and sent)
+  absl::Time prefill_end;  // the forward pass's last layer's codes sent (where the pass ends)
   absl::Time first_chunk;  // first chunk handed to a session (InfinitePast: none)
   absl::Duration encode;   // summed over layers and targets
   // Time the pass spent handing chunks to sessions (a session short of credit holds it: the
@@ -79,7 +80,9 @@ struct StreamReport {
   int64_t cached_tokens = 0;    // positions loaded from the prefix cache
   int64_t computed_tokens = 0;  // positions a complete forward pass ran (0 when cut short)
   int64_t code_hit_tokens = 0;  // positions sent from kept codes, summed over targets
-  bool forward_complete = false;  // every layer ran over every position (nothing cut short)
+  // Every layer's captures were taken over every position (nothing cut short; the last layer
+  // runs no further than that).
+  bool forward_complete = false;
   std::vector<absl::Status> targets;  // per target: OK (acked) or why it ended
   // Per target: the layers sent below the plan's ranks (an adapting target whose link fell
   // behind), ascending.

@@ -300,6 +300,49 @@ TEST_P(DecodeSchedulerTest, CancelAndDeadlineEndASequenceBetweenStepsOthersGoOn)
   EXPECT_EQ(kept.tokens(), Alone(prompt, Options(60)));
 }
 
+// A sequence that joins with its first logits (a rebuilt cache) in the step where another leaves
+// gets its first token before that step's forward -- the decoding sequence's token of that step
+// comes after it -- and the leaving one, freed before the batch runs, is not touched (found by
+// cancel_storm_test: the first-logits pass read the step's members after the leaves were freed).
+TEST_P(DecodeSchedulerTest, AJoinWithFirstLogitsBesideALeaveGetsItsTokenBeforeTheForward) {
+  DecodeScheduler scheduler(*model_, SchedulerOptions());
+  const std::vector<TokenId> prompt = Prompt(GetParam(), 2, 20);
+  KvCache cache = model_->NewCache(static_cast<int64_t>(prompt.size()) + 16);
+  ForwardOutput out = testing::Ok(model_->Forward(prompt, &cache, {.logits = LogitsMode::kLast}));
+  SequenceRequest join{
+      prompt,      std::move(cache),       out.logits.to(at::kFloat).reshape({1, -1}),
+      Options(16), absl::InfiniteFuture(), nullptr,
+      nullptr};
+  std::atomic<bool> cancel{false};
+  RecordingSink leaving, joining, decoding;
+  join.sink = &joining;
+  size_t decoded_at_leave = 0, decoded_at_join = 0;
+  leaving.OnToken([&](size_t n) {  // on the scheduler's thread, in the step's picks
+    if (n != 3) return;
+    cancel = true;  // leaves in the next step, which `join` joins
+    decoded_at_leave = decoding.tokens().size();
+    EXPECT_TRUE(scheduler.Submit(std::move(join)).ok());
+  });
+  joining.OnToken([&](size_t n) {
+    if (n == 1) decoded_at_join = decoding.tokens().size();
+  });
+  // The decoding one first (decoding by the time the others come: picked first in each step).
+  ASSERT_TRUE(scheduler.Submit(Request(prompt, Options(60), &decoding)).ok());
+  decoding.AwaitTokens(2);
+  SequenceRequest a = Request(prompt, Options(200), &leaving);
+  a.cancelled = &cancel;
+  ASSERT_TRUE(scheduler.Submit(std::move(a)).ok());
+  EXPECT_TRUE(absl::IsCancelled(leaving.Wait().status));
+  EXPECT_TRUE(joining.Wait().status.ok());
+  EXPECT_EQ(joining.tokens(), Alone(prompt, Options(16)));
+  EXPECT_TRUE(decoding.Wait().status.ok());
+  EXPECT_EQ(decoding.tokens(), Alone(prompt, Options(60)));
+  // The decoding one is picked first in each step: its token of the leave's step came before the
+  // leave's hook, and the join's first token before its token of the next step.
+  EXPECT_GT(decoded_at_leave, 0u);
+  EXPECT_EQ(decoded_at_join, decoded_at_leave);
+}
+
 TEST_P(DecodeSchedulerTest, ACancelTakesEffectDuringAChunkedPrefill) {
   SchedulerOptions options;
   options.max_batched_tokens = 4;  // a 60-token prompt takes 15 steps

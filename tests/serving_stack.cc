@@ -6,6 +6,7 @@
 
 #include "codec/fingerprint.h"
 #include "proto/frontier_proto.h"
+#include "proto/prefix_cache_stats.h"
 #include "proto/registry_client.h"
 #include "proto/wire_mode.h"
 #include "tests/test_files.h"
@@ -90,6 +91,14 @@ void ServingStack::AddConsumer(const std::string& name, std::unique_ptr<LlamaMod
   absl::StatusOr<coordinator::Lease> lease = registry_.Register(request);
   ASSERT_TRUE(lease.ok()) << lease.status();
   node_ids_[name] = lease->node_id;
+  if (node->prefix_cache != nullptr) {
+    // As a consumer node's first heartbeat: it has a prefix cache (the coordinator then notes the
+    // prompts routed to it, and sends no early prefill for a prompt it may hold).
+    v1::HeartbeatRequest beat;
+    beat.set_node_id(lease->node_id);
+    *beat.mutable_prefix_blocks() = PrefixBlocksReport(node->prefix_cache->blocks());
+    ASSERT_TRUE(registry_.Heartbeat(beat).ok());
+  }
   consumers_[name] = std::move(node);
 }
 
@@ -126,6 +135,7 @@ void ServingStack::Start() {
   // As a coordinator node with --tokenizer: text prompts are tokenized at its front, once.
   coordinator::CoordinatorOptions routing;
   routing.tokenizer = tokenizer_;
+  routing.early_prefill = options_.early_prefill;
   coordinator_ = std::make_unique<coordinator::CoordinatorInferenceService>(&registry_, secret_,
                                                                            &counters_, routing);
   PublicApiGuards guards;

@@ -65,6 +65,7 @@ class ServingStack {
     absl::Duration deadline = absl::Seconds(30);
     int64_t producer_prefix_cache_bytes = 0;  // the producer's prefix cache (0: off)
     int64_t consumer_prefix_cache_bytes = 0;  // each consumer's (0: off)
+    bool early_prefill = true;                // CoordinatorOptions::early_prefill
   };
 
   // REQUIRES: `producer` and `tokenizer` outlive the stack.

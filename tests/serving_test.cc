@@ -523,18 +523,34 @@ TEST_F(ServingTest, SixteenConcurrentRequestsAllCompleteUnmixed) {
   }
 }
 
+// Without early prefill the producer never works for a request its consumer refuses; with it
+// (the default) the producer's Prefill, started with the Decode, is cancelled and its session
+// refused or ended by the consumer, none kept waiting for a request that will not come.
 TEST_F(ServingTest, FullConsumerRefusesBeforeTheProducerSends) {
-  std::vector<std::unique_ptr<consumer::Admission::Reservation>> held;
-  for (int i = 0; i < 16; ++i)
-    held.push_back(testing::Ok(stack_->consumer("xs").admission->Admit()));
-  const uint64_t before = stack_->producer_service().prefills();
-  Reply reply = Generate({"xs"}, "scd", Prompt(2), 8);
-  // Refused as a whole (inference.proto): the call's status, no event.
-  EXPECT_EQ(reply.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_TRUE(reply.events["xs"].empty());
-  EXPECT_EQ(stack_->producer_service().prefills(), before);  // nothing was prefilled or sent
-  held.clear();
-  EXPECT_TRUE(Generate({"xs"}, "scd", Prompt(2), 8).events["xs"].back().has_finished());
+  for (const bool early : {false, true}) {
+    testing::ServingStack::Options options;
+    options.early_prefill = early;
+    StartStack(options);
+    std::vector<std::unique_ptr<consumer::Admission::Reservation>> held;
+    for (int i = 0; i < 16; ++i)
+      held.push_back(testing::Ok(stack_->consumer("xs").admission->Admit()));
+    const uint64_t before = stack_->producer_service().prefills();
+    Reply reply = Generate({"xs"}, "scd", Prompt(2), 8);
+    // Refused as a whole (inference.proto): the call's status, no event.
+    EXPECT_EQ(reply.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << early;
+    EXPECT_TRUE(reply.events["xs"].empty());
+    if (!early) {
+      EXPECT_EQ(stack_->producer_service().prefills(), before);  // nothing sent
+    }
+    // The consumer expected the session from the Decode's arrival to its refusal: one that came
+    // first was taken then, one that comes later is refused at once.
+    EXPECT_EQ(stack_->consumer("xs").router->early(), 0u);
+    held.clear();
+    const Reply next = Generate({"xs"}, "scd", Prompt(2), 8);
+    ASSERT_FALSE(next.events.at("xs").empty());
+    EXPECT_TRUE(next.events.at("xs").back().has_finished()) << early;
+    EXPECT_EQ(next.ids.at("xs"), Reference("xs", TransferMode::kScd, Prompt(2), 8)) << early;
+  }
 }
 
 TEST_F(ServingTest, CancelledRequestLeavesTheNextOneOnTheConsumerExact) {
@@ -602,7 +618,11 @@ TEST_F(ServingTest, PromptsOfOneTokenAndOfTheMaximumLengthComplete) {
   EXPECT_EQ(full.events["xs"].back().finished().prompt_tokens(), static_cast<uint32_t>(max));
   EXPECT_EQ(full.events["xs"].back().finished().reason(), "length");
   // An explicit max_tokens past the room, and a prompt past the maximum, are refused as a whole
-  // with OUT_OF_RANGE before any work.
+  // with OUT_OF_RANGE before any work -- without early prefill: with it the producer's pass may
+  // have begun when the consumer refuses, and is cancelled (FullConsumerRefuses... above).
+  testing::ServingStack::Options no_early;
+  no_early.early_prefill = false;
+  StartStack(no_early);
   const uint64_t before = stack_->producer_service().prefills();
   Reply no_room = Generate({"xs"}, "scd", longest, 8);
   EXPECT_EQ(no_room.status.error_code(), grpc::StatusCode::OUT_OF_RANGE);

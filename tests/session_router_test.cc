@@ -1,4 +1,6 @@
-// SessionRouter over the in-process transport: sessions reach the ticket of their tag, and a
+// SessionRouter over the in-process transport: sessions reach the ticket of their tag, also when
+// they arrive before it (an early prefill) within the router's wait, on a simulated clock; one
+// never expected is refused at the end of that wait, one for an ended request at once; and a
 // transfer reported failed (the coordinator's Consumer.TransferFailed) ends the wait at once, is
 // refused if it arrives afterwards, and is cancelled if it had arrived.
 #include "consumer/session_router.h"
@@ -8,8 +10,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/simulated_clock.h"
 #include "transport/session_acceptor.h"
 #include "transport/transfer_session.h"
 #include "transport/transport.h"
@@ -23,8 +28,10 @@ class SessionRouterTest : public ::testing::Test {
  protected:
   void SetUp() override {
     transport_ = *transport::CreateTransport({});
-    router_ = std::make_unique<SessionRouter>(std::make_unique<transport::SessionAcceptor>(
-        *transport_->Listen("router:0"), transport::ConnectionOptions()));
+    router_ = std::make_unique<SessionRouter>(
+        std::make_unique<transport::SessionAcceptor>(*transport_->Listen("router:0"),
+                                                     transport::ConnectionOptions()),
+        &clock_, kEarlyWait);
     connection_ = transport::TransferConnection::Create(
         *transport_->Connect(router_->address(), absl::Seconds(1)), {});
   }
@@ -41,6 +48,14 @@ class SessionRouterTest : public ::testing::Test {
     return session.ok() ? *session : nullptr;
   }
 
+  // Until `n` sessions arrived early: each sets its wait's timer on the router's clock.
+  void AwaitEarly(size_t n) {
+    clock_.AwaitPending(n);
+    ASSERT_EQ(router_->early(), n);
+  }
+
+  static constexpr absl::Duration kEarlyWait = absl::Seconds(5);
+  SimulatedClock clock_;
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<SessionRouter> router_;
   std::shared_ptr<transport::TransferConnection> connection_;
@@ -54,12 +69,64 @@ TEST_F(SessionRouterTest, TheExpectedSessionReachesItsTicket) {
       ticket->Wait(absl::Seconds(10));
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ((*got)->header().request_id(), "a#c");
-  // One nobody expects is refused (cancelled, naming the tag).
+  // One nobody expects waits for its request (the router's wait), then is refused (cancelled,
+  // naming the tag).
   auto stray = Open("b#c");
+  AwaitEarly(1);
+  clock_.Advance(kEarlyWait - absl::Milliseconds(1));
+  EXPECT_EQ(stray->state(), transport::SessionState::kOpen);
+  clock_.Advance(absl::Milliseconds(1));
   ASSERT_TRUE(stray->WaitForEnd(absl::Seconds(10)));
   EXPECT_EQ(stray->state(), transport::SessionState::kCancelled);
   EXPECT_THAT(stray->status().message(), HasSubstr("b#c"));
   EXPECT_EQ(router_->refused(), 1);
+  EXPECT_EQ(router_->early(), 0u);
+  // Refused for good: its request coming later waits for a session that will not come.
+  auto late_ticket = *router_->Expect("b#c");
+  EXPECT_EQ(late_ticket->Wait(absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(SessionRouterTest, ASessionAheadOfItsRequestReachesItsTicketWhenItComes) {
+  auto sent = Open("a#c");
+  AwaitEarly(1);
+  clock_.Advance(kEarlyWait / 2);
+  auto ticket = *router_->Expect("a#c");
+  EXPECT_EQ(router_->early(), 0u);
+  bool ready = false;
+  ticket->OnArrival([&] { ready = true; });  // there already: called at once
+  EXPECT_TRUE(ready);
+  absl::StatusOr<std::shared_ptr<transport::ReceiveSession>> got =
+      ticket->Wait(absl::ZeroDuration());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*got)->header().request_id(), "a#c");
+  clock_.Advance(kEarlyWait);  // its wait's timer was taken back: nothing is refused
+  EXPECT_EQ((*got)->state(), transport::SessionState::kOpen);
+  EXPECT_EQ(router_->refused(), 0);
+}
+
+TEST_F(SessionRouterTest, ASessionForAnEndedRequestIsRefusedAtOnce) {
+  { auto ticket = *router_->Expect("a#c"); }  // the request ended before its session came
+  auto late = Open("a#c");
+  ASSERT_TRUE(late->WaitForEnd(absl::Seconds(10)));  // no clock advanced
+  EXPECT_EQ(late->state(), transport::SessionState::kCancelled);
+  EXPECT_EQ(router_->refused(), 1);
+  EXPECT_EQ(router_->early(), 0u);
+}
+
+TEST_F(SessionRouterTest, EarlySessionsBeyondTheCapAreRefusedAtOnce) {
+  std::vector<std::shared_ptr<transport::SendSession>> kept;
+  for (size_t i = 0; i < SessionRouter::kMaxEarly; ++i) kept.push_back(Open(absl::StrCat(i, "#c")));
+  AwaitEarly(SessionRouter::kMaxEarly);
+  auto over = Open("over#c");
+  ASSERT_TRUE(over->WaitForEnd(absl::Seconds(10)));  // no clock advanced
+  EXPECT_EQ(over->state(), transport::SessionState::kCancelled);
+  EXPECT_EQ(router_->refused(), 1);
+  EXPECT_EQ(kept.front()->state(), transport::SessionState::kOpen);
+  // The router's end ends those still waiting.
+  router_.reset();
+  ASSERT_TRUE(kept.back()->WaitForEnd(absl::Seconds(10)));
+  EXPECT_NE(kept.back()->state(), transport::SessionState::kCompleted);
 }
 
 TEST_F(SessionRouterTest, AFailureReportedBeforeTheSessionArrivesEndsTheWaitAtOnce) {
