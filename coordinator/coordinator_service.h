@@ -79,10 +79,11 @@ struct CoordinatorOptions {
   // to announce it (a second Started on Consumer.Decode) before the coordinator cancels it and
   // writes the Error (without fallback: at once). Once announced, the fallback runs to its end.
   absl::Duration failed_target_grace = absl::Seconds(2);
-  // Early prefill (coordinator/routed_request.h): a single-target transfer's Prefill starts with
-  // its Decode instead of after the consumer's Started (a refused request then costs the
-  // producer a cancelled prefill; off: the producer never works for a refused request).
-  bool early_prefill = true;
+  // Early prefill (coordinator/routed_request.h): a single-target transfer's Prefill goes out
+  // just before its Decode instead of after the consumer's Started (a refused request then costs
+  // the producer a cancelled prefill). Off by default: the soak smoke failed with it on
+  // (requests waiting 5 s for a session that never came, cause not found yet).
+  bool early_prefill = false;
   // Cache-aware routing of text prompts: the serving models' shared tokenizer (not owned; null:
   // text prompts are routed on load alone, prompt_ids on their prefix blocks always).
   const Tokenizer* tokenizer = nullptr;

@@ -10,7 +10,8 @@
 //   prefill   once every target started or ended, one Producer.Prefill (async; a child of the
 //             client's call, so a client that goes away cancels it and its sessions) for the
 //             targets that take codes; a Finished from codes waits for its answer at most 2 s.
-//             Early prefill: when the route already says what the Started will (one target, a
+//             Early prefill (opt-in, CoordinatorOptions::early_prefill): when the route already
+//             says what the Started will (one target, a
 //             transfer mode, a consumer holding none of the prompt's blocks), the Prefill goes
 //             out just before the Decode (DecodeRequest.early_prefill: the consumer loads nothing
 //             from its prefix cache and keeps a session that comes first), so the producer's pass
