@@ -76,6 +76,36 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+nlohmann::json MsList(const std::vector<double>& us) {
+  nlohmann::json out = nlohmann::json::array();
+  for (double v : us) out.push_back(v / 1e3);
+  return out;
+}
+
+// Keeps, stage by stage, the fastest of `a` and a transfer's timings `t`.
+void KeepFastest(const v1::Timings& t, StagesAlone* a) {
+  auto keep_min = [](double* slot, uint64_t value) {
+    const double v = static_cast<double>(value);
+    if (*slot == 0 || v < *slot) *slot = v;
+  };
+  keep_min(&a->prefill_us, t.prefill());
+  keep_min(&a->last_rebuild_us, t.last_rebuild());
+  keep_min(&a->rebuild_us, t.rebuild());
+  keep_min(&a->decode_us, t.first_decode());
+  auto keep_each = [](std::vector<double>* slots, const auto& values, bool zero_is_none) {
+    if (slots->size() < static_cast<size_t>(values.size())) {
+      slots->resize(static_cast<size_t>(values.size()), 0);
+    }
+    for (int i = 0; i < values.size(); ++i) {
+      const double v = static_cast<double>(values[i]);
+      double& slot = (*slots)[static_cast<size_t>(i)];
+      if (slot == 0 || (v < slot && (v > 0 || !zero_is_none))) slot = v;
+    }
+  };
+  keep_each(&a->layer_codes_us, t.layer_codes(), false);
+  keep_each(&a->layer_rebuild_us, t.layer_rebuild(), true);
+}
+
 // The stage holding most of a record's excess over its bound.
 std::string ExcessStage(const SweepRecord& r) {
   const v1::Timings& t = r.timings;
@@ -89,10 +119,14 @@ std::string ExcessStage(const SweepRecord& r) {
   };
   if (r.mode_used != "local") {
     // What the measured stages do not explain: the transfer not hidden behind the prefill.
+    TtftInputs own;  // the pipeline term on this record's own per-layer times
+    own.latency_us = r.latency_us;
+    own.layer_codes_us.assign(t.layer_codes().begin(), t.layer_codes().end());
+    own.layer_rebuild_us.assign(t.layer_rebuild().begin(), t.layer_rebuild().end());
     const double explained =
         static_cast<double>(t.queue()) +
         std::max({prefill, r.transfer_bound_us + static_cast<double>(t.last_rebuild()),
-                  static_cast<double>(t.rebuild())}) +
+                  static_cast<double>(t.rebuild()), PipelineUs(own)}) +
         static_cast<double>(t.first_decode());
     excess.push_back({static_cast<double>(t.ttft()) - explained, "transfer"});
   }
@@ -259,11 +293,7 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
           progress(absl::StrCat(consumer, " ", mode, " (stages alone)"));
           const SweepReply r = SendSweepRequest(o, consumer, mode, o.prompts[p]);
           if (!r.finished) continue;  // the cells say why
-          StagesAlone& a = alone[{mode, p}];
-          keep_min(&a.prefill_us, r.f.timings().prefill());
-          keep_min(&a.last_rebuild_us, r.f.timings().last_rebuild());
-          keep_min(&a.rebuild_us, r.f.timings().rebuild());
-          keep_min(&a.decode_us, r.f.timings().first_decode());
+          KeepFastest(r.f.timings(), &alone[{mode, p}]);
           if (r.f.timings().prefill() > 0) {
             prefill_tokens += static_cast<double>(r.f.prompt_tokens());
             prefill_s += static_cast<double>(r.f.timings().prefill()) / 1e6;
@@ -312,10 +342,7 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
               if (rec.mode_used == "local") {
                 keep_min(&a.prefill_us, rec.timings.prefill());
               } else {
-                keep_min(&a.prefill_us, rec.timings.prefill());
-                keep_min(&a.last_rebuild_us, rec.timings.last_rebuild());
-                keep_min(&a.rebuild_us, rec.timings.rebuild());
-                keep_min(&a.decode_us, rec.timings.first_decode());
+                KeepFastest(rec.timings, &a);
                 rec.transfer_bound_us = TransferUs(static_cast<double>(rec.payload_bytes),
                                                    o.burst_bytes, gbps * 1e9 / 8, o.latency_us);
               }
@@ -349,6 +376,9 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
         stages.rebuild_us = rec.alone.rebuild_us;
         stages.last_rebuild_us = rec.alone.last_rebuild_us;
         stages.decode_us = rec.alone.decode_us;
+        stages.layer_codes_us = rec.alone.layer_codes_us;
+        stages.layer_rebuild_us = rec.alone.layer_rebuild_us;
+        rec.pipeline_us = PipelineUs(stages);
       }
       rec.bound_us = PredictTtft(stages).total_us;
       rec.ratio = rec.bound_us > 0 ? static_cast<double>(rec.timings.ttft()) / rec.bound_us : 0;
@@ -388,7 +418,10 @@ std::string SweepJsonl(const SweepResult& result) {
          {{"prefill", r.alone.prefill_us / 1e3},
           {"last_rebuild", r.alone.last_rebuild_us / 1e3},
           {"rebuild", r.alone.rebuild_us / 1e3},
-          {"decode", r.alone.decode_us / 1e3}}},
+          {"decode", r.alone.decode_us / 1e3},
+          {"layer_codes", MsList(r.alone.layer_codes_us)},
+          {"layer_rebuild", MsList(r.alone.layer_rebuild_us)}}},
+        {"pipeline_ms", r.pipeline_us / 1e3},
         {"transfer_bound_ms", r.transfer_bound_us / 1e3},
         {"bound_ms", r.bound_us / 1e3},
         {"ratio", r.ratio},

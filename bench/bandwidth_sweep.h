@@ -89,6 +89,9 @@ struct StagesAlone {
   double last_rebuild_us = 0;  // last layer's rebuild after the last chunk
   double rebuild_us = 0;       // the consumer's whole rebuild (every layer)
   double decode_us = 0;        // first decode step
+  // Per layer, each the fastest seen (codec/ttft_model.h's pipeline term): the producer's codes
+  // out, from its pass's start, and the consumer's rebuild of that layer.
+  std::vector<double> layer_codes_us, layer_rebuild_us;
 };
 
 struct SweepRecord {
@@ -113,6 +116,7 @@ struct SweepRecord {
   StagesAlone alone;
   double transfer_bound_us = 0;  // payload bytes / bandwidth (+ latency)
   double bound_us = 0;
+  double pipeline_us = 0;    // the bound's pipeline term alone (0: no per-layer times)
   double ratio = 0;          // timings.ttft / bound
   std::string excess_stage;  // where a ratio above 1.15 is held ("" otherwise)
   // Quality against the consumer's own prefill (fidelity only; -1: not measured).

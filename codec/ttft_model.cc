@@ -23,6 +23,16 @@ double TransferUs(double bytes, double burst_bytes, double goodput_bytes_per_s, 
   return (limited ? shaped / goodput_bytes_per_s * 1e6 : 0) + std::max(0.0, latency_us);
 }
 
+double PipelineUs(const TtftInputs& in) {
+  double after = 0;  // the rebuilds of layers l, l+1, ... in sequence
+  double held = 0;
+  for (size_t l = in.layer_codes_us.size(); l-- > 0;) {
+    if (l < in.layer_rebuild_us.size()) after += std::max(0.0, in.layer_rebuild_us[l]);
+    held = std::max(held, in.layer_codes_us[l] + std::max(0.0, in.latency_us) + after);
+  }
+  return held;
+}
+
 TtftPrediction PredictTtft(const TtftInputs& in) {
   TtftPrediction out;
   double held = in.prefill_us;
@@ -35,8 +45,9 @@ TtftPrediction PredictTtft(const TtftInputs& in) {
       held = link;
       out.bound_by = TtftStage::kLink;
     }
-    if (in.rebuild_us > held) {
-      held = in.rebuild_us;
+    const double rebuild = std::max(in.rebuild_us, PipelineUs(in));
+    if (rebuild > held) {
+      held = rebuild;
       out.bound_by = TtftStage::kRebuild;
     }
   }

@@ -3,15 +3,23 @@
 // each choice from the nodes' measured speeds, coordinator/auto_choice.h) and the bandwidth
 // sweep's lower bound (the same stages measured alone, bench/bandwidth_sweep.h):
 //   local:    queue + prefill + decode
-//   transfer: queue + max(prefill, transfer(bytes) + last rebuild, rebuild) + decode
+//   transfer: queue + max(prefill, transfer(bytes) + last rebuild, rebuild, pipeline) + decode
 //   transfer(bytes) = max(0, bytes - burst) / goodput + latency
+//   pipeline = max over layers l of (codes(l) + latency + the rebuilds of layers l, l+1, ...)
 // Layer-wise streaming overlaps the producer's prefill, the link and the consumer's rebuild, so
 // the slowest of the three holds the first token; what cannot overlap is the rebuild of the last
 // chunk after it arrives (the link's term), and the rebuild as a whole (the consumer is not done
-// before every layer is rebuilt, however the rebuild hides behind the transfer).
+// before every layer is rebuilt, however the rebuild hides behind the transfer). Where the
+// stages' per-layer times are known (the sweep measures them; auto mode's speeds have none, so
+// its term is absent there), the pipeline term says what the layer order forces: layer l's codes
+// exist only codes(l) into the producer's pass, and every rebuild they and the later layers' codes
+// set off runs after that, one after another on the consumer's compute -- a patch layer's aligner
+// late in the model cannot hide behind a prefill that has already ended.
 // Torch-free. Thread-safety: pure functions.
 #ifndef SCD_CODEC_TTFT_MODEL_H_
 #define SCD_CODEC_TTFT_MODEL_H_
+
+#include <vector>
 
 namespace scd {
 
@@ -33,6 +41,11 @@ struct TtftInputs {
   double rebuild_us = 0;           // the consumer's whole rebuild
   double last_rebuild_us = 0;      // the rebuild the last chunk sets off on arrival
   double decode_us = 0;            // the first decode step (0 where the prefill includes it)
+  // Per layer, where known (else empty; then there is no pipeline term): when the producer's pass
+  // had layer l's codes out, from its start, and the consumer's rebuild the chunks of layer l set
+  // off (absent entries: none).
+  std::vector<double> layer_codes_us;
+  std::vector<double> layer_rebuild_us;
 };
 
 struct TtftPrediction {
@@ -47,6 +60,8 @@ struct TtftPrediction {
 
 // max(0, bytes - burst) / goodput + latency, microseconds.
 double TransferUs(double bytes, double burst_bytes, double goodput_bytes_per_s, double latency_us);
+// The pipeline term alone (0 without per-layer times).
+double PipelineUs(const TtftInputs& inputs);
 TtftPrediction PredictTtft(const TtftInputs& inputs);
 
 }  // namespace scd

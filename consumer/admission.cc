@@ -83,7 +83,7 @@ void Admission::Tell(std::vector<Outcome> ended) {
 }
 
 void Admission::AdmitAsync(int64_t bytes, absl::Time deadline, Cancellation* cancellation,
-                           std::function<void(Admitted)> done) {
+                           std::function<void(Admitted)> done, IfFull if_full) {
   const absl::Time arrived = options_.clock->Now();
   bytes = std::max<int64_t>(bytes, 0);
   auto waiter = std::make_shared<Waiter>();
@@ -121,6 +121,10 @@ void Admission::AdmitAsync(int64_t bytes, absl::Time deadline, Cancellation* can
           reserved_, " of ", options_.budget_bytes > 0 ? options_.budget_bytes : 0,
           " KV bytes reserved, and its queue holds ", queue_.size(), " of ", options_.max_queued,
           " waiting requests (--max-queued)"));
+    } else if (if_full == IfFull::kRefuse) {
+      at_once = absl::AbortedError(absl::StrCat("it would wait: ", active_, " of ",
+                                                options_.capacity, " requests running, ", reserved_,
+                                                " KV bytes reserved, ", queue_.size(), " waiting"));
     } else {
       waiter->bytes = bytes;
       waiter->arrived = arrived;

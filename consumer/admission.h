@@ -71,8 +71,12 @@ class Admission : public std::enable_shared_from_this<Admission> {
   // Admit without waiting: `done` is called once with the reservation or the refusal -- on this
   // thread when that is known at once, else on the thread that made room, cancelled, drained or
   // found the deadline passed. `cancellation` (may be null) outlives the call to `done`.
+  // With IfFull::kRefuse a request that would have to wait is refused at once instead
+  // (ABORTED, naming the numbers; nothing else answers ABORTED): an early prefill's request,
+  // whose producer must not work for it before it holds a slot (consumer/served_request.h).
+  enum class IfFull { kQueue, kRefuse };
   void AdmitAsync(int64_t bytes, absl::Time deadline, Cancellation* cancellation,
-                  std::function<void(Admitted)> done);
+                  std::function<void(Admitted)> done, IfFull if_full = IfFull::kQueue);
   // Refuses every later Admit and every request still waiting (SIGTERM: drain what is running,
   // take nothing new).
   void Drain();

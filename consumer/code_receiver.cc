@@ -173,6 +173,8 @@ class CodeReceiver : public std::enable_shared_from_this<CodeReceiver> {
   // Takes what the session has: a chunk, the trailer, or its end.
   void Step();
   void Take(transport::ReceivedChunk received);
+  // Adds a chunk's rebuild time to its layer's (ReceiveReport.layer_rebuild).
+  void NoteLayerRebuild(int layer, absl::Duration spent);
   // The chunk taken at `taken` was rebuilt (its layers `filled`).
   void Rebuilt(absl::StatusOr<std::vector<int>> filled, absl::Time taken);
   // Runs the tail token through the layers rebuilt so far, then `then`.
@@ -275,9 +277,21 @@ void CodeReceiver::Take(transport::ReceivedChunk received) {
   if (!chunk.ok()) return End(chunk.status());
   if (!chunk->has_value()) return Continue(now);  // more pieces of this code to come
   std::shared_ptr<CodeReceiver> self = shared_from_this();
-  rebuilder_->Add(**std::move(chunk), [self, now](absl::StatusOr<std::vector<int>> filled) {
-    self->Rebuilt(std::move(filled), now);
-  });
+  const int layer = (*chunk)->layer;
+  const absl::Duration before = rebuilder_->rebuild_time();  // Adds are serialized
+  rebuilder_->Add(**std::move(chunk),
+                  [self, now, layer, before](absl::StatusOr<std::vector<int>> filled) {
+                    self->NoteLayerRebuild(layer, self->rebuilder_->rebuild_time() - before);
+                    self->Rebuilt(std::move(filled), now);
+                  });
+}
+
+void CodeReceiver::NoteLayerRebuild(int layer, absl::Duration spent) {
+  if (layer < 0) return;
+  std::vector<absl::Duration>& per_layer = report_.layer_rebuild;
+  if (per_layer.size() <= static_cast<size_t>(layer))
+    per_layer.resize(static_cast<size_t>(layer) + 1);
+  per_layer[static_cast<size_t>(layer)] += spent;
 }
 
 void CodeReceiver::Rebuilt(absl::StatusOr<std::vector<int>> filled, absl::Time taken) {

@@ -54,6 +54,8 @@ struct ReceiveReport {
   absl::Time first_layer_ready = absl::InfinitePast();  // first cache layer rebuilt
   absl::Duration rebuild;                               // summed time rebuilding
   absl::Duration patch;                                 // of which patch layers
+  // Per layer (index = layer): the rebuild that layer's chunks set off (Timings.layer_rebuild).
+  std::vector<absl::Duration> layer_rebuild;
   // The unframing and rebuilding the last chunk set off (the last layer's): what the transfer
   // cannot hide. Waiting for the producer's trailer afterwards is not counted.
   absl::Duration last_rebuild;

@@ -13,6 +13,7 @@
 #include "proto/grpc_util.h"
 #include "proto/prefix_cache_stats.h"
 #include "proto/requested_point.h"
+#include "proto/session_tag.h"
 #include "proto/wire_mode.h"
 #include "serving/checked_inference.h"
 #include "serving/stats_wait.h"
@@ -41,6 +42,24 @@ void WaitForSession(std::unique_ptr<SessionRouter::Ticket> ticket, SessionRouter
     wait->ticket->OnArrival(std::move(ready));
   };
   served->on_cancel = [router, tag](const absl::Status& why) { router->Fail(tag, why); };
+}
+
+// ServedRequest::decline_early: the early session (arrived or to come) is refused -- the
+// producer's pass for it stops -- and the codes are expected under EarlyDeclinedSessionId.
+absl::Status DeclineEarlySession(SessionRouter* router, const std::string& consumer,
+                                 const std::string& session_id, ServedRequest* served) {
+  router->Fail(SessionTag(session_id, consumer),
+               absl::AbortedError("the consumer queued the request: early prefill declined"));
+  served->session = nullptr;  // the ticket goes with them: its tag is ended
+  served->on_session = nullptr;
+  served->on_cancel = nullptr;
+  const std::string tag = SessionTag(EarlyDeclinedSessionId(session_id), consumer);
+  absl::StatusOr<std::unique_ptr<SessionRouter::Ticket>> ticket = router->Expect(tag);
+  if (!ticket.ok()) return ticket.status();
+  WaitForSession(*std::move(ticket), router, tag, served);
+  served->route.early_prefill = false;
+  served->route.early_declined = true;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -134,6 +153,12 @@ absl::StatusOr<ServedRequest> ConsumerControlService::Route(const v1::DecodeRequ
   if (ticket != nullptr) {
     WaitForSession(std::move(ticket), router_, SessionTag(request->session_id(), consumer_.name),
                    &served);
+  }
+  if (served.route.early_prefill) {
+    served.decline_early = [router = router_, name = consumer_.name,
+                            session_id = request->session_id()](ServedRequest* s) {
+      return DeclineEarlySession(router, name, session_id, s);
+    };
   }
   served.announce_fallback = true;
   return served;

@@ -384,6 +384,7 @@ void TargetRun::Rebuilt() {
   outcome.rebuild = report_.rebuild;
   outcome.patch = report_.patch;
   outcome.last_rebuild = report_.last_rebuild;
+  outcome.layer_rebuild = report_.layer_rebuild;
   outcome.lowered = report_.lowered;
   if (!outcome.lowered.empty()) absl::StrAppend(&outcome.reason, LoweredText(outcome.lowered));
   Handover(std::move(outcome));

@@ -86,6 +86,9 @@ struct TargetRoute {
   // The producer was asked before this consumer's Started (DecodeRequest.early_prefill): its
   // codes cover the whole prefix, none of it is loaded from the prefix cache.
   bool early_prefill = false;
+  // It was early, but queued on this consumer: the early session was refused and the codes come
+  // once it is admitted (Started.early_prefill_declined; consumer/served_request.h).
+  bool early_declined = false;
 };
 
 // This request's transfer session, once the producer has opened it (waits up to `timeout`).

@@ -93,6 +93,15 @@ void StartAdmitted(const ConsumerModel& consumer, const Admission& admission,
   if (!started.ok()) s->End(started);
 }
 
+// Admits the request (for an early prefill: now or never, DeclineEarly), then starts it.
+void AdmitServed(const ConsumerModel& consumer, Admission& admission,
+                 const std::shared_ptr<Serving>& serving,
+                 const std::shared_ptr<ServedRequest>& served, absl::Time deadline);
+// The early request would wait: it declines the early prefill, then waits as any other.
+void DeclineEarly(const ConsumerModel& consumer, Admission& admission,
+                  const std::shared_ptr<Serving>& serving,
+                  const std::shared_ptr<ServedRequest>& served, absl::Time deadline);
+
 }  // namespace
 
 void ServeRequest(const ConsumerModel& consumer, Admission& admission, Tally* outcomes,
@@ -107,19 +116,33 @@ void ServeRequest(const ConsumerModel& consumer, Admission& admission, Tally* ou
   serving->outcomes = outcomes;
   serving->done = std::move(done);
   // Admitted by KV memory, waiting in the queue while it does not fit (the coordinator asks the
-  // producer to send only once Decode has started); a caller that goes away leaves the queue.
-  // The wait holds no thread.
+  // producer to send only once Decode has started; an early prefill's request is admitted at
+  // once or declines it, served_request.h); a caller that goes away leaves the queue. The wait
+  // holds no thread.
   if (consumer.steps == nullptr || consumer.scheduler == nullptr) {
     const ServeDone finish = std::move(serving->done);
     return finish(grpc::Status(grpc::StatusCode::INTERNAL,
                                "the consumer has no decode scheduler or step queue"));
   }
   if (served->on_cancel) serving->wake = cancellation->OnCancel(served->on_cancel);
-  const absl::Time deadline =
-      RequestDeadline(consumer, req, served->received, served->call_deadline);
+  AdmitServed(consumer, admission, serving, served,
+              RequestDeadline(consumer, req, served->received, served->call_deadline));
+}
+
+namespace {
+
+void AdmitServed(const ConsumerModel& consumer, Admission& admission,
+                 const std::shared_ptr<Serving>& serving,
+                 const std::shared_ptr<ServedRequest>& served, absl::Time deadline) {
+  // An early prefill's request is admitted now or declines the early prefill (served_request.h).
+  const bool early = served->route.early_prefill && served->decline_early;
   admission.AdmitAsync(
-      ReservationBytes(consumer, req, served->prompt_ids.size()), deadline, cancellation,
-      [&consumer, &admission, serving, served](Admission::Admitted reservation) {
+      ReservationBytes(consumer, served->request, served->prompt_ids.size()), deadline,
+      serving->cancellation,
+      [&consumer, &admission, serving, served, deadline, early](Admission::Admitted reservation) {
+        if (early && absl::IsAborted(reservation.status())) {
+          return DeclineEarly(consumer, admission, serving, served, deadline);
+        }
         if (!reservation.ok()) {
           CountRefusal(serving->outcomes, reservation.status());
           spdlog::info("[{}] refused: {}", served->id,
@@ -136,8 +159,28 @@ void ServeRequest(const ConsumerModel& consumer, Admission& admission, Tally* ou
         consumer.steps->Run([&consumer, &admission, serving, served, admitted] {
           StartAdmitted(consumer, admission, serving, *served, std::move(*admitted));
         });
-      });
+      },
+      early ? Admission::IfFull::kRefuse : Admission::IfFull::kQueue);
 }
+
+void DeclineEarly(const ConsumerModel& consumer, Admission& admission,
+                  const std::shared_ptr<Serving>& serving,
+                  const std::shared_ptr<ServedRequest>& served, absl::Time deadline) {
+  serving->wake.Reset();  // the early session's cancel hook goes with it
+  if (absl::Status declined = served->decline_early(served.get()); !declined.ok()) {
+    CountRefusal(serving->outcomes, declined);
+    spdlog::info("[{}] refused: {}", served->id, ForLog(declined.ToString(), 300));
+    const ServeDone finish = std::move(serving->done);
+    return finish(ToGrpcStatus(declined));
+  }
+  if (serving->outcomes != nullptr) serving->outcomes->Add("early_prefill_declined");
+  spdlog::info("[{}] queued: the early prefill declined (the producer is asked once admitted)",
+               served->id);
+  if (served->on_cancel) serving->wake = serving->cancellation->OnCancel(served->on_cancel);
+  AdmitServed(consumer, admission, serving, served, deadline);
+}
+
+}  // namespace
 
 EventStream* ServeOnStream(const ConsumerModel& consumer, Admission& admission, Tally* outcomes,
                            EventStream::Ended ended, ServedRequest served) {

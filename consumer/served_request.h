@@ -50,6 +50,14 @@ struct ServedRequest {
   // Write the consumer's fallback notice (a second Started) to the call: the coordinator reads it
   // on its control stream (control.proto); a client of the public API never sees one.
   bool announce_fallback = false;
+  // Decode with DecodeRequest.early_prefill: the producer works for the request already, so it
+  // must not wait in the admission queue (the producer's pass would wait for its session's ack
+  // while the requests ahead of it, admitted, wait for theirs behind that pass). When it would,
+  // ServeRequest calls this instead: it refuses the early session, expects the codes under
+  // EarlyDeclinedSessionId and clears route.early_prefill (route.early_declined: Started says
+  // so, and the coordinator asks the producer once the request is admitted); then the request
+  // waits as any other. Unset: the request is not early.
+  std::function<absl::Status(ServedRequest* served)> decline_early;
 };
 
 // Told once how a served request ended: the call's status (a refusal at admission; else OK, or

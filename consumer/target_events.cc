@@ -40,6 +40,7 @@ v1::GenerateEvent StartedEvent(const std::string& consumer, const v1::GenerateRe
   started->set_consumer(consumer);
   SetRanMode(route.mode, started);
   started->set_mode_reason(route.mode_reason);
+  started->set_early_prefill_declined(route.early_declined);
   if (route.point && route.mode != TransferMode::kLocal) {
     *started->mutable_point() = CodePointToProto(*route.point);
     started->set_expected_kl(route.expected_kl);
@@ -88,6 +89,7 @@ v1::Finished FinishedOf(const PrefixOutcome& prefix, const SequenceEnd& end, siz
   t->set_rebuild(Micros(prefix.rebuild));
   t->set_patch(Micros(prefix.patch));
   t->set_last_rebuild(Micros(prefix.last_rebuild));
+  for (absl::Duration spent : prefix.layer_rebuild) t->add_layer_rebuild(Micros(spent));
   t->set_ttft(first_token == absl::InfinitePast() ? 0 : Micros(first_token - received));
   t->set_total(Micros(now - received));
   return f;

@@ -32,6 +32,7 @@ struct PrefixOutcome {
   absl::Duration rebuild = absl::ZeroDuration();
   absl::Duration patch = absl::ZeroDuration();
   absl::Duration last_rebuild = absl::ZeroDuration();
+  std::vector<absl::Duration> layer_rebuild;  // per layer: the rebuild its chunks set off
   // Rebuilt from codes: the last prompt token's logits, run layer by layer as the cache was
   // rebuilt (the cache then holds the whole prompt), and the time its steps took.
   at::Tensor first_logits;

@@ -81,9 +81,10 @@ struct CoordinatorOptions {
   absl::Duration failed_target_grace = absl::Seconds(2);
   // Early prefill (coordinator/routed_request.h): a single-target transfer's Prefill goes out
   // just before its Decode instead of after the consumer's Started (a refused request then costs
-  // the producer a cancelled prefill). Off by default: the soak smoke failed with it on
-  // (requests waiting 5 s for a session that never came, cause not found yet).
-  bool early_prefill = false;
+  // the producer a cancelled prefill; a consumer that would queue it declines it, and the
+  // Prefill goes again once the request is admitted). Off: the producer never works for a
+  // request before its consumer answered.
+  bool early_prefill = true;
   // Cache-aware routing of text prompts: the serving models' shared tokenizer (not owned; null:
   // text prompts are routed on load alone, prompt_ids on their prefix blocks always).
   const Tokenizer* tokenizer = nullptr;

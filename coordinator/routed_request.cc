@@ -15,6 +15,7 @@
 #include "base/release_clock.h"
 #include "codec/transfer_mode.h"
 #include "proto/frontier_proto.h"
+#include "proto/session_tag.h"
 #include "proto/wire_mode.h"
 
 namespace scd::coordinator {
@@ -114,6 +115,7 @@ RoutedRequest::RoutedRequest(RoutedRequestDeps deps, v1::GenerateRequest req, Ro
       routed_at_(deps_.registry->clock()->Now()),
       deadline_(deadline),
       early_prefill_(EarlyPrefill(deps_, route_)),
+      declined_session_id_(EarlyDeclinedSessionId(session_id_)),
       context_(context),
       lease_(std::make_unique<Lease>(deps_, route_, hint)) {
   metrics_.emplace(deps_.metrics);
@@ -317,6 +319,24 @@ void RoutedRequest::EndStarting() {
     StartPrefill();
     return;
   }
+  if (std::any_of(calls_.begin(), calls_.end(),
+                  [](const auto& c) { return c->forward.early_declined(); })) {
+    // The consumer queued the request and refused the early session: the producer is asked
+    // now, as without early prefill, under the declined session id.
+    spdlog::info("[{}] the consumer declined the early prefill (queued); asking the producer now",
+                 id_);
+    early_declined_ = true;
+    if (prefill_ != nullptr) {
+      prefill_->context->TryCancel();
+      retired_prefill_ = std::move(prefill_);
+    }
+    producer_ = ProducerOutcome{};
+    failed_early_.clear();
+    for (auto& call : calls_) call->failure.clear();  // what the retired Prefill said
+    phase_ = Phase::kPrefill;
+    StartPrefill();
+    return;
+  }
   // Early: the Prefill runs already, or answered while targets were starting.
   phase_ = producer_.known ? Phase::kSettled : Phase::kPrefill;
   Settle(std::exchange(failed_early_, {}));
@@ -345,13 +365,13 @@ std::optional<grpc::Status> RoutedRequest::Refusal() {
 void RoutedRequest::StartPrefill() {
   auto prefill = std::make_unique<PrefillCall>();
   *prefill->request.mutable_request() = req_;
-  prefill->request.set_session_id(session_id_);
+  prefill->request.set_session_id(PrefillSessionId());
   for (auto& call : calls_) {
     const TargetForwarder& f = call->forward;
     const RouteTarget& route = call->target();
     // Early: as routed (the consumer will load no cached positions); else as its Started said.
-    const TransferMode mode = early_prefill_ ? route.mode : f.started_mode();
-    if (!early_prefill_ &&
+    const TransferMode mode = Early() ? route.mode : f.started_mode();
+    if (!Early() &&
         (!f.started() || call->ended || f.fell_back() || mode == TransferMode::kLocal)) {
       continue;
     }
@@ -361,7 +381,7 @@ void RoutedRequest::StartPrefill() {
     target->set_consumer_fingerprint(route.consumer_fingerprint);
     SetTargetMode(mode, target);
     target->set_artifact_id(route.artifact_id);
-    target->set_consumer_cached_tokens(early_prefill_ ? 0 : f.consumer_cached_tokens());
+    target->set_consumer_cached_tokens(Early() ? 0 : f.consumer_cached_tokens());
     if (route.point) *target->mutable_point() = CodePointToProto(*route.point);
     if (route.deliver_by_us > 0 && !req_.keep_ranks()) {
       // The codes' delivery deadline, from now: what the choice's prediction left of it.
@@ -385,19 +405,23 @@ void RoutedRequest::StartPrefill() {
   prefill->stub = v1::Producer::NewStub(deps_.channel(route_.producer_address));
   prefill_ = std::move(prefill);
   Hold();  // released when it answers
+  const PrefillCall* const call = prefill_.get();
   prefill_->stub->async()->Prefill(prefill_->context.get(), &prefill_->request, &prefill_->response,
-                                   [this](grpc::Status status) {
-                                     OnPrefillDone(status);
+                                   [this, call](grpc::Status status) {
+                                     OnPrefillDone(call, status);
                                      Release();
                                    });
 }
 
-void RoutedRequest::OnPrefillDone(const grpc::Status& status) {
+void RoutedRequest::OnPrefillDone(const PrefillCall* call, const grpc::Status& status) {
   Locked([&] {
+    if (call != prefill_.get()) return;  // the declined early one: nothing of it counts
     const v1::PrefillResponse& response = prefill_->response;
     producer_.known = true;
     producer_.prefill_us = response.prefill_us();
     producer_.encode_us = response.encode_us();
+    producer_.layer_codes_us.assign(response.layer_codes_us().begin(),
+                                    response.layer_codes_us().end());
     producer_.cached_tokens = response.cached_tokens();
     if (response.has_link()) producer_.link = response.link();
     std::vector<TargetCall*> failed;
@@ -450,7 +474,7 @@ void RoutedRequest::Settle(std::vector<TargetCall*> failed) {
   }
   for (TargetCall* call : failed) {
     if (call->ended || call->forward.fell_back()) continue;  // settled by itself
-    deps_.tell_failed(call->target(), session_id_, call->failure);
+    deps_.tell_failed(call->target(), PrefillSessionId(), call->failure);
   }
   grace_ = SetTimer(clock()->Now() + deps_.failed_target_grace, std::move(cancel_unsettled));
 }

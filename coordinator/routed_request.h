@@ -10,14 +10,19 @@
 //   prefill   once every target started or ended, one Producer.Prefill (async; a child of the
 //             client's call, so a client that goes away cancels it and its sessions) for the
 //             targets that take codes; a Finished from codes waits for its answer at most 2 s.
-//             Early prefill (opt-in, CoordinatorOptions::early_prefill): when the route already
-//             says what the Started will (one target, a
-//             transfer mode, a consumer holding none of the prompt's blocks), the Prefill goes
-//             out just before the Decode (DecodeRequest.early_prefill: the consumer loads nothing
-//             from its prefix cache and keeps a session that comes first), so the producer's pass
-//             waits for no hop to the consumer and back (~1 ms here); a target refused before
-//             starting cancels it, and targets the producer failed before they started are
-//             settled once they start;
+//             Early prefill (CoordinatorOptions::early_prefill, on by default): when the route
+//             already says what the Started will (one target, a transfer mode, a consumer holding
+//             none of the prompt's blocks), the Prefill goes out just before the Decode
+//             (DecodeRequest.early_prefill: the consumer loads nothing from its prefix cache and
+//             keeps a session that comes first), so the producer's pass waits for no hop to the
+//             consumer and back (~1 ms here); a target refused before starting cancels it, and
+//             targets the producer failed before they started are settled once they start. A
+//             consumer that would queue the request declines the early prefill (its early session
+//             refused, Started.early_prefill_declined once admitted): that Prefill is retired and
+//             the producer asked again as without early prefill (the producer must not wait on a
+//             request that holds no slot while the requests ahead of it wait for their sessions
+//             behind that wait);
+
 //   settle    a target the producer failed is told (Consumer.TransferFailed) and given the grace to
 //             announce a fallback (a timer); else cancelled, and its Error written;
 //   end       once every target's call ended (its terminal event written) the stream ends.
@@ -113,7 +118,17 @@ class RoutedRequest final : public EventStream {
   // Once every target started or ended: the Prefill started (or not needed), the request settled
   // or refused.
   void EndStarting() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OnPrefillDone(const grpc::Status& status);
+  // `call`'s answer; one that is not the current Prefill (retired when the consumer declined the
+  // early prefill) is ignored.
+  void OnPrefillDone(const PrefillCall* call, const grpc::Status& status);
+  // Early prefill asked and not declined (the Prefill goes as routed, not as Started says).
+  bool Early() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return early_prefill_ && !early_declined_;
+  }
+  // The session id the Prefill's codes travel under.
+  const std::string& PrefillSessionId() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return early_declined_ ? declined_session_id_ : session_id_;
+  }
   void Settle(std::vector<TargetCall*> failed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forwards the events parked for the producer's answer (known, or waited for long enough).
   void ReleaseParked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -135,7 +150,8 @@ class RoutedRequest final : public EventStream {
   const std::string session_id_;  // the producer's sessions to the targets
   const absl::Time routed_at_;    // where the predictions' clocks start
   const absl::Time deadline_;
-  const bool early_prefill_;
+  const bool early_prefill_;               // asked for with the Decode (EarlyPrefill)
+  const std::string declined_session_id_;  // EarlyDeclinedSessionId(session_id_)
   grpc::CallbackServerContext* const context_;
   absl::Mutex mu_;  // everything below
   std::unique_ptr<Lease> lease_ ABSL_GUARDED_BY(mu_);
@@ -145,10 +161,14 @@ class RoutedRequest final : public EventStream {
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<grpc::Status> end_due_ ABSL_GUARDED_BY(mu_);  // End with it once unlocked
   ProducerOutcome producer_ ABSL_GUARDED_BY(mu_);
+  // The consumer queued the request and declined the early prefill (Started said so): the
+  // Prefill goes again once it started, as without early prefill, under declined_session_id_.
+  bool early_declined_ ABSL_GUARDED_BY(mu_) = false;
   // Targets an early Prefill failed before every target started: settled once they have.
   std::vector<TargetCall*> failed_early_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<TargetCall>> calls_;
   std::unique_ptr<PrefillCall> prefill_;
+  std::unique_ptr<PrefillCall> retired_prefill_;  // the declined early one, until it answers
   Clock::TimerId producer_wait_ ABSL_GUARDED_BY(mu_) =
       0;                                           // the parked events' wait for the producer
   Clock::TimerId grace_ ABSL_GUARDED_BY(mu_) = 0;  // the failed targets' grace

@@ -20,6 +20,8 @@ bool TargetForwarder::Rewrite(const ProducerOutcome& producer, v1::GenerateEvent
     v1::Finished* finished = event->mutable_finished();
     finished->mutable_timings()->set_prefill(producer.prefill_us);
     finished->mutable_timings()->set_encode(producer.encode_us);
+    finished->mutable_timings()->clear_layer_codes();
+    for (uint64_t at : producer.layer_codes_us) finished->mutable_timings()->add_layer_codes(at);
     if (producer.link.has_value()) *finished->mutable_link() = *producer.link;
     finished->set_producer_cached_tokens(producer.cached_tokens);
   }
@@ -31,6 +33,8 @@ bool TargetForwarder::Rewrite(const ProducerOutcome& producer, v1::GenerateEvent
     started_ = true;
     started_mode_ = RanMode(event->started());
     consumer_cached_tokens_ = event->started().consumer_cached_tokens();
+    early_declined_ = event->started().early_prefill_declined();
+    event->mutable_started()->clear_early_prefill_declined();
     if (started_mode_ != TransferMode::kLocal) {
       event->mutable_started()->set_producer_cached_tokens(route_->producer_cached_tokens);
     }

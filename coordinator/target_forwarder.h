@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "codec/transfer_mode.h"
 #include "coordinator/node_registry.h"
@@ -24,6 +25,7 @@ namespace scd::coordinator {
 struct ProducerOutcome {
   bool known = false;  // it answered, or there is no producer call
   uint64_t prefill_us = 0, encode_us = 0;
+  std::vector<uint64_t> layer_codes_us;  // per layer: its codes out, from the pass's start
   uint32_t cached_tokens = 0;         // prompt positions its cache served
   std::optional<v1::LinkShape> link;  // the shape its sessions travelled under
 };
@@ -51,6 +53,9 @@ class TargetForwarder {
   TransferMode started_mode() const { return started_mode_; }
   // Prompt positions the consumer's own prefix cache held (its Started said).
   uint32_t consumer_cached_tokens() const { return consumer_cached_tokens_; }
+  // Its Started said that it declined the early prefill (Started.early_prefill_declined, which
+  // Rewrite clears: the client never sees it).
+  bool early_declined() const { return early_declined_; }
 
  private:
   const Route* const route_;
@@ -59,6 +64,7 @@ class TargetForwarder {
   bool started_ = false, fell_back_ = false, terminal_ = false, first_token_ = false;
   TransferMode started_mode_ = TransferMode::kLocal;
   uint32_t consumer_cached_tokens_ = 0;
+  bool early_declined_ = false;
 };
 
 }  // namespace scd::coordinator

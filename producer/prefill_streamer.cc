@@ -273,6 +273,10 @@ absl::Status PrefillPass::SendLayer(int layer, LayerCapture layer_capture) {
   if (reuse_ != nullptr && reuse_->keep != nullptr) {
     (*reuse_->keep)[layer] = std::move(layer_capture);
   }
+  if (report_.layer_codes.size() <= static_cast<size_t>(layer)) {
+    report_.layer_codes.resize(static_cast<size_t>(layer) + 1);
+  }
+  report_.layer_codes[static_cast<size_t>(layer)] = absl::Now() - report_.start;
   return absl::OkStatus();
 }
 

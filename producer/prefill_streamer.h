@@ -77,6 +77,9 @@ struct StreamReport {
   int64_t bytes = 0;       // payload bytes handed to sessions, all targets
   int64_t chunks = 0;
   int layers_run = 0;
+  // Per layer the pass reached: when its codes were out (encoded for every live target and handed
+  // to the sessions or their senders), from `start` (PrefillResponse.layer_codes_us).
+  std::vector<absl::Duration> layer_codes;
   int64_t cached_tokens = 0;    // positions loaded from the prefix cache
   int64_t computed_tokens = 0;  // positions a complete forward pass ran (0 when cut short)
   int64_t code_hit_tokens = 0;  // positions sent from kept codes, summed over targets

@@ -46,6 +46,7 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
   }
   transport::TransportOptions transport_options;
   transport_options.backend = options.transport;
+  transport_options.grpc_refused_fails_fast = true;  // its consumers listen before registering
   SCD_ASSIGN_OR_RETURN(node->transport_, transport::CreateTransport(transport_options));
   transport::ConnectionOptions connection;
   connection.max_inflight_bytes = options.max_inflight_mb << 20;

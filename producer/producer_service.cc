@@ -23,6 +23,7 @@
 #include "proto/prefix_cache_stats.h"
 #include "proto/request_validation.h"
 #include "proto/requested_point.h"
+#include "proto/session_tag.h"
 #include "proto/wire_mode.h"
 #include "serving/stats_wait.h"
 #include "tokenizer/prompt_ids.h"
@@ -452,6 +453,7 @@ void ProducerControlService::Answer(const v1::PrefillRequest& request, const Pre
   const StreamReport& report = run.report;
   response->set_prefill_us(Micros(report.prefill_end - report.start));
   response->set_encode_us(Micros(report.encode));
+  for (absl::Duration at : report.layer_codes) response->add_layer_codes_us(Micros(at));
   response->set_prefills(prefills_.load());
   response->set_cached_tokens(static_cast<uint32_t>(report.cached_tokens));
   response->set_computed_tokens(static_cast<uint32_t>(report.computed_tokens));

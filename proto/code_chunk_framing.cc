@@ -25,10 +25,6 @@ std::string TensorBytes(const at::Tensor& t) {
 
 }  // namespace
 
-std::string SessionTag(const std::string& request_id, const std::string& target) {
-  return absl::StrCat(request_id, "#", target);
-}
-
 v1::TransferHeader FrameHeader(TransferMode mode, int64_t tokens, int layers,
                                const std::vector<PlannedChunk>& chunks,
                                const TransferIdentity& identity) {

@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "codec/code_batch.h"
 #include "codec/code_encoder.h"
+#include "proto/session_tag.h"
 #include "scd/v1/transfer.pb.h"
 
 namespace scd {
@@ -34,10 +35,6 @@ struct TransferIdentity {
   std::string consumer_fingerprint;
   std::string artifact_id;
 };
-
-// The tag a producer puts in TransferHeader.request_id for one target of one request; the
-// consumer hands the session to the request expecting that tag.
-std::string SessionTag(const std::string& request_id, const std::string& target);
 
 // The header announcing `batch`: mode, tokens, per-layer ranks and dtypes, expected bytes and
 // chunks. `layers` is the producer model's layer count.

@@ -123,6 +123,36 @@ TEST(AdmissionTest, BytesAreReservedAndTooLargeARequestIsRefusedAtOnce) {
   EXPECT_EQ(admission->reserved_bytes(), 0);
 }
 
+// IfFull::kRefuse (an early prefill's request): admitted when it fits now, else refused at once
+// (ABORTED) without a place in the queue or a timer -- also when it would fit but others wait.
+TEST(AdmissionTest, ARequestThatMustNotWaitIsRefusedInsteadOfQueued) {
+  SimulatedClock clock;
+  auto admission = Admission::Create(Budget(1000, 16, 8, &clock));
+  using IfFull = Admission::IfFull;
+  Told fits;
+  admission->AdmitAsync(600, clock.Now() + absl::Seconds(10), nullptr, fits.Setter(),
+                        IfFull::kRefuse);
+  ASSERT_TRUE(fits.ok()) << fits.message();
+  Told full;
+  admission->AdmitAsync(500, clock.Now() + absl::Seconds(10), nullptr, full.Setter(),
+                        IfFull::kRefuse);
+  EXPECT_EQ(full.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(full.message(), HasSubstr("it would wait"));
+  EXPECT_EQ(admission->queued(), 0u);
+  EXPECT_EQ(clock.pending(), 0u);
+  Told queued;  // the same request that may wait does
+  admission->AdmitAsync(500, clock.Now() + absl::Seconds(10), nullptr, queued.Setter());
+  EXPECT_FALSE(queued.result.has_value());
+  EXPECT_EQ(admission->queued(), 1u);
+  Told behind;  // 100 fits beside the 600, but the queue's head comes first
+  admission->AdmitAsync(100, clock.Now() + absl::Seconds(10), nullptr, behind.Setter(),
+                        IfFull::kRefuse);
+  EXPECT_EQ(behind.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(admission->queued(), 1u);
+  fits.result->value().reset();  // the head is admitted
+  EXPECT_TRUE(queued.ok()) << queued.message();
+}
+
 TEST(AdmissionTest, WaitersAreAdmittedFirstComeFirstAsBytesFree) {
   SimulatedClock clock;
   auto admission = Admission::Create(Budget(1000, 16, 8, &clock));

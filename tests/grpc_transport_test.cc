@@ -4,6 +4,7 @@
 #include "transport/grpc/grpc_transport.h"
 
 #include <arpa/inet.h>
+#include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -44,6 +45,7 @@ using ::scd::testing::FrameRecorder;
 using ::scd::testing::MakeFrame;
 using ::scd::testing::PatternBytes;
 using ::scd::testing::SettledLiveBuffers;
+using ::testing::HasSubstr;
 
 constexpr size_t kMiB = size_t{1} << 20;
 
@@ -130,6 +132,29 @@ TEST(GrpcTransportTest, Capabilities) {
   EXPECT_FALSE(caps.gpu_memory);
   EXPECT_EQ(caps.max_message_bytes, GrpcOptions().grpc_max_message_bytes);
   EXPECT_EQ(caps.devices, std::vector<std::string>{"tcp"});
+}
+
+// grpc_refused_fails_fast: a closed port's refusal ends Connect at once (the producer's case: a
+// registered consumer that refuses is gone). Judged by which error comes back, not by time: the
+// default goes on retrying until the timeout and says so.
+TEST(GrpcTransportTest, ARefusedConnectionFailsAtOnceWhereAsked) {
+  std::string closed;
+  {
+    std::unique_ptr<Transport> server_transport = NewTransport();
+    absl::StatusOr<std::unique_ptr<Listener>> listener = server_transport->Listen("127.0.0.1:0");
+    ASSERT_TRUE(listener.ok()) << listener.status();
+    closed = (*listener)->address();
+  }  // closed: nothing listens there now
+  TransportOptions fast = GrpcOptions();
+  fast.grpc_refused_fails_fast = true;
+  absl::StatusOr<std::unique_ptr<Link>> refused =
+      NewTransport(fast)->Connect(closed, absl::Seconds(60));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("refused or unreachable"));
+  absl::StatusOr<std::unique_ptr<Link>> waited =
+      NewTransport()->Connect(closed, absl::Milliseconds(300));
+  EXPECT_EQ(waited.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(waited.status().message()), HasSubstr("within"));
 }
 
 TEST(GrpcTransportTest, SeveralLinksAtOnce) {

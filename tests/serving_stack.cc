@@ -119,6 +119,7 @@ void ServingStack::Start() {
                                 TransferOptions(), {},         options_.deadline};
   for (auto& [id, artifact] : artifacts_) model.artifacts[id] = &artifact;
   model.prefix_cache_bytes = options_.producer_prefix_cache_bytes;
+  model.prefill_threads = options_.producer_prefill_threads;
   transport::ConnectionOptions connection;
   connection.shape = options_.producer_link;
   producer_service_ = std::make_unique<producer::ProducerControlService>(

@@ -66,6 +66,7 @@ class ServingStack {
     int64_t producer_prefix_cache_bytes = 0;  // the producer's prefix cache (0: off)
     int64_t consumer_prefix_cache_bytes = 0;  // each consumer's (0: off)
     bool early_prefill = true;                // CoordinatorOptions::early_prefill
+    int producer_prefill_threads = 8;         // ProducerModel::prefill_threads
   };
 
   // REQUIRES: `producer` and `tokenizer` outlive the stack.

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/change_notice.h"
 #include "codec/transfer.h"
 #include "model/generator.h"
 #include "proto/frontier_proto.h"
@@ -165,6 +166,19 @@ TEST_F(ServingTest, ScdThroughTheCoordinatorEqualsTheBatchTransferPath) {
   EXPECT_GT(t.rebuild(), 0u);
   EXPECT_GT(t.ttft(), 0u);
   EXPECT_GE(t.total(), t.ttft());
+  // Per layer (the sweep's pipeline term, codec/ttft_model.h): the producer had every layer's
+  // codes out in layer order within its pass, and the consumer's per-layer rebuilds are the
+  // parts of its whole rebuild that codes set off (a recomputed run, if any, is the rest).
+  const int layers = static_cast<int>(producer_->config().num_layers);
+  ASSERT_EQ(t.layer_codes_size(), layers);
+  for (int l = 1; l < layers; ++l) EXPECT_GE(t.layer_codes(l), t.layer_codes(l - 1)) << l;
+  EXPECT_LE(t.layer_codes(layers - 1), t.prefill());
+  ASSERT_GT(t.layer_rebuild_size(), 0);
+  EXPECT_LE(t.layer_rebuild_size(), layers);
+  uint64_t per_layer = 0;
+  for (uint64_t us : t.layer_rebuild()) per_layer += us;
+  EXPECT_GT(per_layer, 0u);
+  EXPECT_LE(per_layer, t.rebuild() + t.layer_rebuild_size());  // each rounded to 1 us
   EXPECT_EQ(reply.ids["xs"], Reference("xs", TransferMode::kScd, Prompt(2), 16));
 }
 
@@ -550,6 +564,62 @@ TEST_F(ServingTest, FullConsumerRefusesBeforeTheProducerSends) {
     ASSERT_FALSE(next.events.at("xs").empty());
     EXPECT_TRUE(next.events.at("xs").back().has_finished()) << early;
     EXPECT_EQ(next.ids.at("xs"), Reference("xs", TransferMode::kScd, Prompt(2), 8)) << early;
+  }
+}
+
+// Early prefills for requests their consumer must queue: the producer must not work for them
+// while they hold no slot. Before, each such pass held one of the producer's prefill threads
+// waiting for its session's ack, and with every thread so held the requests already admitted
+// waited behind them for their sessions (the soak smoke's 5-s stalls). Now the consumer declines
+// the early prefill (refuses the early session), the producer's threads stay free while the
+// requests wait, and once admitted each runs as without early prefill, exact.
+TEST_F(ServingTest, EarlyPrefillsForQueuedRequestsLeaveTheProducerFree) {
+  constexpr int kThreads = 2;  // the producer's prefill threads: as many requests queue
+  testing::ServingStack::Options options;
+  options.early_prefill = true;
+  options.consumer_max_queued = 4;
+  options.producer_prefill_threads = kThreads;
+  StartStack(options);
+  consumer::Admission& xs = *stack_->consumer("xs").admission;
+  std::vector<std::unique_ptr<consumer::Admission::Reservation>> held;
+  for (int i = 0; i < 16; ++i) held.push_back(testing::Ok(xs.Admit()));
+  Reply queued[kThreads];
+  std::vector<std::thread> clients;
+  struct Joined {  // whatever fails below, the queued requests are let in and their clients joined
+    std::vector<std::unique_ptr<consumer::Admission::Reservation>>* held;
+    std::vector<std::thread>* clients;
+    ~Joined() {
+      held->clear();
+      for (std::thread& c : *clients) c.join();
+    }
+  } joined{&held, &clients};
+  for (int i = 0; i < kThreads; ++i) {
+    clients.emplace_back([&, i] { queued[i] = Generate({"xs"}, "scd", Prompt(i), 8); });
+  }
+  ASSERT_TRUE(
+      AwaitChange([&] { return xs.queued() == kThreads; }, absl::Now() + absl::Seconds(30)));
+  // Another consumer's request needs one of the producer's prefill threads: the queued requests
+  // hold none (before, it waited until their deadline took them out of the queue).
+  Reply other = Generate({"fables"}, "scd", Prompt(2), 8);
+  ASSERT_FALSE(other.events.at("fables").empty());
+  EXPECT_TRUE(other.events.at("fables").back().has_finished());
+  EXPECT_FALSE(other.ids["fables"].empty());
+  EXPECT_EQ(other.ids["fables"], Reference("fables", TransferMode::kScd, Prompt(2), 8));
+  EXPECT_EQ(xs.queued(), static_cast<uint32_t>(kThreads));  // still waiting
+  EXPECT_EQ(stack_->consumer("xs").control->tally()->Get("early_prefill_declined"),
+            static_cast<uint64_t>(kThreads));
+  EXPECT_EQ(stack_->consumer("xs").router->early(), 0u);
+  held.clear();
+  for (std::thread& c : clients) c.join();
+  clients.clear();
+  for (int i = 0; i < kThreads; ++i) {
+    const auto& events = queued[i].events["xs"];
+    ASSERT_FALSE(events.empty()) << queued[i].status.error_message();
+    ASSERT_TRUE(events.front().has_started());
+    EXPECT_FALSE(events.front().started().early_prefill_declined());  // the coordinator's own
+    EXPECT_EQ(RanModeName(events.front().started()), "scd");
+    ASSERT_TRUE(events.back().has_finished()) << events.back().DebugString();
+    EXPECT_EQ(queued[i].ids["xs"], Reference("xs", TransferMode::kScd, Prompt(i), 8)) << i;
   }
 }
 

@@ -57,5 +57,38 @@ TEST(TtftModelTest, TheSlowestOverlappedStageHoldsTheFirstToken) {
   EXPECT_STREQ(TtftStageName(p.bound_by), "rebuild");
 }
 
+TEST(TtftModelTest, LateDearLayersHoldTheFirstTokenPastThePrefill) {
+  // Six layers, the producer has layer l's codes out at 1 ms per layer; the consumer rebuilds a
+  // layer in 0.2 ms, but layers 3 and 4 (patch layers) take 1.5 ms each. In aggregate the rebuild
+  // (0.2 * 4 + 3.0 = 3.8 ms) hides behind the 6 ms prefill; in order it cannot: layer 3's codes
+  // exist at 4 ms, and 1.5 + 1.5 + 0.2 ms of rebuild follow them one after another.
+  TtftInputs t;
+  t.transfer = true;
+  t.prefill_us = 6000;
+  t.rebuild_us = 3800;
+  t.last_rebuild_us = 200;
+  t.decode_us = 300;
+  t.latency_us = 50;
+  EXPECT_DOUBLE_EQ(PipelineUs(t), 0);  // no per-layer times: no term
+  EXPECT_DOUBLE_EQ(PredictTtft(t).total_us, 6000 + 300);
+  t.layer_codes_us = {1000, 2000, 3000, 4000, 5000, 6000};
+  t.layer_rebuild_us = {200, 200, 200, 1500, 1500, 200};
+  // max over l of codes(l) + latency + the rebuilds from l on: l = 3 gives 4000 + 50 + 3200.
+  EXPECT_DOUBLE_EQ(PipelineUs(t), 7250);
+  const TtftPrediction p = PredictTtft(t);
+  EXPECT_DOUBLE_EQ(p.total_us, 7250 + 300);
+  EXPECT_EQ(p.bound_by, TtftStage::kRebuild);
+  // Cheap layers at the end: the last layer's codes plus its rebuild is the term (the prefill's
+  // end plus what no streaming hides), above the prefill alone.
+  t.layer_rebuild_us = {1500, 1500, 200, 200, 200, 200};
+  EXPECT_DOUBLE_EQ(PipelineUs(t), 6250);
+  // Fewer rebuild entries than layers (a layer no chunk rebuilt): those count as none, and the
+  // last layer's codes still have to arrive.
+  t.layer_rebuild_us = {200, 200, 200, 1500};
+  EXPECT_DOUBLE_EQ(PipelineUs(t), 6000 + 50);
+  t.layer_rebuild_us = {200, 200, 200, 3500};
+  EXPECT_DOUBLE_EQ(PipelineUs(t), 4000 + 50 + 3500);
+}
+
 }  // namespace
 }  // namespace scd

@@ -3,7 +3,7 @@
 // with --coordinator naming this address) on --control-listen, cluster secret required.
 //   scd-coordinator [--config FILE.toml] --listen HOST:PORT --control-listen HOST:PORT
 //                   [--cluster-secret-file FILE | $SCD_CLUSTER_SECRET] [--lease-ms 2000]
-//                   [--strict-modes] [--early-prefill]
+//                   [--strict-modes] [--no-early-prefill]
 //                   [--address-file PATH] [--control-address-file PATH]
 //                   [--http-listen HOST:PORT] (OpenAI API, /health, /metrics) [--tls-* ...]
 //                   [--api-token-file F] [--max-requests-per-client N] [--max-prompt-tokens N]
@@ -40,15 +40,15 @@ int main(int argc, char** argv) {
                  "--control-listen");
   app.add_flag("--strict-modes", options.registry.strict_modes,
                "refuse raw/int4/reuse between different weights instead of serving them degraded");
-  bool early_prefill = false;
-  app.add_flag("--early-prefill", early_prefill,
-               "send a single-target transfer's Prefill just before its Decode, not after the "
-               "consumer's Started (about one hop less time to first token; experimental)");
+  bool no_early_prefill = false;
+  app.add_flag("--no-early-prefill", no_early_prefill,
+               "start a producer's Prefill only after the consumer's Started (no prefill for a "
+               "request its consumer refuses; about one hop more time to first token)");
   scd::AddPublicApiFlags(&app, &daemon.public_api);
   scd::AddDaemonFlags(&app, &daemon, scd::kLogLevelFlag);
   return scd::RunDaemon(
       "scd-coordinator", app, argc, argv, daemon, [&]() -> absl::StatusOr<scd::DaemonHandle> {
-        options.routing.early_prefill = early_prefill;
+        options.routing.early_prefill = !no_early_prefill;
         options.registry.lease = absl::Milliseconds(lease_ms);
         options.registry.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
         SCD_ASSIGN_OR_RETURN(options.cluster_secret, daemon.ClusterSecret());

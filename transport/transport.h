@@ -104,6 +104,12 @@ struct TransportOptions {
   size_t ucx_rendezvous_threshold = size_t{64} << 10;
   // UCX: endpoint keepalive (peer-failure detection below the application heartbeat).
   absl::Duration ucx_keepalive_interval = absl::Milliseconds(250);
+  // gRPC: Connect to an address that refuses the connection fails at once (UNAVAILABLE) instead
+  // of retrying until its timeout. A producer connects only to registered consumers, which listen
+  // before they register: a refusal means the consumer is gone, and waiting would hold the
+  // producer's prefill for the whole timeout. Off: a listener that comes up during the timeout
+  // is found.
+  bool grpc_refused_fails_fast = false;
 };
 
 class Transport {

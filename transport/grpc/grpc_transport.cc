@@ -332,10 +332,7 @@ class GrpcTransport final : public Transport {
     const absl::Time deadline = absl::Now() + timeout;
     std::shared_ptr<grpc::Channel> channel =
         grpc::CreateCustomChannel(address, GrpcChannelCredentials(), ChannelArgs());
-    if (!channel->WaitForConnected(absl::ToChronoTime(deadline))) {
-      return absl::UnavailableError(absl::StrCat("grpc: cannot connect to ", address, " within ",
-                                                 absl::FormatDuration(timeout)));
-    }
+    SCD_RETURN_IF_ERROR(AwaitConnected(*channel, address, deadline, timeout));
     auto core =
         std::make_shared<LinkCore>(absl::StrCat("grpc ", address, " (client)"),
                                    /*is_client=*/true, options_.grpc_max_message_bytes, pool_);
@@ -361,6 +358,24 @@ class GrpcTransport final : public Transport {
     }
     spdlog::debug("{}: connected", core->description());
     return NewGrpcLink(std::move(core));
+  }
+
+  // Waits on the channel's state changes (no polling) until it is READY; with
+  // grpc_refused_fails_fast a TRANSIENT_FAILURE (refused, unreachable) ends the wait at once.
+  absl::Status AwaitConnected(grpc::Channel& channel, const std::string& address,
+                              absl::Time deadline, absl::Duration timeout) const {
+    for (grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/true);
+         state != GRPC_CHANNEL_READY; state = channel.GetState(/*try_to_connect=*/true)) {
+      if (state == GRPC_CHANNEL_TRANSIENT_FAILURE && options_.grpc_refused_fails_fast) {
+        return absl::UnavailableError(
+            absl::StrCat("grpc: cannot connect to ", address, ": refused or unreachable"));
+      }
+      if (!channel.WaitForStateChange(state, absl::ToChronoTime(deadline))) {
+        return absl::UnavailableError(absl::StrCat("grpc: cannot connect to ", address, " within ",
+                                                   absl::FormatDuration(timeout)));
+      }
+    }
+    return absl::OkStatus();
   }
 
   grpc::ChannelArguments ChannelArgs() const {

@@ -1,0 +1,28 @@
+// Session tags: how a producer's transfer session names the request and target it is for, so
+// the consumer hands it to the request expecting it (consumer/session_router.h).
+// Header-only (the coordinator derives ids too, without the codec's framing).
+// Thread-safety: pure functions.
+#ifndef SCD_PROTO_SESSION_TAG_H_
+#define SCD_PROTO_SESSION_TAG_H_
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace scd {
+
+// The tag a producer puts in TransferHeader.request_id for one target of one request's session
+// id; the consumer hands the session to the request expecting that tag.
+inline std::string SessionTag(const std::string& session_id, const std::string& target) {
+  return absl::StrCat(session_id, "#", target);
+}
+
+// The session id a request's codes travel under after its consumer declined the early prefill
+// (Started.early_prefill_declined): the first id's tag is ended on the consumer by then.
+inline std::string EarlyDeclinedSessionId(const std::string& session_id) {
+  return absl::StrCat(session_id, "~declined");
+}
+
+}  // namespace scd
+
+#endif  // SCD_PROTO_SESSION_TAG_H_
