@@ -60,6 +60,12 @@ int Streams() {
 constexpr int kPromptTokens = 16;
 constexpr int kOutputTokens = 256;
 constexpr int kPrompts = 32;  // distinct prompts (their references are computed once)
+// Every request's deadline (gRPC and SSE alike) is the client's wait, not the default 60 s: 256
+// streams of 256 tokens queue on two consumers, and beside two CPU-bound processes the last of
+// them started after 60 s (6 of 256 gRPC streams ended at the deadline in a loaded run, and 41 of
+// 256 SSE streams in another, before the SSE half set it too). The test judges threads and
+// completion, not how fast a loaded machine serves.
+constexpr uint32_t kDeadlineMs = 290000;
 
 int Threads(pid_t pid) {
   int n = 0;
@@ -127,11 +133,7 @@ TEST(ManyStreamsTest, EveryProcessServes256StreamsOnFewThreads) {
     for (TokenId id : prompts[p]) request.add_prompt_ids(id);
     request.set_max_tokens(kOutputTokens);
     request.set_logprobs(2);
-    // The request's deadline is the client's wait (below), not the default 60 s: 256 streams of
-    // 256 tokens queue on two consumers, and beside two CPU-bound processes the last of them
-    // started after 60 s (6 of 256 ended at the deadline in a loaded run). The test judges
-    // threads and completion, not how fast a loaded machine serves.
-    request.set_deadline_ms(290000);
+    request.set_deadline_ms(kDeadlineMs);
     return request;
   };
   // scd's references: each prompt served alone (its codes are lossy: not the model's own run).
@@ -235,7 +237,8 @@ TEST(ManyStreamsTest, EveryProcessServes256StreamsOnFewThreads) {
   // the official `openai` npm client: each stream must end with its usage; the sampler goes on.
   nlohmann::json sse_requests = nlohmann::json::array();
   for (int p = 0; p < kPrompts; ++p) {
-    sse_requests.push_back({{"model", p % 2 == 0 ? "a" : "b"}, {"prompt", prompts[p]}});
+    sse_requests.push_back(
+        {{"model", p % 2 == 0 ? "a" : "b"}, {"prompt", prompts[p]}, {"deadline_ms", kDeadlineMs}});
   }
   testing::WriteFile(dir + "/sse_requests.json", sse_requests.dump());
   const testing::CommandResult sse = testing::RunCommand(

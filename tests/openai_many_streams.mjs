@@ -1,7 +1,8 @@
 // Many concurrent streamed completions through the official `openai` npm client (run by
 // tests/many_streams_test.cc):
 //   node openai_many_streams.mjs NODE_MODULES_DIR HOST:PORT STREAMS MAX_TOKENS REQUESTS_JSON
-// REQUESTS_JSON: a file with [{model, prompt: [token ids]}], taken in turn. Opens every stream at
+// REQUESTS_JSON: a file with [{model, prompt: [token ids], deadline_ms}], taken in turn
+// (deadline_ms: the coordinator's OpenAI extension, sent in the body as given). Opens every stream at
 // once (greedy, stream_options.include_usage), reads each to its end and checks it: a
 // finish_reason, usage.completion_tokens == MAX_TOKENS, no error chunk. Prints one JSON line
 // {completed, failures: [first few], most_open}; exits 0 (the C++ side judges).
@@ -19,13 +20,13 @@ const requests = JSON.parse(readFileSync(requestsFile, 'utf8'));
 
 let open = 0, mostOpen = 0;
 async function one(i) {
-  const { model, prompt } = requests[i % requests.length];
+  const { model, prompt, deadline_ms } = requests[i % requests.length];
   open += 1;
   mostOpen = Math.max(mostOpen, open);
   try {
     const stream = await client.completions.create({
       model, prompt, max_tokens: maxTokens, temperature: 0, stream: true,
-      stream_options: { include_usage: true } });
+      stream_options: { include_usage: true }, ...(deadline_ms ? { deadline_ms } : {}) });
     let finish = null, usage = null, text = '';
     for await (const chunk of stream) {
       if (chunk.error) return `stream ${i}: error chunk ${JSON.stringify(chunk.error)}`;
