@@ -82,16 +82,18 @@ nlohmann::json MsList(const std::vector<double>& us) {
   return out;
 }
 
+// Keeps the faster of `*slot` (0: none yet) and `value`.
+void KeepMin(double* slot, uint64_t value) {
+  const double v = static_cast<double>(value);
+  if (*slot == 0 || v < *slot) *slot = v;
+}
+
 // Keeps, stage by stage, the fastest of `a` and a transfer's timings `t`.
 void KeepFastest(const v1::Timings& t, StagesAlone* a) {
-  auto keep_min = [](double* slot, uint64_t value) {
-    const double v = static_cast<double>(value);
-    if (*slot == 0 || v < *slot) *slot = v;
-  };
-  keep_min(&a->prefill_us, t.prefill());
-  keep_min(&a->last_rebuild_us, t.last_rebuild());
-  keep_min(&a->rebuild_us, t.rebuild());
-  keep_min(&a->decode_us, t.first_decode());
+  KeepMin(&a->prefill_us, t.prefill());
+  KeepMin(&a->last_rebuild_us, t.last_rebuild());
+  KeepMin(&a->rebuild_us, t.rebuild());
+  KeepMin(&a->decode_us, t.first_decode());
   auto keep_each = [](std::vector<double>* slots, const auto& values, bool zero_is_none) {
     if (slots->size() < static_cast<size_t>(values.size())) {
       slots->resize(static_cast<size_t>(values.size()), 0);
@@ -272,10 +274,6 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
     std::vector<SweepReply> reference(static_cast<size_t>(n_prompts));
     std::map<std::pair<std::string, int>, StagesAlone> alone;
     // The fastest of the repeats, stage by stage.
-    auto keep_min = [](double* slot, uint64_t value) {
-      const double v = static_cast<double>(value);
-      if (*slot == 0 || v < *slot) *slot = v;
-    };
     for (int rep = 0; rep < o.alone_repeats; ++rep) {
       for (int p = 0; p < n_prompts; ++p) {
         progress(absl::StrCat(consumer, " local (own prefill alone)"));
@@ -284,7 +282,7 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
           return absl::FailedPreconditionError(
               absl::StrCat("the reference (local) request on ", consumer, " failed: ", r.error));
         }
-        keep_min(&alone[{"local", p}].prefill_us, r.f.timings().prefill());
+        KeepMin(&alone[{"local", p}].prefill_us, r.f.timings().prefill());
         if (rep == 0) reference[p] = std::move(r);
       }
       for (const std::string& mode : o.modes) {
@@ -340,7 +338,7 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
                                                                      : mode;
               StagesAlone& a = alone[{key_mode, p}];
               if (rec.mode_used == "local") {
-                keep_min(&a.prefill_us, rec.timings.prefill());
+                KeepMin(&a.prefill_us, rec.timings.prefill());
               } else {
                 KeepFastest(rec.timings, &a);
                 rec.transfer_bound_us = TransferUs(static_cast<double>(rec.payload_bytes),
