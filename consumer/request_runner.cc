@@ -202,6 +202,8 @@ class TargetRun : public std::enable_shared_from_this<TargetRun> {
   // The transfer failed: the Error, or the fallback to local prefill when allowed.
   void PrefixFailed(const absl::Status& why);
   void Handover(PrefixOutcome prefix);
+  // The stream that turns the sequence's tokens into events; its callbacks hold the run.
+  std::unique_ptr<SequenceStream> NewStream();
   // Stores the prefix's blocks this request computed, once its cache holds the whole prefix.
   void StorePrefix(const KvCache& complete);
   // The sequence ended (the scheduler's thread): Finished or the Error, then `done`.
@@ -245,8 +247,9 @@ class TargetRun : public std::enable_shared_from_this<TargetRun> {
   std::optional<LayerStepper> tail_;
   ReceiveReport report_;
   absl::StatusOr<at::Tensor> logits_;
-  // From the hand-over: how the prefix came to be, whether its blocks are stored, the stream
-  // that turns the sequence's tokens into events (its callbacks hold the run until its end).
+  // From the hand-over: how the prefix came to be, whether its blocks are stored. The stream
+  // (made before a transfer, else at the hand-over) holds the run through its callbacks until
+  // the sequence's end, or until a failure before the hand-over lets it go.
   PrefixOutcome prefix_;
   bool stored_ = false;
   std::unique_ptr<SequenceStream> stream_;
@@ -259,6 +262,8 @@ void TargetRun::Start() {
   // reservation after the transfer timeout.
   const absl::Time now = clock_->Now();
   give_up_ = std::min(deadline_, now + consumer_.transfer_timeout);
+  // Made while the codes are on their way (the detokenizer reads the prompt), not after.
+  stream_ = NewStream();
   if (!context_.on_session) return Post(&TargetRun::Receive);
   std::shared_ptr<TargetRun> self = shared_from_this();
   context_.on_session(std::max(absl::ZeroDuration(), give_up_ - now),
@@ -400,8 +405,22 @@ void TargetRun::PrefixFailed(const absl::Status& why) {
   Handover(std::move(outcome));
 }
 
+std::unique_ptr<SequenceStream> TargetRun::NewStream() {
+  std::shared_ptr<TargetRun> self = shared_from_this();
+  SequenceStream::Options stream_options;
+  stream_options.target = consumer_.name;
+  stream_options.tokenizer = consumer_.tokenizer;
+  stream_options.stop_strings = options_.stop_strings;
+  stream_options.top_logprobs = options_.top_logprobs;
+  stream_options.on_prompt_done = [self](const KvCache& complete) { self->StorePrefix(complete); };
+  stream_options.on_event = emit_;
+  stream_options.on_ended = [self](const SequenceEnd& end) { self->Ended(end); };
+  return std::make_unique<SequenceStream>(std::move(stream_options), ids_);
+}
+
 void TargetRun::Fail(absl::Status status) {
   if (handed_over_ || !done_) return;
+  stream_.reset();  // never handed over: its callbacks let go of the run
   emit_(ErrorEvent(consumer_.name, status));
   const RunDone done = std::move(done_);
   done_ = nullptr;
@@ -432,16 +451,7 @@ void TargetRun::Handover(PrefixOutcome prefix) {
   }
   // The scheduler prefills what is left (local) and decodes; the stream hands its events over
   // on the scheduler's thread, and its end finishes the target (Ended).
-  std::shared_ptr<TargetRun> self = shared_from_this();
-  SequenceStream::Options stream_options;
-  stream_options.target = consumer_.name;
-  stream_options.tokenizer = consumer_.tokenizer;
-  stream_options.stop_strings = options_.stop_strings;
-  stream_options.top_logprobs = options_.top_logprobs;
-  stream_options.on_prompt_done = [self](const KvCache& complete) { self->StorePrefix(complete); };
-  stream_options.on_event = emit_;
-  stream_options.on_ended = [self](const SequenceEnd& end) { self->Ended(end); };
-  stream_ = std::make_unique<SequenceStream>(std::move(stream_options), ids_);
+  if (stream_ == nullptr) stream_ = NewStream();
   SequenceRequest sequence{
       ids_,
       *std::move(cache_),

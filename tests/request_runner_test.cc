@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -116,14 +118,19 @@ class RequestRunnerTest : public ::testing::Test {
     };
     // As a node runs it: its scheduler and step queue (the scheduler outlives the queue's jobs).
     consumer::ConsumerModel node = consumer;
-    consumer::DecodeScheduler scheduler(*node.model, consumer::SchedulerOptions());
-    WorkQueue steps(2);
-    node.scheduler = &scheduler;
-    node.steps = &steps;
+    std::optional<consumer::DecodeScheduler> scheduler;
+    scheduler.emplace(*node.model, consumer::SchedulerOptions());
+    std::optional<WorkQueue> steps;
+    steps.emplace(2);
+    node.scheduler = &*scheduler;
+    node.steps = &*steps;
     Awaited<absl::Status> ended;
+    // Held by the run (its event sink) for as long as the run lives.
+    auto held = std::make_shared<int>(0);
+    const std::weak_ptr<int> run_alive = held;
     consumer::StartTarget(
         node, request, route, context,
-        [&](const v1::GenerateEvent& e) {
+        [&, held](const v1::GenerateEvent& e) {
           run.events.push_back(e);
           if (e.has_token()) {
             run.text += e.token().text();
@@ -131,8 +138,14 @@ class RequestRunnerTest : public ::testing::Test {
           }
         },
         ended.Setter());
+    held.reset();
     ended.Wait().IgnoreError();
     if (producer.joinable()) producer.join();
+    // Once its jobs ran and its scheduler stopped, the run is gone whichever way it ended (its
+    // stream's callbacks hold it: a failure before the hand-over must let go of them).
+    steps.reset();
+    scheduler.reset();
+    EXPECT_TRUE(run_alive.expired()) << "the run outlived its end";
     // Exactly one Started first (unless refused before it) and exactly one terminal event, last.
     int terminal = 0;
     for (const auto& e : run.events) terminal += e.has_finished() || e.has_error();
