@@ -53,7 +53,9 @@ LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights, Options options
       source_(std::move(source)),
       fast_decode_rows_(options_.decode_attention_kernel && options_.device.is_cpu() &&
                         options_.dtype == c10::kFloat &&
-                        DecodeAttentionAvailable(config_.head_dim)) {}
+                        DecodeAttentionAvailable(config_.head_dim)) {
+  rope_tables_ = MakeWorkspace(kSharedRopePositions);
+}
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& dir,
                                                              const Options& options) {
@@ -105,6 +107,18 @@ KvCache LlamaModel::NewCache(int64_t capacity) const {
 }
 
 DecodeWorkspace LlamaModel::NewWorkspace(int64_t capacity) const {
+  const int64_t n = std::max<int64_t>(1, std::min(capacity, config_.max_position_embeddings));
+  if (n > rope_tables_.capacity_) return MakeWorkspace(n);
+  DecodeWorkspace ws;
+  ws.capacity_ = n;
+  ws.k_cos = rope_tables_.k_cos.narrow(0, 0, n);
+  ws.k_sin = rope_tables_.k_sin.narrow(0, 0, n);
+  ws.q_cos = rope_tables_.q_cos.narrow(0, 0, n);
+  ws.q_sin = rope_tables_.q_sin.narrow(0, 0, n);
+  return ws;
+}
+
+DecodeWorkspace LlamaModel::MakeWorkspace(int64_t capacity) const {
   DecodeWorkspace ws;
   ws.capacity_ = std::max<int64_t>(1, std::min(capacity, config_.max_position_embeddings));
   at::Tensor like =
@@ -343,8 +357,14 @@ LlamaModel::StepContext LlamaModel::PlanStep(int64_t p0, int64_t tokens, const a
   StepContext step;
   step.p0 = p0;
   step.tokens = tokens;
-  // RoPE tables: sliced from the sequence's workspace, else built once per call. The query
-  // tables carry the 1/sqrt(head_dim) attention scale, so scaling costs no extra pass.
+  // RoPE tables: sliced from the sequence's workspace, else from the tables made at load, else
+  // built once per call. The query tables carry the 1/sqrt(head_dim) attention scale, so scaling
+  // costs no extra pass.
+  if (workspace == nullptr || p0 + tokens > workspace->capacity()) {
+    const at::Tensor& made = rope_tables_.k_cos;
+    const bool fits = made.scalar_type() == like.scalar_type() && made.device() == like.device();
+    workspace = fits ? &rope_tables_ : nullptr;
+  }
   if (workspace != nullptr && p0 + tokens <= workspace->capacity()) {
     step.k_cos = workspace->k_cos.narrow(0, p0, tokens);
     step.k_sin = workspace->k_sin.narrow(0, p0, tokens);

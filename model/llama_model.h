@@ -184,8 +184,10 @@ class LlamaModel {
   // An empty cache for this model (capacity is a hint in tokens).
   KvCache NewCache(int64_t capacity) const;
   // A workspace for a sequence of up to `capacity` positions (clamped to max positions); steps
-  // beyond it fall back to building their tables.
+  // beyond it fall back to building their tables. Up to kSharedRopePositions it is a view of
+  // tables made once at load (no work per sequence).
   DecodeWorkspace NewWorkspace(int64_t capacity) const;
+  static constexpr int64_t kSharedRopePositions = 8192;
 
   // Runs `tokens` through every layer, appending their K/V to `cache`.
   // REQUIRES: all cache layers hold the same number of positions.
@@ -290,6 +292,8 @@ class LlamaModel {
   // own thread, for steps whose projections run on that pool (packed weights, few rows):
   // OpenBLAS's workers otherwise yield-spin beside the pool's threads (compute_steps.h,
   // BlasOnCallingThreads).
+  // NewWorkspace's tables, computed.
+  DecodeWorkspace MakeWorkspace(int64_t capacity) const;
   at::Tensor AttendByHead(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                           const StepContext& step) const;
 
@@ -297,6 +301,10 @@ class LlamaModel {
   ModelWeights weights_;
   Options options_;
   RotaryEmbedding rope_;
+  // NewWorkspace's tables for the first min(max positions, kSharedRopePositions) positions, made
+  // at load: a row depends only on its position (a table of 130 positions took 0.2 ms to make,
+  // on every request's path to its first token). Immutable.
+  DecodeWorkspace rope_tables_;
   std::string source_;
   // Decode rows are appended and attended on memory (CPU, float32, model/decode_attention.h).
   bool fast_decode_rows_ = false;

@@ -402,6 +402,41 @@ TEST(RopeTest, Llama3ScalingFollowsPublishedFormula) {
   EXPECT_DOUBLE_EQ(rope.inv_freq()[0], 1.0);  // highest frequency untouched
 }
 
+// The model makes its RoPE tables once, for positions [0, kSharedRopePositions), and every step
+// slices them; that is only the per-call computation if a row depends on its position alone --
+// not on which other positions share the call (ATen's vector and scalar cos/sin could differ in
+// the last float64 bit; the cast to the model's dtype must not show it).
+TEST(RopeTest, ATableRowDependsOnlyOnItsPosition) {
+  RopeConfig llama3;
+  llama3.theta = 500000;
+  llama3.scaling = RopeScalingType::kLlama3;
+  llama3.factor = 8;
+  llama3.original_max_position_embeddings = 8192;
+  const auto positions = [](int64_t begin, int64_t n) {
+    return at::arange(begin, begin + n, at::TensorOptions().dtype(at::kLong));
+  };
+  for (const auto& [config, head_dim] :
+       {std::pair{RopeConfig{}, int64_t{8}}, {RopeConfig{}, 64}, {llama3, 128}}) {
+    RotaryEmbedding rope(config, head_dim);
+    for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      const at::Tensor like = at::empty({0}, at::TensorOptions().dtype(dtype));
+      const int64_t all = LlamaModel::kSharedRopePositions;
+      auto [cos_all, sin_all] = rope.Tables(positions(0, all), like);
+      for (const auto& [begin, n] : {std::pair<int64_t, int64_t>{0, 1},
+                                     {5, 3},
+                                     {129, 1},
+                                     {0, 130},
+                                     {17, 111},
+                                     {1000, 7},
+                                     {all - 9, 9}}) {
+        auto [cos, sin] = rope.Tables(positions(begin, n), like);
+        EXPECT_TRUE(at::equal(cos, cos_all.narrow(0, begin, n))) << head_dim << " " << begin;
+        EXPECT_TRUE(at::equal(sin, sin_all.narrow(0, begin, n))) << head_dim << " " << begin;
+      }
+    }
+  }
+}
+
 TEST(RopeTest, InvertUndoesApply) {
   RotaryEmbedding rope(RopeConfig{}, 64);
   at::Tensor x = at::randn({2, 9, 64}, at::kDouble);
@@ -484,8 +519,9 @@ TEST(RuntimeTest, Bf16RunsOnCpuCloseToGolden) {
 namespace scd {
 namespace {
 
-// Decode steps with a per-sequence workspace reuse RoPE tables that are computed element by
-// element exactly as the per-call ones: the results are bit-identical.
+// Decode steps with a per-sequence workspace slice the same RoPE tables as steps without one (the
+// model's, made at load; RopeTest.ATableRowDependsOnlyOnItsPosition: as if made per call): the
+// results are bit-identical.
 TEST(DecodeWorkspaceTest, StepsWithAWorkspaceAreBitIdentical) {
   for (const char* name : {"stories260k", "tinystories-4m"}) {
     auto model = testing::Ok(LlamaModel::Load(testing::ModelDir(name), {}));
