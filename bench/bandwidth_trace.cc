@@ -94,6 +94,7 @@ void FillRecord(const SweepOptions& o, const SweepReply& r, TraceRecord* rec) {
   rec->mode_used = RanModeName(r.f);
   rec->choice = ChoiceText(r.started, r.f);
   rec->ttft_ms = static_cast<double>(r.f.timings().ttft()) / 1e3;
+  rec->client_ttft_ms = r.client_ttft_us / 1e3;
   rec->predicted_ttft_ms = static_cast<double>(r.f.predicted_ttft_us()) / 1e3;
   rec->payload_bytes = r.f.payload_bytes();
   rec->lowered_layers = r.f.lowered_layers_size();
@@ -247,16 +248,26 @@ std::string TraceJsonl(const std::vector<TraceRecord>& records) {
   std::string out;
   for (const TraceRecord& r : records) {
     const nlohmann::json j = {
-        {"consumer", r.consumer},       {"mode", r.mode},
-        {"mode_used", r.mode_used},     {"choice", r.choice},
-        {"prompt", r.prompt},           {"ok", r.ok},
-        {"error", r.error},             {"start_s", r.start_s},
-        {"end_s", r.end_s},             {"step", r.step},
+        {"consumer", r.consumer},
+        {"mode", r.mode},
+        {"mode_used", r.mode_used},
+        {"choice", r.choice},
+        {"prompt", r.prompt},
+        {"ok", r.ok},
+        {"error", r.error},
+        {"start_s", r.start_s},
+        {"end_s", r.end_s},
+        {"step", r.step},
         {"gbps_start", Rate(r.gbps_start)},
-        {"gbps_end", Rate(r.gbps_end)}, {"ttft_ms", r.ttft_ms},
-        {"predicted_ttft_ms", r.predicted_ttft_ms}, {"payload_bytes", r.payload_bytes},
-        {"lowered_layers", r.lowered_layers}, {"met_slo", r.met_slo},
-        {"expected_kl", r.expected_kl},       {"replay_of", r.replay_of},
+        {"gbps_end", Rate(r.gbps_end)},
+        {"ttft_ms", r.ttft_ms},
+        {"client_ttft_ms", r.client_ttft_ms},
+        {"predicted_ttft_ms", r.predicted_ttft_ms},
+        {"payload_bytes", r.payload_bytes},
+        {"lowered_layers", r.lowered_layers},
+        {"met_slo", r.met_slo},
+        {"expected_kl", r.expected_kl},
+        {"replay_of", r.replay_of},
     };
     absl::StrAppend(&out, j.dump(), "\n");
   }

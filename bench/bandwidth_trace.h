@@ -41,6 +41,9 @@ struct TraceRecord {
   int step = 0;
   double gbps_start = 0, gbps_end = 0;
   double ttft_ms = 0;                   // the server's (Finished.timings.ttft)
+  // The client's, from its send: everything the request set off (the producer's pass may start
+  // before the consumer has the request) comes after it.
+  double client_ttft_ms = 0;
   double predicted_ttft_ms = 0;         // auto's (0: none)
   uint64_t payload_bytes = 0;
   int lowered_layers = 0;  // layers the producer sent below the choice's ranks (adaptation)
