@@ -378,7 +378,8 @@ TEST(RopeTest, LinearScalingEqualsPositionDivision) {
   EXPECT_LE(testing::MaxAbsDiff(sin_a, sin_b), 2 * 64 * testing::kFloat32Epsilon);
 }
 
-TEST(RopeTest, Llama3ScalingFollowsPublishedFormula) {
+// Llama 3's published rope scaling.
+RopeConfig Llama3Rope() {
   RopeConfig r;
   r.theta = 500000;
   r.scaling = RopeScalingType::kLlama3;
@@ -386,7 +387,11 @@ TEST(RopeTest, Llama3ScalingFollowsPublishedFormula) {
   r.low_freq_factor = 1;
   r.high_freq_factor = 4;
   r.original_max_position_embeddings = 8192;
-  RotaryEmbedding rope(r, 128);
+  return r;
+}
+
+TEST(RopeTest, Llama3ScalingFollowsPublishedFormula) {
+  RotaryEmbedding rope(Llama3Rope(), 128);
   for (int i = 0; i < 64; ++i) {
     double f = std::pow(500000.0, -2.0 * i / 128);
     double wavelen = 2 * M_PI / f;
@@ -407,16 +412,11 @@ TEST(RopeTest, Llama3ScalingFollowsPublishedFormula) {
 // not on which other positions share the call (ATen's vector and scalar cos/sin could differ in
 // the last float64 bit; the cast to the model's dtype must not show it).
 TEST(RopeTest, ATableRowDependsOnlyOnItsPosition) {
-  RopeConfig llama3;
-  llama3.theta = 500000;
-  llama3.scaling = RopeScalingType::kLlama3;
-  llama3.factor = 8;
-  llama3.original_max_position_embeddings = 8192;
   const auto positions = [](int64_t begin, int64_t n) {
     return at::arange(begin, begin + n, at::TensorOptions().dtype(at::kLong));
   };
   for (const auto& [config, head_dim] :
-       {std::pair{RopeConfig{}, int64_t{8}}, {RopeConfig{}, 64}, {llama3, 128}}) {
+       {std::pair{RopeConfig{}, int64_t{8}}, {RopeConfig{}, 64}, {Llama3Rope(), 128}}) {
     RotaryEmbedding rope(config, head_dim);
     for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
       const at::Tensor like = at::empty({0}, at::TensorOptions().dtype(dtype));
