@@ -292,10 +292,10 @@ class LlamaModel {
   // own thread, for steps whose projections run on that pool (packed weights, few rows):
   // OpenBLAS's workers otherwise yield-spin beside the pool's threads (compute_steps.h,
   // BlasOnCallingThreads).
-  // NewWorkspace's tables, computed.
-  DecodeWorkspace MakeWorkspace(int64_t capacity) const;
   at::Tensor AttendByHead(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                           const StepContext& step) const;
+  // NewWorkspace's tables, computed.
+  DecodeWorkspace MakeWorkspace(int64_t capacity) const;
 
   ModelConfig config_;
   ModelWeights weights_;
