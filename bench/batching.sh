@@ -13,7 +13,8 @@
 #        mixed-scd    an scd rebuild: the three daemons, the producer pinned to the first half of
 #                     the CPUs, coordinator and consumer to the rest (a producer on its own machine)
 #   bash bench/batching.sh BUILD SHARED OUT [PART ...]     (parts: the names above)
-# BIN_BEFORE=DIR/bin runs part 1 with an earlier build too (the same commands, same run).
+# BIN_BEFORE=DIR/bin runs part 1 with an earlier build too (the same commands, same run);
+# ROUNDS (2), CONCURRENCY ("1 2 4 8 16") and NUM_PROMPTS (32) shape part 1.
 set -euo pipefail
 BUILD=${1:-build}
 SHARED=${2:-../shared}
@@ -28,6 +29,9 @@ SHARED=$(cd "$SHARED" && pwd)
 want() { [ "$ONLY" = "  " ] || [[ "$ONLY" == *" $1 "* ]]; }
 ROUNDS=${ROUNDS:-2}
 CONCURRENCY=${CONCURRENCY:-1 2 4 8 16}
+# Prompts per serve run: 32 keeps a 4M run at 3-4 s, too short to separate two builds by 10 %
+# (bench/README "Before and after issue 49"); more make each run longer and its rounds closer.
+NUM_PROMPTS=${NUM_PROMPTS:-32}
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; PIDS=(); }
 trap cleanup EXIT
@@ -59,7 +63,7 @@ serve_part() {
       for c in $CONCURRENCY; do
         echo "== $name ($tag) round $round, concurrency $c" >&2
         "$bin/scd-bench" serve --server "$addr" --targets c --mode "$mode" --request-rate inf \
-          --num-prompts 32 --input-len 64 --output-len 128 --vocab-size "$vocab" \
+          --num-prompts "$NUM_PROMPTS" --input-len 64 --output-len 128 --vocab-size "$vocab" \
           --max-concurrency "$c" --quiet --out "$OUT/$name/$tag-r$round-c$c" \
           > "$OUT/$name/$tag-r$round-c$c.txt" 2>&1 || true
       done
