@@ -50,13 +50,16 @@ serve_all_in_one() {
 }
 
 # serve_part NAME MODE VOCAB SERVE_ARGS...: the concurrency table of one server, this build and
-# (BIN_BEFORE) the earlier one, rounds alternating.
+# (BIN_BEFORE) the earlier one, rounds alternating and the builds' order alternating with them.
 serve_part() {
   local name=$1 mode=$2 vocab=$3; shift 3
   local builds=("after:$BIN")
   [ -n "${BIN_BEFORE:-}" ] && builds+=("before:$BIN_BEFORE")
   for round in $(seq "$ROUNDS"); do
-    for entry in "${builds[@]}"; do
+    # Even rounds run the builds in the other order (ABBA): neither build always goes first.
+    local order=("${builds[@]}")
+    if [ "${#builds[@]}" -eq 2 ] && [ $((round % 2)) -eq 0 ]; then order=("${builds[1]}" "${builds[0]}"); fi
+    for entry in "${order[@]}"; do
       local tag=${entry%%:*} bin=${entry#*:}
       serve_all_in_one "$bin" "$name-$tag" "$@"
       local addr=$ADDR
