@@ -165,7 +165,7 @@ fi
 
 # The concurrency tables: output tok/s and median TPOT per C, the median over rounds.
 "$PY" - "$OUT" <<'EOF'
-import glob, json, os, re, statistics, sys
+import glob, json, os, random, re, statistics, sys
 out = sys.argv[1]
 for part in ("4m-local", "tl-local", "4m-scd"):
     rows = {}
@@ -191,4 +191,37 @@ for part in ("4m-local", "tl-local", "4m-scd"):
             failed = sum(r[3] for r in rows[(tag, c)])
             print(f"{tag:>6} C={c:<3} {tps:9.1f} tok/s ({tps / base:4.2f}x)  TPOT {tpot:8.2f} ms "
                   f"({tpot / base_tpot:4.2f}x)  failed {failed}")
+    # With BIN_BEFORE: the builds paired round by round (same round, back to back), so a slow
+    # phase of the machine falls on both; the median pair and a 90 % bootstrap interval of it.
+    by_round = {}
+    for path in glob.glob(os.path.join(out, part, "*", "serve-inf.json")):
+        m = re.match(r"(before|after)-r(\d+)-c(\d+)", os.path.basename(os.path.dirname(path)))
+        if m:
+            by_round[(m.group(1), int(m.group(2)), int(m.group(3)))] = (
+                json.load(open(path))["output_throughput"])
+    rounds = sorted({r for t, r, c in by_round if t == "before"})
+    cs = sorted({c for t, r, c in by_round})
+    if not rounds or not cs:
+        continue
+    rng = random.Random(1)
+    def interval(v):
+        meds = sorted(statistics.median(rng.choices(v, k=len(v))) for _ in range(2000))
+        return meds[100], meds[1899]
+    print(f"== {part}: after / before per round, median [90 % bootstrap interval]")
+    c1 = cs[0]
+    for c in cs:
+        pairs = [(by_round[("after", r, c)], by_round[("before", r, c)],
+                  by_round[("after", r, c1)], by_round[("before", r, c1)]) for r in rounds
+                 if all(k in by_round for k in (("after", r, c), ("before", r, c),
+                                                ("after", r, c1), ("before", r, c1)))]
+        if not pairs:
+            continue
+        tput = [a / b for a, b, _, _ in pairs]
+        scale = [(a / a1) / (b / b1) for a, b, a1, b1 in pairs]
+        lo, hi = interval(tput)
+        line = f"  C={c:<3} tok/s {statistics.median(tput):.3f} [{lo:.3f}, {hi:.3f}]"
+        if c != c1:
+            lo, hi = interval(scale)
+            line += f"  ratio to C={c1} {statistics.median(scale):.3f} [{lo:.3f}, {hi:.3f}]"
+        print(line + f"  ({len(pairs)} rounds)")
 EOF
