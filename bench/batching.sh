@@ -169,6 +169,7 @@ import glob, json, os, random, re, statistics, sys
 out = sys.argv[1]
 for part in ("4m-local", "tl-local", "4m-scd"):
     rows = {}
+    tput = {}  # (build, round, C): output tok/s, for the pairs below
     for path in glob.glob(os.path.join(out, part, "*", "serve-inf.json")):
         m = re.match(r"(before|after)-r(\d+)-c(\d+)", os.path.basename(os.path.dirname(path)))
         if not m:
@@ -176,6 +177,7 @@ for part in ("4m-local", "tl-local", "4m-scd"):
         j = json.load(open(path))
         rows.setdefault((m.group(1), int(m.group(3))), []).append(
             (j["output_throughput"], j["tpot"]["median_ms"], j["completed"], j["failed"]))
+        tput[(m.group(1), int(m.group(2)), int(m.group(3)))] = j["output_throughput"]
     if not rows:
         continue
     print(f"== {part}: output tok/s, median TPOT ms (median of rounds); x: against C = 1")
@@ -193,15 +195,9 @@ for part in ("4m-local", "tl-local", "4m-scd"):
                   f"({tpot / base_tpot:4.2f}x)  failed {failed}")
     # With BIN_BEFORE: the builds paired round by round (same round, back to back), so a slow
     # phase of the machine falls on both; the median pair and a 90 % bootstrap interval of it.
-    by_round = {}
-    for path in glob.glob(os.path.join(out, part, "*", "serve-inf.json")):
-        m = re.match(r"(before|after)-r(\d+)-c(\d+)", os.path.basename(os.path.dirname(path)))
-        if m:
-            by_round[(m.group(1), int(m.group(2)), int(m.group(3)))] = (
-                json.load(open(path))["output_throughput"])
-    rounds = sorted({r for t, r, c in by_round if t == "before"})
-    cs = sorted({c for t, r, c in by_round})
-    if not rounds or not cs:
+    rounds = sorted({r for t, r, c in tput if t == "before"})
+    cs = sorted({c for t, r, c in tput})
+    if not rounds:
         continue
     rng = random.Random(1)
     def interval(v):
@@ -210,17 +206,16 @@ for part in ("4m-local", "tl-local", "4m-scd"):
     print(f"== {part}: after / before per round, median [90 % bootstrap interval]")
     c1 = cs[0]
     for c in cs:
-        pairs = [(by_round[("after", r, c)], by_round[("before", r, c)],
-                  by_round[("after", r, c1)], by_round[("before", r, c1)]) for r in rounds
-                 if all(k in by_round for k in (("after", r, c), ("before", r, c),
-                                                ("after", r, c1), ("before", r, c1)))]
+        # after / before at C, and at C = c1 (for the ratio to it), of each round that has all four
+        pairs = [(tput[("after", r, c)] / tput[("before", r, c)],
+                  tput[("after", r, c1)] / tput[("before", r, c1)]) for r in rounds
+                 if all((t, r, k) in tput for t in ("after", "before") for k in (c, c1))]
         if not pairs:
             continue
-        tput = [a / b for a, b, _, _ in pairs]
-        scale = [(a / a1) / (b / b1) for a, b, a1, b1 in pairs]
-        lo, hi = interval(tput)
-        line = f"  C={c:<3} tok/s {statistics.median(tput):.3f} [{lo:.3f}, {hi:.3f}]"
+        lo, hi = interval([p for p, _ in pairs])
+        line = f"  C={c:<3} tok/s {statistics.median(p for p, _ in pairs):.3f} [{lo:.3f}, {hi:.3f}]"
         if c != c1:
+            scale = [p / p1 for p, p1 in pairs]
             lo, hi = interval(scale)
             line += f"  ratio to C={c1} {statistics.median(scale):.3f} [{lo:.3f}, {hi:.3f}]"
         print(line + f"  ({len(pairs)} rounds)")
