@@ -385,7 +385,7 @@ void TargetRun::Received(absl::StatusOr<ReceiveReport> report) {
         }
         // On the scheduler's thread, between its steps: the hand-over from here joins the
         // sequence at the scheduler's next step, with no wake-up of another thread on the way
-        // (a hop through the step queue and back cost 0.1-0.5 ms of TTFT on a loaded CPU).
+        // (in a request's timeline, receive complete -> first token 0.3-0.55 -> ~0.19 ms).
         self->RunStep(&TargetRun::Rebuilt);
       });
 }
