@@ -33,15 +33,7 @@ void Average(double* average, double sample) {
   *average = *average == 0 ? sample : (1 - kAverageWeight) * *average + kAverageWeight * sample;
 }
 
-// The weight of earlier steps in the ITL costs' sums, per step that adds to them.
-constexpr double kItlDecay = 0.95;
-
 }  // namespace
-
-void DecodeScheduler::ItlCost::Add(double s, double t) {
-  seconds = kItlDecay * seconds + std::max(0.0, s);
-  tokens = kItlDecay * tokens + t;
-}
 
 struct DecodeScheduler::Sequence {
   explicit Sequence(SequenceRequest r, const LlamaModel& model)
@@ -351,7 +343,7 @@ void DecodeScheduler::Publish(const std::list<std::unique_ptr<Sequence>>& runnin
   for (const auto& seq : running) stats_.decoding += seq->decoding();
   stats_.decode_step_ms = pacer_.DecodeStepEstimate(stats_.decoding) * 1e3;
   stats_.chunk_tokens = last_chunk_budget_;
-  stats_.local_itl_us_per_token = local_itl_.UsPerToken();
+  stats_.local_itl_us_per_token = pacer_.local_itl().UsPerToken();
   stats_.rebuild_itl_us_per_token = rebuild_itl_.UsPerToken();
   stats_.busy_prefill_us_per_token = busy_prefill_.UsPerToken();
 }
@@ -381,9 +373,8 @@ DecodeScheduler::Batch DecodeScheduler::BatchOf(const StepPlan& plan,
 
 void DecodeScheduler::Learn(const Batch& plan, double took, double allowed) {
   // `plan`: the step's batch as it ran.
+  // (The pacer learns the local prefill's ITL cost from the same step.)
   if (plan.decodes > 0 && plan.prefill_tokens > 0) {
-    const double alone = pacer_.DecodeStepEstimate(plan.decodes);
-    if (alone > 0) local_itl_.Add(took - alone, static_cast<double>(plan.prefill_tokens));
     busy_prefill_.Add(took, static_cast<double>(plan.prefill_tokens));
   }
   pacer_.Observe(plan.decodes, plan.prefill_tokens, took, allowed);

@@ -225,13 +225,9 @@ class DecodeScheduler {
   StepPacer pacer_;
   double rebuild_row_layer_s_ = 0;
   int64_t last_chunk_budget_ = 0;
-  // Decayed sums behind Stats' ITL costs: {seconds added to the decodes, prompt tokens}.
-  struct ItlCost {
-    double seconds = 0, tokens = 0;
-    void Add(double s, double t);
-    double UsPerToken() const { return tokens > 0 ? seconds / tokens * 1e6 : 0; }
-  };
-  ItlCost local_itl_, rebuild_itl_, busy_prefill_;
+  // Decayed sums behind Stats' rebuild ITL cost and busy prefill pace (the local ITL cost is the
+  // pacer's).
+  ItlCost rebuild_itl_, busy_prefill_;
   // Ends not yet told to their sinks (scheduler thread only; Settle tells them).
   std::vector<std::pair<SequenceSink*, SequenceEnd>> ends_;
 

@@ -14,10 +14,16 @@ constexpr double kTrim = 0.8;            // the aim after a step past its time, 
 constexpr double kUntrim = 1.02;         // ... and after one within it
 constexpr double kMinTrim = 0.25;
 constexpr int64_t kLongAlone = 32;       // prompt tokens of a prefill alone that bound the slope
+constexpr double kItlDecay = 0.95;       // an earlier step's weight in an ItlCost, per Add
 
 int64_t ToTokens(double tokens) { return static_cast<int64_t>(std::min(tokens, 1e9)); }
 
 }  // namespace
+
+void ItlCost::Add(double s, double t) {
+  seconds = kItlDecay * seconds + std::max(0.0, s);
+  tokens = kItlDecay * tokens + t;
+}
 
 StepPacer::StepPacer(double step_slack, int64_t max_decodes)
     : step_slack_(step_slack),
@@ -102,6 +108,7 @@ void StepPacer::Observe(int64_t decodes, int64_t prefill_tokens, double seconds,
     // can make them look free: the chunk it sizes is then large, and its own cost corrects it.
     const double decodes_s = DecodeStepEstimate(decodes);
     const double added = std::max(seconds - decodes_s, 0.0);
+    if (decodes_s > 0) local_itl_.Add(added, static_cast<double>(prefill_tokens));
     // Past its time: past what the step had, or (a fixed part counted only in half) past what
     // the line foresaw for this chunk, with 5 % for rounding.
     double foreseen = 0;

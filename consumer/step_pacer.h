@@ -24,6 +24,12 @@
 // which is what a running decode's inter-token latency sees (the TinyLlama mixed load: ITL p99
 // during a 2,040-token prefill 3.9x the p50 without it untrimmed, 2.6x trimmed).
 //
+// It also keeps what the prompt tokens cost the decodes beside them (the local prefill's ITL cost
+// per token, which auto weighs): each step's time past its decodes' estimate, over its tokens.
+// The estimate is the moving average of the decodes' measures alone, so a measure taken in a
+// slower moment makes the prompt work beside it look cheaper, or free, until later measures
+// (one every 64 steps at most) outweigh it.
+//
 // Thread-safety: not thread-safe (the scheduler's thread owns it).
 #ifndef SCD_CONSUMER_STEP_PACER_H_
 #define SCD_CONSUMER_STEP_PACER_H_
@@ -34,6 +40,15 @@
 #include <vector>
 
 namespace scd::consumer {
+
+// A cost per token as decayed sums {seconds, tokens}: each Add weighs the earlier ones 0.95
+// (what prompt work costs the decodes beside it; the scheduler keeps rebuilds' the same way).
+struct ItlCost {
+  double seconds = 0, tokens = 0;
+  // Adds `s` seconds (negative counts as none) spent on `t` tokens.
+  void Add(double s, double t);
+  double UsPerToken() const { return tokens > 0 ? seconds / tokens * 1e6 : 0; }
+};
 
 class StepPacer {
  public:
@@ -61,6 +76,9 @@ class StepPacer {
   // The fitted chunk cost {fixed seconds, seconds per token}; none until chunks of spread sizes
   // were seen.
   std::optional<std::pair<double, double>> ChunkLine() const;
+  // What the prompt tokens of steps beside decodes added to those steps, per token (steps
+  // before any decodes were measured count for nothing).
+  const ItlCost& local_itl() const { return local_itl_; }
 
  private:
   double step_slack_;
@@ -75,6 +93,7 @@ class StepPacer {
   double slope_ = 0;          // the last cost per token fitted from spread sizes (0: none)
   double trim_ = 1;           // (0.25, 1]: shrunk by steps past their time
   double alone_token_s_ = 0;  // the least a token cost in a prefill alone of 32 or more
+  ItlCost local_itl_;
 };
 
 }  // namespace scd::consumer

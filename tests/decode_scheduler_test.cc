@@ -514,12 +514,14 @@ TEST_P(DecodeSchedulerTest, PromptWorkBesideDecodesReportsItsItlCostPerToken) {
   const double busy = scheduler.stats().busy_prefill_us_per_token;
   EXPECT_GE(busy, wall / 4);
   EXPECT_LE(busy, wall * 4);
-  // What the chunks added to the decode's steps: something, and never more than those steps'
-  // whole time. (Its size against the decode's token gaps is not checked: a gap measured alone
-  // before the prefill and the gaps during it see different loads from other processes -- under
-  // ctest -j2 that made a 4x bound fail, 41 against a gap reference of 200 us per token.)
+  // What the chunks added to the decode's steps: never more than those steps' whole time. How
+  // much they added is the pacer's arithmetic, checked on given costs (step_pacer_test): on the
+  // wall clock it is not even sure to be above 0 -- it is each step's time past the decodes'
+  // last measure alone, and a measure taken while another process held the CPU reads every
+  // chunk step of this short prefill as free (CI, Sandybridge kernels under ctest -j2: 0). Its
+  // size against the decode's token gaps is not checked either, for the same reason (a 4x bound
+  // failed under ctest -j2, 41 against a gap reference of 200 us per token).
   const double local = scheduler.stats().local_itl_us_per_token;
-  EXPECT_GT(local, 0);
   EXPECT_LE(local, busy) << "a step carrying chunks costs at least what it adds";
   enough = true;
   EXPECT_TRUE(absl::IsCancelled(decoding.Wait().status));

@@ -140,5 +140,26 @@ TEST(StepPacerTest, StepsPastTheirTimeTrimTheChunkUntilTheyStop) {
   EXPECT_NEAR(static_cast<double>(after), static_cast<double>(quiet), 1.0);
 }
 
+// The local prefill's ITL cost: a step's time past its decodes' estimate over its prompt tokens,
+// older steps weighing 0.95 a step. Decodes at 1 ms; chunks of 10 tokens adding 0.3 ms, then of
+// 20 adding 0.4 ms: (0.95 * 0.3 + 0.4) ms over (0.95 * 10 + 20) tokens.
+TEST(StepPacerTest, TheLocalItlCostIsWhatPromptTokensAddPerToken) {
+  StepPacer pacer(2.0, 64);
+  pacer.Observe(1, 10, 0.0013, 0.001);
+  EXPECT_EQ(pacer.local_itl().UsPerToken(), 0) << "no decode measured: nothing to compare with";
+  pacer.Observe(1, 0, 0.001, 0);
+  pacer.Observe(1, 10, 0.0013, 0.001);
+  EXPECT_NEAR(pacer.local_itl().UsPerToken(), 30, 1e-9);
+  pacer.Observe(1, 20, 0.0014, 0.001);
+  EXPECT_NEAR(pacer.local_itl().UsPerToken(), (0.95 * 300 + 400) / (0.95 * 10 + 20), 1e-9);
+  // A step that came out under the estimate (the decodes measured in a slower moment) adds its
+  // tokens at no cost: the cost shrinks, it never goes negative.
+  const double before = pacer.local_itl().UsPerToken();
+  pacer.Observe(1, 10, 0.0008, 0.001);
+  EXPECT_NEAR(pacer.local_itl().UsPerToken(),
+              0.95 * (0.95 * 300 + 400) / (0.95 * (0.95 * 10 + 20) + 10), 1e-9);
+  EXPECT_LT(pacer.local_itl().UsPerToken(), before);
+}
+
 }  // namespace
 }  // namespace scd::consumer
