@@ -28,15 +28,19 @@ namespace scd::transport::ucx_internal {
 std::string UcsError(ucs_status_t status);
 
 // Applies the backend's settings to a ucp config read from the environment: tcp added to a
-// shared-memory-only UCX_TLS, CMA_MEMORY_INVALIDATE=y where cma may be used, endpoint keepalive
-// from `options` (the user's own UCX_KEEPALIVE_* win). Logs what it changed, once per process.
+// shared-memory-only UCX_TLS, CMA_MEMORY_INVALIDATE=y where cma may be used, no tcp PUT and no
+// zero-copy sends where tcp may be used (UCX 1.13's tcp aborts a survivor of a peer that closed
+// mid-transfer otherwise; larger tcp segments instead), endpoint keepalive from `options`. The
+// user's own UCX_* variables win. Logs what it changed, once per process.
 void ConfigureContext(ucp_config_t* config, const TransportOptions& options);
 
 // True for a UCX_TLS list that names no transport ucp's sockaddr connection manager can resolve
 // an IP address to (an exclusion list "^..." or "all" keeps the network transports).
 bool LacksNetworkTransport(absl::string_view tls);
-// Whether a UCX_TLS value (null: unset) may enable the cma transport.
+// Whether a UCX_TLS value (null: unset) may enable the cma transport; the tcp transport (also
+// where ConfigureContext adds it).
 bool MayUseCma(const char* tls);
+bool MayUseTcp(const char* tls);
 
 // The transports the context uses ("tcp", "cma", ...), from ucp_context_print_info.
 std::vector<std::string> ContextTransports(ucp_context_h context);
