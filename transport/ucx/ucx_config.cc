@@ -62,7 +62,7 @@ bool Names(const char* tls, std::initializer_list<absl::string_view> names) {
 // CloseReachesBothHandlersOnce over ucx_tcp, repeated beside two CPU hogs, aborted within 1-10 s
 // (2-48 repeats); with PUT off (rendezvous data goes as active messages) and no zero-copy (sends
 // copy into tcp's segment buffers) it ran 391 repeats in 120 s. Segments of 256 KiB (UCX: 8 KiB
-// out, 64 KiB in) keep the copies few: loopback goodput 1.7-1.9 GiB/s against 1.7-2.1 with zero
+// out, 64 KiB in) keep the copies few: loopback goodput 1.6-2.1 GiB/s against 1.6-2.1 with zero
 // copy (0.7-0.9 with 8 KiB segments). Same-host bulk data still moves by cma (a get, no tcp PUT).
 // The user's own UCX_* settings win.
 void KeepTcpOffZeroCopy(ucp_config_t* config) {
