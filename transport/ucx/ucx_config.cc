@@ -40,6 +40,19 @@ absl::StatusOr<SockAddr> Resolve(const std::string& host, uint16_t port, bool pa
   return out;
 }
 
+// Sets `key` (ucp's name, or a UCT component's without its prefix: ucp hands unknown keys on)
+// to `value` unless the environment sets `variable` (the user's own setting wins).
+void SetUnlessUserSet(ucp_config_t* config, const char* variable, const char* key,
+                      const std::string& value) {
+  if (std::getenv(variable) != nullptr) return;
+  const ucs_status_t status = ucp_config_modify(config, key, value.c_str());
+  if (status != UCS_OK) {
+    spdlog::warn("ucx: cannot set {}={}: {}", variable, value, UcsError(status));
+  } else {
+    spdlog::debug("ucx: {}={}", variable, value);
+  }
+}
+
 // Whether a UCX_TLS value (null: unset) names one of `names` (or excludes none of them).
 bool Names(const char* tls, std::initializer_list<absl::string_view> names) {
   if (tls == nullptr) return true;
@@ -62,28 +75,14 @@ bool Names(const char* tls, std::initializer_list<absl::string_view> names) {
 // CloseReachesBothHandlersOnce over ucx_tcp, repeated beside two CPU hogs, aborted within 1-10 s
 // (2-48 repeats); with PUT off (rendezvous data goes as active messages) and no zero-copy (sends
 // copy into tcp's segment buffers) it ran 391 repeats in 120 s. Segments of 256 KiB (UCX: 8 KiB
-// out, 64 KiB in) keep the copies few: loopback goodput 1.6-2.1 GiB/s against 1.6-2.1 with zero
-// copy (0.7-0.9 with 8 KiB segments). Same-host bulk data still moves by cma (a get, no tcp PUT).
-// The user's own UCX_* settings win.
+// out, 64 KiB in) keep the copies few: loopback goodput 1.5-1.6 GiB/s against 1.7-1.8 with zero
+// copy in the same minute (0.7-0.9 with 8 KiB segments). Same-host bulk data still moves by cma (a
+// get, no tcp PUT). The user's own UCX_* settings win.
 void KeepTcpOffZeroCopy(ucp_config_t* config) {
-  struct Setting {
-    const char *key, *value, *variable;
-  };
-  static const Setting kSettings[] = {
-      {"PUT_ENABLE", "n", "UCX_TCP_PUT_ENABLE"},
-      {"ZCOPY_THRESH", "inf", "UCX_ZCOPY_THRESH"},  // ucp's: every transport's
-      {"TX_SEG_SIZE", "256kb", "UCX_TCP_TX_SEG_SIZE"},
-      {"RX_SEG_SIZE", "512kb", "UCX_TCP_RX_SEG_SIZE"}};  // a segment and its header fit
-  for (const Setting& setting : kSettings) {
-    if (std::getenv(setting.variable) != nullptr) continue;
-    const ucs_status_t status = ucp_config_modify(config, setting.key, setting.value);
-    if (status != UCS_OK) {
-      spdlog::warn("ucx: cannot set {}={}: {}", setting.variable, setting.value, UcsError(status));
-    } else {
-      spdlog::debug("ucx: {}={} (tcp without PUT and zero-copy sends)", setting.variable,
-                    setting.value);
-    }
-  }
+  SetUnlessUserSet(config, "UCX_TCP_PUT_ENABLE", "PUT_ENABLE", "n");
+  SetUnlessUserSet(config, "UCX_ZCOPY_THRESH", "ZCOPY_THRESH", "inf");  // ucp's: every transport's
+  SetUnlessUserSet(config, "UCX_TCP_TX_SEG_SIZE", "TX_SEG_SIZE", "256kb");
+  SetUnlessUserSet(config, "UCX_TCP_RX_SEG_SIZE", "RX_SEG_SIZE", "512kb");  // a segment + header
 }
 
 }  // namespace
@@ -149,31 +148,17 @@ void ConfigureContext(ucp_config_t* config, const TransportOptions& options) {
   // after the transport released it (reads only; get scheme).
   // (ucp hands unknown keys to the UCT components without their prefix; an unused key draws a
   // warning, hence only when cma may be in use.)
-  if (std::getenv("UCX_CMA_MEMORY_INVALIDATE") == nullptr && MayUseCma(std::getenv("UCX_TLS"))) {
-    status = ucp_config_modify(config, "MEMORY_INVALIDATE", "y");
-    if (status != UCS_OK) {
-      spdlog::warn("ucx: cannot set CMA_MEMORY_INVALIDATE=y: {}", UcsError(status));
-    }
-  }
-  // Endpoint keepalive detects a dead peer below the application heartbeat; the user's own
-  // UCX_KEEPALIVE_* settings win.
-  if (std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
-    const int64_t us =
-        std::max<int64_t>(1, absl::ToInt64Microseconds(options.ucx_keepalive_interval));
-    std::string value = absl::StrCat(us, "us");
-    status = ucp_config_modify(config, "KEEPALIVE_INTERVAL", value.c_str());
-    if (status != UCS_OK) {
-      spdlog::warn("ucx: cannot set KEEPALIVE_INTERVAL={}: {}", value, UcsError(status));
-    }
+  if (MayUseCma(std::getenv("UCX_TLS"))) {
+    SetUnlessUserSet(config, "UCX_CMA_MEMORY_INVALIDATE", "MEMORY_INVALIDATE", "y");
   }
   if (MayUseTcp(std::getenv("UCX_TLS"))) KeepTcpOffZeroCopy(config);
-  if (std::getenv("UCX_KEEPALIVE_NUM_EPS") == nullptr) {
-    // Check every endpoint each round, so detection time does not grow with the link count.
-    status = ucp_config_modify(config, "KEEPALIVE_NUM_EPS", "inf");
-    if (status != UCS_OK) {
-      spdlog::warn("ucx: cannot set KEEPALIVE_NUM_EPS=inf: {}", UcsError(status));
-    }
-  }
+  // Endpoint keepalive detects a dead peer below the application heartbeat, checking every
+  // endpoint each round, so detection time does not grow with the link count.
+  const int64_t keepalive_us =
+      std::max<int64_t>(1, absl::ToInt64Microseconds(options.ucx_keepalive_interval));
+  SetUnlessUserSet(config, "UCX_KEEPALIVE_INTERVAL", "KEEPALIVE_INTERVAL",
+                   absl::StrCat(keepalive_us, "us"));
+  SetUnlessUserSet(config, "UCX_KEEPALIVE_NUM_EPS", "KEEPALIVE_NUM_EPS", "inf");
 }
 
 // The transports the context uses, from ucp_context_print_info's "resource" lines
