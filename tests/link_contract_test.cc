@@ -1,7 +1,8 @@
 // The Link contract (transport/transport.h), one test over every backend: in-process, gRPC, and
 // UCX over tcp and over shared memory. Data frames of 0 B .. 8 MiB arrive in order with exact
 // bytes both ways while control frames are carried on their own lane and overtake queued data;
-// frames that arrive before Start are held; Close reaches both handlers exactly once; a handler
+// frames that arrive before Start are held; Close reaches both handlers exactly once, also while
+// the transport shuts down on another thread; a handler
 // may send on and close its own link (its OnLinkDown comes after the call returns); DropSession
 // drops only that session's queued data frames, and reaches the backend through every wrapper;
 // connecting to nobody and accepting with nobody connecting fail as documented; no transport
@@ -298,6 +299,36 @@ TEST_P(LinkContractTest, ClosingMidTransferNeverTakesAProcessDown) {
     MakeTransports();
     if (HasFatalFailure()) return;
     CheckCloseReachesBothHandlersOnce(round % 2 == 1, client_got, server_got);
+  }
+}
+
+// A link closed while its transport shuts down on another thread: when Close returns its handler
+// has heard OnLinkDown, once, and hears nothing after (its owner may free it then). UCX's Close
+// used to return without it when the progress thread had stopped taking commands, and the
+// shutdown then called the freed handler (a SIGSEGV in transfer_session_test under load,
+// 2026-12-01; transport/ucx/ucx_handshake.cc TellHandlerHere).
+TEST_P(LinkContractTest, ACloseRacingTheTransportsShutdownStillTellsTheHandlerFirst) {
+  for (int round = 0; round < 30 && !HasFatalFailure(); ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    FrameRecorder client_got, server_got;
+    absl::Cleanup drop_links = [this] {  // the links go before their handlers
+      client_.reset();
+      server_.reset();
+    };
+    MakeTransports();
+    if (HasFatalFailure()) return;
+    Connect();
+    client_->Start(&client_got);
+    server_->Start(&server_got);
+    std::thread shutdown([this] { client_transport_.reset(); });
+    // paces: where the race falls -- the Close at once or up to 1.5 ms into the shutdown.
+    if (round % 2 == 1) absl::SleepFor(absl::Microseconds(50 * round));
+    client_->Close();
+    const int heard = client_got.link_down_calls();
+    shutdown.join();
+    EXPECT_EQ(heard, 1) << "Close returned before the handler heard its end";
+    client_.reset();
+    EXPECT_EQ(client_got.link_down_calls(), 1) << "a call after Close returned";
   }
 }
 

@@ -87,6 +87,9 @@ class Core {
   void Shutdown();
 
  private:
+  // A Close the progress thread could not run within kCommandBound (or at all: shutting down):
+  // the handler's OnLinkDown on the calling thread, so none comes after Close returns.
+  void TellHandlerHere(const std::shared_ptr<LinkState>& link);
   explicit Core(const TransportOptions& options) : options_(options) {}
 
   absl::Status Init();

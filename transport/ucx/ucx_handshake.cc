@@ -164,7 +164,7 @@ void Core::CloseLink(const std::shared_ptr<LinkState>& link) {
   if (!first) {
     // Another Close may still be running on the progress thread (a handler closing its own
     // link); wait for it, so that no handler call is left when this Close (or ~Link) returns.
-    if (!OnProgressThread()) RunAndWait([] {}, kCommandBound);
+    if (!OnProgressThread() && !RunAndWait([] {}, kCommandBound)) TellHandlerHere(link);
     return;
   }
   // Waits so that the handler has had its OnLinkDown (and no other call) when Close returns.
@@ -174,9 +174,21 @@ void Core::CloseLink(const std::shared_ptr<LinkState>& link) {
             Deliver(link);
           },
           kCommandBound)) {
-    absl::MutexLock lock(&mu_);
-    if (!stopped_) spdlog::error("ucx: closing {} timed out", link->description);
+    {
+      absl::MutexLock lock(&mu_);
+      if (!stopped_) spdlog::error("ucx: closing {} timed out", link->description);
+    }
+    TellHandlerHere(link);
   }
+}
+
+void Core::TellHandlerHere(const std::shared_ptr<LinkState>& link) {
+  // The progress thread did not run the close in time (the transport is shutting down, or it is
+  // starved past the bound): the handler hears its end on this thread, through the gate, which
+  // serializes it with any call the progress thread is making and makes every later one a no-op
+  // (the gate delivers one OnLinkDown and nothing after it). The caller may free the handler
+  // once Close returns; the progress thread's own LinkDown for this link then finds the gate down.
+  link->gate->Down(absl::CancelledError("link closed"), /*drop_held=*/true);
 }
 
 void Core::CloseListenerNow(const std::shared_ptr<ListenerState>& listener) {
