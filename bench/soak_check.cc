@@ -123,7 +123,7 @@ StreamJudgement JudgeStream(const SoakRecord& record, const SoakStream& stream,
 SoakTally TallySoak(const std::vector<SoakRecord>& records, const std::vector<FaultWindow>& windows,
                     absl::Duration deadline_bound) {
   SoakTally t;
-  std::vector<double> ttft_steady, ttft_faults, itl_steady, itl_faults;
+  std::vector<double> ttft_steady, ttft_faults, itl_steady, itl_faults, move_gaps;
   for (const SoakRecord& r : records) {
     ++t.requests;
     t.violations += static_cast<int64_t>(r.violations.size());
@@ -146,7 +146,13 @@ SoakTally TallySoak(const std::vector<SoakRecord>& records, const std::vector<Fa
       if (s.compared && !s.tokens.ok) ++t.wrong_tokens;
       if (s.compared && s.tokens.near_tie) ++t.near_tie_partings;
       if (s.lowered) ++t.lowered;
-      if (s.finished && s.started_mode != "local" && s.mode == "local") ++t.fallbacks;
+      if (s.moves > 0) {
+        ++t.moved;
+        t.moves += s.moves;
+      } else if (s.finished && s.started_mode != "local" && s.mode == "local") {
+        ++t.fallbacks;
+      }
+      move_gaps.insert(move_gaps.end(), s.move_gap_s.begin(), s.move_gap_s.end());
       if (r.rpc_code == 0 && s.terminals == 0) ++t.no_terminal;
       const double over_ms =
           absl::ToDoubleMilliseconds(r.ended - r.sent) - static_cast<double>(r.spec.deadline_ms);
@@ -175,6 +181,7 @@ SoakTally TallySoak(const std::vector<SoakRecord>& records, const std::vector<Fa
   t.ttft_faults = Summarize(ttft_faults, p);
   t.itl_steady = Summarize(itl_steady, p);
   t.itl_faults = Summarize(itl_faults, p);
+  t.move_gap = Summarize(move_gaps, p);
   return t;
 }
 

@@ -59,12 +59,15 @@ struct SoakTally {
   std::map<std::string, int64_t> explained_by_kind;  // "kill consumer" -> streams
   int64_t compared = 0, wrong_tokens = 0, near_tie_partings = 0, lowered = 0;
   int64_t fallbacks = 0;    // served locally after asking a transfer
+  int64_t moved = 0;        // streams that went on at another replica (Moved events)
+  int64_t moves = 0;        // Moved events
   int64_t violations = 0;   // per-request invariants broken (wrong tokens included)
   int64_t no_terminal = 0;  // streams of calls that ended OK without their terminal event
   int64_t deadline_overruns = 0;
   double max_deadline_overrun_ms = 0;  // the latest server-side end past its deadline
   std::vector<std::string> examples;   // the first violations and unexplained failures
   MetricSummary ttft_steady, ttft_faults, itl_steady, itl_faults;
+  MetricSummary move_gap;  // last token before a move to the first after it
 };
 SoakTally TallySoak(const std::vector<SoakRecord>& records, const std::vector<FaultWindow>& windows,
                     absl::Duration deadline_bound);

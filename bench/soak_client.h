@@ -65,6 +65,10 @@ struct SoakStream {
   std::vector<int32_t> ids;
   double ttft_s = -1;         // sent -> first token
   std::vector<double> itl_s;  // between token events
+  // Moved events (the stream went on at another replica), and per move the time from the last
+  // token before it to the first after it (the gap the move left).
+  int moves = 0;
+  std::vector<double> move_gap_s;
   // Greedy, finished: the reference check (compared false when no reference or lowered ranks).
   bool compared = false;
   TokenVerdict tokens;

@@ -60,6 +60,9 @@ std::string SoakJson(const SoakReport& r) {
                 {"near_tie_partings", t.near_tie_partings},
                 {"lowered_not_compared", t.lowered},
                 {"fallbacks", t.fallbacks},
+                {"moved", t.moved},
+                {"moves", t.moves},
+                {"move_gap", Summary(t.move_gap)},
                 {"violations", t.violations},
                 {"no_terminal", t.no_terminal},
                 {"deadline_overruns", t.deadline_overruns},
@@ -176,6 +179,10 @@ std::string SoakSummaryText(const SoakReport& r) {
                         t.ttft_faults.percentiles.count(99) ? t.ttft_faults.percentiles.at(99) : 0,
                         t.itl_steady.percentiles.count(99) ? t.itl_steady.percentiles.at(99) : 0,
                         t.itl_faults.percentiles.count(99) ? t.itl_faults.percentiles.at(99) : 0);
+  absl::StrAppendFormat(
+      &out, "  streams moved to another replica: %d (%d moves; gap p50/p99 ms %.1f / %.1f)\n",
+      t.moved, t.moves, t.move_gap.median,
+      t.move_gap.percentiles.count(99) ? t.move_gap.percentiles.at(99) : 0);
   for (const FaultOutcome& f : r.faults) {
     absl::StrAppendFormat(&out,
                           "  %-8s %-14s out of routing %5.1f s  serving again %5.2f s  %s%s\n",

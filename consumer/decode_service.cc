@@ -8,6 +8,7 @@
 #include "base/clock.h"
 #include "base/log_text.h"
 #include "base/release_clock.h"
+#include "base/status_macros.h"
 #include "codec/transfer_mode.h"
 #include "consumer/served_request.h"
 #include "proto/grpc_util.h"
@@ -143,6 +144,11 @@ absl::StatusOr<ServedRequest> ConsumerControlService::Route(const v1::DecodeRequ
   }
   absl::StatusOr<std::vector<TokenId>> prompt_ids = CheckRequest(consumer_, request->request());
   if (!prompt_ids.ok()) return prompt_ids.status();
+  SCD_RETURN_IF_ERROR(
+      ContinueStream(consumer_, request->request(),
+                     absl::MakeConstSpan(request->continued_ids().data(),
+                                         static_cast<size_t>(request->continued_ids_size())),
+                     &route, &*prompt_ids));
   ServedRequest served;
   served.handler = "ConsumerControlService::Decode";
   served.id = ForLog(request->request().request_id(), 40);

@@ -100,6 +100,41 @@ absl::StatusOr<std::vector<TokenId>> CheckRequest(const ConsumerModel& consumer,
   return ids;
 }
 
+absl::Status ContinueStream(const ConsumerModel& consumer, const v1::GenerateRequest& request,
+                            absl::Span<const int32_t> continued, TargetRoute* route,
+                            std::vector<TokenId>* ids) {
+  if (continued.empty()) return absl::OkStatus();
+  if (route->mode != TransferMode::kLocal) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("continued_ids: only with mode local, not ", TransferModeName(route->mode)));
+  }
+  const ModelConfig& config = consumer.model->config();
+  for (size_t i = 0; i < continued.size(); ++i) {
+    if (continued[i] < 0 || continued[i] >= config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("continued_ids[", i, "] = ", continued[i],
+                                                     ": outside the vocabulary of ",
+                                                     config.vocab_size));
+    }
+  }
+  const int64_t n = static_cast<int64_t>(continued.size());
+  const int64_t max_tokens =
+      request.max_tokens() > 0 ? request.max_tokens() : consumer.default_max_tokens;
+  if (n >= max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("continued_ids: ", n,
+                                                   " tokens streamed already, max_tokens ",
+                                                   max_tokens, " leaves none to generate"));
+  }
+  const int64_t positions = static_cast<int64_t>(ids->size()) + max_tokens;
+  if (positions > config.max_position_embeddings) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "continued_ids: the prompt's ", ids->size(), " tokens and max_tokens ", max_tokens,
+        " exceed the ", config.max_position_embeddings, " positions of ", consumer.name));
+  }
+  ids->insert(ids->end(), continued.begin(), continued.end());
+  route->continued = n;
+  return absl::OkStatus();
+}
+
 absl::Time RequestDeadline(const ConsumerModel& consumer, const v1::GenerateRequest& request,
                            absl::Time received, absl::Time call_deadline) {
   const absl::Duration budget = request.deadline_ms() > 0
@@ -426,7 +461,8 @@ std::unique_ptr<SequenceStream> TargetRun::NewStream() {
   stream_options.on_prompt_done = [self](const KvCache& complete) { self->StorePrefix(complete); };
   stream_options.on_event = emit_;
   stream_options.on_ended = [self](const SequenceEnd& end) { self->Ended(end); };
-  return std::make_unique<SequenceStream>(std::move(stream_options), ids_);
+  return std::make_unique<SequenceStream>(std::move(stream_options), ids_,
+                                          static_cast<size_t>(route_.continued));
 }
 
 void TargetRun::Fail(absl::Status status) {
@@ -484,9 +520,12 @@ void TargetRun::Ended(const SequenceEnd& end) {
   if (status.ok()) {
     v1::GenerateEvent finished;
     finished.set_target(consumer_.name);
-    *finished.mutable_finished() =
-        FinishedOf(prefix_, end, ids_.size(), start_, stream_->first_token(), context_.received,
-                   clock_->Now());
+    // A continued stream's replayed outputs count as output, once, and not as prompt.
+    const size_t continued = static_cast<size_t>(route_.continued);
+    v1::Finished& f = *finished.mutable_finished();
+    f = FinishedOf(prefix_, end, ids_.size() - continued, start_, stream_->first_token(),
+                   context_.received, clock_->Now());
+    f.set_output_tokens(f.output_tokens() + static_cast<uint32_t>(continued));
     emit_(finished);
   } else {
     emit_(ErrorEvent(consumer_.name, status));
@@ -512,6 +551,14 @@ void StartTarget(const ConsumerModel& consumer, const v1::GenerateRequest& reque
   if (!ids.ok()) return fail(ids.status());
   absl::StatusOr<GenerationOptions> options = GenerationOptionsFor(consumer, request);
   if (!options.ok()) return fail(options.status());
+  if (route_in.continued > 0) {  // checked by ContinueStream; its outputs were streamed already
+    if (route_in.continued >= options->max_tokens ||
+        route_in.continued >= static_cast<int64_t>(ids->size())) {
+      return fail(
+          absl::InvalidArgumentError("continued_ids: as many as max_tokens allows, or more"));
+    }
+    options->max_tokens -= static_cast<int>(route_in.continued);
+  }
   if (consumer.scheduler == nullptr || consumer.steps == nullptr) {
     return fail(absl::InternalError("the consumer has no decode scheduler or step queue"));
   }

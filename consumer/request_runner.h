@@ -34,6 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "base/cancellation.h"
 #include "base/clock.h"
 #include "base/work_queue.h"
@@ -89,6 +90,11 @@ struct TargetRoute {
   // It was early, but queued on this consumer: the early session was refused and the codes come
   // once it is admitted (Started.early_prefill_declined; consumer/served_request.h).
   bool early_declined = false;
+  // A moved stream's continuation (DecodeRequest.continued_ids): the last `continued` prompt ids
+  // are output tokens another replica already streamed. They are prefilled with the prompt,
+  // replayed through the detokenizer and stop strings without being emitted, and counted as
+  // output (max_tokens, Finished); only with a local route.
+  int64_t continued = 0;
 };
 
 // This request's transfer session, once the producer has opened it (waits up to `timeout`).
@@ -140,6 +146,15 @@ void StartTarget(const ConsumerModel& consumer, const v1::GenerateRequest& reque
 // Returns the prompt's ids (RunContext::prompt_ids, so StartTarget does not tokenize again).
 absl::StatusOr<std::vector<TokenId>> CheckRequest(const ConsumerModel& consumer,
                                                   const v1::GenerateRequest& request);
+
+// A moved stream's continuation (DecodeRequest.continued_ids) after the checked prompt `*ids`:
+// appended, and route->continued set. INVALID_ARGUMENT for a route that is not local, an id
+// outside the vocabulary, or as many ids as max_tokens (the consumer's default when unset) allows
+// or more; OUT_OF_RANGE when the prompt, the continued ids and the tokens left exceed the model's
+// positions. Nothing continued: nothing changes.
+absl::Status ContinueStream(const ConsumerModel& consumer, const v1::GenerateRequest& request,
+                            absl::Span<const int32_t> continued, TargetRoute* route,
+                            std::vector<TokenId>* ids);
 
 // The KV bytes a request reserves at admission: (prompt + max_tokens, at most the model's
 // positions) x the model's KV bytes per position.

@@ -1,16 +1,21 @@
 #include "consumer/sequence_stream.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/time/clock.h"
 
 namespace scd::consumer {
 
-SequenceStream::SequenceStream(Options options, absl::Span<const TokenId> prompt)
+SequenceStream::SequenceStream(Options options, absl::Span<const TokenId> prompt, size_t replayed)
     : options_(std::move(options)), stops_(options_.stop_strings) {
-  if (options_.tokenizer != nullptr) {
-    detok_.emplace(*options_.tokenizer, /*skip_special_tokens=*/true);
-    for (TokenId id : prompt) detok_->Push(id);
+  if (options_.tokenizer == nullptr) return;
+  detok_.emplace(*options_.tokenizer, /*skip_special_tokens=*/true);
+  replayed = std::min(replayed, prompt.size());
+  for (TokenId id : prompt.first(prompt.size() - replayed)) detok_->Push(id);
+  // Streamed by another replica already: what it emitted is dropped, what it held back stays.
+  for (TokenId id : prompt.last(replayed)) {
+    stop_string_ = stops_.Add(detok_->Push(id), [](std::string_view) {}) || stop_string_;
   }
 }
 

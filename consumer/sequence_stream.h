@@ -41,8 +41,11 @@ class SequenceStream final : public SequenceSink {
     std::function<void(const v1::GenerateEvent&)> on_event;
     std::function<void(const SequenceEnd&)> on_ended;
   };
-  // `prompt`: the detokenizer's left context.
-  SequenceStream(Options options, absl::Span<const TokenId> prompt);
+  // `prompt`: the detokenizer's left context. Its last `replayed` ids are outputs another replica
+  // already streamed (a moved stream): they pass through the detokenizer and the stop strings as
+  // tokens do, without an event, so the text goes on where that replica's stopped (what it held
+  // back, inside a UTF-8 character or a possible stop string, is held here the same way).
+  SequenceStream(Options options, absl::Span<const TokenId> prompt, size_t replayed = 0);
 
   void PromptDone(const KvCache& cache) override;
   bool Token(TokenId id, const TokenLogprobs& logprobs) override;

@@ -137,8 +137,9 @@ void AdmitServed(const ConsumerModel& consumer, Admission& admission,
   // An early prefill's request is admitted now or declines the early prefill (served_request.h).
   const bool early = served->route.early_prefill && served->decline_early;
   admission.AdmitAsync(
-      ReservationBytes(consumer, served->request, served->prompt_ids.size()), deadline,
-      serving->cancellation,
+      ReservationBytes(consumer, served->request,
+                       served->prompt_ids.size() - static_cast<size_t>(served->route.continued)),
+      deadline, serving->cancellation,
       [&consumer, &admission, serving, served, deadline, early](Admission::Admitted reservation) {
         if (early && absl::IsAborted(reservation.status())) {
           return DeclineEarly(consumer, admission, serving, served, deadline);

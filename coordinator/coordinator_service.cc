@@ -179,7 +179,14 @@ grpc::Status RegistryService::SetLinkShape(grpc::ServerContext* context,
 CoordinatorInferenceService::CoordinatorInferenceService(NodeRegistry* registry,
                                                          ClusterSecret secret, Tally* counters,
                                                          CoordinatorOptions options)
-    : registry_(registry), secret_(std::move(secret)), counters_(counters), options_(options) {}
+    : registry_(registry),
+      secret_(std::move(secret)),
+      counters_(counters),
+      options_(options),
+      prober_(std::make_unique<NodeProber>(
+          registry, &secret_, [this](const std::string& address) { return Channel(address); })) {}
+
+CoordinatorInferenceService::~CoordinatorInferenceService() { prober_.reset(); }
 
 std::shared_ptr<grpc::Channel> CoordinatorInferenceService::Channel(const std::string& address) {
   absl::MutexLock lock(&mu_);
@@ -253,6 +260,7 @@ EventStream* CoordinatorInferenceService::Generate(grpc::CallbackServerContext* 
   deps.active = &active_;
   deps.failed_target_grace = options_.failed_target_grace;
   deps.early_prefill = options_.early_prefill;
+  deps.migration_limit = options_.migration_limit;
   deps.tell_failed = [this, id](const RouteTarget& target, const std::string& session_id,
                                 const std::string& reason) {
     TellTransferFailed(target, session_id, reason, id);

@@ -33,6 +33,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "base/tally.h"
+#include "coordinator/node_prober.h"
 #include "coordinator/node_registry.h"
 #include "proto/cluster_secret.h"
 #include "scd/v1/control.grpc.pb.h"
@@ -85,6 +86,10 @@ struct CoordinatorOptions {
   // Prefill goes again once the request is admitted). Off: the producer never works for a
   // request before its consumer answered.
   bool early_prefill = true;
+  // How many times a target's stream may move to another replica when the one serving it dies
+  // or fails it with a retryable error (coordinator/routed_request.h; a request may ask for
+  // fewer with GenerateRequest.migration_limit). 0: streams never move.
+  uint32_t migration_limit = 3;
   // Cache-aware routing of text prompts: the serving models' shared tokenizer (not owned; null:
   // text prompts are routed on load alone, prompt_ids on their prefix blocks always).
   const Tokenizer* tokenizer = nullptr;
@@ -98,6 +103,7 @@ class CoordinatorInferenceService final : public InferenceBackend {
   // planes expect. `counters` gets "refused_<code>" and "routed".
   CoordinatorInferenceService(NodeRegistry* registry, ClusterSecret secret, Tally* counters,
                               CoordinatorOptions options = {});
+  ~CoordinatorInferenceService() override;
 
   EventStream* Generate(grpc::CallbackServerContext* context, v1::GenerateRequest request,
                         EventStream::Ended ended) override;
@@ -123,6 +129,8 @@ class CoordinatorInferenceService final : public InferenceBackend {
   std::atomic<uint32_t> active_{0};
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
+  // Probes the nodes its requests' failed calls took out of routing (node_ejection.h).
+  std::unique_ptr<NodeProber> prober_;
 };
 
 }  // namespace scd::coordinator

@@ -1,5 +1,7 @@
 #include "coordinator/node_registry.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -169,6 +171,58 @@ absl::StatusOr<Route> NodeRegistry::Resolve(const std::vector<std::string>& targ
   absl::MutexLock lock(&mu_);
   const RoutingView view{nodes_, known_targets_, links_, options_, clock_->Now()};
   return ChooseRoute(view, RouteAsk{targets, mode, hint, max_kl, ttft_slo_ms}, &routes_);
+}
+
+void NodeRegistry::NoteUnreachable(const std::string& node_id, const std::string& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = nodes_.find(node_id);
+    if (it == nodes_.end()) return;
+    const bool was_out = it->second.ejection.out;
+    Eject(&it->second.ejection, clock_->Now(), why);
+    if (was_out) return;
+    spdlog::warn("{} ({} {}) out of routing: {}", node_id, RoleName(it->second.info.role()),
+                 it->second.info.address(), ForLog(why, 300));
+  }
+  NoteChange();
+}
+
+std::vector<NodeRegistry::DueProbe> NodeRegistry::TakeDueProbes() {
+  std::vector<DueProbe> due;
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  for (auto& [id, node] : nodes_) {
+    if (TakeProbe(&node.ejection, now)) due.push_back({id, node.info.address(), node.info.role()});
+  }
+  return due;
+}
+
+void NodeRegistry::NoteProbe(const std::string& node_id, bool ok) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = nodes_.find(node_id);
+    if (it == nodes_.end()) return;
+    if (!ProbeAnswered(&it->second.ejection, ok, clock_->Now())) return;
+    spdlog::info("{} ({} {}) back in routing: its probe passed {} times", node_id,
+                 RoleName(it->second.info.role()), it->second.info.address(), kProbesToReturn);
+  }
+  NoteChange();
+}
+
+bool NodeRegistry::Ejected(const std::string& node_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(node_id);
+  return it != nodes_.end() && it->second.ejection.out;
+}
+
+absl::StatusOr<Route> NodeRegistry::ResolveMove(const std::string& target,
+                                                const MoveConstraint& move) const {
+  const std::vector<std::string> targets{target};
+  absl::MutexLock lock(&mu_);
+  const RoutingView view{nodes_, known_targets_, links_, options_, clock_->Now()};
+  RouteAsk ask{targets, RequestedMode(TransferMode::kLocal)};
+  ask.move = &move;
+  return ChooseRoute(view, ask, &routes_);
 }
 
 void NodeRegistry::NoteLinkShape(const std::string& producer_node, const v1::LinkShape& shape) {

@@ -86,6 +86,11 @@ class NodeRegistry {
   absl::StatusOr<Route> Resolve(const std::vector<std::string>& targets, RequestedMode mode,
                                 const PrefixHint* hint = nullptr, double max_kl = 0,
                                 double ttft_slo_ms = 0) const;
+  // A moved stream's route (GenerateEvent.Moved): `target` on a live consumer that `move` allows
+  // (not a node given up, the same weights), least loaded first, with local prefill (it prefills
+  // the prompt and the tokens streamed so far; its prefix cache serves what it holds). No
+  // producer. UNAVAILABLE when no such replica is live.
+  absl::StatusOr<Route> ResolveMove(const std::string& target, const MoveConstraint& move) const;
   // A request routed on `route` starts (its nodes count it as load until RoutedDone) and will
   // leave `hint`'s blocks in their caches.
   void NoteRouted(const Route& route, const PrefixHint* hint);
@@ -99,6 +104,21 @@ class NodeRegistry {
   // A target's Finished as its client gets it (the producer's prefill and link filled in): the
   // link's goodput from transfers it held back, and the shape the codes travelled under.
   void ObserveFinished(const Route& route, const RouteTarget& target, const v1::Finished& finished);
+
+  // Fast ejection (coordinator/node_ejection.h). A call to `node_id` failed with a connection
+  // error (`why`): out of routing on this coordinator at once (a node unknown here: nothing).
+  void NoteUnreachable(const std::string& node_id, const std::string& why);
+  // A node out of routing whose probe is due now, as the prober reaches it.
+  struct DueProbe {
+    std::string node_id, address;
+    v1::NodeRole role = v1::NODE_ROLE_UNSPECIFIED;
+  };
+  // The probes due now; each is under way until NoteProbe.
+  std::vector<DueProbe> TakeDueProbes();
+  // `node_id`'s probe answered (`ok`: in time); after kProbesToReturn in a row it is back.
+  void NoteProbe(const std::string& node_id, bool ok);
+  // Whether `node_id` is out of routing after a failed call (false: in, or unknown).
+  bool Ejected(const std::string& node_id) const;
 
   // A live producer as the control plane reaches it.
   struct ProducerNode {

@@ -93,6 +93,10 @@ bool Live(const RegisteredNode& node, absl::Time now, absl::Duration lease) {
   return node.external || now - node.last_heartbeat <= lease;
 }
 
+bool Routable(const RegisteredNode& node, absl::Time now, absl::Duration lease) {
+  return !node.ejection.out && Live(node, now, lease);
+}
+
 int64_t FreeBytes(const RegisteredNode& node) {
   const int64_t budget = static_cast<int64_t>(node.info.kv_budget_bytes());
   if (budget <= 0) return std::numeric_limits<int64_t>::max();

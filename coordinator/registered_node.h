@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "codec/frontier.h"
+#include "coordinator/node_ejection.h"
 #include "scd/v1/registry.pb.h"
 
 namespace scd::coordinator {
@@ -76,6 +77,8 @@ struct RegisteredNode {
   // target index): the prefill work ahead of another local one. Producers: routes sending
   // codes from it and not yet at their first token (route id, the route's target count).
   std::set<std::pair<uint64_t, size_t>> prefilling;
+  // Out of routing on this coordinator after a failed call, until its probe passes.
+  Ejection ejection;
 };
 
 // Nodes by id.
@@ -93,8 +96,10 @@ RegisteredNode NodeOf(std::string id, const v1::RegisterRequest& request, absl::
 // A heartbeat's report: load, KV memory, speeds, prefix blocks (at most kReportedPrefixBlocks).
 void ApplyState(const v1::HeartbeatRequest& state, RegisteredNode* node);
 
-// Whether routing may use it at `now`: external, or heard from within `lease`.
+// Whether it is registered and alive at `now`: external, or heard from within `lease`.
 bool Live(const RegisteredNode& node, absl::Time now, absl::Duration lease);
+// Whether routing may use it at `now`: live, and not ejected (node_ejection.h).
+bool Routable(const RegisteredNode& node, absl::Time now, absl::Duration lease);
 // A consumer's KV bytes free as routing sees them (no budget: unlimited).
 int64_t FreeBytes(const RegisteredNode& node);
 double Load(const RegisteredNode& node);

@@ -15,13 +15,19 @@ namespace {
 
 using Node = RegisteredNode;
 
-const Node* PickConsumer(const RoutingView& v, const std::string& name, const PrefixHint* hint) {
+const Node* PickConsumer(const RoutingView& v, const std::string& name, const PrefixHint* hint,
+                         const MoveConstraint* move) {
   const Node* best = nullptr;
   double best_cost = 0;
   for (const auto& [id, node] : v.nodes) {
-    if (node.info.role() != v1::NODE_ROLE_CONSUMER || !Live(node, v.now, v.options.lease)) continue;
-    const bool serves = std::any_of(node.info.models().begin(), node.info.models().end(),
-                                    [&](const v1::ModelEntry& m) { return m.name() == name; });
+    if (node.info.role() != v1::NODE_ROLE_CONSUMER || !Routable(node, v.now, v.options.lease))
+      continue;
+    if (move != nullptr && move->exclude_nodes.count(id) > 0) continue;
+    const bool serves = std::any_of(
+        node.info.models().begin(), node.info.models().end(), [&](const v1::ModelEntry& m) {
+          return m.name() == name &&
+                 (move == nullptr || m.fingerprint() == move->consumer_fingerprint);
+        });
     if (!serves) continue;
     const double cost = RoutingCost(node, hint, v.options.prefix_load_weight);
     if (best == nullptr || cost < best_cost || (cost == best_cost && Load(node) < Load(*best))) {
@@ -267,13 +273,18 @@ absl::StatusOr<RouteTarget> ResolveTarget(const RoutingView& v, const Node& cons
 
 absl::StatusOr<std::vector<const Node*>> PickConsumers(const RoutingView& v,
                                                        const std::vector<std::string>& targets,
-                                                       const PrefixHint* hint) {
+                                                       const PrefixHint* hint,
+                                                       const MoveConstraint* move) {
   std::vector<const Node*> consumers;
   for (const std::string& name : targets) {
-    const Node* consumer = PickConsumer(v, name, hint);
+    const Node* consumer = PickConsumer(v, name, hint, move);
     if (consumer != nullptr) {
       consumers.push_back(consumer);
       continue;
+    }
+    if (move != nullptr) {
+      return absl::UnavailableError(
+          absl::StrCat("target '", ForLog(name), "' has no other live replica with its weights"));
     }
     if (v.known_targets.count(name) > 0) {
       return absl::UnavailableError(
@@ -283,7 +294,8 @@ absl::StatusOr<std::vector<const Node*>> PickConsumers(const RoutingView& v,
     }
     std::set<std::string> known;
     for (const auto& [id, node] : v.nodes) {
-      if (node.info.role() != v1::NODE_ROLE_CONSUMER || !Live(node, v.now, v.options.lease)) continue;
+      if (node.info.role() != v1::NODE_ROLE_CONSUMER || !Routable(node, v.now, v.options.lease))
+        continue;
       for (const v1::ModelEntry& m : node.info.models()) known.insert(m.name());
     }
     return absl::NotFoundError(absl::StrCat("unknown target '", ForLog(name), "'; known targets: ",
@@ -298,7 +310,7 @@ absl::StatusOr<Route> ChooseRoute(const RoutingView& v, const RouteAsk& ask,
                                   std::atomic<uint64_t>* route_ids) {
   const std::vector<std::string>& targets = ask.targets;
   const PrefixHint* hint = ask.hint;
-  absl::StatusOr<std::vector<const Node*>> picked = PickConsumers(v, targets, hint);
+  absl::StatusOr<std::vector<const Node*>> picked = PickConsumers(v, targets, hint, ask.move);
   if (!picked.ok()) return picked.status();
   const std::vector<const Node*>& consumers = *picked;
 
@@ -306,7 +318,8 @@ absl::StatusOr<Route> ChooseRoute(const RoutingView& v, const RouteAsk& ask,
   // load, at capacity last); nullptr (no producer) when none is live.
   std::vector<const Node*> producers;
   for (const auto& [id, node] : v.nodes) {
-    if (node.info.role() == v1::NODE_ROLE_PRODUCER && Live(node, v.now, v.options.lease)) producers.push_back(&node);
+    if (node.info.role() == v1::NODE_ROLE_PRODUCER && Routable(node, v.now, v.options.lease))
+      producers.push_back(&node);
   }
   std::stable_sort(producers.begin(), producers.end(), [&](const Node* a, const Node* b) {
     const double ca = RoutingCost(*a, hint, v.options.prefix_load_weight), cb = RoutingCost(*b, hint, v.options.prefix_load_weight);

@@ -84,6 +84,13 @@ struct RoutingView {
   absl::Time now;
 };
 
+// A moved stream's new replica (NodeRegistry::ResolveMove): none of these nodes, and a model of
+// the target's name with these weights (its fingerprint).
+struct MoveConstraint {
+  std::set<std::string> exclude_nodes;
+  std::string consumer_fingerprint;
+};
+
 // What a request asks of routing (NodeRegistry::Resolve says what each means).
 struct RouteAsk {
   const std::vector<std::string>& targets;  // distinct, at least one
@@ -91,6 +98,7 @@ struct RouteAsk {
   const PrefixHint* hint = nullptr;  // may be null
   double max_kl = 0;
   double ttft_slo_ms = 0;
+  const MoveConstraint* move = nullptr;  // a moved stream's (null: none)
 };
 
 // The route, or why none (NodeRegistry::Resolve's errors). `route_ids` numbers the routes made.

@@ -19,12 +19,33 @@
 #include "proto/wire_mode.h"
 
 namespace scd::coordinator {
+namespace {
+
+// A call's end that says its node is gone rather than that it refused or failed the request:
+// the connection failed or broke (UNAVAILABLE), or the node's server cancelled it (CANCELLED when
+// the coordinator did not cancel it: the caller checks).
+bool Unreachable(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         status.error_code() == grpc::StatusCode::CANCELLED;
+}
+
+}  // namespace
 
 // One target's Decode call on its consumer: a reactor whose reads the request's state drives.
 class RoutedRequest::TargetCall final : public grpc::ClientReadReactor<v1::GenerateEvent> {
  public:
   TargetCall(RoutedRequest* request, size_t index)
       : forward(&request->route_, index, request->deps_.registry), request_(request) {}
+  // A moved stream's next call: `from`'s forwarder goes on at `route`'s only target (the call
+  // holds the route and its load on the registry until it is deleted).
+  TargetCall(RoutedRequest* request, const TargetForwarder& from, Route route)
+      : forward(from), request_(request), own_route_(std::make_unique<Route>(std::move(route))) {
+    request->deps_.registry->NoteRouted(*own_route_, nullptr);
+  }
+  ~TargetCall() override {
+    if (own_route_ != nullptr) request_->deps_.registry->RoutedDone(*own_route_);
+  }
+  const Route* own_route() const { return own_route_.get(); }
 
   void Begin(v1::DecodeRequest decode, std::unique_ptr<v1::Consumer::Stub> stub) {
     decode_ = std::move(decode);
@@ -53,6 +74,8 @@ class RoutedRequest::TargetCall final : public grpc::ClientReadReactor<v1::Gener
   bool parked = false;      // `event` waits for the producer's answer
   bool paused = false;      // waits for room in the client's stream
   std::string failure;      // why the coordinator gave up on it (for the Error it writes)
+  // A retryable Error held back while the stream tries to move (written if it cannot).
+  std::optional<v1::GenerateEvent> held_error;
   grpc::Status status;
   grpc::ClientContext context;
 
@@ -66,6 +89,7 @@ class RoutedRequest::TargetCall final : public grpc::ClientReadReactor<v1::Gener
   void OnDone(const grpc::Status& status) override { request_->OnTargetDone(this, status); }
 
   RoutedRequest* const request_;
+  std::unique_ptr<Route> own_route_;  // a moved call's (null: the request's route)
   bool held_ = false;  // under the request's mutex
   v1::DecodeRequest decode_;
   std::unique_ptr<v1::Consumer::Stub> stub_;
@@ -124,7 +148,12 @@ RoutedRequest::RoutedRequest(RoutedRequestDeps deps, v1::GenerateRequest req, Ro
     calls_.back()->context.set_deadline(absl::ToChronoTime(deadline_));
   }
   cancel_calls_ = cancellation().OnCancel([this](const absl::Status&) {
-    for (auto& call : calls_) call->context.TryCancel();
+    std::vector<grpc::ClientContext*> contexts;
+    {
+      absl::MutexLock lock(&calls_mu_);
+      for (auto& call : calls_) contexts.push_back(&call->context);
+    }
+    for (grpc::ClientContext* context : contexts) context->TryCancel();
   });
 }
 
@@ -173,10 +202,12 @@ template <typename F>
 void RoutedRequest::Locked(F&& f) {
   std::optional<grpc::Status> end;
   std::pair<Clock::TimerId, Clock::TimerId> timers;  // the timers set (0: none)
+  std::vector<TargetCall*> moved;
   {
     absl::MutexLock lock(&mu_);
     f();
     Advance();
+    moved = std::exchange(to_begin_, {});
     end = std::exchange(end_due_, std::nullopt);
     timers = {producer_wait_, grace_};
     if (end.has_value()) {  // nothing more is written: the request's share ends with the call
@@ -184,6 +215,7 @@ void RoutedRequest::Locked(F&& f) {
       lease_.reset();
     }
   }
+  BeginMoved(std::move(moved));
   // Outside the lock: ending the call may run its OnDone on this thread.
   if (end.has_value()) {
     CancelTimer(timers.first);
@@ -220,6 +252,14 @@ void RoutedRequest::OnRoom() {
 }
 
 bool RoutedRequest::OnEvent(TargetCall* call) {
+  if (call->event.has_error() && MayMove(call)) {
+    const auto code = static_cast<grpc::StatusCode>(call->event.error().code());
+    if (code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::ABORTED) {
+      // Retryable: held back while the stream moves once the call ends (next).
+      call->held_error = call->event;
+      return true;
+    }
+  }
   if (call->forward.NeedsProducer(call->event) && !producer_.known) {
     // The producer's Prefill answer normally precedes the consumer's Finished (it returns at the
     // transfer's ack); a late one is not waited for long.
@@ -253,13 +293,93 @@ void RoutedRequest::OnTargetDone(TargetCall* call, const grpc::Status& status) {
   Locked([&] {
     call->ended = true;
     call->status = status;
+    // A call the node did not end on purpose (its process or link gone, its server stopped): the
+    // node is out of routing here until its probe passes (coordinator/node_ejection.h).
+    if (Unreachable(status) && call->failure.empty() && !cancelled()) {
+      deps_.registry->NoteUnreachable(
+          call->target().consumer_node,
+          absl::StrCat("its Decode call failed: ", status.error_message()));
+    }
     // Refused before starting: Advance decides (the whole call's status, or an Error). A parked
     // terminal event is forwarded when released.
-    if (!call->forward.terminal() && call->forward.started() && !call->parked) {
-      EndWithoutTerminal(call);
+    if (call->forward.terminal() || !call->forward.started() || call->parked) return;
+    // Ended without a terminal event the coordinator caused (a consumer that died or went away),
+    // or with a retryable Error held back: the stream moves if it may.
+    const bool movable =
+        call->held_error.has_value() ||
+        (call->failure.empty() && status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED);
+    if (movable && MayMove(call)) {
+      const std::string reason =
+          call->held_error.has_value()
+              ? absl::StrCat("its Error: ", call->held_error->error().message())
+              : absl::StrCat("its call ended: ",
+                             status.ok() ? "without a result" : status.error_message());
+      if (Move(call, reason)) return;
     }
+    if (call->held_error.has_value()) {
+      call->event = *std::exchange(call->held_error, std::nullopt);
+      if (call->forward.Rewrite(producer_, &call->event)) Write(call->event);
+      return;
+    }
+    EndWithoutTerminal(call);
   });
   Release();
+}
+
+bool RoutedRequest::MayMove(const TargetCall* call) const {
+  const uint32_t limit = req_.has_migration_limit()
+                             ? std::min(req_.migration_limit(), deps_.migration_limit)
+                             : deps_.migration_limit;
+  return call->forward.started() && !call->forward.terminal() && !call->parked &&
+         call->forward.moves() < limit && !cancelled() && clock()->Now() < deadline_;
+}
+
+bool RoutedRequest::Move(TargetCall* call, const std::string& reason) {
+  const RouteTarget& from = call->target();
+  given_up_.insert(from.consumer_node);
+  absl::StatusOr<Route> route = deps_.registry->ResolveMove(
+      from.target, MoveConstraint{given_up_, from.consumer_fingerprint});
+  if (!route.ok()) {
+    spdlog::info("[{}] target {} on {} lost ({}); not moved: {}", id_, from.target,
+                 from.consumer_node, ForLog(reason, 300), std::string(route.status().message()));
+    return false;
+  }
+  auto next = std::make_unique<TargetCall>(this, call->forward, *std::move(route));
+  next->forward.MoveTo(next->own_route(), 0, from.consumer_node, reason);
+  next->context.set_deadline(absl::ToChronoTime(deadline_));
+  TargetCall* const started = next.get();
+  spdlog::info("[{}] target {} moves from {} to {} after {} tokens ({}, move {})", id_, from.target,
+               from.consumer_node, started->target().consumer_node,
+               call->forward.streamed_ids().size(), ForLog(reason, 300), started->forward.moves());
+  {
+    absl::MutexLock lock(&calls_mu_);
+    for (auto& slot : calls_) {
+      if (slot.get() != call) continue;
+      retired_calls_.push_back(std::exchange(slot, std::move(next)));
+      break;
+    }
+    // Cancelled since MayMove: its callback may have read the calls before this one joined.
+    if (cancelled()) started->context.TryCancel();
+  }
+  to_begin_.push_back(started);
+  return true;
+}
+
+void RoutedRequest::BeginMoved(std::vector<TargetCall*> calls) {
+  for (TargetCall* call : calls) {
+    const RouteTarget& target = call->target();
+    v1::DecodeRequest decode;
+    *decode.mutable_request() = req_;
+    decode.set_target(target.target);
+    SetTargetMode(TransferMode::kLocal, &decode);
+    decode.set_mode_reason(absl::StrCat("moved to this replica (move ", call->forward.moves(),
+                                        "): local prefill of the prompt and the tokens so far"));
+    for (int32_t id : call->forward.streamed_ids()) decode.add_continued_ids(id);
+    deps_.secret->Attach(&call->context);
+    Hold();  // released in the call's OnDone
+    // A request cancelled meanwhile has cancelled this call's context too (calls_mu_).
+    call->Begin(std::move(decode), v1::Consumer::NewStub(deps_.channel(target.consumer_address)));
+  }
 }
 
 void RoutedRequest::Advance() {
@@ -425,6 +545,11 @@ void RoutedRequest::OnPrefillDone(const PrefillCall* call, const grpc::Status& s
     producer_.cached_tokens = response.cached_tokens();
     if (response.has_link()) producer_.link = response.link();
     std::vector<TargetCall*> failed;
+    // Not CANCELLED: the coordinator cancels a Prefill itself (a refused request's early one).
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !cancelled() && !ended_) {
+      deps_.registry->NoteUnreachable(
+          route_.producer_node, absl::StrCat("its Prefill call failed: ", status.error_message()));
+    }
     if (!status.ok()) {
       for (auto& [name, call] : prefill_->by_target) {
         call->failure = absl::StrCat("producer ", route_.producer_name, " at ",

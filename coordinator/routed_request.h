@@ -23,6 +23,13 @@
 //             request that holds no slot while the requests ahead of it wait for their sessions
 //             behind that wait);
 
+//   move      a target whose consumer died (its call ended without a terminal event the
+//             coordinator did not cause) or ended it with a retryable Error (UNAVAILABLE,
+//             ABORTED) after its Started moves to another live replica of the target (the same
+//             weights; none given up for this request): a new Decode in local mode with the
+//             output ids streamed so far (DecodeRequest.continued_ids), under the request's
+//             deadline; its Started becomes the client's Moved event (TargetForwarder), at most
+//             the request's migration_limit (at most the deployment's) times per target;
 //   settle    a target the producer failed is told (Consumer.TransferFailed) and given the grace to
 //             announce a fallback (a timer); else cancelled, and its Error written;
 //   end       once every target's call ended (its terminal event written) the stream ends.
@@ -33,6 +40,8 @@
 // Lifetime: deleted when gRPC is done with the call and every target call, the Prefill and the
 // timers have answered (holds: EventStream).
 // Thread-safety: the state is under one mutex; the steps run on any gRPC thread.
+// One concept in a long file: the steps above share one request's state and its lock, and each
+// reads what the others left (a move needs the forwarder's tokens, settling the calls' failures).
 #ifndef SCD_COORDINATOR_ROUTED_REQUEST_H_
 #define SCD_COORDINATOR_ROUTED_REQUEST_H_
 
@@ -42,6 +51,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -71,6 +81,8 @@ struct RoutedRequestDeps {
   absl::Duration producer_answer_wait = absl::Seconds(2);
   // Starts the producer's Prefill with the Decode where the route allows (early prefill, above).
   bool early_prefill = true;
+  // Moves a target's stream may make to another replica (the request may ask for fewer).
+  uint32_t migration_limit = 3;
   // Tells a target's consumer that its transfer failed (Consumer.TransferFailed); must not block.
   std::function<void(const RouteTarget& target, const std::string& session_id,
                      const std::string& reason)>
@@ -142,6 +154,14 @@ class RoutedRequest final : public EventStream {
   void EndWithoutTerminal(TargetCall* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads on, or pauses while the client's stream is full.
   void ReadOn(TargetCall* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `call`'s stream may still move (started, no terminal event, moves left, the request
+  // neither cancelled nor past its deadline).
+  bool MayMove(const TargetCall* call) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves `call`'s stream to another replica (the move step above); false when none takes it
+  // (the caller ends the target with its Error).
+  bool Move(TargetCall* call, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The Decode calls Move made, begun once the lock is released.
+  void BeginMoved(std::vector<TargetCall*> calls);
 
   const RoutedRequestDeps deps_;
   const v1::GenerateRequest req_;
@@ -166,7 +186,14 @@ class RoutedRequest final : public EventStream {
   bool early_declined_ ABSL_GUARDED_BY(mu_) = false;
   // Targets an early Prefill failed before every target started: settled once they have.
   std::vector<TargetCall*> failed_early_ ABSL_GUARDED_BY(mu_);
+  // One call per target, the current one: a move replaces its target's entry (under mu_ and
+  // calls_mu_; the cancel callback reads it under calls_mu_ alone) and keeps the call it replaced
+  // in retired_calls_ until the request is deleted (its gRPC reactions may still run).
+  absl::Mutex calls_mu_;
   std::vector<std::unique_ptr<TargetCall>> calls_;
+  std::vector<std::unique_ptr<TargetCall>> retired_calls_;
+  std::set<std::string> given_up_ ABSL_GUARDED_BY(mu_);  // consumer nodes a stream moved away from
+  std::vector<TargetCall*> to_begin_ ABSL_GUARDED_BY(mu_);  // moved calls to begin once unlocked
   std::unique_ptr<PrefillCall> prefill_;
   std::unique_ptr<PrefillCall> retired_prefill_;  // the declined early one, until it answers
   Clock::TimerId producer_wait_ ABSL_GUARDED_BY(mu_) =

@@ -1,5 +1,7 @@
 #include "coordinator/target_forwarder.h"
 
+#include <utility>
+
 #include "proto/wire_mode.h"
 
 namespace scd::coordinator {
@@ -12,8 +14,40 @@ bool TargetForwarder::NeedsProducer(const v1::GenerateEvent& event) const {
          started_mode_ != TransferMode::kLocal;
 }
 
+void TargetForwarder::MoveTo(const Route* route, size_t index, std::string from_node,
+                             std::string reason) {
+  route_ = route;
+  index_ = index;
+  ++moves_;
+  move_pending_ = true;
+  started_mode_ = TransferMode::kLocal;  // a move prefills locally: no codes for it
+  consumer_cached_tokens_ = 0;
+  first_token_ = false;
+  moved_from_ = std::move(from_node);
+  move_reason_ = std::move(reason);
+}
+
+void TargetForwarder::ToMoved(v1::GenerateEvent* event) {
+  started_mode_ = RanMode(event->started());
+  consumer_cached_tokens_ = event->started().consumer_cached_tokens();
+  v1::GenerateEvent moved;
+  moved.set_target(target().target);
+  v1::Moved* m = moved.mutable_moved();
+  m->set_tokens_so_far(static_cast<uint32_t>(streamed_ids_.size()));
+  m->set_from_node(moved_from_);
+  m->set_to_node(target().consumer_node);
+  m->set_reason(move_reason_);
+  m->set_moves(moves_);
+  *event = std::move(moved);
+  move_pending_ = false;
+}
+
 bool TargetForwarder::Rewrite(const ProducerOutcome& producer, v1::GenerateEvent* event) {
   event->set_target(target().target);
+  if (move_pending_ && event->has_started()) {
+    ToMoved(event);
+    return true;
+  }
   if (NeedsProducer(*event)) {
     // The producer's side of the breakdown: its Prefill answer normally precedes the consumer's
     // Finished (it returns at the transfer's ack).
@@ -41,12 +75,17 @@ bool TargetForwarder::Rewrite(const ProducerOutcome& producer, v1::GenerateEvent
   }
   if (event->has_finished()) {
     v1::Finished* finished = event->mutable_finished();
+    finished->set_moves(moves_);
     // Auto's prediction, where the mode it predicted for is the one that ran.
     const TransferMode ran = RanMode(*finished);
     if (target().predicted_ttft_us > 0 && ran == target().mode) {
       finished->set_predicted_ttft_us(static_cast<uint64_t>(target().predicted_ttft_us));
     }
     if (registry_ != nullptr) registry_->ObserveFinished(*route_, target(), *finished);
+  }
+  if (event->has_token()) {
+    streamed_ids_.insert(streamed_ids_.end(), event->token().ids().begin(),
+                         event->token().ids().end());
   }
   if (event->has_token() && !first_token_) {
     first_token_ = true;

@@ -4,7 +4,9 @@
 // producer's cached tokens to a Started from codes and auto's prediction to a Finished in the
 // mode it predicted for; it tells the registry what the target's progress means for routing (its
 // first token ends the prefill's load, a Finished from codes teaches the link), and drops the
-// consumer's fallback notice (a second Started, control.proto), noting it.
+// consumer's fallback notice (a second Started, control.proto), noting it. A stream that moves to
+// another replica (MoveTo) keeps its forwarder: the new replica's Started becomes the client's
+// Moved event, and its Finished says how many moves there were.
 // Thread-safety: not thread-safe; the caller serializes (one stream's events come in order).
 #ifndef SCD_COORDINATOR_TARGET_FORWARDER_H_
 #define SCD_COORDINATOR_TARGET_FORWARDER_H_
@@ -12,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "codec/transfer_mode.h"
@@ -56,15 +59,28 @@ class TargetForwarder {
   // Its Started said that it declined the early prefill (Started.early_prefill_declined, which
   // Rewrite clears: the client never sees it).
   bool early_declined() const { return early_declined_; }
+  // The output token ids forwarded so far (what a moved stream continues from).
+  const std::vector<int32_t>& streamed_ids() const { return streamed_ids_; }
+  uint32_t moves() const { return moves_; }
+  // The stream goes on at `route`'s target `index` (a replica that continues it; `route` outlives
+  // the forwarder): its Started becomes a Moved event from `from_node` saying `reason`.
+  void MoveTo(const Route* route, size_t index, std::string from_node, std::string reason);
 
  private:
-  const Route* const route_;
-  const size_t index_;
+  // The Moved event that stands for a moved stream's new Started.
+  void ToMoved(v1::GenerateEvent* event);
+
+  const Route* route_;
+  size_t index_;
   NodeRegistry* const registry_;
   bool started_ = false, fell_back_ = false, terminal_ = false, first_token_ = false;
   TransferMode started_mode_ = TransferMode::kLocal;
   uint32_t consumer_cached_tokens_ = 0;
   bool early_declined_ = false;
+  std::vector<int32_t> streamed_ids_;
+  uint32_t moves_ = 0;
+  bool move_pending_ = false;  // the new replica's Started not seen yet
+  std::string moved_from_, move_reason_;
 };
 
 }  // namespace scd::coordinator

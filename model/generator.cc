@@ -67,7 +67,7 @@ void GenerationState::End(FinishReason reason) {
 std::optional<TokenId> GenerationState::Next(const at::Tensor& logits, int64_t positions,
                                              const TokenLogprobsCallback& on_token) {
   if (done_) return std::nullopt;
-  const TokenId next = sampler_.Sample(logits);
+  const TokenId next = sampler_.Sample(logits, positions);
   if (std::find(stops_.begin(), stops_.end(), next) != stops_.end()) {
     End(FinishReason::kStop);
     return std::nullopt;

@@ -78,7 +78,8 @@ class GenerationState {
   GenerationState(const ModelConfig& config, const GenerationOptions& options);
 
   // Takes the logits ([1, vocab] or [vocab]) after the sequence's last input, with `positions`
-  // the positions its cache holds now. Returns the token to run next, or nullopt once the
+  // the positions its cache holds now (also the sampled token's position: what a seeded draw is
+  // keyed on, model/sampler.h). Returns the token to run next, or nullopt once the
   // sequence ended (finish_reason()). `on_token` (may be null) gets every output token with its
   // log-probabilities; its false ends the sequence ("stop").
   std::optional<TokenId> Next(const at::Tensor& logits, int64_t positions,

@@ -1,6 +1,7 @@
 #include "model/sampler.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/PhiloxRNGEngine.h>
 
 #include <algorithm>
 #include <cmath>
@@ -21,9 +22,16 @@ absl::Status SamplingParams::Validate() const {
   return absl::OkStatus();
 }
 
-Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+Sampler::Sampler(const SamplingParams& params) : params_(params) {}
 
-TokenId Sampler::Sample(const at::Tensor& logits) {
+double Sampler::Uniform(uint64_t seed, int64_t position) {
+  at::Philox4_32 engine(seed, static_cast<uint64_t>(position), /*offset=*/0);
+  const uint64_t high = engine();
+  const uint64_t low = engine();
+  return static_cast<double>(((high << 32) | low) >> 11) * 0x1.0p-53;
+}
+
+TokenId Sampler::Sample(const at::Tensor& logits, int64_t position) {
   at::Tensor row = logits.reshape({-1}).to(at::kCPU, at::kFloat).contiguous();
   const float* data = row.data_ptr<float>();
   const int64_t n = row.numel();
@@ -59,8 +67,7 @@ TokenId Sampler::Sample(const at::Tensor& logits) {
   }
   double kept_total = 0;
   for (int64_t i = 0; i < keep; ++i) kept_total += scratch_[i];
-  std::uniform_real_distribution<double> uniform(0.0, kept_total);
-  double r = uniform(rng_);
+  double r = Uniform(params_.seed, position) * kept_total;
   for (int64_t i = 0; i < keep; ++i) {
     r -= scratch_[i];
     if (r < 0) return order_[i];

@@ -16,6 +16,8 @@ constexpr char kBytesHelp[] = "Code payload bytes received by consumers (Finishe
 constexpr char kTtftHelp[] = "Request received to first token sent (Timings.ttft)";
 constexpr char kE2eHelp[] = "Request received to Finished (Timings.total)";
 constexpr char kRequestsHelp[] = "Request targets ended, by mode and outcome";
+constexpr char kMovesHelp[] =
+    "Streams moved to another replica of their target (GenerateEvent.Moved)";
 constexpr char kFailuresHelp[] = "Failed request targets and calls refused as a whole, by reason";
 
 double Seconds(uint64_t micros) { return static_cast<double>(micros) / 1e6; }
@@ -76,6 +78,7 @@ ServingMetrics::ServingMetrics(MetricsRegistry* registry, uint64_t kv_bytes_per_
   for (const char* reason : {"transport", "deadline", "cancel", "refused", "other"}) {
     registry->GetCounter("scd:request_failures_total", kFailuresHelp, {{"reason", reason}});
   }
+  registry->GetCounter("scd:stream_moves_total", kMovesHelp, {});
 }
 
 const char* ServingMetrics::FailureReason(int grpc_code) {
@@ -184,6 +187,9 @@ void ServingMetrics::Call::Observe(const v1::GenerateEvent& event, absl::Time no
     case v1::GenerateEvent::kFinished:
       metrics_->Finished(event.finished());
       Leave(target);
+      break;
+    case v1::GenerateEvent::kMoved:
+      metrics_->registry_->GetCounter("scd:stream_moves_total", kMovesHelp, {}).Increment();
       break;
     case v1::GenerateEvent::kError:
       metrics_->registry_

@@ -18,6 +18,8 @@
 //                                             Error events by code, and whole calls refused
 //   scd:prompt_tokens_total, scd:generation_tokens_total
 //   scd:num_requests_waiting / _running       targets before / after their first token
+//   scd:stream_moves_total                    Moved events: streams continued on another
+//                                             replica (the coordinator)
 //   scd:ttft_prediction_ratio{mode}           timings.ttft / Finished.predicted_ttft_us, where
 //                                             auto mode predicted one (the coordinator)
 // Node gauges from the node's Stats (SetNodeGauges) come from a collector at scrape time.

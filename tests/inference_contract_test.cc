@@ -60,26 +60,31 @@ TEST(InferenceContractTest, GenerateRequestFields) {
                                                    {"logprobs", 14, kUint32, false},
                                                    {"cache_salt", 15, kString, false},
                                                    {"max_kl", 16, kDouble, false},
-                                                   {"ttft_slo_ms", 17, kUint32, false}});
+                                                   {"ttft_slo_ms", 17, kUint32, false},
+                                                   {"migration_limit", 20, kUint32, false}});
+  EXPECT_TRUE(v1::GenerateRequest::descriptor()->FindFieldByName("migration_limit")->has_presence())
+      << "unset (the coordinator's limit) must differ from 0 (never move)";
 }
 
-TEST(InferenceContractTest, GenerateEventIsATargetAndOneOfFourEvents) {
+TEST(InferenceContractTest, GenerateEventIsATargetAndOneOfFiveEvents) {
   const Descriptor* event = v1::GenerateEvent::descriptor();
   ExpectFields(event, {{"target", 1, kString, false},
                        {"started", 2, kMessage, false},
                        {"token", 3, kMessage, false},
                        {"finished", 4, kMessage, false},
-                       {"error", 5, kMessage, false}});
+                       {"error", 5, kMessage, false},
+                       {"moved", 6, kMessage, false}});
   ASSERT_EQ(event->oneof_decl_count(), 1);
   const auto* oneof = event->oneof_decl(0);
   EXPECT_EQ(oneof->name(), "event");
   std::vector<std::string> members;
   for (int i = 0; i < oneof->field_count(); ++i) members.push_back(oneof->field(i)->name());
-  EXPECT_EQ(members, (std::vector<std::string>{"started", "token", "finished", "error"}));
+  EXPECT_EQ(members, (std::vector<std::string>{"started", "token", "finished", "error", "moved"}));
   EXPECT_EQ(event->FindFieldByName("started")->message_type(), v1::Started::descriptor());
   EXPECT_EQ(event->FindFieldByName("token")->message_type(), v1::TokenDelta::descriptor());
   EXPECT_EQ(event->FindFieldByName("finished")->message_type(), v1::Finished::descriptor());
   EXPECT_EQ(event->FindFieldByName("error")->message_type(), v1::Error::descriptor());
+  EXPECT_EQ(event->FindFieldByName("moved")->message_type(), v1::Moved::descriptor());
 }
 
 TEST(InferenceContractTest, EventBodies) {
@@ -93,6 +98,11 @@ TEST(InferenceContractTest, EventBodies) {
                                            {"producer_cached_tokens", 8, kUint32, false},
                                            {"point", 9, kMessage, false},
                                            {"expected_kl", 10, kDouble, false}});
+  ExpectFields(v1::Moved::descriptor(), {{"tokens_so_far", 1, kUint32, false},
+                                         {"from_node", 2, kString, false},
+                                         {"to_node", 3, kString, false},
+                                         {"reason", 4, kString, false},
+                                         {"moves", 5, kUint32, false}});
   ExpectFields(v1::CodePoint::descriptor(), {{"code_dtype", 1, kString, false},
                                              {"rank_k", 2, kUint32, true},
                                              {"rank_v", 3, kUint32, true},
@@ -113,7 +123,8 @@ TEST(InferenceContractTest, EventBodies) {
                                             {"mode", 6, kString, false},
                                             {"mode_reason", 7, kString, false},
                                             {"link", 8, kMessage, false},
-                                            {"predicted_ttft_us", 11, kUint64, false}});
+                                            {"predicted_ttft_us", 11, kUint64, false},
+                                            {"moves", 14, kUint32, false}});
   ExpectFields(v1::LinkShape::descriptor(),
                {{"gbps", 1, kDouble, false}, {"latency_us", 2, kDouble, false}});
   ExpectFields(v1::Timings::descriptor(), {{"queue", 1, kUint64, false},

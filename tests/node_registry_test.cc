@@ -659,6 +659,75 @@ TEST_F(NodeRegistryTest, LeastLoadedConsumerServesTheTarget) {
   EXPECT_EQ(route->targets[0].consumer_node, busy);
 }
 
+// A moved stream's replica (ResolveMove): a live consumer of the target with the same weights,
+// none given up, least loaded first, local prefill and no producer; UNAVAILABLE when none is left.
+TEST_F(NodeRegistryTest, AMovedStreamGoesToAnotherReplicaWithTheSameWeights) {
+  Add(Producer("base", kBaseFp));
+  const std::string dead = Add(Consumer("fables", kFablesFp, {kBaseFp}, "10.0.0.2:7001"));
+  const std::string busy = Add(Consumer("fables", kFablesFp, {kBaseFp}, "10.0.0.5:7001"));
+  const std::string idle = Add(Consumer("fables", kFablesFp, {kBaseFp}, "10.0.0.6:7001"));
+  Add(Consumer("fables", "dddd0000otherweights", {}, "10.0.0.7:7001"));  // same name, not weights
+  Beat(busy, 3);
+  MoveConstraint move{{dead}, kFablesFp};
+  absl::StatusOr<Route> route = registry_.ResolveMove("fables", move);
+  ASSERT_TRUE(route.ok()) << route.status();
+  ASSERT_EQ(route->targets.size(), 1u);
+  EXPECT_EQ(route->targets[0].consumer_node, idle);
+  EXPECT_EQ(route->targets[0].mode, TransferMode::kLocal);
+  EXPECT_EQ(route->targets[0].consumer_fingerprint, kFablesFp);
+  EXPECT_TRUE(route->producer_node.empty());
+  move.exclude_nodes.insert(idle);
+  route = registry_.ResolveMove("fables", move);
+  ASSERT_TRUE(route.ok()) << route.status();
+  EXPECT_EQ(route->targets[0].consumer_node, busy);
+  move.exclude_nodes.insert(busy);
+  route = registry_.ResolveMove("fables", move);
+  EXPECT_TRUE(absl::IsUnavailable(route.status())) << route.status();
+  EXPECT_THAT(route.status().message(), HasSubstr("no other live replica"));
+}
+
+// Fast ejection through the registry: a node whose call failed is out of routing at once (no
+// lease has lapsed), its probes are handed out one at a time, kProbeInterval apart, and it is
+// routed to again right after kProbesToReturn probes passed in a row.
+TEST_F(NodeRegistryTest, ANodeWhoseCallFailedIsOutUntilItsProbesPass) {
+  Add(Producer("base", kBaseFp));
+  const std::string a = Add(Consumer("fables", kFablesFp, {kBaseFp}, "10.0.0.2:7001"));
+  const std::string b = Add(Consumer("fables", kFablesFp, {kBaseFp}, "10.0.0.5:7001"));
+  Beat(b, 5);  // busier: routing picks `a` while it is in
+  auto routed_to = [&] {
+    absl::StatusOr<Route> route = ResolveNamed(registry_, {"fables"}, "local");
+    EXPECT_TRUE(route.ok()) << route.status();
+    return route.ok() ? route->targets[0].consumer_node : "";
+  };
+  EXPECT_EQ(routed_to(), a);
+  EXPECT_TRUE(registry_.TakeDueProbes().empty());
+  registry_.NoteUnreachable(a, "connection refused");
+  EXPECT_TRUE(registry_.Ejected(a));
+  EXPECT_EQ(routed_to(), b) << "out at once, not when its lease lapses";
+  std::vector<NodeRegistry::DueProbe> due = registry_.TakeDueProbes();
+  ASSERT_EQ(due.size(), 1u);
+  EXPECT_EQ(due[0].node_id, a);
+  EXPECT_EQ(due[0].address, "10.0.0.2:7001");
+  EXPECT_EQ(due[0].role, v1::NODE_ROLE_CONSUMER);
+  EXPECT_TRUE(registry_.TakeDueProbes().empty()) << "one probe at a time";
+  for (int pass = 1; pass < kProbesToReturn; ++pass) {
+    registry_.NoteProbe(a, true);
+    EXPECT_TRUE(registry_.Ejected(a));
+    EXPECT_TRUE(registry_.TakeDueProbes().empty()) << "the next one kProbeInterval later";
+    clock_.Advance(kProbeInterval);
+    ASSERT_EQ(registry_.TakeDueProbes().size(), 1u);
+  }
+  registry_.NoteProbe(a, true);
+  EXPECT_FALSE(registry_.Ejected(a));
+  EXPECT_EQ(routed_to(), a);
+  // Both out: the target is unavailable, as with no live consumer.
+  registry_.NoteUnreachable(a, "reset");
+  registry_.NoteUnreachable(b, "reset");
+  absl::StatusOr<Route> none = ResolveNamed(registry_, {"fables"}, "local");
+  EXPECT_TRUE(absl::IsUnavailable(none.status())) << none.status();
+  registry_.NoteUnreachable("consumer-unknown", "ignored");  // a node gone meanwhile: nothing
+}
+
 // Consumers that report KV memory are routed on the bytes they have free, not on request counts:
 // a consumer running fewer but larger requests is the busier one; one whose free bytes cannot hold
 // the request is taken only when every candidate is full (it then queues the request); requests

@@ -3,7 +3,10 @@
 // by GenerateTokens for the same pair and mode (hard pair, scd); raw between identical models and
 // local give the consumer's own local generation; every run emits Started first and exactly one
 // terminal event last; a lost producer ends in Error or, when allowed, in a local fallback with the
-// same tokens as local; a 1-token prompt runs local; cancellation ends "cancelled".
+// same tokens as local; a 1-token prompt runs local; cancellation ends "cancelled"; a moved
+// stream continued from its first k tokens (DecodeRequest.continued_ids) gives the tokens and
+// text the unmoved stream gave after them, greedy and seeded, a stop string across the move
+// included, and counts every token once.
 #include "consumer/request_runner.h"
 
 #include <ATen/ATen.h>
@@ -290,6 +293,119 @@ TEST_F(RequestRunnerTest, CancelledRequestFinishesCancelled) {
   EXPECT_EQ(run.last().finished().reason(), "cancelled");
   EXPECT_EQ(run.ids.size(), 0u);
   EXPECT_EQ(run.last().finished().output_tokens(), 0u);
+}
+
+// The text of `run`'s first `k` token events (what a client had when the stream moved).
+std::string TextOfFirst(const Outcome& run, size_t k) {
+  std::string text;
+  size_t tokens = 0;
+  for (const v1::GenerateEvent& e : run.events) {
+    if (!e.has_token() || e.token().ids_size() == 0) continue;
+    if (tokens++ == k) break;
+    text += e.token().text();
+  }
+  return text;
+}
+
+// A moved stream (consumer/request_runner.h ContinueStream, what Consumer.Decode does with
+// continued_ids): prompt + the first k outputs prefilled, those k replayed without events.
+TEST_F(RequestRunnerTest, AMovedStreamGoesOnWithTheTokensAndTextItWouldHaveGivenUnmoved) {
+  const consumer::ConsumerModel node = Consumer(*consumer_);
+  v1::GenerateRequest greedy = Request(prompt_);
+  v1::GenerateRequest seeded = Request(prompt_);
+  seeded.set_temperature(0.8f);
+  seeded.set_top_p(0.9f);
+  seeded.set_seed(77);
+  for (const v1::GenerateRequest& request : {greedy, seeded}) {
+    const Outcome unmoved = Serve(node, request, {});
+    ASSERT_TRUE(unmoved.last().has_finished()) << unmoved.last().DebugString();
+    ASSERT_EQ(unmoved.ids.size(), 12u) << "the model stopped early: pick another prompt";
+    for (size_t k : {size_t{1}, size_t{5}, size_t{11}}) {
+      SCOPED_TRACE(::testing::Message() << "temperature " << request.temperature() << ", k " << k);
+      consumer::TargetRoute route;
+      std::vector<TokenId> ids = prompt_;
+      {
+        const absl::Status ok = consumer::ContinueStream(
+            node, request, absl::MakeConstSpan(unmoved.ids).first(k), &route, &ids);
+        EXPECT_TRUE(ok.ok()) << ok;
+      }
+      EXPECT_EQ(route.continued, static_cast<int64_t>(k));
+      v1::GenerateRequest continued = request;
+      continued.clear_prompt_ids();
+      for (TokenId id : ids) continued.add_prompt_ids(id);
+      const Outcome moved = Serve(node, continued, route);
+      ASSERT_TRUE(moved.last().has_finished()) << moved.last().DebugString();
+      EXPECT_EQ(moved.ids, std::vector<TokenId>(unmoved.ids.begin() + k, unmoved.ids.end()));
+      EXPECT_EQ(TextOfFirst(unmoved, k) + moved.text, unmoved.text);
+      const v1::Finished& f = moved.last().finished();
+      EXPECT_EQ(f.output_tokens(), 12u);  // every token once: k before the move, the rest here
+      EXPECT_EQ(f.prompt_tokens(), prompt_.size());
+      EXPECT_EQ(f.reason(), "length");
+    }
+  }
+}
+
+TEST_F(RequestRunnerTest, AStopStringAcrossTheMoveEndsTheMovedStreamWhereItWouldHaveEnded) {
+  const consumer::ConsumerModel node = Consumer(*consumer_);
+  const Outcome plain = Serve(node, Request(prompt_), {});
+  ASSERT_EQ(plain.ids.size(), 12u);
+  // Tokens 4..6's text: what the stream held back at the move (after token 5) ends it at 6.
+  std::vector<std::string> pieces;
+  for (const v1::GenerateEvent& e : plain.events) {
+    if (e.has_token() && e.token().ids_size() > 0) pieces.push_back(e.token().text());
+  }
+  const std::string stop = pieces[4] + pieces[5] + pieces[6];
+  ASSERT_FALSE(stop.empty());
+  v1::GenerateRequest request = Request(prompt_);
+  request.add_stop(stop);
+  const Outcome unmoved = Serve(node, request, {});
+  ASSERT_TRUE(unmoved.last().has_finished());
+  ASSERT_EQ(unmoved.last().finished().reason(), "stop");
+  ASSERT_GT(unmoved.ids.size(), 6u) << "the stop string matched before the move";
+  const size_t k = 6;  // tokens 0..5 streamed; 4 and 5's text held back as a possible stop
+  consumer::TargetRoute route;
+  std::vector<TokenId> ids = prompt_;
+  {
+    const absl::Status ok = consumer::ContinueStream(
+        node, request, absl::MakeConstSpan(unmoved.ids).first(k), &route, &ids);
+    EXPECT_TRUE(ok.ok()) << ok;
+  }
+  v1::GenerateRequest continued = request;
+  continued.clear_prompt_ids();
+  for (TokenId id : ids) continued.add_prompt_ids(id);
+  const Outcome moved = Serve(node, continued, route);
+  ASSERT_TRUE(moved.last().has_finished()) << moved.last().DebugString();
+  EXPECT_EQ(moved.last().finished().reason(), "stop");
+  EXPECT_EQ(moved.ids, std::vector<TokenId>(unmoved.ids.begin() + k, unmoved.ids.end()));
+  EXPECT_EQ(TextOfFirst(unmoved, k) + moved.text, unmoved.text);
+  EXPECT_EQ(moved.last().finished().output_tokens(), unmoved.last().finished().output_tokens());
+}
+
+TEST_F(RequestRunnerTest, ContinuedIdsAreCheckedBeforeAnyWork) {
+  const consumer::ConsumerModel node = Consumer(*consumer_);
+  const v1::GenerateRequest request = Request(prompt_);  // max_tokens 12
+  auto check = [&](std::vector<int32_t> continued, consumer::TargetRoute route) {
+    std::vector<TokenId> ids = prompt_;
+    absl::Status status = consumer::ContinueStream(node, request, continued, &route, &ids);
+    if (!status.ok()) {
+      EXPECT_EQ(ids, prompt_) << "refused, yet changed";
+    }
+    return status;
+  };
+  EXPECT_TRUE(check({}, {}).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(check({1, -1}, {})));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      check({1, static_cast<int32_t>(consumer_->config().vocab_size)}, {})));
+  EXPECT_TRUE(absl::IsInvalidArgument(check(std::vector<int32_t>(12, 1), {})));  // none left
+  consumer::TargetRoute scd{TransferMode::kScd, "artifact", "stories260k", &artifact_};
+  EXPECT_TRUE(absl::IsInvalidArgument(check({1}, scd)));
+  v1::GenerateRequest long_one = request;
+  long_one.set_max_tokens(
+      static_cast<uint32_t>(consumer_->config().max_position_embeddings - prompt_.size() + 1));
+  std::vector<TokenId> ids = prompt_;
+  consumer::TargetRoute route;
+  const std::vector<int32_t> one{1};
+  EXPECT_TRUE(absl::IsOutOfRange(consumer::ContinueStream(node, long_one, one, &route, &ids)));
 }
 
 }  // namespace

@@ -45,7 +45,8 @@ ServingStack::~ServingStack() {
 }
 
 void ServingStack::AddConsumer(const std::string& name, std::unique_ptr<LlamaModel> model,
-                               std::optional<Artifact> artifact) {
+                               std::optional<Artifact> artifact, const std::string& target) {
+  const std::string& model_name = target.empty() ? name : target;
   auto node = std::make_unique<ServedConsumer>();
   node->name = name;
   node->model = std::move(model);
@@ -67,7 +68,7 @@ void ServingStack::AddConsumer(const std::string& name, std::unique_ptr<LlamaMod
   node->router =
       std::make_unique<consumer::SessionRouter>(std::make_unique<transport::SessionAcceptor>(
           Ok(node->transport->Listen("127.0.0.1:0")), transport::ConnectionOptions()));
-  consumer::ConsumerModel served{node->model.get(), tokenizer_, name,
+  consumer::ConsumerModel served{node->model.get(), tokenizer_, model_name,
                                  TransferOptions(), 16,         options_.deadline};
   if (options_.consumer_prefix_cache_bytes > 0) {
     node->prefix_cache = std::make_unique<consumer::ConsumerPrefixCache>(
@@ -86,7 +87,7 @@ void ServingStack::AddConsumer(const std::string& name, std::unique_ptr<LlamaMod
   node->control = std::make_unique<consumer::ConsumerControlService>(served, held, node->admission,
                                                                      node->router.get(), secret_);
   node->server = Serve({node->control.get()}, &node->address);
-  SetNodeIdentity(v1::NODE_ROLE_CONSUMER, node->address, name, node->fingerprint, &request);
+  SetNodeIdentity(v1::NODE_ROLE_CONSUMER, node->address, model_name, node->fingerprint, &request);
   request.set_transfer_address(node->router->address());
   absl::StatusOr<coordinator::Lease> lease = registry_.Register(request);
   ASSERT_TRUE(lease.ok()) << lease.status();
@@ -149,13 +150,23 @@ void ServingStack::Start() {
       grpc::CreateChannel(coordinator_address_, grpc::InsecureChannelCredentials()));
 }
 
+void ServingStack::KillConsumer(const std::string& name) {
+  consumers_.at(name)->server.Shutdown(absl::Now());
+}
+
 ServingReply ServingStack::Generate(const v1::GenerateRequest& request) {
+  return Generate(request, nullptr);
+}
+
+ServingReply ServingStack::Generate(const v1::GenerateRequest& request,
+                                    const std::function<void(const v1::GenerateEvent&)>& on_event) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
   auto reader = stub_->Generate(&context, request);
   ServingReply reply;
   v1::GenerateEvent event;
   while (reader->Read(&event)) {
+    if (on_event) on_event(event);
     reply.events[event.target()].push_back(event);
     if (event.has_token()) {
       for (int32_t id : event.token().ids()) reply.ids[event.target()].push_back(id);

@@ -8,6 +8,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -74,15 +75,24 @@ class ServingStack {
                Options options);
   ~ServingStack();
 
-  // Before Start. `artifact`: the pair's (its consumer identity is set here), or none.
+  // Before Start. `artifact`: the pair's (its consumer identity is set here), or none. `target`:
+  // the model name it serves ("": `name`); replicas of a target share it, each its own node.
   void AddConsumer(const std::string& name, std::unique_ptr<LlamaModel> model,
-                   std::optional<Artifact> artifact);
+                   std::optional<Artifact> artifact, const std::string& target = "");
+  // The consumer `name` dies as a process would for its callers: its server cancels every call
+  // at once and answers none after (it stays in the registry: its lease would lapse later).
+  void KillConsumer(const std::string& name);
+  // `name`'s registry node id.
+  const std::string& node_id(const std::string& name) const { return node_ids_.at(name); }
   // Starts the producer and the coordinator and registers every node.
   void Start();
 
   // Streams one request through the coordinator; checks every target got exactly one terminal
   // event and Started first (unless refused before it).
   ServingReply Generate(const v1::GenerateRequest& request);
+  // The same, calling `on_event` with each event as it is read (on the calling thread).
+  ServingReply Generate(const v1::GenerateRequest& request,
+                        const std::function<void(const v1::GenerateEvent&)>& on_event);
   ServingReply Generate(const std::vector<std::string>& targets, const std::string& mode,
                         const std::vector<TokenId>& prompt, int max_tokens);
 

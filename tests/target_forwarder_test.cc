@@ -1,10 +1,13 @@
 // coordinator/target_forwarder.h: what the client sees of one target's Decode stream -- the
 // producer's side added to a Finished from codes (and only there), the producer's cached tokens
 // on a Started from codes, auto's prediction only where the predicted mode ran, the fallback
-// notice dropped and noted, terminal events marked.
+// notice dropped and noted, terminal events marked; a moved stream's new Started becomes the
+// client's Moved event, and its Finished counts the moves.
 #include "coordinator/target_forwarder.h"
 
 #include <gtest/gtest.h>
+
+#include <vector>
 
 #include "proto/wire_mode.h"
 
@@ -116,6 +119,44 @@ TEST_F(TargetForwarderTest, AnErrorIsTerminal) {
   EXPECT_EQ(error.target(), "fables");
   EXPECT_TRUE(f.terminal());
   EXPECT_FALSE(f.started());
+}
+
+TEST_F(TargetForwarderTest, AMovedStreamsStartedBecomesMovedAndItsFinishedCountsTheMove) {
+  TargetForwarder f(&route_, 1, nullptr);
+  route_.targets[1].consumer_node = "consumer-old";
+  v1::GenerateEvent started = Started("local");
+  ASSERT_TRUE(f.Rewrite(producer_, &started));
+  for (int32_t id : {5, 6, 7}) {
+    v1::GenerateEvent token;
+    token.mutable_token()->add_ids(id);
+    ASSERT_TRUE(f.Rewrite(producer_, &token));
+  }
+  EXPECT_EQ(f.streamed_ids(), (std::vector<int32_t>{5, 6, 7}));
+
+  Route next;
+  RouteTarget replica = route_.targets[1];
+  replica.consumer_node = "consumer-new";
+  next.targets.push_back(replica);
+  TargetForwarder moved = f;  // the next call goes on with the stream's state
+  moved.MoveTo(&next, 0, "consumer-old", "its call ended: Socket closed");
+  v1::GenerateEvent again = Started("local");
+  ASSERT_TRUE(moved.Rewrite(producer_, &again));
+  ASSERT_TRUE(again.has_moved()) << again.DebugString();
+  EXPECT_EQ(again.target(), "xs");
+  EXPECT_EQ(again.moved().tokens_so_far(), 3u);
+  EXPECT_EQ(again.moved().from_node(), "consumer-old");
+  EXPECT_EQ(again.moved().to_node(), "consumer-new");
+  EXPECT_EQ(again.moved().reason(), "its call ended: Socket closed");
+  EXPECT_EQ(again.moved().moves(), 1u);
+  EXPECT_FALSE(moved.fell_back());  // not a fallback notice
+  v1::GenerateEvent token;
+  token.mutable_token()->add_ids(8);
+  ASSERT_TRUE(moved.Rewrite(producer_, &token));
+  EXPECT_EQ(moved.streamed_ids(), (std::vector<int32_t>{5, 6, 7, 8}));
+  v1::GenerateEvent finished = Finished("local");
+  ASSERT_TRUE(moved.Rewrite(producer_, &finished));
+  EXPECT_EQ(finished.finished().moves(), 1u);
+  EXPECT_TRUE(moved.terminal());
 }
 
 }  // namespace

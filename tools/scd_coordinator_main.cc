@@ -3,7 +3,7 @@
 // with --coordinator naming this address) on --control-listen, cluster secret required.
 //   scd-coordinator [--config FILE.toml] --listen HOST:PORT --control-listen HOST:PORT
 //                   [--cluster-secret-file FILE | $SCD_CLUSTER_SECRET] [--lease-ms 2000]
-//                   [--strict-modes] [--no-early-prefill]
+//                   [--strict-modes] [--no-early-prefill] [--migration-limit 3]
 //                   [--address-file PATH] [--control-address-file PATH]
 //                   [--http-listen HOST:PORT] (OpenAI API, /health, /metrics) [--tls-* ...]
 //                   [--api-token-file F] [--max-requests-per-client N] [--max-prompt-tokens N]
@@ -44,6 +44,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-early-prefill", no_early_prefill,
                "start a producer's Prefill only after the consumer's Started (no prefill for a "
                "request its consumer refuses; about one hop more time to first token)");
+  app.add_option("--migration-limit", options.routing.migration_limit,
+                 "moves a stream may make to another replica of its target when the consumer "
+                 "serving it dies or fails it (0: never; a request may ask for fewer)")
+      ->check(CLI::Range(0, 100));
   scd::AddPublicApiFlags(&app, &daemon.public_api);
   scd::AddDaemonFlags(&app, &daemon, scd::kLogLevelFlag);
   return scd::RunDaemon(

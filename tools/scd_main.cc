@@ -151,6 +151,11 @@ absl::Status RunRemoteGenerate(const GenerateFlags& flags) {
             first_error = absl::Status(static_cast<absl::StatusCode>(event.error().code()),
                                        absl::StrCat(event.target(), ": ", event.error().message()));
           }
+        } else if (event.has_moved() && flags.stats) {
+          const v1::Moved& m = event.moved();
+          stats.push_back(absl::StrFormat(
+              "[%s] moved after %u tokens from %s to %s: %s\n", event.target().c_str(),
+              m.tokens_so_far(), m.from_node().c_str(), m.to_node().c_str(), m.reason().c_str()));
         } else if (event.has_finished() && flags.stats) {
           const v1::Finished& f = event.finished();
           const v1::Timings& t = f.timings();

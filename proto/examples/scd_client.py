@@ -64,6 +64,10 @@ def main():
                     print(f"\n[{event.target}] {f.reason}: mode {ran}, {f.prompt_tokens} prompt + "
                           f"{f.output_tokens} output tokens, {f.payload_bytes} payload bytes, "
                           f"TTFT {f.timings.ttft / 1000:.1f} ms", file=sys.stderr)
+                elif kind == "moved":  # the stream goes on at another replica: nothing lost
+                    m = event.moved
+                    print(f"\n[{event.target}] moved after {m.tokens_so_far} tokens: {m.reason}",
+                          file=sys.stderr)
                 elif kind == "error":
                     failed = True
                     print(f"\n[{event.target}] error {event.error.code}: {event.error.message}",

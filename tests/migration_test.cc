@@ -1,0 +1,161 @@
+// A stream moves to a live replica when the consumer serving it dies (coordinator/routed_request.h,
+// the move step), in one process with every hop real (tests/serving_stack.h): two replicas of a
+// target, the one serving a request killed after its first tokens reached the client. The client's
+// stream goes on with the tokens the unmoved stream gave (greedy, and seeded sampling at
+// temperature 0.8, top-p 0.9: model/sampler.h keys each draw by position), with one Started, one
+// Moved (tokens so far, from and to which node), one Finished counting every token once and the
+// move; the killed replica is out of routing at once, so the next request is served by the
+// other. Without another replica, or with migration_limit 0, the stream ends in one Error as
+// before.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/generator.h"
+#include "proto/wire_mode.h"
+#include "tests/serving_stack.h"
+#include "tests/test_util.h"
+
+namespace scd {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kTarget[] = "b";
+
+class MigrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    producer_ = testing::Ok(LlamaModel::Load(testing::ModelDir("tinystories-4m"), {}));
+    tokenizer_ =
+        testing::Ok(Tokenizer::FromFile(testing::ModelDir("tinystories-4m") + "/tokenizer.json"));
+  }
+
+  // A stack with `replicas` consumers of tinystories-4m-b, each its own node serving kTarget.
+  std::unique_ptr<testing::ServingStack> Stack(int replicas) {
+    auto stack = std::make_unique<testing::ServingStack>(
+        producer_.get(), tokenizer_.get(), "tinystories-4m", testing::ServingStack::Options());
+    for (int i = 0; i < replicas; ++i) {
+      stack->AddConsumer(Replica(i),
+                         testing::Ok(LlamaModel::Load(testing::ModelDir("tinystories-4m-b"), {})),
+                         std::nullopt, kTarget);
+    }
+    stack->Start();
+    return stack;
+  }
+  static std::string Replica(int i) { return "b-" + std::to_string(i); }
+
+  // 300 tokens at most, local prefill: long enough that the serving replica is still decoding
+  // when the test kills it after the client's third token (the scheduler runs at nice 10, the
+  // client's thread at 0).
+  static v1::GenerateRequest Request(bool seeded) {
+    v1::GenerateRequest request;
+    request.add_targets(kTarget);
+    SetRequestMode(RequestedMode(TransferMode::kLocal), &request);
+    const std::vector<TokenId> prompt = testing::LoadGolden("tinystories-4m-b").prompts[1].ids;
+    for (TokenId id : prompt) request.add_prompt_ids(id);
+    request.set_max_tokens(300);
+    if (seeded) {
+      request.set_temperature(0.8f);
+      request.set_top_p(0.9f);
+      request.set_seed(20261201);
+    }
+    return request;
+  }
+
+  // Runs `request`, killing the replica that serves it once the client has `after` tokens;
+  // returns the reply and, in *killed, that replica's name ("" when none served it).
+  static testing::ServingReply RunKilling(testing::ServingStack& stack, int replicas,
+                                          const v1::GenerateRequest& request, size_t after,
+                                          std::string* killed) {
+    size_t tokens = 0;
+    return stack.Generate(request, [&](const v1::GenerateEvent& event) {
+      if (event.has_token()) tokens += static_cast<size_t>(event.token().ids_size());
+      if (!killed->empty() || tokens < after) return;
+      for (int i = 0; i < replicas; ++i) {
+        if (stack.consumer(Replica(i)).admission->active() == 0) continue;
+        *killed = Replica(i);
+        stack.KillConsumer(*killed);
+        return;
+      }
+    });
+  }
+
+  std::unique_ptr<LlamaModel> producer_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+};
+
+TEST_F(MigrationTest, AKilledReplicasStreamGoesOnElsewhereWithTheSameTokens) {
+  for (bool seeded : {false, true}) {
+    SCOPED_TRACE(seeded ? "seeded" : "greedy");
+    const v1::GenerateRequest request = Request(seeded);
+    testing::ServingReply unmoved = Stack(1)->Generate(request);
+    ASSERT_TRUE(unmoved.status.ok()) << unmoved.status.error_message();
+    const std::vector<TokenId>& reference = unmoved.ids[kTarget];
+    ASSERT_GE(reference.size(), 100u) << "a short story: the kill could come after its end";
+
+    auto stack = Stack(2);
+    std::string killed;
+    testing::ServingReply moved = RunKilling(*stack, 2, request, 3, &killed);
+    ASSERT_FALSE(killed.empty());
+    ASSERT_TRUE(moved.status.ok()) << moved.status.error_message();
+    EXPECT_EQ(moved.ids[kTarget], reference);
+    const std::vector<v1::GenerateEvent>& events = moved.events[kTarget];
+    int started = 0, moves = 0;
+    for (const v1::GenerateEvent& e : events) {
+      started += e.has_started();
+      if (!e.has_moved()) continue;
+      ++moves;
+      EXPECT_GE(e.moved().tokens_so_far(), 3u);
+      EXPECT_EQ(e.moved().from_node(), stack->node_id(killed));
+      EXPECT_EQ(e.moved().to_node(),
+                stack->node_id(killed == Replica(0) ? Replica(1) : Replica(0)));
+      EXPECT_EQ(e.moved().moves(), 1u);
+      EXPECT_FALSE(e.moved().reason().empty());
+    }
+    EXPECT_EQ(started, 1);
+    EXPECT_EQ(moves, 1);
+    ASSERT_TRUE(events.back().has_finished()) << events.back().DebugString();
+    const v1::Finished& f = events.back().finished();
+    EXPECT_EQ(f.moves(), 1u);
+    EXPECT_EQ(f.output_tokens(), reference.size());
+    EXPECT_EQ(f.prompt_tokens(), static_cast<uint32_t>(request.prompt_ids_size()));
+    EXPECT_EQ(f.reason(), unmoved.events[kTarget].back().finished().reason());
+
+    // The killed replica left routing with its failed call (coordinator/node_ejection.h; its
+    // lease here lasts an hour): the next request goes to the live one at once.
+    testing::ServingReply next = stack->Generate(request);
+    ASSERT_TRUE(next.status.ok()) << next.status.error_message();
+    EXPECT_EQ(next.ids[kTarget], reference);
+    for (const v1::GenerateEvent& e : next.events[kTarget]) EXPECT_FALSE(e.has_moved());
+  }
+}
+
+TEST_F(MigrationTest, WithoutAnotherReplicaOrMovesTheStreamEndsInOneError) {
+  {
+    auto stack = Stack(1);
+    std::string killed;
+    testing::ServingReply reply = RunKilling(*stack, 1, Request(false), 3, &killed);
+    ASSERT_FALSE(killed.empty());
+    const std::vector<v1::GenerateEvent>& events = reply.events[kTarget];
+    ASSERT_TRUE(events.back().has_error()) << events.back().DebugString();
+    for (const v1::GenerateEvent& e : events) EXPECT_FALSE(e.has_moved());
+  }
+  {
+    auto stack = Stack(2);
+    v1::GenerateRequest request = Request(false);
+    request.set_migration_limit(0);
+    std::string killed;
+    testing::ServingReply reply = RunKilling(*stack, 2, request, 3, &killed);
+    ASSERT_FALSE(killed.empty());
+    const std::vector<v1::GenerateEvent>& events = reply.events[kTarget];
+    ASSERT_TRUE(events.back().has_error()) << events.back().DebugString();
+    for (const v1::GenerateEvent& e : events) EXPECT_FALSE(e.has_moved());
+  }
+}
+
+}  // namespace
+}  // namespace scd
