@@ -155,6 +155,23 @@ class LinkContractTest : public ::testing::TestWithParam<Backend> {
   void CheckCloseReachesBothHandlersOnce(bool client_closes, FrameRecorder& client_got,
                                          FrameRecorder& server_got);
 
+  // Runs `round` `rounds` times, each on new transports with handlers of its own (the links go
+  // before them), stopping at a fatal failure.
+  template <typename Round>
+  void OnNewTransports(int rounds, const Round& round) {
+    for (int i = 0; i < rounds && !HasFatalFailure(); ++i) {
+      SCOPED_TRACE(absl::StrCat("round ", i));
+      FrameRecorder client_got, server_got;
+      absl::Cleanup drop_links = [this] {
+        client_.reset();
+        server_.reset();
+      };
+      MakeTransports();
+      if (HasFatalFailure()) return;
+      round(i, client_got, server_got);
+    }
+  }
+
   // Handlers outlive the links (TearDown destroys the links first).
   FrameRecorder client_got_, server_got_;
   StallingRecorder stalled_;
@@ -289,17 +306,9 @@ TEST_P(LinkContractTest, ServerCloseReachesBothHandlersOnce) {
 // process in 1 of 2 server closes on an idle machine (tcp_ep.c:939; transport/ucx/ucx_config.cc
 // KeepTcpOffZeroCopy); an abort ends this whole binary.
 TEST_P(LinkContractTest, ClosingMidTransferNeverTakesAProcessDown) {
-  for (int round = 0; round < 20 && !HasFatalFailure(); ++round) {
-    SCOPED_TRACE(absl::StrCat("round ", round));
-    FrameRecorder client_got, server_got;
-    absl::Cleanup drop_links = [this] {  // the links go before their handlers
-      client_.reset();
-      server_.reset();
-    };
-    MakeTransports();
-    if (HasFatalFailure()) return;
+  OnNewTransports(20, [this](int round, FrameRecorder& client_got, FrameRecorder& server_got) {
     CheckCloseReachesBothHandlersOnce(round % 2 == 1, client_got, server_got);
-  }
+  });
 }
 
 // A link closed while its transport shuts down on another thread: when Close returns its handler
@@ -308,15 +317,7 @@ TEST_P(LinkContractTest, ClosingMidTransferNeverTakesAProcessDown) {
 // shutdown then called the freed handler (a SIGSEGV in transfer_session_test under load,
 // 2026-12-01; transport/ucx/ucx_handshake.cc TellHandlerHere).
 TEST_P(LinkContractTest, ACloseRacingTheTransportsShutdownStillTellsTheHandlerFirst) {
-  for (int round = 0; round < 30 && !HasFatalFailure(); ++round) {
-    SCOPED_TRACE(absl::StrCat("round ", round));
-    FrameRecorder client_got, server_got;
-    absl::Cleanup drop_links = [this] {  // the links go before their handlers
-      client_.reset();
-      server_.reset();
-    };
-    MakeTransports();
-    if (HasFatalFailure()) return;
+  OnNewTransports(30, [this](int round, FrameRecorder& client_got, FrameRecorder& server_got) {
     Connect();
     client_->Start(&client_got);
     server_->Start(&server_got);
@@ -329,7 +330,7 @@ TEST_P(LinkContractTest, ACloseRacingTheTransportsShutdownStillTellsTheHandlerFi
     EXPECT_EQ(heard, 1) << "Close returned before the handler heard its end";
     client_.reset();
     EXPECT_EQ(client_got.link_down_calls(), 1) << "a call after Close returned";
-  }
+  });
 }
 
 TEST_P(LinkContractTest, HandlerMaySendOnAndCloseItsOwnLink) {

@@ -25,6 +25,7 @@ class DeliveryGate::InHandlerScope {
 void DeliveryGate::Start(LinkHandler* handler) {
   if (handler == nullptr) return;
   absl::MutexLock lock(&mu_);
+  if (handler_ == handler) return;  // the same handler again (a backend's two paths to Start)
   if (handler_ != nullptr) {
     spdlog::warn("{}: Start called twice; keeping the first handler", description_);
     return;

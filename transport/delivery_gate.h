@@ -32,8 +32,9 @@ class DeliveryGate {
   DeliveryGate(const DeliveryGate&) = delete;
   DeliveryGate& operator=(const DeliveryGate&) = delete;
 
-  // Sets the handler (once; a second call is logged and ignored), delivers the held frames and
-  // then the link's end if it came meanwhile.
+  // Sets the handler (once; a second call with another handler is logged and ignored, with the
+  // same one it does nothing), delivers the held frames and then the link's end if it came
+  // meanwhile.
   void Start(LinkHandler* handler);
   bool started() const;
   // One arriving frame: to the handler now, or held until Start; dropped once the link is down.

@@ -27,6 +27,7 @@ void Core::Start(const std::shared_ptr<LinkState>& link, LinkHandler* handler) {
     absl::MutexLock lock(&link->mu);
     if (link->start_called) return;
     link->start_called = true;
+    link->handler = handler;
   }
   auto start = [link, handler] { link->gate->Start(handler); };
   if (OnProgressThread()) {

@@ -188,7 +188,16 @@ void Core::TellHandlerHere(const std::shared_ptr<LinkState>& link) {
   // serializes it with any call the progress thread is making and makes every later one a no-op
   // (the gate delivers one OnLinkDown and nothing after it). The caller may free the handler
   // once Close returns; the progress thread's own LinkDown for this link then finds the gate down.
+  // A Start still queued for the progress thread starts the gate here, after the end and with
+  // the frames it held dropped (its command then finds the same handler and does nothing), so
+  // the handler hears the end now and nothing else.
+  LinkHandler* handler;
+  {
+    absl::MutexLock lock(&link->mu);
+    handler = link->handler;
+  }
   link->gate->Down(absl::CancelledError("link closed"), /*drop_held=*/true);
+  link->gate->Start(handler);  // null (never started): nothing
 }
 
 void Core::CloseListenerNow(const std::shared_ptr<ListenerState>& listener) {

@@ -76,6 +76,8 @@ struct LinkState {
   bool queued ABSL_GUARDED_BY(mu) = false;  // on Core::ready_links_
   bool close_called ABSL_GUARDED_BY(mu) = false;
   bool start_called ABSL_GUARDED_BY(mu) = false;
+  LinkHandler* handler ABSL_GUARDED_BY(mu) =
+      nullptr;                                    // Start's, for a Close on the caller's thread
   LaneQueue<Frame> inbox ABSL_GUARDED_BY(mu);     // sent, not yet taken by the progress thread
   bool connect_done ABSL_GUARDED_BY(mu) = false;  // client: handshake finished or failed
   absl::Status connect_status ABSL_GUARDED_BY(mu);
