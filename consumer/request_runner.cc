@@ -104,9 +104,8 @@ absl::Status ContinueStream(const ConsumerModel& consumer, const v1::GenerateReq
                             absl::Span<const int32_t> continued, TargetRoute* route,
                             std::vector<TokenId>* ids) {
   if (continued.empty()) return absl::OkStatus();
-  if (route->mode != TransferMode::kLocal) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("continued_ids: only with mode local, not ", TransferModeName(route->mode)));
+  if (route->early_prefill) {  // its session would hold codes for a prompt without them
+    return absl::InvalidArgumentError("continued_ids: not with early_prefill");
   }
   const ModelConfig& config = consumer.model->config();
   for (size_t i = 0; i < continued.size(); ++i) {
@@ -161,7 +160,7 @@ namespace {
 // prefix's keys in *keys.
 absl::StatusOr<int64_t> LoadCachedPrefix(const ConsumerModel& consumer,
                                          const v1::GenerateRequest& request,
-                                         const TargetRoute& route, const std::vector<TokenId>& ids,
+                                         const TargetRoute& route, absl::Span<const TokenId> ids,
                                          std::optional<ConsumerPrefixCache::Keys>* keys,
                                          KvCache* cache) {
   const int64_t prefix_tokens = static_cast<int64_t>(ids.size()) - 1;
@@ -171,7 +170,7 @@ absl::StatusOr<int64_t> LoadCachedPrefix(const ConsumerModel& consumer,
           route.mode, route.producer_fingerprint,
           route.point ? absl::StrCat(route.artifact_id, "@", route.point->Describe())
                       : route.artifact_id),
-      request.cache_salt(), absl::MakeConstSpan(ids).first(static_cast<size_t>(prefix_tokens)));
+      request.cache_salt(), ids.first(static_cast<size_t>(prefix_tokens)));
   // An early prefill's codes cover the whole prefix (the keys still store what is rebuilt).
   if (route.early_prefill && route.mode != TransferMode::kLocal) return 0;
   // A transfer keeps at least one position to send; local prefill runs the last token anyway.
@@ -252,6 +251,11 @@ class TargetRun : public std::enable_shared_from_this<TargetRun> {
   bool cancelled() const {
     return context_.cancellation != nullptr && context_.cancellation->cancelled();
   }
+  // The prompt without a moved stream's continued ids: what a transfer's codes cover (all but
+  // its last token) and its tail runs; the continued ids are prefilled on top by the scheduler.
+  absl::Span<const TokenId> Prompt() const {
+    return absl::MakeConstSpan(ids_).first(ids_.size() - static_cast<size_t>(route_.continued));
+  }
   PrefixOutcome RouteOutcome() const {
     PrefixOutcome outcome;
     outcome.mode = route_.mode;
@@ -328,9 +332,12 @@ absl::Status TargetRun::Begin() {
       std::min<int64_t>(consumer_.model->config().max_position_embeddings,
                         static_cast<int64_t>(ids_.size()) + options_.max_tokens);
   cache_ = consumer_.model->NewCache(capacity);
-  const int64_t prefix_tokens = static_cast<int64_t>(ids_.size()) - 1;
-  SCD_ASSIGN_OR_RETURN(
-      cached_tokens_, LoadCachedPrefix(consumer_, request_, route_, ids_, &prefix_keys_, &*cache_));
+  // A transfer covers the prompt's prefix; local prefill the continued ids too.
+  const absl::Span<const TokenId> covered =
+      route_.mode == TransferMode::kLocal ? absl::MakeConstSpan(ids_) : Prompt();
+  const int64_t prefix_tokens = static_cast<int64_t>(covered.size()) - 1;
+  SCD_ASSIGN_OR_RETURN(cached_tokens_, LoadCachedPrefix(consumer_, request_, route_, covered,
+                                                        &prefix_keys_, &*cache_));
   started_.mutable_started()->set_consumer_cached_tokens(static_cast<uint32_t>(cached_tokens_));
   SCD_ASSIGN_OR_RETURN(planned_,
                        PlanFor(consumer_, route_, prefix_tokens - cached_tokens_, &started_));
@@ -368,11 +375,11 @@ void TargetRun::Receive() {
     session->Cancel(why);
     return PrefixFailed(absl::PermissionDeniedError(why));
   }
-  prefix_ids_.assign(ids_.begin(), ids_.end() - 1);
+  const absl::Span<const TokenId> prompt = Prompt();
+  prefix_ids_.assign(prompt.begin(), prompt.end() - 1);
   // The last prompt token follows the rebuild layer by layer (model/layer_stepper.h).
-  absl::StatusOr<LayerStepper> tail =
-      LayerStepper::Start(*consumer_.model, absl::MakeConstSpan(ids_).last(1),
-                          static_cast<int64_t>(prefix_ids_.size()));
+  absl::StatusOr<LayerStepper> tail = LayerStepper::Start(*consumer_.model, prompt.last(1),
+                                                          static_cast<int64_t>(prefix_ids_.size()));
   if (!tail.ok()) return Fail(tail.status());
   tail_.emplace(*std::move(tail));
   decoder_.emplace(*consumer_.model, artifact);
@@ -428,7 +435,9 @@ void TargetRun::Received(absl::StatusOr<ReceiveReport> report) {
 void TargetRun::Rebuilt() {
   if (!logits_.ok()) return PrefixFailed(logits_.status());
   PrefixOutcome outcome = RouteOutcome();
-  outcome.first_logits = *std::move(logits_);
+  // A moved stream's next token is its first continued id: the scheduler prefills those on top
+  // of the rebuilt prompt and samples after them.
+  if (route_.continued == 0) outcome.first_logits = *std::move(logits_);
   outcome.tail = tail_->compute_time();
   outcome.payload_bytes = report_.bytes;
   outcome.transfer = report_.last_chunk - report_.first_chunk;
@@ -442,7 +451,7 @@ void TargetRun::Rebuilt() {
 }
 
 void TargetRun::PrefixFailed(const absl::Status& why) {
-  if (!request_.allow_local_fallback() || cancelled()) return Fail(why);
+  if (!LocalFallbackAllowed(request_) || cancelled()) return Fail(why);
   *cache_ = consumer_.model->NewCache(cache_->capacity());  // drop what was half rebuilt
   PrefixOutcome outcome;
   outcome.mode = TransferMode::kLocal;
@@ -563,9 +572,11 @@ void StartTarget(const ConsumerModel& consumer, const v1::GenerateRequest& reque
     return fail(absl::InternalError("the consumer has no decode scheduler or step queue"));
   }
   TargetRoute route = route_in;
-  if (route.mode != TransferMode::kLocal && ids->size() < 2) {
+  if (route.mode != TransferMode::kLocal &&
+      ids->size() - static_cast<size_t>(route_in.continued) < 2) {
     route = TargetRoute{};
     route.mode_reason = "a 1-token prompt has no prefix to transfer";
+    route.continued = route_in.continued;
   }
   std::make_shared<TargetRun>(consumer, request, std::move(route), *std::move(ids),
                               *std::move(options), std::move(context), std::move(emit),

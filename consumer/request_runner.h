@@ -13,9 +13,9 @@
 //
 // The transferred prefix is the prompt minus its last token (that token's logits seed sampling,
 // so the consumer always runs it itself): a 1-token prompt has nothing to transfer and runs local.
-// When the transfer fails (producer lost, corrupt, refused) the request ends with Error, or, when
-// GenerateRequest.allow_local_fallback is set, continues with the consumer's own prefill and says
-// so in Finished.mode / mode_reason.
+// When the transfer fails (producer lost, corrupt, refused) the request continues with the
+// consumer's own prefill and says so in Finished.mode / mode_reason, unless it forbids that
+// (GenerateRequest.allow_local_fallback set false: it ends with Error).
 // A transfer that makes no progress (no session, or no chunk) for ConsumerModel::transfer_timeout
 // ends DEADLINE_EXCEEDED (or falls back, when allowed), so its reservation is freed.
 // A target's run (TargetRun) is a state object advanced by events (the session arrived, codes
@@ -93,7 +93,8 @@ struct TargetRoute {
   // A moved stream's continuation (DecodeRequest.continued_ids): the last `continued` prompt ids
   // are output tokens another replica already streamed. They are prefilled with the prompt,
   // replayed through the detokenizer and stop strings without being emitted, and counted as
-  // output (max_tokens, Finished); only with a local route.
+  // output (max_tokens, Finished). A transfer's codes cover the prompt without them (the tail
+  // runs the prompt's last token); the scheduler prefills them on top of the rebuilt prompt.
   int64_t continued = 0;
 };
 
@@ -123,10 +124,10 @@ struct RunContext {
   // The prompt's ids when the caller has them already (CheckRequest); else StartTarget tokenizes.
   std::optional<std::vector<TokenId>> prompt_ids;
   // Optional: called once, on a step-queue thread, when the transfer failed and the target falls
-  // back to its own prefill (request.allow_local_fallback), before that prefill runs, with a
-  // Started event saying so (mode local, the mode_reason Finished will carry). The coordinator
-  // learns from it that a consumer serves the request on its own and must not be cancelled
-  // (Consumer.Decode, control.proto); it is not part of the public event stream.
+  // back to its own prefill (unless request.allow_local_fallback forbids it), before that prefill
+  // runs, with a Started event saying so (mode local, the mode_reason Finished will carry). The
+  // coordinator learns from it that a consumer serves the request on its own and must not be
+  // cancelled (Consumer.Decode, control.proto); it is not part of the public event stream.
   std::function<void(const v1::GenerateEvent& started)> on_fallback;
 };
 
@@ -148,7 +149,7 @@ absl::StatusOr<std::vector<TokenId>> CheckRequest(const ConsumerModel& consumer,
                                                   const v1::GenerateRequest& request);
 
 // A moved stream's continuation (DecodeRequest.continued_ids) after the checked prompt `*ids`:
-// appended, and route->continued set. INVALID_ARGUMENT for a route that is not local, an id
+// appended, and route->continued set. INVALID_ARGUMENT for an early-prefill route, an id
 // outside the vocabulary, or as many ids as max_tokens (the consumer's default when unset) allows
 // or more; OUT_OF_RANGE when the prompt, the continued ids and the tokens left exceed the model's
 // positions. Nothing continued: nothing changes.

@@ -17,6 +17,7 @@
 #include "base/release_clock.h"
 #include "base/thread_name.h"
 #include "codec/transfer_mode.h"
+#include "coordinator/node_ejection.h"
 #include "coordinator/routed_request.h"
 #include "proto/frontier_proto.h"
 #include "proto/grpc_util.h"
@@ -118,6 +119,7 @@ void RegistryService::FillStats(v1::NodeStats* stats) const {
   stats->set_role("coordinator");
   stats->set_last_release_unix_micros(LastReleaseUnixMicros());
   stats->set_running(static_cast<uint32_t>(registry_->size()));
+  stats->set_nodes_out(registry_->NodesOut());
   for (const auto& [name, count] : counters_->Snapshot()) (*stats->mutable_ended())[name] = count;
 }
 
@@ -192,7 +194,16 @@ std::shared_ptr<grpc::Channel> CoordinatorInferenceService::Channel(const std::s
   absl::MutexLock lock(&mu_);
   std::shared_ptr<grpc::Channel>& channel = channels_[address];
   if (channel == nullptr) {
-    channel = grpc::CreateChannel(address, GrpcChannelCredentials());
+    // Keepalive pings notice a node that stopped answering (coordinator/node_ejection.h), with
+    // calls or without; HTTP/2 would otherwise stop pinging after two pings without data.
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+                static_cast<int>(absl::ToInt64Milliseconds(kNodeKeepalive)));
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                static_cast<int>(absl::ToInt64Milliseconds(kNodeKeepaliveTimeout)));
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+    channel = grpc::CreateCustomChannel(address, GrpcChannelCredentials(), args);
   }
   return channel;
 }
@@ -242,10 +253,10 @@ EventStream* CoordinatorInferenceService::Generate(grpc::CallbackServerContext* 
   const PrefixHint hint = HintFor(options_.tokenizer, req);
   absl::StatusOr<RequestedMode> mode = RequestModeOf(req);  // the enum: read at the edge
   absl::StatusOr<Route> route =
-      !mode.ok()
-          ? absl::StatusOr<Route>(mode.status())
-          : registry_->Resolve(std::vector<std::string>(req.targets().begin(), req.targets().end()),
-                               *mode, &hint, req.max_kl(), req.ttft_slo_ms());
+      !mode.ok() ? absl::StatusOr<Route>(mode.status())
+                 : registry_->Resolve(
+                       std::vector<std::string>(req.targets().begin(), req.targets().end()), *mode,
+                       &hint, req.max_kl(), req.ttft_slo_ms(), LocalFallbackAllowed(req));
   if (!route.ok()) {
     spdlog::info("[{}] not routed: {}", id, ForLog(route.status().ToString(), 300));
     CountRefusal(counters_, route.status());

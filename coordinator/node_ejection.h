@@ -17,6 +17,13 @@
 namespace scd::coordinator {
 
 inline constexpr int kProbesToReturn = 2;
+// The coordinator's connections to its nodes ping every kNodeKeepalive and give up on a node that
+// has not answered a ping for kNodeKeepaliveTimeout (a frozen process, a silent link): every call
+// on that connection ends UNAVAILABLE, which ejects the node -- within 1.5 s of its last answer,
+// inside the 2 s the issue allows. The nodes' servers accept pings at that rate
+// (proto/grpc_server.h kMinPingIntervalMs).
+inline constexpr absl::Duration kNodeKeepalive = absl::Milliseconds(500);
+inline constexpr absl::Duration kNodeKeepaliveTimeout = absl::Milliseconds(1000);
 inline constexpr absl::Duration kProbeInterval = absl::Milliseconds(200);
 // A probe that has not answered by then counts as failed.
 inline constexpr absl::Duration kProbeTimeout = absl::Milliseconds(500);

@@ -163,14 +163,17 @@ std::vector<std::string> NodeRegistry::ExpireLapsed() {
 
 absl::StatusOr<Route> NodeRegistry::Resolve(const std::vector<std::string>& targets,
                                             RequestedMode mode, const PrefixHint* hint,
-                                            double max_kl, double ttft_slo_ms) const {
+                                            double max_kl, double ttft_slo_ms,
+                                            bool local_fallback) const {
   if (targets.empty()) return absl::InvalidArgumentError("no target named");
   if (std::set<std::string>(targets.begin(), targets.end()).size() != targets.size()) {
     return absl::InvalidArgumentError("a target is named twice");
   }
   absl::MutexLock lock(&mu_);
   const RoutingView view{nodes_, known_targets_, links_, options_, clock_->Now()};
-  return ChooseRoute(view, RouteAsk{targets, mode, hint, max_kl, ttft_slo_ms}, &routes_);
+  RouteAsk ask{targets, mode, hint, max_kl, ttft_slo_ms};
+  ask.local_fallback = local_fallback;
+  return ChooseRoute(view, ask, &routes_);
 }
 
 void NodeRegistry::NoteUnreachable(const std::string& node_id, const std::string& why) {
@@ -215,12 +218,20 @@ bool NodeRegistry::Ejected(const std::string& node_id) const {
   return it != nodes_.end() && it->second.ejection.out;
 }
 
+uint32_t NodeRegistry::NodesOut() const {
+  absl::MutexLock lock(&mu_);
+  uint32_t out = 0;
+  for (const auto& [id, node] : nodes_) out += node.ejection.out ? 1 : 0;
+  return out;
+}
+
 absl::StatusOr<Route> NodeRegistry::ResolveMove(const std::string& target,
-                                                const MoveConstraint& move) const {
+                                                const MoveConstraint& move,
+                                                TransferMode mode) const {
   const std::vector<std::string> targets{target};
   absl::MutexLock lock(&mu_);
   const RoutingView view{nodes_, known_targets_, links_, options_, clock_->Now()};
-  RouteAsk ask{targets, RequestedMode(TransferMode::kLocal)};
+  RouteAsk ask{targets, RequestedMode(mode)};
   ask.move = &move;
   return ChooseRoute(view, ask, &routes_);
 }

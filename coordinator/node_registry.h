@@ -82,15 +82,20 @@ class NodeRegistry {
   // routed to. `hint` (may be null): the prompt's prefix blocks, for cache-aware routing. `max_kl`
   // (0: none): the request's quality budget (GenerateRequest.max_kl); FAILED_PRECONDITION for
   // explicit scd when no frontier point of the pair is within it. `ttft_slo_ms` (0: none): auto's
-  // TTFT objective (GenerateRequest.ttft_slo_ms).
+  // TTFT objective (GenerateRequest.ttft_slo_ms). `local_fallback`: the request allows its
+  // consumer's own prefill when the transfer fails (proto/request_validation.h
+  // LocalFallbackAllowed), so an explicit transfer mode with no live producer routes local, saying
+  // why, instead of UNAVAILABLE.
   absl::StatusOr<Route> Resolve(const std::vector<std::string>& targets, RequestedMode mode,
                                 const PrefixHint* hint = nullptr, double max_kl = 0,
-                                double ttft_slo_ms = 0) const;
+                                double ttft_slo_ms = 0, bool local_fallback = false) const;
   // A moved stream's route (GenerateEvent.Moved): `target` on a live consumer that `move` allows
-  // (not a node given up, the same weights), least loaded first, with local prefill (it prefills
-  // the prompt and the tokens streamed so far; its prefix cache serves what it holds). No
-  // producer. UNAVAILABLE when no such replica is live.
-  absl::StatusOr<Route> ResolveMove(const std::string& target, const MoveConstraint& move) const;
+  // (not a node given up, the same weights), least loaded first, in `mode`: local prefill of the
+  // prompt and the tokens streamed so far (its prefix cache serves what it holds; no producer),
+  // or a transfer's codes for the prompt from a live producer of the model, the streamed tokens
+  // prefilled on top. UNAVAILABLE when no such replica (or producer) is live.
+  absl::StatusOr<Route> ResolveMove(const std::string& target, const MoveConstraint& move,
+                                    TransferMode mode = TransferMode::kLocal) const;
   // A request routed on `route` starts (its nodes count it as load until RoutedDone) and will
   // leave `hint`'s blocks in their caches.
   void NoteRouted(const Route& route, const PrefixHint* hint);
@@ -119,6 +124,8 @@ class NodeRegistry {
   void NoteProbe(const std::string& node_id, bool ok);
   // Whether `node_id` is out of routing after a failed call (false: in, or unknown).
   bool Ejected(const std::string& node_id) const;
+  // How many nodes are out now (NodeStats.nodes_out).
+  uint32_t NodesOut() const;
 
   // A live producer as the control plane reaches it.
   struct ProducerNode {

@@ -190,7 +190,7 @@ absl::Status ParseOptions(const Json& body, ParsedRequest* out) {
   SCD_FIELD(cache_salt, std::string, body, "cache_salt");
   r.set_cache_salt(cache_salt.value_or(""));
   SCD_FIELD(fallback, bool, body, "allow_local_fallback");
-  r.set_allow_local_fallback(fallback.value_or(false));
+  if (fallback.has_value()) r.set_allow_local_fallback(*fallback);  // unset: allowed
   SCD_FIELD(deadline_ms, uint32_t, body, "deadline_ms");
   r.set_deadline_ms(deadline_ms.value_or(0));
   SCD_FIELD(max_kl, double, body, "max_kl");

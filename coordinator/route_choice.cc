@@ -235,12 +235,16 @@ absl::StatusOr<RouteTarget> ResolveTarget(const RoutingView& v, const Node& cons
     return target;
   }
   if (producer == nullptr) {
-    if (!mode.is_auto()) {
-      return absl::UnavailableError(absl::StrCat("mode ", RequestedModeName(mode),
-                                                 " needs a producer and none is registered"));
+    if (!mode.is_auto() && !ask.local_fallback) {
+      return absl::UnavailableError(
+          absl::StrCat("mode ", RequestedModeName(mode),
+                       " needs a producer and none is live (registered producers are out of "
+                       "routing while their calls fail or their leases lapse)"));
     }
     target.mode = TransferMode::kLocal;
-    target.mode_reason = "no producer registered: local prefill";
+    target.mode_reason = mode.is_auto() ? "no live producer: local prefill"
+                                        : absl::StrCat("fallback: no live producer for mode ",
+                                                       RequestedModeName(mode), ": local prefill");
     return target;
   }
   TargetPair pair;

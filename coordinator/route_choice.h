@@ -99,6 +99,9 @@ struct RouteAsk {
   double max_kl = 0;
   double ttft_slo_ms = 0;
   const MoveConstraint* move = nullptr;  // a moved stream's (null: none)
+  // No live producer for an explicit transfer mode: local prefill, saying why (the request
+  // allows its fallback), instead of UNAVAILABLE.
+  bool local_fallback = false;
 };
 
 // The route, or why none (NodeRegistry::Resolve's errors). `route_ids` numbers the routes made.

@@ -15,6 +15,7 @@
 #include "base/release_clock.h"
 #include "codec/transfer_mode.h"
 #include "proto/frontier_proto.h"
+#include "proto/request_validation.h"
 #include "proto/session_tag.h"
 #include "proto/wire_mode.h"
 
@@ -27,6 +28,14 @@ namespace {
 bool Unreachable(const grpc::Status& status) {
   return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
          status.error_code() == grpc::StatusCode::CANCELLED;
+}
+
+// A moved stream's codes are the ones it began from: the same artifact's point as `from` had,
+// at its ranks (no lowering in flight, which would rebuild a different prompt).
+void KeepPoint(const RouteTarget& from, RouteTarget* to) {
+  if (to->artifact_id == from.artifact_id) to->point = from.point;
+  to->deliver_by_us = 0;
+  to->planned_goodput_bytes_per_s = 0;
 }
 
 }  // namespace
@@ -76,6 +85,9 @@ class RoutedRequest::TargetCall final : public grpc::ClientReadReactor<v1::Gener
   std::string failure;      // why the coordinator gave up on it (for the Error it writes)
   // A retryable Error held back while the stream tries to move (written if it cannot).
   std::optional<v1::GenerateEvent> held_error;
+  // A moved call in a transfer mode: the session its codes travel under (its own Prefill, asked
+  // once its Started came: StartMovedPrefill).
+  std::string session_id;
   grpc::Status status;
   grpc::ClientContext context;
 
@@ -252,7 +264,7 @@ void RoutedRequest::OnRoom() {
 }
 
 bool RoutedRequest::OnEvent(TargetCall* call) {
-  if (call->event.has_error() && MayMove(call)) {
+  if (call->event.has_error() && call->forward.started() && MayMove(call)) {
     const auto code = static_cast<grpc::StatusCode>(call->event.error().code());
     if (code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::ABORTED) {
       // Retryable: held back while the stream moves once the call ends (next).
@@ -271,7 +283,12 @@ bool RoutedRequest::OnEvent(TargetCall* call) {
     }
     return false;
   }
+  const bool moved_start = call->event.has_started() && call->forward.move_pending();
   if (call->forward.Rewrite(producer_, &call->event)) Write(call->event);
+  if (moved_start && !call->session_id.empty() &&
+      call->forward.started_mode() != TransferMode::kLocal) {
+    StartMovedPrefill(call);
+  }
   return true;
 }
 
@@ -300,9 +317,16 @@ void RoutedRequest::OnTargetDone(TargetCall* call, const grpc::Status& status) {
           call->target().consumer_node,
           absl::StrCat("its Decode call failed: ", status.error_message()));
     }
-    // Refused before starting: Advance decides (the whole call's status, or an Error). A parked
-    // terminal event is forwarded when released.
-    if (call->forward.terminal() || !call->forward.started() || call->parked) return;
+    if (call->forward.terminal() || call->parked) return;  // a parked one: forwarded when released
+    if (!call->forward.started()) {
+      // Its node gone before the Started (refused, reset, draining): the target goes to another
+      // replica as a move would (the client sees that replica's Started). Any other refusal:
+      // Advance decides (the whole call's status, or an Error).
+      if (Unreachable(status) && call->failure.empty() && MayMove(call)) {
+        Move(call, absl::StrCat("its call ended before it started: ", status.error_message()));
+      }
+      return;
+    }
     // Ended without a terminal event the coordinator caused (a consumer that died or went away),
     // or with a retryable Error held back: the stream moves if it may.
     const bool movable =
@@ -330,15 +354,34 @@ bool RoutedRequest::MayMove(const TargetCall* call) const {
   const uint32_t limit = req_.has_migration_limit()
                              ? std::min(req_.migration_limit(), deps_.migration_limit)
                              : deps_.migration_limit;
-  return call->forward.started() && !call->forward.terminal() && !call->parked &&
-         call->forward.moves() < limit && !cancelled() && clock()->Now() < deadline_;
+  return !call->forward.terminal() && !call->parked && call->forward.moves() < limit &&
+         !cancelled() && clock()->Now() < deadline_;
 }
 
 bool RoutedRequest::Move(TargetCall* call, const std::string& reason) {
   const RouteTarget& from = call->target();
   given_up_.insert(from.consumer_node);
-  absl::StatusOr<Route> route = deps_.registry->ResolveMove(
-      from.target, MoveConstraint{given_up_, from.consumer_fingerprint});
+  if (!call->forward.started() && Early() && prefill_ != nullptr) {
+    // The early Prefill streams to the node given up: its codes are unwanted (the new replica
+    // prefills locally); cancelled, it settles as a Prefill refused before the Started would.
+    prefill_->context->TryCancel();
+  }
+  const MoveConstraint constraint{given_up_, from.consumer_fingerprint};
+  absl::StatusOr<Route> route = absl::UnavailableError("not resolved");
+  // A stream that began from codes goes on from codes where a producer can send them: the new
+  // replica rebuilds the prompt as the first did and prefills the streamed tokens on top, so a
+  // greedy stream continues with the tokens it would have given (local prefill of the prompt
+  // would give the consumer's own, different cache).
+  const TransferMode codes = call->forward.started() && !call->forward.fell_back()
+                                 ? call->forward.started_mode()
+                                 : TransferMode::kLocal;
+  if (codes != TransferMode::kLocal) {
+    route = deps_.registry->ResolveMove(from.target, constraint, codes);
+    if (route.ok()) KeepPoint(from, &route->targets.front());
+  }
+  if (!route.ok() || route->targets.front().mode == TransferMode::kLocal) {
+    route = deps_.registry->ResolveMove(from.target, constraint);
+  }
   if (!route.ok()) {
     spdlog::info("[{}] target {} on {} lost ({}); not moved: {}", id_, from.target,
                  from.consumer_node, ForLog(reason, 300), std::string(route.status().message()));
@@ -347,6 +390,7 @@ bool RoutedRequest::Move(TargetCall* call, const std::string& reason) {
   auto next = std::make_unique<TargetCall>(this, call->forward, *std::move(route));
   next->forward.MoveTo(next->own_route(), 0, from.consumer_node, reason);
   next->context.set_deadline(absl::ToChronoTime(deadline_));
+  if (next->target().mode != TransferMode::kLocal) next->session_id = RandomId128();
   TargetCall* const started = next.get();
   spdlog::info("[{}] target {} moves from {} to {} after {} tokens ({}, move {})", id_, from.target,
                from.consumer_node, started->target().consumer_node,
@@ -371,9 +415,23 @@ void RoutedRequest::BeginMoved(std::vector<TargetCall*> calls) {
     v1::DecodeRequest decode;
     *decode.mutable_request() = req_;
     decode.set_target(target.target);
-    SetTargetMode(TransferMode::kLocal, &decode);
-    decode.set_mode_reason(absl::StrCat("moved to this replica (move ", call->forward.moves(),
-                                        "): local prefill of the prompt and the tokens so far"));
+    SetTargetMode(target.mode, &decode);
+    if (target.mode == TransferMode::kLocal) {
+      decode.set_mode_reason(absl::StrCat("moved to this replica (move ", call->forward.moves(),
+                                          "): local prefill of the prompt and the tokens so far"));
+    } else {
+      decode.set_mode_reason(absl::StrCat("moved to this replica (move ", call->forward.moves(),
+                                          "): ", TransferModeName(target.mode),
+                                          " codes for the prompt, the tokens so far prefilled"));
+      decode.set_producer(call->own_route()->producer_name);
+      decode.set_producer_fingerprint(call->own_route()->producer_fingerprint);
+      decode.set_artifact_id(target.artifact_id);
+      decode.set_session_id(call->session_id);
+      if (target.point) {
+        *decode.mutable_point() = CodePointToProto(*target.point);
+        decode.set_expected_kl(target.point->kl);
+      }
+    }
     for (int32_t id : call->forward.streamed_ids()) decode.add_continued_ids(id);
     deps_.secret->Attach(&call->context);
     Hold();  // released in the call's OnDone
@@ -533,6 +591,61 @@ void RoutedRequest::StartPrefill() {
                                    });
 }
 
+void RoutedRequest::StartMovedPrefill(TargetCall* call) {
+  const RouteTarget& route = call->target();
+  const Route& moved = *call->own_route();
+  auto prefill = std::make_unique<PrefillCall>();
+  *prefill->request.mutable_request() = req_;
+  prefill->request.set_session_id(call->session_id);
+  v1::PrefillTarget* target = prefill->request.add_targets();
+  target->set_target(route.target);
+  target->set_transfer_address(route.transfer_address);
+  target->set_consumer_fingerprint(route.consumer_fingerprint);
+  SetTargetMode(call->forward.started_mode(), target);
+  target->set_artifact_id(route.artifact_id);
+  target->set_consumer_cached_tokens(call->forward.consumer_cached_tokens());
+  if (route.point) *target->mutable_point() = CodePointToProto(*route.point);
+  prefill->by_target[route.target] = call;
+  // A child of the client's call, as the first Prefill.
+  prefill->context = grpc::ClientContext::FromCallbackServerContext(*context_);
+  prefill->context->set_deadline(absl::ToChronoTime(deadline_));
+  deps_.secret->Attach(prefill->context.get());
+  prefill->stub = v1::Producer::NewStub(deps_.channel(moved.producer_address));
+  PrefillCall* const started = prefill.get();
+  moved_prefills_.push_back(std::move(prefill));
+  Hold();  // released when it answers
+  started->stub->async()->Prefill(started->context.get(), &started->request, &started->response,
+                                  [this, started, call](grpc::Status status) {
+                                    Locked([&] { OnMovedPrefillDone(*started, call, status); });
+                                    Release();
+                                  });
+}
+
+void RoutedRequest::OnMovedPrefillDone(const PrefillCall& prefill, TargetCall* call,
+                                       const grpc::Status& status) {
+  const Route& moved = *call->own_route();
+  std::string failure;
+  if (!status.ok()) {
+    failure = absl::StrCat("producer ", moved.producer_name, " at ", moved.producer_address,
+                           " failed: ", status.error_message());
+  }
+  for (const v1::PrefillOutcome& outcome : prefill.response.outcomes()) {
+    if (outcome.code() != 0 && failure.empty()) {
+      failure = absl::StrCat("producer ", moved.producer_name, ": ", outcome.message());
+    }
+  }
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !cancelled() && !ended_) {
+    deps_.registry->NoteUnreachable(
+        moved.producer_node, absl::StrCat("its Prefill call failed: ", status.error_message()));
+  }
+  spdlog::info("[{}] moved target {}'s prefill on {}: {}", id_, call->target().target,
+               moved.producer_name, failure.empty() ? "ok" : ForLog(failure, 300));
+  if (failure.empty() || call->ended || call->forward.terminal() || cancelled()) return;
+  // Its consumer cannot tell a dead producer from a slow one: told, it prefills by itself (or
+  // ends the target, as the request asks).
+  deps_.tell_failed(call->target(), call->session_id, failure);
+}
+
 void RoutedRequest::OnPrefillDone(const PrefillCall* call, const grpc::Status& status) {
   Locked([&] {
     if (call != prefill_.get()) return;  // the declined early one: nothing of it counts
@@ -587,7 +700,7 @@ void RoutedRequest::Settle(std::vector<TargetCall*> failed) {
   // back to its own prefill; after that it runs to its end (its local prefill and decode may
   // take longer than any grace).
   if (failed.empty()) return;
-  const bool fall_back = req_.allow_local_fallback() && !cancelled();
+  const bool fall_back = LocalFallbackAllowed(req_) && !cancelled();
   auto cancel_unsettled = [this, failed]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (TargetCall* call : failed) {
       if (!call->ended && !call->forward.fell_back()) call->context.TryCancel();

@@ -22,14 +22,19 @@
 //             the producer asked again as without early prefill (the producer must not wait on a
 //             request that holds no slot while the requests ahead of it wait for their sessions
 //             behind that wait);
-
 //   move      a target whose consumer died (its call ended without a terminal event the
 //             coordinator did not cause) or ended it with a retryable Error (UNAVAILABLE,
 //             ABORTED) after its Started moves to another live replica of the target (the same
-//             weights; none given up for this request): a new Decode in local mode with the
+//             weights; none given up for this request): a new Decode with the
 //             output ids streamed so far (DecodeRequest.continued_ids), under the request's
-//             deadline; its Started becomes the client's Moved event (TargetForwarder), at most
-//             the request's migration_limit (at most the deployment's) times per target;
+//             deadline -- a stream that began from codes in its mode (the same artifact and
+//             point; codes for the prompt from a live producer of the model, asked once the new
+//             Started came, the streamed ids prefilled on top), else in local mode; its Started
+//             becomes the client's Moved event (TargetForwarder), at most
+//             the request's migration_limit (at most the deployment's) times per target. A
+//             target whose node is gone before its Started (its call UNAVAILABLE, or cancelled by
+//             that node: refused, reset, draining) moves the same way in local mode, and the
+//             new replica's Started is the client's (Finished.moves counts it);
 //   settle    a target the producer failed is told (Consumer.TransferFailed) and given the grace to
 //             announce a fallback (a timer); else cancelled, and its Error written;
 //   end       once every target's call ended (its terminal event written) the stream ends.
@@ -154,14 +159,21 @@ class RoutedRequest final : public EventStream {
   void EndWithoutTerminal(TargetCall* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads on, or pauses while the client's stream is full.
   void ReadOn(TargetCall* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether `call`'s stream may still move (started, no terminal event, moves left, the request
-  // neither cancelled nor past its deadline).
+  // Whether `call`'s stream may still move (no terminal event, moves left, the request neither
+  // cancelled nor past its deadline).
   bool MayMove(const TargetCall* call) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves `call`'s stream to another replica (the move step above); false when none takes it
   // (the caller ends the target with its Error).
   bool Move(TargetCall* call, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The Decode calls Move made, begun once the lock is released.
   void BeginMoved(std::vector<TargetCall*> calls);
+  // A stream moved in a transfer mode, once its new Started came: the producer's Prefill of the
+  // prompt for it alone, under its own session id (kept in moved_prefills_).
+  void StartMovedPrefill(TargetCall* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Its answer: a failure is told to the consumer (Consumer.TransferFailed), which then falls
+  // back to its own prefill or ends the target, as the request allows.
+  void OnMovedPrefillDone(const PrefillCall& prefill, TargetCall* call, const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RoutedRequestDeps deps_;
   const v1::GenerateRequest req_;
@@ -196,6 +208,8 @@ class RoutedRequest final : public EventStream {
   std::vector<TargetCall*> to_begin_ ABSL_GUARDED_BY(mu_);  // moved calls to begin once unlocked
   std::unique_ptr<PrefillCall> prefill_;
   std::unique_ptr<PrefillCall> retired_prefill_;  // the declined early one, until it answers
+  // Moved streams' Prefills (StartMovedPrefill), until the request is deleted.
+  std::vector<std::unique_ptr<PrefillCall>> moved_prefills_ ABSL_GUARDED_BY(mu_);
   Clock::TimerId producer_wait_ ABSL_GUARDED_BY(mu_) =
       0;                                           // the parked events' wait for the producer
   Clock::TimerId grace_ ABSL_GUARDED_BY(mu_) = 0;  // the failed targets' grace

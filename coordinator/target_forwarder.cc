@@ -19,7 +19,7 @@ void TargetForwarder::MoveTo(const Route* route, size_t index, std::string from_
   route_ = route;
   index_ = index;
   ++moves_;
-  move_pending_ = true;
+  move_pending_ = started_;  // a stream not started yet: the new replica's Started is its Started
   started_mode_ = TransferMode::kLocal;  // a move prefills locally: no codes for it
   consumer_cached_tokens_ = 0;
   first_token_ = false;

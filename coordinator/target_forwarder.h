@@ -62,8 +62,12 @@ class TargetForwarder {
   // The output token ids forwarded so far (what a moved stream continues from).
   const std::vector<int32_t>& streamed_ids() const { return streamed_ids_; }
   uint32_t moves() const { return moves_; }
+  // A move made (MoveTo) whose new replica's Started has not come yet.
+  bool move_pending() const { return move_pending_; }
   // The stream goes on at `route`'s target `index` (a replica that continues it; `route` outlives
-  // the forwarder): its Started becomes a Moved event from `from_node` saying `reason`.
+  // the forwarder): its Started becomes a Moved event from `from_node` saying `reason` -- or,
+  // for a stream whose Started had not come yet, the client's Started (the move is counted in
+  // Finished.moves only).
   void MoveTo(const Route* route, size_t index, std::string from_node, std::string reason);
 
  private:

@@ -18,6 +18,23 @@ void GrpcServer::Shutdown(absl::Time deadline) {
   server.reset();
 }
 
+namespace {
+
+// What every node's server sets, TLS or not.
+void Configure(grpc::ServerBuilder* builder, const std::vector<grpc::Service*>& services,
+               size_t max_receive_bytes) {
+  // A connection without a call for this long is closed (GOAWAY; a client's channel reconnects
+  // on its next call): connections held open doing nothing do not pile up.
+  builder->AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, kMaxConnectionIdleMs);
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                              kMinPingIntervalMs);
+  if (max_receive_bytes > 0) builder->SetMaxReceiveMessageSize(static_cast<int>(max_receive_bytes));
+  for (grpc::Service* service : services) builder->RegisterService(service);
+}
+
+}  // namespace
+
 absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
                                            const std::vector<grpc::Service*>& services,
                                            ConnectionGateOptions gate_options,
@@ -32,9 +49,7 @@ absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
     if (!where.ok()) return where.status();
     grpc::ServerBuilder builder;
     std::shared_ptr<int> port = AddTlsListeningPort(&builder, listen);
-    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, kMaxConnectionIdleMs);
-    if (max_receive_bytes > 0) builder.SetMaxReceiveMessageSize(static_cast<int>(max_receive_bytes));
-    for (grpc::Service* service : services) builder.RegisterService(service);
+    Configure(&builder, services, max_receive_bytes);
     started.server = builder.BuildAndStart();
     if (started.server == nullptr || *port == 0) {
       return absl::UnavailableError(
@@ -50,11 +65,7 @@ absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
   started.gate = *std::move(gate);
   grpc::ServerBuilder builder;  // no listening port of its own: the gate hands it connections
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  // A connection without a call for this long is closed (GOAWAY; a client's channel reconnects
-  // on its next call): connections held open doing nothing do not pile up.
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, kMaxConnectionIdleMs);
-  if (max_receive_bytes > 0) builder.SetMaxReceiveMessageSize(static_cast<int>(max_receive_bytes));
-  for (grpc::Service* service : services) builder.RegisterService(service);
+  Configure(&builder, services, max_receive_bytes);
   started.server = builder.BuildAndStart();
   if (started.server == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot start the gRPC server for ", listen));

@@ -36,6 +36,11 @@ struct GrpcServer {
 // How long a connection without any call stays open (established connections are bounded by
 // this and by the descriptor ceiling; waiting ones by the gate).
 inline constexpr int kMaxConnectionIdleMs = 5 * 60 * 1000;
+// A client's keepalive pings are accepted this often, with or without calls (a coordinator pings
+// its nodes every kNodeKeepaliveMs to notice a frozen one: coordinator/node_ejection.h); gRPC's
+// defaults (a ping per 5 minutes, none without calls, GOAWAY after two early ones) would close
+// the coordinator's connections as abusive.
+inline constexpr int kMinPingIntervalMs = 200;
 
 // UNAVAILABLE naming `listen` when it cannot listen there (in use: "address already in use").
 // REQUIRES: the services outlive the server.

@@ -104,6 +104,10 @@ absl::Status ValidateLinkShape(const v1::LinkShape& shape) {
   return absl::OkStatus();
 }
 
+bool LocalFallbackAllowed(const v1::GenerateRequest& request) {
+  return !request.has_allow_local_fallback() || request.allow_local_fallback();
+}
+
 absl::Status ValidateGenerationValues(const v1::GenerateRequest& request,
                                       const RequestLimits& limits) {
   absl::StatusOr<RequestedMode> mode = RequestModeOf(request);

@@ -55,6 +55,11 @@ absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
                                      const RequestLimits& limits = {}, bool require_target = true,
                                      RequestedMode* mode = nullptr);
 
+// What an unset field means, read in one place: whether the consumer may fall back to its own
+// prefill when the request's transfer fails (GenerateRequest.allow_local_fallback: unset allows
+// it, false forbids it).
+bool LocalFallbackAllowed(const v1::GenerateRequest& request);
+
 }  // namespace scd
 
 #endif  // SCD_PROTO_REQUEST_VALIDATION_H_

@@ -210,6 +210,7 @@ TEST_F(AdmissionProcessTest, AStalledProducerFreesTheReservationWithinTheTransfe
   producer_->Kill(SIGSTOP);
   v1::GenerateRequest held = Request("narrow", "raw", 16, 100);  // 148,480 bytes
   held.set_deadline_ms(6000);  // the coordinator's call on the stopped producer gives up then
+  held.set_allow_local_fallback(false);  // a failed transfer ends it (else it goes on locally)
   Reply stalled;
   std::thread first([&] { stalled = Generate(held); });
   ASSERT_GT(Await(*narrow_, [](const v1::NodeStats& s) { return s.kv_reserved_bytes() > 0; })
@@ -224,13 +225,16 @@ TEST_F(AdmissionProcessTest, AStalledProducerFreesTheReservationWithinTheTransfe
   EXPECT_LT(absl::Now() - refused_at, absl::Seconds(1));
   EXPECT_TRUE(absl::IsResourceExhausted(refused.status)) << refused.status;
   EXPECT_THAT(std::string(refused.status.message()), HasSubstr("queue holds 1 of 1"));
-  // The reservation goes at the transfer timeout (2 s): the waiting request is served then.
+  // The reservation goes when the transfer gives up: the coordinator's keepalive on the stopped
+  // producer ends its Prefill call 1-1.5 s after the stop (a ping every 0.5 s, 1 s to answer:
+  // coordinator/node_ejection.h) and tells the consumer, or the transfer timeout (2 s) ends it
+  // there, whichever comes first: the waiting request is served then.
   second.join();
   ASSERT_TRUE(waiting.status.ok()) << waiting.status;
   ASSERT_NE(waiting.terminal(), nullptr);
   EXPECT_TRUE(waiting.terminal()->has_finished()) << waiting.terminal()->DebugString();
   const absl::Duration queue = absl::Microseconds(waiting.terminal()->finished().timings().queue());
-  EXPECT_GE(queue, absl::Milliseconds(1500));
+  EXPECT_GE(queue, absl::Seconds(1));
   // When the memory went: the waiting request was queued by `refused_at` and admitted `queue`
   // after it arrived, so at the latest refused_at + queue. Not when it finished: its own 100
   // tokens took over a second beside two CPU hogs (freed read 3.07 s that way once) and are not
@@ -241,8 +245,20 @@ TEST_F(AdmissionProcessTest, AStalledProducerFreesTheReservationWithinTheTransfe
   first.join();
   ASSERT_NE(stalled.terminal(), nullptr);
   ASSERT_TRUE(stalled.terminal()->has_error()) << stalled.terminal()->DebugString();
-  EXPECT_EQ(stalled.terminal()->error().code(), static_cast<int>(absl::StatusCode::kDeadlineExceeded));
-  EXPECT_THAT(stalled.terminal()->error().message(), HasSubstr("transfer timeout"));
+  const v1::Error& gave_up = stalled.terminal()->error();
+  if (gave_up.code() == static_cast<int>(absl::StatusCode::kDeadlineExceeded)) {
+    EXPECT_THAT(gave_up.message(), HasSubstr("transfer timeout"));
+  } else {
+    EXPECT_EQ(gave_up.code(), static_cast<int>(absl::StatusCode::kUnavailable));
+    EXPECT_THAT(gave_up.message(), HasSubstr("producer"));
+  }
+  // Its failed Prefill took the producer out of the coordinator's routing; running again, it is
+  // back once its probes pass (two, 0.2 s apart).
+  EXPECT_EQ(testing::AwaitStats<v1::Registry>(
+                *coordinator_, [](const v1::NodeStats& s) { return s.nodes_out() == 0; },
+                absl::Seconds(10))
+                .nodes_out(),
+            0u);
 
   // Mid-transfer: a 200-position raw transfer on the wide consumer, the producer stopped once
   // the consumer holds its session. The consumer gives up within the timeout (its stall clock,
@@ -250,6 +266,7 @@ TEST_F(AdmissionProcessTest, AStalledProducerFreesTheReservationWithinTheTransfe
   Reply cut;
   v1::GenerateRequest long_raw = Request("wide", "raw", 200, 16);
   long_raw.set_deadline_ms(8000);
+  long_raw.set_allow_local_fallback(false);
   std::thread third([&] { cut = Generate(long_raw); });
   ASSERT_GT(
       Await(*wide_, [](const v1::NodeStats& s) { return s.open_sessions() > 0; }).open_sessions(),
@@ -268,7 +285,12 @@ TEST_F(AdmissionProcessTest, AStalledProducerFreesTheReservationWithinTheTransfe
   EXPECT_LT(UntilIdle(*narrow_, absl::Seconds(5)), absl::Seconds(5));
   ExpectIdle(*narrow_);
   ExpectIdle(*wide_);
-  // The producer serves again.
+  // The producer serves again, back in the coordinator's routing.
+  EXPECT_EQ(testing::AwaitStats<v1::Registry>(
+                *coordinator_, [](const v1::NodeStats& s) { return s.nodes_out() == 0; },
+                absl::Seconds(10))
+                .nodes_out(),
+            0u);
   const Reply after = Generate(Request("wide", "raw", 16, 8));
   ASSERT_NE(after.terminal(), nullptr);
   EXPECT_TRUE(after.terminal()->has_finished()) << after.terminal()->DebugString();

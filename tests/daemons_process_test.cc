@@ -456,11 +456,18 @@ TEST_P(DaemonsProcessTest, KilledConsumerLeavesRoutingWithinThreeSeconds) {
   EXPECT_THAT(std::string(never.status.message()), HasSubstr("known targets: xs"));
 }
 
-TEST_P(DaemonsProcessTest, DeadProducerEndsTheRequestInOneErrorWithinOneSecond) {
-  producer_daemon_->Kill(SIGKILL);  // still routed until its lease lapses
+// A dead producer: a request that forbids the fallback ends in one Error at once, and its failed
+// Prefill takes the producer out of the coordinator's routing (coordinator/node_ejection.h); then
+// a request that allows it (the default since issue 50: a producer's death ends no request a
+// consumer can finish) is routed to local prefill, saying why, with local prefill's tokens; one
+// that forbids it is refused at once, as no producer is live.
+TEST_P(DaemonsProcessTest, DeadProducerFallsBackOrEndsTheRequestInOneErrorWithinOneSecond) {
+  producer_daemon_->Kill(SIGKILL);  // its lease lasts seconds: the coordinator learns by calling
   ASSERT_EQ(producer_daemon_->Wait(absl::Seconds(10)), -1);  // dead (reaped), sockets closed
+  v1::GenerateRequest forbidding = Request({"xs"}, "scd", Prompt(2), 16);
+  forbidding.set_allow_local_fallback(false);
   const absl::Time start = absl::Now();
-  Reply reply = Generate("xs", "scd", Prompt(2), 16);
+  Reply reply = GenerateOn(server_, forbidding);
   EXPECT_LT(absl::Now() - start, absl::Seconds(1));
   ASSERT_TRUE(reply.status.ok()) << reply.status;
   ASSERT_TRUE(reply.events.back().has_error()) << reply.events.back().DebugString();
@@ -468,6 +475,18 @@ TEST_P(DaemonsProcessTest, DeadProducerEndsTheRequestInOneErrorWithinOneSecond) 
   int terminal = 0;
   for (const auto& e : reply.events) terminal += e.has_finished() || e.has_error();
   EXPECT_EQ(terminal, 1);
+
+  Reply fallback = Generate("xs", "scd", Prompt(2), 16);
+  ASSERT_TRUE(fallback.status.ok()) << fallback.status;
+  ASSERT_TRUE(fallback.events.back().has_finished()) << fallback.events.back().DebugString();
+  EXPECT_EQ(RanModeName(fallback.events.back().finished()), "local");
+  EXPECT_THAT(fallback.events.back().finished().mode_reason(), HasSubstr("no live producer"));
+  EXPECT_EQ(fallback.ids, Reference(*xs_, TransferMode::kLocal, Prompt(2), 16));
+
+  Reply refused = GenerateOn(server_, forbidding);
+  EXPECT_EQ(refused.status.code(), absl::StatusCode::kUnavailable) << refused.status;
+  EXPECT_THAT(std::string(refused.status.message()), HasSubstr("none is live"));
+  EXPECT_TRUE(refused.events.empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, DaemonsProcessTest, ::testing::Values("grpc", "ucx"),

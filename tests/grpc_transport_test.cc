@@ -36,6 +36,7 @@
 #include "scd/v1/transfer.grpc.pb.h"
 #include "scd/v1/transfer.pb.h"
 #include "spdlog/spdlog.h"
+#include "tests/freezable_proxy.h"
 #include "tests/transport_test_util.h"
 
 namespace scd::transport {
@@ -253,85 +254,6 @@ TEST(GrpcTransportTest, DestroyingTheClientTransportMidTransferIsPromptAndLeakFr
   EXPECT_EQ(SettledLiveBuffers(), 0);
 }
 
-// Forwards one TCP connection to a local port until frozen; then it keeps both sockets open and
-// silent, like a peer whose host stopped answering (no FIN, no RST).
-class FreezableProxy {
- public:
-  explicit FreezableProxy(int target_port) : target_port_(target_port) {
-    listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr = Loopback(0);
-    bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    listen(listen_fd_, 1);
-    socklen_t len = sizeof(addr);
-    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-    thread_ = std::thread([this] { Run(); });
-  }
-  ~FreezableProxy() {
-    stop_ = true;
-    stopped_.Notify();
-    thread_.join();
-    for (int fd : {listen_fd_, client_fd_, server_fd_}) {
-      if (fd >= 0) close(fd);
-    }
-  }
-  FreezableProxy(const FreezableProxy&) = delete;
-  FreezableProxy& operator=(const FreezableProxy&) = delete;
-
-  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
-  void Freeze() { frozen_ = true; }
-
- private:
-  static sockaddr_in Loopback(int port) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    return addr;
-  }
-
-  void Run() {
-    pollfd accept_poll{listen_fd_, POLLIN, 0};
-    while (!stop_ && poll(&accept_poll, 1, 20) <= 0) {
-    }
-    if (stop_) return;
-    client_fd_ = accept(listen_fd_, nullptr, nullptr);
-    server_fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in target = Loopback(target_port_);
-    if (connect(server_fd_, reinterpret_cast<sockaddr*>(&target), sizeof(target)) != 0) return;
-    std::vector<char> buffer(1 << 16);
-    while (!stop_) {
-      if (frozen_) {  // silent from now on: both sockets open until the proxy goes
-        stopped_.WaitForNotification();
-        return;
-      }
-      pollfd fds[2] = {{client_fd_, POLLIN, 0}, {server_fd_, POLLIN, 0}};
-      if (poll(fds, 2, 20) <= 0) continue;
-      for (int i = 0; i < 2; ++i) {
-        if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
-        const ssize_t n = read(fds[i].fd, buffer.data(), buffer.size());
-        if (n <= 0) return;
-        const int to = i == 0 ? server_fd_ : client_fd_;
-        for (ssize_t done = 0; done < n;) {
-          const ssize_t w = write(to, buffer.data() + done, static_cast<size_t>(n - done));
-          if (w <= 0) return;
-          done += w;
-        }
-      }
-    }
-  }
-
-  const int target_port_;
-  int listen_fd_ = -1;
-  int client_fd_ = -1;
-  int server_fd_ = -1;
-  int port_ = 0;
-  std::atomic<bool> frozen_{false};
-  std::atomic<bool> stop_{false};
-  absl::Notification stopped_;
-  std::thread thread_;
-};
-
 TEST(GrpcTransportTest, KeepaliveKeepsIdleLinksAndNoticesASilentPeer) {
   FrameRecorder client_got;  // outlives the links
   FrameRecorder server_got;
@@ -342,7 +264,7 @@ TEST(GrpcTransportTest, KeepaliveKeepsIdleLinksAndNoticesASilentPeer) {
   const std::string server_address = (*listener)->address();
   int server_port = 0;
   ASSERT_TRUE(absl::SimpleAtoi(server_address.substr(server_address.rfind(':') + 1), &server_port));
-  FreezableProxy proxy(server_port);
+  testing::FreezableProxy proxy(server_port);
   absl::StatusOr<std::unique_ptr<Link>> client =
       client_transport->Connect(proxy.address(), absl::Seconds(5));
   ASSERT_TRUE(client.ok()) << client.status();

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "google/protobuf/descriptor.h"
+#include "proto/request_validation.h"
 #include "scd/v1/inference.pb.h"
 #include "scd/v1/registry.pb.h"
 
@@ -64,6 +65,15 @@ TEST(InferenceContractTest, GenerateRequestFields) {
                                                    {"migration_limit", 20, kUint32, false}});
   EXPECT_TRUE(v1::GenerateRequest::descriptor()->FindFieldByName("migration_limit")->has_presence())
       << "unset (the coordinator's limit) must differ from 0 (never move)";
+  EXPECT_TRUE(
+      v1::GenerateRequest::descriptor()->FindFieldByName("allow_local_fallback")->has_presence())
+      << "unset (fall back: a producer's death ends no request) must differ from false (forbid)";
+  v1::GenerateRequest request;
+  EXPECT_TRUE(LocalFallbackAllowed(request));
+  request.set_allow_local_fallback(false);
+  EXPECT_FALSE(LocalFallbackAllowed(request));
+  request.set_allow_local_fallback(true);
+  EXPECT_TRUE(LocalFallbackAllowed(request));
 }
 
 TEST(InferenceContractTest, GenerateEventIsATargetAndOneOfFiveEvents) {

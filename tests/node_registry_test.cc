@@ -614,9 +614,16 @@ TEST_F(NodeRegistryTest, WithoutProducerAutoRunsLocalAndCodeModesAreUnavailable)
   ASSERT_TRUE(route.ok()) << route.status();
   EXPECT_TRUE(route->producer_node.empty());
   EXPECT_EQ(route->targets[0].mode, TransferMode::kLocal);
-  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("no producer"));
+  EXPECT_THAT(route->targets[0].mode_reason, HasSubstr("no live producer"));
   EXPECT_EQ(ResolveNamed(registry_, {"fables"}, "raw").status().code(),
             absl::StatusCode::kUnavailable);
+  // A request that allows its fallback (the default) prefills locally instead, saying why.
+  absl::StatusOr<Route> fallback = registry_.Resolve({"fables"}, RequestedMode(TransferMode::kRaw),
+                                                     nullptr, 0, 0, /*local_fallback=*/true);
+  ASSERT_TRUE(fallback.ok()) << fallback.status();
+  EXPECT_TRUE(fallback->producer_node.empty());
+  EXPECT_EQ(fallback->targets[0].mode, TransferMode::kLocal);
+  EXPECT_THAT(fallback->targets[0].mode_reason, HasSubstr("fallback: no live producer"));
 }
 
 TEST_F(NodeRegistryTest, FanOutSharesTheProducerThatServesMostTargets) {

@@ -203,38 +203,46 @@ TEST_F(RequestRunnerTest, RawBetweenIdenticalModelsEqualsLocal) {
   EXPECT_EQ(RanModeName(run.last().finished()), "raw");
 }
 
-TEST_F(RequestRunnerTest, LostProducerEndsInErrorOrFallsBackToLocal) {
+TEST_F(RequestRunnerTest, LostProducerFallsBackToLocalUnlessTheRequestForbidsIt) {
   consumer::TargetRoute route{TransferMode::kScd, "artifact", "stories260k", &artifact_};
+  v1::GenerateRequest forbidding = Request(prompt_);
+  forbidding.set_allow_local_fallback(false);
   // With a prefix cache: a transfer that never completed leaves nothing in it.
   consumer::ConsumerPrefixCache prefix_cache(*consumer_, "consumer-fp", 64 << 20);
   consumer::ConsumerModel cached = Consumer(*consumer_);
   cached.prefix_cache = &prefix_cache;
-  Outcome lost = Serve(cached, Request(prompt_), route, /*producer_dies=*/true);
+  Outcome lost = Serve(cached, forbidding, route, /*producer_dies=*/true);
   ASSERT_TRUE(lost.last().has_error());
   EXPECT_EQ(prefix_cache.blocks().Counters().entries, 0u);
   EXPECT_EQ(prefix_cache.blocks().Counters().misses, 1u);  // it was looked up, found nothing
-  Outcome failed = Serve(Consumer(*consumer_), Request(prompt_), route, /*producer_dies=*/true);
+  Outcome failed = Serve(Consumer(*consumer_), forbidding, route, /*producer_dies=*/true);
   ASSERT_TRUE(failed.last().has_error());
   EXPECT_THAT(failed.last().error().message(), HasSubstr("producer process lost"));
   EXPECT_TRUE(failed.ids.empty());
   EXPECT_TRUE(failed.fallbacks.empty());
 
-  v1::GenerateRequest request = Request(prompt_);
-  request.set_allow_local_fallback(true);
-  Outcome fallback = Serve(Consumer(*consumer_), request, route, /*producer_dies=*/true);
-  ASSERT_TRUE(fallback.last().has_finished()) << fallback.last().DebugString();
-  EXPECT_EQ(RanModeName(fallback.last().finished()), "local");
-  EXPECT_THAT(fallback.last().finished().mode_reason(), HasSubstr("fallback"));
-  EXPECT_EQ(fallback.ids, Reference(TransferMode::kLocal, *consumer_));
-  // Announced once, with Finished's reason, before the fallback's prefill (only Started before
-  // it): what lets the coordinator stop waiting to cancel this consumer.
-  ASSERT_EQ(fallback.fallbacks.size(), 1u);
-  EXPECT_EQ(fallback.fallbacks[0], fallback.last().finished().mode_reason());
-  EXPECT_EQ(fallback.events_before_fallback, 1u);
+  // Unset (the default since issue 50) and true both fall back.
+  v1::GenerateRequest allowing = Request(prompt_);
+  allowing.set_allow_local_fallback(true);
+  for (const v1::GenerateRequest& request : {Request(prompt_), allowing}) {
+    SCOPED_TRACE(request.has_allow_local_fallback() ? "allowed" : "unset");
+    Outcome fallback = Serve(Consumer(*consumer_), request, route, /*producer_dies=*/true);
+    ASSERT_TRUE(fallback.last().has_finished()) << fallback.last().DebugString();
+    EXPECT_EQ(RanModeName(fallback.last().finished()), "local");
+    EXPECT_THAT(fallback.last().finished().mode_reason(), HasSubstr("fallback"));
+    EXPECT_EQ(fallback.ids, Reference(TransferMode::kLocal, *consumer_));
+    // Announced once, with Finished's reason, before the fallback's prefill (only Started
+    // before it): what lets the coordinator stop waiting to cancel this consumer.
+    ASSERT_EQ(fallback.fallbacks.size(), 1u);
+    EXPECT_EQ(fallback.fallbacks[0], fallback.last().finished().mode_reason());
+    EXPECT_EQ(fallback.events_before_fallback, 1u);
+  }
 }
 
 TEST_F(RequestRunnerTest, CodesFromAnotherProducerThanTheArtifactsArePermissionDenied) {
-  Outcome run = Serve(Consumer(*consumer_), Request(prompt_),
+  v1::GenerateRequest request = Request(prompt_);
+  request.set_allow_local_fallback(false);  // else it goes on with its own prefill, saying why
+  Outcome run = Serve(Consumer(*consumer_), request,
                       {TransferMode::kScd, "artifact", "stories260k", &artifact_}, false, nullptr,
                       "0123456789abcdef-not-the-producer");
   ASSERT_TRUE(run.last().has_error()) << run.last().DebugString();
@@ -345,6 +353,40 @@ TEST_F(RequestRunnerTest, AMovedStreamGoesOnWithTheTokensAndTextItWouldHaveGiven
   }
 }
 
+// A stream that began from codes continues from codes: the producer's codes for the prompt are
+// rebuilt as before, the prompt's last token runs as the tail, and the continued ids are
+// prefilled on top -- the positions the unmoved stream decoded with the consumer's own weights.
+TEST_F(RequestRunnerTest, AMovedStreamFromCodesGoesOnWithTheTokensItWouldHaveGivenUnmoved) {
+  const consumer::ConsumerModel node = Consumer(*consumer_);
+  for (TransferMode mode : {TransferMode::kScd, TransferMode::kRaw}) {
+    const consumer::TargetRoute routed{mode, "artifact", "stories260k",
+                                       ModeNeedsArtifact(mode) ? &artifact_ : nullptr};
+    const Outcome unmoved = Serve(node, Request(prompt_), routed);
+    ASSERT_TRUE(unmoved.last().has_finished()) << unmoved.last().DebugString();
+    ASSERT_EQ(RanModeName(unmoved.last().finished()), TransferModeName(mode));
+    ASSERT_EQ(unmoved.ids.size(), 12u) << "the model stopped early: pick another prompt";
+    for (size_t k : {size_t{1}, size_t{5}, size_t{11}}) {
+      SCOPED_TRACE(::testing::Message() << TransferModeName(mode) << ", k " << k);
+      consumer::TargetRoute route = routed;
+      std::vector<TokenId> ids = prompt_;
+      {
+        const absl::Status ok = consumer::ContinueStream(
+            node, Request(prompt_), absl::MakeConstSpan(unmoved.ids).first(k), &route, &ids);
+        ASSERT_TRUE(ok.ok()) << ok;
+      }
+      v1::GenerateRequest continued = Request(prompt_);
+      continued.clear_prompt_ids();
+      for (TokenId id : ids) continued.add_prompt_ids(id);
+      const Outcome moved = Serve(node, continued, route);
+      ASSERT_TRUE(moved.last().has_finished()) << moved.last().DebugString();
+      EXPECT_EQ(RanModeName(moved.last().finished()), TransferModeName(mode));
+      EXPECT_EQ(moved.ids, std::vector<TokenId>(unmoved.ids.begin() + k, unmoved.ids.end()));
+      EXPECT_EQ(moved.last().finished().output_tokens(), 12u);
+      EXPECT_EQ(moved.last().finished().prompt_tokens(), prompt_.size());
+    }
+  }
+}
+
 TEST_F(RequestRunnerTest, AStopStringAcrossTheMoveEndsTheMovedStreamWhereItWouldHaveEnded) {
   const consumer::ConsumerModel node = Consumer(*consumer_);
   const Outcome plain = Serve(node, Request(prompt_), {});
@@ -398,6 +440,8 @@ TEST_F(RequestRunnerTest, ContinuedIdsAreCheckedBeforeAnyWork) {
       check({1, static_cast<int32_t>(consumer_->config().vocab_size)}, {})));
   EXPECT_TRUE(absl::IsInvalidArgument(check(std::vector<int32_t>(12, 1), {})));  // none left
   consumer::TargetRoute scd{TransferMode::kScd, "artifact", "stories260k", &artifact_};
+  EXPECT_TRUE(check({1}, scd).ok());  // codes for the prompt, the continued ids prefilled
+  scd.early_prefill = true;           // its codes would cover a prompt that has no such ids
   EXPECT_TRUE(absl::IsInvalidArgument(check({1}, scd)));
   v1::GenerateRequest long_one = request;
   long_one.set_max_tokens(

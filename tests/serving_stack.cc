@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "codec/fingerprint.h"
 #include "proto/frontier_proto.h"
 #include "proto/prefix_cache_stats.h"
@@ -87,7 +88,14 @@ void ServingStack::AddConsumer(const std::string& name, std::unique_ptr<LlamaMod
   node->control = std::make_unique<consumer::ConsumerControlService>(served, held, node->admission,
                                                                      node->router.get(), secret_);
   node->server = Serve({node->control.get()}, &node->address);
-  SetNodeIdentity(v1::NODE_ROLE_CONSUMER, node->address, model_name, node->fingerprint, &request);
+  std::string registered = node->address;
+  if (options_.consumers_behind_proxies) {
+    int port = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(node->address.substr(node->address.rfind(':') + 1), &port));
+    node->proxy = std::make_unique<FreezableProxy>(port);
+    registered = node->proxy->address();
+  }
+  SetNodeIdentity(v1::NODE_ROLE_CONSUMER, registered, model_name, node->fingerprint, &request);
   request.set_transfer_address(node->router->address());
   absl::StatusOr<coordinator::Lease> lease = registry_.Register(request);
   ASSERT_TRUE(lease.ok()) << lease.status();
@@ -152,6 +160,12 @@ void ServingStack::Start() {
 
 void ServingStack::KillConsumer(const std::string& name) {
   consumers_.at(name)->server.Shutdown(absl::Now());
+}
+
+void ServingStack::FreezeConsumer(const std::string& name) {
+  ServedConsumer& node = *consumers_.at(name);
+  ASSERT_NE(node.proxy, nullptr) << "FreezeConsumer needs Options::consumers_behind_proxies";
+  node.proxy->Freeze();
 }
 
 ServingReply ServingStack::Generate(const v1::GenerateRequest& request) {

@@ -25,6 +25,7 @@
 #include "proto/grpc_server.h"
 #include "scd/v1/inference.grpc.pb.h"
 #include "serving/checked_inference.h"
+#include "tests/freezable_proxy.h"
 #include "tokenizer/tokenizer.h"
 #include "transport/link_shaper.h"
 
@@ -43,7 +44,8 @@ struct ServedConsumer {
   std::unique_ptr<consumer::ConsumerPrefixCache> prefix_cache;  // null: off
   std::unique_ptr<consumer::ConsumerControlService> control;
   GrpcServer server;
-  std::string address;
+  std::string address;                    // its server's
+  std::unique_ptr<FreezableProxy> proxy;  // in front of it (Options::consumers_behind_proxies)
 };
 
 // One Generate's events and token ids, by target.
@@ -68,6 +70,8 @@ class ServingStack {
     int64_t consumer_prefix_cache_bytes = 0;  // each consumer's (0: off)
     bool early_prefill = true;                // CoordinatorOptions::early_prefill
     int producer_prefill_threads = 8;         // ProducerModel::prefill_threads
+    // Each consumer registered at a FreezableProxy in front of its server (FreezeConsumer).
+    bool consumers_behind_proxies = false;
   };
 
   // REQUIRES: `producer` and `tokenizer` outlive the stack.
@@ -82,6 +86,9 @@ class ServingStack {
   // The consumer `name` dies as a process would for its callers: its server cancels every call
   // at once and answers none after (it stays in the registry: its lease would lapse later).
   void KillConsumer(const std::string& name);
+  // The consumer `name` stops answering as a frozen process would (SIGSTOP): its connection stays
+  // open and silent. REQUIRES: Options::consumers_behind_proxies.
+  void FreezeConsumer(const std::string& name);
   // `name`'s registry node id.
   const std::string& node_id(const std::string& name) const { return node_ids_.at(name); }
   // Starts the producer and the coordinator and registers every node.
@@ -110,6 +117,7 @@ class ServingStack {
   const std::string& coordinator_address() const { return coordinator_address_; }
   const ClusterSecret& secret() const { return secret_; }
   const Tally& coordinator_counters() const { return counters_; }
+  coordinator::NodeRegistry& registry() { return registry_; }
 
  private:
   const LlamaModel* const producer_;

@@ -64,7 +64,7 @@ struct GenerateFlags {
   std::vector<std::string> targets;  // client mode: consumer model names (several: fan-out)
   std::string mode;                  // client mode: auto (default), scd, raw, local, ...
   bool json = false;                 // client mode: every event as one JSON line
-  bool allow_local_fallback = false;
+  bool no_local_fallback = false;    // client mode: forbid the consumer's own prefill as fallback
   TlsFiles tls;  // client mode: --tls-ca (and a certificate for mutual TLS)
   std::string prompt;
   std::string prompt_ids;
@@ -128,7 +128,7 @@ absl::Status RunRemoteGenerate(const GenerateFlags& flags) {
   request.set_top_p(g.sampling.top_p);
   request.set_seed(g.sampling.seed);
   for (const std::string& stop : g.stop_strings) request.add_stop(stop);
-  request.set_allow_local_fallback(flags.allow_local_fallback);
+  if (flags.no_local_fallback) request.set_allow_local_fallback(false);  // unset: allowed
   const bool single = flags.targets.size() <= 1;
   std::map<std::string, std::string> texts;
   std::vector<std::string> stats;  // printed after the text
@@ -491,8 +491,9 @@ int Main(int argc, char** argv) {
                        "with --server: auto, scd, reuse, raw, int4, "
                        "recompute or local");
   generate->add_flag("--json", gen.json, "with --server: every event as one JSON line");
-  generate->add_flag("--allow-local-fallback", gen.allow_local_fallback,
-                     "with --server: prefill locally when the transfer fails");
+  generate->add_flag("--no-local-fallback", gen.no_local_fallback,
+                     "with --server: end with the transfer's error when it fails, instead of "
+                     "prefilling locally (the default)");
 
   ServeFlags serve_flags;
   CLI::App* serve =
