@@ -190,21 +190,24 @@ CoordinatorInferenceService::CoordinatorInferenceService(NodeRegistry* registry,
 
 CoordinatorInferenceService::~CoordinatorInferenceService() { prober_.reset(); }
 
+std::shared_ptr<grpc::Channel> CoordinatorInferenceService::NodeChannel(
+    const std::string& address) {
+  // Keepalive pings notice a node that stopped answering (coordinator/node_ejection.h), with
+  // calls or without; HTTP/2 would otherwise stop pinging after two pings without data.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(kNodeKeepalive)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(kNodeKeepaliveTimeout)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  return grpc::CreateCustomChannel(address, GrpcChannelCredentials(), args);
+}
+
 std::shared_ptr<grpc::Channel> CoordinatorInferenceService::Channel(const std::string& address) {
   absl::MutexLock lock(&mu_);
   std::shared_ptr<grpc::Channel>& channel = channels_[address];
-  if (channel == nullptr) {
-    // Keepalive pings notice a node that stopped answering (coordinator/node_ejection.h), with
-    // calls or without; HTTP/2 would otherwise stop pinging after two pings without data.
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
-                static_cast<int>(absl::ToInt64Milliseconds(kNodeKeepalive)));
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-                static_cast<int>(absl::ToInt64Milliseconds(kNodeKeepaliveTimeout)));
-    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-    channel = grpc::CreateCustomChannel(address, GrpcChannelCredentials(), args);
-  }
+  if (channel == nullptr) channel = NodeChannel(address);
   return channel;
 }
 

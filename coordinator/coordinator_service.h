@@ -113,6 +113,9 @@ class CoordinatorInferenceService final : public InferenceBackend {
   // Calls to nodes at `address` go over `channel` (an in-process channel to a node served by this
   // process: `scd serve --all-in-one` spares every token event a TCP round through the kernel).
   void UseChannel(const std::string& address, std::shared_ptr<grpc::Channel> channel);
+  // A new channel to the node at `address` as this service makes them: keepalive pings every
+  // kNodeKeepalive, a node silent for kNodeKeepaliveTimeout fails its calls (node_ejection.h).
+  static std::shared_ptr<grpc::Channel> NodeChannel(const std::string& address);
 
  private:
   std::shared_ptr<grpc::Channel> Channel(const std::string& address);

@@ -6,7 +6,15 @@
 // watch breaks (etcd restarted, history compacted) it reads the prefix again, dropping nodes no
 // longer there, and watches from that revision. Several coordinators watching one etcd route the
 // same nodes. Entries that do not parse or validate are logged and skipped.
-// Thread-safety: one background thread between Start and the destructor.
+// Advice (fast ejection, coordinator/node_ejection.h): each node this coordinator takes out of
+// routing on its own evidence is put under kEtcdAdvicePrefix (node id / this coordinator's id,
+// the reason as value) with a lease of kEtcdAdviceTtl, from a thread of its own so the ejecting
+// call waits for no etcd round trip; the watch covers kEtcdRootPrefix, and another coordinator's
+// advice makes the node suspect here (NodeRegistry::NoteAdvice): probed at once, out only if that
+// probe fails too. Advice put while the watch was broken is not replayed (it is short-lived; the
+// keepalive and the lease still find a dead node).
+// Thread-safety: one background thread between Start and the destructor, and one that puts
+// advice.
 #ifndef SCD_COORDINATOR_ETCD_NODE_WATCH_H_
 #define SCD_COORDINATOR_ETCD_NODE_WATCH_H_
 
@@ -32,19 +40,24 @@ class EtcdNodeWatch {
   ~EtcdNodeWatch();
   // Blocks until the first read of the prefix succeeded or `timeout`.
   bool WaitSynced(absl::Duration timeout) const;
+  // The id this coordinator's advice carries ("coordinator-" and 32 hex digits).
+  const std::string& coordinator_id() const { return coordinator_id_; }
 
  private:
-  EtcdNodeWatch(EtcdClient etcd, NodeRegistry* registry)
-      : etcd_(std::move(etcd)), registry_(registry) {}
+  class AdvicePublisher;
+  EtcdNodeWatch(EtcdClient etcd, NodeRegistry* registry);
   void Loop();
   // Reads the prefix into the registry; the revision to watch from (0 on failure).
   int64_t Resync();
   void Apply(const EtcdEvent& event);
+  void ApplyAdvice(const EtcdEvent& event);
   // Waits `d` on the registry's clock before trying etcd again, or until the destructor.
   void Backoff(absl::Duration d);
 
   const EtcdClient etcd_;
   NodeRegistry* const registry_;
+  const std::string coordinator_id_;
+  std::shared_ptr<AdvicePublisher> publisher_;  // shared with the registry's listener
   std::atomic<bool> stop_{false};  // what EtcdClient::Watch looks at
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // stop_, for the waits

@@ -3,9 +3,12 @@
 // coordinator at once -- its lease would keep it in for seconds -- and back once its probe (a
 // control-plane call the coordinator makes every kProbeInterval while it is out) has passed
 // kProbesToReturn times in a row, so a loaded node that answers one probe late does not flap. The
-// lease stays the backstop: a node that never answers lapses and leaves the registry. Other
-// coordinators keep routing to it on their own evidence (one coordinator's bad link ejects a
-// node for that coordinator only).
+// lease stays the backstop: a node that never answers lapses and leaves the registry.
+// Advice: a coordinator that ejects a node tells the others (etcd, coordinator/etcd_node_watch.h)
+// and they check it with their own probe at once: the node stays in their routing meanwhile
+// (*suspect*), a failed probe ejects it there too, a passing one clears it. So a frozen node
+// leaves every coordinator's routing within a probe of the first one's evidence, and one
+// coordinator with a bad link ejects a healthy node for itself only.
 // Thread-safety: plain data and pure functions; the registry's lock guards each node's state.
 #ifndef SCD_COORDINATOR_NODE_EJECTION_H_
 #define SCD_COORDINATOR_NODE_EJECTION_H_
@@ -36,17 +39,30 @@ struct Ejection {
   absl::Time next_probe = absl::InfinitePast();  // when the next probe is due
   bool probing = false;                          // a probe is under way
   int ejections = 0;                             // times it went out (logs, tests)
+  bool suspect = false;  // in routing, another coordinator ejected it: its probe will tell
+};
+
+// What a probe's answer did.
+enum class ProbeOutcome {
+  kNone,     // nothing changed (still out, or an answer for a node in routing and not suspect)
+  kBack,     // out, and now back in routing (kProbesToReturn passes in a row)
+  kCleared,  // suspect, and the probe passed: in routing, no longer suspect
+  kEjected,  // suspect, and the probe failed: out from now on
 };
 
 // The node's call failed at `now` with a connection error `why`: out (again); the probes passed
 // so far are forgotten and the next is due at once.
 void Eject(Ejection* e, absl::Time now, std::string why);
-// Whether a probe is due at `now` (out, none under way, its time come); if so it is under way
-// from now on.
+// Another coordinator ejected the node: unless it is out here already, it is suspect and its
+// probe is due at once. Returns whether it became suspect now.
+bool Advise(Ejection* e, absl::Time now);
+// Whether a probe is due at `now` (out or suspect, none under way, its time come); if so it is
+// under way from now on.
 bool TakeProbe(Ejection* e, absl::Time now);
-// A probe's answer at `now` (`ok`: the node answered in time): returns true when that brings the
-// node back into routing. The next probe is due kProbeInterval later.
-bool ProbeAnswered(Ejection* e, bool ok, absl::Time now);
+// A probe's answer at `now` (`ok`: the node answered in time). The next probe is due
+// kProbeInterval later. A suspect node's failed probe ejects it with `why`.
+ProbeOutcome ProbeAnswered(Ejection* e, bool ok, absl::Time now,
+                           const std::string& why = "its probe failed");
 
 }  // namespace scd::coordinator
 

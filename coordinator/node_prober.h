@@ -1,5 +1,6 @@
 // NodeProber: the coordinator's side of fast ejection (coordinator/node_ejection.h). Every
-// kProbeInterval on the registry's clock it asks each node out of routing whose probe is due
+// kProbeInterval on the registry's clock it asks each node out of routing (or suspect, on another
+// coordinator's advice) whose probe is due
 // (NodeRegistry::TakeDueProbes) for its Stats on the control plane (Producer.Stats or
 // Consumer.Stats with the cluster secret, kProbeTimeout to answer); the answers go back to the
 // registry (NoteProbe), which puts a node back into routing after kProbesToReturn in a row. One

@@ -177,6 +177,7 @@ absl::StatusOr<Route> NodeRegistry::Resolve(const std::vector<std::string>& targ
 }
 
 void NodeRegistry::NoteUnreachable(const std::string& node_id, const std::string& why) {
+  EjectionListener tell;
   {
     absl::MutexLock lock(&mu_);
     auto it = nodes_.find(node_id);
@@ -186,8 +187,34 @@ void NodeRegistry::NoteUnreachable(const std::string& node_id, const std::string
     if (was_out) return;
     spdlog::warn("{} ({} {}) out of routing: {}", node_id, RoleName(it->second.info.role()),
                  it->second.info.address(), ForLog(why, 300));
+    tell = ejection_listener_;
   }
   NoteChange();
+  if (tell) tell(node_id, why);
+}
+
+void NodeRegistry::NoteAdvice(const std::string& node_id, const std::string& from,
+                              const std::string& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = nodes_.find(node_id);
+    if (it == nodes_.end() || !Advise(&it->second.ejection, clock_->Now())) return;
+    ++advice_.heard;
+    spdlog::info("{} ({} {}) suspect: coordinator {} took it out ({}); probing it", node_id,
+                 RoleName(it->second.info.role()), it->second.info.address(), ForLog(from, 40),
+                 ForLog(why, 200));
+  }
+  NoteChange();
+}
+
+void NodeRegistry::SetEjectionListener(EjectionListener listener) {
+  absl::MutexLock lock(&mu_);
+  ejection_listener_ = std::move(listener);
+}
+
+NodeRegistry::AdviceCounts NodeRegistry::advice_counts() const {
+  absl::MutexLock lock(&mu_);
+  return advice_;
 }
 
 std::vector<NodeRegistry::DueProbe> NodeRegistry::TakeDueProbes() {
@@ -201,15 +228,37 @@ std::vector<NodeRegistry::DueProbe> NodeRegistry::TakeDueProbes() {
 }
 
 void NodeRegistry::NoteProbe(const std::string& node_id, bool ok) {
+  EjectionListener tell;
+  std::string why;
   {
     absl::MutexLock lock(&mu_);
     auto it = nodes_.find(node_id);
     if (it == nodes_.end()) return;
-    if (!ProbeAnswered(&it->second.ejection, ok, clock_->Now())) return;
-    spdlog::info("{} ({} {}) back in routing: its probe passed {} times", node_id,
-                 RoleName(it->second.info.role()), it->second.info.address(), kProbesToReturn);
+    const Node& node = it->second;
+    switch (ProbeAnswered(&it->second.ejection, ok, clock_->Now(),
+                          "another coordinator took it out and its probe here failed too")) {
+      case ProbeOutcome::kNone:
+        return;
+      case ProbeOutcome::kCleared:
+        ++advice_.cleared;
+        spdlog::info("{} ({} {}) no longer suspect: its probe passed", node_id,
+                     RoleName(node.info.role()), node.info.address());
+        break;  // it never left routing
+      case ProbeOutcome::kBack:
+        spdlog::info("{} ({} {}) back in routing: its probe passed {} times", node_id,
+                     RoleName(node.info.role()), node.info.address(), kProbesToReturn);
+        break;
+      case ProbeOutcome::kEjected:
+        ++advice_.confirmed;
+        why = node.ejection.why;
+        spdlog::warn("{} ({} {}) out of routing: {}", node_id, RoleName(node.info.role()),
+                     node.info.address(), why);
+        tell = ejection_listener_;
+        break;
+    }
   }
   NoteChange();
+  if (tell) tell(node_id, why);
 }
 
 bool NodeRegistry::Ejected(const std::string& node_id) const {

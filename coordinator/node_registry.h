@@ -120,8 +120,22 @@ class NodeRegistry {
   };
   // The probes due now; each is under way until NoteProbe.
   std::vector<DueProbe> TakeDueProbes();
-  // `node_id`'s probe answered (`ok`: in time); after kProbesToReturn in a row it is back.
+  // `node_id`'s probe answered (`ok`: in time); after kProbesToReturn in a row it is back. A
+  // suspect node's failed probe ejects it.
   void NoteProbe(const std::string& node_id, bool ok);
+  // Another coordinator (`from`) ejected `node_id` (`why`): suspect here, probed at once, in
+  // routing until its probe fails. Nothing for a node unknown here or out already.
+  void NoteAdvice(const std::string& node_id, const std::string& from, const std::string& why);
+  // Called (outside the lock, on the thread that ejected) with each node this coordinator takes
+  // out of routing on its own evidence -- a failed call, or a suspect's failed probe -- so others
+  // can be told. One listener; set before serving, nullptr to stop.
+  using EjectionListener = std::function<void(const std::string& node_id, const std::string& why)>;
+  void SetEjectionListener(EjectionListener listener);
+  // Advice heard, and what the probes made of it (tests, Stats).
+  struct AdviceCounts {
+    uint64_t heard = 0, cleared = 0, confirmed = 0;
+  };
+  AdviceCounts advice_counts() const;
   // Whether `node_id` is out of routing after a failed call (false: in, or unknown).
   bool Ejected(const std::string& node_id) const;
   // How many nodes are out now (NodeStats.nodes_out).
@@ -153,6 +167,8 @@ class NodeRegistry {
   mutable std::atomic<uint64_t> routes_{0};  // Route ids made so far (Resolve is const)
   // Target names consumers have registered, live or not (UNAVAILABLE rather than NOT_FOUND).
   std::set<std::string> known_targets_ ABSL_GUARDED_BY(mu_);
+  EjectionListener ejection_listener_ ABSL_GUARDED_BY(mu_);
+  AdviceCounts advice_ ABSL_GUARDED_BY(mu_);
   LinkBook links_;
 };
 

@@ -43,6 +43,12 @@ void SetNodeIdentity(v1::NodeRole role, const std::string& address, const std::s
 inline constexpr size_t kReportedPrefixBlocks = 65536;
 
 inline constexpr char kEtcdNodesPrefix[] = "/scd/v1/nodes/";
+// Fast ejection's advice between coordinators (coordinator/etcd_node_watch.h): a coordinator that
+// took a node out of routing puts kEtcdAdvicePrefix + node id + "/" + its own id, the reason as
+// the value, under a lease of kEtcdAdviceTtl; every coordinator watches kEtcdRootPrefix.
+inline constexpr char kEtcdRootPrefix[] = "/scd/v1/";
+inline constexpr char kEtcdAdvicePrefix[] = "/scd/v1/advice/";
+inline constexpr absl::Duration kEtcdAdviceTtl = absl::Seconds(5);
 inline constexpr absl::Duration kEtcdLeaseTtl = absl::Seconds(10);
 // "etcd://..." names an etcd registry.
 bool IsEtcdRegistry(const std::string& registry);

@@ -21,6 +21,7 @@
 #include "proto/inference_client.h"
 #include "proto/registry_client.h"
 #include "tests/cluster_client.h"
+#include "tests/etcd_server.h"
 #include "tests/test_daemon.h"
 #include "tests/test_files.h"
 
@@ -55,24 +56,10 @@ absl::Status Generate(const std::string& server, const std::string& target) {
 
 TEST(EtcdRegistryTest, TwoCoordinatorsShareTheNodesAndLeasesDropTheDead) {
   testing::TempDir dir;
-  const int client_port = testing::FreeLoopbackPort();
-  int peer_port = testing::FreeLoopbackPort();
-  while (peer_port == client_port) peer_port = testing::FreeLoopbackPort();
-  const std::string client_url = absl::StrCat("http://127.0.0.1:", client_port);
-  const std::string peer_url = absl::StrCat("http://127.0.0.1:", peer_port);
-  absl::StatusOr<ChildProcess> etcd = ChildProcess::Start(
-      {"etcd", "--name", "scd-test", "--data-dir", dir.File("etcd"), "--listen-client-urls",
-       client_url, "--advertise-client-urls", client_url, "--listen-peer-urls", peer_url,
-       "--initial-advertise-peer-urls", peer_url, "--initial-cluster",
-       "scd-test=" + peer_url},
-      dir.File("etcd.log"));
+  auto etcd = testing::EtcdServer::Start(dir.path());
   ASSERT_TRUE(etcd.ok()) << etcd.status();
-  const std::string registry = absl::StrCat("etcd://127.0.0.1:", client_port);
-  absl::StatusOr<EtcdClient> client = EtcdClient::Create(registry);
-  ASSERT_TRUE(client.ok());
-  // waits: etcd (a foreign process) is ready when it answers; it signals nothing else
-  for (int i = 0; i < 200 && !client->Range("/").ok(); ++i) absl::SleepFor(absl::Milliseconds(50));
-  ASSERT_TRUE(client->Range("/").ok()) << testing::ReadFile(dir.File("etcd.log"));
+  const std::string registry = (*etcd)->registry();
+  const EtcdClient* client = &(*etcd)->client();
 
   auto coordinator = [&](const std::string& name) {
     return std::make_unique<Daemon>(
@@ -144,7 +131,7 @@ TEST(EtcdRegistryTest, TwoCoordinatorsShareTheNodesAndLeasesDropTheDead) {
   absl::StatusOr<std::vector<EtcdKeyValue>> left = client->Range(kEtcdNodesPrefix);
   ASSERT_TRUE(left.ok());
   EXPECT_EQ(left->size(), 1u);  // the producer's
-  etcd->Terminate(absl::Seconds(10));
+  (*etcd)->Terminate(absl::Seconds(10));
 }
 
 TEST(EtcdRegistryTest, ABadRegistryAddressIsRefusedAtStart) {

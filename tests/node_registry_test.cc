@@ -735,6 +735,57 @@ TEST_F(NodeRegistryTest, ANodeWhoseCallFailedIsOutUntilItsProbesPass) {
   registry_.NoteUnreachable("consumer-unknown", "ignored");  // a node gone meanwhile: nothing
 }
 
+// Advice from another coordinator: the node stays routed while its own probe (due at once) is
+// under way; a pass clears it, a failure ejects it here too. Only this coordinator's own
+// ejections reach the listener (they are what it tells the others), each once.
+TEST_F(NodeRegistryTest, AdviceIsConfirmedByThisCoordinatorsOwnProbe) {
+  Add(Producer("base", kBaseFp));
+  const std::string a = Add(Consumer("fables", kFablesFp, {kBaseFp}, "10.0.0.2:7001"));
+  const std::string b = Add(Consumer("fables", kFablesFp, {kBaseFp}, "10.0.0.5:7001"));
+  Beat(b, 5);  // busier: routing picks `a` while it is in
+  std::vector<std::pair<std::string, std::string>> told;
+  registry_.SetEjectionListener(
+      [&](const std::string& node, const std::string& why) { told.emplace_back(node, why); });
+  auto routed_to = [&] {
+    absl::StatusOr<Route> route = ResolveNamed(registry_, {"fables"}, "local");
+    EXPECT_TRUE(route.ok()) << route.status();
+    return route.ok() ? route->targets[0].consumer_node : "";
+  };
+  registry_.NoteAdvice(a, "coordinator-x", "keepalive watchdog timeout");
+  EXPECT_FALSE(registry_.Ejected(a)) << "advice alone ejects nothing";
+  EXPECT_EQ(routed_to(), a) << "a suspect node is still routed";
+  std::vector<NodeRegistry::DueProbe> due = registry_.TakeDueProbes();
+  ASSERT_EQ(due.size(), 1u) << "its probe is due at once";
+  EXPECT_EQ(due[0].node_id, a);
+  registry_.NoteAdvice(a, "coordinator-y", "again");  // suspect already: nothing more
+  EXPECT_TRUE(registry_.TakeDueProbes().empty());
+  registry_.NoteProbe(a, true);
+  EXPECT_FALSE(registry_.Ejected(a));
+  EXPECT_EQ(routed_to(), a);
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_TRUE(registry_.TakeDueProbes().empty()) << "cleared: trusted again, not probed";
+  EXPECT_TRUE(told.empty()) << "nothing ejected here";
+
+  registry_.NoteAdvice(a, "coordinator-x", "reset");
+  ASSERT_EQ(registry_.TakeDueProbes().size(), 1u);
+  registry_.NoteProbe(a, false);
+  EXPECT_TRUE(registry_.Ejected(a)) << "its own probe failed too";
+  EXPECT_EQ(routed_to(), b);
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told[0].first, a);
+  EXPECT_EQ(registry_.advice_counts().heard, 2u);
+  EXPECT_EQ(registry_.advice_counts().cleared, 1u);
+  EXPECT_EQ(registry_.advice_counts().confirmed, 1u);
+
+  registry_.NoteUnreachable(b, "connection refused");
+  registry_.NoteUnreachable(b, "refused again");  // out already: not told twice
+  ASSERT_EQ(told.size(), 2u);
+  EXPECT_EQ(told[1], std::make_pair(b, std::string("connection refused")));
+  registry_.NoteAdvice("consumer-unknown", "coordinator-x", "ignored");
+  EXPECT_EQ(registry_.advice_counts().heard, 2u);
+  registry_.SetEjectionListener(nullptr);
+}
+
 // Consumers that report KV memory are routed on the bytes they have free, not on request counts:
 // a consumer running fewer but larger requests is the busier one; one whose free bytes cannot hold
 // the request is taken only when every candidate is full (it then queues the request); requests

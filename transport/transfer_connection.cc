@@ -69,7 +69,10 @@ bool TransferConnection::EnterCallback(bool touch_liveness) {
   absl::MutexLock lock(&mu_);
   if (link_closing_) return false;
   ++callbacks_;
-  if (touch_liveness) last_receive_ = absl::Now();
+  if (touch_liveness) {
+    last_receive_ = absl::Now();
+    beats_since_receive_ = 0;
+  }
   return true;
 }
 
@@ -461,20 +464,27 @@ void TransferConnection::ScheduleTickLocked(absl::Time when) {
 
 void TransferConnection::Tick() {
   absl::MutexLock lock(&mu_);
+  const absl::Time planned = tick_at_;
   tick_at_ = absl::InfiniteFuture();
   tick_timer_ = Clock::Timer();  // this one fired; the next is armed below
   if (stopping_) return;
   const absl::Time now = absl::Now();
+  const absl::Time tick_before = last_tick_;
+  last_tick_ = now;
   if (!down_ && now - last_receive_ >= options_.liveness_timeout) {
     const std::string why =
         absl::StrCat("nothing from the peer for ", absl::FormatDuration(now - last_receive_),
-                     " (liveness timeout ", absl::FormatDuration(options_.liveness_timeout), ")");
+                     " (liveness timeout ", absl::FormatDuration(options_.liveness_timeout), "; ",
+                     beats_since_receive_, " heartbeats sent meanwhile, this check ran ",
+                     absl::FormatDuration(now - planned), " late, the one before ",
+                     absl::FormatDuration(now - tick_before), " ago)");
     mu_.Unlock();
     LinkLost(why);  // down from now on: no heartbeat, no liveness check
     mu_.Lock();
   }
   if (!down_ && now >= next_heartbeat_) {
     next_heartbeat_ = now + options_.heartbeat_interval;
+    ++beats_since_receive_;
     mu_.Unlock();
     v1::TransferFrame beat;
     beat.mutable_heartbeat()->set_sent_unix_us(absl::ToUnixMicros(now));

@@ -235,6 +235,10 @@ class TransferConnection : public LinkHandler,
   bool link_closing_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_receive_ ABSL_GUARDED_BY(mu_);
   absl::Time next_heartbeat_ ABSL_GUARDED_BY(mu_);
+  // What a lapsed liveness reports, to tell a silent peer from a tick that ran late here: when the
+  // tick before ran, and the heartbeats sent since the last frame came.
+  absl::Time last_tick_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  int beats_since_receive_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, std::shared_ptr<SendSession>> sending_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::shared_ptr<ReceiveSession>> receiving_ ABSL_GUARDED_BY(mu_);
