@@ -1,6 +1,8 @@
 #include "base/sha256.h"
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include "absl/strings/str_format.h"
 
@@ -36,6 +38,18 @@ std::string Sha256Hex(std::string_view bytes) {
   Sha256 h;
   h.Update(bytes);
   return h.HexDigest();
+}
+
+std::string HmacSha256(std::string_view key, std::string_view data) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(), mac, &length);
+  return std::string(reinterpret_cast<const char*>(mac), length);
+}
+
+bool EqualInConstantTime(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 }  // namespace scd

@@ -1,5 +1,6 @@
-// SHA-256 (OpenSSL's EVP digest): artifact checksums, model fingerprints, file identity.
-// Thread-safety: a Sha256 object is not thread-safe; Sha256Hex is stateless.
+// SHA-256 (OpenSSL's EVP digest): artifact checksums, model fingerprints, file identity; and
+// HMAC-SHA256 (OpenSSL's HMAC) for tokens signed with the cluster secret.
+// Thread-safety: a Sha256 object is not thread-safe; the functions are stateless.
 #ifndef SCD_BASE_SHA256_H_
 #define SCD_BASE_SHA256_H_
 
@@ -27,6 +28,12 @@ class Sha256 {
 
 // Hex SHA-256 of the bytes.
 std::string Sha256Hex(std::string_view bytes);
+
+// HMAC-SHA256 of `data` under `key`: the 32 raw bytes.
+std::string HmacSha256(std::string_view key, std::string_view data);
+// Whether a and b are equal, in a time that depends on their lengths only (OpenSSL's
+// CRYPTO_memcmp): for comparing MACs.
+bool EqualInConstantTime(std::string_view a, std::string_view b);
 
 }  // namespace scd
 

@@ -15,9 +15,11 @@
 #include "base/prefix_hash.h"
 #include "base/random_id.h"
 #include "base/release_clock.h"
+#include "base/status_macros.h"
 #include "base/thread_name.h"
 #include "codec/transfer_mode.h"
 #include "coordinator/node_ejection.h"
+#include "coordinator/resume_token.h"
 #include "coordinator/routed_request.h"
 #include "proto/frontier_proto.h"
 #include "proto/grpc_util.h"
@@ -185,6 +187,7 @@ CoordinatorInferenceService::CoordinatorInferenceService(NodeRegistry* registry,
       secret_(std::move(secret)),
       counters_(counters),
       options_(options),
+      resumes_(ResumeBook::Options{options.max_resumes_per_tenant_per_minute}),
       prober_(std::make_unique<NodeProber>(
           registry, &secret_, [this](const std::string& address) { return Channel(address); })) {}
 
@@ -248,9 +251,40 @@ void CoordinatorInferenceService::TellTransferFailed(const RouteTarget& target,
       });
 }
 
+absl::StatusOr<CoordinatorInferenceService::Resumed> CoordinatorInferenceService::CheckResume(
+    const grpc::CallbackServerContext& context, v1::GenerateRequest* req) {
+  const absl::Time now = absl::Now();
+  absl::StatusOr<ResumeGrant> grant =
+      CheckResumeToken(secret_, *req, PresentedApiToken(context), now);
+  if (!grant.ok()) return grant.status();
+  if (req->targets_size() != 1) return absl::PermissionDeniedError(kResumeRefused);
+  SCD_RETURN_IF_ERROR(resumes_.Admit(grant->mac,
+                                     static_cast<uint64_t>(req->resume_received_ids_size()),
+                                     req->cache_salt(), grant->deadline, now));
+  Resumed resumed;
+  resumed.received.assign(req->resume_received_ids().begin(), req->resume_received_ids().end());
+  resumed.deadline = grant->deadline;
+  req->set_request_id(grant->request_id);
+  SetRequestMode(grant->mode, req);
+  req->clear_resume_token();
+  req->clear_resume_received_ids();
+  return resumed;
+}
+
 EventStream* CoordinatorInferenceService::Generate(grpc::CallbackServerContext* context,
                                                    v1::GenerateRequest req,
                                                    EventStream::Ended ended) {
+  std::optional<Resumed> resumed;
+  if (!req.resume_token().empty()) {
+    absl::StatusOr<Resumed> checked = CheckResume(*context, &req);
+    if (!checked.ok()) {  // the token never reaches a log
+      spdlog::info("resume refused: {}", checked.status().ToString());
+      CountRefusal(counters_, checked.status());
+      return RefusedStream(ToGrpcStatus(checked.status()), std::move(ended));
+    }
+    resumed = *std::move(checked);
+    counters_->Add("resumed");
+  }
   if (req.request_id().empty()) req.set_request_id(RandomId128());
   const std::string id = ForLog(req.request_id(), 40);  // for logs
   const PrefixHint hint = HintFor(options_.tokenizer, req);
@@ -273,7 +307,7 @@ EventStream* CoordinatorInferenceService::Generate(grpc::CallbackServerContext* 
   deps.metrics = options_.metrics;
   deps.active = &active_;
   deps.failed_target_grace = options_.failed_target_grace;
-  deps.early_prefill = options_.early_prefill;
+  deps.early_prefill = options_.early_prefill && !resumed.has_value();
   deps.migration_limit = options_.migration_limit;
   deps.tell_failed = [this, id](const RouteTarget& target, const std::string& session_id,
                                 const std::string& reason) {
@@ -282,10 +316,19 @@ EventStream* CoordinatorInferenceService::Generate(grpc::CallbackServerContext* 
   // The request's deadline, or the call's own (a client's gRPC deadline) when that is sooner:
   // the targets' calls carry it, so each node ends the request by its own clock at that moment
   // rather than when the coordinator's cancel reaches it.
+  // A resumed request keeps its original deadline (the token carries it).
   const absl::Time deadline =
-      std::min(absl::Now() + (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms())
-                                                    : options_.default_deadline),
+      std::min(resumed.has_value()
+                   ? resumed->deadline
+                   : absl::Now() + (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms())
+                                                          : options_.default_deadline),
                FromGrpcDeadline(context->deadline()));
+  if (!resumed.has_value() && req.targets_size() == 1) {
+    deps.resume_token = [secret = &secret_, req, api_token = PresentedApiToken(*context),
+                         deadline](TransferMode started) {
+      return IssueResumeToken(*secret, req, api_token, deadline, started);
+    };
+  }
   // A request refused as a whole by its consumers is counted with the others.
   auto counted = [counters = counters_, ended = std::move(ended)](const grpc::Status& status) {
     if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
@@ -295,6 +338,7 @@ EventStream* CoordinatorInferenceService::Generate(grpc::CallbackServerContext* 
   };
   auto* run = new RoutedRequest(std::move(deps), std::move(req), *std::move(route), &hint, deadline,
                                 context, std::move(counted));
+  if (resumed.has_value()) run->Resume(std::move(resumed->received));
   run->Start();
   return run;
 }

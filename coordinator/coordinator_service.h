@@ -35,6 +35,7 @@
 #include "base/tally.h"
 #include "coordinator/node_prober.h"
 #include "coordinator/node_registry.h"
+#include "coordinator/resume_book.h"
 #include "proto/cluster_secret.h"
 #include "scd/v1/control.grpc.pb.h"
 #include "scd/v1/inference.grpc.pb.h"
@@ -90,6 +91,8 @@ struct CoordinatorOptions {
   // or fails it with a retryable error (coordinator/routed_request.h; a request may ask for
   // fewer with GenerateRequest.migration_limit). 0: streams never move.
   uint32_t migration_limit = 3;
+  // Resumes (GenerateRequest.resume_token) one tenant (cache_salt) may make per minute here.
+  uint32_t max_resumes_per_tenant_per_minute = 60;
   // Cache-aware routing of text prompts: the serving models' shared tokenizer (not owned; null:
   // text prompts are routed on load alone, prompt_ids on their prefix blocks always).
   const Tokenizer* tokenizer = nullptr;
@@ -119,6 +122,15 @@ class CoordinatorInferenceService final : public InferenceBackend {
 
  private:
   std::shared_ptr<grpc::Channel> Channel(const std::string& address);
+  // A resume's checks before any work (resume_token.h, resume_book.h): the request made the
+  // original (its id, the token's mode, resume fields cleared), the ids received and the
+  // deadline carried; or the refusal.
+  struct Resumed {
+    std::vector<int32_t> received;
+    absl::Time deadline;
+  };
+  absl::StatusOr<Resumed> CheckResume(const grpc::CallbackServerContext& context,
+                                      v1::GenerateRequest* req);
   // Tells `target`'s consumer that the producer will not send (or finish) its session
   // (Consumer.TransferFailed), so it falls back now; a consumer that cannot be told is left to
   // the grace period. `id`: the request, for logs. Returns at once (the call is asynchronous).
@@ -132,6 +144,7 @@ class CoordinatorInferenceService final : public InferenceBackend {
   std::atomic<uint32_t> active_{0};
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
+  ResumeBook resumes_;  // once per position, per-tenant rate (resume_book.h)
   // Probes the nodes its requests' failed calls took out of routing (node_ejection.h).
   std::unique_ptr<NodeProber> prober_;
 };

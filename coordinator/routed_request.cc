@@ -171,6 +171,12 @@ RoutedRequest::RoutedRequest(RoutedRequestDeps deps, v1::GenerateRequest req, Ro
 
 RoutedRequest::~RoutedRequest() { cancel_calls_.Reset(); }
 
+void RoutedRequest::Resume(std::vector<int32_t> received) {
+  absl::MutexLock lock(&mu_);
+  calls_.front()->forward.Resume(
+      std::move(received), "resumed through this coordinator: the client's coordinator went away");
+}
+
 void RoutedRequest::Start() {
   // Held while this runs: a client gone at once ends the call, and an early Prefill may answer
   // (cancelled) before the targets' calls hold the request.
@@ -195,6 +201,8 @@ void RoutedRequest::Start() {
       *decode.mutable_point() = CodePointToProto(*target.point);
       decode.set_expected_kl(target.point->kl);
     }
+    // A resumed stream's ids so far (Resume; none otherwise).
+    for (int32_t id : call->forward.streamed_ids()) decode.add_continued_ids(id);
     deps_.secret->Attach(&call->context);
     Hold();  // released in the call's OnDone
     call->Begin(std::move(decode), v1::Consumer::NewStub(deps_.channel(target.consumer_address)));
@@ -284,7 +292,12 @@ bool RoutedRequest::OnEvent(TargetCall* call) {
     return false;
   }
   const bool moved_start = call->event.has_started() && call->forward.move_pending();
-  if (call->forward.Rewrite(producer_, &call->event)) Write(call->event);
+  const bool forwarded = call->forward.Rewrite(producer_, &call->event);
+  if (forwarded && call->event.has_started() && deps_.resume_token) {
+    call->event.mutable_started()->set_resume_token(
+        deps_.resume_token(call->forward.started_mode()));
+  }
+  if (forwarded) Write(call->event);
   if (moved_start && !call->session_id.empty() &&
       call->forward.started_mode() != TransferMode::kLocal) {
     StartMovedPrefill(call);

@@ -35,6 +35,10 @@
 //             target whose node is gone before its Started (its call UNAVAILABLE, or cancelled by
 //             that node: refused, reset, draining) moves the same way in local mode, and the
 //             new replica's Started is the client's (Finished.moves counts it);
+//   resume    a client whose coordinator went away sends the request again through this one
+//             (resume_token.h): one target's call begins with the ids it received as
+//             continued_ids, the Prefill follows its Started as without early prefill, and the
+//             Started is the client's Moved (resumed);
 //   settle    a target the producer failed is told (Consumer.TransferFailed) and given the grace to
 //             announce a fallback (a timer); else cancelled, and its Error written;
 //   end       once every target's call ended (its terminal event written) the stream ends.
@@ -88,6 +92,9 @@ struct RoutedRequestDeps {
   bool early_prefill = true;
   // Moves a target's stream may make to another replica (the request may ask for fewer).
   uint32_t migration_limit = 3;
+  // The stream's resume token for its client (resume_token.h), by the mode its Started names;
+  // null: none given (fan-out, or a resumed stream, whose client has one).
+  std::function<std::string(TransferMode started)> resume_token;
   // Tells a target's consumer that its transfer failed (Consumer.TransferFailed); must not block.
   std::function<void(const RouteTarget& target, const std::string& session_id,
                      const std::string& reason)>
@@ -104,6 +111,10 @@ class RoutedRequest final : public EventStream {
                 const PrefixHint* hint, absl::Time deadline, grpc::CallbackServerContext* context,
                 Ended ended);
 
+  // Before Start, for a resumed request (one target; deps without early prefill): its client has
+  // `received` output ids already; the consumer continues after them and the client gets a Moved
+  // event where a Started would come.
+  void Resume(std::vector<int32_t> received);
   // Starts every target's call; the request then runs by itself. Called once.
   void Start();
 

@@ -27,7 +27,16 @@ void TargetForwarder::MoveTo(const Route* route, size_t index, std::string from_
   move_reason_ = std::move(reason);
 }
 
+void TargetForwarder::Resume(std::vector<int32_t> received, std::string reason) {
+  streamed_ids_ = std::move(received);
+  move_pending_ = true;
+  resumed_ = true;
+  moved_from_.clear();
+  move_reason_ = std::move(reason);
+}
+
 void TargetForwarder::ToMoved(v1::GenerateEvent* event) {
+  started_ = true;  // a resume's first Started
   started_mode_ = RanMode(event->started());
   consumer_cached_tokens_ = event->started().consumer_cached_tokens();
   v1::GenerateEvent moved;
@@ -38,8 +47,10 @@ void TargetForwarder::ToMoved(v1::GenerateEvent* event) {
   m->set_to_node(target().consumer_node);
   m->set_reason(move_reason_);
   m->set_moves(moves_);
+  m->set_resumed(resumed_);
   *event = std::move(moved);
   move_pending_ = false;
+  resumed_ = false;
 }
 
 bool TargetForwarder::Rewrite(const ProducerOutcome& producer, v1::GenerateEvent* event) {

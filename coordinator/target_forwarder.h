@@ -69,6 +69,10 @@ class TargetForwarder {
   // for a stream whose Started had not come yet, the client's Started (the move is counted in
   // Finished.moves only).
   void MoveTo(const Route* route, size_t index, std::string from_node, std::string reason);
+  // The stream resumes here after `received` output ids its client got through another
+  // coordinator (GenerateRequest.resume_token): its Started becomes the client's Moved event
+  // (resumed, saying `reason`), and it counts no move.
+  void Resume(std::vector<int32_t> received, std::string reason);
 
  private:
   // The Moved event that stands for a moved stream's new Started.
@@ -84,6 +88,7 @@ class TargetForwarder {
   std::vector<int32_t> streamed_ids_;
   uint32_t moves_ = 0;
   bool move_pending_ = false;  // the new replica's Started not seen yet
+  bool resumed_ = false;       // ... and it is a resume's
   std::string moved_from_, move_reason_;
 };
 

@@ -38,6 +38,43 @@ absl::Status StreamGenerate(const std::string& server, const v1::GenerateRequest
   return FromGrpcStatus(reader->Finish());
 }
 
+absl::Status StreamGenerateResuming(const std::vector<std::string>& servers,
+                                    const v1::GenerateRequest& request, absl::Duration timeout,
+                                    const std::function<void(const v1::GenerateEvent&)>& on_event,
+                                    int* resumes) {
+  if (servers.empty()) return absl::InvalidArgumentError("no server to send the request to");
+  const absl::Time deadline = absl::Now() + timeout;
+  std::string token;              // the Started's resume token
+  std::vector<int32_t> received;  // output ids so far
+  bool ended = false;             // the target's Finished or Error came
+  v1::GenerateRequest next = request;
+  absl::Status status;
+  size_t server = 0;
+  for (size_t tries = 0;; ++tries) {
+    status = StreamGenerate(
+        servers[server], next, deadline - absl::Now(), [&](const v1::GenerateEvent& event) {
+          if (event.has_started()) token = event.started().resume_token();
+          if (event.has_token()) {
+            received.insert(received.end(), event.token().ids().begin(), event.token().ids().end());
+          }
+          if (event.has_finished() || event.has_error()) ended = true;
+          on_event(event);
+        });
+    const bool broken = absl::IsUnavailable(status) || absl::IsCancelled(status) ||
+                        absl::IsAborted(status) || absl::IsUnknown(status);
+    if (!broken || ended || token.empty() || tries + 1 >= servers.size() + 1 ||
+        absl::Now() >= deadline) {
+      return status;
+    }
+    // The next coordinator, with the token and what came.
+    server = (server + 1) % servers.size();
+    next = request;
+    next.set_resume_token(token);
+    for (int32_t id : received) next.add_resume_received_ids(id);
+    if (resumes != nullptr) ++*resumes;
+  }
+}
+
 absl::StatusOr<std::vector<v1::ModelInfo>> ListModels(const std::string& server,
                                                       absl::Duration timeout) {
   auto stub = Stub(server);

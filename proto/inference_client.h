@@ -24,6 +24,20 @@ absl::Status StreamGenerate(const std::string& server, const v1::GenerateRequest
                             absl::Duration timeout,
                             const std::function<void(const v1::GenerateEvent&)>& on_event);
 
+// StreamGenerate over a deployment's coordinators, resuming (GenerateRequest.resume_token): the
+// request goes to servers[0]; when its stream breaks -- the call ends UNAVAILABLE, CANCELLED,
+// ABORTED or UNKNOWN after a Started that carried a resume token and before the target's Finished
+// or Error -- it is sent again, with the token and every output id received, to the next server
+// (in order, wrapping; at most servers.size() resumes in all), so `on_event` sees one stream:
+// the resumed part opens with a Moved event (resumed) and ends with the one Finished. A request
+// refused as a whole by the first server, or a stream without a token (fan-out), ends as
+// StreamGenerate's would. `resumes` (may be null) counts the resumes made. The overall `timeout`
+// bounds every call.
+absl::Status StreamGenerateResuming(const std::vector<std::string>& servers,
+                                    const v1::GenerateRequest& request, absl::Duration timeout,
+                                    const std::function<void(const v1::GenerateEvent&)>& on_event,
+                                    int* resumes = nullptr);
+
 // Every model the server routes to (Inference.ListModels).
 absl::StatusOr<std::vector<v1::ModelInfo>> ListModels(const std::string& server,
                                                       absl::Duration timeout);

@@ -133,8 +133,11 @@ absl::Status RunRemoteGenerate(const GenerateFlags& flags) {
   std::map<std::string, std::string> texts;
   std::vector<std::string> stats;  // printed after the text
   absl::Status first_error;
-  SCD_RETURN_IF_ERROR(
-      StreamGenerate(flags.server, request, absl::Minutes(10), [&](const v1::GenerateEvent& event) {
+  // Several coordinators (comma-separated): a stream whose coordinator goes away resumes
+  // through the next.
+  const std::vector<std::string> servers = absl::StrSplit(flags.server, ',', absl::SkipEmpty());
+  SCD_RETURN_IF_ERROR(StreamGenerateResuming(
+      servers, request, absl::Minutes(10), [&](const v1::GenerateEvent& event) {
         if (flags.json) {
           std::string line;
           google::protobuf::util::JsonPrintOptions options;
@@ -153,9 +156,11 @@ absl::Status RunRemoteGenerate(const GenerateFlags& flags) {
           }
         } else if (event.has_moved() && flags.stats) {
           const v1::Moved& m = event.moved();
-          stats.push_back(absl::StrFormat(
-              "[%s] moved after %u tokens from %s to %s: %s\n", event.target().c_str(),
-              m.tokens_so_far(), m.from_node().c_str(), m.to_node().c_str(), m.reason().c_str()));
+          stats.push_back(
+              absl::StrFormat("[%s] %s after %u tokens from %s to %s: %s\n", event.target().c_str(),
+                              m.resumed() ? "resumed" : "moved", m.tokens_so_far(),
+                              m.resumed() ? "another coordinator" : m.from_node().c_str(),
+                              m.to_node().c_str(), m.reason().c_str()));
         } else if (event.has_finished() && flags.stats) {
           const v1::Finished& f = event.finished();
           const v1::Timings& t = f.timings();
@@ -485,7 +490,9 @@ int Main(int argc, char** argv) {
   generate->add_flag("--stats", gen.stats, "print timing to stderr");
   AddTlsFlags(generate, &gen.tls, /*server=*/false);
   generate->add_option("--server", gen.server,
-                       "send the request to a serving API (coordinator or consumer) instead");
+                       "send the request to a serving API (coordinator or consumer) instead; "
+                       "HOST:PORT,HOST:PORT,...: a deployment's coordinators, the stream resumed "
+                       "through the next when its coordinator goes away");
   generate->add_option("--target", gen.targets, "with --server: consumer model (repeat: fan-out)");
   generate->add_option("--mode", gen.mode,
                        "with --server: auto, scd, reuse, raw, int4, "

@@ -12,7 +12,9 @@ Debian: protobuf-compiler-grpc (protoc, grpc_python_plugin), python3-grpcio, pyt
 Prints the server's health, its models, then streams the completion's text to stdout and a summary
 line (mode, tokens, payload bytes, time to first token) to stderr. Exit status 0 when every
 target finished, 1 when the call or a target ended with an error (its gRPC status and message
-printed).
+printed). --address may list a deployment's coordinators (HOST:PORT,HOST:PORT): a stream whose
+coordinator goes away is resumed through the next with the Started's resume token and the token
+ids received so far (GenerateRequest.resume_token), and goes on where it stopped.
 """
 import argparse
 import sys
@@ -22,7 +24,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stubs", required=True, help="folder protoc wrote the stubs to")
     parser.add_argument("--address", required=True, help="HOST:PORT of a coordinator, consumer "
-                        "or `scd serve --all-in-one`")
+                        "or `scd serve --all-in-one`; several coordinators comma-separated")
     parser.add_argument("--prompt", default="Once upon a time")
     parser.add_argument("--target", action="append", default=[],
                         help="consumer model (repeat for a fan-out); none: the server's default")
@@ -37,7 +39,8 @@ def main():
     import grpc
     from scd.v1 import inference_pb2, inference_pb2_grpc
 
-    with grpc.insecure_channel(args.address) as channel:
+    addresses = [a for a in args.address.split(",") if a]
+    with grpc.insecure_channel(addresses[0]) as channel:
         stub = inference_pb2_grpc.InferenceStub(channel)
         try:
             health = stub.Health(inference_pb2.HealthRequest(), timeout=args.timeout)
@@ -46,36 +49,67 @@ def main():
             for model in stub.ListModels(inference_pb2.ListModelsRequest(),
                                          timeout=args.timeout).models:
                 print(f"model: {model.name} ({model.role}) at {model.address}", file=sys.stderr)
-            # The enum (TransferMode); the string field `mode` is deprecated.
-            mode = inference_pb2.TransferMode.Value("TRANSFER_MODE_" + args.mode.upper())
-            request = inference_pb2.GenerateRequest(
-                prompt=args.prompt, targets=args.target, transfer_mode=mode,
-                max_tokens=args.max_tokens, temperature=args.temperature)
-            failed = False
-            for event in stub.Generate(request, timeout=args.timeout):
-                kind = event.WhichOneof("event")
-                if kind == "token":
-                    sys.stdout.write(event.token.text)
-                    sys.stdout.flush()
-                elif kind == "finished":
-                    f = event.finished
-                    ran = inference_pb2.TransferMode.Name(f.transfer_mode)
-                    ran = ran.removeprefix("TRANSFER_MODE_").lower()
-                    print(f"\n[{event.target}] {f.reason}: mode {ran}, {f.prompt_tokens} prompt + "
-                          f"{f.output_tokens} output tokens, {f.payload_bytes} payload bytes, "
-                          f"TTFT {f.timings.ttft / 1000:.1f} ms", file=sys.stderr)
-                elif kind == "moved":  # the stream goes on at another replica: nothing lost
-                    m = event.moved
-                    print(f"\n[{event.target}] moved after {m.tokens_so_far} tokens: {m.reason}",
-                          file=sys.stderr)
-                elif kind == "error":
-                    failed = True
-                    print(f"\n[{event.target}] error {event.error.code}: {event.error.message}",
-                          file=sys.stderr)
         except grpc.RpcError as e:
             print(f"call failed: {e.code().name}: {e.details()}", file=sys.stderr)
             return 1
-    return 1 if failed else 0
+    # The enum (TransferMode); the string field `mode` is deprecated.
+    mode = inference_pb2.TransferMode.Value("TRANSFER_MODE_" + args.mode.upper())
+    request = inference_pb2.GenerateRequest(
+        prompt=args.prompt, targets=args.target, transfer_mode=mode,
+        max_tokens=args.max_tokens, temperature=args.temperature)
+    original = request
+    state = {"token": b"", "received": [], "ended": False, "failed": False}
+    broken = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED,
+              grpc.StatusCode.UNKNOWN)
+    for attempt in range(len(addresses)):
+        address = addresses[attempt % len(addresses)]
+        if attempt > 0:  # the stream resumes after what came
+            request = inference_pb2.GenerateRequest()
+            request.CopyFrom(original)
+            request.resume_token = state["token"]
+            request.resume_received_ids.extend(state["received"])
+            print(f"\nresuming through {address} after {len(state['received'])} tokens",
+                  file=sys.stderr)
+        with grpc.insecure_channel(address) as channel:
+            stub = inference_pb2_grpc.InferenceStub(channel)
+            try:
+                for event in stub.Generate(request, timeout=args.timeout):
+                    show(event, state, inference_pb2)
+                return 1 if state["failed"] else 0
+            except grpc.RpcError as e:
+                print(f"\ncall failed: {e.code().name}: {e.details()}", file=sys.stderr)
+                if e.code() not in broken or state["ended"] or not state["token"]:
+                    return 1
+    return 1
+
+
+def show(event, state, inference_pb2):
+    """Prints one event and notes what a resume needs."""
+    kind = event.WhichOneof("event")
+    if kind == "started":
+        state["token"] = event.started.resume_token
+    elif kind == "token":
+        state["received"].extend(event.token.ids)
+        sys.stdout.write(event.token.text)
+        sys.stdout.flush()
+    elif kind == "finished":
+        state["ended"] = True
+        f = event.finished
+        ran = inference_pb2.TransferMode.Name(f.transfer_mode)
+        ran = ran.removeprefix("TRANSFER_MODE_").lower()
+        print(f"\n[{event.target}] {f.reason}: mode {ran}, {f.prompt_tokens} prompt + "
+              f"{f.output_tokens} output tokens, {f.payload_bytes} payload bytes, "
+              f"TTFT {f.timings.ttft / 1000:.1f} ms", file=sys.stderr)
+    elif kind == "moved":  # the stream goes on at another replica: nothing lost
+        m = event.moved
+        how = "resumed" if m.resumed else "moved"
+        print(f"\n[{event.target}] {how} after {m.tokens_so_far} tokens: {m.reason}",
+              file=sys.stderr)
+    elif kind == "error":
+        state["ended"] = True
+        state["failed"] = True
+        print(f"\n[{event.target}] error {event.error.code}: {event.error.message}",
+              file=sys.stderr)
 
 
 if __name__ == "__main__":
