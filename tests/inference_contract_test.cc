@@ -43,6 +43,7 @@ constexpr auto kFloat = FieldDescriptor::TYPE_FLOAT;
 constexpr auto kDouble = FieldDescriptor::TYPE_DOUBLE;
 constexpr auto kBool = FieldDescriptor::TYPE_BOOL;
 constexpr auto kMessage = FieldDescriptor::TYPE_MESSAGE;
+constexpr auto kBytes = FieldDescriptor::TYPE_BYTES;
 
 TEST(InferenceContractTest, GenerateRequestFields) {
   ExpectFields(v1::GenerateRequest::descriptor(), {{"prompt", 1, kString, false},
@@ -62,7 +63,9 @@ TEST(InferenceContractTest, GenerateRequestFields) {
                                                    {"cache_salt", 15, kString, false},
                                                    {"max_kl", 16, kDouble, false},
                                                    {"ttft_slo_ms", 17, kUint32, false},
-                                                   {"migration_limit", 20, kUint32, false}});
+                                                   {"migration_limit", 20, kUint32, false},
+                                                   {"resume_token", 21, kBytes, false},
+                                                   {"resume_received_ids", 22, kInt32, true}});
   EXPECT_TRUE(v1::GenerateRequest::descriptor()->FindFieldByName("migration_limit")->has_presence())
       << "unset (the coordinator's limit) must differ from 0 (never move)";
   EXPECT_TRUE(
@@ -107,12 +110,14 @@ TEST(InferenceContractTest, EventBodies) {
                                            {"consumer_cached_tokens", 7, kUint32, false},
                                            {"producer_cached_tokens", 8, kUint32, false},
                                            {"point", 9, kMessage, false},
-                                           {"expected_kl", 10, kDouble, false}});
+                                           {"expected_kl", 10, kDouble, false},
+                                           {"resume_token", 13, kBytes, false}});
   ExpectFields(v1::Moved::descriptor(), {{"tokens_so_far", 1, kUint32, false},
                                          {"from_node", 2, kString, false},
                                          {"to_node", 3, kString, false},
                                          {"reason", 4, kString, false},
-                                         {"moves", 5, kUint32, false}});
+                                         {"moves", 5, kUint32, false},
+                                         {"resumed", 6, kBool, false}});
   ExpectFields(v1::CodePoint::descriptor(), {{"code_dtype", 1, kString, false},
                                              {"rank_k", 2, kUint32, true},
                                              {"rank_v", 3, kUint32, true},
