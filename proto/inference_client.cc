@@ -41,7 +41,7 @@ absl::Status StreamGenerate(const std::string& server, const v1::GenerateRequest
 absl::Status StreamGenerateResuming(const std::vector<std::string>& servers,
                                     const v1::GenerateRequest& request, absl::Duration timeout,
                                     const std::function<void(const v1::GenerateEvent&)>& on_event,
-                                    int* resumes) {
+                                    int* resumes, const GenerateCall& call) {
   if (servers.empty()) return absl::InvalidArgumentError("no server to send the request to");
   const absl::Time deadline = absl::Now() + timeout;
   std::string token;              // the Started's resume token
@@ -51,7 +51,7 @@ absl::Status StreamGenerateResuming(const std::vector<std::string>& servers,
   absl::Status status;
   size_t server = 0;
   for (size_t tries = 0;; ++tries) {
-    status = StreamGenerate(
+    status = (call ? call : GenerateCall(StreamGenerate))(
         servers[server], next, deadline - absl::Now(), [&](const v1::GenerateEvent& event) {
           if (event.has_started()) token = event.started().resume_token();
           if (event.has_token()) {

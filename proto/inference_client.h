@@ -32,11 +32,14 @@ absl::Status StreamGenerate(const std::string& server, const v1::GenerateRequest
 // the resumed part opens with a Moved event (resumed) and ends with the one Finished. A request
 // refused as a whole by the first server, or a stream without a token (fan-out), ends as
 // StreamGenerate's would. `resumes` (may be null) counts the resumes made. The overall `timeout`
-// bounds every call.
+// bounds every call. `call` makes each call (null: StreamGenerate; tests break one on purpose).
+using GenerateCall = std::function<absl::Status(
+    const std::string& server, const v1::GenerateRequest& request, absl::Duration timeout,
+    const std::function<void(const v1::GenerateEvent&)>& on_event)>;
 absl::Status StreamGenerateResuming(const std::vector<std::string>& servers,
                                     const v1::GenerateRequest& request, absl::Duration timeout,
                                     const std::function<void(const v1::GenerateEvent&)>& on_event,
-                                    int* resumes = nullptr);
+                                    int* resumes = nullptr, const GenerateCall& call = nullptr);
 
 // Every model the server routes to (Inference.ListModels).
 absl::StatusOr<std::vector<v1::ModelInfo>> ListModels(const std::string& server,

@@ -1,10 +1,10 @@
 // Resume through another coordinator (coordinator/resume_token.h, GenerateRequest.resume_token) on
-// tests/two_coordinators.h's deployment: a client's stream through coordinator A, A shut down
-// after a few tokens, the same request sent again through B with the Started's resume token and
-// the ids received: B's stream opens with a Moved (resumed) event, goes on with exactly the tokens
-// an unfaulted stream gives after them (greedy and seeded sampling), and ends in one Finished that
-// counts every token once. A replay at the same position, another tenant's request and a forged
-// token are refused alike, before any work.
+// tests/two_coordinators.h's deployment: a client's stream through coordinator A ends after a few
+// tokens and A is shut down, the same request sent again through B with the Started's resume token
+// and the ids received: B's stream opens with a Moved (resumed) event, goes on with exactly the
+// tokens an unfaulted stream gives after them (greedy and seeded sampling), and ends in one
+// Finished that counts every token once. A replay at the same position, another tenant's request
+// and a forged token are refused alike, before any work.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -12,7 +12,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/grpc_tls.h"
 #include "coordinator/resume_token.h"
+#include "proto/grpc_util.h"
+#include "scd/v1/inference.grpc.pb.h"
 #include "tests/two_coordinators.h"
 
 namespace scd {
@@ -49,26 +52,42 @@ Streamed Stream(const coordinator::CoordinatorNode& via, const v1::GenerateReque
   return s;
 }
 
-// The request's stream through A until A goes away after `tokens` tokens, then resumed through B:
-// its ids equal the unfaulted stream's.
-void ResumeAfter(TwoCoordinatorsTest* t, coordinator::CoordinatorNode* a,
-                 const coordinator::CoordinatorNode& b, const v1::GenerateRequest& request,
-                 size_t tokens) {
+// The client's side of "its coordinator went away", without a race: the client reads `tokens`
+// tokens through A and its call ends there (cancelled; nothing after it is read), whether or not A
+// would have finished the stream; then A is shut down. What the client has is what it resumes from.
+Streamed CutAfter(coordinator::CoordinatorNode* a, const v1::GenerateRequest& request,
+                  size_t tokens) {
+  Streamed s;
+  auto stub = v1::Inference::NewStub(grpc::CreateChannel(a->address(), GrpcChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  auto reader = stub->Generate(&context, request);
+  v1::GenerateEvent e;
+  while (s.ids.size() < tokens && reader->Read(&e)) {
+    s.events.push_back(e);
+    if (e.has_started()) s.token = e.started().resume_token();
+    if (e.has_token()) s.ids.insert(s.ids.end(), e.token().ids().begin(), e.token().ids().end());
+    if (e.has_finished()) s.finished = true;
+  }
+  context.TryCancel();
+  s.status = FromGrpcStatus(reader->Finish());
+  a->Shutdown(absl::ZeroDuration());
+  return s;
+}
+
+// The request's stream through A, cut after `tokens` tokens, then resumed through B: its ids
+// equal the unfaulted stream's.
+void ResumeAfter(coordinator::CoordinatorNode* a, const coordinator::CoordinatorNode& b,
+                 const v1::GenerateRequest& request, size_t tokens) {
   const Streamed reference = Stream(b, request);
   ASSERT_TRUE(reference.status.ok()) << reference.status;
   ASSERT_TRUE(reference.finished);
   ASSERT_GT(reference.ids.size(), tokens + 8) << "long enough to be cut";
-  bool gone = false;
-  const Streamed cut = Stream(*a, request, [&](const Streamed& s) {
-    if (!gone && s.ids.size() >= tokens) {
-      gone = true;
-      a->Shutdown(absl::ZeroDuration());  // the client's coordinator goes away mid-stream
-    }
-  });
-  ASSERT_TRUE(gone);
-  ASSERT_FALSE(cut.finished) << "the stream ended before A went away";
-  EXPECT_FALSE(cut.status.ok());
+  const Streamed cut = CutAfter(a, request, tokens);
+  ASSERT_FALSE(cut.finished);
+  EXPECT_EQ(cut.status.code(), absl::StatusCode::kCancelled) << cut.status;
   ASSERT_FALSE(cut.token.empty()) << "A's Started carried a resume token";
+  ASSERT_GE(cut.ids.size(), tokens);
   ASSERT_LT(cut.ids.size(), reference.ids.size());
 
   v1::GenerateRequest again = request;
@@ -94,11 +113,10 @@ void ResumeAfter(TwoCoordinatorsTest* t, coordinator::CoordinatorNode* a,
   EXPECT_EQ(replay.status.code(), absl::StatusCode::kPermissionDenied) << replay.status;
   EXPECT_EQ(replay.status.message(), coordinator::kResumeRefused);
   EXPECT_TRUE(replay.events.empty());
-  (void)t;
 }
 
 TEST_F(ResumeTest, AGreedyStreamGoesOnThroughAnotherCoordinator) {
-  ResumeAfter(this, a_.get(), *b_, Request(96), 5);
+  ResumeAfter(a_.get(), *b_, Request(96), 5);
 }
 
 TEST_F(ResumeTest, ASeededSampledStreamGoesOnWithTheSameTokens) {
@@ -106,31 +124,36 @@ TEST_F(ResumeTest, ASeededSampledStreamGoesOnWithTheSameTokens) {
   request.set_temperature(0.8f);
   request.set_top_p(0.9f);
   request.set_seed(1234);
-  ResumeAfter(this, a_.get(), *b_, request, 7);
+  ResumeAfter(a_.get(), *b_, request, 7);
 }
 
 // The client library's resume (StreamGenerateResuming, what `scd generate --server A,B` runs): one
-// stream for the caller, its coordinator gone halfway.
+// stream for the caller, whose call through A breaks after 6 tokens (UNAVAILABLE, as when A's
+// process dies: the call ends after what the client read, CutAfter) and goes on through B.
 TEST_F(ResumeTest, TheClientLibraryResumesThroughTheNextCoordinator) {
   const v1::GenerateRequest request = Request(96);
   const Streamed reference = Stream(*b_, request);
   ASSERT_TRUE(reference.status.ok()) << reference.status;
+  const std::string a = a_->address();
+  GenerateCall call = [&](const std::string& server, const v1::GenerateRequest& r,
+                          absl::Duration timeout,
+                          const std::function<void(const v1::GenerateEvent&)>& on_event) {
+    if (server != a) return StreamGenerate(server, r, timeout, on_event);
+    const Streamed cut = CutAfter(a_.get(), r, 6);
+    for (const v1::GenerateEvent& e : cut.events) on_event(e);
+    return absl::UnavailableError("the coordinator went away");
+  };
   std::vector<int32_t> ids;
   int started = 0, moved = 0, finished = 0, resumes = 0;
-  bool gone = false;
   const absl::Status status = StreamGenerateResuming(
-      {a_->address(), b_->address()}, request, absl::Seconds(60),
+      {a, b_->address()}, request, absl::Seconds(60),
       [&](const v1::GenerateEvent& e) {
         started += e.has_started() ? 1 : 0;
         moved += e.has_moved() && e.moved().resumed() ? 1 : 0;
         finished += e.has_finished() ? 1 : 0;
         if (e.has_token()) ids.insert(ids.end(), e.token().ids().begin(), e.token().ids().end());
-        if (!gone && ids.size() >= 6) {
-          gone = true;
-          a_->Shutdown(absl::ZeroDuration());
-        }
       },
-      &resumes);
+      &resumes, call);
   ASSERT_TRUE(status.ok()) << status;
   EXPECT_EQ(resumes, 1);
   EXPECT_EQ(started, 1);
