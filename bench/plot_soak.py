@@ -58,7 +58,17 @@ def main():
                 linewidth=0)
         bottoms = [b + c for b, c in zip(bottoms, counts[name])]
     top.set_ylabel("streams ended / s")
-    top.legend(loc="upper right", ncol=5, fontsize=8)
+    # Streams that went on past a fault: moved to another replica, resumed through another
+    # coordinator (marked where they ended, above the bars).
+    if "moves" in idx:
+        peak = max(bottoms) if bottoms else 1
+        for key, marker, color, label in (("moves", "v", "#9467bd", "moved"),
+                                          ("resumes", "^", "#17becf", "resumed")):
+            ended = [r[idx["ended_s"]] for r in streams if r[idx[key]] > 0]
+            if ended:
+                top.scatter(ended, [peak * 1.05] * len(ended), marker=marker, s=18, color=color,
+                            label="%s (%d)" % (label, len(ended)), zorder=3)
+    top.legend(loc="upper right", ncol=7, fontsize=8)
 
     dots_x = [r[idx["sent_s"]] for r in streams if r[idx["ttft_ms"]] > 0]
     dots_y = [r[idx["ttft_ms"]] for r in streams if r[idx["ttft_ms"]] > 0]

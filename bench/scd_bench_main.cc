@@ -34,6 +34,10 @@
 //                  [--transport grpc|ucx] [--shared-dir DIR]
 //     Real daemons under a mixed load and a fault schedule (bench/soak.h): soak.json, soak.png,
 //     the verdict (exit 1 when it fails).
+//   scd-bench kills --out DIR [--kills 50] [--max-tokens 256] [--transport grpc|ucx]
+//     A consumer killed mid-decode with another replica alive, again and again
+//     (bench/kill_bench.h): each stream's move gap, its tokens against the unfaulted run,
+//     kills.json.
 // Errors: one line on stderr, exit status 1.
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -66,6 +70,7 @@
 #include "base/status_macros.h"
 #include "bench/bandwidth_sweep.h"
 #include "bench/bandwidth_trace.h"
+#include "bench/kill_command.h"
 #include "bench/mixed_load.h"
 #include "bench/netns_link.h"
 #include "bench/serve_benchmark.h"
@@ -564,6 +569,8 @@ int Main(int argc, char** argv) {
   m->add_option("--out", mixed_out, "write mixed.json here");
   SoakFlags soak;
   CLI::App* k = AddSoakCommand(app, &soak);
+  KillFlags kills;
+  CLI::App* kill = AddKillCommand(app, &kills);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -586,10 +593,11 @@ int Main(int argc, char** argv) {
       std::_Exit(128 + signal);
     }).detach();
   }
-  absl::Status status = s->parsed()   ? RunServe(serve)
-                        : m->parsed() ? RunMixed(mixed, mixed_out)
-                        : k->parsed() ? RunSoakCommand(soak)
-                                      : RunSweep(sweep);
+  absl::Status status = s->parsed()      ? RunServe(serve)
+                        : m->parsed()    ? RunMixed(mixed, mixed_out)
+                        : k->parsed()    ? RunSoakCommand(soak)
+                        : kill->parsed() ? RunKillCommand(kills)
+                                         : RunSweep(sweep);
   if (!status.ok()) {
     std::fprintf(stderr, "scd-bench: error: %s\n", std::string(status.message()).c_str());
     return 1;

@@ -239,6 +239,14 @@ void Verdict(SoakReport& r) {
     fail(absl::StrCat(t.violations - t.wrong_tokens, " other per-request violations"));
   }
   if (t.deadline_overruns > 0) fail(absl::StrCat(t.deadline_overruns, " deadline overruns"));
+  const SoakOptions& o = r.options;
+  const int64_t migrations = t.moves - t.resumes;  // moves to another replica
+  if (migrations < o.min_moves || t.resumes < o.min_resumes || t.fallbacks < o.min_fallbacks) {
+    fail(absl::StrCat("too little went on past its fault to count: ", migrations,
+                      " moves to another replica (at least ", o.min_moves, "), ", t.resumes,
+                      " resumes (", o.min_resumes, "), ", t.fallbacks, " fallbacks (",
+                      o.min_fallbacks, ")"));
+  }
   for (const FaultOutcome& f : r.faults) {
     if (!f.ok()) {
       fail(absl::StrCat(
@@ -314,6 +322,8 @@ absl::StatusOr<SoakReport> RunSoak(const SoakOptions& o) {
                     {"fables", pairs[0].model, artifacts["fables"]},
                     {"xs", pairs[1].model, artifacts["xs"]}};
   SCD_ASSIGN_OR_RETURN(std::unique_ptr<SoakDeployment> d, SoakDeployment::Start(spec));
+  SoakReplicas replicas;
+  for (const auto& c : spec.consumers) ++replicas[c.name];
   // The producer's links made reshapable before the warm-up, as the first flap would make them:
   // a link that may be reshaped carries a shaper (a thread per connection), and the baseline
   // counts what the schedule will leave in place.
@@ -327,6 +337,7 @@ absl::StatusOr<SoakReport> RunSoak(const SoakOptions& o) {
   SoakWarmUp(*d, kTargets, checks, 24);
   SoakReport report;
   report.options = o;
+  report.replicas = replicas;
   std::vector<std::string> held;
   if (Settle(*d, absl::Seconds(30), &held) < 0) {
     std::string what;
@@ -386,7 +397,7 @@ absl::StatusOr<SoakReport> RunSoak(const SoakOptions& o) {
     n.rss_generation = growth.generation;
   }
   report.windows = FaultWindows(report.faults, report.load_end, o.grace);
-  report.tally = TallySoak(report.records, report.windows, o.deadline_bound);
+  report.tally = TallySoak(report.records, report.windows, o.deadline_bound, report.replicas);
   Verdict(report);
   return report;
 }

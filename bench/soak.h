@@ -12,11 +12,14 @@
 //      independently trained model (`xs`); a warm-up through every coordinator, then each
 //      process's baseline;
 //   3. the load: requests drawn by DrawSoakRequest arriving as a Poisson process, each on a
-//      worker thread (bench/soak_client.h), sent to the live coordinators in turn; meanwhile the
-//      fault cycles (bench/soak_faults.h), a steady gap between faults;
+//      worker thread (bench/soak_client.h), sent to the live coordinators in turn and resumed
+//      through another when theirs goes away; meanwhile the fault cycles (bench/soak_faults.h),
+//      a steady gap between faults;
 //   4. the end: the load stops, in-flight requests end, every node must hold nothing (Stats)
 //      within 30 s; descriptors and threads against the baseline; RSS growth per 1,000 requests
-//      of each process's longest-lived incarnation; the verdict, soak.json and soak.png.
+//      of each process's longest-lived incarnation; the verdict (bench/soak_check.h's contract: a
+//      failure is explained only where nothing live could have carried the stream; and enough
+//      moves, resumes and fallbacks that the run tested them), soak.json and soak.png.
 // Thread-safety: RunSoak from the main thread (it starts child processes).
 #ifndef SCD_BENCH_SOAK_H_
 #define SCD_BENCH_SOAK_H_
@@ -50,6 +53,10 @@ struct SoakOptions {
   // between its measured points (reported for every one).
   int64_t rss_min_requests = 2000;
   double rss_bound_mb_per_1k = 1.0;
+  // A run counts only where streams did go on past their faults: at least this many moves to
+  // another replica, resumes through another coordinator and local fallbacks (0: reported only,
+  // as in the smoke, whose few faults may meet no stream).
+  int min_moves = 20, min_resumes = 5, min_fallbacks = 10;
   bool progress = true;
 };
 
@@ -81,6 +88,7 @@ struct SoakReport {
   std::vector<SoakRecord> records;
   std::vector<FaultOutcome> faults;
   std::vector<FaultWindow> windows;
+  SoakReplicas replicas;  // consumers per routing name, for the judge
   SoakTally tally;
   std::vector<NodeResources> nodes;
   std::vector<std::string> fault_kinds_run;

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace scd::bench {
 namespace {
@@ -53,13 +54,16 @@ std::vector<FaultWindow> FaultWindows(const std::vector<FaultOutcome>& faults, a
 
 bool OnPath(const FaultOutcome& fault, const SoakRecord& record, const SoakStream& stream) {
   const bool transfer = record.spec.mode != "local";
+  const bool via = record.coordinator == fault.address ||
+                   std::find(record.resumed_via.begin(), record.resumed_via.end(), fault.address) !=
+                       record.resumed_via.end();
   switch (fault.fault.kind) {
     case FaultKind::kEtcd:
       return true;
     case FaultKind::kFlap:
       return transfer;
     case FaultKind::kReplace:
-      return record.coordinator == fault.address;
+      return via;
     case FaultKind::kKill:
     case FaultKind::kFreeze:
       switch (fault.role) {
@@ -75,7 +79,7 @@ bool OnPath(const FaultOutcome& fault, const SoakRecord& record, const SoakStrea
         case SoakRole::kProducer:
           return transfer;
         case SoakRole::kCoordinator:
-          return record.coordinator == fault.address;
+          return via;
         case SoakRole::kEtcd:
           return true;
       }
@@ -83,22 +87,71 @@ bool OnPath(const FaultOutcome& fault, const SoakRecord& record, const SoakStrea
   return false;
 }
 
+namespace {
+
+// Whether a replica of `w`'s consumer model other than the faulted one was in no consumer
+// fault's window over the request.
+bool ReplicaLeft(const FaultWindow& w, const std::vector<FaultWindow>& windows,
+                 const SoakRecord& record, const SoakReplicas& replicas) {
+  const auto it = replicas.find(w.fault.model);
+  int left = (it == replicas.end() ? 1 : it->second) - 1;
+  for (const FaultWindow& o : windows) {
+    const bool down =
+        o.fault.fault.kind == FaultKind::kKill || o.fault.fault.kind == FaultKind::kFreeze;
+    if (&o == &w || !down || o.fault.role != SoakRole::kConsumer ||
+        o.fault.model != w.fault.model) {
+      continue;
+    }
+    if (Overlaps(o, record.sent, record.ended)) --left;
+  }
+  return left > 0;
+}
+
+}  // namespace
+
+bool Explains(const FaultWindow& w, const std::vector<FaultWindow>& windows,
+              const SoakRecord& record, const SoakStream& stream, const SoakReplicas& replicas) {
+  if (!Overlaps(w, record.sent, record.ended) || !OnPath(w.fault, record, stream)) return false;
+  switch (w.fault.fault.kind) {
+    case FaultKind::kEtcd:
+      return false;
+    case FaultKind::kFlap:
+      return record.spec.forbid_fallback;
+    case FaultKind::kReplace:
+      return !record.resume_blocked.empty();
+    case FaultKind::kKill:
+    case FaultKind::kFreeze:
+      switch (w.fault.role) {
+        case SoakRole::kConsumer:
+          return !ReplicaLeft(w, windows, record, replicas);
+        case SoakRole::kProducer:
+          return record.spec.forbid_fallback;
+        case SoakRole::kCoordinator:
+          return w.fault.fault.kind == FaultKind::kFreeze || !record.resume_blocked.empty();
+        case SoakRole::kEtcd:
+          return false;
+      }
+  }
+  return false;
+}
+
 StreamJudgement JudgeStream(const SoakRecord& record, const SoakStream& stream,
-                            const std::vector<FaultWindow>& windows,
-                            absl::Duration deadline_bound) {
+                            const std::vector<FaultWindow>& windows, absl::Duration deadline_bound,
+                            const SoakReplicas& replicas) {
   StreamJudgement j;
   const FaultWindow* explaining = nullptr;
+  bool on_path = false;  // a fault that could have broken it
   for (const FaultWindow& w : windows) {
-    if (Overlaps(w, record.sent, record.ended) && OnPath(w.fault, record, stream)) {
-      explaining = &w;
-      break;
-    }
+    on_path =
+        on_path || (Overlaps(w, record.sent, record.ended) && OnPath(w.fault, record, stream));
+    if (explaining == nullptr && Explains(w, windows, record, stream, replicas)) explaining = &w;
   }
   // The server must end every request it holds by its deadline (plus the bound); a client that
-  // left, or a fault on the path (a frozen coordinator cannot answer), excuses it.
+  // left, or a fault on the path (a frozen coordinator cannot answer, a move takes time), excuses
+  // it.
   const absl::Duration took = record.ended - record.sent;
   const bool late = took > absl::Milliseconds(record.spec.deadline_ms) + deadline_bound;
-  j.deadline_overrun = late && !record.client_ended && explaining == nullptr;
+  j.deadline_overrun = late && !record.client_ended && !on_path;
   if (stream.finished) {
     j.outcome = StreamOutcome::kOk;
     return j;
@@ -120,8 +173,26 @@ StreamJudgement JudgeStream(const SoakRecord& record, const SoakStream& stream,
   return j;
 }
 
+namespace {
+
+// How a stream went on: moved (resumes among them) or fell back to local prefill.
+void CountMoves(const SoakStream& s, SoakTally& t) {
+  if (s.moves > 0) {
+    ++t.moved;
+    t.moves += s.moves;
+  } else if (s.finished && s.started_mode != "local" && s.mode == "local") {
+    ++t.fallbacks;
+  }
+  if (s.resumes > 0) {
+    ++t.resumed;
+    t.resumes += s.resumes;
+  }
+}
+
+}  // namespace
+
 SoakTally TallySoak(const std::vector<SoakRecord>& records, const std::vector<FaultWindow>& windows,
-                    absl::Duration deadline_bound) {
+                    absl::Duration deadline_bound, const SoakReplicas& replicas) {
   SoakTally t;
   std::vector<double> ttft_steady, ttft_faults, itl_steady, itl_faults, move_gaps;
   for (const SoakRecord& r : records) {
@@ -136,7 +207,7 @@ SoakTally TallySoak(const std::vector<SoakRecord>& records, const std::vector<Fa
     for (const FaultWindow& w : windows) in_fault = in_fault || Overlaps(w, r.sent, r.ended);
     for (const SoakStream& s : r.streams) {
       ++t.streams;
-      const StreamJudgement j = JudgeStream(r, s, windows, deadline_bound);
+      const StreamJudgement j = JudgeStream(r, s, windows, deadline_bound, replicas);
       ++t.outcomes[StreamOutcomeName(j.outcome)];
       if (!s.finished) ++t.failure_codes[CodeName(s.code)];
       if (j.outcome == StreamOutcome::kExplained) {
@@ -146,12 +217,7 @@ SoakTally TallySoak(const std::vector<SoakRecord>& records, const std::vector<Fa
       if (s.compared && !s.tokens.ok) ++t.wrong_tokens;
       if (s.compared && s.tokens.near_tie) ++t.near_tie_partings;
       if (s.lowered) ++t.lowered;
-      if (s.moves > 0) {
-        ++t.moved;
-        t.moves += s.moves;
-      } else if (s.finished && s.started_mode != "local" && s.mode == "local") {
-        ++t.fallbacks;
-      }
+      CountMoves(s, t);
       move_gaps.insert(move_gaps.end(), s.move_gap_s.begin(), s.move_gap_s.end());
       if (r.rpc_code == 0 && s.terminals == 0) ++t.no_terminal;
       const double over_ms =
@@ -168,12 +234,16 @@ SoakTally TallySoak(const std::vector<SoakRecord>& records, const std::vector<Fa
         }
       }
       if (j.outcome == StreamOutcome::kUnexplained && t.examples.size() < kExamples) {
-        t.examples.push_back(absl::StrCat(r.spec.request_id, " ", s.target, " (", r.spec.mode,
-                                          ") via ", r.coordinator, ": unexplained ",
-                                          CodeName(s.code), ": ", s.error));
+        t.examples.push_back(absl::StrCat(
+            r.spec.request_id, " ", s.target, " (", r.spec.mode, ") via ", r.coordinator,
+            r.resumed_via.empty() ? "" : " then " + absl::StrJoin(r.resumed_via, ", "),
+            r.resume_blocked.empty() ? "" : " (not resumed: " + r.resume_blocked + ")",
+            ": unexplained ", CodeName(s.code), ": ", s.error));
       }
       if (s.ttft_s >= 0) (in_fault ? ttft_faults : ttft_steady).push_back(s.ttft_s);
-      for (double gap : s.itl_s) (in_fault ? itl_faults : itl_steady).push_back(gap);
+      if (r.spec.read_pace == absl::ZeroDuration()) {  // a slow reader's ITL is its own pace
+        for (double gap : s.itl_s) (in_fault ? itl_faults : itl_steady).push_back(gap);
+      }
     }
   }
   const std::vector<double> p = {50, 90, 99};

@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/grpc_tls.h"
+#include "proto/grpc_util.h"
+#include "proto/inference_client.h"
 #include "proto/wire_mode.h"
 #include "scd/v1/inference.grpc.pb.h"
 
@@ -57,6 +59,8 @@ class StreamChecker {
             absl::StrCat(s.target, ": Started names request '", e.started().request_id(), "'"));
       }
       s.mode = s.started_mode = RanModeName(e.started());
+      s.had_token = !e.started().resume_token().empty();
+      if (s.had_token) token_ = e.started().resume_token();
     } else if (s.started == 0 && !e.has_error()) {
       Violation(absl::StrCat(s.target, ": an event before Started"));
     }
@@ -76,6 +80,7 @@ class StreamChecker {
       for (int32_t id : e.token().ids()) s.ids.push_back(id);
     } else if (e.has_moved()) {
       ++s.moves;
+      s.resumes += e.moved().resumed() ? 1 : 0;
       gap_open_[static_cast<size_t>(i)] = true;
       if (e.moved().tokens_so_far() != s.ids.size()) {
         Violation(absl::StrCat(s.target, ": Moved says ", e.moved().tokens_so_far(),
@@ -102,6 +107,17 @@ class StreamChecker {
     }
   }
 
+  // A slow reader is ready to read again at `now`, after its pause: the gaps it measures from the
+  // last token (ITL, a move's gap) run from here, not from the token's arrival.
+  void Ready(absl::Time now) {
+    for (absl::Time& t : last_token_) {
+      if (t != absl::InfinitePast()) t = now;
+    }
+  }
+
+  // The resume token of the (single-target) stream's Started; "" when none came.
+  const std::string& token() const { return token_; }
+
   // The call ended with `status`: every stream without a terminal event takes its code.
   void End(const grpc::Status& status) {
     record_->rpc_code = static_cast<int>(status.error_code());
@@ -126,6 +142,7 @@ class StreamChecker {
   void Violation(std::string what) { record_->violations.push_back(std::move(what)); }
 
   SoakRecord* record_;
+  std::string token_;  // never logged
   std::vector<absl::Time> last_token_;
   std::vector<bool> gap_open_;  // moved, no token since
 };
@@ -142,6 +159,65 @@ void CheckTokens(SoakRecord& record, const SoakReferences& references, double ti
     s.compared = true;
     s.tokens = CompareWithReference(s.ids, s.reason, *ref, tie);
   }
+}
+
+// One call of the request to `server`, its events taken by `checker` until it ends (or, for an
+// abandoning client, until reading stops); its status.
+grpc::Status FollowCall(const SoakRequestSpec& spec, const v1::GenerateRequest& request,
+                        const std::string& server, absl::Time sent, absl::Time deadline,
+                        StreamChecker& checker, SoakCanceller& canceller) {
+  const bool abandon = spec.action == ClientAction::kAbandon;
+  auto stub = v1::Inference::NewStub(ChannelTo(server, abandon));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  if (spec.action == ClientAction::kCancel) canceller.Add(&context, sent + spec.action_after);
+  auto reader = stub->Generate(&context, request);
+  v1::GenerateEvent event;
+  bool stopped_reading = false;
+  while (reader->Read(&event)) {
+    const absl::Time now = absl::Now();
+    checker.Take(event, now);
+    if (event.has_token() && spec.read_pace > absl::ZeroDuration()) {
+      absl::SleepFor(spec.read_pace);
+      checker.Ready(absl::Now());
+    }
+    if (abandon && now - sent >= spec.action_after) {
+      stopped_reading = true;
+      absl::SleepFor(deadline + absl::Milliseconds(200) - absl::Now());
+      break;
+    }
+  }
+  if (stopped_reading) context.TryCancel();  // what is left unread goes with the call
+  const grpc::Status status = reader->Finish();
+  canceller.Remove(&context);
+  return status;
+}
+
+// Where a request whose call to `server` ended with `status` resumes: "" when it does not (with
+// `*blocked` saying why, where the call broke before the stream's end).
+std::string NextCoordinator(const SoakRecord& record, const grpc::Status& status,
+                            const std::string& token, const std::string& server,
+                            const LiveCoordinators& live, absl::Time deadline,
+                            std::string* blocked) {
+  blocked->clear();
+  bool ended = true;
+  for (const SoakStream& s : record.streams) ended = ended && s.terminals > 0;
+  if (live == nullptr || ended || !IsResumableBreak(FromGrpcStatus(status))) return "";
+  if (record.spec.action != ClientAction::kNone) {
+    *blocked = "client action";
+  } else if (token.empty()) {
+    *blocked = "no resume token";
+  } else if (record.resumed_via.size() >= static_cast<size_t>(kSoakResumes)) {
+    *blocked = "resumes used up";
+  } else if (absl::Now() >= deadline) {
+    *blocked = "past its deadline";
+  } else {
+    for (const std::string& c : live()) {
+      if (c != server) return c;
+    }
+    *blocked = "no other live coordinator";
+  }
+  return "";
 }
 
 }  // namespace
@@ -191,38 +267,30 @@ void SoakCanceller::Loop() {
 
 SoakRecord RunSoakRequest(const SoakRequestSpec& spec, const std::vector<std::string>& prompts,
                           const std::string& coordinator, const SoakReferences& references,
-                          double tie, SoakCanceller& canceller) {
+                          double tie, SoakCanceller& canceller, const LiveCoordinators& live) {
   SoakRecord record;
   record.spec = spec;
   record.coordinator = coordinator;
   StreamChecker checker(&record);
-  const bool abandon = spec.action == ClientAction::kAbandon;
-  auto stub = v1::Inference::NewStub(ChannelTo(coordinator, abandon));
-  grpc::ClientContext context;
   // A client's own deadline: the request's, and then some (the server ends it first); an
   // abandoning client's call ends by its deadline soon after it stops reading.
   const absl::Duration call_deadline =
-      abandon ? spec.action_after + absl::Seconds(2)
-              : absl::Milliseconds(spec.deadline_ms) + absl::Seconds(10);
+      spec.action == ClientAction::kAbandon
+          ? spec.action_after + absl::Seconds(2)
+          : absl::Milliseconds(spec.deadline_ms) + absl::Seconds(10);
   record.sent = absl::Now();
-  context.set_deadline(absl::ToChronoTime(record.sent + call_deadline));
-  if (spec.action == ClientAction::kCancel)
-    canceller.Add(&context, record.sent + spec.action_after);
-  auto reader = stub->Generate(&context, ToGenerateRequest(spec, prompts));
-  v1::GenerateEvent event;
-  bool stopped_reading = false;
-  while (reader->Read(&event)) {
-    const absl::Time now = absl::Now();
-    checker.Take(event, now);
-    if (abandon && now - record.sent >= spec.action_after) {
-      stopped_reading = true;
-      absl::SleepFor(record.sent + call_deadline + absl::Milliseconds(200) - absl::Now());
-      break;
-    }
+  const absl::Time deadline = record.sent + call_deadline;
+  const v1::GenerateRequest request = ToGenerateRequest(spec, prompts);
+  grpc::Status status =
+      FollowCall(spec, request, coordinator, record.sent, deadline, checker, canceller);
+  for (std::string server = coordinator;;) {
+    server = NextCoordinator(record, status, checker.token(), server, live, deadline,
+                             &record.resume_blocked);
+    if (server.empty()) break;
+    record.resumed_via.push_back(server);
+    status = FollowCall(spec, ResumeRequest(request, checker.token(), record.streams[0].ids),
+                        server, record.sent, deadline, checker, canceller);
   }
-  if (stopped_reading) context.TryCancel();  // what is left unread goes with the call
-  const grpc::Status status = reader->Finish();
-  canceller.Remove(&context);
   record.ended = absl::Now();
   const bool all_ended = [&] {
     for (const SoakStream& s : record.streams) {

@@ -1,7 +1,9 @@
 // One request of `scd-bench soak` (bench/soak.h) as a client sees it: sent to a coordinator,
 // streamed event by event (or cancelled, or abandoned: reading stops and the call's own deadline
-// ends it), and checked as it ends -- per target exactly one Started before its tokens and
-// exactly one terminal event after them, events only for the targets asked, the request id
+// ends it), resumed through another live coordinator when its coordinator goes away mid-stream
+// (GenerateRequest.resume_token: a single-target stream whose Started carried a token, at most
+// kSoakResumes times), and checked as it ends -- per target exactly one Started before its tokens
+// and exactly one terminal event after them, events only for the targets asked, the request id
 // echoed (an Error may come without Started: a fan-out's target refused before it started while
 // another did), a greedy stream's tokens equal to its reference (bench/soak_workload.h). What the
 // terminal status means (explained by a fault or not) is judged later against the fault
@@ -12,6 +14,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -69,6 +72,8 @@ struct SoakStream {
   // token before it to the first after it (the gap the move left).
   int moves = 0;
   std::vector<double> move_gap_s;
+  int resumes = 0;         // of the moves, resumes through another coordinator (Moved.resumed)
+  bool had_token = false;  // its Started carried a resume token
   // Greedy, finished: the reference check (compared false when no reference or lowered ranks).
   bool compared = false;
   TokenVerdict tokens;
@@ -76,7 +81,12 @@ struct SoakStream {
 
 struct SoakRecord {
   SoakRequestSpec spec;
-  std::string coordinator;  // address sent to
+  std::string coordinator;               // address sent to
+  std::vector<std::string> resumed_via;  // the coordinators it was resumed through, in order
+  // Why the stream's last broken call (IsResumableBreak, its coordinator gone) was not resumed:
+  // "" when it was, or when no call broke; else "no resume token" (a fan-out, or no Started
+  // yet), "client action", "no other live coordinator", "resumes used up", "past its deadline".
+  std::string resume_blocked;
   absl::Time sent, ended;
   int rpc_code = 0;
   std::string rpc_error;
@@ -85,11 +95,17 @@ struct SoakRecord {
   std::vector<std::string> violations;  // broken per-request invariants, as found
 };
 
-// Sends `spec` to `coordinator` and follows it to its end. `references` and `tie`: the greedy
+// The live coordinators' addresses now: where a stream whose coordinator went away resumes.
+using LiveCoordinators = std::function<std::vector<std::string>()>;
+inline constexpr int kSoakResumes = 2;  // resumes per request at most
+
+// Sends `spec` to `coordinator` and follows it to its end, resuming through the first address of
+// `live()` other than the broken call's (null `live`: never). `references` and `tie`: the greedy
 // check (bench/soak_workload.h).
 SoakRecord RunSoakRequest(const SoakRequestSpec& spec, const std::vector<std::string>& prompts,
                           const std::string& coordinator, const SoakReferences& references,
-                          double tie, SoakCanceller& canceller);
+                          double tie, SoakCanceller& canceller,
+                          const LiveCoordinators& live = nullptr);
 
 }  // namespace scd::bench
 

@@ -11,6 +11,7 @@ namespace scd::bench {
 namespace {
 
 constexpr double kTrickleGbps = 0.00005;  // 6.25 kB/s: a raw prompt's KV takes seconds
+constexpr absl::Duration kMidStreamWait = absl::Seconds(3);
 
 // Polls `ready` every 100 ms until it holds or `max_wait` passes: when it held.
 absl::Time WaitFor(const std::function<bool()>& ready, absl::Duration max_wait) {
@@ -65,6 +66,17 @@ bool Serving(const SoakDeployment& d, int node, const std::vector<std::string>& 
       return ServedThroughEveryCoordinator(d, targets, "raw");
   }
   return false;
+}
+
+// Whether node `i` holds a stream now: a consumer decoding a sequence, a coordinator routing a
+// request.
+bool HoldsAStream(const SoakDeployment& d, int i) {
+  if (d.Node(i).role == SoakRole::kCoordinator) {
+    const absl::StatusOr<v1::HealthResponse> health = d.Health(i);
+    return health.ok() && health->active_requests() > 0;
+  }
+  const absl::StatusOr<v1::NodeStats> stats = d.Stats(i);
+  return stats.ok() && stats->sequences() > 0;
 }
 
 }  // namespace
@@ -139,6 +151,14 @@ FaultOutcome RunSoakFault(SoakDeployment& d, const SoakFault& fault,
     out.role = n.role;
     out.model = n.model;
     out.address = n.address;
+  }
+  // A consumer or a coordinator is killed or frozen mid-stream (its streams must move or
+  // resume), so the fault waits a while for one to be under way there.
+  const bool mid_stream = (fault.kind == FaultKind::kKill || fault.kind == FaultKind::kFreeze) &&
+                          (out.role == SoakRole::kConsumer || out.role == SoakRole::kCoordinator);
+  if (mid_stream) {
+    out.mid_stream = WaitFor([&] { return HoldsAStream(d, fault.node); }, kMidStreamWait) !=
+                     absl::InfinitePast();
   }
   out.start = absl::Now();
   absl::StatusOr<absl::Time> ready = absl::Now();

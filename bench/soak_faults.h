@@ -10,6 +10,8 @@
 //            every coordinator and served within 5 s of etcd being ready
 //   replace  a coordinator replaced while streams are open: a new one started, the old one
 //            drained by SIGTERM; bound: the new one serving within 5 s of being ready
+// A consumer or a coordinator is killed or frozen while it holds a stream (the fault waits up to
+// 3 s for one, polling Stats or Health), so that streams must move or resume.
 // "Serving" is checked by probes: small requests through the coordinators (and, for a consumer,
 // straight to the node) that must finish.
 // Thread-safety: RunSoakFault only from the thread that started the deployment.
@@ -54,7 +56,8 @@ struct FaultOutcome {
   double out_of_routing_bound_s = 0;
   double recovery_s = -1;  // acted -> recovered
   double recovery_bound_s = 5;
-  std::string error;  // what failed (a restart, a probe never succeeding)
+  bool mid_stream = false;  // the node held a stream when it was faulted
+  std::string error;        // what failed (a restart, a probe never succeeding)
   bool ok() const;
 };
 

@@ -88,7 +88,7 @@ void SoakLoad::Arrivals(absl::Time end) {
 SoakRecord SoakLoad::Run(const SoakRequestSpec& spec, const std::string& coordinator) {
   if (!coordinator.empty()) {
     return RunSoakRequest(spec, *checks_.prompts, coordinator, *checks_.references, checks_.tie,
-                          canceller_);
+                          canceller_, [this] { return d_.LiveCoordinators(); });
   }
   SoakRecord r;  // every coordinator down or frozen: the client could not send it
   r.spec = spec;

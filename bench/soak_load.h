@@ -1,10 +1,10 @@
 // The load of `scd-bench soak` (bench/soak.h) while the faults run: requests drawn by
 // DrawSoakRequest (bench/soak_workload.h) arriving as a Poisson process, each followed on a
 // worker thread by RunSoakRequest (bench/soak_client.h) and sent to the live coordinators in
-// turn; a warm-up burst before it; and a sampler that reads every process's resident memory
-// every 2 s and draws the progress bar.
-// Thread-safety: SoakLoad's counters may be read from any thread; Start/Finish from one.
-// SoakSampler::SetFault from any thread; Start/Stop from one.
+// turn, a stream whose coordinator goes away resuming through another live one; a warm-up burst
+// before it; and a sampler that reads every process's resident memory every 2 s and draws the
+// progress bar. Thread-safety: SoakLoad's counters may be read from any thread; Start/Finish from
+// one. SoakSampler::SetFault from any thread; Start/Stop from one.
 #ifndef SCD_BENCH_SOAK_LOAD_H_
 #define SCD_BENCH_SOAK_LOAD_H_
 

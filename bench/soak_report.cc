@@ -1,6 +1,7 @@
 // soak.json and the stdout summary of a soak run (bench/soak.h).
 #include <nlohmann/json.hpp>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/soak.h"
@@ -62,6 +63,8 @@ std::string SoakJson(const SoakReport& r) {
                 {"fallbacks", t.fallbacks},
                 {"moved", t.moved},
                 {"moves", t.moves},
+                {"resumed", t.resumed},
+                {"resumes", t.resumes},
                 {"move_gap", Summary(t.move_gap)},
                 {"violations", t.violations},
                 {"no_terminal", t.no_terminal},
@@ -86,6 +89,7 @@ std::string SoakJson(const SoakReport& r) {
                       {"out_of_routing_bound_s", f.out_of_routing_bound_s},
                       {"recovery_s", f.recovery_s},
                       {"recovery_bound_s", f.recovery_bound_s},
+                      {"mid_stream", f.mid_stream},
                       {"ok", f.ok()},
                       {"error", f.error}});
   }
@@ -109,10 +113,13 @@ std::string SoakJson(const SoakReport& r) {
   Json rows = Json::array();
   for (const SoakRecord& rec : r.records) {
     for (const SoakStream& s : rec.streams) {
-      const StreamJudgement judged = JudgeStream(rec, s, r.windows, o.deadline_bound);
-      rows.push_back({Since(rec.sent, r.load_start), Since(rec.ended, r.load_start),
-                      StreamOutcomeName(judged.outcome), s.ttft_s >= 0 ? s.ttft_s * 1e3 : -1.0,
-                      s.target, rec.spec.mode, s.mode});
+      const StreamJudgement judged = JudgeStream(rec, s, r.windows, o.deadline_bound, r.replicas);
+      rows.push_back(
+          {Since(rec.sent, r.load_start), Since(rec.ended, r.load_start),
+           StreamOutcomeName(judged.outcome), s.ttft_s >= 0 ? s.ttft_s * 1e3 : -1.0, s.target,
+           rec.spec.mode, s.mode, judged.explained_by,
+           s.finished ? "" : absl::StatusCodeToString(static_cast<absl::StatusCode>(s.code)),
+           rec.spec.forbid_fallback, s.moves, s.resumes, rec.resume_blocked});
     }
   }
   // Every request that broke an invariant, whole.
@@ -131,24 +138,29 @@ std::string SoakJson(const SoakReport& r) {
                          {"ids", s.ids},
                          {"producer_cached", s.producer_cached},
                          {"consumer_cached", s.consumer_cached},
-                         {"payload_bytes", s.payload_bytes}});
+                         {"payload_bytes", s.payload_bytes},
+                         {"moves", s.moves},
+                         {"resumes", s.resumes}});
     }
     bad.push_back({{"request_id", rec.spec.request_id},
                    {"coordinator", rec.coordinator},
+                   {"resumed_via", rec.resumed_via},
+                   {"resume_blocked", rec.resume_blocked},
                    {"sent_s", Since(rec.sent, r.load_start)},
                    {"ended_s", Since(rec.ended, r.load_start)},
                    {"prompt", rec.spec.prompt},
                    {"salt", rec.spec.salt},
                    {"mode", rec.spec.mode},
                    {"greedy", rec.spec.greedy},
-                   {"fallback", rec.spec.fallback},
+                   {"forbid_fallback", rec.spec.forbid_fallback},
                    {"max_tokens", rec.spec.max_tokens},
                    {"violations", rec.violations},
                    {"streams", streams}});
   }
   j["violating_requests"] = bad;
-  j["stream_columns"] = {"sent_s", "ended_s", "outcome",    "ttft_ms",
-                         "target", "mode",    "served_mode"};
+  j["stream_columns"] = {"sent_s", "ended_s",     "outcome",       "ttft_ms", "target",
+                         "mode",   "served_mode", "explained_by",  "code",    "forbid_fallback",
+                         "moves",  "resumes",     "resume_blocked"};
   j["streams"] = rows;
   return j.dump(1);
 }
@@ -180,14 +192,17 @@ std::string SoakSummaryText(const SoakReport& r) {
                         t.itl_steady.percentiles.count(99) ? t.itl_steady.percentiles.at(99) : 0,
                         t.itl_faults.percentiles.count(99) ? t.itl_faults.percentiles.at(99) : 0);
   absl::StrAppendFormat(
-      &out, "  streams moved to another replica: %d (%d moves; gap p50/p99 ms %.1f / %.1f)\n",
-      t.moved, t.moves, t.move_gap.median,
+      &out,
+      "  streams moved to another replica: %d (%d moves, of them %d resumes through another "
+      "coordinator by %d streams; gap p50/p99 ms %.1f / %.1f)\n",
+      t.moved, t.moves, t.resumes, t.resumed, t.move_gap.median,
       t.move_gap.percentiles.count(99) ? t.move_gap.percentiles.at(99) : 0);
   for (const FaultOutcome& f : r.faults) {
     absl::StrAppendFormat(&out,
-                          "  %-8s %-14s out of routing %5.1f s  serving again %5.2f s  %s%s\n",
+                          "  %-8s %-14s%s out of routing %5.1f s  serving again %5.2f s  %s%s\n",
                           FaultKindName(f.fault.kind), f.node.empty() ? "link" : f.node,
-                          f.out_of_routing_s, f.recovery_s, f.ok() ? "ok" : "FAIL ", f.error);
+                          f.mid_stream ? " mid-stream" : "", f.out_of_routing_s, f.recovery_s,
+                          f.ok() ? "ok" : "FAIL ", f.error);
   }
   for (const NodeResources& n : r.nodes) {
     absl::StrAppendFormat(&out,

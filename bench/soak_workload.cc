@@ -74,7 +74,7 @@ SoakRequestSpec DrawSoakRequest(const SoakMix& mix, int prompts, uint64_t seed, 
   }
   s.greedy = u(rng) >= mix.sampled;
   s.seed = rng();
-  s.fallback = s.mode != "local" && u(rng) < mix.fallback;
+  s.forbid_fallback = s.mode != "local" && u(rng) < mix.forbid_fallback;
   s.max_tokens = static_cast<uint32_t>(mix.min_tokens + static_cast<int>(pick(static_cast<size_t>(
                                                             mix.max_tokens - mix.min_tokens + 1))));
   s.deadline_ms = mix.deadline_ms;
@@ -88,6 +88,8 @@ SoakRequestSpec DrawSoakRequest(const SoakMix& mix, int prompts, uint64_t seed, 
   } else if (action < mix.cancel + mix.abandon + mix.short_deadline) {
     s.short_deadline = true;
     s.deadline_ms = 50 + static_cast<uint32_t>(u(rng) * 350);
+  } else if (action < mix.cancel + mix.abandon + mix.short_deadline + mix.slow_read) {
+    s.read_pace = mix.min_read_pace + (mix.max_read_pace - mix.min_read_pace) * u(rng);
   }
   return s;
 }
@@ -105,7 +107,7 @@ v1::GenerateRequest ToGenerateRequest(const SoakRequestSpec& spec,
     r.set_top_p(0.9f);
     r.set_seed(spec.seed);
   }
-  r.set_allow_local_fallback(spec.fallback);
+  if (spec.forbid_fallback) r.set_allow_local_fallback(false);
   r.set_deadline_ms(spec.deadline_ms);
   r.set_request_id(spec.request_id);
   return r;

@@ -1,10 +1,13 @@
 // What `scd-bench soak` asks (bench/soak.h): a pool of prompts in groups that share a prefix
 // (so prefix caches hit, under several tenants' salts), a seeded draw of mixed requests -- modes
-// local, raw, scd and auto, fan-outs, greedy and sampled, some allowing the local fallback, some
-// cancelled or abandoned by the client, some with a short deadline -- and the reference each
-// greedy stream is held to: the same prompt served alone, fault-free, by a second path (an
-// all-in-one server: in-process transport, no prefix cache), per target and mode.
-// Thread-safety: SoakRequestDraw and the references are read-only after construction.
+// local, raw, scd and auto, fan-outs, greedy and sampled, a few forbidding the local fallback
+// (the rest leave it unset, which allows it: a producer's death then reaches no client), some
+// read slowly (a client pacing its reads keeps its stream open for a second or so, so that
+// faults meet streams mid-decode), some cancelled or abandoned by the client, some with a short
+// deadline -- and the reference each greedy stream is held to: the same prompt served alone,
+// fault-free, by a second path (an all-in-one server: in-process transport, no prefix cache), per
+// target and mode. Thread-safety: SoakRequestDraw and the references are read-only after
+// construction.
 #ifndef SCD_BENCH_SOAK_WORKLOAD_H_
 #define SCD_BENCH_SOAK_WORKLOAD_H_
 
@@ -38,20 +41,23 @@ struct SoakRequestSpec {
   std::string salt;
   bool greedy = true;
   uint64_t seed = 0;  // sampled requests
-  bool fallback = false;
+  bool forbid_fallback = false;  // allow_local_fallback = false (else unset: allowed)
   uint32_t max_tokens = 16;
   uint32_t deadline_ms = 0;
   bool short_deadline = false;
   ClientAction action = ClientAction::kNone;
   absl::Duration action_after;  // cancel: after sending; abandon: reading stops after this
+  absl::Duration read_pace;     // a slow reader's wait after each token event (0: none)
 };
 
 // The mix, as fractions of all requests.
 struct SoakMix {
   std::vector<std::string> targets;  // routing names; a fan-out asks all of them
   std::vector<std::string> salts = {"", "tenant-a", "tenant-b"};
-  double fanout = 0.15, sampled = 0.2, fallback = 0.3, cancel = 0.05, abandon = 0.03,
-         short_deadline = 0.05;
+  double fanout = 0.15, sampled = 0.2, forbid_fallback = 0.1, cancel = 0.05, abandon = 0.03,
+         short_deadline = 0.05, slow_read = 0.25;
+  // A slow reader's wait after each token event: uniform in [min, max].
+  absl::Duration min_read_pace = absl::Milliseconds(10), max_read_pace = absl::Milliseconds(40);
   int min_tokens = 8, max_tokens = 40;
   uint32_t deadline_ms = 20000;  // every request's; short ones 50-400 ms
 };

@@ -305,7 +305,7 @@ std::vector<v1::ModelInfo> NodeRegistry::Models() const {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
   for (const auto& [id, node] : nodes_) {
-    if (!Live(node, now, options_.lease)) continue;
+    if (!Routable(node, now, options_.lease)) continue;
     for (const v1::ModelEntry& entry : node.info.models()) {
       v1::ModelInfo& info = models.emplace_back();
       info.set_name(entry.name());

@@ -148,7 +148,8 @@ class NodeRegistry {
   // Live producers whose node id or a model name equals `match` ("" = every one).
   std::vector<ProducerNode> Producers(const std::string& match) const;
 
-  // Every live model, for Inference.ListModels.
+  // Every model routed to, for Inference.ListModels: a live node's, unless it is out of routing
+  // (fast ejection) -- what a client or harness reads to see a node out or back.
   std::vector<v1::ModelInfo> Models() const;
   size_t size() const;
   // Waits until at least `nodes` are registered (a registration wakes it) or the registry's clock

@@ -38,6 +38,20 @@ absl::Status StreamGenerate(const std::string& server, const v1::GenerateRequest
   return FromGrpcStatus(reader->Finish());
 }
 
+bool IsResumableBreak(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsCancelled(status) || absl::IsAborted(status) ||
+         absl::IsUnknown(status);
+}
+
+v1::GenerateRequest ResumeRequest(const v1::GenerateRequest& request, const std::string& token,
+                                  const std::vector<int32_t>& received) {
+  v1::GenerateRequest next = request;
+  next.set_resume_token(token);
+  next.clear_resume_received_ids();
+  for (int32_t id : received) next.add_resume_received_ids(id);
+  return next;
+}
+
 absl::Status StreamGenerateResuming(const std::vector<std::string>& servers,
                                     const v1::GenerateRequest& request, absl::Duration timeout,
                                     const std::function<void(const v1::GenerateEvent&)>& on_event,
@@ -60,17 +74,13 @@ absl::Status StreamGenerateResuming(const std::vector<std::string>& servers,
           if (event.has_finished() || event.has_error()) ended = true;
           on_event(event);
         });
-    const bool broken = absl::IsUnavailable(status) || absl::IsCancelled(status) ||
-                        absl::IsAborted(status) || absl::IsUnknown(status);
-    if (!broken || ended || token.empty() || tries + 1 >= servers.size() + 1 ||
+    if (!IsResumableBreak(status) || ended || token.empty() || tries + 1 >= servers.size() + 1 ||
         absl::Now() >= deadline) {
       return status;
     }
     // The next coordinator, with the token and what came.
     server = (server + 1) % servers.size();
-    next = request;
-    next.set_resume_token(token);
-    for (int32_t id : received) next.add_resume_received_ids(id);
+    next = ResumeRequest(request, token, received);
     if (resumes != nullptr) ++*resumes;
   }
 }

@@ -24,6 +24,15 @@ absl::Status StreamGenerate(const std::string& server, const v1::GenerateRequest
                             absl::Duration timeout,
                             const std::function<void(const v1::GenerateEvent&)>& on_event);
 
+// Whether a Generate call that ended with `status` before its stream's terminal event broke on the
+// way -- UNAVAILABLE, CANCELLED, ABORTED or UNKNOWN: its coordinator went away -- so that the
+// stream may resume through another coordinator (a refusal or a deadline may not).
+bool IsResumableBreak(const absl::Status& status);
+// `request` to send through another coordinator to resume its stream: with the stream's resume
+// token (its Started's) and every output id received so far.
+v1::GenerateRequest ResumeRequest(const v1::GenerateRequest& request, const std::string& token,
+                                  const std::vector<int32_t>& received);
+
 // StreamGenerate over a deployment's coordinators, resuming (GenerateRequest.resume_token): the
 // request goes to servers[0]; when its stream breaks -- the call ends UNAVAILABLE, CANCELLED,
 // ABORTED or UNKNOWN after a Started that carried a resume token and before the target's Finished

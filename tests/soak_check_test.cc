@@ -75,6 +75,74 @@ TEST(SoakCheckTest, AFaultIsOnThePathOfWhatItCanBreak) {
   EXPECT_TRUE(OnPath(replaced, scd, scd.streams[0]));
   const FaultOutcome etcd = Fault(FaultKind::kEtcd, SoakRole::kEtcd, "", "", 0, 1);
   EXPECT_TRUE(OnPath(etcd, local, local.streams[0]));
+  SoakRecord resumed = scd;  // sent to c1, resumed through c0
+  resumed.resumed_via = {"c0:1"};
+  EXPECT_TRUE(OnPath(c0, resumed, resumed.streams[0]));
+}
+
+// Issue 50's contract: a failure is explained only where no live replica, producer or
+// coordinator could have carried the stream.
+TEST(SoakCheckTest, AFailureIsExplainedOnlyWhereNothingLiveCouldHaveCarriedIt) {
+  const SoakReplicas replicas = {{"fables", 2}, {"xs", 1}};
+  const absl::Duration bound = absl::Seconds(1);
+  auto judged = [&](const SoakRecord& r, const std::vector<FaultOutcome>& faults) {
+    return JudgeStream(r, r.streams[0], FaultWindows(faults, At(100), absl::Seconds(2)), bound,
+                       replicas)
+        .outcome;
+  };
+  const FaultOutcome fables_1 =
+      Fault(FaultKind::kKill, SoakRole::kConsumer, "fables", "f1:1", 10, 20);
+  const FaultOutcome fables_2 =
+      Fault(FaultKind::kFreeze, SoakRole::kConsumer, "fables", "f2:1", 14, 18);
+  const SoakRecord fables = Record("local", "fables", 15, 16, kUnavailable);
+  EXPECT_EQ(judged(fables, {fables_1}), StreamOutcome::kUnexplained);  // the other replica lived
+  EXPECT_EQ(judged(fables, {fables_1, fables_2}), StreamOutcome::kExplained);  // both down
+  const SoakRecord before = Record("local", "fables", 11, 13, kUnavailable);
+  EXPECT_EQ(judged(before, {fables_1, fables_2}), StreamOutcome::kUnexplained);  // one was up
+  const SoakRecord xs = Record("local", "xs", 15, 16, kUnavailable);
+  EXPECT_EQ(judged(xs, {Fault(FaultKind::kKill, SoakRole::kConsumer, "xs", "x:1", 10, 20)}),
+            StreamOutcome::kExplained);  // its only consumer
+
+  // The producer's death and its link's flap: only for a request that forbade the fallback.
+  SoakRecord scd = Record("scd", "xs", 15, 16, kUnavailable);
+  const FaultOutcome producer = Fault(FaultKind::kKill, SoakRole::kProducer, "", "p:1", 10, 20);
+  const FaultOutcome flap = Fault(FaultKind::kFlap, SoakRole::kEtcd, "", "", 10, 20);
+  EXPECT_EQ(judged(scd, {producer}), StreamOutcome::kUnexplained);
+  EXPECT_EQ(judged(scd, {flap}), StreamOutcome::kUnexplained);
+  scd.spec.forbid_fallback = true;
+  EXPECT_EQ(judged(scd, {producer}), StreamOutcome::kExplained);
+  EXPECT_EQ(judged(scd, {flap}), StreamOutcome::kExplained);
+
+  // A coordinator's kill or replacement: only where the client could not resume.
+  const FaultOutcome c0 = Fault(FaultKind::kKill, SoakRole::kCoordinator, "", "c0:1", 10, 20);
+  SoakRecord via_c0 = Record("local", "xs", 15, 16, kUnavailable, "c0:1");
+  EXPECT_EQ(judged(via_c0, {c0}), StreamOutcome::kUnexplained);
+  via_c0.resume_blocked = "no resume token";
+  EXPECT_EQ(judged(via_c0, {c0}), StreamOutcome::kExplained);
+  const FaultOutcome replaced =
+      Fault(FaultKind::kReplace, SoakRole::kCoordinator, "", "c0:1", 10, 20);
+  EXPECT_EQ(judged(via_c0, {replaced}), StreamOutcome::kExplained);
+  // Resumed through c1, which died too, with no resume left: c1's kill explains it.
+  SoakRecord resumed = Record("local", "xs", 15, 16, kUnavailable, "c0:1");
+  resumed.resumed_via = {"c1:1"};
+  resumed.resume_blocked = "no other live coordinator";
+  const FaultOutcome c1 = Fault(FaultKind::kKill, SoakRole::kCoordinator, "", "c1:1", 14, 20);
+  EXPECT_EQ(judged(resumed, {c1}), StreamOutcome::kExplained);
+  // A frozen coordinator holds its streams: explained when it was on the path.
+  const FaultOutcome frozen = Fault(FaultKind::kFreeze, SoakRole::kCoordinator, "", "c0:1", 10, 20);
+  EXPECT_EQ(judged(Record("local", "xs", 15, 16, kUnavailable, "c0:1"), {frozen}),
+            StreamOutcome::kExplained);
+  EXPECT_EQ(judged(Record("local", "xs", 15, 16, kUnavailable, "c1:1"), {frozen}),
+            StreamOutcome::kUnexplained);
+
+  // etcd's restart explains nothing, but excuses lateness like every fault on the path.
+  SoakRecord late = Record("local", "xs", 15, 40, kUnavailable);
+  late.spec.deadline_ms = 1000;
+  const std::vector<FaultWindow> etcd = FaultWindows(
+      {Fault(FaultKind::kEtcd, SoakRole::kEtcd, "", "", 10, 20)}, At(100), absl::Seconds(2));
+  const StreamJudgement j = JudgeStream(late, late.streams[0], etcd, bound, replicas);
+  EXPECT_EQ(j.outcome, StreamOutcome::kUnexplained);
+  EXPECT_FALSE(j.deadline_overrun);
 }
 
 // A fan-out refused as a whole (UNAVAILABLE: one target has no live consumer; inference.proto)
@@ -152,7 +220,7 @@ TEST(SoakCheckTest, EachStreamEndsInOneOutcome) {
   EXPECT_FALSE(j.deadline_overrun);
 }
 
-TEST(SoakCheckTest, TheTallyCountsOutcomesTokensFallbacksAndTheirPeriods) {
+TEST(SoakCheckTest, TheTallyCountsOutcomesTokensFallbacksMovesAndTheirPeriods) {
   const std::vector<FaultWindow> windows = FaultWindows(
       {Fault(FaultKind::kFreeze, SoakRole::kProducer, "", "", 10, 20)}, At(100), absl::Seconds(2));
   std::vector<SoakRecord> records;
@@ -170,19 +238,27 @@ TEST(SoakCheckTest, TheTallyCountsOutcomesTokensFallbacksAndTheirPeriods) {
   fell_back.streams[0].mode = "local";
   fell_back.streams[0].ttft_s = 1.5;
   records.push_back(fell_back);
+  SoakRecord moved = Record("local", "fables", 60, 61, 0);  // moved once, then resumed once
+  moved.streams[0].moves = 2;
+  moved.streams[0].resumes = 1;
+  records.push_back(moved);
   SoakRecord silent = Record("local", "fables", 50, 51, 0);  // the call ended OK, no terminal
   silent.streams[0].finished = false;
   silent.streams[0].terminals = 0;
   records.push_back(silent);
   const SoakTally t = TallySoak(records, windows, absl::Seconds(1));
-  EXPECT_EQ(t.requests, 4);
-  EXPECT_EQ(t.streams, 4);
-  EXPECT_EQ(t.outcomes.at("ok"), 3);
+  EXPECT_EQ(t.requests, 5);
+  EXPECT_EQ(t.streams, 5);
+  EXPECT_EQ(t.outcomes.at("ok"), 4);
   EXPECT_EQ(t.outcomes.at("unexplained"), 1);
   EXPECT_EQ(t.compared, 2);
   EXPECT_EQ(t.wrong_tokens, 1);
   EXPECT_EQ(t.violations, 1);
   EXPECT_EQ(t.fallbacks, 1);
+  EXPECT_EQ(t.moved, 1);
+  EXPECT_EQ(t.moves, 2);
+  EXPECT_EQ(t.resumed, 1);
+  EXPECT_EQ(t.resumes, 1);
   EXPECT_EQ(t.no_terminal, 1);
   EXPECT_EQ(t.ttft_steady.count, 1);
   EXPECT_EQ(t.ttft_faults.count, 1);

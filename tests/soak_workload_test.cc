@@ -39,7 +39,8 @@ TEST(SoakWorkloadTest, TheDrawIsAFunctionOfItsSeedAndKeepsTheMix) {
   EXPECT_EQ(ToGenerateRequest(a, std::vector<std::string>(24, "p")).SerializeAsString(),
             ToGenerateRequest(b, std::vector<std::string>(24, "p")).SerializeAsString());
   const int n = 20000;
-  int fanout = 0, sampled = 0, cancel = 0, abandon = 0, short_deadline = 0;
+  int fanout = 0, sampled = 0, cancel = 0, abandon = 0, short_deadline = 0, forbid = 0,
+      transfer = 0, slow = 0;
   std::set<std::string> modes, salts;
   for (int i = 0; i < n; ++i) {
     const SoakRequestSpec s = DrawSoakRequest(mix, 24, 7, i);
@@ -54,10 +55,20 @@ TEST(SoakWorkloadTest, TheDrawIsAFunctionOfItsSeedAndKeepsTheMix) {
       EXPECT_NE(s.mode, "local");  // a fan-out shares one prefill
     }
     if (s.mode == "local") {
-      EXPECT_FALSE(s.fallback);
+      EXPECT_FALSE(s.forbid_fallback);
+    } else {
+      ++transfer;
+      forbid += s.forbid_fallback;
     }
     EXPECT_GE(s.max_tokens, static_cast<uint32_t>(mix.min_tokens));
     EXPECT_LE(s.max_tokens, static_cast<uint32_t>(mix.max_tokens));
+    if (s.read_pace > absl::ZeroDuration()) {
+      ++slow;
+      EXPECT_EQ(s.action, ClientAction::kNone);  // a slow reader reads to the end
+      EXPECT_FALSE(s.short_deadline);
+      EXPECT_GE(s.read_pace, mix.min_read_pace);
+      EXPECT_LE(s.read_pace, mix.max_read_pace);
+    }
     if (s.short_deadline) {
       ++short_deadline;
       EXPECT_GE(s.deadline_ms, 50u);
@@ -73,6 +84,9 @@ TEST(SoakWorkloadTest, TheDrawIsAFunctionOfItsSeedAndKeepsTheMix) {
   near(cancel, mix.cancel);
   near(abandon, mix.abandon);
   near(short_deadline, mix.short_deadline);
+  near(slow, mix.slow_read);
+  // Of ~17,000 transfer requests: 5 standard deviations is under 1.2 points.
+  EXPECT_NEAR(forbid / double(transfer), mix.forbid_fallback, 0.012);
   EXPECT_EQ(modes, (std::set<std::string>{"local", "raw", "scd", "auto"}));
   EXPECT_EQ(salts, (std::set<std::string>{"", "tenant-a", "tenant-b"}));
 }
