@@ -325,7 +325,12 @@ void RoutedRequest::OnTargetDone(TargetCall* call, const grpc::Status& status) {
     call->status = status;
     // A call the node did not end on purpose (its process or link gone, its server stopped): the
     // node is out of routing here until its probe passes (coordinator/node_ejection.h).
-    if (Unreachable(status) && call->failure.empty() && !cancelled()) {
+    // UNAVAILABLE says so even when the producer failed the target first (it could not reach
+    // the node either: a frozen consumer); a CANCELLED call after such a failure is the
+    // coordinator's own doing.
+    const bool node_gone = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                           (Unreachable(status) && call->failure.empty());
+    if (node_gone && !cancelled()) {
       deps_.registry->NoteUnreachable(
           call->target().consumer_node,
           absl::StrCat("its Decode call failed: ", status.error_message()));
@@ -335,7 +340,7 @@ void RoutedRequest::OnTargetDone(TargetCall* call, const grpc::Status& status) {
       // Its node gone before the Started (refused, reset, draining): the target goes to another
       // replica as a move would (the client sees that replica's Started). Any other refusal:
       // Advance decides (the whole call's status, or an Error).
-      if (Unreachable(status) && call->failure.empty() && MayMove(call)) {
+      if (node_gone && MayMove(call)) {
         Move(call, absl::StrCat("its call ended before it started: ", status.error_message()));
       }
       return;
@@ -345,6 +350,10 @@ void RoutedRequest::OnTargetDone(TargetCall* call, const grpc::Status& status) {
     const bool movable =
         call->held_error.has_value() ||
         (call->failure.empty() && status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED);
+    if (movable && AllStreamed(call)) {
+      EndStreamed(call);
+      return;
+    }
     if (movable && MayMove(call)) {
       const std::string reason =
           call->held_error.has_value()
@@ -361,6 +370,27 @@ void RoutedRequest::OnTargetDone(TargetCall* call, const grpc::Status& status) {
     EndWithoutTerminal(call);
   });
   Release();
+}
+
+bool RoutedRequest::AllStreamed(const TargetCall* call) const {
+  return req_.max_tokens() > 0 && call->forward.streamed_ids().size() >= req_.max_tokens();
+}
+
+void RoutedRequest::EndStreamed(TargetCall* call) {
+  call->held_error.reset();
+  call->forward.set_terminal();
+  v1::GenerateEvent event;
+  event.set_target(call->target().target);
+  v1::Finished* finished = event.mutable_finished();
+  finished->set_reason("length");
+  finished->set_output_tokens(static_cast<uint32_t>(call->forward.streamed_ids().size()));
+  SetRanMode(call->forward.started_mode(), finished);
+  finished->set_mode_reason(
+      "its consumer was lost after streaming every token (max_tokens) but before its Finished");
+  finished->set_moves(call->forward.moves());
+  spdlog::info("[{}] target {} on {} lost after its last token: finished here", id_,
+               call->target().target, call->target().consumer_node);
+  Write(event);
 }
 
 bool RoutedRequest::MayMove(const TargetCall* call) const {
