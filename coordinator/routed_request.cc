@@ -373,7 +373,8 @@ void RoutedRequest::OnTargetDone(TargetCall* call, const grpc::Status& status) {
 }
 
 bool RoutedRequest::AllStreamed(const TargetCall* call) const {
-  return req_.max_tokens() > 0 && call->forward.streamed_ids().size() >= req_.max_tokens();
+  return !cancelled() && req_.max_tokens() > 0 &&
+         call->forward.streamed_ids().size() >= req_.max_tokens();
 }
 
 void RoutedRequest::EndStreamed(TargetCall* call) {

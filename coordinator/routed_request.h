@@ -170,7 +170,8 @@ class RoutedRequest final : public EventStream {
   void EndWithoutTerminal(TargetCall* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads on, or pauses while the client's stream is full.
   void ReadOn(TargetCall* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Every token the target may give was streamed (max_tokens of them): a consumer lost before
+  // Every token the target may give was streamed (max_tokens of them) and the request is not
+  // cancelled (a cancelled one ends as cancelled, its stream gone): a consumer lost before
   // its Finished leaves nothing to move, and EndStreamed writes that Finished (reason length).
   bool AllStreamed(const TargetCall* call) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndStreamed(TargetCall* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
