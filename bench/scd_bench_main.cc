@@ -38,6 +38,10 @@
 //     A consumer killed mid-decode with another replica alive, again and again
 //     (bench/kill_bench.h): each stream's move gap, its tokens against the unfaulted run,
 //     kills.json.
+//   scd-bench ucx-kills --out DIR [--rounds 100] [--config backend|ucx-defaults]
+//                       [--stop-after-aborts N] [--chunk-mib 16] [--tls tcp] [--max-delay-ms 300]
+//     Two UCX peers streaming to each other, one killed or closed mid-transfer, round after round
+//     (bench/ucx_kill_stress.h): how often the survivor aborted, hung or failed; ucx_kills.json.
 // Errors: one line on stderr, exit status 1.
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -76,6 +80,7 @@
 #include "bench/serve_benchmark.h"
 #include "bench/soak_command.h"
 #include "bench/sweep_deployment.h"
+#include "bench/ucx_kill_command.h"
 #include "proto/wire_mode.h"
 
 namespace scd::bench {
@@ -571,12 +576,17 @@ int Main(int argc, char** argv) {
   CLI::App* k = AddSoakCommand(app, &soak);
   KillFlags kills;
   CLI::App* kill = AddKillCommand(app, &kills);
+  UcxKillFlags ucx_kills;
+  CLI::App* ucx_kill = AddUcxKillCommand(app, &ucx_kills);
+  UcxKillPeerOptions ucx_peer;
+  CLI::App* ucx_peer_command = AddUcxKillPeerCommand(app, &ucx_peer);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   spdlog::set_default_logger(spdlog::stderr_color_mt("scd-bench"));
+  if (ucx_peer_command->parsed()) return RunUcxKillPeer(ucx_peer);  // before any thread starts
   if (w->parsed()) {
     // SIGINT/SIGTERM: remove the namespaces a --link netns sweep made, then exit; the nodes go
     // with this process (base/child_process.h).
@@ -593,11 +603,12 @@ int Main(int argc, char** argv) {
       std::_Exit(128 + signal);
     }).detach();
   }
-  absl::Status status = s->parsed()      ? RunServe(serve)
-                        : m->parsed()    ? RunMixed(mixed, mixed_out)
-                        : k->parsed()    ? RunSoakCommand(soak)
-                        : kill->parsed() ? RunKillCommand(kills)
-                                         : RunSweep(sweep);
+  absl::Status status = s->parsed()          ? RunServe(serve)
+                        : m->parsed()        ? RunMixed(mixed, mixed_out)
+                        : k->parsed()        ? RunSoakCommand(soak)
+                        : kill->parsed()     ? RunKillCommand(kills)
+                        : ucx_kill->parsed() ? RunUcxKillCommand(ucx_kills)
+                                             : RunSweep(sweep);
   if (!status.ok()) {
     std::fprintf(stderr, "scd-bench: error: %s\n", std::string(status.message()).c_str());
     return 1;

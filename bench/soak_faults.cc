@@ -1,5 +1,7 @@
 #include "bench/soak_faults.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "bench/bandwidth_sweep.h"
@@ -11,7 +13,9 @@ namespace scd::bench {
 namespace {
 
 constexpr double kTrickleGbps = 0.00005;  // 6.25 kB/s: a raw prompt's KV takes seconds
-constexpr absl::Duration kMidStreamWait = absl::Seconds(3);
+// How long a consumer's or coordinator's fault first waits for two streams there (more to move or
+// resume per fault), then for one.
+constexpr absl::Duration kMidStreamWait = absl::Seconds(2);
 
 // Polls `ready` every 100 ms until it holds or `max_wait` passes: when it held.
 absl::Time WaitFor(const std::function<bool()>& ready, absl::Duration max_wait) {
@@ -68,15 +72,15 @@ bool Serving(const SoakDeployment& d, int node, const std::vector<std::string>& 
   return false;
 }
 
-// Whether node `i` holds a stream now: a consumer decoding a sequence, a coordinator routing a
-// request.
-bool HoldsAStream(const SoakDeployment& d, int i) {
+// Whether node `i` holds `n` streams now: a consumer decoding sequences, a coordinator routing
+// requests.
+bool HoldsStreams(const SoakDeployment& d, int i, uint32_t n) {
   if (d.Node(i).role == SoakRole::kCoordinator) {
     const absl::StatusOr<v1::HealthResponse> health = d.Health(i);
-    return health.ok() && health->active_requests() > 0;
+    return health.ok() && health->active_requests() >= n;
   }
   const absl::StatusOr<v1::NodeStats> stats = d.Stats(i);
-  return stats.ok() && stats->sequences() > 0;
+  return stats.ok() && stats->sequences() >= n;
 }
 
 }  // namespace
@@ -103,10 +107,16 @@ bool FaultOutcome::ok() const {
 }
 
 std::vector<SoakFault> SoakFaultCycle(const std::vector<SoakNode>& nodes, int cycle) {
-  std::vector<int> consumers, coordinators, killable;
+  std::vector<int> consumers, coordinators, killable, replicated;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const int n = static_cast<int>(i);
     if (nodes[i].role == SoakRole::kConsumer) consumers.push_back(n);
+    if (nodes[i].role == SoakRole::kConsumer &&
+        std::count_if(nodes.begin(), nodes.end(), [&](const SoakNode& other) {
+          return other.role == SoakRole::kConsumer && other.model == nodes[i].model;
+        }) > 1) {
+      replicated.push_back(n);
+    }
     if (nodes[i].role == SoakRole::kCoordinator) coordinators.push_back(n);
     if (nodes[i].role != SoakRole::kEtcd) killable.push_back(n);
   }
@@ -127,7 +137,9 @@ std::vector<SoakFault> SoakFaultCycle(const std::vector<SoakNode>& nodes, int cy
     };
   }
   // Later cycles: one node killed and another frozen, in turn, so that every process also lives
-  // long enough for its memory's growth to be measured; a coordinator replaced every third.
+  // long enough for its memory's growth to be measured; a coordinator replaced every third. And
+  // a replica of a replicated target frozen past the keepalive bound every cycle: its streams
+  // must move to the other replica (frozen, not killed: its memory's growth is still measured).
   const size_t c = static_cast<size_t>(cycle);
   std::vector<SoakFault> faults = {
       {FaultKind::kKill, killable[(c - 1) % killable.size()], hold},
@@ -135,6 +147,9 @@ std::vector<SoakFault> SoakFaultCycle(const std::vector<SoakNode>& nodes, int cy
       {FaultKind::kFreeze, killable[(c + 2) % killable.size()], hold},
       {FaultKind::kEtcd, etcd, hold},
   };
+  if (!replicated.empty()) {
+    faults.push_back({FaultKind::kFreeze, replicated[c % replicated.size()], hold});
+  }
   if (c % 3 == 0) {
     faults.push_back({FaultKind::kReplace, coordinators[(c / 3) % coordinators.size()], hold});
   }
@@ -157,8 +172,10 @@ FaultOutcome RunSoakFault(SoakDeployment& d, const SoakFault& fault,
   const bool mid_stream = (fault.kind == FaultKind::kKill || fault.kind == FaultKind::kFreeze) &&
                           (out.role == SoakRole::kConsumer || out.role == SoakRole::kCoordinator);
   if (mid_stream) {
-    out.mid_stream = WaitFor([&] { return HoldsAStream(d, fault.node); }, kMidStreamWait) !=
-                     absl::InfinitePast();
+    out.mid_stream = WaitFor([&] { return HoldsStreams(d, fault.node, 2); }, kMidStreamWait) !=
+                         absl::InfinitePast() ||
+                     WaitFor([&] { return HoldsStreams(d, fault.node, 1); }, kMidStreamWait) !=
+                         absl::InfinitePast();
   }
   out.start = absl::Now();
   absl::StatusOr<absl::Time> ready = absl::Now();

@@ -39,7 +39,9 @@ struct SoakFault {
 
 // The faults of cycle `cycle`: the first runs every kind and kills and freezes every role once
 // (consumer, producer, coordinator); later ones kill one node and freeze another in turn, flap
-// the link, restart etcd, and every third replaces a coordinator.
+// the link, restart etcd, freeze a replica of a replicated target (in turn), and every third
+// replaces a coordinator. A consumer's or coordinator's kill or freeze first waits up to 2 s for
+// two streams there, then up to 2 s for one (FaultOutcome::mid_stream).
 std::vector<SoakFault> SoakFaultCycle(const std::vector<SoakNode>& nodes, int cycle);
 
 struct FaultOutcome {

@@ -184,21 +184,21 @@ absl::StatusOr<double> SendOverLink(Link& link, AckCounter& acks, int round, int
 }
 
 int Run(const BenchOptions& options) {
-  // Cross-process backends: fork the receiver first, before any thread exists here.
+  // Cross-process backends (all but inproc): fork the receiver first, before any thread exists
+  // here -- creating a transport starts process-wide threads (the connections' ticks, the clock's
+  // timer) that a forked child would lack while their state says they run (its sessions then
+  // hung, or crashed on a freed condition).
   pid_t child = -1;
   std::string address;
   TransportOptions transport_options;
   transport_options.backend = options.backend;
-  auto transport = CreateTransport(transport_options);
-  if (!transport.ok()) {
-    std::fprintf(stderr, "scd-transport-bench: %s\n", transport.status().ToString().c_str());
-    return 2;
-  }
+  const bool cross_process = options.backend != "inproc";
+  absl::StatusOr<std::unique_ptr<Transport>> transport =
+      absl::FailedPreconditionError("not created");
   std::unique_ptr<SessionAcceptor> local;
   std::thread local_thread;
   bool stop = false;
-  if ((*transport)->capabilities().cross_process) {
-    transport->reset();  // no transport threads across fork
+  if (cross_process) {
     int fds[2];
     if (pipe(fds) != 0) return 2;
     child = fork();
@@ -215,11 +215,17 @@ int Run(const BenchOptions& options) {
       return 2;
     }
     address.assign(buffer, static_cast<size_t>(n) - 1);
-    transport = CreateTransport(transport_options);
-  } else if (options.level == "link") {
+  }
+  transport = CreateTransport(transport_options);
+  if (!transport.ok()) {
+    std::fprintf(stderr, "scd-transport-bench: %s\n", transport.status().ToString().c_str());
+    return 2;
+  }
+  if (!cross_process && options.level == "link") {
     std::fprintf(stderr, "scd-transport-bench: --level link needs a cross-process backend\n");
     return 2;
-  } else {
+  }
+  if (!cross_process) {
     local =
         std::make_unique<SessionAcceptor>(*(*transport)->Listen("bench:0"), ConnectionOptions{});
     address = local->address();

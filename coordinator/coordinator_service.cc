@@ -122,6 +122,13 @@ void RegistryService::FillStats(v1::NodeStats* stats) const {
   stats->set_last_release_unix_micros(LastReleaseUnixMicros());
   stats->set_running(static_cast<uint32_t>(registry_->size()));
   stats->set_nodes_out(registry_->NodesOut());
+  const NodeRegistry::EjectionCounts counts = registry_->ejection_counts();
+  v1::EjectionStats* ejection = stats->mutable_ejection();
+  ejection->set_ejected(counts.ejected);
+  ejection->set_returned(counts.returned);
+  ejection->set_advice_heard(counts.advice_heard);
+  ejection->set_advice_cleared(counts.advice_cleared);
+  ejection->set_advice_confirmed(counts.advice_confirmed);
   for (const auto& [name, count] : counters_->Snapshot()) (*stats->mutable_ended())[name] = count;
 }
 

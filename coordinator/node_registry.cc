@@ -185,6 +185,7 @@ void NodeRegistry::NoteUnreachable(const std::string& node_id, const std::string
     const bool was_out = it->second.ejection.out;
     Eject(&it->second.ejection, clock_->Now(), why);
     if (was_out) return;
+    ++ejection_counts_.ejected;
     spdlog::warn("{} ({} {}) out of routing: {}", node_id, RoleName(it->second.info.role()),
                  it->second.info.address(), ForLog(why, 300));
     tell = ejection_listener_;
@@ -199,7 +200,7 @@ void NodeRegistry::NoteAdvice(const std::string& node_id, const std::string& fro
     absl::MutexLock lock(&mu_);
     auto it = nodes_.find(node_id);
     if (it == nodes_.end() || !Advise(&it->second.ejection, clock_->Now())) return;
-    ++advice_.heard;
+    ++ejection_counts_.advice_heard;
     spdlog::info("{} ({} {}) suspect: coordinator {} took it out ({}); probing it", node_id,
                  RoleName(it->second.info.role()), it->second.info.address(), ForLog(from, 40),
                  ForLog(why, 200));
@@ -212,9 +213,9 @@ void NodeRegistry::SetEjectionListener(EjectionListener listener) {
   ejection_listener_ = std::move(listener);
 }
 
-NodeRegistry::AdviceCounts NodeRegistry::advice_counts() const {
+NodeRegistry::EjectionCounts NodeRegistry::ejection_counts() const {
   absl::MutexLock lock(&mu_);
-  return advice_;
+  return ejection_counts_;
 }
 
 std::vector<NodeRegistry::DueProbe> NodeRegistry::TakeDueProbes() {
@@ -240,16 +241,18 @@ void NodeRegistry::NoteProbe(const std::string& node_id, bool ok) {
       case ProbeOutcome::kNone:
         return;
       case ProbeOutcome::kCleared:
-        ++advice_.cleared;
+        ++ejection_counts_.advice_cleared;
         spdlog::info("{} ({} {}) no longer suspect: its probe passed", node_id,
                      RoleName(node.info.role()), node.info.address());
         break;  // it never left routing
       case ProbeOutcome::kBack:
+        ++ejection_counts_.returned;
         spdlog::info("{} ({} {}) back in routing: its probe passed {} times", node_id,
                      RoleName(node.info.role()), node.info.address(), kProbesToReturn);
         break;
       case ProbeOutcome::kEjected:
-        ++advice_.confirmed;
+        ++ejection_counts_.advice_confirmed;
+        ++ejection_counts_.ejected;
         why = node.ejection.why;
         spdlog::warn("{} ({} {}) out of routing: {}", node_id, RoleName(node.info.role()),
                      node.info.address(), why);

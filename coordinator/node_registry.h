@@ -131,11 +131,13 @@ class NodeRegistry {
   // can be told. One listener; set before serving, nullptr to stop.
   using EjectionListener = std::function<void(const std::string& node_id, const std::string& why)>;
   void SetEjectionListener(EjectionListener listener);
-  // Advice heard, and what the probes made of it (tests, Stats).
-  struct AdviceCounts {
-    uint64_t heard = 0, cleared = 0, confirmed = 0;
+  // What fast ejection did here since the start: nodes taken out on this coordinator's own
+  // evidence and back, advice heard and what the probes made of it (Stats, metrics, tests).
+  struct EjectionCounts {
+    uint64_t ejected = 0, returned = 0;
+    uint64_t advice_heard = 0, advice_cleared = 0, advice_confirmed = 0;
   };
-  AdviceCounts advice_counts() const;
+  EjectionCounts ejection_counts() const;
   // Whether `node_id` is out of routing after a failed call (false: in, or unknown).
   bool Ejected(const std::string& node_id) const;
   // How many nodes are out now (NodeStats.nodes_out).
@@ -169,7 +171,7 @@ class NodeRegistry {
   // Target names consumers have registered, live or not (UNAVAILABLE rather than NOT_FOUND).
   std::set<std::string> known_targets_ ABSL_GUARDED_BY(mu_);
   EjectionListener ejection_listener_ ABSL_GUARDED_BY(mu_);
-  AdviceCounts advice_ ABSL_GUARDED_BY(mu_);
+  EjectionCounts ejection_counts_ ABSL_GUARDED_BY(mu_);
   LinkBook links_;
 };
 

@@ -384,6 +384,9 @@ void RoutedRequest::EndStreamed(TargetCall* call) {
   event.set_target(call->target().target);
   v1::Finished* finished = event.mutable_finished();
   finished->set_reason("length");
+  // The prompt as the coordinator holds it (ids once its front tokenized a text prompt; a text
+  // prompt it did not tokenize counts 0). No timings: the consumer that measured them is lost.
+  finished->set_prompt_tokens(static_cast<uint32_t>(req_.prompt_ids_size()));
   finished->set_output_tokens(static_cast<uint32_t>(call->forward.streamed_ids().size()));
   SetRanMode(call->forward.started_mode(), finished);
   finished->set_mode_reason(

@@ -261,6 +261,25 @@ void SetNodeGauges(MetricsRegistry* r, const v1::NodeStats& stats) {
     r->GetGauge("scd:prompt_itl_cost_seconds", itl_help, {{"work", "rebuild"}})
         .Set(stats.rebuild_itl_us_per_token() / 1e6);
   }
+  if (stats.has_ejection()) {  // a coordinator (coordinator/node_ejection.h)
+    const v1::EjectionStats& e = stats.ejection();
+    r->GetGauge("scd:nodes_out", "Nodes out of routing on this coordinator after a failed call")
+        .Set(stats.nodes_out());
+    r->GetCounter("scd:node_ejections_total",
+                  "Nodes this coordinator took out of routing on its own evidence")
+        .SetTotal(static_cast<double>(e.ejected()));
+    r->GetCounter("scd:node_returns_total", "Nodes back in routing after their probes passed")
+        .SetTotal(static_cast<double>(e.returned()));
+    const char* advice_help =
+        "Other coordinators' ejections heard (heard), and this coordinator's probe of the node: "
+        "passed (cleared) or failed (confirmed)";
+    r->GetCounter("scd:ejection_advice_total", advice_help, {{"outcome", "heard"}})
+        .SetTotal(static_cast<double>(e.advice_heard()));
+    r->GetCounter("scd:ejection_advice_total", advice_help, {{"outcome", "cleared"}})
+        .SetTotal(static_cast<double>(e.advice_cleared()));
+    r->GetCounter("scd:ejection_advice_total", advice_help, {{"outcome", "confirmed"}})
+        .SetTotal(static_cast<double>(e.advice_confirmed()));
+  }
   if (stats.has_prefix_cache()) {
     const v1::PrefixCacheStats& c = stats.prefix_cache();
     r->GetGauge("scd:prefix_cache_bytes", "Bytes the prefix cache holds")

@@ -28,9 +28,9 @@ TEST_F(EjectionAdviceTest, OneCoordinatorsBadLinkEjectsTheNodeForItselfOnly) {
   ASSERT_TRUE(a_->registry().Ejected(node_id_)) << "A's failed call ejects the consumer";
 
   coordinator::NodeRegistry& b = b_->registry();
-  ASSERT_TRUE(
-      AwaitChange([&] { return b.advice_counts().cleared + b.advice_counts().confirmed > 0; },
-                  absl::Now() + absl::Seconds(20)))
+  ASSERT_TRUE(AwaitChange(
+      [&] { return b.ejection_counts().advice_cleared + b.ejection_counts().advice_confirmed > 0; },
+      absl::Now() + absl::Seconds(20)))
       << "B heard no advice, or never probed";
   // A's advice (put from A's publisher thread; B heard it, so it is there), under its lease.
   absl::StatusOr<std::vector<EtcdKeyValue>> advice = etcd_->client().Range(kEtcdAdvicePrefix);
@@ -39,9 +39,9 @@ TEST_F(EjectionAdviceTest, OneCoordinatorsBadLinkEjectsTheNodeForItselfOnly) {
   EXPECT_TRUE(absl::StartsWith((*advice)[0].key,
                                absl::StrCat(kEtcdAdvicePrefix, node_id_, "/coordinator-")))
       << (*advice)[0].key;
-  EXPECT_EQ(b.advice_counts().heard, 1u);
-  EXPECT_EQ(b.advice_counts().cleared, 1u) << "B's own probe passed";
-  EXPECT_EQ(b.advice_counts().confirmed, 0u);
+  EXPECT_EQ(b.ejection_counts().advice_heard, 1u);
+  EXPECT_EQ(b.ejection_counts().advice_cleared, 1u) << "B's own probe passed";
+  EXPECT_EQ(b.ejection_counts().advice_confirmed, 0u);
   EXPECT_FALSE(b.Ejected(node_id_));
   EXPECT_TRUE(Generate(*b_).ok()) << "B keeps routing to the consumer";
   EXPECT_TRUE(a_->registry().Ejected(node_id_)) << "A's probes fail over its silent link";
@@ -58,9 +58,9 @@ TEST_F(EjectionAdviceTest, AFrozenNodeLeavesTheOtherCoordinatorOnItsOwnFailedPro
       << "B never ejected the frozen node";
   // B made no call to it: only A's advice and B's own failed probe put it out, while the node's
   // etcd lease (its process runs) would have kept it in.
-  EXPECT_EQ(b.advice_counts().heard, 1u);
-  EXPECT_EQ(b.advice_counts().confirmed, 1u);
-  EXPECT_EQ(b.advice_counts().cleared, 0u);
+  EXPECT_EQ(b.ejection_counts().advice_heard, 1u);
+  EXPECT_EQ(b.ejection_counts().advice_confirmed, 1u);
+  EXPECT_EQ(b.ejection_counts().advice_cleared, 0u);
   EXPECT_EQ(b.ExternalNodeIds().size(), 1u) << "still registered: the lease lives";
   std::printf("B ejected the frozen node %.0f ms after A did\n",
               absl::ToDoubleMilliseconds(absl::Now() - a_out));

@@ -7,7 +7,9 @@
 // move; the killed replica is out of routing at once, so the next request is served by the
 // other. A replica dead before the request's Started hands it to another the same way (the
 // client sees one Started, no Moved). Without another replica, or with migration_limit 0, the
-// stream ends in one Error as before.
+// stream ends in one Error as before. A frozen replica whose early Prefill the (dead) producer
+// failed first still hands its request on; a consumer lost after its last token but before its
+// Finished leaves nothing to move: the coordinator finishes the stream itself.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -18,7 +20,10 @@
 
 #include "absl/time/clock.h"
 #include "model/generator.h"
+#include "proto/grpc_server.h"
+#include "proto/registry_client.h"
 #include "proto/wire_mode.h"
+#include "serving/event_stream.h"
 #include "tests/serving_stack.h"
 #include "tests/test_util.h"
 
@@ -28,6 +33,45 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr char kTarget[] = "b";
+
+// A consumer node that answers every Decode with its Started (local) and max_tokens token events
+// and then holds the call open without its Finished, until its server stops: the window between a
+// consumer's last token and its Finished, which a real consumer leaves open only by timing (the
+// soak met it: a replica killed after its 29th token of 29), held open so the test can kill the
+// node in it.
+class SilentAfterLastToken final : public v1::Consumer::CallbackService {
+ public:
+  grpc::ServerWriteReactor<v1::GenerateEvent>* Decode(grpc::CallbackServerContext* /*context*/,
+                                                      const v1::DecodeRequest* request) override {
+    auto* stream = new Stream();
+    v1::GenerateEvent started;
+    started.set_target(request->target());
+    SetRanMode(TransferMode::kLocal, started.mutable_started());
+    stream->Push(started);
+    for (uint32_t i = 0; i < request->request().max_tokens(); ++i) {
+      v1::GenerateEvent token;
+      token.set_target(request->target());
+      token.mutable_token()->add_ids(static_cast<int32_t>(100 + i));
+      token.mutable_token()->set_text("x");
+      stream->Push(token);
+    }
+    return stream;
+  }
+
+ private:
+  // Ends its call once gRPC cancels it (the server stopping), as a dying node's calls end.
+  class Stream final : public EventStream {
+   public:
+    Stream() : EventStream(/*capacity=*/1024, nullptr) {
+      end_on_cancel_ = cancellation().OnCancel([this](const absl::Status& why) {
+        End(grpc::Status(grpc::StatusCode::CANCELLED, std::string(why.message())));
+      });
+    }
+
+   private:
+    Cancellation::Registration end_on_cancel_;
+  };
+};
 
 class MigrationTest : public ::testing::Test {
  protected:
@@ -224,6 +268,76 @@ TEST_F(MigrationTest, AFrozenReplicaIsOutOnItsKeepaliveAndItsRequestGoesElsewher
   // Shown, not judged (a real-time bound belongs to a latency test): ~1-1.5 s of keepalive.
   std::printf("a frozen replica's request was served elsewhere %s after the freeze\n",
               absl::FormatDuration(took).c_str());
+}
+
+// The producer dead and a replica frozen: the early Prefill fails first (UNAVAILABLE at once),
+// then the frozen replica's Decode ends UNAVAILABLE on the keepalive (~1 s later), before any
+// Started. The node is gone whatever the producer said (it could not reach the node either), so
+// it leaves routing and the request goes to the other replica in local mode. The soak met this
+// with a SIGSTOPped replica: the request was refused while the other replica was up, because a
+// target the producer had failed neither moved nor ejected its node.
+TEST_F(MigrationTest, AFrozenReplicaWhoseProducerFailedFirstStillHandsItsRequestOn) {
+  v1::GenerateRequest request = Request(false);
+  request.set_max_tokens(16);
+  auto stack = Stack(2, /*proxied=*/true);
+  const std::string first = RoutedFirst(*stack);
+  const std::string other = TheOther(first);
+  // Local: the reference the moved request must give, and `first`'s connection up (through its
+  // proxy) before it freezes.
+  testing::ServingReply warm = stack->Generate(request);
+  ASSERT_TRUE(warm.status.ok()) << warm.status.error_message();
+  ASSERT_GT(stack->consumer(first).scheduler->stats().steps, 0) << "not served by " << first;
+
+  stack->KillProducer();
+  stack->FreezeConsumer(first);
+  SetRequestMode(RequestedMode(TransferMode::kRaw), &request);  // early prefill: one target
+  testing::ServingReply reply = stack->Generate(request);
+  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+  EXPECT_EQ(reply.ids[kTarget], warm.ids[kTarget]);
+  const std::vector<v1::GenerateEvent>& events = reply.events[kTarget];
+  ASSERT_TRUE(events.back().has_finished()) << events.back().DebugString();
+  EXPECT_EQ(events.back().finished().moves(), 1u);
+  EXPECT_EQ(RanModeName(events.back().finished()), "local");
+  EXPECT_GT(stack->consumer(other).scheduler->stats().steps, 0);
+  EXPECT_TRUE(stack->registry().Ejected(stack->node_id(first)));
+  EXPECT_FALSE(stack->registry().Ejected(stack->node_id(other)));
+  EXPECT_TRUE(stack->registry().Ejected(stack->node_id(""))) << "the producer's Prefill failed";
+}
+
+// A consumer lost after it streamed every token the request allows, before its Finished: a move
+// would leave the new replica nothing to generate (it refuses such a continuation), so the
+// coordinator writes the Finished itself (reason length, every token counted once, no move).
+TEST_F(MigrationTest, AConsumerLostAfterItsLastTokenEndsTheStreamFinished) {
+  auto stack = Stack(0);
+  SilentAfterLastToken silent;
+  absl::StatusOr<GrpcServer> server = StartGrpcServer("127.0.0.1:0", {&silent});
+  ASSERT_TRUE(server.ok()) << server.status();
+  v1::RegisterRequest node;
+  SetNodeIdentity(v1::NODE_ROLE_CONSUMER, server->address, "silent", "fp-silent", &node);
+  node.set_transfer_address("127.0.0.1:1");  // never dialled: the request is local
+  absl::StatusOr<coordinator::Lease> lease = stack->registry().Register(node);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+
+  v1::GenerateRequest request = Request(false);
+  request.set_targets(0, "silent");
+  request.set_max_tokens(12);
+  size_t tokens = 0;
+  testing::ServingReply reply = stack->Generate(request, [&](const v1::GenerateEvent& event) {
+    if (event.has_token()) tokens += static_cast<size_t>(event.token().ids_size());
+    if (tokens == 12 && event.has_token()) server->Shutdown(absl::Now());  // the node dies
+  });
+  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+  const std::vector<v1::GenerateEvent>& events = reply.events["silent"];
+  ASSERT_EQ(reply.ids["silent"].size(), 12u);
+  ASSERT_TRUE(events.back().has_finished()) << events.back().DebugString();
+  const v1::Finished& f = events.back().finished();
+  EXPECT_EQ(f.reason(), "length");
+  EXPECT_EQ(f.output_tokens(), 12u);
+  EXPECT_EQ(f.prompt_tokens(), static_cast<uint32_t>(request.prompt_ids_size()));
+  EXPECT_EQ(f.moves(), 0u);
+  EXPECT_EQ(RanModeName(f), "local");
+  for (const v1::GenerateEvent& e : events) EXPECT_FALSE(e.has_moved());
+  EXPECT_TRUE(stack->registry().Ejected(lease->node_id)) << "its call failed: out of routing";
 }
 
 TEST_F(MigrationTest, WithoutAnotherReplicaOrMovesTheStreamEndsInOneError) {

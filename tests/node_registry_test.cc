@@ -735,12 +735,17 @@ TEST_F(NodeRegistryTest, ANodeWhoseCallFailedIsOutUntilItsProbesPass) {
   EXPECT_FALSE(registry_.Ejected(a));
   EXPECT_EQ(routed_to(), a);
   EXPECT_EQ(listed(), 2);
+  EXPECT_EQ(registry_.ejection_counts().ejected, 1u);
+  EXPECT_EQ(registry_.ejection_counts().returned, 1u);
   // Both out: the target is unavailable, as with no live consumer.
   registry_.NoteUnreachable(a, "reset");
   registry_.NoteUnreachable(b, "reset");
   absl::StatusOr<Route> none = ResolveNamed(registry_, {"fables"}, "local");
   EXPECT_TRUE(absl::IsUnavailable(none.status())) << none.status();
   registry_.NoteUnreachable("consumer-unknown", "ignored");  // a node gone meanwhile: nothing
+  registry_.NoteUnreachable(a, "again");                     // out already: not counted again
+  EXPECT_EQ(registry_.ejection_counts().ejected, 3u);
+  EXPECT_EQ(registry_.ejection_counts().advice_heard, 0u);
 }
 
 // Advice from another coordinator: the node stays routed while its own probe (due at once) is
@@ -781,16 +786,17 @@ TEST_F(NodeRegistryTest, AdviceIsConfirmedByThisCoordinatorsOwnProbe) {
   EXPECT_EQ(routed_to(), b);
   ASSERT_EQ(told.size(), 1u);
   EXPECT_EQ(told[0].first, a);
-  EXPECT_EQ(registry_.advice_counts().heard, 2u);
-  EXPECT_EQ(registry_.advice_counts().cleared, 1u);
-  EXPECT_EQ(registry_.advice_counts().confirmed, 1u);
+  EXPECT_EQ(registry_.ejection_counts().advice_heard, 2u);
+  EXPECT_EQ(registry_.ejection_counts().advice_cleared, 1u);
+  EXPECT_EQ(registry_.ejection_counts().advice_confirmed, 1u);
+  EXPECT_EQ(registry_.ejection_counts().ejected, 1u) << "a confirmed suspect is out on its probe";
 
   registry_.NoteUnreachable(b, "connection refused");
   registry_.NoteUnreachable(b, "refused again");  // out already: not told twice
   ASSERT_EQ(told.size(), 2u);
   EXPECT_EQ(told[1], std::make_pair(b, std::string("connection refused")));
   registry_.NoteAdvice("consumer-unknown", "coordinator-x", "ignored");
-  EXPECT_EQ(registry_.advice_counts().heard, 2u);
+  EXPECT_EQ(registry_.ejection_counts().advice_heard, 2u);
   registry_.SetEjectionListener(nullptr);
 }
 

@@ -132,6 +132,11 @@ TEST(PrometheusScrapeTest, QueriesReturnWhatTheClientsSaw) {
   EXPECT_EQ(Query(client, "scd:generation_tokens_total{job=\"coordinator\"}"), kRequests * 8);
   EXPECT_EQ(Query(client, "sum(scd:compression_ratio_count{job=\"consumer\"})"), kRequests);
   EXPECT_EQ(Query(client, "scd:num_requests_running{job=\"coordinator\"}"), 0);
+  // Fast ejection's counts are there from the start (nothing failed here: all 0).
+  EXPECT_EQ(Query(client, "scd:nodes_out{job=\"coordinator\"}"), 0);
+  EXPECT_EQ(Query(client, "scd:node_ejections_total{job=\"coordinator\"}"), 0);
+  EXPECT_EQ(Query(client, "scd:node_returns_total{job=\"coordinator\"}"), 0);
+  EXPECT_EQ(Query(client, "count(scd:ejection_advice_total{job=\"coordinator\"})"), 3);
   prometheus->Terminate(absl::Seconds(10));
 }
 

@@ -162,6 +162,8 @@ void ServingStack::KillConsumer(const std::string& name) {
   consumers_.at(name)->server.Shutdown(absl::Now());
 }
 
+void ServingStack::KillProducer() { producer_server_.Shutdown(absl::Now()); }
+
 void ServingStack::FreezeConsumer(const std::string& name) {
   ServedConsumer& node = *consumers_.at(name);
   ASSERT_NE(node.proxy, nullptr) << "FreezeConsumer needs Options::consumers_behind_proxies";

@@ -89,6 +89,9 @@ class ServingStack {
   // The consumer `name` stops answering as a frozen process would (SIGSTOP): its connection stays
   // open and silent. REQUIRES: Options::consumers_behind_proxies.
   void FreezeConsumer(const std::string& name);
+  // The producer dies as a process would for its callers: every call on it cancelled, none
+  // answered after (its lease would lapse later), so a Prefill fails UNAVAILABLE at once.
+  void KillProducer();
   // `name`'s registry node id.
   const std::string& node_id(const std::string& name) const { return node_ids_.at(name); }
   // Starts the producer and the coordinator and registers every node.

@@ -1,10 +1,12 @@
 // The soak's fault schedule (bench/soak_faults.h): the first cycle runs every kind and kills and
-// freezes every role; later cycles kill each node in turn (so each also lives long); a fault's
-// outcome holds only within its bounds.
+// freezes every role; later cycles kill each node in turn (so each also lives long) and freeze a
+// replica of a replicated target (its streams must move); a fault's outcome holds only within its
+// bounds.
 #include "bench/soak_faults.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -13,16 +15,20 @@ namespace {
 
 std::vector<SoakNode> Nodes() {
   std::vector<SoakNode> nodes;
-  auto add = [&](SoakRole role, const std::string& name) {
+  auto add = [&](SoakRole role, const std::string& name, const std::string& model = "") {
     SoakNode& n = nodes.emplace_back();
     n.role = role;
     n.name = name;
+    n.model = model;
   };
   add(SoakRole::kEtcd, "etcd");
   add(SoakRole::kCoordinator, "coordinator-0");
   add(SoakRole::kCoordinator, "coordinator-1");
   add(SoakRole::kProducer, "producer");
-  for (int i = 0; i < 3; ++i) add(SoakRole::kConsumer, "consumer-" + std::to_string(i));
+  // Two replicas of fables and one of xs, as the soak's deployment.
+  for (int i = 0; i < 3; ++i) {
+    add(SoakRole::kConsumer, "consumer-" + std::to_string(i), i < 2 ? "fables" : "xs");
+  }
   return nodes;
 }
 
@@ -64,6 +70,24 @@ TEST(SoakFaultsTest, LaterCyclesKillEachNodeInTurn) {
   EXPECT_EQ(kills.size(), 6u);  // every node but etcd, once each in six cycles
   for (const auto& [node, n] : kills) EXPECT_EQ(n, 1) << nodes[static_cast<size_t>(node)].name;
   EXPECT_EQ(replaced, 2);
+}
+
+TEST(SoakFaultsTest, EveryLaterCycleFreezesAReplicaWhoseStreamsCanMove) {
+  const std::vector<SoakNode> nodes = Nodes();
+  std::map<std::string, int> frozen;  // fables replicas frozen beyond the turn-taking freeze
+  for (int cycle = 1; cycle <= 4; ++cycle) {
+    const std::vector<SoakFault> faults = SoakFaultCycle(nodes, cycle);
+    int replica_freezes = 0;
+    for (const SoakFault& f : faults) {
+      const SoakNode& n = nodes[static_cast<size_t>(std::max(f.node, 0))];
+      if (f.kind == FaultKind::kFreeze && n.model == "fables") {
+        ++replica_freezes;
+        ++frozen[n.name];
+      }
+    }
+    EXPECT_GE(replica_freezes, 1) << "cycle " << cycle;
+  }
+  EXPECT_EQ(frozen.size(), 2u) << "both replicas in turn";
 }
 
 TEST(SoakFaultsTest, AnOutcomeHoldsOnlyWithinItsBounds) {
