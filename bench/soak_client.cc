@@ -31,9 +31,11 @@ std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address, bool own) {
   return channel;
 }
 
+// Takes a request's events as they arrive, from one call or, once a fan-out's targets resume
+// each alone, from several at once: its record is read and written under its lock only.
 class StreamChecker {
  public:
-  StreamChecker(SoakRecord* record) : record_(record) {
+  StreamChecker(SoakRecord* record) : record_(record), tokens_(record->spec.targets.size()) {
     for (const std::string& t : record->spec.targets) {
       record->streams.emplace_back().target = t;
       last_token_.push_back(absl::InfinitePast());
@@ -42,6 +44,7 @@ class StreamChecker {
   }
 
   void Take(const v1::GenerateEvent& e, absl::Time now) {
+    std::lock_guard<std::mutex> lock(mu_);
     const int i = IndexOf(e.target());
     if (i < 0) {
       Violation(absl::StrCat("an event for target '", e.target(), "', which was not asked"));
@@ -60,7 +63,7 @@ class StreamChecker {
       }
       s.mode = s.started_mode = RanModeName(e.started());
       s.had_token = !e.started().resume_token().empty();
-      if (s.had_token) token_ = e.started().resume_token();
+      if (s.had_token) tokens_[static_cast<size_t>(i)] = e.started().resume_token();
     } else if (s.started == 0 && !e.has_error()) {
       Violation(absl::StrCat(s.target, ": an event before Started"));
     }
@@ -110,25 +113,36 @@ class StreamChecker {
   // A slow reader is ready to read again at `now`, after its pause: the gaps it measures from the
   // last token (ITL, a move's gap) run from here, not from the token's arrival.
   void Ready(absl::Time now) {
+    std::lock_guard<std::mutex> lock(mu_);
     for (absl::Time& t : last_token_) {
       if (t != absl::InfinitePast()) t = now;
     }
   }
 
-  // The resume token of the (single-target) stream's Started; "" when none came.
-  const std::string& token() const { return token_; }
+  // The resume token of stream `i`'s Started; "" when none came (with the lock held).
+  const std::string& token(size_t i) const { return tokens_[i]; }
 
-  // The call ended with `status`: every stream without a terminal event takes its code.
-  void End(const grpc::Status& status) {
-    record_->rpc_code = static_cast<int>(status.error_code());
-    record_->rpc_error = status.error_message();
-    for (SoakStream& s : record_->streams) {
+  // Runs `f` with the record's lock held.
+  template <typename F>
+  auto Locked(F f) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return f();
+  }
+
+  // The request's calls ended: the request's status is `rpc`, and stream i's last call ended
+  // with `ended[i]`, whose code a stream without a terminal event takes.
+  void End(const grpc::Status& rpc, const std::vector<grpc::Status>& ended) {
+    std::lock_guard<std::mutex> lock(mu_);
+    record_->rpc_code = static_cast<int>(rpc.error_code());
+    record_->rpc_error = rpc.error_message();
+    for (size_t i = 0; i < record_->streams.size(); ++i) {
+      SoakStream& s = record_->streams[i];
       if (s.terminals > 0) continue;
-      if (status.ok()) {
+      if (ended[i].ok()) {
         Violation(absl::StrCat(s.target, ": the call ended OK without its terminal event"));
       }
-      s.code = static_cast<int>(status.error_code());
-      s.error = status.error_message();
+      s.code = static_cast<int>(ended[i].error_code());
+      s.error = ended[i].error_message();
     }
   }
 
@@ -141,8 +155,9 @@ class StreamChecker {
   }
   void Violation(std::string what) { record_->violations.push_back(std::move(what)); }
 
-  SoakRecord* record_;
-  std::string token_;  // never logged
+  std::mutex mu_;
+  SoakRecord* record_;               // guarded by mu_
+  std::vector<std::string> tokens_;  // per stream; never logged
   std::vector<absl::Time> last_token_;
   std::vector<bool> gap_open_;  // moved, no token since
 };
@@ -193,21 +208,20 @@ grpc::Status FollowCall(const SoakRequestSpec& spec, const v1::GenerateRequest& 
   return status;
 }
 
-// Where a request whose call to `server` ended with `status` resumes: "" when it does not (with
-// `*blocked` saying why, where the call broke before the stream's end).
-std::string NextCoordinator(const SoakRecord& record, const grpc::Status& status,
-                            const std::string& token, const std::string& server,
+// Where stream `s` of `record`, whose last call (to `server`) ended with `status` after
+// `resumes` resumes of it, resumes: "" when it does not (with `*blocked` saying why, where the
+// call broke before the stream's end).
+std::string NextCoordinator(const SoakRecord& record, const SoakStream& s, int resumes,
+                            const grpc::Status& status, const std::string& server,
                             const LiveCoordinators& live, absl::Time deadline,
                             std::string* blocked) {
   blocked->clear();
-  bool ended = true;
-  for (const SoakStream& s : record.streams) ended = ended && s.terminals > 0;
-  if (live == nullptr || ended || !IsResumableBreak(FromGrpcStatus(status))) return "";
+  if (live == nullptr || s.terminals > 0 || !IsResumableBreak(FromGrpcStatus(status))) return "";
   if (record.spec.action != ClientAction::kNone) {
     *blocked = "client action";
-  } else if (token.empty()) {
+  } else if (!s.had_token) {
     *blocked = "no resume token";
-  } else if (record.resumed_via.size() >= static_cast<size_t>(kSoakResumes)) {
+  } else if (resumes >= kSoakResumes) {
     *blocked = "resumes used up";
   } else if (absl::Now() >= deadline) {
     *blocked = "past its deadline";
@@ -218,6 +232,30 @@ std::string NextCoordinator(const SoakRecord& record, const grpc::Status& status
     *blocked = "no other live coordinator";
   }
   return "";
+}
+
+// Resumes stream `i` of `record`, whose call to `server` broke with `status`, alone through the
+// next live coordinators until it ends or cannot resume; its last call's status.
+grpc::Status ResumeStream(size_t i, grpc::Status status, std::string server,
+                          const v1::GenerateRequest& request, absl::Time deadline,
+                          const LiveCoordinators& live, SoakRecord& record, StreamChecker& checker,
+                          SoakCanceller& canceller) {
+  for (int resumes = 0;; ++resumes) {
+    v1::GenerateRequest resume;
+    const std::string next = checker.Locked([&] {
+      std::string blocked;
+      std::string to = NextCoordinator(record, record.streams[i], resumes, status, server, live,
+                                       deadline, &blocked);
+      if (!blocked.empty()) record.resume_blocked = blocked;
+      if (to.empty()) return to;
+      record.resumed_via.push_back(to);
+      resume = ResumeRequest(request, checker.token(i), record.streams[i].ids);
+      return to;
+    });
+    if (next.empty()) return status;
+    server = next;
+    status = FollowCall(record.spec, resume, server, record.sent, deadline, checker, canceller);
+  }
 }
 
 }  // namespace
@@ -281,15 +319,37 @@ SoakRecord RunSoakRequest(const SoakRequestSpec& spec, const std::vector<std::st
   record.sent = absl::Now();
   const absl::Time deadline = record.sent + call_deadline;
   const v1::GenerateRequest request = ToGenerateRequest(spec, prompts);
-  grpc::Status status =
+  const grpc::Status status =
       FollowCall(spec, request, coordinator, record.sent, deadline, checker, canceller);
-  for (std::string server = coordinator;;) {
-    server = NextCoordinator(record, status, checker.token(), server, live, deadline,
-                             &record.resume_blocked);
-    if (server.empty()) break;
-    record.resumed_via.push_back(server);
-    status = FollowCall(spec, ResumeRequest(request, checker.token(), record.streams[0].ids),
-                        server, record.sent, deadline, checker, canceller);
+  // Each stream the call left without its terminal event resumes alone (a fan-out's targets at
+  // once, one thread each: their tokens are their own).
+  std::vector<size_t> open;
+  for (size_t i = 0; i < record.streams.size(); ++i) {
+    if (record.streams[i].terminals == 0) open.push_back(i);
+  }
+  std::vector<grpc::Status> ended(record.streams.size(), status);
+  auto resume = [&](size_t i) {
+    ended[i] =
+        ResumeStream(i, status, coordinator, request, deadline, live, record, checker, canceller);
+  };
+  if (open.size() == 1) {
+    resume(open[0]);
+  } else {
+    std::vector<std::thread> resuming;
+    for (size_t i : open) resuming.emplace_back(resume, i);
+    for (std::thread& t : resuming) t.join();
+  }
+  // The request's status: the call's when every stream ended in it, else the first resumed
+  // stream's failure (OK when each ended well).
+  grpc::Status rpc = status;
+  if (!open.empty()) {
+    rpc = grpc::Status::OK;
+    for (size_t i : open) {
+      if (!ended[i].ok()) {
+        rpc = ended[i];
+        break;
+      }
+    }
   }
   record.ended = absl::Now();
   const bool all_ended = [&] {
@@ -299,7 +359,7 @@ SoakRecord RunSoakRequest(const SoakRequestSpec& spec, const std::vector<std::st
     return true;
   }();
   record.client_ended = spec.action != ClientAction::kNone && !all_ended;
-  checker.End(status);
+  checker.End(rpc, ended);
   CheckTokens(record, references, tie);
   for (const SoakStream& s : record.streams) {
     if (s.compared && !s.tokens.ok) {

@@ -1,14 +1,14 @@
 // One request of `scd-bench soak` (bench/soak.h) as a client sees it: sent to a coordinator,
 // streamed event by event (or cancelled, or abandoned: reading stops and the call's own deadline
 // ends it), resumed through another live coordinator when its coordinator goes away mid-stream
-// (GenerateRequest.resume_token: a single-target stream whose Started carried a token, at most
-// kSoakResumes times), and checked as it ends -- per target exactly one Started before its tokens
-// and exactly one terminal event after them, events only for the targets asked, the request id
-// echoed (an Error may come without Started: a fan-out's target refused before it started while
-// another did), a greedy stream's tokens equal to its reference (bench/soak_workload.h). What the
-// terminal status means (explained by a fault or not) is judged later against the fault
-// schedule (bench/soak_check.h).
-// Thread-safety: RunSoakRequest is reentrant; a SoakCanceller is thread-safe.
+// (GenerateRequest.resume_token: each target whose Started carried a token, alone, at most
+// kSoakResumes times; a fan-out's targets at once), and checked as it ends -- per target exactly
+// one Started before its tokens and exactly one terminal event after them, events only for the
+// targets asked, the request id echoed (an Error may come without Started: a fan-out's target
+// refused before it started while another did), a greedy stream's tokens equal to its reference
+// (bench/soak_workload.h). What the terminal status means (explained by a fault or not) is judged
+// later against the fault schedule (bench/soak_check.h). Thread-safety: RunSoakRequest is
+// reentrant; a SoakCanceller is thread-safe.
 #ifndef SCD_BENCH_SOAK_CLIENT_H_
 #define SCD_BENCH_SOAK_CLIENT_H_
 
@@ -83,9 +83,9 @@ struct SoakRecord {
   SoakRequestSpec spec;
   std::string coordinator;               // address sent to
   std::vector<std::string> resumed_via;  // the coordinators it was resumed through, in order
-  // Why the stream's last broken call (IsResumableBreak, its coordinator gone) was not resumed:
-  // "" when it was, or when no call broke; else "no resume token" (a fan-out, or no Started
-  // yet), "client action", "no other live coordinator", "resumes used up", "past its deadline".
+  // Why a stream's last broken call (IsResumableBreak, its coordinator gone) was not resumed:
+  // "" when it was, or when no call broke; else "no resume token" (no Started yet), "client
+  // action", "no other live coordinator", "resumes used up" (per stream), "past its deadline".
   std::string resume_blocked;
   absl::Time sent, ended;
   int rpc_code = 0;
@@ -97,7 +97,7 @@ struct SoakRecord {
 
 // The live coordinators' addresses now: where a stream whose coordinator went away resumes.
 using LiveCoordinators = std::function<std::vector<std::string>()>;
-inline constexpr int kSoakResumes = 2;  // resumes per request at most
+inline constexpr int kSoakResumes = 2;  // resumes per stream at most
 
 // Sends `spec` to `coordinator` and follows it to its end, resuming through the first address of
 // `live()` other than the broken call's (null `live`: never). `references` and `tie`: the greedy

@@ -264,7 +264,6 @@ absl::StatusOr<CoordinatorInferenceService::Resumed> CoordinatorInferenceService
   absl::StatusOr<ResumeGrant> grant =
       CheckResumeToken(secret_, *req, PresentedApiToken(context), now);
   if (!grant.ok()) return grant.status();
-  if (req->targets_size() != 1) return absl::PermissionDeniedError(kResumeRefused);
   SCD_RETURN_IF_ERROR(resumes_.Admit(grant->mac,
                                      static_cast<uint64_t>(req->resume_received_ids_size()),
                                      req->cache_salt(), grant->deadline, now));
@@ -272,6 +271,9 @@ absl::StatusOr<CoordinatorInferenceService::Resumed> CoordinatorInferenceService
   resumed.received.assign(req->resume_received_ids().begin(), req->resume_received_ids().end());
   resumed.deadline = grant->deadline;
   req->set_request_id(grant->request_id);
+  // A fan-out's target resumes alone (its token names it): the call serves that one.
+  req->clear_targets();
+  req->add_targets(grant->target);
   SetRequestMode(grant->mode, req);
   req->clear_resume_token();
   req->clear_resume_received_ids();
@@ -330,10 +332,10 @@ EventStream* CoordinatorInferenceService::Generate(grpc::CallbackServerContext* 
                    : absl::Now() + (req.deadline_ms() > 0 ? absl::Milliseconds(req.deadline_ms())
                                                           : options_.default_deadline),
                FromGrpcDeadline(context->deadline()));
-  if (!resumed.has_value() && req.targets_size() == 1) {
-    deps.resume_token = [secret = &secret_, req, api_token = PresentedApiToken(*context),
-                         deadline](TransferMode started) {
-      return IssueResumeToken(*secret, req, api_token, deadline, started);
+  if (!resumed.has_value()) {
+    deps.resume_token = [secret = &secret_, req, api_token = PresentedApiToken(*context), deadline](
+                            TransferMode started, const std::string& target) {
+      return IssueResumeToken(*secret, req, api_token, deadline, started, target);
     };
   }
   // A request refused as a whole by its consumers is counted with the others.

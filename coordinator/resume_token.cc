@@ -3,6 +3,8 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "base/sha256.h"
 #include "proto/wire_mode.h"
@@ -33,7 +35,8 @@ std::string Mac(const ClusterSecret& secret, const v1::ResumeToken& token,
   std::string claims = "scd-resume-v1";
   const std::string api_token_hash = Sha256Hex(api_token);
   const std::string signed_request = SignedRequest(request);
-  for (const std::string* field : {&token.request_id(), &api_token_hash, &signed_request}) {
+  for (const std::string* field :
+       {&token.request_id(), &token.target(), &api_token_hash, &signed_request}) {
     absl::StrAppend(&claims, "|", field->size(), ":", *field);
   }
   absl::StrAppend(&claims, "|", token.deadline_unix_ms(), "|", token.expires_unix_ms(), "|",
@@ -44,9 +47,11 @@ std::string Mac(const ClusterSecret& secret, const v1::ResumeToken& token,
 }  // namespace
 
 std::string IssueResumeToken(const ClusterSecret& secret, const v1::GenerateRequest& request,
-                             std::string_view api_token, absl::Time deadline, TransferMode mode) {
+                             std::string_view api_token, absl::Time deadline, TransferMode mode,
+                             const std::string& target) {
   v1::ResumeToken token;
   token.set_request_id(request.request_id());
+  token.set_target(target);
   token.set_deadline_unix_ms(absl::ToUnixMillis(deadline));
   token.set_expires_unix_ms(absl::ToUnixMillis(deadline));
   token.set_transfer_mode(ToWire(mode));
@@ -63,12 +68,17 @@ absl::StatusOr<ResumeGrant> CheckResumeToken(const ClusterSecret& secret,
   // The MAC first, whatever else is wrong: the same work for every refusal.
   const bool genuine = EqualInConstantTime(token.mac(), Mac(secret, token, request, api_token));
   if (!genuine || now >= absl::FromUnixMillis(token.expires_unix_ms())) return refused;
+  if (std::find(request.targets().begin(), request.targets().end(), token.target()) ==
+      request.targets().end()) {
+    return refused;
+  }
   v1::GenerateRequest as_mode;
   as_mode.set_transfer_mode(token.transfer_mode());
   absl::StatusOr<RequestedMode> mode = RequestModeOf(as_mode);
   if (!mode.ok() || mode->is_auto()) return refused;
   ResumeGrant grant;
   grant.request_id = token.request_id();
+  grant.target = token.target();
   grant.deadline = absl::FromUnixMillis(token.deadline_unix_ms());
   grant.mode = mode->mode();
   grant.mac = token.mac();

@@ -295,7 +295,7 @@ bool RoutedRequest::OnEvent(TargetCall* call) {
   const bool forwarded = call->forward.Rewrite(producer_, &call->event);
   if (forwarded && call->event.has_started() && deps_.resume_token) {
     call->event.mutable_started()->set_resume_token(
-        deps_.resume_token(call->forward.started_mode()));
+        deps_.resume_token(call->forward.started_mode(), call->target().target));
   }
   if (forwarded) Write(call->event);
   if (moved_start && !call->session_id.empty() &&
@@ -346,10 +346,12 @@ void RoutedRequest::OnTargetDone(TargetCall* call, const grpc::Status& status) {
       return;
     }
     // Ended without a terminal event the coordinator caused (a consumer that died or went away),
-    // or with a retryable Error held back: the stream moves if it may.
-    const bool movable =
-        call->held_error.has_value() ||
-        (call->failure.empty() && status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED);
+    // or with a retryable Error held back: the stream moves if it may. A node gone moves its
+    // stream even when the producer failed the target first: it could not reach the node either
+    // (a killed replica refuses the producer's connection before its own call ends).
+    const bool movable = call->held_error.has_value() ||
+                         ((call->failure.empty() || node_gone) &&
+                          status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED);
     if (movable && AllStreamed(call)) {
       EndStreamed(call);
       return;

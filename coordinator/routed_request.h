@@ -36,7 +36,8 @@
 //             that node: refused, reset, draining) moves the same way in local mode, and the
 //             new replica's Started is the client's (Finished.moves counts it);
 //   resume    a client whose coordinator went away sends the request again through this one
-//             (resume_token.h): one target's call begins with the ids it received as
+//             (resume_token.h; a fan-out's targets each alone, the request narrowed to the
+//             token's target): the target's call begins with the ids it received as
 //             continued_ids, the Prefill follows its Started as without early prefill, and the
 //             Started is the client's Moved (resumed);
 //   settle    a target the producer failed is told (Consumer.TransferFailed) and given the grace to
@@ -92,9 +93,9 @@ struct RoutedRequestDeps {
   bool early_prefill = true;
   // Moves a target's stream may make to another replica (the request may ask for fewer).
   uint32_t migration_limit = 3;
-  // The stream's resume token for its client (resume_token.h), by the mode its Started names;
-  // null: none given (fan-out, or a resumed stream, whose client has one).
-  std::function<std::string(TransferMode started)> resume_token;
+  // A target's resume token for its client (resume_token.h), by the mode its Started names;
+  // null: none given (a resumed stream, whose client has one).
+  std::function<std::string(TransferMode started, const std::string& target)> resume_token;
   // Tells a target's consumer that its transfer failed (Consumer.TransferFailed); must not block.
   std::function<void(const RouteTarget& target, const std::string& session_id,
                      const std::string& reason)>

@@ -3,7 +3,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdlib>
+#include <map>
+#include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "base/grpc_tls.h"
 #include "proto/grpc_util.h"
 #include "scd/v1/inference.grpc.pb.h"
@@ -52,37 +56,127 @@ v1::GenerateRequest ResumeRequest(const v1::GenerateRequest& request, const std:
   return next;
 }
 
+namespace {
+
+// What a client holds of one target's stream for its resume.
+struct TargetResume {
+  std::string token;              // its Started's resume token
+  std::vector<int32_t> received;  // output ids so far
+  bool ended = false;             // its Finished or Error came
+};
+
+// One resuming request's state: each target's, and the events handed on one at a time.
+class ResumingStreams {
+ public:
+  ResumingStreams(const std::vector<std::string>& servers, const v1::GenerateRequest& request,
+                  absl::Time deadline,
+                  const std::function<void(const v1::GenerateEvent&)>& on_event, GenerateCall call)
+      : servers_(servers),
+        request_(request),
+        deadline_(deadline),
+        on_event_(on_event),
+        call_(std::move(call)) {}
+
+  absl::Status Call(size_t server, const v1::GenerateRequest& request) {
+    return call_(servers_[server], request, deadline_ - absl::Now(),
+                 [this](const v1::GenerateEvent& event) { Take(event); });
+  }
+
+  // The targets a call that broke left open with a token to resume them (in the request's
+  // order); *lost: some target left open without one (no Started yet).
+  std::vector<std::string> Resumable(bool* lost) {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::string> open;
+    *lost = false;
+    for (const std::string& target : request_.targets()) {
+      const TargetResume& t = targets_[target];
+      if (t.ended) continue;
+      if (t.token.empty()) {
+        *lost = true;
+      } else {
+        open.push_back(target);
+      }
+    }
+    return open;
+  }
+
+  // Resumes `target`, whose call broke with `status`, alone through the servers after the
+  // first (in order, wrapping; at most servers.size() times): its last call's status.
+  absl::Status Resume(const std::string& target, absl::Status status) {
+    size_t server = 0;
+    for (size_t tries = 0; tries < servers_.size() && absl::Now() < deadline_; ++tries) {
+      server = (server + 1) % servers_.size();
+      v1::GenerateRequest next;
+      {
+        absl::MutexLock lock(&mu_);
+        const TargetResume& t = targets_[target];
+        next = ResumeRequest(request_, t.token, t.received);
+        ++resumes_;
+      }
+      status = Call(server, next);
+      absl::MutexLock lock(&mu_);
+      if (!IsResumableBreak(status) || targets_[target].ended) break;
+    }
+    return status;
+  }
+
+  int resumes() {
+    absl::MutexLock lock(&mu_);
+    return resumes_;
+  }
+
+ private:
+  void Take(const v1::GenerateEvent& event) {
+    absl::MutexLock lock(&mu_);
+    TargetResume& t = targets_[event.target()];
+    if (event.has_started()) t.token = event.started().resume_token();
+    if (event.has_token()) {
+      t.received.insert(t.received.end(), event.token().ids().begin(), event.token().ids().end());
+    }
+    if (event.has_finished() || event.has_error()) t.ended = true;
+    on_event_(event);
+  }
+
+  const std::vector<std::string>& servers_;
+  const v1::GenerateRequest& request_;
+  const absl::Time deadline_;
+  const std::function<void(const v1::GenerateEvent&)>& on_event_;
+  const GenerateCall call_;
+  absl::Mutex mu_;
+  std::map<std::string, TargetResume> targets_ ABSL_GUARDED_BY(mu_);
+  int resumes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace
+
 absl::Status StreamGenerateResuming(const std::vector<std::string>& servers,
                                     const v1::GenerateRequest& request, absl::Duration timeout,
                                     const std::function<void(const v1::GenerateEvent&)>& on_event,
                                     int* resumes, const GenerateCall& call) {
   if (servers.empty()) return absl::InvalidArgumentError("no server to send the request to");
-  const absl::Time deadline = absl::Now() + timeout;
-  std::string token;              // the Started's resume token
-  std::vector<int32_t> received;  // output ids so far
-  bool ended = false;             // the target's Finished or Error came
-  v1::GenerateRequest next = request;
-  absl::Status status;
-  size_t server = 0;
-  for (size_t tries = 0;; ++tries) {
-    status = (call ? call : GenerateCall(StreamGenerate))(
-        servers[server], next, deadline - absl::Now(), [&](const v1::GenerateEvent& event) {
-          if (event.has_started()) token = event.started().resume_token();
-          if (event.has_token()) {
-            received.insert(received.end(), event.token().ids().begin(), event.token().ids().end());
-          }
-          if (event.has_finished() || event.has_error()) ended = true;
-          on_event(event);
-        });
-    if (!IsResumableBreak(status) || ended || token.empty() || tries + 1 >= servers.size() + 1 ||
-        absl::Now() >= deadline) {
-      return status;
+  ResumingStreams streams(servers, request, absl::Now() + timeout, on_event,
+                          call ? call : GenerateCall(StreamGenerate));
+  const absl::Status status = streams.Call(0, request);
+  bool lost = false;
+  const std::vector<std::string> open =
+      IsResumableBreak(status) ? streams.Resumable(&lost) : std::vector<std::string>();
+  // Each open target alone, a fan-out's at once (a thread each).
+  std::vector<absl::Status> ended(open.size());
+  if (open.size() == 1) {
+    ended[0] = streams.Resume(open[0], status);
+  } else {
+    std::vector<std::thread> resuming;
+    for (size_t i = 0; i < open.size(); ++i) {
+      resuming.emplace_back([&, i] { ended[i] = streams.Resume(open[i], status); });
     }
-    // The next coordinator, with the token and what came.
-    server = (server + 1) % servers.size();
-    next = ResumeRequest(request, token, received);
-    if (resumes != nullptr) ++*resumes;
+    for (std::thread& t : resuming) t.join();
   }
+  if (resumes != nullptr) *resumes = streams.resumes();
+  if (open.empty() || lost) return status;
+  for (const absl::Status& s : ended) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<v1::ModelInfo>> ListModels(const std::string& server,

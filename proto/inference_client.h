@@ -34,14 +34,17 @@ v1::GenerateRequest ResumeRequest(const v1::GenerateRequest& request, const std:
                                   const std::vector<int32_t>& received);
 
 // StreamGenerate over a deployment's coordinators, resuming (GenerateRequest.resume_token): the
-// request goes to servers[0]; when its stream breaks -- the call ends UNAVAILABLE, CANCELLED,
-// ABORTED or UNKNOWN after a Started that carried a resume token and before the target's Finished
-// or Error -- it is sent again, with the token and every output id received, to the next server
-// (in order, wrapping; at most servers.size() resumes in all), so `on_event` sees one stream:
-// the resumed part opens with a Moved event (resumed) and ends with the one Finished. A request
-// refused as a whole by the first server, or a stream without a token (fan-out), ends as
-// StreamGenerate's would. `resumes` (may be null) counts the resumes made. The overall `timeout`
-// bounds every call. `call` makes each call (null: StreamGenerate; tests break one on purpose).
+// request goes to servers[0]; when its call breaks -- it ends UNAVAILABLE, CANCELLED, ABORTED or
+// UNKNOWN -- each target whose Started carried a resume token and whose Finished or Error has
+// not come is sent again alone, with its token and every output id received for it, to the next
+// server (in order, wrapping; at most servers.size() resumes per target), a fan-out's targets at
+// once, so `on_event` sees one stream per target: the resumed part opens with a Moved event
+// (resumed) and ends with the one Finished. `on_event` is called one event at a time (from a
+// resuming target's own thread for a fan-out). A request refused as a whole by the first server,
+// or a target that broke before its Started, ends as StreamGenerate's would (that call's status);
+// else the status is the first resumed target's failure, or OK. `resumes` (may be null) counts
+// the resumes made. The overall `timeout` bounds every call. `call` makes each call (null:
+// StreamGenerate; tests break one on purpose).
 using GenerateCall = std::function<absl::Status(
     const std::string& server, const v1::GenerateRequest& request, absl::Duration timeout,
     const std::function<void(const v1::GenerateEvent&)>& on_event)>;

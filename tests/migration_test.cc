@@ -8,11 +8,13 @@
 // other. A replica dead before the request's Started hands it to another the same way (the
 // client sees one Started, no Moved). Without another replica, or with migration_limit 0, the
 // stream ends in one Error as before. A frozen replica whose early Prefill the (dead) producer
-// failed first still hands its request on; a consumer lost after its last token but before its
-// Finished leaves nothing to move: the coordinator finishes the stream itself.
+// failed first still hands its request on, and so does a started replica lost after the producer
+// failed its transfer; a consumer lost after its last token but before its Finished leaves
+// nothing to move: the coordinator finishes the stream itself.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -34,6 +36,24 @@ using ::testing::HasSubstr;
 
 constexpr char kTarget[] = "b";
 
+// A consumer's side of one Decode call that a scripted node holds open: it ends once, by its
+// node (EndOnce) or when gRPC cancels it (the server stopping), as a dying node's calls end.
+class HeldStream final : public EventStream {
+ public:
+  HeldStream() : EventStream(/*capacity=*/1024, nullptr) {
+    end_on_cancel_ = cancellation().OnCancel([this](const absl::Status& why) {
+      EndOnce(grpc::Status(grpc::StatusCode::CANCELLED, std::string(why.message())));
+    });
+  }
+  void EndOnce(grpc::Status status) {
+    if (!ended_.exchange(true)) End(std::move(status));
+  }
+
+ private:
+  std::atomic<bool> ended_{false};
+  Cancellation::Registration end_on_cancel_;
+};
+
 // A consumer node that answers every Decode with its Started (local) and max_tokens token events
 // and then holds the call open without its Finished, until its server stops: the window between a
 // consumer's last token and its Finished, which a real consumer leaves open only by timing (the
@@ -43,7 +63,7 @@ class SilentAfterLastToken final : public v1::Consumer::CallbackService {
  public:
   grpc::ServerWriteReactor<v1::GenerateEvent>* Decode(grpc::CallbackServerContext* /*context*/,
                                                       const v1::DecodeRequest* request) override {
-    auto* stream = new Stream();
+    auto* stream = new HeldStream();
     v1::GenerateEvent started;
     started.set_target(request->target());
     SetRanMode(TransferMode::kLocal, started.mutable_started());
@@ -57,20 +77,58 @@ class SilentAfterLastToken final : public v1::Consumer::CallbackService {
     }
     return stream;
   }
+};
+
+// A consumer node that answers a Decode with its Started in the mode asked and waits for codes
+// that cannot come (its transfer address refuses the producer), and dies when the coordinator
+// tells it the producer failed the transfer: its Decode calls end UNAVAILABLE, as a killed node's
+// do. So the producer's failure reaches the coordinator before the node's call ends, the order
+// the soak met with a killed replica.
+class DiesWhenToldTransferFailed final : public v1::Consumer::CallbackService {
+ public:
+  ~DiesWhenToldTransferFailed() override {
+    for (HeldStream* stream : streams_) stream->Release();  // its call ended with the server
+  }
+
+  grpc::ServerWriteReactor<v1::GenerateEvent>* Decode(grpc::CallbackServerContext* /*context*/,
+                                                      const v1::DecodeRequest* request) override {
+    auto* stream = new HeldStream();
+    stream->Hold();  // until the node dies (or the test ends)
+    v1::GenerateEvent started;
+    started.set_target(request->target());
+    SetRanMode(TargetModeOf(*request).value_or(TransferMode::kLocal), started.mutable_started());
+    stream->Push(started);
+    absl::MutexLock lock(&mu_);
+    streams_.push_back(stream);
+    return stream;
+  }
+
+  grpc::ServerUnaryReactor* TransferFailed(grpc::CallbackServerContext* context,
+                                           const v1::TransferFailedRequest* /*request*/,
+                                           v1::TransferFailedResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    told_ = true;
+    response->set_found(streams_.empty() ? v1::TransferFailedResponse::FOUND_NONE
+                                         : v1::TransferFailedResponse::FOUND_WAITING);
+    for (HeldStream* stream : streams_) {
+      stream->EndOnce(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the node died"));
+      stream->Release();
+    }
+    streams_.clear();
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  bool told() {
+    absl::MutexLock lock(&mu_);
+    return told_;
+  }
 
  private:
-  // Ends its call once gRPC cancels it (the server stopping), as a dying node's calls end.
-  class Stream final : public EventStream {
-   public:
-    Stream() : EventStream(/*capacity=*/1024, nullptr) {
-      end_on_cancel_ = cancellation().OnCancel([this](const absl::Status& why) {
-        End(grpc::Status(grpc::StatusCode::CANCELLED, std::string(why.message())));
-      });
-    }
-
-   private:
-    Cancellation::Registration end_on_cancel_;
-  };
+  absl::Mutex mu_;
+  std::vector<HeldStream*> streams_ ABSL_GUARDED_BY(mu_);
+  bool told_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class MigrationTest : public ::testing::Test {
@@ -340,6 +398,52 @@ TEST_F(MigrationTest, AConsumerLostAfterItsLastTokenEndsTheStreamFinished) {
   EXPECT_EQ(RanModeName(f), "local");
   for (const v1::GenerateEvent& e : events) EXPECT_FALSE(e.has_moved());
   EXPECT_TRUE(stack->registry().Ejected(lease->node_id)) << "its call failed: out of routing";
+}
+
+// A replica lost after its Started while the producer fails its transfer (it cannot reach the
+// node): the producer's failure reaches the coordinator first, then the node's call ends
+// UNAVAILABLE. The node is gone whatever the producer said, so the started stream moves to the
+// other replica and goes on from codes, as it began. The soak met this order with a killed
+// replica: the stream ended in the producer's Error ("cannot connect ...: refused or
+// unreachable") while another replica was up, because a started target the producer had failed
+// did not move.
+TEST_F(MigrationTest, AReplicaLostAfterItsProducerFailedTheTransferStillMoves) {
+  v1::GenerateRequest request = Request(false);
+  request.set_max_tokens(16);
+  SetRequestMode(RequestedMode(TransferMode::kRaw), &request);
+  auto stack = Stack(1);
+  testing::ServingReply reference = stack->Generate(request);
+  ASSERT_TRUE(reference.status.ok()) << reference.status.error_message();
+
+  DiesWhenToldTransferFailed dying;
+  absl::StatusOr<GrpcServer> server = StartGrpcServer("127.0.0.1:0", {&dying});
+  ASSERT_TRUE(server.ok()) << server.status();
+  v1::RegisterRequest node;
+  SetNodeIdentity(v1::NODE_ROLE_CONSUMER, server->address, kTarget,
+                  stack->consumer(Replica(0)).fingerprint, &node);
+  node.set_transfer_address("127.0.0.1:1");  // refuses: the producer cannot reach the node
+  // Routed first: between idle replicas of equal cost the lowest node id wins (route_choice.cc
+  // PickConsumer), and "consumer" sorts before every registered id ("consumer-<random>").
+  const std::string dying_id = "consumer";
+  ASSERT_LT(dying_id, stack->node_id(Replica(0)));
+  ASSERT_TRUE(stack->registry().Upsert(dying_id, node, v1::HeartbeatRequest()).ok());
+
+  testing::ServingReply reply = stack->Generate(request);
+  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+  EXPECT_TRUE(dying.told()) << "the producer's failure did not come first";
+  EXPECT_EQ(reply.ids[kTarget], reference.ids[kTarget]);
+  const std::vector<v1::GenerateEvent>& events = reply.events[kTarget];
+  int started = 0;
+  for (const v1::GenerateEvent& e : events) {
+    started += e.has_started();
+    EXPECT_FALSE(e.has_error()) << e.DebugString();
+  }
+  EXPECT_EQ(started, 1);
+  ASSERT_TRUE(events.back().has_finished()) << events.back().DebugString();
+  EXPECT_EQ(events.back().finished().moves(), 1u);
+  EXPECT_EQ(RanModeName(events.back().finished()), "raw");
+  EXPECT_TRUE(stack->registry().Ejected(dying_id));
+  EXPECT_FALSE(stack->registry().Ejected(stack->node_id(Replica(0))));
 }
 
 TEST_F(MigrationTest, WithoutAnotherReplicaOrMovesTheStreamEndsInOneError) {

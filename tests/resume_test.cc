@@ -3,10 +3,13 @@
 // tokens and A is shut down, the same request sent again through B with the Started's resume token
 // and the ids received: B's stream opens with a Moved (resumed) event, goes on with exactly the
 // tokens an unfaulted stream gives after them (greedy and seeded sampling), and ends in one
-// Finished that counts every token once. A replay at the same position, another tenant's request
-// and a forged token are refused alike, before any work.
+// Finished that counts every token once; a fan-out's targets each resume alone with their own
+// token. A replay at the same position, another tenant's request and a forged token are refused
+// alike, before any work.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -52,18 +55,19 @@ Streamed Stream(const coordinator::CoordinatorNode& via, const v1::GenerateReque
   return s;
 }
 
-// The client's side of "its coordinator went away", without a race: the client reads `tokens`
-// tokens through A and its call ends there (cancelled; nothing after it is read), whether or not A
-// would have finished the stream; then A is shut down. What the client has is what it resumes from.
-Streamed CutAfter(coordinator::CoordinatorNode* a, const v1::GenerateRequest& request,
-                  size_t tokens) {
+// The client's side of "its coordinator went away", without a race: the client reads through A
+// until `enough` says so and its call ends there (cancelled; nothing after it is read), whether or
+// not A would have finished the stream; then A is shut down. What the client has is what it
+// resumes from.
+Streamed CutWhen(coordinator::CoordinatorNode* a, const v1::GenerateRequest& request,
+                 const std::function<bool(const Streamed&)>& enough) {
   Streamed s;
   auto stub = v1::Inference::NewStub(grpc::CreateChannel(a->address(), GrpcChannelCredentials()));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
   auto reader = stub->Generate(&context, request);
   v1::GenerateEvent e;
-  while (s.ids.size() < tokens && reader->Read(&e)) {
+  while (!enough(s) && reader->Read(&e)) {
     s.events.push_back(e);
     if (e.has_started()) s.token = e.started().resume_token();
     if (e.has_token()) s.ids.insert(s.ids.end(), e.token().ids().begin(), e.token().ids().end());
@@ -73,6 +77,12 @@ Streamed CutAfter(coordinator::CoordinatorNode* a, const v1::GenerateRequest& re
   s.status = FromGrpcStatus(reader->Finish());
   a->Shutdown(absl::ZeroDuration());
   return s;
+}
+
+// CutWhen after `tokens` tokens.
+Streamed CutAfter(coordinator::CoordinatorNode* a, const v1::GenerateRequest& request,
+                  size_t tokens) {
+  return CutWhen(a, request, [tokens](const Streamed& s) { return s.ids.size() >= tokens; });
 }
 
 // The request's stream through A, cut after `tokens` tokens, then resumed through B: its ids
@@ -160,6 +170,79 @@ TEST_F(ResumeTest, TheClientLibraryResumesThroughTheNextCoordinator) {
   EXPECT_EQ(moved, 1);
   EXPECT_EQ(finished, 1);
   EXPECT_EQ(ids, reference.ids);
+}
+
+// A fan-out's targets each resume alone with their own token (inference.proto resume_token):
+// a second consumer node ("twin", another model) beside "tales", the fan-out's call through A cut
+// once both targets streamed 3 tokens, then the client library resumes each target through B at
+// once. Each target's stream is the unfaulted one's: one Started, one Moved (resumed), the same
+// ids, one Finished.
+TEST_F(ResumeTest, AFanOutsTargetsEachResumeAloneWithTheirOwnTokens) {
+  consumer::ConsumerNodeOptions options;
+  options.model.model_dir = testing::ModelDir("stories260k-fables");
+  options.model.name = "twin";
+  options.cluster_secret = kTwoCoordinatorsSecret;
+  options.coordinator = etcd_->registry();
+  absl::StatusOr<std::unique_ptr<consumer::ConsumerNode>> twin =
+      consumer::ConsumerNode::Start(options);
+  ASSERT_TRUE(twin.ok()) << twin.status();
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  ASSERT_TRUE(a_->registry().AwaitSize(2, deadline));
+  ASSERT_TRUE(b_->registry().AwaitSize(2, deadline));
+  v1::GenerateRequest request = Request(96);
+  request.add_targets("twin");
+  std::map<std::string, std::vector<int32_t>> reference;
+  ASSERT_TRUE(
+      StreamGenerate(b_->address(), request, absl::Seconds(60), [&](const v1::GenerateEvent& e) {
+        if (!e.has_token()) return;
+        std::vector<int32_t>& ids = reference[e.target()];
+        ids.insert(ids.end(), e.token().ids().begin(), e.token().ids().end());
+      }).ok());
+  ASSERT_EQ(reference.size(), 2u);
+  ASSERT_NE(reference["tales"], reference["twin"]) << "two models: two streams";
+
+  const std::string a = a_->address();
+  GenerateCall call = [&](const std::string& server, const v1::GenerateRequest& r,
+                          absl::Duration timeout,
+                          const std::function<void(const v1::GenerateEvent&)>& on_event) {
+    if (server != a) return StreamGenerate(server, r, timeout, on_event);
+    std::map<std::string, size_t> tokens;
+    const Streamed cut = CutWhen(a_.get(), r, [&](const Streamed& s) {
+      if (!s.events.empty() && s.events.back().has_token()) {
+        tokens[s.events.back().target()] += s.events.back().token().ids_size();
+      }
+      return tokens["tales"] >= 3 && tokens["twin"] >= 3;
+    });
+    for (const v1::GenerateEvent& e : cut.events) on_event(e);
+    return absl::UnavailableError("the coordinator went away");
+  };
+  std::map<std::string, std::vector<int32_t>> ids;
+  std::map<std::string, int> started, moved, finished;
+  std::set<std::string> tokens;
+  int resumes = 0;
+  const absl::Status status = StreamGenerateResuming(
+      {a, b_->address()}, request, absl::Seconds(60),
+      [&](const v1::GenerateEvent& e) {
+        started[e.target()] += e.has_started() ? 1 : 0;
+        if (e.has_started()) tokens.insert(e.started().resume_token());
+        moved[e.target()] += e.has_moved() && e.moved().resumed() ? 1 : 0;
+        finished[e.target()] += e.has_finished() ? 1 : 0;
+        if (e.has_token()) {
+          ids[e.target()].insert(ids[e.target()].end(), e.token().ids().begin(),
+                                 e.token().ids().end());
+        }
+      },
+      &resumes, call);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(resumes, 2);
+  EXPECT_EQ(tokens.size(), 2u) << "a token per target";
+  for (const std::string target : {"tales", "twin"}) {
+    SCOPED_TRACE(target);
+    EXPECT_EQ(started[target], 1);
+    EXPECT_EQ(moved[target], 1);
+    EXPECT_EQ(finished[target], 1);
+    EXPECT_EQ(ids[target], reference[target]);
+  }
 }
 
 TEST_F(ResumeTest, AnotherTenantsOrAForgedTokenIsRefusedAlike) {

@@ -1,7 +1,8 @@
 // Resume tokens (coordinator/resume_token.h): a token checks out for the request it was made for,
 // as the client sends it again (its request id empty, its relative deadline as before), and grants
-// the stream's id, absolute deadline and mode; any other request, tenant, API token or secret, a
-// token past its expiry, a forged or truncated one: PERMISSION_DENIED with the same message.
+// the stream's id, target, absolute deadline and mode (a fan-out's tokens each their own target);
+// any other request, tenant, API token or secret, a token past its expiry, a forged or truncated
+// one, a claim of another target: PERMISSION_DENIED with the same message.
 #include "coordinator/resume_token.h"
 
 #include <gtest/gtest.h>
@@ -21,6 +22,7 @@ v1::GenerateRequest Original() {
   request.add_prompt_ids(403);
   request.add_prompt_ids(9);
   request.add_targets("fables");
+  request.add_targets("tales");
   request.set_max_tokens(32);
   request.set_temperature(0.8f);
   request.set_top_p(0.9f);
@@ -39,10 +41,11 @@ v1::GenerateRequest Again(const std::string& token) {
   return request;
 }
 
-std::string Token(const ClusterSecret& secret = Secret(), const std::string& api = "Bearer k1") {
+std::string Token(const ClusterSecret& secret = Secret(), const std::string& api = "Bearer k1",
+                  const std::string& target = "fables") {
   v1::GenerateRequest served = Original();
   served.set_request_id("req-1");  // the coordinator made it
-  return IssueResumeToken(secret, served, api, kT0 + absl::Seconds(30), TransferMode::kScd);
+  return IssueResumeToken(secret, served, api, kT0 + absl::Seconds(30), TransferMode::kScd, target);
 }
 
 void ExpectRefused(const absl::StatusOr<ResumeGrant>& grant, const std::string& what) {
@@ -55,9 +58,16 @@ TEST(ResumeTokenTest, GrantsTheStreamItWasMadeFor) {
       CheckResumeToken(Secret(), Again(Token()), "Bearer k1", kT0 + absl::Seconds(1));
   ASSERT_TRUE(grant.ok()) << grant.status();
   EXPECT_EQ(grant->request_id, "req-1");
+  EXPECT_EQ(grant->target, "fables");
   EXPECT_EQ(grant->deadline, kT0 + absl::Seconds(30)) << "carried, not reset";
   EXPECT_EQ(grant->mode, TransferMode::kScd);
   EXPECT_FALSE(grant->mac.empty());
+  // The fan-out's other target: a token of its own, another MAC.
+  absl::StatusOr<ResumeGrant> other = CheckResumeToken(
+      Secret(), Again(Token(Secret(), "Bearer k1", "tales")), "Bearer k1", kT0 + absl::Seconds(1));
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(other->target, "tales");
+  EXPECT_NE(other->mac, grant->mac);
 }
 
 TEST(ResumeTokenTest, RefusesAnyOtherRequestTenantKeyOrSecretTheSameWay) {
@@ -100,6 +110,18 @@ TEST(ResumeTokenTest, RefusesAnyOtherRequestTenantKeyOrSecretTheSameWay) {
   forged.set_request_id("req-2");
   ExpectRefused(CheckResumeToken(Secret(), Again(forged.SerializeAsString()), "Bearer k1", now),
                 "another request id");
+  forged.ParseFromString(token);
+  forged.set_target("tales");
+  ExpectRefused(CheckResumeToken(Secret(), Again(forged.SerializeAsString()), "Bearer k1", now),
+                "the fan-out's other target claimed");
+  // A genuine token for a target the request does not list (a coordinator never makes one).
+  {
+    v1::GenerateRequest served = Original();
+    served.set_request_id("req-1");
+    const std::string stray = IssueResumeToken(Secret(), served, "Bearer k1",
+                                               kT0 + absl::Seconds(30), TransferMode::kScd, "xs");
+    ExpectRefused(CheckResumeToken(Secret(), Again(stray), "Bearer k1", now), "no such target");
+  }
 }
 
 }  // namespace

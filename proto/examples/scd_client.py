@@ -14,7 +14,8 @@ line (mode, tokens, payload bytes, time to first token) to stderr. Exit status 0
 target finished, 1 when the call or a target ended with an error (its gRPC status and message
 printed). --address may list a deployment's coordinators (HOST:PORT,HOST:PORT): a stream whose
 coordinator goes away is resumed through the next with the Started's resume token and the token
-ids received so far (GenerateRequest.resume_token), and goes on where it stopped.
+ids received so far (GenerateRequest.resume_token), and goes on where it stopped; a fan-out's
+targets each resume alone with their own token.
 """
 import argparse
 import sys
@@ -57,43 +58,65 @@ def main():
     request = inference_pb2.GenerateRequest(
         prompt=args.prompt, targets=args.target, transfer_mode=mode,
         max_tokens=args.max_tokens, temperature=args.temperature)
-    original = request
-    state = {"token": b"", "received": [], "ended": False, "failed": False}
+    # Per target: its Started's resume token, the ids received, whether it ended.
+    state = {"targets": {}, "failed": False}
     broken = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED,
               grpc.StatusCode.UNKNOWN)
-    for attempt in range(len(addresses)):
-        address = addresses[attempt % len(addresses)]
-        if attempt > 0:  # the stream resumes after what came
-            request = inference_pb2.GenerateRequest()
-            request.CopyFrom(original)
-            request.resume_token = state["token"]
-            request.resume_received_ids.extend(state["received"])
-            print(f"\nresuming through {address} after {len(state['received'])} tokens",
-                  file=sys.stderr)
-        with grpc.insecure_channel(address) as channel:
-            stub = inference_pb2_grpc.InferenceStub(channel)
-            try:
-                for event in stub.Generate(request, timeout=args.timeout):
-                    show(event, state, inference_pb2)
-                return 1 if state["failed"] else 0
-            except grpc.RpcError as e:
-                print(f"\ncall failed: {e.code().name}: {e.details()}", file=sys.stderr)
-                if e.code() not in broken or state["ended"] or not state["token"]:
-                    return 1
-    return 1
+    code = call(grpc, addresses[0], request, args.timeout, state, inference_pb2, inference_pb2_grpc)
+    if code is None:
+        return 1 if state["failed"] else 0
+    if code not in broken:
+        return 1
+    # Each target left open resumes alone (a fan-out's one after another here), with its own
+    # token, through the next coordinators.
+    for target in list(request.targets) or list(state["targets"]):
+        t = state["targets"].get(target)
+        if t is None or t["ended"]:
+            continue
+        if not t["token"]:
+            return 1  # it broke before its Started: nothing resumes it
+        for attempt in range(1, len(addresses) + 1):
+            address = addresses[attempt % len(addresses)]
+            resume = inference_pb2.GenerateRequest()
+            resume.CopyFrom(request)
+            resume.resume_token = t["token"]
+            resume.resume_received_ids.extend(t["received"])
+            print(f"\nresuming {target or 'the stream'} through {address} after "
+                  f"{len(t['received'])} tokens", file=sys.stderr)
+            code = call(grpc, address, resume, args.timeout, state, inference_pb2, inference_pb2_grpc)
+            if code is None or code not in broken or t["ended"]:
+                break
+        if not t["ended"]:
+            return 1
+    return 1 if state["failed"] else 0
+
+
+def call(grpc, address, request, timeout, state, inference_pb2, inference_pb2_grpc):
+    """One Generate call; None when it ended OK, else its gRPC status code."""
+    with grpc.insecure_channel(address) as channel:
+        stub = inference_pb2_grpc.InferenceStub(channel)
+        try:
+            for event in stub.Generate(request, timeout=timeout):
+                show(event, state, inference_pb2)
+            return None
+        except grpc.RpcError as e:
+            print(f"\ncall failed: {e.code().name}: {e.details()}", file=sys.stderr)
+            return e.code()
 
 
 def show(event, state, inference_pb2):
     """Prints one event and notes what a resume needs."""
     kind = event.WhichOneof("event")
+    t = state["targets"].setdefault(event.target,
+                                    {"token": b"", "received": [], "ended": False})
     if kind == "started":
-        state["token"] = event.started.resume_token
+        t["token"] = event.started.resume_token
     elif kind == "token":
-        state["received"].extend(event.token.ids)
+        t["received"].extend(event.token.ids)
         sys.stdout.write(event.token.text)
         sys.stdout.flush()
     elif kind == "finished":
-        state["ended"] = True
+        t["ended"] = True
         f = event.finished
         ran = inference_pb2.TransferMode.Name(f.transfer_mode)
         ran = ran.removeprefix("TRANSFER_MODE_").lower()
@@ -106,7 +129,7 @@ def show(event, state, inference_pb2):
         print(f"\n[{event.target}] {how} after {m.tokens_so_far} tokens: {m.reason}",
               file=sys.stderr)
     elif kind == "error":
-        state["ended"] = True
+        t["ended"] = True
         state["failed"] = True
         print(f"\n[{event.target}] error {event.error.code}: {event.error.message}",
               file=sys.stderr)
