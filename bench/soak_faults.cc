@@ -83,6 +83,27 @@ bool HoldsStreams(const SoakDeployment& d, int i, uint32_t n) {
   return stats.ok() && stats->sequences() >= n;
 }
 
+// The first of `nodes` that holds two streams within kMidStreamWait, else one within as long
+// again; -1 when none did.
+int StreamHolder(const SoakDeployment& d, const std::vector<int>& nodes) {
+  int holder = -1;
+  for (uint32_t n : {2u, 1u}) {
+    const absl::Time found = WaitFor(
+        [&] {
+          for (int i : nodes) {
+            if (HoldsStreams(d, i, n)) {
+              holder = i;
+              return true;
+            }
+          }
+          return false;
+        },
+        kMidStreamWait);
+    if (found != absl::InfinitePast()) return holder;
+  }
+  return -1;
+}
+
 }  // namespace
 
 const char* FaultKindName(FaultKind kind) {
@@ -106,6 +127,53 @@ bool FaultOutcome::ok() const {
          (out_of_routing_s < 0 || out_of_routing_s <= out_of_routing_bound_s);
 }
 
+namespace {
+
+// `fault` with the nodes it may go to instead: a replicated consumer's replicas, the
+// coordinators (each list holding `fault.node`).
+SoakFault Either(const std::vector<SoakNode>& nodes, const std::vector<int>& replicated,
+                 const std::vector<int>& coordinators, SoakFault fault) {
+  if (fault.kind != FaultKind::kKill && fault.kind != FaultKind::kFreeze) return fault;
+  const SoakNode& n = nodes[static_cast<size_t>(fault.node)];
+  if (n.role == SoakRole::kCoordinator) fault.either = coordinators;
+  if (std::find(replicated.begin(), replicated.end(), fault.node) != replicated.end()) {
+    for (int r : replicated) {
+      if (nodes[static_cast<size_t>(r)].model == n.model) fault.either.push_back(r);
+    }
+  }
+  return fault;
+}
+
+// Cycle `cycle` (> 0)'s faults, in `*faults`.
+void LaterFaults(int cycle, const std::vector<int>& killable, const std::vector<int>& replicated,
+                 const std::vector<int>& coordinators, int etcd, absl::Duration hold,
+                 std::vector<SoakFault>* faults) {
+  // Later cycles: one node killed and another frozen, in turn, so that every process also lives
+  // long enough for its memory's growth to be measured; a coordinator replaced every third. And
+  // a replica of a replicated target frozen past the keepalive bound every cycle: its streams
+  // must move to the other replica (frozen, not killed: its memory's growth is still measured).
+  const size_t c = static_cast<size_t>(cycle);
+  *faults = {
+      {FaultKind::kKill, killable[(c - 1) % killable.size()], hold, {}},
+      {FaultKind::kFlap, -1, hold, {}},
+      {FaultKind::kFreeze, killable[(c + 2) % killable.size()], hold, {}},
+      {FaultKind::kEtcd, etcd, hold, {}},
+  };
+  if (!replicated.empty()) {
+    faults->push_back({FaultKind::kFreeze, replicated[c % replicated.size()], hold, {}});
+  }
+  if (c % 3 == 0) {
+    faults->push_back({FaultKind::kReplace, coordinators[(c / 3) % coordinators.size()], hold, {}});
+  }
+  // A coordinator killed mid-stream every third cycle besides its turn: its streams' clients
+  // resume through another (the turn alone kills one every sixth cycle, too few resumes).
+  if (c % 3 == 1) {
+    faults->push_back({FaultKind::kKill, coordinators[(c / 3) % coordinators.size()], hold, {}});
+  }
+}
+
+}  // namespace
+
 std::vector<SoakFault> SoakFaultCycle(const std::vector<SoakNode>& nodes, int cycle) {
   std::vector<int> consumers, coordinators, killable, replicated;
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -123,42 +191,41 @@ std::vector<SoakFault> SoakFaultCycle(const std::vector<SoakNode>& nodes, int cy
   const int producer = FirstOf(nodes, SoakRole::kProducer);
   const int etcd = FirstOf(nodes, SoakRole::kEtcd);
   const absl::Duration hold = absl::Seconds(3);
+  std::vector<SoakFault> faults;
   if (cycle == 0) {  // every kind, every role killed and frozen once
-    return {
-        {FaultKind::kKill, consumers[0], hold},
-        {FaultKind::kFreeze, consumers[1 % consumers.size()], hold},
-        {FaultKind::kFlap, -1, hold},
-        {FaultKind::kKill, producer, hold},
-        {FaultKind::kFreeze, coordinators[0], hold},
-        {FaultKind::kEtcd, etcd, hold},
-        {FaultKind::kReplace, coordinators[0], hold},
-        {FaultKind::kFreeze, producer, hold},
-        {FaultKind::kKill, coordinators[1 % coordinators.size()], hold},
+    faults = {
+        {FaultKind::kKill, consumers[0], hold, {}},
+        {FaultKind::kFreeze, consumers[1 % consumers.size()], hold, {}},
+        {FaultKind::kFlap, -1, hold, {}},
+        {FaultKind::kKill, producer, hold, {}},
+        {FaultKind::kFreeze, coordinators[0], hold, {}},
+        {FaultKind::kEtcd, etcd, hold, {}},
+        {FaultKind::kReplace, coordinators[0], hold, {}},
+        {FaultKind::kFreeze, producer, hold, {}},
+        {FaultKind::kKill, coordinators[1 % coordinators.size()], hold, {}},
     };
+  } else {
+    LaterFaults(cycle, killable, replicated, coordinators, etcd, hold, &faults);
   }
-  // Later cycles: one node killed and another frozen, in turn, so that every process also lives
-  // long enough for its memory's growth to be measured; a coordinator replaced every third. And
-  // a replica of a replicated target frozen past the keepalive bound every cycle: its streams
-  // must move to the other replica (frozen, not killed: its memory's growth is still measured).
-  const size_t c = static_cast<size_t>(cycle);
-  std::vector<SoakFault> faults = {
-      {FaultKind::kKill, killable[(c - 1) % killable.size()], hold},
-      {FaultKind::kFlap, -1, hold},
-      {FaultKind::kFreeze, killable[(c + 2) % killable.size()], hold},
-      {FaultKind::kEtcd, etcd, hold},
-  };
-  if (!replicated.empty()) {
-    faults.push_back({FaultKind::kFreeze, replicated[c % replicated.size()], hold});
-  }
-  if (c % 3 == 0) {
-    faults.push_back({FaultKind::kReplace, coordinators[(c / 3) % coordinators.size()], hold});
-  }
+  for (SoakFault& f : faults) f = Either(nodes, replicated, coordinators, std::move(f));
   return faults;
 }
 
-FaultOutcome RunSoakFault(SoakDeployment& d, const SoakFault& fault,
+FaultOutcome RunSoakFault(SoakDeployment& d, const SoakFault& planned,
                           const std::vector<std::string>& targets, absl::Duration max_wait) {
   FaultOutcome out;
+  SoakFault fault = planned;
+  // A consumer or a coordinator is killed or frozen mid-stream (its streams must move or
+  // resume), so the fault waits a while for one to be under way there (or on a node of `either`,
+  // which it then goes to).
+  const SoakRole role = fault.node >= 0 ? d.Node(fault.node).role : SoakRole::kEtcd;
+  if ((fault.kind == FaultKind::kKill || fault.kind == FaultKind::kFreeze) &&
+      (role == SoakRole::kConsumer || role == SoakRole::kCoordinator)) {
+    const int holder =
+        StreamHolder(d, fault.either.empty() ? std::vector<int>{fault.node} : fault.either);
+    out.mid_stream = holder >= 0;
+    if (holder >= 0) fault.node = holder;
+  }
   out.fault = fault;
   if (fault.node >= 0) {
     const SoakNode n = d.Node(fault.node);
@@ -166,16 +233,6 @@ FaultOutcome RunSoakFault(SoakDeployment& d, const SoakFault& fault,
     out.role = n.role;
     out.model = n.model;
     out.address = n.address;
-  }
-  // A consumer or a coordinator is killed or frozen mid-stream (its streams must move or
-  // resume), so the fault waits a while for one to be under way there.
-  const bool mid_stream = (fault.kind == FaultKind::kKill || fault.kind == FaultKind::kFreeze) &&
-                          (out.role == SoakRole::kConsumer || out.role == SoakRole::kCoordinator);
-  if (mid_stream) {
-    out.mid_stream = WaitFor([&] { return HoldsStreams(d, fault.node, 2); }, kMidStreamWait) !=
-                         absl::InfinitePast() ||
-                     WaitFor([&] { return HoldsStreams(d, fault.node, 1); }, kMidStreamWait) !=
-                         absl::InfinitePast();
   }
   out.start = absl::Now();
   absl::StatusOr<absl::Time> ready = absl::Now();

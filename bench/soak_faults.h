@@ -35,13 +35,18 @@ struct SoakFault {
   FaultKind kind = FaultKind::kKill;
   int node = -1;  // the deployment's node index (kill, freeze, replace; etcd: etcd's)
   absl::Duration hold = absl::Seconds(3);  // freeze, flap, etcd down
+  // A consumer's or coordinator's kill or freeze: the nodes it may go to instead of `node` (the
+  // replicas of its model, the coordinators; `node` among them), the one that holds streams
+  // when it comes. Empty: `node`.
+  std::vector<int> either;
 };
 
 // The faults of cycle `cycle`: the first runs every kind and kills and freezes every role once
 // (consumer, producer, coordinator); later ones kill one node and freeze another in turn, flap
-// the link, restart etcd, freeze a replica of a replicated target (in turn), and every third
-// replaces a coordinator. A consumer's or coordinator's kill or freeze first waits up to 2 s for
-// two streams there, then up to 2 s for one (FaultOutcome::mid_stream).
+// the link, restart etcd, freeze a replica of a replicated target, every third replaces a
+// coordinator and the one after kills a coordinator. A consumer's or coordinator's kill or freeze
+// first waits up to 2 s for two streams there (on any node of `either`), then up to 2 s for one
+// (FaultOutcome::mid_stream): routing sends most streams to one replica, whichever the turn names.
 std::vector<SoakFault> SoakFaultCycle(const std::vector<SoakNode>& nodes, int cycle);
 
 struct FaultOutcome {

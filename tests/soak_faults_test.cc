@@ -1,7 +1,8 @@
 // The soak's fault schedule (bench/soak_faults.h): the first cycle runs every kind and kills and
-// freezes every role; later cycles kill each node in turn (so each also lives long) and freeze a
-// replica of a replicated target (its streams must move); a fault's outcome holds only within its
-// bounds.
+// freezes every role; later cycles kill each node in turn (so each also lives long), freeze a
+// replica of a replicated target (its streams must move) and kill a coordinator every third cycle
+// besides (its streams resume); a replica's or coordinator's fault may go to the one holding
+// streams; a fault's outcome holds only within its bounds.
 #include "bench/soak_faults.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <vector>
 
 namespace scd::bench {
 namespace {
@@ -68,8 +70,40 @@ TEST(SoakFaultsTest, LaterCyclesKillEachNodeInTurn) {
     }
   }
   EXPECT_EQ(kills.size(), 6u);  // every node but etcd, once each in six cycles
-  for (const auto& [node, n] : kills) EXPECT_EQ(n, 1) << nodes[static_cast<size_t>(node)].name;
+  for (const auto& [node, n] : kills) {
+    // A coordinator also every third cycle besides its turn (cycles 1 and 4: each once more).
+    const bool coordinator = nodes[static_cast<size_t>(node)].role == SoakRole::kCoordinator;
+    EXPECT_EQ(n, coordinator ? 2 : 1) << nodes[static_cast<size_t>(node)].name;
+  }
   EXPECT_EQ(replaced, 2);
+}
+
+// A replica's or a coordinator's kill or freeze may go to whichever of its kind holds streams
+// when it comes (routing sends most of a target's streams to one replica); the producer's and
+// the unreplicated xs consumer's go where planned.
+TEST(SoakFaultsTest, AReplicasOrCoordinatorsFaultMayGoToTheOneHoldingStreams) {
+  const std::vector<SoakNode> nodes = Nodes();
+  int replica_faults = 0, coordinator_faults = 0;
+  for (int cycle = 0; cycle <= 6; ++cycle) {
+    for (const SoakFault& f : SoakFaultCycle(nodes, cycle)) {
+      if (f.kind != FaultKind::kKill && f.kind != FaultKind::kFreeze) {
+        EXPECT_TRUE(f.either.empty());
+        continue;
+      }
+      const SoakNode& n = nodes[static_cast<size_t>(f.node)];
+      if (n.role == SoakRole::kCoordinator) {
+        EXPECT_EQ(f.either, (std::vector<int>{1, 2}));
+        ++coordinator_faults;
+      } else if (n.model == "fables") {
+        EXPECT_EQ(f.either, (std::vector<int>{4, 5}));
+        ++replica_faults;
+      } else {
+        EXPECT_TRUE(f.either.empty()) << n.name;
+      }
+    }
+  }
+  EXPECT_GT(replica_faults, 0);
+  EXPECT_GT(coordinator_faults, 0);
 }
 
 TEST(SoakFaultsTest, EveryLaterCycleFreezesAReplicaWhoseStreamsCanMove) {
