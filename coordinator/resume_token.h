@@ -3,11 +3,10 @@
 // deployment once its own went away (GenerateRequest.resume_token, inference.proto). The token
 // (v1::ResumeToken, opaque to clients) carries the request id, the target, the absolute deadline,
 // an expiry and the mode the stream started in, with an HMAC-SHA256 under the cluster secret over
-// those, the request as the
-// client sent it (less request_id, deadline_ms and the resume fields: a client sends the same
-// request again), its tenant (cache_salt, inside the request) and the API token it came with. So
-// no coordinator needs another's state, a request id alone resumes nothing, and a token of one
-// request, tenant or API token resumes no other. Every refusal reads the same
+// those, the request as the client sent it (less request_id, deadline_ms and the resume fields: a
+// client sends the same request again), its tenant (cache_salt, inside the request) and the API
+// token it came with. So no coordinator needs another's state, a request id alone resumes nothing,
+// and a token of one request, tenant or API token resumes no other. Every refusal reads the same
 // (PERMISSION_DENIED kResumeRefused), so a client cannot probe what was wrong.
 // Thread-safety: stateless functions.
 #ifndef SCD_COORDINATOR_RESUME_TOKEN_H_

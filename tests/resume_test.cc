@@ -206,6 +206,7 @@ TEST_F(ResumeTest, AFanOutsTargetsEachResumeAloneWithTheirOwnTokens) {
                           absl::Duration timeout,
                           const std::function<void(const v1::GenerateEvent&)>& on_event) {
     if (server != a) return StreamGenerate(server, r, timeout, on_event);
+    // CutWhen asks once before the first read and once after each event: each event counted once.
     std::map<std::string, size_t> tokens;
     const Streamed cut = CutWhen(a_.get(), r, [&](const Streamed& s) {
       if (!s.events.empty() && s.events.back().has_token()) {
