@@ -96,10 +96,15 @@ many-streams: build
 # a producer and three consumers as processes under a mixed Poisson load (6 requests/s) while
 # nodes are killed, frozen and restarted, the link flaps and etcd restarts; every request
 # checked as it ends, every recovery timed, and nothing held nor leaked at the end. soak.json and
-# soak.png in $(BUILD)/soak; exit 1 on any failure. soak-smoke: the same in 3 minutes (every
-# fault kind once), part of `make test`.
+# soak.png in $(BUILD)/soak/$(SOAK_TRANSPORT); exit 1 on any failure. Codes travel over gRPC;
+# `make soak SOAK_TRANSPORT=ucx`: over UCX. The producer runs in a network namespace of its own
+# whose link is also taken down and up (root; SOAK_LINK=shaper: on loopback). soak-smoke: the
+# same in 3 minutes on loopback (every fault kind once), part of `make test`.
+SOAK_TRANSPORT ?= grpc
+SOAK_LINK ?= netns
 soak: build
-	./$(BUILD)/bin/scd-bench soak --duration 1800 --shared-dir $(SHARED) --out $(BUILD)/soak
+	./$(BUILD)/bin/scd-bench soak --duration 1800 --transport $(SOAK_TRANSPORT) \
+	  --link $(SOAK_LINK) --shared-dir $(SHARED) --out $(BUILD)/soak/$(SOAK_TRANSPORT)
 
 soak-smoke: build
 	./$(BUILD)/bin/scd-bench soak --smoke --shared-dir $(SHARED) --out $(BUILD)/soak-smoke

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "base/child_process.h"
+#include "base/status_macros.h"
 
 namespace scd::bench {
 namespace {
@@ -33,6 +34,36 @@ absl::Status Cmd(std::vector<std::string> argv) {
 
 void Quiet(std::vector<std::string> argv) { (void)Cmd(std::move(argv)); }
 
+// Root and iproute2 (for `--link netns`, in the sweep and the soak), then the namespaces of
+// earlier runs whose process is gone (killed before it could clean up) removed.
+absl::Status Prepare() {
+  if (geteuid() != 0) {
+    return absl::PermissionDeniedError(
+        "--link netns makes network namespaces and needs root (CAP_NET_ADMIN); run as root or "
+        "use --link shaper");
+  }
+  absl::StatusOr<ChildProcess::Outcome> ip = ChildProcess::Run({"ip", "-V"});
+  if (!ip.ok() || ip->status != 0) {
+    return absl::FailedPreconditionError(
+        "--link netns needs iproute2's `ip` and `tc` (apt-get install iproute2)");
+  }
+  for (const std::string& name : NetnsLink::Leftovers()) {
+    int pid = 0;
+    absl::string_view digits = absl::StripPrefix(name, kPrefix);
+    digits = digits.substr(0, digits.size() - 1);  // the trailing role letter
+    if (absl::SimpleAtoi(digits, &pid) && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
+      Quiet({"ip", "netns", "del", name});
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Runs `steps` in order; the first failure's message.
+absl::Status RunSteps(const std::vector<std::vector<std::string>>& steps) {
+  for (const std::vector<std::string>& step : steps) SCD_RETURN_IF_ERROR(Cmd(step));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::vector<std::string> NetnsLink::Leftovers() {
@@ -47,25 +78,7 @@ std::vector<std::string> NetnsLink::Leftovers() {
 }
 
 absl::StatusOr<NetnsLink> NetnsLink::Create() {
-  if (geteuid() != 0) {
-    return absl::PermissionDeniedError(
-        "--link netns makes network namespaces and needs root (CAP_NET_ADMIN); run as root or "
-        "use --link shaper");
-  }
-  absl::StatusOr<ChildProcess::Outcome> ip = ChildProcess::Run({"ip", "-V"});
-  if (!ip.ok() || ip->status != 0) {
-    return absl::FailedPreconditionError(
-        "--link netns needs iproute2's `ip` and `tc` (apt-get install iproute2)");
-  }
-  // Namespaces of an earlier run whose process is gone (killed before it could clean up).
-  for (const std::string& name : Leftovers()) {
-    int pid = 0;
-    absl::string_view digits = absl::StripPrefix(name, kPrefix);
-    digits = digits.substr(0, digits.size() - 1);  // the trailing p or c
-    if (absl::SimpleAtoi(digits, &pid) && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
-      Quiet({"ip", "netns", "del", name});
-    }
-  }
+  SCD_RETURN_IF_ERROR(Prepare());
   const int pid = static_cast<int>(getpid());
   const int subnet = pid % 250 + 1;
   NetnsLink link;
@@ -101,12 +114,10 @@ absl::StatusOr<NetnsLink> NetnsLink::Create() {
       {"ip", "link", "set", link.caller_dev_, "up"},
       {"ip", "-n", c, "link", "set", caller_peer, "up"},
   };
-  for (const std::vector<std::string>& step : steps) {
-    if (absl::Status s = Cmd(step); !s.ok()) {
-      link.Remove();  // nothing half-made stays
-      return absl::FailedPreconditionError(
-          absl::StrCat("could not build the namespaces for --link netns: ", s.message()));
-    }
+  if (absl::Status s = RunSteps(steps); !s.ok()) {
+    link.Remove();  // nothing half-made stays
+    return absl::FailedPreconditionError(
+        absl::StrCat("could not build the namespaces for --link netns: ", s.message()));
   }
   return link;
 }
@@ -115,6 +126,7 @@ void NetnsLink::RemoveAllOf(int pid) {
   Quiet({"ip", "netns", "del", absl::StrCat(kPrefix, pid, "p")});
   Quiet({"ip", "netns", "del", absl::StrCat(kPrefix, pid, "c")});
   Quiet({"ip", "link", "del", absl::StrCat(kPrefix, pid, "h")});
+  Quiet({"ip", "netns", "del", absl::StrCat(kPrefix, pid, "n")});  // a NetnsNode's
 }
 
 NetnsLink::NetnsLink(NetnsLink&& other) noexcept
@@ -182,6 +194,61 @@ std::vector<std::string> NetnsLink::InProducer(std::vector<std::string> argv) co
 
 std::vector<std::string> NetnsLink::InConsumer(std::vector<std::string> argv) const {
   argv.insert(argv.begin(), {"ip", "netns", "exec", consumer_ns_});
+  return argv;
+}
+
+absl::StatusOr<NetnsNode> NetnsNode::Create() {
+  SCD_RETURN_IF_ERROR(Prepare());
+  const int pid = static_cast<int>(getpid());
+  NetnsNode node;
+  node.owned_ = true;
+  node.ns_ = absl::StrCat(kPrefix, pid, "n");
+  node.node_dev_ = node.ns_;
+  node.host_dev_ = absl::StrCat(kPrefix, pid, "m");
+  const std::string net = absl::StrCat("10.215.", pid % 250 + 1, ".");
+  node.host_ip_ = net + "1";
+  node.node_ip_ = net + "2";
+  const std::vector<std::vector<std::string>> steps = {
+      {"ip", "netns", "add", node.ns_},
+      {"ip", "link", "add", node.host_dev_, "type", "veth", "peer", "name", node.node_dev_},
+      {"ip", "link", "set", node.node_dev_, "netns", node.ns_},
+      {"ip", "addr", "add", node.host_ip_ + "/24", "dev", node.host_dev_},
+      {"ip", "-n", node.ns_, "addr", "add", node.node_ip_ + "/24", "dev", node.node_dev_},
+      {"ip", "link", "set", node.host_dev_, "up"},
+      {"ip", "-n", node.ns_, "link", "set", node.node_dev_, "up"},
+      {"ip", "-n", node.ns_, "link", "set", "lo", "up"},
+  };
+  if (absl::Status s = RunSteps(steps); !s.ok()) {
+    node.Remove();  // nothing half-made stays
+    return absl::FailedPreconditionError(
+        absl::StrCat("could not build a node's namespace for --link netns: ", s.message()));
+  }
+  return node;
+}
+
+NetnsNode::NetnsNode(NetnsNode&& other) noexcept
+    : ns_(std::move(other.ns_)),
+      node_dev_(std::move(other.node_dev_)),
+      host_dev_(std::move(other.host_dev_)),
+      host_ip_(std::move(other.host_ip_)),
+      node_ip_(std::move(other.node_ip_)),
+      owned_(std::exchange(other.owned_, false)) {}
+
+NetnsNode::~NetnsNode() { Remove(); }
+
+void NetnsNode::Remove() {
+  if (!owned_) return;
+  owned_ = false;
+  Quiet({"ip", "netns", "del", ns_});  // deletes the node's end, and with it the host's
+  Quiet({"ip", "link", "del", host_dev_});
+}
+
+absl::Status NetnsNode::SetLinkUp(bool up) {
+  return Cmd({"ip", "-n", ns_, "link", "set", node_dev_, up ? "up" : "down"});
+}
+
+std::vector<std::string> NetnsNode::Inside(std::vector<std::string> argv) const {
+  argv.insert(argv.begin(), {"ip", "netns", "exec", ns_});
   return argv;
 }
 

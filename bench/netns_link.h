@@ -42,8 +42,8 @@ class NetnsLink {
 
   // Every namespace this tool ever made that is still there (for tests: none after a run).
   static std::vector<std::string> Leftovers();
-  // Removes what the process `pid` made (its namespaces and the caller-side link), for a
-  // termination-signal handler thread that exits right after.
+  // Removes what the process `pid` made (its namespaces and the caller-side link, a
+  // NetnsNode's too), for a termination-signal handler thread that exits right after.
   static void RemoveAllOf(int pid);
 
  private:
@@ -52,6 +52,35 @@ class NetnsLink {
 
   std::string producer_ns_, consumer_ns_, producer_dev_;
   std::string producer_ip_, consumer_ip_, caller_peer_ip_, caller_dev_;
+  bool owned_ = false;
+};
+
+// NetnsNode: one node's own network namespace, joined to the caller's by a veth pair whose link
+// can be taken down and up -- a cable pulled and put back (`scd-bench soak --link netns`: the
+// producer runs in it). The rest of the deployment listens on host_ip(), which the node reaches
+// over the pair; the node listens on node_ip(). Down: the node's end of the pair goes down, so
+// packets either way are lost (open connections stall until their keepalive or timeout) and the
+// node's new connections fail at once; up: the link and its route come back. Made, cleaned up
+// and removed as NetnsLink's (the same name prefix). Needs root and iproute2.
+// Thread-safety: not thread-safe; one owner.
+class NetnsNode {
+ public:
+  static absl::StatusOr<NetnsNode> Create();
+  NetnsNode(NetnsNode&& other) noexcept;
+  NetnsNode& operator=(NetnsNode&& other) = delete;
+  NetnsNode(const NetnsNode&) = delete;
+  ~NetnsNode();
+
+  absl::Status SetLinkUp(bool up);
+  std::vector<std::string> Inside(std::vector<std::string> argv) const;
+  const std::string& host_ip() const { return host_ip_; }
+  const std::string& node_ip() const { return node_ip_; }
+
+ private:
+  NetnsNode() = default;
+  void Remove();
+
+  std::string ns_, node_dev_, host_dev_, host_ip_, node_ip_;
   bool owned_ = false;
 };
 

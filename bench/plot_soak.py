@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 OUTCOMES = [("ok", "#2ca02c"), ("client_ended", "#7f7f7f"), ("deadline", "#bcbd22"),
             ("explained", "#ff7f0e"), ("unexplained", "#d62728")]
 FAULT_COLORS = {"kill": "#d62728", "freeze": "#1f77b4", "flap": "#9467bd", "etcd": "#8c564b",
+                "link-down": "#e377c2",
                 "replace": "#17becf"}
 
 

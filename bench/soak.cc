@@ -257,7 +257,9 @@ void Verdict(SoakReport& r) {
           f.recovery_s >= 0 ? absl::StrCat(" (served again in ", f.recovery_s, " s)") : ""));
     }
   }
-  for (FaultKind kind : kAllFaultKinds) {
+  std::vector<FaultKind> kinds(std::begin(kAllFaultKinds), std::end(kAllFaultKinds));
+  if (o.link == "netns") kinds.push_back(FaultKind::kLinkDown);
+  for (FaultKind kind : kinds) {
     bool ran = false;
     for (const FaultOutcome& f : r.faults) ran = ran || f.fault.kind == kind;
     if (ran) {
@@ -318,6 +320,7 @@ absl::StatusOr<SoakReport> RunSoak(const SoakOptions& o) {
   spec.dir = o.out + "/nodes";
   spec.producer_model = producer;
   spec.transport = o.transport;
+  spec.producer_netns = o.link == "netns";
   spec.consumers = {{"fables", pairs[0].model, artifacts["fables"]},
                     {"fables", pairs[0].model, artifacts["fables"]},
                     {"xs", pairs[1].model, artifacts["xs"]}};
@@ -368,7 +371,7 @@ absl::StatusOr<SoakReport> RunSoak(const SoakOptions& o) {
   auto steady = [&] { absl::SleepFor(std::min(o.fault_gap, load_end - absl::Now())); };
   steady();
   for (int cycle = 0; absl::Now() + absl::Seconds(20) < load_end; ++cycle) {
-    for (const SoakFault& fault : SoakFaultCycle(d->Snapshot(), cycle)) {
+    for (const SoakFault& fault : SoakFaultCycle(d->Snapshot(), cycle, spec.producer_netns)) {
       if (absl::Now() + absl::Seconds(20) >= load_end) break;
       const std::string label = absl::StrCat(FaultKindName(fault.kind),
                                              fault.node >= 0 ? " " + d->Node(fault.node).name : "");

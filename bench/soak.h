@@ -47,6 +47,9 @@ struct SoakOptions {
   uint64_t seed = 1;
   absl::Duration fault_gap = absl::Seconds(20);  // steady time between faults
   std::string transport = "grpc";
+  // The producer's link: "shaper" (loopback; the flap shapes it) or "netns" (a network namespace
+  // of its own, root: every cycle also takes it down and up).
+  std::string link = "shaper";
   absl::Duration deadline_bound = absl::Seconds(1);  // a server-side end past the deadline
   absl::Duration grace = absl::Seconds(2);           // after a fault's recovery
   // RSS growth is judged for a process incarnation that saw at least this many requests

@@ -61,6 +61,7 @@ bool OnPath(const FaultOutcome& fault, const SoakRecord& record, const SoakStrea
     case FaultKind::kEtcd:
       return true;
     case FaultKind::kFlap:
+    case FaultKind::kLinkDown:  // the producer's link
       return transfer;
     case FaultKind::kReplace:
       return via;
@@ -116,6 +117,7 @@ bool Explains(const FaultWindow& w, const std::vector<FaultWindow>& windows,
     case FaultKind::kEtcd:
       return false;
     case FaultKind::kFlap:
+    case FaultKind::kLinkDown:
       return record.spec.forbid_fallback;
     case FaultKind::kReplace:
       return !record.resume_blocked.empty();

@@ -28,6 +28,11 @@ CLI::App* AddSoakCommand(CLI::App& app, SoakFlags* f) {
   s->add_option("--transport", f->options.transport, "what codes travel over")
       ->check(CLI::IsMember({"grpc", "ucx"}))
       ->capture_default_str();
+  s->add_option("--link", f->options.link,
+                "the producer's link: shaper (loopback, shaped by the flaps) or netns (a network "
+                "namespace of its own, root: also taken down and up every cycle)")
+      ->check(CLI::IsMember({"shaper", "netns"}))
+      ->capture_default_str();
   s->add_option("--rss-min-requests", f->options.rss_min_requests,
                 "judge a process's RSS growth only over at least this many requests")
       ->check(CLI::Range(1, 1 << 30))

@@ -150,8 +150,8 @@ std::vector<std::string> SoakDeployment::NodeArgv(SoakRole role, const std::stri
   const std::string& bin = spec_.bin_dir;
   std::vector<std::string> argv;
   if (role == SoakRole::kEtcd) {
-    const std::string client = absl::StrCat("http://127.0.0.1:", etcd_client_port_);
-    const std::string peer = absl::StrCat("http://127.0.0.1:", etcd_peer_port_);
+    const std::string client = absl::StrCat("http://", host_, ":", etcd_client_port_);
+    const std::string peer = absl::StrCat("http://", host_, ":", etcd_peer_port_);
     return {"etcd",
             "--name",
             "scd-soak",
@@ -168,7 +168,8 @@ std::vector<std::string> SoakDeployment::NodeArgv(SoakRole role, const std::stri
             "--initial-cluster",
             "scd-soak=" + peer};
   }
-  const std::string any = "127.0.0.1:0";
+  const bool own_ns = role == SoakRole::kProducer && producer_ns_.has_value();
+  const std::string any = (own_ns ? producer_ns_->node_ip() : host_) + ":0";
   if (role == SoakRole::kCoordinator) {
     argv = {bin + "/scd-coordinator", "--listen", any, "--control-listen", any};
   } else if (role == SoakRole::kProducer) {
@@ -216,7 +217,7 @@ std::vector<std::string> SoakDeployment::NodeArgv(SoakRole role, const std::stri
   argv.insert(argv.end(),
               {"--registry", registry_, "--cluster-secret-file", secret_file_, "--drain-seconds",
                absl::StrCat(spec_.drain_seconds), "--log-level", "info"});
-  return argv;
+  return own_ns ? producer_ns_->Inside(std::move(argv)) : argv;
 }
 
 absl::StatusOr<std::unique_ptr<SoakDeployment>> SoakDeployment::Start(
@@ -235,7 +236,12 @@ absl::StatusOr<std::unique_ptr<SoakDeployment>> SoakDeployment::Start(
   do {
     SCD_ASSIGN_OR_RETURN(d->etcd_peer_port_, FreePort());
   } while (d->etcd_peer_port_ == d->etcd_client_port_);
-  d->registry_ = absl::StrCat("etcd://127.0.0.1:", d->etcd_client_port_);
+  if (spec.producer_netns) {
+    SCD_ASSIGN_OR_RETURN(NetnsNode ns, NetnsNode::Create());
+    d->producer_ns_.emplace(std::move(ns));
+    d->host_ = d->producer_ns_->host_ip();
+  }
+  d->registry_ = absl::StrCat("etcd://", d->host_, ":", d->etcd_client_port_);
 
   auto add = [&](SoakRole role, const std::string& name, const std::string& model,
                  const SoakConsumerSpec* consumer) {
@@ -302,7 +308,7 @@ absl::Status SoakDeployment::Launch(Slot& slot) {
     }
     SCD_ASSIGN_OR_RETURN(control, process.WaitForFile(base + ".control.addr", absl::Seconds(60)));
   } else {
-    address = absl::StrCat("127.0.0.1:", etcd_client_port_);
+    address = absl::StrCat(host_, ":", etcd_client_port_);
     SCD_ASSIGN_OR_RETURN(EtcdClient client, EtcdClient::Create(registry_));
     const absl::Time limit = absl::Now() + absl::Seconds(30);
     while (!client.Range("/").ok()) {
@@ -421,6 +427,13 @@ absl::StatusOr<absl::Time> SoakDeployment::Replace(int index) {
   }
   old->process.Terminate(absl::Seconds(spec_.drain_seconds + 10));
   return ready;
+}
+
+absl::Status SoakDeployment::SetProducerLinkUp(bool up) {
+  if (!producer_ns_.has_value()) {
+    return absl::FailedPreconditionError("the producer has no link of its own (--link netns)");
+  }
+  return producer_ns_->SetLinkUp(up);
 }
 
 absl::StatusOr<v1::NodeStats> SoakDeployment::Stats(int index) const {

@@ -3,7 +3,8 @@
 // a lease, coordinators watching it, one producer, consumers (several may serve one model
 // name: replicas) with their artifacts, prefix caches on, codes over gRPC (or UCX) -- and what a
 // fault schedule does to them: kill -9 and restart a node, SIGSTOP / SIGCONT it, replace a
-// coordinator (a new one first, then SIGTERM drains the old), restart etcd. Every incarnation of a
+// coordinator (a new one first, then SIGTERM drains the old), restart etcd, take the producer's
+// link down and up (when it runs in a namespace of its own). Every incarnation of a
 // node writes its own log and address files (DIR/NAME.GEN.log); a restarted daemon listens on a
 // fresh port and registers anew (etcd keeps its ports and data). What the harness reads: each
 // node's addresses, its Stats over the control plane, and its process's descriptors, threads and
@@ -21,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "base/child_process.h"
+#include "bench/netns_link.h"
 #include "scd/v1/control.pb.h"
 #include "scd/v1/inference.pb.h"
 
@@ -53,6 +56,9 @@ struct SoakDeploymentSpec {
   int consumer_capacity = 16;
   int drain_seconds = 10;         // a replaced coordinator's drain
   double transfer_timeout_s = 5;  // a consumer's wait for a stalled transfer
+  // The producer in a network namespace of its own whose link can go down (bench/netns_link.h
+  // NetnsNode; root): every other node then listens on the link's host address, not loopback.
+  bool producer_netns = false;
 };
 
 // What /proc says of a process.
@@ -109,6 +115,9 @@ class SoakDeployment {
   // SIGTERM and drains its open streams (waited for, up to its drain time + 10 s). The time the
   // new one became ready.
   absl::StatusOr<absl::Time> Replace(int index);
+  // The producer's link down (packets either way lost) or up again; FAILED_PRECONDITION without
+  // spec.producer_netns.
+  absl::Status SetProducerLinkUp(bool up);
 
   // A node's Stats through its control plane (coordinator, producer, consumer).
   absl::StatusOr<v1::NodeStats> Stats(int index) const;
@@ -132,6 +141,8 @@ class SoakDeployment {
                                     const SoakConsumerSpec* consumer) const;
 
   SoakDeploymentSpec spec_;
+  std::optional<NetnsNode> producer_ns_;  // spec_.producer_netns
+  std::string host_ = "127.0.0.1";        // where the nodes outside producer_ns_ listen
   std::string secret_, secret_file_, registry_;
   int etcd_client_port_ = 0, etcd_peer_port_ = 0;
   mutable std::mutex mu_;

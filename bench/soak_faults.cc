@@ -73,14 +73,16 @@ bool Serving(const SoakDeployment& d, int node, const std::vector<std::string>& 
 }
 
 // Whether node `i` holds `n` streams now: a consumer decoding sequences, a coordinator routing
-// requests.
+// requests, the producer prefilling or sending codes (its death makes their consumers fall back).
 bool HoldsStreams(const SoakDeployment& d, int i, uint32_t n) {
   if (d.Node(i).role == SoakRole::kCoordinator) {
     const absl::StatusOr<v1::HealthResponse> health = d.Health(i);
     return health.ok() && health->active_requests() >= n;
   }
   const absl::StatusOr<v1::NodeStats> stats = d.Stats(i);
-  return stats.ok() && stats->sequences() >= n;
+  if (!stats.ok()) return false;
+  if (d.Node(i).role == SoakRole::kProducer) return stats->running() + stats->open_sessions() >= n;
+  return stats->sequences() >= n;
 }
 
 // The first of `nodes` that holds two streams within kMidStreamWait, else one within as long
@@ -118,6 +120,8 @@ const char* FaultKindName(FaultKind kind) {
       return "etcd";
     case FaultKind::kReplace:
       return "replace";
+    case FaultKind::kLinkDown:
+      return "link-down";
   }
   return "?";
 }
@@ -146,20 +150,27 @@ SoakFault Either(const std::vector<SoakNode>& nodes, const std::vector<int>& rep
 
 // Cycle `cycle` (> 0)'s faults, in `*faults`.
 void LaterFaults(int cycle, const std::vector<int>& killable, const std::vector<int>& replicated,
-                 const std::vector<int>& coordinators, int etcd, absl::Duration hold,
+                 const std::vector<int>& coordinators, int producer, int etcd, absl::Duration hold,
                  std::vector<SoakFault>* faults) {
   // Later cycles: one node killed and another frozen, in turn, so that every process also lives
   // long enough for its memory's growth to be measured; a coordinator replaced every third. And
-  // a replica of a replicated target frozen past the keepalive bound every cycle: its streams
-  // must move to the other replica (frozen, not killed: its memory's growth is still measured).
+  // twice a cycle a replica of a replicated target frozen past the keepalive bound: its streams
+  // must move to the other replica (frozen, not killed: its memory's growth is still measured);
+  // the two apart, so that streams gather again in between. And the producer frozen past the
+  // keepalive bound mid-transfer every cycle: its transfers' consumers fall back to local prefill
+  // (the turn alone reaches it once in three cycles, too few fallbacks; frozen, not killed, so
+  // that it lives long enough for its memory's growth to be measured).
   const size_t c = static_cast<size_t>(cycle);
   *faults = {
       {FaultKind::kKill, killable[(c - 1) % killable.size()], hold, {}},
       {FaultKind::kFlap, -1, hold, {}},
+      {FaultKind::kFreeze, producer, hold, {}},
       {FaultKind::kFreeze, killable[(c + 2) % killable.size()], hold, {}},
       {FaultKind::kEtcd, etcd, hold, {}},
   };
   if (!replicated.empty()) {
+    faults->insert(faults->begin() + 1,
+                   {FaultKind::kFreeze, replicated[(c + 1) % replicated.size()], hold, {}});
     faults->push_back({FaultKind::kFreeze, replicated[c % replicated.size()], hold, {}});
   }
   if (c % 3 == 0) {
@@ -174,7 +185,8 @@ void LaterFaults(int cycle, const std::vector<int>& killable, const std::vector<
 
 }  // namespace
 
-std::vector<SoakFault> SoakFaultCycle(const std::vector<SoakNode>& nodes, int cycle) {
+std::vector<SoakFault> SoakFaultCycle(const std::vector<SoakNode>& nodes, int cycle,
+                                      bool link_down) {
   std::vector<int> consumers, coordinators, killable, replicated;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const int n = static_cast<int>(i);
@@ -205,7 +217,13 @@ std::vector<SoakFault> SoakFaultCycle(const std::vector<SoakNode>& nodes, int cy
         {FaultKind::kKill, coordinators[1 % coordinators.size()], hold, {}},
     };
   } else {
-    LaterFaults(cycle, killable, replicated, coordinators, etcd, hold, &faults);
+    LaterFaults(cycle, killable, replicated, coordinators, producer, etcd, hold, &faults);
+  }
+  // The producer's link cut and restored after the flap (its transfers' consumers fall back).
+  if (link_down) {
+    const auto flap = std::find_if(faults.begin(), faults.end(),
+                                   [](const SoakFault& f) { return f.kind == FaultKind::kFlap; });
+    faults.insert(flap + 1, {FaultKind::kLinkDown, producer, hold, {}});
   }
   for (SoakFault& f : faults) f = Either(nodes, replicated, coordinators, std::move(f));
   return faults;
@@ -215,12 +233,13 @@ FaultOutcome RunSoakFault(SoakDeployment& d, const SoakFault& planned,
                           const std::vector<std::string>& targets, absl::Duration max_wait) {
   FaultOutcome out;
   SoakFault fault = planned;
-  // A consumer or a coordinator is killed or frozen mid-stream (its streams must move or
-  // resume), so the fault waits a while for one to be under way there (or on a node of `either`,
-  // which it then goes to).
+  // A consumer, a coordinator or the producer is killed or frozen (or the producer's link cut)
+  // mid-stream (its streams must move, resume or fall back), so the fault waits a while for one
+  // to be under way there (or on a node of `either`, which it then goes to).
   const SoakRole role = fault.node >= 0 ? d.Node(fault.node).role : SoakRole::kEtcd;
-  if ((fault.kind == FaultKind::kKill || fault.kind == FaultKind::kFreeze) &&
-      (role == SoakRole::kConsumer || role == SoakRole::kCoordinator)) {
+  if ((fault.kind == FaultKind::kKill || fault.kind == FaultKind::kFreeze ||
+       fault.kind == FaultKind::kLinkDown) &&
+      role != SoakRole::kEtcd) {
     const int holder =
         StreamHolder(d, fault.either.empty() ? std::vector<int>{fault.node} : fault.either);
     out.mid_stream = holder >= 0;
@@ -289,6 +308,14 @@ FaultOutcome RunSoakFault(SoakDeployment& d, const SoakFault& planned,
     case FaultKind::kReplace:
       ready = d.Replace(fault.node);
       break;
+    case FaultKind::kLinkDown: {
+      absl::Status s = d.SetProducerLinkUp(false);
+      absl::SleepFor(fault.hold);
+      if (absl::Status up = d.SetProducerLinkUp(true); s.ok()) s = up;
+      if (!s.ok()) out.error = std::string(s.message());
+      ready = absl::Now();
+      break;
+    }
   }
   if (!ready.ok()) {
     out.error = absl::StrCat("did not come back: ", ready.status().message());

@@ -10,8 +10,11 @@
 //            every coordinator and served within 5 s of etcd being ready
 //   replace  a coordinator replaced while streams are open: a new one started, the old one
 //            drained by SIGTERM; bound: the new one serving within 5 s of being ready
-// A consumer or a coordinator is killed or frozen while it holds a stream (the fault waits up to
-// 3 s for one, polling Stats or Health), so that streams must move or resume.
+//   link-down  the producer's own link (SoakDeployment::SetProducerLinkUp, a network namespace)
+//            down for `hold`, then up: packets lost both ways; bound: as the producer's freeze
+// A consumer, a coordinator or the producer is killed or frozen while it holds a stream or a
+// transfer (the fault waits up to 4 s for one, polling Stats or Health), so that streams must
+// move, resume or fall back.
 // "Serving" is checked by probes: small requests through the coordinators (and, for a consumer,
 // straight to the node) that must finish.
 // Thread-safety: RunSoakFault only from the thread that started the deployment.
@@ -26,14 +29,15 @@
 
 namespace scd::bench {
 
-enum class FaultKind { kKill, kFreeze, kFlap, kEtcd, kReplace };
+enum class FaultKind { kKill, kFreeze, kFlap, kEtcd, kReplace, kLinkDown };
 const char* FaultKindName(FaultKind kind);
+// What every schedule runs; kLinkDown besides where the producer has a link of its own.
 inline constexpr FaultKind kAllFaultKinds[] = {
     FaultKind::kKill, FaultKind::kFreeze, FaultKind::kFlap, FaultKind::kEtcd, FaultKind::kReplace};
 
 struct SoakFault {
   FaultKind kind = FaultKind::kKill;
-  int node = -1;  // the deployment's node index (kill, freeze, replace; etcd: etcd's)
+  int node = -1;  // the deployment's node index (kill, freeze, replace, link-down; etcd: etcd's)
   absl::Duration hold = absl::Seconds(3);  // freeze, flap, etcd down
   // A consumer's or coordinator's kill or freeze: the nodes it may go to instead of `node` (the
   // replicas of its model, the coordinators; `node` among them), the one that holds streams
@@ -43,11 +47,15 @@ struct SoakFault {
 
 // The faults of cycle `cycle`: the first runs every kind and kills and freezes every role once
 // (consumer, producer, coordinator); later ones kill one node and freeze another in turn, flap
-// the link, restart etcd, freeze a replica of a replicated target, every third replaces a
-// coordinator and the one after kills a coordinator. A consumer's or coordinator's kill or freeze
-// first waits up to 2 s for two streams there (on any node of `either`), then up to 2 s for one
-// (FaultOutcome::mid_stream): routing sends most streams to one replica, whichever the turn names.
-std::vector<SoakFault> SoakFaultCycle(const std::vector<SoakNode>& nodes, int cycle);
+// the link, restart etcd, freeze the producer, freeze a replica of a replicated
+// target twice, every third replaces a coordinator and the one after kills a coordinator. A kill
+// or freeze of a consumer, coordinator or the producer first waits up to 2 s for two streams
+// there (on any node of `either`), then up to 2 s for one (FaultOutcome::mid_stream): routing
+// sends most streams to one replica, whichever the turn names.
+// `link_down`: every cycle also takes the producer's link down and up (the deployment runs it in
+// a namespace of its own).
+std::vector<SoakFault> SoakFaultCycle(const std::vector<SoakNode>& nodes, int cycle,
+                                      bool link_down = false);
 
 struct FaultOutcome {
   SoakFault fault;

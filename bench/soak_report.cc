@@ -44,6 +44,7 @@ std::string SoakJson(const SoakReport& r) {
                   {"seed", o.seed},
                   {"fault_gap_s", absl::ToDoubleSeconds(o.fault_gap)},
                   {"transport", o.transport},
+                  {"link", o.link},
                   {"deadline_bound_ms", absl::ToDoubleMilliseconds(o.deadline_bound)},
                   {"grace_s", absl::ToDoubleSeconds(o.grace)},
                   {"rss_min_requests", o.rss_min_requests},

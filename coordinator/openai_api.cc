@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -28,6 +29,23 @@ std::string Dump(const Json& json) {
 // A request refused before any call: OpenAI's invalid_request_error, naming the parameter.
 absl::Status Invalid(const std::string& param, const std::string& message) {
   return absl::InvalidArgumentError(absl::StrCat(param, ": ", message));
+}
+
+// The error a stream carries when the node ended it before its Finished, not because the client
+// left: its coordinator went away or drained past its grace (UNAVAILABLE, or CANCELLED by the
+// server). A gRPC client resumes such a stream through another coordinator with its Started's
+// resume token; an OpenAI stream cannot, so its error says what a client can do instead.
+std::string BrokenStreamMessage(const grpc::Status& status) {
+  std::string message = status.error_message().empty() ? "the stream ended before it finished"
+                                                       : status.error_message();
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+      status.error_code() == grpc::StatusCode::CANCELLED) {
+    absl::StrAppend(&message,
+                    "; an OpenAI stream cannot be resumed: send the request again (a client of "
+                    "the gRPC API, scd.v1.Inference/Generate, resumes it through another "
+                    "coordinator with its Started event's resume_token)");
+  }
+  return message;
 }
 
 HttpResponse ErrorResponse(int http_status, const std::string& message) {
@@ -373,7 +391,10 @@ class OpenAiHttpHandler::Impl : public std::enable_shared_from_this<OpenAiHttpHa
       // A client that goes away (or reads too slowly) cancels every target.
       std::weak_ptr<Call> weak = self;
       reply_->OnClosed([weak] {
-        if (std::shared_ptr<Call> call = weak.lock()) call->context.TryCancel();
+        if (std::shared_ptr<Call> call = weak.lock()) {
+          call->client_left_ = true;
+          call->context.TryCancel();
+        }
       });
       impl->stub_->async()->Generate(&context, &parsed.request, this);
       StartRead(&event_);
@@ -417,9 +438,11 @@ class OpenAiHttpHandler::Impl : public std::enable_shared_from_this<OpenAiHttpHa
         return reply_->Send(ErrorResponse(HttpStatusOfGrpcCode(status.error_code()),
                                           status.ok() ? "no answer" : status.error_message()));
       }
-      if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
+      // Cancelled by the client: nobody to tell. Cancelled by the server (a drain past its
+      // grace): an error, or the stream would look complete.
+      if (!status.ok() && (status.error_code() != grpc::StatusCode::CANCELLED || !client_left_)) {
         reply_->Write(absl::StrCat("data: ",
-                                   OpenAiErrorJson(status.error_message(), "server_error",
+                                   OpenAiErrorJson(BrokenStreamMessage(status), "server_error",
                                                    HttpStatusOfGrpcCode(status.error_code())),
                                    "\n\n"));
       }
@@ -568,6 +591,7 @@ class OpenAiHttpHandler::Impl : public std::enable_shared_from_this<OpenAiHttpHa
     std::shared_ptr<Call> self_;  // until OnDone
     v1::GenerateEvent event_;
     bool started_ = false;  // the stream's head went out
+    std::atomic<bool> client_left_{false};  // the HTTP exchange closed before its answer
   };
 
   std::string TokenText(int32_t id) const {

@@ -23,7 +23,9 @@
 // User, Assistant), then "Assistant:" — the model continues there. A template's
 // raise_exception (roles out of order, ...) is a 400 with its message.
 // Streaming: Server-Sent Events, one `data: {chunk}` per token event, ending `data: [DONE]`; an
-// error after the stream began is sent as `data: {"error": ...}` before [DONE]. A client that
+// error after the stream began is sent as `data: {"error": ...}` before [DONE] (where the node
+// ended the stream -- its coordinator went away or drained past its grace -- the message says
+// that an OpenAI stream cannot be resumed and that a gRPC client resumes it). A client that
 // disconnects, or reads too slowly for the server's limits, cancels the request. No request holds
 // a thread: the node's Generate is a gRPC callback reactor that reads its next event only when
 // the client's stream has room (back-pressure from the HTTP connection). Errors: OpenAI's shape

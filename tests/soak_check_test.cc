@@ -67,6 +67,9 @@ TEST(SoakCheckTest, AFaultIsOnThePathOfWhatItCanBreak) {
   const FaultOutcome flap = Fault(FaultKind::kFlap, SoakRole::kEtcd, "", "", 0, 1);
   EXPECT_FALSE(OnPath(flap, local, local.streams[0]));
   EXPECT_TRUE(OnPath(flap, scd, scd.streams[0]));
+  const FaultOutcome cut = Fault(FaultKind::kLinkDown, SoakRole::kProducer, "", "p:1", 0, 1);
+  EXPECT_FALSE(OnPath(cut, local, local.streams[0]));  // the producer's link only
+  EXPECT_TRUE(OnPath(cut, scd, scd.streams[0]));
   const FaultOutcome c0 = Fault(FaultKind::kKill, SoakRole::kCoordinator, "", "c0:1", 0, 1);
   EXPECT_TRUE(OnPath(c0, local, local.streams[0]));
   EXPECT_FALSE(OnPath(c0, scd, scd.streams[0]));  // sent to the other coordinator
@@ -103,15 +106,18 @@ TEST(SoakCheckTest, AFailureIsExplainedOnlyWhereNothingLiveCouldHaveCarriedIt) {
   EXPECT_EQ(judged(xs, {Fault(FaultKind::kKill, SoakRole::kConsumer, "xs", "x:1", 10, 20)}),
             StreamOutcome::kExplained);  // its only consumer
 
-  // The producer's death and its link's flap: only for a request that forbade the fallback.
+  // The producer's death, its link's flap or cut: only for a request that forbade the fallback.
   SoakRecord scd = Record("scd", "xs", 15, 16, kUnavailable);
   const FaultOutcome producer = Fault(FaultKind::kKill, SoakRole::kProducer, "", "p:1", 10, 20);
   const FaultOutcome flap = Fault(FaultKind::kFlap, SoakRole::kEtcd, "", "", 10, 20);
+  const FaultOutcome cut = Fault(FaultKind::kLinkDown, SoakRole::kProducer, "", "p:1", 10, 20);
   EXPECT_EQ(judged(scd, {producer}), StreamOutcome::kUnexplained);
   EXPECT_EQ(judged(scd, {flap}), StreamOutcome::kUnexplained);
+  EXPECT_EQ(judged(scd, {cut}), StreamOutcome::kUnexplained);
   scd.spec.forbid_fallback = true;
   EXPECT_EQ(judged(scd, {producer}), StreamOutcome::kExplained);
   EXPECT_EQ(judged(scd, {flap}), StreamOutcome::kExplained);
+  EXPECT_EQ(judged(scd, {cut}), StreamOutcome::kExplained);
 
   // A coordinator's kill or replacement: only where the client could not resume.
   const FaultOutcome c0 = Fault(FaultKind::kKill, SoakRole::kCoordinator, "", "c0:1", 10, 20);

@@ -1,8 +1,9 @@
 // The soak's fault schedule (bench/soak_faults.h): the first cycle runs every kind and kills and
 // freezes every role; later cycles kill each node in turn (so each also lives long), freeze a
-// replica of a replicated target (its streams must move) and kill a coordinator every third cycle
-// besides (its streams resume); a replica's or coordinator's fault may go to the one holding
-// streams; a fault's outcome holds only within its bounds.
+// replica of a replicated target twice (its streams must move), freeze the producer (its transfers
+// fall back) and kill a coordinator every third cycle besides (its streams resume); a
+// replica's or coordinator's fault may go to the one holding streams; a fault's outcome holds
+// only within its bounds.
 #include "bench/soak_faults.h"
 
 #include <gtest/gtest.h>
@@ -119,9 +120,47 @@ TEST(SoakFaultsTest, EveryLaterCycleFreezesAReplicaWhoseStreamsCanMove) {
         ++frozen[n.name];
       }
     }
-    EXPECT_GE(replica_freezes, 1) << "cycle " << cycle;
+    EXPECT_GE(replica_freezes, 2) << "cycle " << cycle;
   }
   EXPECT_EQ(frozen.size(), 2u) << "both replicas in turn";
+}
+
+// Fallbacks need the producer to stop mid-transfer often: every later cycle freezes it besides
+// the turn that kills and freezes every node (frozen: it still lives long enough for its memory's
+// growth to be measured).
+TEST(SoakFaultsTest, EveryLaterCycleFreezesTheProducer) {
+  const std::vector<SoakNode> nodes = Nodes();
+  for (int cycle = 1; cycle <= 6; ++cycle) {
+    int freezes = 0;
+    for (const SoakFault& f : SoakFaultCycle(nodes, cycle)) {
+      if (f.node >= 0 && nodes[static_cast<size_t>(f.node)].role == SoakRole::kProducer) {
+        freezes += f.kind == FaultKind::kFreeze;
+        EXPECT_TRUE(f.either.empty());  // the only producer: nowhere else to go
+      }
+    }
+    EXPECT_GE(freezes, 1) << "cycle " << cycle;
+  }
+}
+
+// With the producer in a namespace of its own, every cycle also cuts its link, once, right
+// after the flap; without one, never.
+TEST(SoakFaultsTest, AProducerWithALinkOfItsOwnHasItCutEveryCycle) {
+  const std::vector<SoakNode> nodes = Nodes();
+  for (int cycle = 0; cycle <= 6; ++cycle) {
+    const std::vector<SoakFault> with = SoakFaultCycle(nodes, cycle, true);
+    const std::vector<SoakFault> without = SoakFaultCycle(nodes, cycle, false);
+    EXPECT_EQ(with.size(), without.size() + 1) << "cycle " << cycle;
+    int cuts = 0;
+    for (size_t i = 0; i < with.size(); ++i) {
+      if (with[i].kind != FaultKind::kLinkDown) continue;
+      ++cuts;
+      EXPECT_EQ(nodes[static_cast<size_t>(with[i].node)].role, SoakRole::kProducer);
+      ASSERT_GT(i, 0u);
+      EXPECT_EQ(with[i - 1].kind, FaultKind::kFlap) << "cycle " << cycle;
+    }
+    EXPECT_EQ(cuts, 1) << "cycle " << cycle;
+    for (const SoakFault& f : without) EXPECT_NE(f.kind, FaultKind::kLinkDown);
+  }
 }
 
 TEST(SoakFaultsTest, AnOutcomeHoldsOnlyWithinItsBounds) {
