@@ -15,34 +15,53 @@
 #include <mutex>
 #include <string>
 
-#include "absl/time/clock.h"
+#include "base/cancellation.h"
 #include "scd/v1/inference.grpc.pb.h"
+#include "serving/event_stream.h"
 
 namespace scd::coordinator {
 namespace {
 
 enum class Ending { kUnavailable, kUntilCancelled };
 
+// A stream that ends CANCELLED when its call is cancelled (the server's shutdown, the client's
+// cancel): on gRPC's OnCancel, no polling.
+class EndsWhenCancelled final : public EventStream {
+ public:
+  EndsWhenCancelled() : EventStream(4, {}) {
+    Hold();
+    registration_ = cancellation().OnCancel([this](const absl::Status&) {
+      End(grpc::Status::CANCELLED);
+      Release();
+    });
+  }
+
+ private:
+  ~EndsWhenCancelled() override = default;
+  Cancellation::Registration registration_;
+};
+
 // Streams Started (with a resume token) and one token, then ends as told.
-class ScriptedNode final : public v1::Inference::Service {
+class ScriptedNode final : public v1::Inference::CallbackService {
  public:
   explicit ScriptedNode(Ending ending) : ending_(ending) {}
-  grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
-                        grpc::ServerWriter<v1::GenerateEvent>* writer) override {
+  grpc::ServerWriteReactor<v1::GenerateEvent>* Generate(
+      grpc::CallbackServerContext*, const v1::GenerateRequest* request) override {
+    EventStream* stream =
+        ending_ == Ending::kUnavailable ? new EventStream(4, {}) : new EndsWhenCancelled();
     v1::GenerateEvent started;
     started.set_target(request->targets(0));
     started.mutable_started()->set_resume_token("opaque");
-    writer->Write(started);
+    stream->Push(started);
     v1::GenerateEvent token;
     token.set_target(request->targets(0));
     token.mutable_token()->set_text(" upon");
     token.mutable_token()->add_ids(7);
-    writer->Write(token);
+    stream->Push(token);
     if (ending_ == Ending::kUnavailable) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is going away");
+      stream->End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is going away"));
     }
-    while (!context->IsCancelled()) absl::SleepFor(absl::Milliseconds(5));
-    return grpc::Status::CANCELLED;
+    return stream;
   }
 
  private:
