@@ -222,8 +222,17 @@ std::vector<SoakFault> SoakFaultCycle(const std::vector<SoakNode>& nodes, int cy
   // The producer's link cut and restored after the flap (its transfers' consumers fall back).
   if (link_down) {
     const auto flap = std::find_if(faults.begin(), faults.end(),
-                                   [](const SoakFault& f) { return f.kind == FaultKind::kFlap; });
-    faults.insert(flap + 1, {FaultKind::kLinkDown, producer, hold, {}});
+                                   [](const SoakFault& f) { return f.kind == FaultKind::kFlap; }) -
+                      faults.begin();
+    faults.insert(faults.begin() + flap + 1, {FaultKind::kLinkDown, producer, hold, {}});
+    // The cut and its recovery lengthen every cycle (30 minutes hold 8 cycles instead of 9, 16
+    // replica freezes that moved 15 streams): a later cycle freezes a replica a third time, right
+    // after the cut, apart from the other two and from the turn's freeze.
+    if (cycle > 0 && !replicated.empty()) {
+      const size_t c = static_cast<size_t>(cycle);
+      faults.insert(faults.begin() + flap + 2,
+                    {FaultKind::kFreeze, replicated[(c + 2) % replicated.size()], hold, {}});
+    }
   }
   for (SoakFault& f : faults) f = Either(nodes, replicated, coordinators, std::move(f));
   return faults;
