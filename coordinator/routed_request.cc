@@ -83,6 +83,9 @@ class RoutedRequest::TargetCall final : public grpc::ClientReadReactor<v1::Gener
   bool parked = false;      // `event` waits for the producer's answer
   bool paused = false;      // waits for room in the client's stream
   std::string failure;      // why the coordinator gave up on it (for the Error it writes)
+  // The producer, which answered, failed this target alone as UNAVAILABLE: its transfer lost the
+  // consumer (a frozen or dead node, a cut link), so the node is suspect, not the producer.
+  bool consumer_lost = false;
   // A retryable Error held back while the stream tries to move (written if it cannot).
   std::optional<v1::GenerateEvent> held_error;
   // A moved call in a transfer mode: the session its codes travel under (its own Prefill, asked
@@ -295,7 +298,7 @@ bool RoutedRequest::OnEvent(TargetCall* call) {
   const bool forwarded = call->forward.Rewrite(producer_, &call->event);
   if (forwarded && call->event.has_started() && deps_.resume_token) {
     call->event.mutable_started()->set_resume_token(
-        deps_.resume_token(call->forward.started_mode(), call->target().target));
+        deps_.resume_token(req_, call->forward.started_mode(), call->target().target));
   }
   if (forwarded) Write(call->event);
   if (moved_start && !call->session_id.empty() &&
@@ -724,6 +727,7 @@ void RoutedRequest::OnPrefillDone(const PrefillCall* call, const grpc::Status& s
         if (outcome.code() == 0 || it == prefill_->by_target.end()) continue;
         it->second->failure =
             absl::StrCat("producer ", route_.producer_name, ": ", outcome.message());
+        it->second->consumer_lost = outcome.code() == grpc::StatusCode::UNAVAILABLE;
         failed.push_back(it->second);
       }
     }
@@ -745,25 +749,38 @@ void RoutedRequest::Settle(std::vector<TargetCall*> failed) {
   // A failed target's consumer ends by itself once its session ended (peer lost within the
   // liveness limit); one whose session never reached it cannot tell a dead producer from a slow
   // one, so it is told (Consumer.TransferFailed). Without a fallback the request is over either
-  // way: cancel at once. With one, give the consumer the grace period to announce that it fell
-  // back to its own prefill; after that it runs to its end (its local prefill and decode may
+  // way: cancel at once -- unless the producer lost that target's consumer (consumer_lost): the
+  // node is then likely frozen or gone, its call ends UNAVAILABLE within the keepalive bound
+  // (node_ejection.h) and the stream moves to another replica (OnTargetDone), so it keeps the
+  // grace period too. With a fallback, give the consumer the grace period to announce that it
+  // fell back to its own prefill; after that it runs to its end (its local prefill and decode may
   // take longer than any grace).
   if (failed.empty()) return;
   const bool fall_back = LocalFallbackAllowed(req_) && !cancelled();
-  auto cancel_unsettled = [this, failed]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (TargetCall* call : failed) {
-      if (!call->ended && !call->forward.fell_back()) call->context.TryCancel();
-    }
-  };
-  if (!fall_back) {
-    cancel_unsettled();
-    return;
-  }
+  auto cancel_unsettled = [this](const std::vector<TargetCall*>& calls)
+                              ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                                for (TargetCall* call : calls) {
+                                  if (!call->ended && !call->forward.fell_back()) {
+                                    call->context.TryCancel();
+                                  }
+                                }
+                              };
+  std::vector<TargetCall*> graced;
   for (TargetCall* call : failed) {
     if (call->ended || call->forward.fell_back()) continue;  // settled by itself
-    deps_.tell_failed(call->target(), PrefillSessionId(), call->failure);
+    if (fall_back) {
+      deps_.tell_failed(call->target(), PrefillSessionId(), call->failure);
+      graced.push_back(call);
+    } else if (call->consumer_lost) {
+      graced.push_back(call);
+    } else {
+      cancel_unsettled({call});
+    }
   }
-  grace_ = SetTimer(clock()->Now() + deps_.failed_target_grace, std::move(cancel_unsettled));
+  if (graced.empty()) return;
+  grace_ = SetTimer(clock()->Now() + deps_.failed_target_grace,
+                    [cancel_unsettled, graced]()
+                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { cancel_unsettled(graced); });
 }
 
 Clock::TimerId RoutedRequest::SetTimer(absl::Time when, std::function<void()> fire) {

@@ -9,8 +9,8 @@
 // client sees one Started, no Moved). Without another replica, or with migration_limit 0, the
 // stream ends in one Error as before. A frozen replica whose early Prefill the (dead) producer
 // failed first still hands its request on, and so does a started replica lost after the producer
-// failed its transfer; a consumer lost after its last token but before its Finished leaves
-// nothing to move: the coordinator finishes the stream itself.
+// failed its transfer, and one its producer lost without a fallback; a consumer lost after its last
+// token but before its Finished leaves nothing to move: the coordinator finishes the stream itself.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -129,6 +130,41 @@ class DiesWhenToldTransferFailed final : public v1::Consumer::CallbackService {
   absl::Mutex mu_;
   std::vector<HeldStream*> streams_ ABSL_GUARDED_BY(mu_);
   bool told_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// A consumer node that answers a Decode with its Started in the mode asked and waits for codes
+// that cannot come (its transfer address refuses the producer, which fails that target alone as
+// UNAVAILABLE), then ends its call UNAVAILABLE 500 ms later: as a frozen node's call ends on the
+// coordinator's keepalive after its producer's transfer session gave up on it (the soak met it
+// with a replica frozen right after its request was routed there). The producer's failure,
+// immediate (a refused connection fails at once), comes first.
+class LostByItsProducer final : public v1::Consumer::CallbackService {
+ public:
+  ~LostByItsProducer() override {
+    for (std::thread& t : enders_) t.join();
+  }
+
+  grpc::ServerWriteReactor<v1::GenerateEvent>* Decode(grpc::CallbackServerContext* /*context*/,
+                                                      const v1::DecodeRequest* request) override {
+    auto* stream = new HeldStream();
+    stream->Hold();  // until it ends the call
+    v1::GenerateEvent started;
+    started.set_target(request->target());
+    SetRanMode(TargetModeOf(*request).value_or(TransferMode::kLocal), started.mutable_started());
+    stream->Push(started);
+    absl::MutexLock lock(&mu_);
+    enders_.emplace_back([stream] {
+      // paces: the node's keepalive verdict comes after its producer's failure (the scenario)
+      absl::SleepFor(absl::Milliseconds(500));
+      stream->EndOnce(grpc::Status(grpc::StatusCode::UNAVAILABLE, "keepalive watchdog timeout"));
+      stream->Release();
+    });
+    return stream;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::thread> enders_ ABSL_GUARDED_BY(mu_);
 };
 
 class MigrationTest : public ::testing::Test {
@@ -443,6 +479,50 @@ TEST_F(MigrationTest, AReplicaLostAfterItsProducerFailedTheTransferStillMoves) {
   EXPECT_EQ(events.back().finished().moves(), 1u);
   EXPECT_EQ(RanModeName(events.back().finished()), "raw");
   EXPECT_TRUE(stack->registry().Ejected(dying_id));
+  EXPECT_FALSE(stack->registry().Ejected(stack->node_id(Replica(0))));
+}
+
+// A request that forbids the fallback, whose producer (alive: it answers its Prefill) fails the
+// target because it lost the consumer, and whose consumer's call ends UNAVAILABLE after that:
+// the stream moves to the other replica and goes on from codes. The coordinator used to cancel
+// such a target at once on the producer's failure (without a fallback the request was over),
+// and the soak met it: a `fables` stream ended in "transfer session ... peer lost" while the
+// other replica was up.
+TEST_F(MigrationTest, AConsumerItsProducerLostMovesEvenWithoutAFallback) {
+  v1::GenerateRequest request = Request(false);
+  request.set_max_tokens(16);
+  request.set_allow_local_fallback(false);
+  SetRequestMode(RequestedMode(TransferMode::kRaw), &request);
+  auto stack = Stack(1);
+  testing::ServingReply reference = stack->Generate(request);
+  ASSERT_TRUE(reference.status.ok()) << reference.status.error_message();
+
+  LostByItsProducer lost;
+  absl::StatusOr<GrpcServer> server = StartGrpcServer("127.0.0.1:0", {&lost});
+  ASSERT_TRUE(server.ok()) << server.status();
+  v1::RegisterRequest node;
+  SetNodeIdentity(v1::NODE_ROLE_CONSUMER, server->address, kTarget,
+                  stack->consumer(Replica(0)).fingerprint, &node);
+  node.set_transfer_address("127.0.0.1:1");  // refuses: the producer cannot reach the node
+  // Routed first (the test above says why).
+  const std::string lost_id = "consumer";
+  ASSERT_LT(lost_id, stack->node_id(Replica(0)));
+  ASSERT_TRUE(stack->registry().Upsert(lost_id, node, v1::HeartbeatRequest()).ok());
+
+  testing::ServingReply reply = stack->Generate(request);
+  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+  EXPECT_EQ(reply.ids[kTarget], reference.ids[kTarget]);
+  const std::vector<v1::GenerateEvent>& events = reply.events[kTarget];
+  int started = 0;
+  for (const v1::GenerateEvent& e : events) {
+    started += e.has_started();
+    EXPECT_FALSE(e.has_error()) << e.DebugString();
+  }
+  EXPECT_EQ(started, 1);
+  ASSERT_TRUE(events.back().has_finished()) << events.back().DebugString();
+  EXPECT_EQ(events.back().finished().moves(), 1u);
+  EXPECT_EQ(RanModeName(events.back().finished()), "raw");
+  EXPECT_TRUE(stack->registry().Ejected(lost_id));
   EXPECT_FALSE(stack->registry().Ejected(stack->node_id(Replica(0))));
 }
 

@@ -16,9 +16,12 @@
 namespace scd::testing {
 namespace {
 
-std::unique_ptr<transport::Transport> Backend(const std::string& backend) {
+// `producer`: the producer's transport as its daemon sets it (producer/producer_node.cc): a
+// consumer's refused connection fails at once.
+std::unique_ptr<transport::Transport> Backend(const std::string& backend, bool producer = false) {
   transport::TransportOptions options;
   options.backend = backend;
+  options.grpc_refused_fails_fast = producer;
   return Ok(transport::CreateTransport(options));
 }
 
@@ -123,7 +126,7 @@ void ServingStack::NoteLinkShape(const v1::LinkShape& shape) {
 }
 
 void ServingStack::Start() {
-  producer_transport_ = Backend(options_.backend);
+  producer_transport_ = Backend(options_.backend, /*producer=*/true);
   producer::ProducerModel model{producer_,         tokenizer_, producer_name_,   producer_fp_,
                                 TransferOptions(), {},         options_.deadline};
   for (auto& [id, artifact] : artifacts_) model.artifacts[id] = &artifact;
