@@ -32,13 +32,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A loopback port free right now (etcd needs fixed ports: it keeps them across restarts).
+// A port free right now on every address (etcd needs fixed ports: it keeps them across
+// restarts): loopback's and, with the producer in a namespace of its own, the host's veth
+// address, where etcd then listens.
 absl::StatusOr<int> FreePort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return absl::InternalError("socket() failed");
   sockaddr_in address{};
   address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
   socklen_t length = sizeof(address);
   int port = -1;
   if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
@@ -46,7 +48,7 @@ absl::StatusOr<int> FreePort() {
     port = ntohs(address.sin_port);
   }
   close(fd);
-  if (port <= 0) return absl::InternalError("no free loopback port");
+  if (port <= 0) return absl::InternalError("no free port");
   return port;
 }
 

@@ -13,7 +13,7 @@
 //   link-down  the producer's own link (SoakDeployment::SetProducerLinkUp, a network namespace)
 //            down for `hold`, then up: packets lost both ways; bound: as the producer's freeze
 // A consumer, a coordinator or the producer is killed or frozen while it holds a stream or a
-// transfer (the fault waits up to 4 s for one, polling Stats or Health), so that streams must
+// transfer (the fault waits up to 8 s for one, polling Stats or Health), so that streams must
 // move, resume or fall back.
 // "Serving" is checked by probes: small requests through the coordinators (and, for a consumer,
 // straight to the node) that must finish.
