@@ -333,9 +333,11 @@ EventStream* CoordinatorInferenceService::Generate(grpc::CallbackServerContext* 
                                                           : options_.default_deadline),
                FromGrpcDeadline(context->deadline()));
   if (!resumed.has_value()) {
-    deps.resume_token = [secret = &secret_, req, api_token = PresentedApiToken(*context), deadline](
-                            TransferMode started, const std::string& target) {
-      return IssueResumeToken(*secret, req, api_token, deadline, started, target);
+    // Signed over the request the RoutedRequest keeps (the same as `req` here, never changed).
+    deps.resume_token = [secret = &secret_, api_token = PresentedApiToken(*context), deadline](
+                            const v1::GenerateRequest& request, TransferMode started,
+                            const std::string& target) {
+      return IssueResumeToken(*secret, request, api_token, deadline, started, target);
     };
   }
   // A request refused as a whole by its consumers is counted with the others.

@@ -93,9 +93,11 @@ struct RoutedRequestDeps {
   bool early_prefill = true;
   // Moves a target's stream may make to another replica (the request may ask for fewer).
   uint32_t migration_limit = 3;
-  // A target's resume token for its client (resume_token.h), by the mode its Started names;
-  // null: none given (a resumed stream, whose client has one).
-  std::function<std::string(TransferMode started, const std::string& target)> resume_token;
+  // A target's resume token for its client (resume_token.h) over the request as received, by
+  // the mode its Started names; null: none given (a resumed stream, whose client has one).
+  std::function<std::string(const v1::GenerateRequest& request, TransferMode started,
+                            const std::string& target)>
+      resume_token;
   // Tells a target's consumer that its transfer failed (Consumer.TransferFailed); must not block.
   std::function<void(const RouteTarget& target, const std::string& session_id,
                      const std::string& reason)>
