@@ -16,32 +16,15 @@ ROUNDS=${ROUNDS:-5}           # every cell: best and median of ROUNDS alternatin
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (apt-get install ucx-utils)"; exit 1; }
 [ -x "$BENCH" ] || { echo "$BENCH not built (make build)"; exit 1; }
 
-iters_for() { local n=$(( TOTAL / $1 )); [ $n -lt 8 ] && n=8; echo $n; }
+source "$(dirname "$0")/transport_measure.sh"
 
-# ucx_perftest ucp_am_bw over loopback; prints MiB/s ("MB/s" in its table is 2^20 bytes).
-# EXTRA "-e": endpoints with peer error handling, as the backend's (UCX 1.13 then picks other lanes:
-# no posix AM lane; cma for rendezvous only with CMA_MEMORY_INVALIDATE=y, which the backend sets).
-perftest() {  # TLS SIZE [EXTRA]
-  local tls=$1 size=$2 extra=${3:-} iters; iters=$(iters_for "$size")
-  local inval=; [ -n "$extra" ] && inval=y
-  env UCX_TLS=$tls ${inval:+UCX_CMA_MEMORY_INVALIDATE=y} ucx_perftest -p $PORT $extra >/dev/null 2>&1 &
-  local server=$!
-  sleep 0.5
-  local out
-  out=$(env UCX_TLS=$tls ${inval:+UCX_CMA_MEMORY_INVALIDATE=y} timeout 120 ucx_perftest 127.0.0.1 -p $PORT \
-        -t ucp_am_bw -s "$size" -n "$iters" $extra 2>&1 | awk '/Final:/ {print $6}')
-  wait $server 2>/dev/null || true
-  PORT=$((PORT + 1))
-  echo "${out:-0}"
+# ucx_perftest on UCX_TLS=TLS. EXTRA "-e": endpoints with peer error handling, as the backend's
+# (UCX 1.13 then picks other lanes: no posix AM lane; cma for rendezvous only with
+# CMA_MEMORY_INVALIDATE=y, which the backend sets).
+perftest() {  # TLS SIZE [EXTRA] -> MiB/s
+  perftest_mib_s "UCX_TLS=$1${3:+ UCX_CMA_MEMORY_INVALIDATE=y}" "$2" "${3:-}"
 }
-
-ours() {  # LEVEL BACKEND SIZE [UCX_TLS] -> goodput MiB/s
-  local level=$1 backend=$2 size=$3 tls=${4:-} line
-  line=$(env ${tls:+UCX_TLS=$tls} "$BENCH" --level "$level" --backend "$backend" --bytes "$size" \
-         --iters "$(iters_for "$size")" --sessions 0 --json 2>/dev/null | grep '^{' | tail -1)
-  python3 -c 'import json,sys; print("%.0f" % json.loads(sys.argv[1])["goodput_mib_s"])' "$line"
-}
-ratio() { python3 -c "import sys; a,b=map(float,sys.argv[1:]); print('%.0f%%' % (100*a/b if b else 0))" "$1" "$2"; }
+ours() { ours_mib_s "${4:+UCX_TLS=$4}" "$1" "$2" "$3"; }  # LEVEL BACKEND SIZE [UCX_TLS] -> MiB/s
 
 echo "# $(date -u +%FT%TZ) $(uname -m) $(nproc) cores, UCX $(ucx_info -v | awk '/Version/ {print $3}'), $ROUNDS alternating rounds"
 echo "# goodput in MiB/s; ours: (ratio to ucx_perftest ucp_am_bw on the same UCX_TLS / to ucx_perftest -e); gRPC vs tcp"
@@ -50,7 +33,6 @@ SHM="posix,cma,self"
 SHM_E="posix,cma,self,tcp"  # -e cannot connect without a network transport (the backend adds tcp too)
 KEYS="p_tcp e_tcp ul_tcp us_tcp p_shm e_shm ul_shm us_shm gl gs is"
 declare -A best=() med=()
-stat() { python3 -c 'import statistics,sys; f=sys.argv[1]; v=list(map(float, sys.argv[2:])); print("%.0f" % (max(v) if f=="best" else statistics.median(v)))' "$@"; }
 for size in $SIZES; do
   declare -A m=()
   for ((r = 0; r < ROUNDS; r++)); do  # alternate, so slow phases of a shared machine hit all

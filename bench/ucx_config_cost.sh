@@ -19,26 +19,9 @@ command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (apt-get in
 UCX_OWN="UCX_TCP_PUT_ENABLE=y UCX_ZCOPY_THRESH=auto UCX_TCP_TX_SEG_SIZE=8kb UCX_TCP_RX_SEG_SIZE=64kb"
 BACKEND="UCX_TCP_PUT_ENABLE=n UCX_ZCOPY_THRESH=inf UCX_TCP_TX_SEG_SIZE=256kb UCX_TCP_RX_SEG_SIZE=512kb"
 
-iters_for() { local n=$(( TOTAL / $1 )); [ $n -lt 8 ] && n=8; echo $n; }
-perftest() {  # ENV SIZE [-e] -> MiB/s
-  local envs=$1 size=$2 extra=${3:-} iters out; iters=$(iters_for "$size")
-  env UCX_TLS=tcp $envs ucx_perftest -p $PORT $extra >/dev/null 2>&1 &
-  local server=$!
-  sleep 0.5
-  out=$(env UCX_TLS=tcp $envs timeout 120 ucx_perftest 127.0.0.1 -p $PORT -t ucp_am_bw -s "$size" \
-        -n "$iters" $extra 2>&1 | awk '/Final:/ {print $6}')
-  wait $server 2>/dev/null || true
-  PORT=$((PORT + 1))
-  echo "${out:-0}"
-}
-ours() {  # ENV LEVEL SIZE -> MiB/s
-  local envs=$1 level=$2 size=$3 line
-  line=$(env UCX_TLS=tcp $envs "$BENCH" --level "$level" --backend ucx --bytes "$size" \
-         --iters "$(iters_for "$size")" --sessions 0 --json 2>/dev/null | grep '^{' | tail -1)
-  python3 -c 'import json,sys; print("%.0f" % json.loads(sys.argv[1])["goodput_mib_s"])' "$line"
-}
-stat() { python3 -c 'import statistics,sys; f=sys.argv[1]; v=list(map(float, sys.argv[2:])); print("%.0f" % (max(v) if f=="best" else statistics.median(v)))' "$@"; }
-ratio() { python3 -c "import sys; a,b=map(float,sys.argv[1:]); print('%.0f%%' % (100*a/b if b else 0))" "$1" "$2"; }
+source "$(dirname "$0")/transport_measure.sh"
+perftest() { perftest_mib_s "UCX_TLS=tcp $1" "$2" "${3:-}"; }  # ENV SIZE [-e] -> MiB/s
+ours() { ours_mib_s "UCX_TLS=tcp $1" "$2" ucx "$3"; }             # ENV LEVEL SIZE -> MiB/s
 
 echo "# $(date -u +%FT%TZ) $(nproc) cores, UCX $(ucx_info -v | awk '/Version/ {print $3}'), UCX_TLS=tcp, $ROUNDS alternating rounds, MiB/s"
 echo "# ucx = UCX 1.13's own tcp settings; backend = the backend's (backend / ucx in brackets)"
