@@ -63,6 +63,34 @@ PrefixHint HintFor(const Tokenizer* tokenizer, const v1::GenerateRequest& req) {
   return hint;
 }
 
+// A resumed stream that had every token it may have (max_tokens) but not its Finished: nothing is
+// left to generate (a consumer refuses such a continuation), so the coordinator ends it itself,
+// as RoutedRequest::EndStreamed does for a consumer lost after its last token: the resume's
+// Moved, then a Finished (length) counting each token once. `req`: narrowed to its one target.
+EventStream* FinishedResume(const v1::GenerateRequest& req, size_t received, TransferMode mode,
+                            EventStream::Ended ended) {
+  auto* stream = new EventStream(4, std::move(ended));
+  v1::GenerateEvent moved;
+  moved.set_target(req.targets(0));
+  moved.mutable_moved()->set_tokens_so_far(static_cast<uint32_t>(received));
+  moved.mutable_moved()->set_resumed(true);
+  moved.mutable_moved()->set_reason(
+      "resumed through this coordinator after its last token: nothing left to generate");
+  stream->Push(std::move(moved));
+  v1::GenerateEvent event;
+  event.set_target(req.targets(0));
+  v1::Finished* finished = event.mutable_finished();
+  finished->set_reason("length");
+  finished->set_prompt_tokens(static_cast<uint32_t>(req.prompt_ids_size()));
+  finished->set_output_tokens(static_cast<uint32_t>(received));
+  SetRanMode(mode, finished);
+  finished->set_mode_reason(
+      "the client's coordinator went away after the last token (max_tokens), before the Finished");
+  stream->Push(std::move(event));
+  stream->End(grpc::Status::OK);
+  return stream;
+}
+
 }  // namespace
 
 RegistryService::RegistryService(NodeRegistry* registry, ClusterSecret secret,
@@ -270,6 +298,7 @@ absl::StatusOr<CoordinatorInferenceService::Resumed> CoordinatorInferenceService
   Resumed resumed;
   resumed.received.assign(req->resume_received_ids().begin(), req->resume_received_ids().end());
   resumed.deadline = grant->deadline;
+  resumed.mode = grant->mode;
   req->set_request_id(grant->request_id);
   // A fan-out's target resumes alone (its token names it): the call serves that one.
   req->clear_targets();
@@ -293,6 +322,11 @@ EventStream* CoordinatorInferenceService::Generate(grpc::CallbackServerContext* 
     }
     resumed = *std::move(checked);
     counters_->Add("resumed");
+    if (req.max_tokens() > 0 && resumed->received.size() >= req.max_tokens()) {
+      spdlog::info("[{}] resumed after its last token: finished here",
+                   ForLog(req.request_id(), 40));
+      return FinishedResume(req, resumed->received.size(), resumed->mode, std::move(ended));
+    }
   }
   if (req.request_id().empty()) req.set_request_id(RandomId128());
   const std::string id = ForLog(req.request_id(), 40);  // for logs

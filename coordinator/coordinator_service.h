@@ -128,6 +128,7 @@ class CoordinatorInferenceService final : public InferenceBackend {
   struct Resumed {
     std::vector<int32_t> received;
     absl::Time deadline;
+    TransferMode mode = TransferMode::kLocal;  // the mode the stream started in
   };
   absl::StatusOr<Resumed> CheckResume(const grpc::CallbackServerContext& context,
                                       v1::GenerateRequest* req);

@@ -4,8 +4,8 @@
 // and the ids received: B's stream opens with a Moved (resumed) event, goes on with exactly the
 // tokens an unfaulted stream gives after them (greedy and seeded sampling), and ends in one
 // Finished that counts every token once; a fan-out's targets each resume alone with their own
-// token. A replay at the same position, another tenant's request and a forged token are refused
-// alike, before any work.
+// token; a stream cut after its last token is finished by B itself. A replay at the same position,
+// another tenant's request and a forged token are refused alike, before any work.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -244,6 +244,39 @@ TEST_F(ResumeTest, AFanOutsTargetsEachResumeAloneWithTheirOwnTokens) {
     EXPECT_EQ(finished[target], 1);
     EXPECT_EQ(ids[target], reference[target]);
   }
+}
+
+// The client had every token (max_tokens) but not the Finished when its coordinator went away:
+// nothing is left to generate, so B ends the resumed stream itself (a Moved, a Finished counting
+// the tokens once) instead of sending a consumer a continuation it refuses. The soak met it: the
+// resume ended INVALID_ARGUMENT ("continued_ids: 9 tokens streamed already, max_tokens 9 leaves
+// none to generate").
+TEST_F(ResumeTest, AStreamCutAfterItsLastTokenIsFinishedByTheNextCoordinator) {
+  const v1::GenerateRequest request = Request(8);
+  const Streamed reference = Stream(*b_, request);
+  ASSERT_TRUE(reference.status.ok()) << reference.status;
+  ASSERT_EQ(reference.ids.size(), 8u) << "the story must not end within max_tokens";
+  const Streamed cut =
+      CutWhen(a_.get(), request, [](const Streamed& s) { return s.ids.size() >= 8; });
+  ASSERT_FALSE(cut.finished);
+  ASSERT_FALSE(cut.token.empty());
+  ASSERT_EQ(cut.ids, reference.ids);
+
+  v1::GenerateRequest again = request;
+  again.set_resume_token(cut.token);
+  for (int32_t id : cut.ids) again.add_resume_received_ids(id);
+  const Streamed resumed = Stream(*b_, again);
+  ASSERT_TRUE(resumed.status.ok()) << resumed.status;
+  ASSERT_EQ(resumed.events.size(), 2u);
+  ASSERT_TRUE(resumed.events[0].has_moved()) << resumed.events[0].DebugString();
+  EXPECT_TRUE(resumed.events[0].moved().resumed());
+  EXPECT_EQ(resumed.events[0].moved().tokens_so_far(), 8u);
+  ASSERT_TRUE(resumed.events[1].has_finished()) << resumed.events[1].DebugString();
+  const v1::Finished& f = resumed.events[1].finished();
+  EXPECT_EQ(f.reason(), "length");
+  EXPECT_EQ(f.output_tokens(), 8u) << "every token counted once";
+  EXPECT_EQ(f.output_tokens(), reference.output_tokens);
+  EXPECT_EQ(f.prompt_tokens(), static_cast<uint32_t>(request.prompt_ids_size()));
 }
 
 TEST_F(ResumeTest, AnotherTenantsOrAForgedTokenIsRefusedAlike) {
