@@ -298,6 +298,48 @@ class MigrationTest : public ::testing::Test {
     EXPECT_FALSE(stack.registry().Ejected(stack.node_id(other)));
   }
 
+  // A raw request (16 tokens; `allow_local_fallback` as given) routed first to `scripted`, a
+  // consumer node serving kTarget whose transfer address refuses the producer, then moved to the
+  // one real replica: the unmoved tokens, one Started, no Error, one move, raw throughout, the
+  // scripted node out of routing and the real one in.
+  void ExpectAScriptedReplicaLosesItsStream(grpc::Service* scripted, bool allow_local_fallback) {
+    v1::GenerateRequest request = Request(false);
+    request.set_max_tokens(16);
+    request.set_allow_local_fallback(allow_local_fallback);
+    SetRequestMode(RequestedMode(TransferMode::kRaw), &request);
+    auto stack = Stack(1);
+    testing::ServingReply reference = stack->Generate(request);
+    ASSERT_TRUE(reference.status.ok()) << reference.status.error_message();
+
+    absl::StatusOr<GrpcServer> server = StartGrpcServer("127.0.0.1:0", {scripted});
+    ASSERT_TRUE(server.ok()) << server.status();
+    v1::RegisterRequest node;
+    SetNodeIdentity(v1::NODE_ROLE_CONSUMER, server->address, kTarget,
+                    stack->consumer(Replica(0)).fingerprint, &node);
+    node.set_transfer_address("127.0.0.1:1");  // refuses: the producer cannot reach the node
+    // Routed first: between idle replicas of equal cost the lowest node id wins (route_choice.cc
+    // PickConsumer), and "consumer" sorts before every registered id ("consumer-<random>").
+    const std::string scripted_id = "consumer";
+    ASSERT_LT(scripted_id, stack->node_id(Replica(0)));
+    ASSERT_TRUE(stack->registry().Upsert(scripted_id, node, v1::HeartbeatRequest()).ok());
+
+    testing::ServingReply reply = stack->Generate(request);
+    ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+    EXPECT_EQ(reply.ids[kTarget], reference.ids[kTarget]);
+    const std::vector<v1::GenerateEvent>& events = reply.events[kTarget];
+    int started = 0;
+    for (const v1::GenerateEvent& e : events) {
+      started += e.has_started();
+      EXPECT_FALSE(e.has_error()) << e.DebugString();
+    }
+    EXPECT_EQ(started, 1);
+    ASSERT_TRUE(events.back().has_finished()) << events.back().DebugString();
+    EXPECT_EQ(events.back().finished().moves(), 1u);
+    EXPECT_EQ(RanModeName(events.back().finished()), "raw");
+    EXPECT_TRUE(stack->registry().Ejected(scripted_id));
+    EXPECT_FALSE(stack->registry().Ejected(stack->node_id(Replica(0))));
+  }
+
   std::unique_ptr<LlamaModel> producer_;
   std::unique_ptr<Tokenizer> tokenizer_;
 };
@@ -444,42 +486,9 @@ TEST_F(MigrationTest, AConsumerLostAfterItsLastTokenEndsTheStreamFinished) {
 // unreachable") while another replica was up, because a started target the producer had failed
 // did not move.
 TEST_F(MigrationTest, AReplicaLostAfterItsProducerFailedTheTransferStillMoves) {
-  v1::GenerateRequest request = Request(false);
-  request.set_max_tokens(16);
-  SetRequestMode(RequestedMode(TransferMode::kRaw), &request);
-  auto stack = Stack(1);
-  testing::ServingReply reference = stack->Generate(request);
-  ASSERT_TRUE(reference.status.ok()) << reference.status.error_message();
-
   DiesWhenToldTransferFailed dying;
-  absl::StatusOr<GrpcServer> server = StartGrpcServer("127.0.0.1:0", {&dying});
-  ASSERT_TRUE(server.ok()) << server.status();
-  v1::RegisterRequest node;
-  SetNodeIdentity(v1::NODE_ROLE_CONSUMER, server->address, kTarget,
-                  stack->consumer(Replica(0)).fingerprint, &node);
-  node.set_transfer_address("127.0.0.1:1");  // refuses: the producer cannot reach the node
-  // Routed first: between idle replicas of equal cost the lowest node id wins (route_choice.cc
-  // PickConsumer), and "consumer" sorts before every registered id ("consumer-<random>").
-  const std::string dying_id = "consumer";
-  ASSERT_LT(dying_id, stack->node_id(Replica(0)));
-  ASSERT_TRUE(stack->registry().Upsert(dying_id, node, v1::HeartbeatRequest()).ok());
-
-  testing::ServingReply reply = stack->Generate(request);
-  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+  ExpectAScriptedReplicaLosesItsStream(&dying, /*allow_local_fallback=*/true);
   EXPECT_TRUE(dying.told()) << "the producer's failure did not come first";
-  EXPECT_EQ(reply.ids[kTarget], reference.ids[kTarget]);
-  const std::vector<v1::GenerateEvent>& events = reply.events[kTarget];
-  int started = 0;
-  for (const v1::GenerateEvent& e : events) {
-    started += e.has_started();
-    EXPECT_FALSE(e.has_error()) << e.DebugString();
-  }
-  EXPECT_EQ(started, 1);
-  ASSERT_TRUE(events.back().has_finished()) << events.back().DebugString();
-  EXPECT_EQ(events.back().finished().moves(), 1u);
-  EXPECT_EQ(RanModeName(events.back().finished()), "raw");
-  EXPECT_TRUE(stack->registry().Ejected(dying_id));
-  EXPECT_FALSE(stack->registry().Ejected(stack->node_id(Replica(0))));
 }
 
 // A request that forbids the fallback, whose producer (alive: it answers its Prefill) fails the
@@ -489,41 +498,8 @@ TEST_F(MigrationTest, AReplicaLostAfterItsProducerFailedTheTransferStillMoves) {
 // and the soak met it: a `fables` stream ended in "transfer session ... peer lost" while the
 // other replica was up.
 TEST_F(MigrationTest, AConsumerItsProducerLostMovesEvenWithoutAFallback) {
-  v1::GenerateRequest request = Request(false);
-  request.set_max_tokens(16);
-  request.set_allow_local_fallback(false);
-  SetRequestMode(RequestedMode(TransferMode::kRaw), &request);
-  auto stack = Stack(1);
-  testing::ServingReply reference = stack->Generate(request);
-  ASSERT_TRUE(reference.status.ok()) << reference.status.error_message();
-
   LostByItsProducer lost;
-  absl::StatusOr<GrpcServer> server = StartGrpcServer("127.0.0.1:0", {&lost});
-  ASSERT_TRUE(server.ok()) << server.status();
-  v1::RegisterRequest node;
-  SetNodeIdentity(v1::NODE_ROLE_CONSUMER, server->address, kTarget,
-                  stack->consumer(Replica(0)).fingerprint, &node);
-  node.set_transfer_address("127.0.0.1:1");  // refuses: the producer cannot reach the node
-  // Routed first (the test above says why).
-  const std::string lost_id = "consumer";
-  ASSERT_LT(lost_id, stack->node_id(Replica(0)));
-  ASSERT_TRUE(stack->registry().Upsert(lost_id, node, v1::HeartbeatRequest()).ok());
-
-  testing::ServingReply reply = stack->Generate(request);
-  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
-  EXPECT_EQ(reply.ids[kTarget], reference.ids[kTarget]);
-  const std::vector<v1::GenerateEvent>& events = reply.events[kTarget];
-  int started = 0;
-  for (const v1::GenerateEvent& e : events) {
-    started += e.has_started();
-    EXPECT_FALSE(e.has_error()) << e.DebugString();
-  }
-  EXPECT_EQ(started, 1);
-  ASSERT_TRUE(events.back().has_finished()) << events.back().DebugString();
-  EXPECT_EQ(events.back().finished().moves(), 1u);
-  EXPECT_EQ(RanModeName(events.back().finished()), "raw");
-  EXPECT_TRUE(stack->registry().Ejected(lost_id));
-  EXPECT_FALSE(stack->registry().Ejected(stack->node_id(Replica(0))));
+  ExpectAScriptedReplicaLosesItsStream(&lost, /*allow_local_fallback=*/false);
 }
 
 TEST_F(MigrationTest, WithoutAnotherReplicaOrMovesTheStreamEndsInOneError) {
