@@ -64,9 +64,9 @@ PrefixHint HintFor(const Tokenizer* tokenizer, const v1::GenerateRequest& req) {
 }
 
 // A resumed stream that had every token it may have (max_tokens) but not its Finished: nothing is
-// left to generate (a consumer refuses such a continuation), so the coordinator ends it itself,
-// as RoutedRequest::EndStreamed does for a consumer lost after its last token: the resume's
-// Moved, then a Finished (length) counting each token once. `req`: narrowed to its one target.
+// left to generate (a consumer refuses such a continuation), so the coordinator ends it itself:
+// the resume's Moved, then the Finished RoutedRequest writes for a consumer lost after its last
+// token. `req`: narrowed to its one target.
 EventStream* FinishedResume(const v1::GenerateRequest& req, size_t received, TransferMode mode,
                             EventStream::Ended ended) {
   auto* stream = new EventStream(4, std::move(ended));
@@ -77,16 +77,9 @@ EventStream* FinishedResume(const v1::GenerateRequest& req, size_t received, Tra
   moved.mutable_moved()->set_reason(
       "resumed through this coordinator after its last token: nothing left to generate");
   stream->Push(std::move(moved));
-  v1::GenerateEvent event;
-  event.set_target(req.targets(0));
-  v1::Finished* finished = event.mutable_finished();
-  finished->set_reason("length");
-  finished->set_prompt_tokens(static_cast<uint32_t>(req.prompt_ids_size()));
-  finished->set_output_tokens(static_cast<uint32_t>(received));
-  SetRanMode(mode, finished);
-  finished->set_mode_reason(
-      "the client's coordinator went away after the last token (max_tokens), before the Finished");
-  stream->Push(std::move(event));
+  stream->Push(FinishedAfterLastToken(
+      req, req.targets(0), received, mode, 0,
+      "the client's coordinator went away after the last token (max_tokens), before the Finished"));
   stream->End(grpc::Status::OK);
   return stream;
 }
@@ -292,6 +285,14 @@ absl::StatusOr<CoordinatorInferenceService::Resumed> CoordinatorInferenceService
   absl::StatusOr<ResumeGrant> grant =
       CheckResumeToken(secret_, *req, PresentedApiToken(context), now);
   if (!grant.ok()) return grant.status();
+  // More ids than the request may have: malformed, refused before any work (a Finished would
+  // count them as output).
+  if (req->max_tokens() > 0 &&
+      static_cast<uint64_t>(req->resume_received_ids_size()) > req->max_tokens()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resume_received_ids: ", req->resume_received_ids_size(),
+                     " ids, more than max_tokens ", req->max_tokens()));
+  }
   SCD_RETURN_IF_ERROR(resumes_.Admit(grant->mac,
                                      static_cast<uint64_t>(req->resume_received_ids_size()),
                                      req->cache_salt(), grant->deadline, now));

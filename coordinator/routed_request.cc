@@ -382,24 +382,32 @@ bool RoutedRequest::AllStreamed(const TargetCall* call) const {
          call->forward.streamed_ids().size() >= req_.max_tokens();
 }
 
-void RoutedRequest::EndStreamed(TargetCall* call) {
-  call->held_error.reset();
-  call->forward.set_terminal();
+v1::GenerateEvent FinishedAfterLastToken(const v1::GenerateRequest& request,
+                                         const std::string& target, size_t output_tokens,
+                                         TransferMode mode, uint32_t moves, std::string why) {
   v1::GenerateEvent event;
-  event.set_target(call->target().target);
+  event.set_target(target);
   v1::Finished* finished = event.mutable_finished();
   finished->set_reason("length");
   // The prompt as the coordinator holds it (ids once its front tokenized a text prompt; a text
-  // prompt it did not tokenize counts 0). No timings: the consumer that measured them is lost.
-  finished->set_prompt_tokens(static_cast<uint32_t>(req_.prompt_ids_size()));
-  finished->set_output_tokens(static_cast<uint32_t>(call->forward.streamed_ids().size()));
-  SetRanMode(call->forward.started_mode(), finished);
-  finished->set_mode_reason(
-      "its consumer was lost after streaming every token (max_tokens) but before its Finished");
-  finished->set_moves(call->forward.moves());
+  // prompt it did not tokenize counts 0).
+  finished->set_prompt_tokens(static_cast<uint32_t>(request.prompt_ids_size()));
+  finished->set_output_tokens(static_cast<uint32_t>(output_tokens));
+  SetRanMode(mode, finished);
+  finished->set_mode_reason(std::move(why));
+  finished->set_moves(moves);
+  return event;
+}
+
+void RoutedRequest::EndStreamed(TargetCall* call) {
+  call->held_error.reset();
+  call->forward.set_terminal();
   spdlog::info("[{}] target {} on {} lost after its last token: finished here", id_,
                call->target().target, call->target().consumer_node);
-  Write(event);
+  Write(FinishedAfterLastToken(
+      req_, call->target().target, call->forward.streamed_ids().size(),
+      call->forward.started_mode(), call->forward.moves(),
+      "its consumer was lost after streaming every token (max_tokens) but before its Finished"));
 }
 
 bool RoutedRequest::MayMove(const TargetCall* call) const {

@@ -79,6 +79,13 @@
 namespace scd::coordinator {
 
 // What a routed request uses of its service (none owned; all outlive the request).
+// The Finished the coordinator writes itself for a stream that had every token it may have
+// (max_tokens) but not its Finished (its consumer lost, or its client's coordinator gone):
+// reason length, each of `output_tokens` counted once, no timings (no consumer measured them).
+v1::GenerateEvent FinishedAfterLastToken(const v1::GenerateRequest& request,
+                                         const std::string& target, size_t output_tokens,
+                                         TransferMode mode, uint32_t moves, std::string why);
+
 struct RoutedRequestDeps {
   NodeRegistry* registry = nullptr;
   const ClusterSecret* secret = nullptr;  // attached to every call to a node

@@ -277,6 +277,13 @@ TEST_F(ResumeTest, AStreamCutAfterItsLastTokenIsFinishedByTheNextCoordinator) {
   EXPECT_EQ(f.output_tokens(), 8u) << "every token counted once";
   EXPECT_EQ(f.output_tokens(), reference.output_tokens);
   EXPECT_EQ(f.prompt_tokens(), static_cast<uint32_t>(request.prompt_ids_size()));
+
+  // More received ids than max_tokens allows: refused before any work, nothing counted.
+  v1::GenerateRequest more = again;
+  more.add_resume_received_ids(cut.ids.back());
+  const Streamed refused = Stream(*b_, more);
+  EXPECT_EQ(refused.status.code(), absl::StatusCode::kInvalidArgument) << refused.status;
+  EXPECT_TRUE(refused.events.empty());
 }
 
 TEST_F(ResumeTest, AnotherTenantsOrAForgedTokenIsRefusedAlike) {
