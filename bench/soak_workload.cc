@@ -214,6 +214,7 @@ absl::StatusOr<double> NearTieBound(const std::string& model_dir) {
   }
   const double width =
       std::max(config["hidden_size"].get<double>(), config["intermediate_size"].get<double>());
+  // ModelConfig::NearTieBound's at float32 (this library links no model runtime).
   return 50 * static_cast<double>(std::numeric_limits<float>::epsilon()) * width *
          config["num_hidden_layers"].get<double>();
 }

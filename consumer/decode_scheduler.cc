@@ -127,6 +127,13 @@ absl::Status DecodeScheduler::Submit(SequenceRequest request) {
         absl::StrCat("the cache holds ", cached, " of ", prompt,
                      " prompt positions; at least the last must still run to get logits"));
   }
+  if (request.prompt_logits_from.has_value() &&
+      (request.first_logits.defined() || *request.prompt_logits_from < cached ||
+       *request.prompt_logits_from >= prompt)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt logits from position ", *request.prompt_logits_from,
+        ": not a position a prefill chunk runs (the cache holds ", cached, " of ", prompt, ")"));
+  }
   auto seq = GuardExceptions("DecodeScheduler::Submit",
                              [&]() -> absl::StatusOr<std::unique_ptr<Sequence>> {
                                return std::make_unique<Sequence>(std::move(request), model_);
@@ -320,12 +327,12 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
   }
   for (size_t i = 0; i < batch.members.size(); ++i) {
     Sequence& seq = *batch.members[i];
+    at::Tensor next = logits[i];
     if (batch.chunk[i] > 0) {
       seq.prompt_next += batch.chunk[i];
-      if (!logits[i].defined()) continue;  // more chunks to come
-      seq.req.sink->PromptDone(seq.req.cache);
+      if (!PromptChunkRan(seq, &next)) continue;  // more chunks to come, or it ended
     }
-    Pick(seq, logits[i]);
+    Pick(seq, next);
   }
   Settle(running, batch);
 }
@@ -359,11 +366,18 @@ DecodeScheduler::Batch DecodeScheduler::BatchOf(const StepPlan& plan,
       batch.inputs.push_back(
           {absl::MakeConstSpan(&*seq->input, 1), &seq->req.cache, &seq->workspace, true});
     } else {
-      const int64_t remaining = static_cast<int64_t>(seq->req.prompt.size()) - seq->prompt_next;
-      batch.inputs.push_back({absl::MakeConstSpan(seq->req.prompt)
-                                  .subspan(static_cast<size_t>(seq->prompt_next),
-                                           static_cast<size_t>(m.chunk)),
-                              &seq->req.cache, &seq->workspace, m.chunk == remaining});
+      const int64_t end = seq->prompt_next + m.chunk;
+      // The prompt's last position's logits; with prompt_logits_from, every position's from
+      // there that this chunk runs.
+      int64_t rows = end == static_cast<int64_t>(seq->req.prompt.size()) ? 1 : 0;
+      if (seq->req.prompt_logits_from.has_value()) {
+        rows =
+            std::max<int64_t>(rows, end - std::max(seq->prompt_next, *seq->req.prompt_logits_from));
+      }
+      batch.inputs.push_back(
+          {absl::MakeConstSpan(seq->req.prompt)
+               .subspan(static_cast<size_t>(seq->prompt_next), static_cast<size_t>(m.chunk)),
+           &seq->req.cache, &seq->workspace, rows > 0, std::max<int64_t>(rows, 1)});
     }
     batch.members.push_back(seq);
     batch.chunk.push_back(m.chunk);
@@ -382,6 +396,25 @@ void DecodeScheduler::Learn(const Batch& plan, double took, double allowed) {
     options_.metrics->ObserveStep(static_cast<int64_t>(plan.inputs.size()),
                                   plan.decodes + plan.prefill_tokens, took);
   }
+}
+
+bool DecodeScheduler::PromptChunkRan(Sequence& seq, at::Tensor* logits) {
+  const int64_t prompt = static_cast<int64_t>(seq.req.prompt.size());
+  if (!logits->defined()) return false;  // nothing asked of this chunk
+  if (seq.req.prompt_logits_from.has_value()) {
+    const int64_t rows = logits->size(0);
+    absl::Status judged = GuardExceptions("prompt logits", [&] {
+      return seq.req.sink->PromptLogits(seq.prompt_next - rows, *logits);
+    });
+    if (!judged.ok()) {
+      End(seq, std::move(judged), FinishReason::kNone);
+      return false;
+    }
+    *logits = logits->narrow(0, rows - 1, 1);  // the last row: the next position's
+  }
+  if (seq.prompt_next < prompt) return false;
+  seq.req.sink->PromptDone(seq.req.cache);
+  return true;
 }
 
 void DecodeScheduler::Pick(Sequence& seq, const at::Tensor& logits) {

@@ -103,6 +103,14 @@ class SequenceSink {
   // Every prompt position is in the cache (after its last prefill chunk, or at joining when it
   // came with its first logits). The cache is valid during the call only.
   virtual void PromptDone(const KvCache& cache) { (void)cache; }
+  // For a sequence that asked (SequenceRequest::prompt_logits_from): float32 logits
+  // [rows, vocab] of prompt positions [first, first + rows), as a prefill chunk ran them (the
+  // prompt's last position among them, in its last chunk). Non-OK ends the sequence with it.
+  virtual absl::Status PromptLogits(int64_t first, const at::Tensor& logits) {
+    (void)first;
+    (void)logits;
+    return absl::OkStatus();
+  }
   // An output token; false ends the sequence ("stop").
   virtual bool Token(TokenId id, const TokenLogprobs& logprobs) = 0;
   // Exactly once, last.
@@ -121,6 +129,10 @@ struct SequenceRequest {
   absl::Time deadline = absl::InfiniteFuture();
   const std::atomic<bool>* cancelled = nullptr;  // may be null
   SequenceSink* sink = nullptr;                  // not owned; outlives the sequence
+  // The logits of every prompt position from here on that a prefill chunk runs go to the sink
+  // (SequenceSink::PromptLogits): a moved stream's continued ids are checked by them. Unset: only
+  // the last position's, to sample from.
+  std::optional<int64_t> prompt_logits_from = std::nullopt;
 };
 
 class DecodeScheduler {
@@ -203,6 +215,10 @@ class DecodeScheduler {
   // Tells the pacer and the metrics about a step whose forward took `took` seconds, planned with
   // `allowed` seconds beside its decodes for its prompt chunks.
   void Learn(const Batch& batch, double took, double allowed);
+  // A prefill chunk of `seq` ran (prompt_next past it) with `*logits` (undefined: none asked):
+  // its sink gets the rows it asked for; true when the prompt is done and *logits is the last
+  // position's (its first token is picked from it); false while chunks remain or when it ended.
+  bool PromptChunkRan(Sequence& seq, at::Tensor* logits);
   // The sequence picks its next token from `logits`, or ends.
   void Pick(Sequence& seq, const at::Tensor& logits);
   // Marks `seq` ended; its sink hears it at the next Settle.

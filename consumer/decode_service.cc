@@ -10,6 +10,7 @@
 #include "base/release_clock.h"
 #include "base/status_macros.h"
 #include "codec/transfer_mode.h"
+#include "consumer/continuation_check.h"
 #include "consumer/served_request.h"
 #include "proto/grpc_util.h"
 #include "proto/prefix_cache_stats.h"
@@ -149,6 +150,7 @@ absl::StatusOr<ServedRequest> ConsumerControlService::Route(const v1::DecodeRequ
                      absl::MakeConstSpan(request->continued_ids().data(),
                                          static_cast<size_t>(request->continued_ids_size())),
                      &route, &*prompt_ids));
+  route.continued_exact = request->continued_mode() == v1::TRANSFER_MODE_LOCAL;
   ServedRequest served;
   served.handler = "ConsumerControlService::Decode";
   served.id = ForLog(request->request().request_id(), 40);

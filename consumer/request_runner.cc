@@ -13,6 +13,7 @@
 #include "codec/code_encoder.h"
 #include "codec/transfer_mode.h"
 #include "consumer/code_receiver.h"
+#include "consumer/continuation_check.h"
 #include "consumer/sequence_stream.h"
 #include "consumer/target_events.h"
 #include "model/generator.h"
@@ -98,40 +99,6 @@ absl::StatusOr<std::vector<TokenId>> CheckRequest(const ConsumerModel& consumer,
                                               consumer.name, " (at most ", room, " more tokens)"));
   }
   return ids;
-}
-
-absl::Status ContinueStream(const ConsumerModel& consumer, const v1::GenerateRequest& request,
-                            absl::Span<const int32_t> continued, TargetRoute* route,
-                            std::vector<TokenId>* ids) {
-  if (continued.empty()) return absl::OkStatus();
-  if (route->early_prefill) {  // its session would hold codes for a prompt without them
-    return absl::InvalidArgumentError("continued_ids: not with early_prefill");
-  }
-  const ModelConfig& config = consumer.model->config();
-  for (size_t i = 0; i < continued.size(); ++i) {
-    if (continued[i] < 0 || continued[i] >= config.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("continued_ids[", i, "] = ", continued[i],
-                                                     ": outside the vocabulary of ",
-                                                     config.vocab_size));
-    }
-  }
-  const int64_t n = static_cast<int64_t>(continued.size());
-  const int64_t max_tokens =
-      request.max_tokens() > 0 ? request.max_tokens() : consumer.default_max_tokens;
-  if (n >= max_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("continued_ids: ", n,
-                                                   " tokens streamed already, max_tokens ",
-                                                   max_tokens, " leaves none to generate"));
-  }
-  const int64_t positions = static_cast<int64_t>(ids->size()) + max_tokens;
-  if (positions > config.max_position_embeddings) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "continued_ids: the prompt's ", ids->size(), " tokens and max_tokens ", max_tokens,
-        " exceed the ", config.max_position_embeddings, " positions of ", consumer.name));
-  }
-  ids->insert(ids->end(), continued.begin(), continued.end());
-  route->continued = n;
-  return absl::OkStatus();
 }
 
 absl::Time RequestDeadline(const ConsumerModel& consumer, const v1::GenerateRequest& request,
@@ -295,6 +262,9 @@ class TargetRun : public std::enable_shared_from_this<TargetRun> {
   PrefixOutcome prefix_;
   bool stored_ = false;
   std::unique_ptr<SequenceStream> stream_;
+  // A greedy continuation's received ids, judged by this replica's prefill (the tail's logits
+  // for the first, the scheduler's prefill for the rest).
+  std::optional<ContinuationCheck> check_;
 };
 
 void TargetRun::Start() {
@@ -327,14 +297,20 @@ void TargetRun::RunStep(void (TargetRun::*step)()) {
 
 absl::Status TargetRun::Begin() {
   started_ = StartedEvent(consumer_.name, request_, route_);
+  if (route_.continued > 0 && options_.sampling.temperature == 0) {
+    check_.emplace(ids_, route_.continued, consumer_.model->NearTieBound(),
+                   route_.continued_exact && route_.mode == TransferMode::kLocal);
+  }
   // The prefix cache's part of the prefix: loaded before anything else happens.
   const int64_t capacity =
       std::min<int64_t>(consumer_.model->config().max_position_embeddings,
                         static_cast<int64_t>(ids_.size()) + options_.max_tokens);
   cache_ = consumer_.model->NewCache(capacity);
-  // A transfer covers the prompt's prefix; local prefill the continued ids too.
+  // A transfer covers the prompt's prefix; local prefill the continued ids too, unless they are
+  // checked (their positions must then run here, not come from the prefix cache).
   const absl::Span<const TokenId> covered =
-      route_.mode == TransferMode::kLocal ? absl::MakeConstSpan(ids_) : Prompt();
+      route_.mode == TransferMode::kLocal && !check_.has_value() ? absl::MakeConstSpan(ids_)
+                                                                 : Prompt();
   const int64_t prefix_tokens = static_cast<int64_t>(covered.size()) - 1;
   SCD_ASSIGN_OR_RETURN(cached_tokens_, LoadCachedPrefix(consumer_, request_, route_, covered,
                                                         &prefix_keys_, &*cache_));
@@ -436,7 +412,12 @@ void TargetRun::Rebuilt() {
   if (!logits_.ok()) return PrefixFailed(logits_.status());
   PrefixOutcome outcome = RouteOutcome();
   // A moved stream's next token is its first continued id: the scheduler prefills those on top
-  // of the rebuilt prompt and samples after them.
+  // of the rebuilt prompt and samples after them; the tail's logits judge that first id.
+  if (check_.has_value()) {
+    if (absl::Status judged = check_->Judge(check_->first_position(), *logits_); !judged.ok()) {
+      return Fail(std::move(judged));
+    }
+  }
   if (route_.continued == 0) outcome.first_logits = *std::move(logits_);
   outcome.tail = tail_->compute_time();
   outcome.payload_bytes = report_.bytes;
@@ -468,6 +449,11 @@ std::unique_ptr<SequenceStream> TargetRun::NewStream() {
   stream_options.stop_strings = options_.stop_strings;
   stream_options.top_logprobs = options_.top_logprobs;
   stream_options.on_prompt_done = [self](const KvCache& complete) { self->StorePrefix(complete); };
+  if (check_.has_value()) {
+    stream_options.on_prompt_logits = [self](int64_t first, const at::Tensor& logits) {
+      return self->check_->Judge(first, logits);
+    };
+  }
   stream_options.on_event = emit_;
   stream_options.on_ended = [self](const SequenceEnd& end) { self->Ended(end); };
   return std::make_unique<SequenceStream>(std::move(stream_options), ids_,
@@ -516,6 +502,9 @@ void TargetRun::Handover(PrefixOutcome prefix) {
       deadline_,
       context_.cancellation != nullptr ? context_.cancellation->flag() : nullptr,
       stream_.get()};
+  if (check_.has_value()) {  // the received ids' positions this prefill runs
+    sequence.prompt_logits_from = std::max(check_->first_position(), sequence.cache.length());
+  }
   handed_over_ = true;
   if (absl::Status submitted = consumer_.scheduler->Submit(std::move(sequence)); !submitted.ok()) {
     handed_over_ = false;  // refused: never handed over
@@ -535,6 +524,7 @@ void TargetRun::Ended(const SequenceEnd& end) {
     f = FinishedOf(prefix_, end, ids_.size() - continued, start_, stream_->first_token(),
                    context_.received, clock_->Now());
     f.set_output_tokens(f.output_tokens() + static_cast<uint32_t>(continued));
+    if (check_.has_value()) *f.mutable_continuation() = check_->tally();
     emit_(finished);
   } else {
     emit_(ErrorEvent(consumer_.name, status));

@@ -96,6 +96,10 @@ struct TargetRoute {
   // output (max_tokens, Finished). A transfer's codes cover the prompt without them (the tail
   // runs the prompt's last token); the scheduler prefills them on top of the rebuilt prompt.
   int64_t continued = 0;
+  // The continued ids were decoded on locally prefilled caches only (DecodeRequest.continued_mode
+  // LOCAL): a greedy continuation prefilled locally here refuses ids it would not pick
+  // (consumer/continuation_check.h); otherwise they are only counted.
+  bool continued_exact = false;
 };
 
 // This request's transfer session, once the producer has opened it (waits up to `timeout`).
@@ -147,15 +151,6 @@ void StartTarget(const ConsumerModel& consumer, const v1::GenerateRequest& reque
 // Returns the prompt's ids (RunContext::prompt_ids, so StartTarget does not tokenize again).
 absl::StatusOr<std::vector<TokenId>> CheckRequest(const ConsumerModel& consumer,
                                                   const v1::GenerateRequest& request);
-
-// A moved stream's continuation (DecodeRequest.continued_ids) after the checked prompt `*ids`:
-// appended, and route->continued set. INVALID_ARGUMENT for an early-prefill route, an id
-// outside the vocabulary, or as many ids as max_tokens (the consumer's default when unset) allows
-// or more; OUT_OF_RANGE when the prompt, the continued ids and the tokens left exceed the model's
-// positions. Nothing continued: nothing changes.
-absl::Status ContinueStream(const ConsumerModel& consumer, const v1::GenerateRequest& request,
-                            absl::Span<const int32_t> continued, TargetRoute* route,
-                            std::vector<TokenId>* ids);
 
 // The KV bytes a request reserves at admission: (prompt + max_tokens, at most the model's
 // positions) x the model's KV bytes per position.

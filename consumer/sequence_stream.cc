@@ -38,6 +38,10 @@ v1::GenerateEvent SequenceStream::Delta(std::string text, std::optional<TokenId>
   return e;
 }
 
+absl::Status SequenceStream::PromptLogits(int64_t first, const at::Tensor& logits) {
+  return options_.on_prompt_logits ? options_.on_prompt_logits(first, logits) : absl::OkStatus();
+}
+
 void SequenceStream::PromptDone(const KvCache& cache) {
   if (options_.on_prompt_done) options_.on_prompt_done(cache);
 }

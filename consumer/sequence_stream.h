@@ -35,6 +35,9 @@ class SequenceStream final : public SequenceSink {
     int top_logprobs = 0;
     // Called (scheduler thread) once every prompt position is in the cache.
     std::function<void(const KvCache&)> on_prompt_done;
+    // Called (scheduler thread) with the prompt logits the sequence asked for
+    // (SequenceSink::PromptLogits); its status ends the sequence when not OK. Unset: OK.
+    std::function<absl::Status(int64_t first, const at::Tensor& logits)> on_prompt_logits;
     // Required: every event is handed here (scheduler thread; must not block), the held-back
     // text too, and then on_ended is called with how the sequence ended -- the stream's last act:
     // on_ended may destroy it.
@@ -48,6 +51,7 @@ class SequenceStream final : public SequenceSink {
   SequenceStream(Options options, absl::Span<const TokenId> prompt, size_t replayed = 0);
 
   void PromptDone(const KvCache& cache) override;
+  absl::Status PromptLogits(int64_t first, const at::Tensor& logits) override;
   bool Token(TokenId id, const TokenLogprobs& logprobs) override;
   void Ended(const SequenceEnd& end) override;
 

@@ -384,7 +384,7 @@ EventStream* CoordinatorInferenceService::Generate(grpc::CallbackServerContext* 
   };
   auto* run = new RoutedRequest(std::move(deps), std::move(req), *std::move(route), &hint, deadline,
                                 context, std::move(counted));
-  if (resumed.has_value()) run->Resume(std::move(resumed->received));
+  if (resumed.has_value()) run->Resume(std::move(resumed->received), resumed->mode);
   run->Start();
   return run;
 }

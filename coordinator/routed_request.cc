@@ -38,6 +38,15 @@ void KeepPoint(const RouteTarget& from, RouteTarget* to) {
   to->planned_goodput_bytes_per_s = 0;
 }
 
+// A moved or resumed stream's ids so far and how they were decoded (DecodeRequest.continued_ids,
+// continued_mode); nothing for a stream with none.
+void SetContinued(const TargetForwarder& forward, v1::DecodeRequest* decode) {
+  if (forward.streamed_ids().empty()) return;
+  for (int32_t id : forward.streamed_ids()) decode->add_continued_ids(id);
+  decode->set_continued_mode(forward.decoded_locally() ? v1::TRANSFER_MODE_LOCAL
+                                                       : v1::TRANSFER_MODE_UNSPECIFIED);
+}
+
 }  // namespace
 
 // One target's Decode call on its consumer: a reactor whose reads the request's state drives.
@@ -174,10 +183,11 @@ RoutedRequest::RoutedRequest(RoutedRequestDeps deps, v1::GenerateRequest req, Ro
 
 RoutedRequest::~RoutedRequest() { cancel_calls_.Reset(); }
 
-void RoutedRequest::Resume(std::vector<int32_t> received) {
+void RoutedRequest::Resume(std::vector<int32_t> received, TransferMode started) {
   absl::MutexLock lock(&mu_);
   calls_.front()->forward.Resume(
-      std::move(received), "resumed through this coordinator: the client's coordinator went away");
+      std::move(received), started,
+      "resumed through this coordinator: the client's coordinator went away");
 }
 
 void RoutedRequest::Start() {
@@ -205,7 +215,7 @@ void RoutedRequest::Start() {
       decode.set_expected_kl(target.point->kl);
     }
     // A resumed stream's ids so far (Resume; none otherwise).
-    for (int32_t id : call->forward.streamed_ids()) decode.add_continued_ids(id);
+    SetContinued(call->forward, &decode);
     deps_.secret->Attach(&call->context);
     Hold();  // released in the call's OnDone
     call->Begin(std::move(decode), v1::Consumer::NewStub(deps_.channel(target.consumer_address)));
@@ -492,7 +502,7 @@ void RoutedRequest::BeginMoved(std::vector<TargetCall*> calls) {
         decode.set_expected_kl(target.point->kl);
       }
     }
-    for (int32_t id : call->forward.streamed_ids()) decode.add_continued_ids(id);
+    SetContinued(call->forward, &decode);
     deps_.secret->Attach(&call->context);
     Hold();  // released in the call's OnDone
     // A request cancelled meanwhile has cancelled this call's context too (calls_mu_).

@@ -122,9 +122,10 @@ class RoutedRequest final : public EventStream {
                 Ended ended);
 
   // Before Start, for a resumed request (one target; deps without early prefill): its client has
-  // `received` output ids already; the consumer continues after them and the client gets a Moved
-  // event where a Started would come.
-  void Resume(std::vector<int32_t> received);
+  // `received` output ids already (`started`: the mode its token says the stream started in);
+  // the consumer continues after them and the client gets a Moved event where a Started would
+  // come.
+  void Resume(std::vector<int32_t> received, TransferMode started);
   // Starts every target's call; the request then runs by itself. Called once.
   void Start();
 

@@ -27,8 +27,10 @@ void TargetForwarder::MoveTo(const Route* route, size_t index, std::string from_
   move_reason_ = std::move(reason);
 }
 
-void TargetForwarder::Resume(std::vector<int32_t> received, std::string reason) {
+void TargetForwarder::Resume(std::vector<int32_t> received, TransferMode started,
+                             std::string reason) {
   streamed_ids_ = std::move(received);
+  decoded_locally_ = started == TransferMode::kLocal;
   move_pending_ = true;
   resumed_ = true;
   moved_from_.clear();
@@ -38,6 +40,7 @@ void TargetForwarder::Resume(std::vector<int32_t> received, std::string reason) 
 void TargetForwarder::ToMoved(v1::GenerateEvent* event) {
   started_ = true;  // a resume's first Started
   started_mode_ = RanMode(event->started());
+  decoding_mode_ = started_mode_;
   consumer_cached_tokens_ = event->started().consumer_cached_tokens();
   v1::GenerateEvent moved;
   moved.set_target(target().target);
@@ -73,10 +76,12 @@ bool TargetForwarder::Rewrite(const ProducerOutcome& producer, v1::GenerateEvent
   if (event->has_started()) {
     if (started_) {  // the consumer fell back to its own prefill (control.proto): noted only
       fell_back_ = true;
+      decoding_mode_ = TransferMode::kLocal;
       return false;
     }
     started_ = true;
     started_mode_ = RanMode(event->started());
+    decoding_mode_ = started_mode_;
     consumer_cached_tokens_ = event->started().consumer_cached_tokens();
     early_declined_ = event->started().early_prefill_declined();
     event->mutable_started()->clear_early_prefill_declined();
@@ -97,6 +102,9 @@ bool TargetForwarder::Rewrite(const ProducerOutcome& producer, v1::GenerateEvent
   if (event->has_token()) {
     streamed_ids_.insert(streamed_ids_.end(), event->token().ids().begin(),
                          event->token().ids().end());
+    if (decoding_mode_ != TransferMode::kLocal && event->token().ids_size() > 0) {
+      decoded_locally_ = false;
+    }
   }
   if (event->has_token() && !first_token_) {
     first_token_ = true;

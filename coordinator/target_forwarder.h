@@ -61,6 +61,9 @@ class TargetForwarder {
   bool early_declined() const { return early_declined_; }
   // The output token ids forwarded so far (what a moved stream continues from).
   const std::vector<int32_t>& streamed_ids() const { return streamed_ids_; }
+  // Every id in streamed_ids() was decoded on a cache its replica prefilled itself (local mode,
+  // a fallback's included; a resume's as its token says): DecodeRequest.continued_mode LOCAL.
+  bool decoded_locally() const { return decoded_locally_; }
   uint32_t moves() const { return moves_; }
   // A move made (MoveTo) whose new replica's Started has not come yet.
   bool move_pending() const { return move_pending_; }
@@ -71,8 +74,9 @@ class TargetForwarder {
   void MoveTo(const Route* route, size_t index, std::string from_node, std::string reason);
   // The stream resumes here after `received` output ids its client got through another
   // coordinator (GenerateRequest.resume_token): its Started becomes the client's Moved event
-  // (resumed, saying `reason`), and it counts no move.
-  void Resume(std::vector<int32_t> received, std::string reason);
+  // (resumed, saying `reason`), and it counts no move. `started` is the mode the token says the
+  // stream started in: only a local start (which never moves to codes) decoded them locally.
+  void Resume(std::vector<int32_t> received, TransferMode started, std::string reason);
 
  private:
   // The Moved event that stands for a moved stream's new Started.
@@ -86,6 +90,10 @@ class TargetForwarder {
   uint32_t consumer_cached_tokens_ = 0;
   bool early_declined_ = false;
   std::vector<int32_t> streamed_ids_;
+  // The mode the current replica decodes in (its Started's; local after its fallback notice),
+  // and whether every streamed id so far was decoded locally.
+  TransferMode decoding_mode_ = TransferMode::kLocal;
+  bool decoded_locally_ = true;
   uint32_t moves_ = 0;
   bool move_pending_ = false;  // the new replica's Started not seen yet
   bool resumed_ = false;       // ... and it is a resume's

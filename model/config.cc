@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -247,6 +248,11 @@ int64_t ModelConfig::ParameterCount() const {
 
 int64_t ModelConfig::KvBytesPerToken(int64_t bytes_per_element) const {
   return 2 * num_layers * kv_dim() * bytes_per_element;
+}
+
+double ModelConfig::NearTieBound(double epsilon) const {
+  return 50 * epsilon * static_cast<double>(std::max(hidden_size, intermediate_size)) *
+         static_cast<double>(num_layers);
 }
 
 std::string ModelConfig::Summary() const {

@@ -67,6 +67,11 @@ struct ModelConfig {
   int64_t KvBytesPerToken(int64_t bytes_per_element) const;
   // Multi-line human summary for `scd info`.
   std::string Summary() const;
+  // How far two correct runs' logits may differ (a batched step against a lone one, a prefill
+  // chunk against a decode step), computing in a dtype of machine epsilon `epsilon`:
+  // 50 x epsilon x max(hidden, intermediate) x layers (tests/batching_test.cc derives it). Two
+  // greedy runs part only where the top two logits are closer than this (a near-tie).
+  double NearTieBound(double epsilon) const;
 };
 
 }  // namespace scd

@@ -312,6 +312,12 @@ absl::StatusOr<std::vector<at::Tensor>> LlamaModel::ForwardBatch(
           if (seq.tokens.empty()) {
             return absl::InvalidArgumentError(absl::StrCat("sequence ", i, " has no tokens"));
           }
+          if (seq.logits &&
+              (seq.logit_rows < 1 || seq.logit_rows > static_cast<int64_t>(seq.tokens.size()))) {
+            return absl::InvalidArgumentError(absl::StrCat("sequence ", i, ": logits of ",
+                                                           seq.logit_rows, " rows of its ",
+                                                           seq.tokens.size(), " tokens"));
+          }
           const int64_t end = seq.cache->length() + static_cast<int64_t>(seq.tokens.size());
           if (end > config_.max_position_embeddings) {
             return absl::OutOfRangeError(absl::StrCat("sequence ", i, " of ", end,
@@ -331,7 +337,8 @@ absl::StatusOr<std::vector<at::Tensor>> LlamaModel::ForwardBatch(
           const int64_t n = static_cast<int64_t>(seq.tokens.size());
           segments.push_back({row, PlanStep(seq.cache->length(), n, h, seq.workspace), seq.cache});
           row += n;
-          if (seq.logits) last_rows.push_back(row - 1);
+          if (!seq.logits) continue;
+          for (int64_t r = row - seq.logit_rows; r < row; ++r) last_rows.push_back(r);
         }
         const StepTables tables = JoinTables(segments);
         for (int l = 0; l < config_.num_layers; ++l) {
@@ -346,10 +353,27 @@ absl::StatusOr<std::vector<at::Tensor>> LlamaModel::ForwardBatch(
         at::Tensor logits = Logits(last);
         int64_t k = 0;
         for (size_t i = 0; i < batch.size(); ++i) {
-          if (batch[i].logits) out[i] = logits.narrow(0, k++, 1);
+          if (!batch[i].logits) continue;
+          out[i] = logits.narrow(0, k, batch[i].logit_rows);
+          k += batch[i].logit_rows;
         }
         return out;
       });
+}
+
+double LlamaModel::NearTieBound() const {
+  double epsilon = static_cast<double>(std::numeric_limits<float>::epsilon());
+  if (options_.dtype == at::kBFloat16) epsilon = 0x1p-7;  // 8 significand bits
+  if (options_.dtype == at::kHalf) epsilon = 0x1p-10;     // 11
+  if (options_.dtype == at::kDouble) epsilon = std::numeric_limits<double>::epsilon();
+  // Packed weights round a projection's input (model/packed_weight.h: to bf16, u = 2^-9, or to
+  // the row's int8 grid, u = 1/254): two runs that differ elsewhere may round an element apart,
+  // moving the output by 2u of its scale per layer (tests/forward_batch_test.cc,
+  // InputRoundingBound), with the same factor 50 for the logits' magnitude.
+  const double u = options_.weights == WeightFormat::kBF16   ? 1.0 / 512
+                   : options_.weights == WeightFormat::kInt8 ? 1.0 / 254
+                                                             : 0.0;
+  return config_.NearTieBound(epsilon) + 50 * 2 * u * static_cast<double>(config_.num_layers);
 }
 
 LlamaModel::StepContext LlamaModel::PlanStep(int64_t p0, int64_t tokens, const at::Tensor& like,

@@ -123,6 +123,8 @@ struct BatchSequence {
   KvCache* cache = nullptr;          // the sequence's own cache (every layer at one length)
   const DecodeWorkspace* workspace = nullptr;  // its RoPE tables (optional)
   bool logits = true;                // return the logits of its last new token
+  // With `logits`: of its last this-many new tokens ([logit_rows, vocab]; 1 to tokens.size()).
+  int64_t logit_rows = 1;
 };
 
 // How transferred keys are expressed.
@@ -175,6 +177,9 @@ class LlamaModel {
   const ModelWeights& weights() const { return weights_; }
   const RotaryEmbedding& rope() const { return rope_; }
   c10::ScalarType dtype() const { return options_.dtype; }
+  // Its config's near-tie bound (ModelConfig::NearTieBound) at the epsilon of its compute dtype,
+  // plus what packed weights' rounding of each projection's input adds.
+  double NearTieBound() const;
   WeightFormat weight_format() const { return options_.weights; }
   Precision precision() const { return {options_.dtype, options_.weights}; }
   c10::Device device() const { return options_.device; }
@@ -195,9 +200,10 @@ class LlamaModel {
                                         const ForwardOptions& options = {}) const;
 
   // Runs every sequence's new tokens as one step (see the file comment), appending each
-  // sequence's K/V to its own cache. Returns, per sequence in order, float32 [1, vocab] logits of
-  // its last token where asked (undefined otherwise). INVALID_ARGUMENT: an empty batch, a sequence
-  // without tokens, a cache not made for this model, shared between two sequences or not uniform;
+  // sequence's K/V to its own cache. Returns, per sequence in order, float32 [logit_rows, vocab]
+  // logits of its last tokens where asked (undefined otherwise). INVALID_ARGUMENT: an empty batch,
+  // a sequence without tokens or with logit_rows outside [1, its tokens], a cache not made for
+  // this model, shared between two sequences or not uniform;
   // OUT_OF_RANGE: a sequence past max_position_embeddings. On an error no cache was changed.
   absl::StatusOr<std::vector<at::Tensor>> ForwardBatch(
       absl::Span<const BatchSequence> batch) const;

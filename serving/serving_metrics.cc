@@ -151,6 +151,16 @@ void ServingMetrics::Finished(const v1::Finished& f) {
       .Increment();
   prompt_tokens_.Increment(f.prompt_tokens());
   generation_tokens_.Increment(f.output_tokens());
+  if (f.has_continuation()) {
+    const v1::ContinuationChecked& c = f.continuation();
+    constexpr char kHelp[] =
+        "received ids of moved or resumed greedy streams checked by the new replica's prefill: "
+        "agreed (its pick, or within the near-tie bound) or parted";
+    registry_->GetCounter("scd:continued_tokens_checked_total", kHelp, {{"result", "agreed"}})
+        .Increment(c.checked() - std::min(c.checked(), c.parted()));
+    registry_->GetCounter("scd:continued_tokens_checked_total", kHelp, {{"result", "parted"}})
+        .Increment(c.parted());
+  }
   if (f.predicted_ttft_us() > 0 && t.ttft() > 0) {
     registry_
         ->GetHistogram("scd:ttft_prediction_ratio",

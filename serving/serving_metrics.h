@@ -20,6 +20,8 @@
 //   scd:num_requests_waiting / _running       targets before / after their first token
 //   scd:stream_moves_total                    Moved events: streams continued on another
 //                                             replica (the coordinator)
+//   scd:continued_tokens_checked_total{result} Finished.continuation: a moved or resumed greedy
+//                                             stream's received ids, agreed | parted
 //   scd:ttft_prediction_ratio{mode}           timings.ttft / Finished.predicted_ttft_us, where
 //                                             auto mode predicted one (the coordinator)
 // Node gauges from the node's Stats (SetNodeGauges) come from a collector at scrape time.

@@ -6,7 +6,8 @@
 // while the others go on; rebuild work handed in from another thread runs in order, in pieces
 // covering every row once, between steps; a long prefill beside running decodes is chunked so
 // they keep producing tokens; every sequence ends exactly once, UNAVAILABLE when the scheduler is
-// destroyed. Greedy comparisons on the real models: see forward_batch_test.cc for the bound on
+// destroyed; a sequence's prompt logits from a position reach its sink chunk by chunk. Greedy
+// comparisons on the real models: see forward_batch_test.cc for the bound on
 // logits batched against alone; the prompts here are golden prompts without near-ties there.
 #include "consumer/decode_scheduler.h"
 
@@ -378,6 +379,74 @@ TEST_P(DecodeSchedulerTest, ACachedPrefixIsContinued) {
   ASSERT_TRUE(scheduler.Submit(Request(prompt, Options(16), &sink, /*cached=*/17)).ok());
   EXPECT_TRUE(sink.Wait().status.ok());
   EXPECT_EQ(sink.tokens(), Alone(prompt, Options(16)));
+}
+
+// Records the prompt logits a sequence asked for (SequenceRequest::prompt_logits_from); fails
+// the call numbered `fail_at` (0: none) with INVALID_ARGUMENT.
+class LogitsSink : public RecordingSink {
+ public:
+  absl::Status PromptLogits(int64_t first, const at::Tensor& logits) override {
+    EXPECT_EQ(first, next_) << "contiguous, each position once";
+    next_ = first + logits.size(0);
+    rows_.push_back(logits.clone());
+    if (static_cast<int>(rows_.size()) == fail_at_) return absl::InvalidArgumentError("judged");
+    return absl::OkStatus();
+  }
+  void FailAt(int call) { fail_at_ = call; }
+  void ExpectFrom(int64_t position) { next_ = position; }
+  at::Tensor rows() const { return at::cat(rows_, 0); }  // after the sequence ended
+  size_t calls() const { return rows_.size(); }
+
+ private:
+  int64_t next_ = 0;
+  int fail_at_ = 0;
+  std::vector<at::Tensor> rows_;
+};
+
+// A sequence asking for its prompt logits from position 12 of 30 (chunks of at most 8 rows; 5
+// prompt positions from the prefix cache): its sink gets every position from 12 to the last once,
+// chunk by chunk, each row the all-at-once forward's up to the near-tie bound, and the sequence
+// the tokens it gives alone. A sink that refuses ends its sequence with its status, before any
+// token. A position the prefill does not run is refused at Submit.
+TEST_P(DecodeSchedulerTest, PromptLogitsFromAPositionReachTheSinkChunkByChunk) {
+  SchedulerOptions options;
+  options.max_batched_tokens = 8;
+  DecodeScheduler scheduler(*model_, options);
+  const std::vector<TokenId> prompt = Prompt(GetParam(), 1, 30);
+  KvCache whole = model_->NewCache(30);
+  const at::Tensor reference =
+      testing::Ok(model_->Forward(prompt, &whole, {.logits = LogitsMode::kAll})).logits;
+
+  LogitsSink sink;
+  sink.ExpectFrom(12);
+  SequenceRequest request = Request(prompt, Options(8), &sink, /*cached=*/5);
+  request.prompt_logits_from = 12;
+  ASSERT_TRUE(scheduler.Submit(std::move(request)).ok());
+  ASSERT_TRUE(sink.Wait().status.ok());
+  EXPECT_EQ(sink.tokens(), Alone(prompt, Options(8)));
+  EXPECT_GE(sink.calls(), 3u) << "18 positions in chunks of at most 8";
+  const at::Tensor rows = sink.rows();
+  ASSERT_EQ(rows.size(0), 18);
+  EXPECT_LE((rows - reference.narrow(0, 12, 18)).abs().max().item<double>(),
+            model_->NearTieBound());
+
+  LogitsSink refusing;
+  refusing.ExpectFrom(12);
+  refusing.FailAt(2);
+  request = Request(prompt, Options(8), &refusing, /*cached=*/5);
+  request.prompt_logits_from = 12;
+  ASSERT_TRUE(scheduler.Submit(std::move(request)).ok());
+  const SequenceEnd end = refusing.Wait();
+  EXPECT_EQ(end.status.code(), absl::StatusCode::kInvalidArgument) << end.status;
+  EXPECT_EQ(refusing.calls(), 2u);
+  EXPECT_TRUE(refusing.tokens().empty());
+
+  for (int64_t from : {4, 30}) {  // in the cache already; past the prompt
+    request = Request(prompt, Options(8), &sink, /*cached=*/5);
+    request.prompt_logits_from = from;
+    EXPECT_EQ(scheduler.Submit(std::move(request)).code(), absl::StatusCode::kInvalidArgument)
+        << from;
+  }
 }
 
 TEST_P(DecodeSchedulerTest, RebuildWorkRunsInOrderInPiecesCoveringEveryRow) {

@@ -251,6 +251,22 @@ TEST_P(ForwardBatchTest, ChunkedPrefillMatchesAWholePrefill) {
   }
 }
 
+// logit_rows: the logits of a sequence's last rows, as a whole Forward with every row's logits
+// gives them (the LM head over fewer rows: the reorder bound), beside a sequence asking for one.
+TEST_P(ForwardBatchTest, LogitRowsAreTheLastRowsOfAWholeForward) {
+  const std::vector<TokenId> prompt = Prompt(Name(), 1, 20), other = Prompt(Name(), 2, 9);
+  KvCache a = model_->NewCache(32), b = model_->NewCache(32), c = model_->NewCache(32);
+  const at::Tensor all =
+      testing::Ok(model_->Forward(prompt, &a, {.logits = LogitsMode::kAll})).logits;
+  const BatchSequence batch[] = {{prompt, &b, nullptr, true, 5}, {other, &c, nullptr, true}};
+  const std::vector<at::Tensor> out = testing::Ok(model_->ForwardBatch(batch));
+  ASSERT_EQ(out[0].size(0), 5);
+  ASSERT_EQ(out[1].size(0), 1);
+  const ModelConfig& config = model_->config();
+  const double bound = ReorderBound(config) + InputRoundingBound(config, model_->weight_format());
+  EXPECT_LE(testing::MaxRelDiff(out[0], all.narrow(0, 15, 5)), bound);
+}
+
 TEST_P(ForwardBatchTest, BadBatchesAreRefusedBeforeAnyCacheChanges) {
   const std::vector<TokenId> prompt = Prompt(Name(), 0, 5);
   KvCache a = model_->NewCache(8), b = model_->NewCache(8);
@@ -265,6 +281,11 @@ TEST_P(ForwardBatchTest, BadBatchesAreRefusedBeforeAnyCacheChanges) {
   const std::vector<TokenId> bad_id = {1, static_cast<TokenId>(model_->config().vocab_size)};
   const BatchSequence vocab[] = {{prompt, &a, nullptr, true}, {bad_id, &b, nullptr, true}};
   EXPECT_EQ(model_->ForwardBatch(vocab).status().code(), absl::StatusCode::kInvalidArgument);
+  for (int64_t rows : {0, 6}) {  // logits of no row; of more rows than its 5 tokens
+    const BatchSequence asked[] = {{prompt, &a, nullptr, true, rows}};
+    EXPECT_EQ(model_->ForwardBatch(asked).status().code(), absl::StatusCode::kInvalidArgument)
+        << rows;
+  }
   EXPECT_EQ(a.length(), 0);
   EXPECT_EQ(b.length(), 0);
 }

@@ -254,10 +254,12 @@ class MigrationTest : public ::testing::Test {
     EXPECT_EQ(moved.ids[kTarget], reference);
     const std::vector<v1::GenerateEvent>& events = moved.events[kTarget];
     int started = 0, moves = 0;
+    uint32_t so_far = 0;
     for (const v1::GenerateEvent& e : events) {
       started += e.has_started();
       if (!e.has_moved()) continue;
       ++moves;
+      so_far = e.moved().tokens_so_far();
       EXPECT_GE(e.moved().tokens_so_far(), 3u);
       EXPECT_EQ(e.moved().from_node(), stack->node_id(killed));
       EXPECT_EQ(e.moved().to_node(), stack->node_id(TheOther(killed)));
@@ -274,6 +276,17 @@ class MigrationTest : public ::testing::Test {
     EXPECT_EQ(f.reason(), unmoved_end.reason());
     EXPECT_EQ(RanModeName(f), RanModeName(unmoved_end));
     EXPECT_THAT(f.mode_reason(), HasSubstr("moved to this replica"));
+    // A greedy stream's ids so far were checked by the new replica's prefill
+    // (consumer/continuation_check.h): each its pick, up to a near-tie; exact (a parted id
+    // would have been refused) where every replica prefilled locally.
+    if (request.temperature() == 0) {
+      ASSERT_TRUE(f.has_continuation());
+      EXPECT_EQ(f.continuation().checked(), so_far);
+      EXPECT_EQ(f.continuation().parted(), 0u) << "worst gap " << f.continuation().worst_gap();
+      EXPECT_EQ(f.continuation().exact(), RanMode(f) == TransferMode::kLocal);
+    } else {
+      EXPECT_FALSE(f.has_continuation()) << "a sampled stream is not checked";
+    }
 
     // The killed replica left routing with its failed call (coordinator/node_ejection.h; its
     // lease here lasts an hour): the next request goes to the live one at once.

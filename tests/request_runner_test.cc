@@ -25,6 +25,7 @@
 #include "codec/code_encoder.h"
 #include "codec/fingerprint.h"
 #include "codec/transfer.h"
+#include "consumer/continuation_check.h"
 #include "model/generator.h"
 #include "producer/prefill_streamer.h"
 #include "proto/wire_mode.h"

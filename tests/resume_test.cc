@@ -4,8 +4,9 @@
 // and the ids received: B's stream opens with a Moved (resumed) event, goes on with exactly the
 // tokens an unfaulted stream gives after them (greedy and seeded sampling), and ends in one
 // Finished that counts every token once; a fan-out's targets each resume alone with their own
-// token; a stream cut after its last token is finished by B itself. A replay at the same position,
-// another tenant's request and a forged token are refused alike, before any work.
+// token; a stream cut after its last token is finished by B itself; received ids the model would
+// not have picked end the resumed stream in an Error. A replay at the same position, another
+// tenant's request and a forged token are refused alike, before any work.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -117,6 +118,18 @@ void ResumeAfter(coordinator::CoordinatorNode* a, const coordinator::Coordinator
   whole.insert(whole.end(), resumed.ids.begin(), resumed.ids.end());
   EXPECT_EQ(whole, reference.ids) << "no token missing, repeated or different";
   EXPECT_EQ(resumed.output_tokens, reference.output_tokens) << "every token counted once";
+  // A greedy stream's received ids were checked by the new replica's prefill: local throughout
+  // here, so exactly (consumer/continuation_check.h); a sampled one's are not.
+  ASSERT_TRUE(resumed.events.back().has_finished());
+  const v1::Finished& f = resumed.events.back().finished();
+  if (request.temperature() == 0) {
+    ASSERT_TRUE(f.has_continuation());
+    EXPECT_EQ(f.continuation().checked(), cut.ids.size());
+    EXPECT_EQ(f.continuation().parted(), 0u) << "worst gap " << f.continuation().worst_gap();
+    EXPECT_TRUE(f.continuation().exact());
+  } else {
+    EXPECT_FALSE(f.has_continuation());
+  }
 
   // The same token at the same position again: refused as any bad token, before any work.
   const Streamed replay = Stream(b, again);
@@ -284,6 +297,31 @@ TEST_F(ResumeTest, AStreamCutAfterItsLastTokenIsFinishedByTheNextCoordinator) {
   const Streamed refused = Stream(*b_, more);
   EXPECT_EQ(refused.status.code(), absl::StatusCode::kInvalidArgument) << refused.status;
   EXPECT_TRUE(refused.events.empty());
+}
+
+// A valid token with received ids the stream never had: the new replica's prefill finds an id
+// it would not pick greedily (the stream was decoded on local prefills only, so nothing but a
+// near-tie could part) and the stream ends in one Error that names it, with no token emitted.
+TEST_F(ResumeTest, ReceivedIdsTheModelWouldNotPickEndTheResumeInAnError) {
+  const v1::GenerateRequest request = Request(24);
+  const Streamed cut = CutAfter(a_.get(), request, 6);
+  ASSERT_FALSE(cut.token.empty());
+  ASSERT_GE(cut.ids.size(), 6u);
+  v1::GenerateRequest again = request;
+  again.set_resume_token(cut.token);
+  std::vector<int32_t> forged = cut.ids;
+  forged[2] = forged[2] == 13 ? 14 : 13;  // a common id of its vocabulary, but not its pick
+  for (int32_t id : forged) again.add_resume_received_ids(id);
+  const Streamed resumed = Stream(*b_, again);
+  ASSERT_FALSE(resumed.events.empty()) << resumed.status;
+  EXPECT_TRUE(resumed.events.front().has_moved()) << resumed.events.front().DebugString();
+  EXPECT_TRUE(resumed.ids.empty()) << "no token after a refused continuation";
+  const v1::GenerateEvent& last = resumed.events.back();
+  ASSERT_TRUE(last.has_error()) << last.DebugString();
+  EXPECT_EQ(last.error().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_NE(last.error().message().find("continued_ids[2]"), std::string::npos)
+      << last.error().message();
+  EXPECT_FALSE(resumed.finished);
 }
 
 TEST_F(ResumeTest, AnotherTenantsOrAForgedTokenIsRefusedAlike) {

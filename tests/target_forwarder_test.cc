@@ -2,7 +2,8 @@
 // producer's side added to a Finished from codes (and only there), the producer's cached tokens
 // on a Started from codes, auto's prediction only where the predicted mode ran, the fallback
 // notice dropped and noted, terminal events marked; a moved stream's new Started becomes the
-// client's Moved event, and its Finished counts the moves.
+// client's Moved event, and its Finished counts the moves; whether every streamed id was decoded
+// on a locally prefilled cache.
 #include "coordinator/target_forwarder.h"
 
 #include <gtest/gtest.h>
@@ -157,6 +158,55 @@ TEST_F(TargetForwarderTest, AMovedStreamsStartedBecomesMovedAndItsFinishedCounts
   ASSERT_TRUE(moved.Rewrite(producer_, &finished));
   EXPECT_EQ(finished.finished().moves(), 1u);
   EXPECT_TRUE(moved.terminal());
+}
+
+// Whether every streamed id was decoded on a locally prefilled cache
+// (DecodeRequest.continued_mode): tokens after a Started from codes are not, unless the consumer
+// fell back first; a move to a local replica does not make earlier ids local; a resume is local
+// only from a local start.
+TEST_F(TargetForwarderTest, ItKnowsWhetherEveryStreamedIdWasDecodedLocally) {
+  auto token = [](int32_t id) {
+    v1::GenerateEvent e;
+    e.mutable_token()->add_ids(id);
+    return e;
+  };
+  TargetForwarder local(&route_, 1, nullptr);
+  v1::GenerateEvent e = Started("local");
+  ASSERT_TRUE(local.Rewrite(producer_, &e));
+  e = token(5);
+  ASSERT_TRUE(local.Rewrite(producer_, &e));
+  EXPECT_TRUE(local.decoded_locally());
+
+  TargetForwarder fell_back(&route_, 0, nullptr);
+  e = Started("scd");
+  ASSERT_TRUE(fell_back.Rewrite(producer_, &e));
+  EXPECT_TRUE(fell_back.decoded_locally()) << "nothing decoded yet";
+  e = Started("local");  // the fallback notice, before any token
+  EXPECT_FALSE(fell_back.Rewrite(producer_, &e));
+  e = token(5);
+  ASSERT_TRUE(fell_back.Rewrite(producer_, &e));
+  EXPECT_TRUE(fell_back.decoded_locally());
+
+  TargetForwarder coded(&route_, 0, nullptr);
+  e = Started("scd");
+  ASSERT_TRUE(coded.Rewrite(producer_, &e));
+  e = token(5);
+  ASSERT_TRUE(coded.Rewrite(producer_, &e));
+  EXPECT_FALSE(coded.decoded_locally());
+  Route next;
+  next.targets.push_back(route_.targets[1]);
+  coded.MoveTo(&next, 0, "consumer-old", "gone");
+  e = Started("local");
+  ASSERT_TRUE(coded.Rewrite(producer_, &e));
+  e = token(6);
+  ASSERT_TRUE(coded.Rewrite(producer_, &e));
+  EXPECT_FALSE(coded.decoded_locally()) << "its first id came from codes";
+
+  TargetForwarder resumed(&route_, 1, nullptr);
+  resumed.Resume({5, 6}, TransferMode::kLocal, "resumed");
+  EXPECT_TRUE(resumed.decoded_locally());
+  resumed.Resume({5, 6}, TransferMode::kScd, "resumed");
+  EXPECT_FALSE(resumed.decoded_locally());
 }
 
 }  // namespace
