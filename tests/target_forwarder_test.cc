@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "proto/wire_mode.h"
@@ -165,41 +166,39 @@ TEST_F(TargetForwarderTest, AMovedStreamsStartedBecomesMovedAndItsFinishedCounts
 // fell back first; a move to a local replica does not make earlier ids local; a resume is local
 // only from a local start.
 TEST_F(TargetForwarderTest, ItKnowsWhetherEveryStreamedIdWasDecodedLocally) {
-  auto token = [](int32_t id) {
-    v1::GenerateEvent e;
-    e.mutable_token()->add_ids(id);
-    return e;
+  // Each event rewritten in turn: a Started of its mode, or a token id (a number); what Rewrite
+  // returned for each, in order.
+  auto feed = [this](TargetForwarder& f, const std::vector<std::string>& events) {
+    std::vector<bool> forwarded;
+    for (const std::string& what : events) {
+      v1::GenerateEvent e;
+      if (what == "local" || what == "scd") {
+        e = Started(what);
+      } else {
+        e.mutable_token()->add_ids(std::stoi(what));
+      }
+      forwarded.push_back(f.Rewrite(producer_, &e));
+    }
+    return forwarded;
   };
   TargetForwarder local(&route_, 1, nullptr);
-  v1::GenerateEvent e = Started("local");
-  ASSERT_TRUE(local.Rewrite(producer_, &e));
-  e = token(5);
-  ASSERT_TRUE(local.Rewrite(producer_, &e));
+  feed(local, {"local", "5"});
   EXPECT_TRUE(local.decoded_locally());
 
   TargetForwarder fell_back(&route_, 0, nullptr);
-  e = Started("scd");
-  ASSERT_TRUE(fell_back.Rewrite(producer_, &e));
+  feed(fell_back, {"scd"});
   EXPECT_TRUE(fell_back.decoded_locally()) << "nothing decoded yet";
-  e = Started("local");  // the fallback notice, before any token
-  EXPECT_FALSE(fell_back.Rewrite(producer_, &e));
-  e = token(5);
-  ASSERT_TRUE(fell_back.Rewrite(producer_, &e));
+  // The fallback notice (a second Started, not forwarded), before any token.
+  EXPECT_EQ(feed(fell_back, {"local", "5"}), (std::vector<bool>{false, true}));
   EXPECT_TRUE(fell_back.decoded_locally());
 
   TargetForwarder coded(&route_, 0, nullptr);
-  e = Started("scd");
-  ASSERT_TRUE(coded.Rewrite(producer_, &e));
-  e = token(5);
-  ASSERT_TRUE(coded.Rewrite(producer_, &e));
+  feed(coded, {"scd", "5"});
   EXPECT_FALSE(coded.decoded_locally());
   Route next;
   next.targets.push_back(route_.targets[1]);
   coded.MoveTo(&next, 0, "consumer-old", "gone");
-  e = Started("local");
-  ASSERT_TRUE(coded.Rewrite(producer_, &e));
-  e = token(6);
-  ASSERT_TRUE(coded.Rewrite(producer_, &e));
+  feed(coded, {"local", "6"});
   EXPECT_FALSE(coded.decoded_locally()) << "its first id came from codes";
 
   TargetForwarder resumed(&route_, 1, nullptr);
