@@ -85,6 +85,15 @@ int64_t TotalBytes(const std::vector<PlannedChunk>& chunks) {
   return bytes;
 }
 
+std::vector<PlannedChunk> ChunksFromLayer(const std::vector<PlannedChunk>& chunks,
+                                          int layer_begin) {
+  std::vector<PlannedChunk> from;
+  for (const PlannedChunk& chunk : chunks) {
+    if (chunk.layer >= layer_begin) from.push_back(chunk);
+  }
+  return from;
+}
+
 absl::StatusOr<std::vector<PlannedChunk>> CodeEncoder::PlannedChunks(const ModelConfig& producer,
                                                                      int64_t tokens) const {
   const int layers = static_cast<int>(plan_.layers.size());

@@ -25,6 +25,8 @@ struct PlannedChunk {
 };
 // What a plan's chunks put on the wire, in all.
 int64_t TotalBytes(const std::vector<PlannedChunk>& chunks);
+// The chunks of layers [layer_begin, ...): what a takeover sends (TransferHeader.layer_begin).
+std::vector<PlannedChunk> ChunksFromLayer(const std::vector<PlannedChunk>& chunks, int layer_begin);
 
 class CodeEncoder {
  public:

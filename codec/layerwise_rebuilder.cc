@@ -199,6 +199,27 @@ void LayerwiseRebuilder::Rebuild(int layer, Filled done) {
             });
 }
 
+int LayerwiseRebuilder::layers_rebuilt() const {
+  int first = 0;
+  while (first < static_cast<int>(layers_.size()) && layers_[first].done) ++first;
+  return first;
+}
+
+absl::StatusOr<int> LayerwiseRebuilder::Restart() {
+  const int layers = static_cast<int>(layers_.size());
+  const int first = layers_rebuilt();
+  for (int l = first; l < layers; ++l) {
+    LayerState& state = layers_[l];
+    if (state.done) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "layer ", l, " is rebuilt but layer ", first, " is not: no restart from one layer"));
+    }
+    for (auto& [kind, chunk] : state.held) state.expected.insert(kind);
+    state.held.clear();
+  }
+  return first;
+}
+
 absl::Status LayerwiseRebuilder::Finish() const {
   if (complete()) return absl::OkStatus();
   std::vector<std::string> missing;

@@ -77,6 +77,14 @@ class LayerwiseRebuilder {
 
   // Whether every layer of the cache is rebuilt.
   bool complete() const { return remaining_ == 0; }
+  // A transfer that ended early continues from another producer (a takeover): the chunks held
+  // for layers not yet rebuilt are dropped (they come again), and the rebuild goes on from the
+  // first layer not rebuilt, which it returns (the takeover's TransferHeader.layer_begin).
+  // FAILED_PRECONDITION when a later layer is rebuilt already (the chunks did not come layer by
+  // layer; the caller starts afresh). Not while a call's `done` is due.
+  absl::StatusOr<int> Restart();
+  // The layers [0, n) rebuilt, in a row from the first.
+  int layers_rebuilt() const;
   // OK when complete; else FailedPrecondition naming the chunks still missing (a transfer that
   // ended early must not decode from a half-built cache).
   absl::Status Finish() const;

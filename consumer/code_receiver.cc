@@ -21,8 +21,8 @@ namespace {
 
 // Why `header` is not the transfer this consumer expects ("" when it is).
 std::string HeaderMismatch(const v1::TransferHeader& header, const TransferPlan& plan,
-                           const std::vector<PlannedChunk>& expected, int64_t tokens,
-                           int64_t begin) {
+                           const std::vector<PlannedChunk>& expected, int64_t tokens, int64_t begin,
+                           int layer_begin) {
   absl::StatusOr<TransferMode> mode = ModeFromProto(header.mode());
   if (!mode.ok()) return std::string(mode.status().message());
   if (*mode != plan.mode) {
@@ -36,6 +36,11 @@ std::string HeaderMismatch(const v1::TransferHeader& header, const TransferPlan&
   if (header.token_begin() != static_cast<uint64_t>(begin)) {
     return absl::StrCat("the producer sends positions from ", header.token_begin(),
                         ", this consumer holds [0, ", begin, ") and expects the rest");
+  }
+  if (header.layer_begin() != static_cast<uint32_t>(layer_begin)) {
+    return absl::StrCat("the producer sends layers from ", header.layer_begin(),
+                        ", this consumer has rebuilt layers [0, ", layer_begin,
+                        ") and expects the rest");
   }
   const int64_t bytes = TotalBytes(expected);
   if (header.expected_chunks() != expected.size() ||
@@ -161,6 +166,9 @@ class CodeReceiver : public std::enable_shared_from_this<CodeReceiver> {
         cache_(cache),
         options_(std::move(options)),
         clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
+        progress_(options_.progress != nullptr ? options_.progress
+                                               : std::make_shared<ReceiveProgress>()),
+        report_(progress_->report),
         pieces_(options_.begin, T_),
         done_(std::move(done)) {}
 
@@ -197,9 +205,12 @@ class CodeReceiver : public std::enable_shared_from_this<CodeReceiver> {
   KvCache* const cache_;
   const ReceiveOptions options_;
   Clock* const clock_;
-  std::unique_ptr<LayerwiseRebuilder> rebuilder_;
+  // The rebuild and the report: the caller's when it continues one (a takeover), else this
+  // receive's own.
+  const std::shared_ptr<ReceiveProgress> progress_;
+  ReceiveReport& report_;
+  LayerwiseRebuilder* rebuilder_ = nullptr;  // progress_'s
   PieceJoiner pieces_;
-  ReceiveReport report_;
   ReceiveDone done_;
   bool ended_ = false;
   absl::Time started_;
@@ -211,14 +222,26 @@ class CodeReceiver : public std::enable_shared_from_this<CodeReceiver> {
 
 void CodeReceiver::Start(const CodeDecoder& decoder, const std::vector<TokenId>& tokens) {
   started_ = clock_->Now();
-  if (std::string why = HeaderMismatch(session_->header(), plan_, expected_, T_, options_.begin);
+  // A takeover continues the rebuild from its first layer not rebuilt (held chunks dropped).
+  const bool continuing = progress_->rebuilder != nullptr;
+  int layer_begin = 0;
+  if (continuing) {
+    absl::StatusOr<int> from = progress_->rebuilder->Restart();
+    if (!from.ok()) return End(from.status());
+    layer_begin = *from;
+  }
+  if (std::string why =
+          HeaderMismatch(session_->header(), plan_, expected_, T_, options_.begin, layer_begin);
       !why.empty()) {
     return End(absl::FailedPreconditionError(why));
   }
-  absl::StatusOr<std::unique_ptr<LayerwiseRebuilder>> rebuilder =
-      LayerwiseRebuilder::Create(decoder, plan_, tokens, cache_, options_.begin, options_.pacing);
-  if (!rebuilder.ok()) return End(rebuilder.status());
-  rebuilder_ = *std::move(rebuilder);
+  if (!continuing) {
+    absl::StatusOr<std::unique_ptr<LayerwiseRebuilder>> rebuilder =
+        LayerwiseRebuilder::Create(decoder, plan_, tokens, cache_, options_.begin, options_.pacing);
+    if (!rebuilder.ok()) return End(rebuilder.status());
+    progress_->rebuilder = *std::move(rebuilder);
+  }
+  rebuilder_ = progress_->rebuilder.get();
   if (options_.deadline != absl::InfiniteFuture()) {
     deadline_timer_ = Clock::Timer(clock_, options_.deadline, [this] {
       TimeOut(absl::DeadlineExceededError(absl::StrCat(
@@ -231,6 +254,7 @@ void CodeReceiver::Start(const CodeDecoder& decoder, const std::vector<TokenId>&
       session_->Cancel("cancelled by the caller during the transfer");
     });
   }
+  if (continuing) return Continue(clock_->Now());  // the tail is through the layers rebuilt
   // The tail runs through a recomputed run from layer 0 (rebuilt without a chunk) first.
   std::shared_ptr<CodeReceiver> self = shared_from_this();
   rebuilder_->Begin([self](absl::StatusOr<std::vector<int>> filled) {
@@ -342,7 +366,7 @@ void CodeReceiver::Complete() {
           "the cache is rebuilt but the last prompt token ran ", tail->next_layer(), " layers")));
     }
   }
-  End(std::move(report_));
+  End(report_);
 }
 
 void CodeReceiver::TimeOut(absl::Status why) {
@@ -369,6 +393,10 @@ void CodeReceiver::End(absl::StatusOr<ReceiveReport> result) {
 }
 
 }  // namespace
+
+int ReceiveProgress::layers_rebuilt() const {
+  return rebuilder != nullptr ? rebuilder->layers_rebuilt() : 0;
+}
 
 void ReceiveIntoCache(std::shared_ptr<transport::ReceiveSession> session,
                       const CodeDecoder& decoder, const TransferPlan& plan,

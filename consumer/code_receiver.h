@@ -67,6 +67,17 @@ struct ReceiveReport {
   std::vector<LoweredPiece> lowered_pieces;  // in arrival order
 };
 
+// What a receive built so far, kept across a takeover (another producer sending the rest of a
+// transfer whose producer was lost, TransferHeader.layer_begin): the rebuilder, with the layers
+// rebuilt, and the report so far. The caller owns it; a receive given one with a rebuilder
+// continues it (the header must say layer_begin = the first layer not rebuilt).
+struct ReceiveProgress {
+  std::unique_ptr<LayerwiseRebuilder> rebuilder;  // null until a receive began rebuilding
+  ReceiveReport report;
+  // Layers [0, layers_rebuilt()) are rebuilt (0 with no rebuilder).
+  int layers_rebuilt() const;
+};
+
 // How a receive runs, beside what it receives.
 struct ReceiveOptions {
   absl::Time deadline = absl::InfiniteFuture();  // every chunk rebuilt by then
@@ -86,6 +97,9 @@ struct ReceiveOptions {
   // scheduler's or the clock's. Required.
   std::function<void(std::function<void()>)> post;
   Clock* clock = nullptr;  // the stall and the deadline; null: Clock::Real()
+  // Where the rebuild and the report live (null: the receive's own): a receive that fails
+  // leaves in it what it rebuilt, for a takeover's receive to continue (ReceiveProgress).
+  std::shared_ptr<ReceiveProgress> progress = nullptr;
 };
 
 // Told once how a receive ended (on the thread of its last step).
@@ -93,8 +107,10 @@ using ReceiveDone = std::function<void(absl::StatusOr<ReceiveReport>)>;
 
 // Receives `session` into `cache` and tells `done`. `expected` are the chunks the producer's plan
 // sends for `tokens` (CodeEncoder::PlannedChunks of the same mode, producer config, artifact and
-// options) over positions [options.begin, tokens.size()); `decoder` holds the consumer model and
-// its artifact. On any error the session ends (cancelled) and the cache must be discarded.
+// options) over positions [options.begin, tokens.size()) -- a takeover's of its layers only
+// (ChunksFromLayer); `decoder` holds the consumer model and its artifact. On any error the
+// session ends (cancelled) and the cache must be discarded, or continued by a takeover's receive
+// with the same options.progress, cache, tail and decoder.
 // REQUIRES: `decoder`, `plan`, `expected`, `tokens`, `cache`, options.tail and
 // options.cancellation outlive `done`.
 void ReceiveIntoCache(std::shared_ptr<transport::ReceiveSession> session,

@@ -24,18 +24,20 @@ namespace scd::consumer {
 
 namespace {
 
-// The request's wait for its transfer session, which holds no thread: the ticket says when the
-// session arrived (or failed), a timer when it is late.
-void WaitForSession(std::unique_ptr<SessionRouter::Ticket> ticket, SessionRouter* router,
-                    const std::string& tag, ServedRequest* served) {
-  struct SessionWait {
-    std::unique_ptr<SessionRouter::Ticket> ticket;
-    Clock::Timer late;  // cancelled when the request lets go of the wait
-  };
-  auto wait = std::make_shared<SessionWait>();
-  wait->ticket = std::move(ticket);
-  served->session = [wait](absl::Duration timeout) { return wait->ticket->Wait(timeout); };
-  served->on_session = [wait, router, tag](absl::Duration timeout, std::function<void()> ready) {
+// The wait for one transfer session, which holds no thread: the ticket says when the session
+// arrived (or failed), a timer when it is late.
+struct SessionWait {
+  std::unique_ptr<SessionRouter::Ticket> ticket;
+  Clock::Timer late;                     // cancelled when the request lets go of the wait
+  Cancellation::Registration on_cancel;  // a takeover's: the request's cancellation fails it
+};
+
+// RunContext's session source and wait over `wait`, expecting `tag`.
+void SessionSourceOf(const std::shared_ptr<SessionWait>& wait, SessionRouter* router,
+                     const std::string& tag, SessionSource* session,
+                     std::function<void(absl::Duration, std::function<void()>)>* on_session) {
+  *session = [wait](absl::Duration timeout) { return wait->ticket->Wait(timeout); };
+  *on_session = [wait, router, tag](absl::Duration timeout, std::function<void()> ready) {
     Clock* clock = Clock::Real();
     wait->late = Clock::Timer(clock, clock->Now() + timeout, [router, tag, timeout] {
       router->FailWaiting(tag, absl::DeadlineExceededError(absl::StrCat(
@@ -43,7 +45,42 @@ void WaitForSession(std::unique_ptr<SessionRouter::Ticket> ticket, SessionRouter
     });
     wait->ticket->OnArrival(std::move(ready));
   };
+}
+
+// A takeover of `session_id`'s transfer (ServedRequest::take_over): its session expected under
+// TakeoverSessionId, woken by the request's cancellation.
+absl::StatusOr<RunContext::Takeover> ExpectTakeover(SessionRouter* router,
+                                                    const std::string& consumer,
+                                                    const std::string& session_id,
+                                                    v1::GenerateEvent* notice,
+                                                    Cancellation* cancellation) {
+  v1::TransferLost& lost = *notice->mutable_transfer_lost();
+  lost.set_session_id(session_id);
+  const std::string tag = SessionTag(TakeoverSessionId(session_id, lost.takeover()), consumer);
+  auto wait = std::make_shared<SessionWait>();
+  SCD_ASSIGN_OR_RETURN(wait->ticket, router->Expect(tag));
+  if (cancellation != nullptr) {
+    wait->on_cancel =
+        cancellation->OnCancel([router, tag](const absl::Status& why) { router->Fail(tag, why); });
+  }
+  RunContext::Takeover takeover;
+  SessionSourceOf(wait, router, tag, &takeover.session, &takeover.on_session);
+  return takeover;
+}
+
+// The request's wait for its transfer session under `session_id`, and its takeovers'.
+void WaitForSession(std::unique_ptr<SessionRouter::Ticket> ticket, SessionRouter* router,
+                    const std::string& consumer, const std::string& session_id,
+                    ServedRequest* served) {
+  const std::string tag = SessionTag(session_id, consumer);
+  auto wait = std::make_shared<SessionWait>();
+  wait->ticket = std::move(ticket);
+  SessionSourceOf(wait, router, tag, &served->session, &served->on_session);
   served->on_cancel = [router, tag](const absl::Status& why) { router->Fail(tag, why); };
+  served->take_over = [router, consumer, session_id](v1::GenerateEvent* notice,
+                                                     Cancellation* cancellation) {
+    return ExpectTakeover(router, consumer, session_id, notice, cancellation);
+  };
 }
 
 // ServedRequest::decline_early: the early session (arrived or to come) is refused -- the
@@ -55,10 +92,12 @@ absl::Status DeclineEarlySession(SessionRouter* router, const std::string& consu
   served->session = nullptr;  // the ticket goes with them: its tag is ended
   served->on_session = nullptr;
   served->on_cancel = nullptr;
-  const std::string tag = SessionTag(EarlyDeclinedSessionId(session_id), consumer);
-  absl::StatusOr<std::unique_ptr<SessionRouter::Ticket>> ticket = router->Expect(tag);
+  served->take_over = nullptr;
+  const std::string declined = EarlyDeclinedSessionId(session_id);
+  absl::StatusOr<std::unique_ptr<SessionRouter::Ticket>> ticket =
+      router->Expect(SessionTag(declined, consumer));
   if (!ticket.ok()) return ticket.status();
-  WaitForSession(*std::move(ticket), router, tag, served);
+  WaitForSession(*std::move(ticket), router, consumer, declined, served);
   served->route.early_prefill = false;
   served->route.early_declined = true;
   return absl::OkStatus();
@@ -159,8 +198,7 @@ absl::StatusOr<ServedRequest> ConsumerControlService::Route(const v1::DecodeRequ
   served.prompt_ids = *std::move(prompt_ids);
   served.received = received;
   if (ticket != nullptr) {
-    WaitForSession(std::move(ticket), router_, SessionTag(request->session_id(), consumer_.name),
-                   &served);
+    WaitForSession(std::move(ticket), router_, consumer_.name, request->session_id(), &served);
   }
   if (served.route.early_prefill) {
     served.decline_early = [router = router_, name = consumer_.name,

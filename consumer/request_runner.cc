@@ -16,6 +16,7 @@
 #include "consumer/continuation_check.h"
 #include "consumer/sequence_stream.h"
 #include "consumer/target_events.h"
+#include "consumer/target_prefix.h"
 #include "model/generator.h"
 #include "model/layer_stepper.h"
 #include "proto/request_validation.h"
@@ -23,34 +24,6 @@
 
 namespace scd::consumer {
 namespace {
-
-// What the producer's plan sends for this route and prefix, as this consumer expects it (same
-// architecture on both sides: the consumer's config makes the producer's plan).
-struct ExpectedTransfer {
-  TransferPlan plan;
-  const Artifact* artifact = nullptr;  // for modes that need one
-  std::vector<PlannedChunk> chunks;
-};
-
-absl::StatusOr<ExpectedTransfer> PlanTransfer(const ConsumerModel& consumer,
-                                              const TargetRoute& route, int64_t tokens) {
-  const TransferMode mode = route.mode;
-  if (ModeServedWithArtifact(mode) && route.artifact == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "mode ", TransferModeName(mode), " needs the pair's artifact; this consumer has none"));
-  }
-  ExpectedTransfer expected;
-  expected.artifact = ModeServedWithArtifact(mode) ? route.artifact : nullptr;
-  const ModelConfig& config = consumer.model->config();
-  const TransferOptions options =
-      route.point ? TransferOptions::AtPoint(*route.point, consumer.transfer_options)
-                  : consumer.transfer_options;
-  SCD_ASSIGN_OR_RETURN(expected.plan, TransferPlan::Make(mode, config, expected.artifact, options));
-  SCD_ASSIGN_OR_RETURN(
-      expected.chunks,
-      CodeEncoder(expected.plan, expected.artifact, options).PlannedChunks(config, tokens));
-  return expected;
-}
 
 absl::StatusOr<GenerationOptions> GenerationOptionsFor(const ConsumerModel& consumer,
                                                        const v1::GenerateRequest& request) {
@@ -122,41 +95,6 @@ int64_t ReservationBytes(const ConsumerModel& consumer, const v1::GenerateReques
 
 namespace {
 
-// Loads the prefix cache's part of the prompt's prefix into `cache` (the route's scope: caches of
-// different codes never mix); returns the positions it held (0 with no prefix cache), and the
-// prefix's keys in *keys.
-absl::StatusOr<int64_t> LoadCachedPrefix(const ConsumerModel& consumer,
-                                         const v1::GenerateRequest& request,
-                                         const TargetRoute& route, absl::Span<const TokenId> ids,
-                                         std::optional<ConsumerPrefixCache::Keys>* keys,
-                                         KvCache* cache) {
-  const int64_t prefix_tokens = static_cast<int64_t>(ids.size()) - 1;
-  if (consumer.prefix_cache == nullptr || prefix_tokens <= 0) return 0;
-  *keys = consumer.prefix_cache->KeysFor(
-      ConsumerPrefixCache::RouteScope(
-          route.mode, route.producer_fingerprint,
-          route.point ? absl::StrCat(route.artifact_id, "@", route.point->Describe())
-                      : route.artifact_id),
-      request.cache_salt(), ids.first(static_cast<size_t>(prefix_tokens)));
-  // An early prefill's codes cover the whole prefix (the keys still store what is rebuilt).
-  if (route.early_prefill && route.mode != TransferMode::kLocal) return 0;
-  // A transfer keeps at least one position to send; local prefill runs the last token anyway.
-  const int64_t most = route.mode == TransferMode::kLocal ? prefix_tokens : prefix_tokens - 1;
-  return consumer.prefix_cache->Load(**keys, most, prefix_tokens, cache);
-}
-
-// A transfer's plan for `tokens` positions (none for a local route), its payload noted in
-// `started`.
-absl::StatusOr<std::optional<ExpectedTransfer>> PlanFor(const ConsumerModel& consumer,
-                                                        const TargetRoute& route, int64_t tokens,
-                                                        v1::GenerateEvent* started) {
-  if (route.mode == TransferMode::kLocal) return std::nullopt;
-  SCD_ASSIGN_OR_RETURN(ExpectedTransfer plan, PlanTransfer(consumer, route, tokens));
-  started->mutable_started()->set_expected_payload_bytes(
-      static_cast<uint64_t>(TotalBytes(plan.chunks)));
-  return plan;
-}
-
 Clock* ClockOf(const ConsumerModel& consumer) {
   return consumer.clock != nullptr ? consumer.clock : Clock::Real();
 }
@@ -203,8 +141,11 @@ class TargetRun : public std::enable_shared_from_this<TargetRun> {
   void Receive();
   void Received(absl::StatusOr<ReceiveReport> report);
   void Rebuilt();
-  // The transfer failed: the Error, or the fallback to local prefill when allowed.
+  // The transfer failed: a takeover asked for, the Error, or the fallback to local prefill.
   void PrefixFailed(const absl::Status& why);
+  // Asks the coordinator for another producer to send the rest (RunContext::take_over); false
+  // when the failure or the state allows none.
+  bool AskTakeover(const absl::Status& why);
   void Handover(PrefixOutcome prefix);
   // The stream that turns the sequence's tokens into events; its callbacks hold the run.
   std::unique_ptr<SequenceStream> NewStream();
@@ -255,6 +196,15 @@ class TargetRun : public std::enable_shared_from_this<TargetRun> {
   std::vector<TokenId> prefix_ids_;
   std::optional<LayerStepper> tail_;
   ReceiveReport report_;
+  // The rebuild so far, kept for a takeover's receive; the chunks the current session sends.
+  std::shared_ptr<ReceiveProgress> progress_ = std::make_shared<ReceiveProgress>();
+  std::vector<PlannedChunk> expected_chunks_;
+  // Takeovers asked for; a new one only once a session arrived since the last (a refused ask
+  // is not asked again); the takeover's session, once asked.
+  uint32_t takeovers_ = 0;
+  bool may_ask_ = true;
+  absl::Status lost_;  // why the transfer failed before the first takeover
+  RunContext::Takeover takeover_;
   absl::StatusOr<at::Tensor> logits_;
   // From the hand-over: how the prefix came to be, whether its blocks are stored. The stream
   // (made before a transfer, else at the hand-over) holds the run through its callbacks until
@@ -325,20 +275,24 @@ void TargetRun::Receive() {
   constexpr char kBeforeTransfer[] = "cancelled by the caller before the transfer began";
   if (cancelled()) return Fail(absl::CancelledError(kBeforeTransfer));
   // Returns at once once on_session said so (else waits here: a caller without it).
+  const SessionSource& source = takeover_.session ? takeover_.session : context_.session;
   absl::StatusOr<std::shared_ptr<transport::ReceiveSession>> opened =
-      context_.session(std::max(absl::ZeroDuration(), give_up_ - clock_->Now()));
+      source(std::max(absl::ZeroDuration(), give_up_ - clock_->Now()));
   if (cancelled()) {
     if (opened.ok()) (*opened)->Cancel(kBeforeTransfer);
     return Fail(absl::CancelledError(kBeforeTransfer));
   }
   if (absl::IsDeadlineExceeded(opened.status())) {
     return PrefixFailed(absl::DeadlineExceededError(
-        give_up_ < deadline_
+        takeovers_ > 0 ? absl::StrCat("no producer took the transfer over within ",
+                                      absl::FormatDuration(consumer_.takeover_wait))
+        : give_up_ < deadline_
             ? absl::StrCat("the producer opened no transfer session within the transfer timeout (",
                            absl::FormatDuration(consumer_.transfer_timeout), ")")
             : "the producer opened no transfer session before the request's deadline"));
   }
   if (!opened.ok()) return PrefixFailed(opened.status());
+  may_ask_ = true;  // a session came: its loss may be taken over
   std::shared_ptr<transport::ReceiveSession> session = *std::move(opened);
   // Codes are only meaningful from the producer the artifact was fitted for.
   const Artifact* artifact = planned_->artifact;
@@ -351,14 +305,18 @@ void TargetRun::Receive() {
     session->Cancel(why);
     return PrefixFailed(absl::PermissionDeniedError(why));
   }
-  const absl::Span<const TokenId> prompt = Prompt();
-  prefix_ids_.assign(prompt.begin(), prompt.end() - 1);
-  // The last prompt token follows the rebuild layer by layer (model/layer_stepper.h).
-  absl::StatusOr<LayerStepper> tail = LayerStepper::Start(*consumer_.model, prompt.last(1),
-                                                          static_cast<int64_t>(prefix_ids_.size()));
-  if (!tail.ok()) return Fail(tail.status());
-  tail_.emplace(*std::move(tail));
-  decoder_.emplace(*consumer_.model, artifact);
+  if (!tail_.has_value()) {
+    const absl::Span<const TokenId> prompt = Prompt();
+    prefix_ids_.assign(prompt.begin(), prompt.end() - 1);
+    // The last prompt token follows the rebuild layer by layer (model/layer_stepper.h).
+    absl::StatusOr<LayerStepper> tail = LayerStepper::Start(
+        *consumer_.model, prompt.last(1), static_cast<int64_t>(prefix_ids_.size()));
+    if (!tail.ok()) return Fail(tail.status());
+    tail_.emplace(*std::move(tail));
+    decoder_.emplace(*consumer_.model, artifact);
+  }
+  // A takeover's session sends the layers not rebuilt yet.
+  expected_chunks_ = ChunksFromLayer(planned_->chunks, progress_->layers_rebuilt());
   ReceiveOptions options;
   options.deadline = deadline_;
   options.stall_timeout = consumer_.transfer_timeout;
@@ -374,8 +332,9 @@ void TargetRun::Receive() {
     steps->Run(std::move(job));
   };
   options.clock = clock_;
+  options.progress = progress_;
   std::shared_ptr<TargetRun> self = shared_from_this();
-  ReceiveIntoCache(std::move(session), *decoder_, planned_->plan, planned_->chunks, prefix_ids_,
+  ReceiveIntoCache(std::move(session), *decoder_, planned_->plan, expected_chunks_, prefix_ids_,
                    &*cache_, std::move(options), [self](absl::StatusOr<ReceiveReport> report) {
                      self->Received(std::move(report));
                    });
@@ -428,17 +387,55 @@ void TargetRun::Rebuilt() {
   outcome.layer_rebuild = report_.layer_rebuild;
   outcome.lowered = report_.lowered;
   if (!outcome.lowered.empty()) absl::StrAppend(&outcome.reason, LoweredText(outcome.lowered));
+  outcome.takeovers = takeovers_;
+  if (takeovers_ > 0) {
+    absl::StrAppend(&outcome.reason, "; the producer was lost: another took the transfer over (",
+                    takeovers_, takeovers_ == 1 ? " takeover)" : " takeovers)");
+  }
   Handover(std::move(outcome));
 }
 
 void TargetRun::PrefixFailed(const absl::Status& why) {
+  if (AskTakeover(why)) return;
   if (!LocalFallbackAllowed(request_) || cancelled()) return Fail(why);
   *cache_ = consumer_.model->NewCache(cache_->capacity());  // drop what was half rebuilt
   PrefixOutcome outcome;
   outcome.mode = TransferMode::kLocal;
-  outcome.reason = absl::StrCat("fallback: the ", TransferModeName(route_.mode),
-                                " transfer failed (", why.ToString(), ")");
+  // After a takeover asked for: why the transfer failed first, then why none took it over.
+  outcome.reason =
+      absl::StrCat("fallback: the ", TransferModeName(route_.mode), " transfer failed (",
+                   (takeovers_ > 0 ? lost_ : why).ToString(), ")");
+  if (takeovers_ > 0)
+    absl::StrAppend(&outcome.reason, "; no producer took it over (", why.ToString(), ")");
   Handover(std::move(outcome));
+}
+
+bool TargetRun::AskTakeover(const absl::Status& why) {
+  if (!context_.take_over || !planned_.has_value() || !may_ask_ ||
+      takeovers_ >= consumer_.max_takeovers || cancelled() || !ProducerLost(why) ||
+      clock_->Now() >= deadline_) {
+    return false;
+  }
+  const int layers = static_cast<int>(planned_->plan.layers.size());
+  const v1::GenerateEvent notice =
+      TransferLostNotice(consumer_.name, takeovers_ + 1, progress_->layers_rebuilt(), layers,
+                         cached_tokens_, Prompt().size(), planned_->chunks, why);
+  absl::StatusOr<RunContext::Takeover> asked = context_.take_over(notice, context_.cancellation);
+  if (!asked.ok()) return false;
+  if (takeovers_ == 0) lost_ = why;
+  ++takeovers_;
+  may_ask_ = false;
+  takeover_ = *std::move(asked);
+  const absl::Time now = clock_->Now();
+  give_up_ = std::min(deadline_, now + consumer_.takeover_wait);
+  if (!takeover_.on_session) {
+    Post(&TargetRun::Receive);
+    return true;
+  }
+  std::shared_ptr<TargetRun> self = shared_from_this();
+  takeover_.on_session(std::max(absl::ZeroDuration(), give_up_ - now),
+                       [self] { self->Post(&TargetRun::Receive); });
+  return true;
 }
 
 std::unique_ptr<SequenceStream> TargetRun::NewStream() {
@@ -463,6 +460,7 @@ std::unique_ptr<SequenceStream> TargetRun::NewStream() {
 void TargetRun::Fail(absl::Status status) {
   if (handed_over_ || !done_) return;
   stream_.reset();  // never handed over: its callbacks let go of the run
+  takeover_ = {};   // its wait holds the request's cancellation
   emit_(ErrorEvent(consumer_.name, status));
   const RunDone done = std::move(done_);
   done_ = nullptr;
@@ -531,6 +529,7 @@ void TargetRun::Ended(const SequenceEnd& end) {
   }
   const RunDone done = std::move(done_);
   done_ = nullptr;
+  takeover_ = {};  // its wait holds the request's cancellation
   // The stream's last act (SequenceStream::Options::on_ended): its callbacks let go of the run;
   // the copy of on_ended running holds it until this returns.
   stream_.reset();

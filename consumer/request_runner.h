@@ -15,7 +15,9 @@
 // so the consumer always runs it itself): a 1-token prompt has nothing to transfer and runs local.
 // When the transfer fails (producer lost, corrupt, refused) the request continues with the
 // consumer's own prefill and says so in Finished.mode / mode_reason, unless it forbids that
-// (GenerateRequest.allow_local_fallback set false: it ends with Error).
+// (GenerateRequest.allow_local_fallback set false: it ends with Error). A transfer that lost its
+// producer first asks for a takeover (RunContext::take_over): the layers rebuilt are kept and
+// another producer sends the rest (Finished.takeovers); the fallback comes only when none does.
 // A transfer that makes no progress (no session, or no chunk) for ConsumerModel::transfer_timeout
 // ends DEADLINE_EXCEEDED (or falls back, when allowed), so its reservation is freed.
 // A target's run (TargetRun) is a state object advanced by events (the session arrived, codes
@@ -69,6 +71,11 @@ struct ConsumerModel {
   Clock* clock = nullptr;  // deadlines, the transfer timeout, timings; null: Clock::Real()
   // The longest a transfer may stall: its session not opened, or no chunk arriving.
   absl::Duration transfer_timeout = absl::Seconds(30);
+  // After a transfer lost its producer: how long a takeover's session may take to arrive
+  // (RunContext::take_over) before the target falls back; and how many takeovers one target
+  // may ask for.
+  absl::Duration takeover_wait = absl::Seconds(2);
+  uint32_t max_takeovers = 2;
 };
 
 // What routing decided for this target.
@@ -133,6 +140,19 @@ struct RunContext {
   // coordinator learns from it that a consumer serves the request on its own and must not be
   // cancelled (Consumer.Decode, control.proto); it is not part of the public event stream.
   std::function<void(const v1::GenerateEvent& started)> on_fallback;
+  // Optional: a takeover (control.proto TransferLost). Called on a step-queue thread when the
+  // transfer lost its producer (the session ended by the producer or the coordinator's report,
+  // not by this consumer's checks, the caller or the deadline): sends `notice` (its
+  // transfer_lost) to the coordinator and expects the rest of the codes under the takeover's
+  // session id; returns how to wait for that session (as `session` and `on_session` above; the
+  // wait is woken by `cancellation` too), or an error: no takeover, the target falls back.
+  struct Takeover {
+    SessionSource session;
+    std::function<void(absl::Duration timeout, std::function<void()> ready)> on_session;
+  };
+  std::function<absl::StatusOr<Takeover>(const v1::GenerateEvent& notice,
+                                         Cancellation* cancellation)>
+      take_over;
 };
 
 // Runs one target: Started, the prefix (cached, transferred and rebuilt, or left to the

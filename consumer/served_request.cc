@@ -81,6 +81,20 @@ void StartAdmitted(const ConsumerModel& consumer, const Admission& admission,
       s->Write(started);
     };
   }
+  if (served.take_over) {
+    run.take_over = [s, expect = std::move(served.take_over)](
+                        const v1::GenerateEvent& notice,
+                        Cancellation* cancellation) -> absl::StatusOr<RunContext::Takeover> {
+      v1::GenerateEvent sent = notice;
+      absl::StatusOr<RunContext::Takeover> takeover = expect(&sent, cancellation);
+      if (!takeover.ok()) return takeover.status();
+      spdlog::info("[{}] transfer lost ({} of {} layers rebuilt): takeover {} asked for: {}", s->id,
+                   sent.transfer_lost().layers_rebuilt(), sent.transfer_lost().layers(),
+                   sent.transfer_lost().takeover(), ForLog(sent.transfer_lost().reason(), 300));
+      s->Write(sent);
+      return takeover;
+    };
+  }
   // Exceptions in the run's first step are caught here; its later steps guard themselves
   // (TargetRun::Post), the scheduler its own thread.
   const absl::Status started = GuardExceptions(served.handler, [&] {

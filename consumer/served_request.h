@@ -50,6 +50,12 @@ struct ServedRequest {
   // Write the consumer's fallback notice (a second Started) to the call: the coordinator reads it
   // on its control stream (control.proto); a client of the public API never sees one.
   bool announce_fallback = false;
+  // Expects a takeover's session (RunContext::take_over; Decode: under the notice's takeover
+  // session id) and completes the notice (its session_id); ServeRequest then writes the notice to
+  // the call, as the fallback notice. Unset: no takeover.
+  std::function<absl::StatusOr<RunContext::Takeover>(v1::GenerateEvent* notice,
+                                                     Cancellation* cancellation)>
+      take_over;
   // Decode with DecodeRequest.early_prefill: the producer works for the request already, so it
   // must not wait in the admission queue (the producer's pass would wait for its session's ack
   // while the requests ahead of it, admitted, wait for theirs behind that pass). When it would,

@@ -58,6 +58,31 @@ v1::GenerateEvent FallbackNotice(const v1::GenerateEvent& started, const PrefixO
   return notice;
 }
 
+bool ProducerLost(const absl::Status& why) {
+  // UNAVAILABLE: peer lost, or the coordinator's report (Consumer.TransferFailed); CANCELLED here
+  // is the producer's (the caller's own cancellation is checked before); ABORTED: the producer
+  // gave the session up.
+  return absl::IsUnavailable(why) || absl::IsCancelled(why) || absl::IsAborted(why);
+}
+
+v1::GenerateEvent TransferLostNotice(const std::string& consumer, uint32_t takeover,
+                                     int layers_rebuilt, int layers, int64_t token_begin,
+                                     size_t prompt_tokens, const std::vector<PlannedChunk>& chunks,
+                                     const absl::Status& why) {
+  v1::GenerateEvent event;
+  event.set_target(consumer);
+  v1::TransferLost& lost = *event.mutable_transfer_lost();
+  lost.set_layers_rebuilt(static_cast<uint32_t>(layers_rebuilt));
+  lost.set_layers(static_cast<uint32_t>(layers));
+  lost.set_token_begin(static_cast<uint64_t>(token_begin));
+  lost.set_bytes_left(static_cast<uint64_t>(TotalBytes(ChunksFromLayer(chunks, layers_rebuilt))));
+  lost.set_bytes_total(static_cast<uint64_t>(TotalBytes(chunks)));
+  lost.set_takeover(takeover);
+  lost.set_prompt_tokens(static_cast<uint32_t>(prompt_tokens));
+  lost.set_reason(why.ToString());
+  return event;
+}
+
 v1::Finished FinishedOf(const PrefixOutcome& prefix, const SequenceEnd& end, size_t prompt_tokens,
                         absl::Time start, absl::Time first_token, absl::Time received,
                         absl::Time now) {
@@ -70,6 +95,7 @@ v1::Finished FinishedOf(const PrefixOutcome& prefix, const SequenceEnd& end, siz
   SetRanMode(prefix.mode, &f);
   f.set_mode_reason(prefix.reason);
   f.set_consumer_cached_tokens(static_cast<uint32_t>(prefix.cached_tokens));
+  f.set_takeovers(prefix.takeovers);
   for (const LoweredLayer& l : prefix.lowered) {
     v1::LoweredLayer* out = f.add_lowered_layers();
     out->set_layer(static_cast<uint32_t>(l.layer));

@@ -38,6 +38,7 @@ struct PrefixOutcome {
   at::Tensor first_logits;
   absl::Duration tail = absl::ZeroDuration();
   std::vector<LoweredLayer> lowered;  // layers whose codes came below the plan's ranks
+  uint32_t takeovers = 0;             // producers that took the transfer over (Finished.takeovers)
 };
 
 // "; the link fell behind: layers 5 (K 3, V 6), 7 (H 16) sent at lower ranks".
@@ -49,6 +50,18 @@ v1::GenerateEvent StartedEvent(const std::string& consumer, const v1::GenerateRe
 
 // The Started a target sends when its transfer failed and it runs its own prefill.
 v1::GenerateEvent FallbackNotice(const v1::GenerateEvent& started, const PrefixOutcome& prefix);
+
+// Whether a transfer that ended with `why` lost its producer (the session ended by the producer,
+// peer loss or the coordinator's report), so another producer may send the rest: not a check of
+// this consumer's (a header or chunk refused, a corrupt chunk), a timeout or a cancellation.
+bool ProducerLost(const absl::Status& why);
+
+// The control-plane notice of a transfer that lost its producer (GenerateEvent.transfer_lost):
+// `layers_rebuilt` of the plan's layers kept, the plan's `chunks` say the bytes left.
+v1::GenerateEvent TransferLostNotice(const std::string& consumer, uint32_t takeover,
+                                     int layers_rebuilt, int layers, int64_t token_begin,
+                                     size_t prompt_tokens, const std::vector<PlannedChunk>& chunks,
+                                     const absl::Status& why);
 
 // The Finished event of a target that decoded: how the prefix came to be and the sequence ended.
 // `now`: its end.

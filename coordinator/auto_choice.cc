@@ -18,11 +18,6 @@ constexpr double kFasterRatio = 0.8;     // transfer / estimate under this: the 
 constexpr double kMinGainUs = 1000;
 constexpr double kMinGainRatio = 0.05;
 
-// The prefill speed of `own`, else `other`'s (same architecture).
-const v1::LinearCost& PrefillOf(const v1::NodeSpeeds& own, const v1::NodeSpeeds& other) {
-  return own.prefill().samples() > 0 ? own.prefill() : other.prefill();
-}
-
 std::string Ms(double us) { return absl::StrFormat("%.1f ms", us / 1e3); }
 
 std::string Prediction(const AutoCandidate& c) {
@@ -57,6 +52,10 @@ bool LinkEstimate::Known(absl::Time now) const {
 
 double LinkEstimate::goodput_bytes_per_s() const {
   return samples_.per_unit() > 0 ? 1e6 / samples_.per_unit() : 0;
+}
+
+const v1::LinearCost& PrefillOf(const v1::NodeSpeeds& own, const v1::NodeSpeeds& other) {
+  return own.prefill().samples() > 0 ? own.prefill() : other.prefill();
 }
 
 bool CanPredict(const AutoInputs& in) {

@@ -78,6 +78,9 @@ struct AutoInputs {
   int layers = 1;    // layers the codes cover (the last chunk's share of the rebuild)
 };
 
+// The prefill speed of `own`, else `other`'s (same architecture: one that has measured none).
+const v1::LinearCost& PrefillOf(const v1::NodeSpeeds& own, const v1::NodeSpeeds& other);
+
 // Whether a prediction is possible: some prefill speed measured (either node's).
 bool CanPredict(const AutoInputs& in);
 TtftPrediction PredictLocal(const AutoInputs& in);

@@ -288,6 +288,14 @@ absl::StatusOr<Route> NodeRegistry::ResolveMove(const std::string& target,
   return ChooseRoute(view, ask, &routes_);
 }
 
+absl::StatusOr<TakeoverCandidate> NodeRegistry::ResolveTakeover(
+    const std::string& consumer_node, const std::string& fingerprint,
+    const std::set<std::string>& exclude) const {
+  absl::MutexLock lock(&mu_);
+  const RoutingView view{nodes_, known_targets_, links_, options_, clock_->Now()};
+  return ChooseTakeoverProducer(view, consumer_node, fingerprint, exclude);
+}
+
 void NodeRegistry::NoteLinkShape(const std::string& producer_node, const v1::LinkShape& shape) {
   absl::MutexLock lock(&mu_);
   if (nodes_.count(producer_node) == 0) return;

@@ -96,6 +96,11 @@ class NodeRegistry {
   // prefilled on top. UNAVAILABLE when no such replica (or producer) is live.
   absl::StatusOr<Route> ResolveMove(const std::string& target, const MoveConstraint& move,
                                     TransferMode mode = TransferMode::kLocal) const;
+  // A takeover's producer for a transfer to `consumer_node` whose producer was lost
+  // (route_choice.h ChooseTakeoverProducer): the same model (`fingerprint`), none of `exclude`.
+  absl::StatusOr<TakeoverCandidate> ResolveTakeover(const std::string& consumer_node,
+                                                    const std::string& fingerprint,
+                                                    const std::set<std::string>& exclude) const;
   // A request routed on `route` starts (its nodes count it as load until RoutedDone) and will
   // leave `hint`'s blocks in their caches.
   void NoteRouted(const Route& route, const PrefixHint* hint);

@@ -381,4 +381,34 @@ absl::StatusOr<Route> ChooseRoute(const RoutingView& v, const RouteAsk& ask,
   return *std::move(best);
 }
 
+absl::StatusOr<TakeoverCandidate> ChooseTakeoverProducer(const RoutingView& v,
+                                                         const std::string& consumer_node,
+                                                         const std::string& fingerprint,
+                                                         const std::set<std::string>& exclude) {
+  const Node* best = nullptr;
+  for (const auto& [id, node] : v.nodes) {
+    if (node.info.role() != v1::NODE_ROLE_PRODUCER || !Routable(node, v.now, v.options.lease) ||
+        exclude.count(id) > 0 || node.info.models_size() == 0 ||
+        node.info.models(0).fingerprint() != fingerprint) {
+      continue;
+    }
+    if (best == nullptr || Load(node) < Load(*best)) best = &node;
+  }
+  if (best == nullptr) {
+    return absl::UnavailableError(absl::StrCat("no other live producer of the model (fingerprint ",
+                                               ShortFingerprint(fingerprint), ")"));
+  }
+  TakeoverCandidate candidate;
+  candidate.node_id = best->id;
+  candidate.address = best->info.address();
+  candidate.name = best->info.models(0).name();
+  auto consumer = v.nodes.find(consumer_node);
+  if (consumer != v.nodes.end()) {
+    candidate.inputs = InputsFor(v, consumer->second, *best, nullptr);
+  } else {
+    candidate.inputs.producer = best->speeds;
+  }
+  return candidate;
+}
+
 }  // namespace scd::coordinator

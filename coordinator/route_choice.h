@@ -31,6 +31,7 @@
 #include "absl/time/time.h"
 #include "codec/frontier.h"
 #include "codec/transfer_mode.h"
+#include "coordinator/auto_choice.h"
 #include "coordinator/link_book.h"
 #include "coordinator/registered_node.h"
 
@@ -107,6 +108,18 @@ struct RouteAsk {
 // The route, or why none (NodeRegistry::Resolve's errors). `route_ids` numbers the routes made.
 absl::StatusOr<Route> ChooseRoute(const RoutingView& view, const RouteAsk& ask,
                                   std::atomic<uint64_t>* route_ids);
+
+// A takeover's producer (coordinator/producer_takeover.h): a routable producer whose model has
+// `fingerprint` (the same weights as the one lost), none of `exclude`, least loaded; with what
+// auto knows of it and of `consumer_node` (AutoInputs without the prompt). UNAVAILABLE when none.
+struct TakeoverCandidate {
+  std::string node_id, address, name;
+  AutoInputs inputs;
+};
+absl::StatusOr<TakeoverCandidate> ChooseTakeoverProducer(const RoutingView& view,
+                                                         const std::string& consumer_node,
+                                                         const std::string& fingerprint,
+                                                         const std::set<std::string>& exclude);
 
 }  // namespace scd::coordinator
 

@@ -14,6 +14,7 @@
 #include "base/random_id.h"
 #include "base/release_clock.h"
 #include "codec/transfer_mode.h"
+#include "coordinator/producer_takeover.h"
 #include "proto/frontier_proto.h"
 #include "proto/request_validation.h"
 #include "proto/session_tag.h"
@@ -100,6 +101,11 @@ class RoutedRequest::TargetCall final : public grpc::ClientReadReactor<v1::Gener
   // A moved call in a transfer mode: the session its codes travel under (its own Prefill, asked
   // once its Started came: StartMovedPrefill).
   std::string session_id;
+  // Takeovers of its transfer (OnTransferLost): the producers lost so far (never asked again)
+  // and the last one asked (once one was, the failed target's grace leaves the call alone: a
+  // failed takeover is told to the consumer, which then falls back or ends the target).
+  std::set<std::string> lost_producers;
+  std::string takeover_node;
   grpc::Status status;
   grpc::ClientContext context;
 
@@ -285,6 +291,10 @@ void RoutedRequest::OnRoom() {
 }
 
 bool RoutedRequest::OnEvent(TargetCall* call) {
+  if (call->event.has_transfer_lost()) {  // the control plane's: never forwarded
+    OnTransferLost(call, call->event.transfer_lost());
+    return true;
+  }
   if (call->event.has_error() && call->forward.started() && MayMove(call)) {
     const auto code = static_cast<grpc::StatusCode>(call->event.error().code());
     if (code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::ABORTED) {
@@ -662,33 +672,107 @@ void RoutedRequest::StartPrefill() {
 }
 
 void RoutedRequest::StartMovedPrefill(TargetCall* call) {
+  StartTargetPrefill(
+      call, call->session_id, call->own_route()->producer_address,
+      call->forward.consumer_cached_tokens(), 0,
+      [this, call](const PrefillCall& prefill, const grpc::Status& status)
+          ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { OnMovedPrefillDone(prefill, call, status); });
+}
+
+void RoutedRequest::StartTargetPrefill(
+    TargetCall* call, const std::string& session_id, const std::string& address,
+    uint32_t cached_tokens, uint32_t layer_begin,
+    std::function<void(const PrefillCall&, const grpc::Status&)> done) {
   const RouteTarget& route = call->target();
-  const Route& moved = *call->own_route();
   auto prefill = std::make_unique<PrefillCall>();
   *prefill->request.mutable_request() = req_;
-  prefill->request.set_session_id(call->session_id);
+  prefill->request.set_session_id(session_id);
   v1::PrefillTarget* target = prefill->request.add_targets();
   target->set_target(route.target);
   target->set_transfer_address(route.transfer_address);
   target->set_consumer_fingerprint(route.consumer_fingerprint);
   SetTargetMode(call->forward.started_mode(), target);
   target->set_artifact_id(route.artifact_id);
-  target->set_consumer_cached_tokens(call->forward.consumer_cached_tokens());
+  target->set_consumer_cached_tokens(cached_tokens);
+  target->set_layer_begin(layer_begin);
   if (route.point) *target->mutable_point() = CodePointToProto(*route.point);
   prefill->by_target[route.target] = call;
   // A child of the client's call, as the first Prefill.
   prefill->context = grpc::ClientContext::FromCallbackServerContext(*context_);
   prefill->context->set_deadline(absl::ToChronoTime(deadline_));
   deps_.secret->Attach(prefill->context.get());
-  prefill->stub = v1::Producer::NewStub(deps_.channel(moved.producer_address));
+  prefill->stub = v1::Producer::NewStub(deps_.channel(address));
   PrefillCall* const started = prefill.get();
   moved_prefills_.push_back(std::move(prefill));
   Hold();  // released when it answers
   started->stub->async()->Prefill(started->context.get(), &started->request, &started->response,
-                                  [this, started, call](grpc::Status status) {
-                                    Locked([&] { OnMovedPrefillDone(*started, call, status); });
+                                  [this, started, done = std::move(done)](grpc::Status status) {
+                                    Locked([&] { done(*started, status); });
                                     Release();
                                   });
+}
+
+void RoutedRequest::OnTransferLost(TargetCall* call, const v1::TransferLost& lost) {
+  if (call->ended || call->forward.terminal() || cancelled() || lost.session_id().empty()) return;
+  const RouteTarget& target = call->target();
+  const Route& route = call->own_route() != nullptr ? *call->own_route() : route_;
+  const std::string session_id = TakeoverSessionId(lost.session_id(), lost.takeover());
+  call->lost_producers.insert(route.producer_node);
+  if (!call->takeover_node.empty()) call->lost_producers.insert(call->takeover_node);
+  absl::StatusOr<TakeoverCandidate> candidate = deps_.registry->ResolveTakeover(
+      target.consumer_node, route.producer_fingerprint, call->lost_producers);
+  std::string why;
+  if (candidate.ok()) {
+    candidate->inputs.prompt_tokens = lost.prompt_tokens();
+    const TakeoverDecision decision =
+        ChooseTakeover(candidate->inputs, lost, LocalFallbackAllowed(req_));
+    spdlog::info("[{}] target {}'s transfer lost its producer ({} of {} layers rebuilt): {}{}", id_,
+                 target.target, lost.layers_rebuilt(), lost.layers(),
+                 decision.take_over ? "taken over by " : "not taken over: ",
+                 decision.take_over ? absl::StrCat(candidate->name, " (", candidate->node_id,
+                                                   "): ", decision.reason)
+                                    : decision.reason);
+    if (decision.take_over) {
+      call->takeover_node = candidate->node_id;
+      const std::string producer = candidate->node_id;
+      StartTargetPrefill(
+          call, session_id, candidate->address, static_cast<uint32_t>(lost.token_begin()),
+          lost.layers_rebuilt(),
+          [this, call, producer, session_id](const PrefillCall& prefill, const grpc::Status& status)
+              ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                OnTakeoverDone(prefill, call, producer, session_id, status);
+              });
+      return;
+    }
+    why = decision.reason;
+  } else {
+    why = std::string(candidate.status().message());
+    spdlog::info("[{}] target {}'s transfer lost its producer; not taken over: {}", id_,
+                 target.target, why);
+  }
+  // Told at once: the consumer falls back (or ends the target) without waiting for its bound.
+  deps_.tell_failed(target, session_id, absl::StrCat("no takeover: ", why));
+}
+
+void RoutedRequest::OnTakeoverDone(const PrefillCall& prefill, TargetCall* call,
+                                   const std::string& producer, const std::string& session_id,
+                                   const grpc::Status& status) {
+  std::string failure;
+  if (!status.ok())
+    failure = absl::StrCat("the takeover's producer failed: ", status.error_message());
+  for (const v1::PrefillOutcome& outcome : prefill.response.outcomes()) {
+    if (outcome.code() != 0 && failure.empty()) {
+      failure = absl::StrCat("the takeover's producer: ", outcome.message());
+    }
+  }
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !cancelled() && !ended_) {
+    deps_.registry->NoteUnreachable(
+        producer, absl::StrCat("its Prefill call failed: ", status.error_message()));
+  }
+  spdlog::info("[{}] target {}'s takeover on {}: {}", id_, call->target().target, producer,
+               failure.empty() ? "ok" : ForLog(failure, 300));
+  if (failure.empty() || call->ended || call->forward.terminal() || cancelled()) return;
+  deps_.tell_failed(call->target(), session_id, failure);
 }
 
 void RoutedRequest::OnMovedPrefillDone(const PrefillCall& prefill, TargetCall* call,
@@ -766,19 +850,20 @@ void RoutedRequest::OnPrefillDone(const PrefillCall* call, const grpc::Status& s
 void RoutedRequest::Settle(std::vector<TargetCall*> failed) {
   // A failed target's consumer ends by itself once its session ended (peer lost within the
   // liveness limit); one whose session never reached it cannot tell a dead producer from a slow
-  // one, so it is told (Consumer.TransferFailed). Without a fallback the request is over either
-  // way: cancel at once -- unless the producer lost that target's consumer (consumer_lost): the
-  // node is then likely frozen or gone, its call ends UNAVAILABLE within the keepalive bound
-  // (node_ejection.h) and the stream moves to another replica (OnTargetDone), so it keeps the
-  // grace period too. With a fallback, give the consumer the grace period to announce that it
-  // fell back to its own prefill; after that it runs to its end (its local prefill and decode may
-  // take longer than any grace).
+  // one, so it is told (Consumer.TransferFailed). Without a fallback, and no other producer to
+  // take the transfer over, the request is over either way: cancel at once -- unless the producer
+  // lost that target's consumer (consumer_lost): the node is then likely frozen or gone, its call
+  // ends UNAVAILABLE within the keepalive bound (node_ejection.h) and the stream moves to another
+  // replica (OnTargetDone), so it keeps the grace period too. With a fallback, give the consumer
+  // the grace period to announce that it fell back to its own prefill; after that it runs to its
+  // end (its local prefill and decode may take longer than any grace).
   if (failed.empty()) return;
   const bool fall_back = LocalFallbackAllowed(req_) && !cancelled();
   auto cancel_unsettled = [this](const std::vector<TargetCall*>& calls)
                               ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
                                 for (TargetCall* call : calls) {
-                                  if (!call->ended && !call->forward.fell_back()) {
+                                  if (!call->ended && !call->forward.fell_back() &&
+                                      call->takeover_node.empty()) {
                                     call->context.TryCancel();
                                   }
                                 }
@@ -786,7 +871,13 @@ void RoutedRequest::Settle(std::vector<TargetCall*> failed) {
   std::vector<TargetCall*> graced;
   for (TargetCall* call : failed) {
     if (call->ended || call->forward.fell_back()) continue;  // settled by itself
-    if (fall_back) {
+    // Another producer of the model may take the transfer over (the consumer asks for it once
+    // told): the request may finish without a fallback too.
+    const bool takeover = deps_.registry
+                              ->ResolveTakeover(call->target().consumer_node,
+                                                route_.producer_fingerprint, {route_.producer_node})
+                              .ok();
+    if (fall_back || takeover) {
       deps_.tell_failed(call->target(), PrefillSessionId(), call->failure);
       graced.push_back(call);
     } else if (call->consumer_lost) {

@@ -40,8 +40,15 @@
 //             token's target): the target's call begins with the ids it received as
 //             continued_ids, the Prefill follows its Started as without early prefill, and the
 //             Started is the client's Moved (resumed);
+//   takeover  a consumer whose transfer lost its producer says so (GenerateEvent.transfer_lost,
+//             never forwarded) with the layers it rebuilt: another live producer of the model
+//             sends the rest (a Prefill with PrefillTarget.layer_begin under TakeoverSessionId)
+//             where that is predicted sooner than the consumer's own prefill
+//             (producer_takeover.h), else the consumer is told (Consumer.TransferFailed of the
+//             takeover's session) and falls back at once;
 //   settle    a target the producer failed is told (Consumer.TransferFailed) and given the grace to
-//             announce a fallback (a timer); else cancelled, and its Error written;
+//             announce a fallback or ask for a takeover (a timer); else cancelled, and its Error
+//             written;
 //   end       once every target's call ended (its terminal event written) the stream ends.
 // Flow control: when the client's stream has kEventsQueued events queued, the targets stop
 // reading until it drains (a slow client slows its own request only).
@@ -201,6 +208,19 @@ class RoutedRequest final : public EventStream {
   // back to its own prefill or ends the target, as the request allows.
   void OnMovedPrefillDone(const PrefillCall& prefill, TargetCall* call, const grpc::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The takeover step above, for `call`'s notice `lost`.
+  void OnTransferLost(TargetCall* call, const v1::TransferLost& lost)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A Prefill for `call` alone under `session_id` to the producer at `address` (a moved stream's,
+  // a takeover's), kept in moved_prefills_; `done` runs under the lock with its answer.
+  void StartTargetPrefill(TargetCall* call, const std::string& session_id,
+                          const std::string& address, uint32_t cached_tokens, uint32_t layer_begin,
+                          std::function<void(const PrefillCall&, const grpc::Status&)> done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A takeover's answer: a failure is told to the consumer (as a moved stream's).
+  void OnTakeoverDone(const PrefillCall& prefill, TargetCall* call, const std::string& producer,
+                      const std::string& session_id, const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RoutedRequestDeps deps_;
   const v1::GenerateRequest req_;
@@ -235,7 +255,7 @@ class RoutedRequest final : public EventStream {
   std::vector<TargetCall*> to_begin_ ABSL_GUARDED_BY(mu_);  // moved calls to begin once unlocked
   std::unique_ptr<PrefillCall> prefill_;
   std::unique_ptr<PrefillCall> retired_prefill_;  // the declined early one, until it answers
-  // Moved streams' Prefills (StartMovedPrefill), until the request is deleted.
+  // Moved streams' and takeovers' Prefills (StartTargetPrefill), until the request is deleted.
   std::vector<std::unique_ptr<PrefillCall>> moved_prefills_ ABSL_GUARDED_BY(mu_);
   Clock::TimerId producer_wait_ ABSL_GUARDED_BY(mu_) =
       0;                                           // the parked events' wait for the producer

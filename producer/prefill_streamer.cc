@@ -54,17 +54,23 @@ absl::StatusOr<std::vector<LayerBytes>> PlannedLayerBytes(const CodeEncoder& enc
 
 absl::StatusOr<v1::TransferHeader> StreamHeader(const CodeEncoder& encoder,
                                                 const ModelConfig& producer, int64_t tokens,
-                                                const TransferIdentity& identity,
-                                                int64_t begin) {
+                                                const TransferIdentity& identity, int64_t begin,
+                                                int layer_begin) {
   if (begin < 0 || begin >= tokens) {
     return absl::InvalidArgumentError(
         absl::StrCat("a transfer from position ", begin, " of a ", tokens, "-position prefix"));
   }
+  if (layer_begin < 0 || layer_begin >= producer.num_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer_begin: ", layer_begin, " of a ", producer.num_layers, "-layer model"));
+  }
   SCD_ASSIGN_OR_RETURN(std::vector<PlannedChunk> chunks,
                        encoder.PlannedChunks(producer, tokens - begin));
-  v1::TransferHeader header = FrameHeader(encoder.plan().mode, tokens,
-                                          static_cast<int>(producer.num_layers), chunks, identity);
+  v1::TransferHeader header =
+      FrameHeader(encoder.plan().mode, tokens, static_cast<int>(producer.num_layers),
+                  ChunksFromLayer(chunks, layer_begin), identity);
   header.set_token_begin(static_cast<uint64_t>(begin));
+  header.set_layer_begin(static_cast<uint32_t>(layer_begin));
   return header;
 }
 
@@ -141,6 +147,11 @@ absl::Status PrefillPass::Prepare() {
   report_.computed_tokens = T_ - M_;
   report_.lowered.assign(targets_.size(), {});
   senders_.resize(targets_.size());
+  for (const StreamTarget& target : targets_) {
+    if (target.layer_begin != 0 && (target.adapt.enabled() || !target.codes_key.empty())) {
+      return absl::InternalError("a takeover target adapts or keeps codes");
+    }
+  }
   for (size_t i = 0; i < targets_.size(); ++i) {
     if (!targets_[i].adapt.enabled()) continue;
     SCD_ASSIGN_OR_RETURN(
@@ -247,6 +258,10 @@ absl::Status PrefillPass::SendLayer(int layer, LayerCapture layer_capture) {
   MadeMap made;
   for (size_t i = 0; i < targets_.size(); ++i) {
     if (!report_.targets[i].ok()) continue;
+    if (layer < targets_[i].layer_begin) {  // a takeover's consumer has this layer already
+      any_live = true;
+      continue;
+    }
     const absl::Time encode_start = absl::Now();
     const std::pair<std::string, int64_t> made_key{targets_[i].codes_key, targets_[i].begin};
     const Made* same = nullptr;

@@ -31,11 +31,12 @@ namespace scd::producer {
 
 // The header announcing what `encoder` will stream for a prefill of `tokens` positions of
 // `producer` (sent before the first layer exists): positions [begin, tokens), the consumer
-// holding the rest (its prefix cache).
+// holding the rest (its prefix cache); a takeover's chunks of layers [layer_begin, layers) only
+// (TransferHeader.layer_begin).
 absl::StatusOr<v1::TransferHeader> StreamHeader(const CodeEncoder& encoder,
                                                 const ModelConfig& producer, int64_t tokens,
-                                                const TransferIdentity& identity,
-                                                int64_t begin = 0);
+                                                const TransferIdentity& identity, int64_t begin = 0,
+                                                int layer_begin = 0);
 
 struct StreamTarget {
   const CodeEncoder* encoder = nullptr;             // not owned
@@ -51,6 +52,10 @@ struct StreamTarget {
   // held by the link. Its header must say `adaptive`.
   AdaptBudget adapt = {};
   size_t adapt_max_window = 0;  // AdaptiveSender::Options::max_window (0: its default)
+  // A takeover (PrefillTarget.layer_begin): the pass runs every layer, this target gets the codes
+  // of layers [layer_begin, layers) only (its header's layer_begin). Not with `adapt` or a
+  // `codes_key`.
+  int layer_begin = 0;
 };
 
 // A prefill that starts from the producer's prefix cache: positions [0, cached->tokens) are

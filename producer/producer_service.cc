@@ -201,6 +201,7 @@ struct ProducerControlService::OpenTarget {
   int64_t begin = 0;           // the first position sent (the consumer holds the rest)
   TransferOptions options;     // the node's, at the target's frontier point when it has one
   AdaptBudget adapt;           // none unless the target asks for adaptation
+  int layer_begin = 0;         // a takeover's first layer sent (PrefillTarget.layer_begin)
 };
 
 // One Prefill's state: its targets, the prefix cache's part, what the pass reported.
@@ -284,10 +285,13 @@ grpc::Status ProducerControlService::RunPrefill(const v1::PrefillRequest& prefil
     if (!o.status.ok()) continue;
     // The artifact names the encoding only where the mode uses one (raw and int4 ignore it).
     const bool uses_artifact = ModeServedWithArtifact(o.encoder->plan().mode);
+    // A takeover's codes skip the first layers: not a whole encoding to keep.
     run.streams.push_back({o.encoder.get(), o.session, o.begin,
-                           CodesKey(o.encoder->plan(), o.options,
-                                    uses_artifact ? request->targets(i).artifact_id() : ""),
-                           o.adapt});
+                           o.layer_begin > 0
+                               ? std::string()
+                               : CodesKey(o.encoder->plan(), o.options,
+                                          uses_artifact ? request->targets(i).artifact_id() : ""),
+                           o.adapt, 0, o.layer_begin});
     run.stream_index.push_back(i);
   }
   if (run.keys.has_value() && !run.streams.empty()) LookUpPrefix(cancel, &run);
@@ -340,8 +344,15 @@ absl::Status ProducerControlService::OpenSession(const v1::PrefillRequest& reque
         "-position prefix block below the prefix's ", prefix_tokens, " positions"));
   }
   SCD_ASSIGN_OR_RETURN(o->adapt, AdaptBudgetOf(target));
-  SCD_ASSIGN_OR_RETURN(v1::TransferHeader header,
-                       StreamHeader(*o->encoder, config, prefix_tokens, identity, o->begin));
+  o->layer_begin = static_cast<int>(std::min<uint32_t>(target.layer_begin(), 1u << 20));
+  if (o->layer_begin > 0 && o->adapt.enabled()) {
+    return absl::InvalidArgumentError(absl::StrCat(target.target(), ": layer_begin ",
+                                                   o->layer_begin,
+                                                   " with adapt_within_us (a takeover "
+                                                   "sends the rest at the plan's ranks)"));
+  }
+  SCD_ASSIGN_OR_RETURN(v1::TransferHeader header, StreamHeader(*o->encoder, config, prefix_tokens,
+                                                               identity, o->begin, o->layer_begin));
   header.set_adaptive(o->adapt.enabled());
   o->address = target.transfer_address();
   SCD_ASSIGN_OR_RETURN(std::shared_ptr<transport::TransferConnection> connection,

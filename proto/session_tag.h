@@ -23,6 +23,12 @@ inline std::string EarlyDeclinedSessionId(const std::string& session_id) {
   return absl::StrCat(session_id, "~declined");
 }
 
+// The session id the rest of a transfer travels under when another producer takes it over
+// (GenerateEvent.transfer_lost): the `takeover`-th (1, 2, ...) after `session_id`'s was lost.
+inline std::string TakeoverSessionId(const std::string& session_id, uint32_t takeover) {
+  return absl::StrCat(session_id, "~takeover", takeover);
+}
+
 }  // namespace scd
 
 #endif  // SCD_PROTO_SESSION_TAG_H_

@@ -18,6 +18,8 @@ constexpr char kE2eHelp[] = "Request received to Finished (Timings.total)";
 constexpr char kRequestsHelp[] = "Request targets ended, by mode and outcome";
 constexpr char kMovesHelp[] =
     "Streams moved to another replica of their target (GenerateEvent.Moved)";
+constexpr char kTakeoversHelp[] =
+    "Transfers another producer took over after theirs was lost (Finished.takeovers)";
 constexpr char kFailuresHelp[] = "Failed request targets and calls refused as a whole, by reason";
 
 double Seconds(uint64_t micros) { return static_cast<double>(micros) / 1e6; }
@@ -79,6 +81,7 @@ ServingMetrics::ServingMetrics(MetricsRegistry* registry, uint64_t kv_bytes_per_
     registry->GetCounter("scd:request_failures_total", kFailuresHelp, {{"reason", reason}});
   }
   registry->GetCounter("scd:stream_moves_total", kMovesHelp, {});
+  registry->GetCounter("scd:transfer_takeovers_total", kTakeoversHelp, {});
 }
 
 const char* ServingMetrics::FailureReason(int grpc_code) {
@@ -151,6 +154,8 @@ void ServingMetrics::Finished(const v1::Finished& f) {
       .Increment();
   prompt_tokens_.Increment(f.prompt_tokens());
   generation_tokens_.Increment(f.output_tokens());
+  registry_->GetCounter("scd:transfer_takeovers_total", kTakeoversHelp, {})
+      .Increment(f.takeovers());
   if (f.has_continuation()) {
     const v1::ContinuationChecked& c = f.continuation();
     constexpr char kHelp[] =

@@ -79,20 +79,24 @@ TEST(InferenceContractTest, GenerateRequestFields) {
   EXPECT_TRUE(LocalFallbackAllowed(request));
 }
 
-TEST(InferenceContractTest, GenerateEventIsATargetAndOneOfFiveEvents) {
+// Five events a client sees, and the control plane's sixth (transfer_lost: a consumer's notice to
+// its coordinator, which consumes it; never on the public stream -- takeover_test checks that).
+TEST(InferenceContractTest, GenerateEventIsATargetAndOneOfFiveEventsPlusTheControlPlanes) {
   const Descriptor* event = v1::GenerateEvent::descriptor();
   ExpectFields(event, {{"target", 1, kString, false},
                        {"started", 2, kMessage, false},
                        {"token", 3, kMessage, false},
                        {"finished", 4, kMessage, false},
                        {"error", 5, kMessage, false},
-                       {"moved", 6, kMessage, false}});
+                       {"moved", 6, kMessage, false},
+                       {"transfer_lost", 7, kMessage, false}});
   ASSERT_EQ(event->oneof_decl_count(), 1);
   const auto* oneof = event->oneof_decl(0);
   EXPECT_EQ(oneof->name(), "event");
   std::vector<std::string> members;
   for (int i = 0; i < oneof->field_count(); ++i) members.push_back(oneof->field(i)->name());
-  EXPECT_EQ(members, (std::vector<std::string>{"started", "token", "finished", "error", "moved"}));
+  EXPECT_EQ(members, (std::vector<std::string>{"started", "token", "finished", "error", "moved",
+                                               "transfer_lost"}));
   EXPECT_EQ(event->FindFieldByName("started")->message_type(), v1::Started::descriptor());
   EXPECT_EQ(event->FindFieldByName("token")->message_type(), v1::TokenDelta::descriptor());
   EXPECT_EQ(event->FindFieldByName("finished")->message_type(), v1::Finished::descriptor());
@@ -139,7 +143,8 @@ TEST(InferenceContractTest, EventBodies) {
                                             {"mode_reason", 7, kString, false},
                                             {"link", 8, kMessage, false},
                                             {"predicted_ttft_us", 11, kUint64, false},
-                                            {"moves", 14, kUint32, false}});
+                                            {"moves", 14, kUint32, false},
+                                            {"takeovers", 16, kUint32, false}});
   ExpectFields(v1::LinkShape::descriptor(),
                {{"gbps", 1, kDouble, false}, {"latency_us", 2, kDouble, false}});
   ExpectFields(v1::Timings::descriptor(), {{"queue", 1, kUint64, false},

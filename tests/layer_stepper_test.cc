@@ -29,14 +29,6 @@ class LayerStepperTest : public ::testing::Test {
     ASSERT_TRUE(last.ok()) << last.status();
     *logits = last->logits;
   }
-  static void ExpectSameCache(const KvCache& a, const KvCache& b) {
-    ASSERT_EQ(a.num_layers(), b.num_layers());
-    for (int l = 0; l < a.num_layers(); ++l) {
-      ASSERT_EQ(a.length(l), b.length(l)) << "layer " << l;
-      EXPECT_TRUE(at::equal(a.keys(l), b.keys(l))) << "keys of layer " << l;
-      EXPECT_TRUE(at::equal(a.values(l), b.values(l))) << "values of layer " << l;
-    }
-  }
 
   std::unique_ptr<LlamaModel> model_;
   std::vector<TokenId> prompt_, prefix_;
@@ -79,7 +71,7 @@ TEST_F(LayerStepperTest, FollowsLayersAsTheyFillAndEqualsForward) {
   ASSERT_TRUE(logits.ok()) << logits.status();
   EXPECT_TRUE(at::equal(*logits, want)) << "max |diff| "
                                          << (*logits - want).abs().max().item<float>();
-  ExpectSameCache(cache, want_cache);
+  testing::ExpectSameCache(cache, want_cache);
   EXPECT_GT(stepper->compute_time(), absl::ZeroDuration());
 }
 

@@ -79,13 +79,6 @@ class LayerwiseStreamingTest : public ::testing::Test {
     EXPECT_TRUE(pair.decoder->Decode(batch, prompt_, &cache).ok());
     return cache;
   }
-  static void ExpectSameCache(const KvCache& a, const KvCache& b, const std::string& where) {
-    ASSERT_EQ(a.num_layers(), b.num_layers());
-    for (int l = 0; l < a.num_layers(); ++l) {
-      EXPECT_TRUE(at::equal(a.keys(l), b.keys(l))) << where << " layer " << l;
-      EXPECT_TRUE(at::equal(a.values(l), b.values(l))) << where << " layer " << l;
-    }
-  }
 
   std::unique_ptr<LlamaModel> producer_, consumer_;
   Artifact artifact_;
@@ -125,7 +118,7 @@ TEST_F(LayerwiseStreamingTest, StreamedScdRebuildsTheBatchDecodersCacheOnEveryBa
       EXPECT_EQ(received->chunks, sent.chunks);
       EXPECT_EQ(static_cast<uint64_t>(received->bytes), header.expected_bytes());
       EXPECT_LE(received->first_chunk, received->first_layer_ready);
-      ExpectSameCache(cache, reference, backend);
+      testing::ExpectSameCache(cache, reference, backend);
     }
     EXPECT_EQ(transport::LiveTransportBuffers(), 0);
   }
@@ -172,8 +165,8 @@ TEST_F(LayerwiseStreamingTest, FanOutRunsOnePrefillForTwoConsumers) {
   EXPECT_TRUE(sent.targets[1].ok()) << sent.targets[1];
   EXPECT_TRUE(drained[0].ok()) << drained[0];
   EXPECT_TRUE(drained[1].ok()) << drained[1];
-  ExpectSameCache(scd_cache, scd_reference, "scd");
-  ExpectSameCache(raw_cache, raw_reference, "raw");
+  testing::ExpectSameCache(scd_cache, scd_reference, "scd");
+  testing::ExpectSameCache(raw_cache, raw_reference, "raw");
 }
 
 TEST_F(LayerwiseStreamingTest, ConsumerExpectingAnotherModeRefusesAndTheProducerHearsWhy) {
@@ -242,7 +235,7 @@ TEST_F(LayerwiseStreamingTest, AnAdaptedTransferRebuildsAnEncodeAtTheRanksThatAr
     EXPECT_TRUE(received->lowered.empty());
     EXPECT_TRUE(sent.lowered[0].empty());
     EXPECT_EQ(received->bytes, TotalBytes(pair.expected));
-    ExpectSameCache(cache, Reference(pair, *consumer_), "kept ranks");
+    testing::ExpectSameCache(cache, Reference(pair, *consumer_), "kept ranks");
   }
   // A deadline already past when the first layer is ready, over a link of 1.25 kB/s: no time
   // for any code beyond rank 1 (the pass's own pace gives the link a few milliseconds).
@@ -275,7 +268,7 @@ TEST_F(LayerwiseStreamingTest, AnAdaptedTransferRebuildsAnEncodeAtTheRanksThatAr
       TransferPlan::Make(TransferMode::kScd, producer_->config(), &artifact_, at_ranks.options));
   at_ranks.encoder = std::make_unique<CodeEncoder>(at_ranks.plan, &artifact_, at_ranks.options);
   at_ranks.decoder = std::make_unique<CodeDecoder>(*consumer_, &artifact_);
-  ExpectSameCache(cache, Reference(at_ranks, *consumer_), "lowered ranks");
+  testing::ExpectSameCache(cache, Reference(at_ranks, *consumer_), "lowered ranks");
   EXPECT_FALSE(at::equal(cache.keys(code_layers.back()),
                          Reference(pair, *consumer_).keys(code_layers.back())));
 
@@ -340,7 +333,7 @@ TEST_F(LayerwiseStreamingTest, PiecesOfALayerSentAtDifferentRanksRebuildEachAtIt
   EXPECT_TRUE(mixed) << "no layer's pieces came at different ranks";
   KvCache reference = consumer_->NewCache(64);
   ASSERT_TRUE(pair.decoder->Decode(batch, prompt_, &reference).ok());
-  ExpectSameCache(cache, reference, "pieces at their ranks");
+  testing::ExpectSameCache(cache, reference, "pieces at their ranks");
 }
 
 }  // namespace

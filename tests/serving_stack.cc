@@ -25,6 +25,28 @@ std::unique_ptr<transport::Transport> Backend(const std::string& backend, bool p
   return Ok(transport::CreateTransport(options));
 }
 
+// A backend whose links to the consumers carry `policy`'s faults (FaultInjectingLink).
+class FaultyTransport : public transport::Transport {
+ public:
+  FaultyTransport(std::unique_ptr<transport::Transport> inner, transport::FaultPolicy policy)
+      : inner_(std::move(inner)), policy_(std::move(policy)) {}
+  const transport::Capabilities& capabilities() const override { return inner_->capabilities(); }
+  absl::StatusOr<std::unique_ptr<transport::Listener>> Listen(const std::string& address) override {
+    return inner_->Listen(address);
+  }
+  absl::StatusOr<std::unique_ptr<transport::Link>> Connect(const std::string& address,
+                                                           absl::Duration timeout) override {
+    absl::StatusOr<std::unique_ptr<transport::Link>> link = inner_->Connect(address, timeout);
+    if (!link.ok()) return link.status();
+    return std::unique_ptr<transport::Link>(
+        std::make_unique<transport::FaultInjectingLink>(*std::move(link), policy_));
+  }
+
+ private:
+  const std::unique_ptr<transport::Transport> inner_;
+  const transport::FaultPolicy policy_;
+};
+
 // A gRPC server on 127.0.0.1:<any> with `services`; its address in `*address`.
 GrpcServer Serve(const std::vector<grpc::Service*>& services, std::string* address) {
   GrpcServer served = Ok(StartGrpcServer("127.0.0.1:0", services));
@@ -44,7 +66,8 @@ ServingStack::ServingStack(const LlamaModel* producer, const Tokenizer* tokenize
 
 ServingStack::~ServingStack() {
   coordinator_server_.Shutdown(absl::Now());
-  producer_server_.Shutdown(absl::Now());
+  first_.server.Shutdown(absl::Now());
+  second_.server.Shutdown(absl::Now());
   for (auto& [name, node] : consumers_) node->server.Shutdown(absl::Now());
 }
 
@@ -125,8 +148,12 @@ void ServingStack::NoteLinkShape(const v1::LinkShape& shape) {
   registry_.NoteLinkShape(node_ids_.at(""), shape);
 }
 
-void ServingStack::Start() {
-  producer_transport_ = Backend(options_.backend, /*producer=*/true);
+void ServingStack::StartProducer(const std::string& name, const transport::FaultPolicy& faults,
+                                 ProducerParts* parts) {
+  parts->transport = Backend(options_.backend, /*producer=*/true);
+  if (!faults.rules.empty()) {
+    parts->transport = std::make_unique<FaultyTransport>(std::move(parts->transport), faults);
+  }
   producer::ProducerModel model{producer_,         tokenizer_, producer_name_,   producer_fp_,
                                 TransferOptions(), {},         options_.deadline};
   for (auto& [id, artifact] : artifacts_) model.artifacts[id] = &artifact;
@@ -134,16 +161,28 @@ void ServingStack::Start() {
   model.prefill_threads = options_.producer_prefill_threads;
   transport::ConnectionOptions connection;
   connection.shape = options_.producer_link;
-  producer_service_ = std::make_unique<producer::ProducerControlService>(
-      model, producer_transport_.get(), secret_, connection);
+  parts->service = std::make_unique<producer::ProducerControlService>(model, parts->transport.get(),
+                                                                      secret_, connection);
   std::string producer_address;
-  producer_server_ = Serve({producer_service_.get()}, &producer_address);
+  parts->server = Serve({parts->service.get()}, &producer_address);
   v1::RegisterRequest producer;
   SetNodeIdentity(v1::NODE_ROLE_PRODUCER, producer_address, producer_name_, producer_fp_,
                   &producer);
   absl::StatusOr<coordinator::Lease> lease = registry_.Register(producer);
   ASSERT_TRUE(lease.ok()) << lease.status();
-  node_ids_[""] = lease->node_id;
+  node_ids_[name] = lease->node_id;
+}
+
+void ServingStack::Start() {
+  StartProducer("", options_.producer_faults, &first_);
+  if (options_.second_producer) {
+    StartProducer("producer-2", {}, &second_);
+    // Reported busy with one request: routing picks the first producer (its faults apply).
+    v1::HeartbeatRequest beat;
+    beat.set_node_id(node_ids_.at("producer-2"));
+    beat.set_active_requests(1);
+    ASSERT_TRUE(registry_.Heartbeat(beat).ok());
+  }
 
   // As a coordinator node with --tokenizer: text prompts are tokenized at its front, once.
   coordinator::CoordinatorOptions routing;

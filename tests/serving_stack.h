@@ -27,6 +27,7 @@
 #include "serving/checked_inference.h"
 #include "tests/freezable_proxy.h"
 #include "tokenizer/tokenizer.h"
+#include "transport/fault_injection.h"
 #include "transport/link_shaper.h"
 
 namespace scd::testing {
@@ -72,6 +73,12 @@ class ServingStack {
     int producer_prefill_threads = 8;         // ProducerModel::prefill_threads
     // Each consumer registered at a FreezableProxy in front of its server (FreezeConsumer).
     bool consumers_behind_proxies = false;
+    // A second producer of the same model (ReportSpeeds' name "producer-2"): another that can
+    // take a transfer over. Registered busy with one request, so requests route to the first.
+    bool second_producer = false;
+    // Faults on the first producer's links to the consumers (e.g. a disconnect at a chunk: its
+    // transfer lost mid-way); none by default.
+    transport::FaultPolicy producer_faults;
   };
 
   // REQUIRES: `producer` and `tokenizer` outlive the stack.
@@ -115,6 +122,8 @@ class ServingStack {
 
   ServedConsumer& consumer(const std::string& name) { return *consumers_.at(name); }
   producer::ProducerControlService& producer_service() { return *producer_service_; }
+  // The second producer's (Options::second_producer).
+  producer::ProducerControlService& second_producer_service() { return *second_.service; }
   v1::Inference::Stub& stub() { return *stub_; }
   // The coordinator's public address (for a client with channel settings of its own).
   const std::string& coordinator_address() const { return coordinator_address_; }
@@ -123,6 +132,16 @@ class ServingStack {
   coordinator::NodeRegistry& registry() { return registry_; }
 
  private:
+  // One producer node: its transport, service and server.
+  struct ProducerParts {
+    std::unique_ptr<transport::Transport> transport;
+    std::unique_ptr<producer::ProducerControlService> service;
+    GrpcServer server;
+  };
+  // Starts a producer node registered as `name` (ReportSpeeds' name) with `faults` on its links.
+  void StartProducer(const std::string& name, const transport::FaultPolicy& faults,
+                     ProducerParts* parts);
+
   const LlamaModel* const producer_;
   const Tokenizer* const tokenizer_;
   const std::string producer_name_;
@@ -134,9 +153,9 @@ class ServingStack {
   const ClusterSecret secret_ = ClusterSecret::Random();
   Tally counters_;  // the coordinator's refusals
   coordinator::NodeRegistry registry_{coordinator::RegistryOptions{absl::Seconds(3600)}};
-  std::unique_ptr<transport::Transport> producer_transport_;
-  std::unique_ptr<producer::ProducerControlService> producer_service_;
-  GrpcServer producer_server_;
+  ProducerParts first_, second_;
+  std::unique_ptr<producer::ProducerControlService>& producer_service_ = first_.service;
+  GrpcServer& producer_server_ = first_.server;
   std::unique_ptr<coordinator::CoordinatorInferenceService> coordinator_;
   std::unique_ptr<CheckedInferenceService> checked_;
   GrpcServer coordinator_server_;

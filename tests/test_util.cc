@@ -115,6 +115,15 @@ Artifact SyntheticArtifact(const LlamaModel& model) {
   return a;
 }
 
+void ExpectSameCache(const KvCache& a, const KvCache& b, const std::string& where) {
+  ASSERT_EQ(a.num_layers(), b.num_layers()) << where;
+  for (int l = 0; l < a.num_layers(); ++l) {
+    ASSERT_EQ(a.length(l), b.length(l)) << where << " layer " << l;
+    EXPECT_TRUE(at::equal(a.keys(l), b.keys(l))) << where << " keys of layer " << l;
+    EXPECT_TRUE(at::equal(a.values(l), b.values(l))) << where << " values of layer " << l;
+  }
+}
+
 void ExpectSameChunk(const CodeChunk& a, const CodeChunk& b, const std::string& where) {
   EXPECT_EQ(a.layer, b.layer) << where;
   EXPECT_EQ(a.kind, b.kind) << where;

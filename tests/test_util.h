@@ -14,6 +14,7 @@
 #include "base/token_id.h"
 #include "codec/artifact.h"
 #include "codec/code_batch.h"
+#include "model/kv_cache.h"
 #include "model/safetensors.h"
 #include "tests/test_files.h"
 
@@ -71,6 +72,9 @@ Artifact SyntheticArtifact(const LlamaModel& model);
 // Every field of two code chunks equal and their tensors bit-identical (gtest expectations
 // tagged with `where`).
 void ExpectSameChunk(const CodeChunk& a, const CodeChunk& b, const std::string& where);
+
+// Two caches of the same layers, lengths, keys and values, bit for bit (tagged with `where`).
+void ExpectSameCache(const KvCache& a, const KvCache& b, const std::string& where = "");
 
 }  // namespace scd::testing
 
