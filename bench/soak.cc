@@ -273,10 +273,12 @@ void Verdict(SoakReport& r) {
     if (!n.held_nothing) fail(absl::StrCat(n.name, " still holds: ", n.held));
     if (n.role == SoakRole::kEtcd) continue;
     if (!AtOrBelow(n.end, n.baseline)) {
-      fail(absl::StrCat(n.name, ": ", n.end.fds, " descriptors and ", n.end.own_threads(),
-                        " threads (gRPC's pools aside) at the end; ", n.baseline.fds, " and ",
-                        n.baseline.own_threads(), " before the load (more threads: ",
-                        Grown(n.baseline.thread_names, n.end.thread_names), ")"));
+      fail(absl::StrCat(
+          n.name, ": ", n.end.fds, " descriptors and ", n.end.own_threads(),
+          " threads (gRPC's pools aside) at the end; ", n.baseline.fds, " and ",
+          n.baseline.own_threads(),
+          " before the load (more descriptors: ", Grown(n.baseline.fd_kinds, n.end.fd_kinds),
+          "; more threads: ", Grown(n.baseline.thread_names, n.end.thread_names), ")"));
     }
     if (n.rss_requests >= r.options.rss_min_requests &&
         n.rss_growth_mb_per_1k >= r.options.rss_bound_mb_per_1k) {

@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "base/etcd_client.h"
 #include "base/grpc_tls.h"
+#include "base/host_port.h"
 #include "base/process_memory.h"
 #include "base/random_id.h"
 #include "base/status_macros.h"
@@ -93,10 +94,26 @@ std::map<std::string, TcpSocket> TcpSockets(pid_t pid) {
   return sockets;
 }
 
-// What a descriptor is: "tcp listen :P", "tcp in :P" (accepted on our port P), "tcp out :P" (to
-// a peer's port P), "socket" (not TCP), "pipe", "anon_inode:[eventfd]", or a file's path.
+// The nodes' known ports by name: a public port as "coordinator-0", a control port as
+// "producer control"; a restarted node's new ports get the same names, so its descriptors compare
+// with its first generation's by what they connect.
+std::map<int, std::string> PortNames(const std::vector<SoakNode>& nodes) {
+  std::map<int, std::string> names;
+  for (const SoakNode& n : nodes) {
+    for (const auto& [address, suffix] :
+         {std::pair{n.address, ""}, std::pair{n.control_address, " control"}}) {
+      absl::StatusOr<HostPort> hp = ParseHostPort(address);
+      if (hp.ok() && hp->port > 0) names[hp->port] = absl::StrCat(n.name, suffix);
+    }
+  }
+  return names;
+}
+
+// What a descriptor is: "tcp listen P", "tcp in P" (accepted on our port P), "tcp out P" (to a
+// peer's port P), with P a node's port's name ("consumer-0", "producer control") or ":PORT" (a
+// transfer port), "socket" (not TCP), "pipe", "anon_inode:[eventfd]", or a file's path.
 std::string FdKind(const fs::path& fd, const std::map<std::string, TcpSocket>& tcp,
-                   const std::set<int>& listening) {
+                   const std::set<int>& listening, const std::map<int, std::string>& names) {
   std::error_code error;
   const std::string target = fs::read_symlink(fd, error).string();
   if (error) return "?";
@@ -104,9 +121,13 @@ std::string FdKind(const fs::path& fd, const std::map<std::string, TcpSocket>& t
     auto it = tcp.find(target.substr(8, target.size() - 9));
     if (it == tcp.end()) return "socket";
     const TcpSocket& t = it->second;
-    if (t.listen) return absl::StrCat("tcp listen :", t.local_port);
-    if (listening.count(t.local_port) > 0) return absl::StrCat("tcp in :", t.local_port);
-    return absl::StrCat("tcp out :", t.remote_port);
+    auto port = [&](int p) {
+      auto name = names.find(p);
+      return name != names.end() ? name->second : absl::StrCat(":", p);
+    };
+    if (t.listen) return absl::StrCat("tcp listen ", port(t.local_port));
+    if (listening.count(t.local_port) > 0) return absl::StrCat("tcp in ", port(t.local_port));
+    return absl::StrCat("tcp out ", port(t.remote_port));
   }
   const size_t colon = target.find(":[");
   if (colon != std::string::npos && target.rfind("anon_inode", 0) != 0) {
@@ -464,8 +485,9 @@ ProcSample SoakDeployment::Sample(int index) const {
   for (const auto& [inode, socket] : tcp) {
     if (socket.listen) listening.insert(socket.local_port);
   }
+  const std::map<int, std::string> names = PortNames(Snapshot());
   sample.fds = CountEntries(absl::StrCat("/proc/", node.pid, "/fd"), &sample.fd_kinds,
-                            [&](const fs::path& fd) { return FdKind(fd, tcp, listening); });
+                            [&](const fs::path& fd) { return FdKind(fd, tcp, listening, names); });
   sample.threads =
       CountEntries(absl::StrCat("/proc/", node.pid, "/task"), &sample.thread_names, ThreadName);
   for (const auto& [name, n] : sample.thread_names) {

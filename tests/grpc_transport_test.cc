@@ -17,10 +17,12 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <iterator>
 #include <memory>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -38,6 +40,7 @@
 #include "spdlog/spdlog.h"
 #include "tests/freezable_proxy.h"
 #include "tests/transport_test_util.h"
+#include "transport/grpc/grpc_link.h"
 
 namespace scd::transport {
 namespace {
@@ -252,6 +255,48 @@ TEST(GrpcTransportTest, DestroyingTheClientTransportMidTransferIsPromptAndLeakFr
     server_got.TakeFrames();
   }
   EXPECT_EQ(SettledLiveBuffers(), 0);
+}
+
+// TCP connections in ESTABLISHED state accepted on `port` of this host (/proc/net/tcp).
+int EstablishedOn(int port) {
+  int n = 0;
+  for (const char* file : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(file);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      const std::string local_port = local.substr(local.rfind(':') + 1);
+      if (state == "01" && std::strtol(local_port.c_str(), nullptr, 16) == port) ++n;
+    }
+  }
+  return n;
+}
+
+// A link that dies on gRPC's threads buries its channel there (grpc_link.h); the reaper destroys
+// it at once, so its TCP connection does not stay open until the process's next Connect (the
+// soak found one such connection left on a restarted producer and its consumer after the load).
+TEST(GrpcTransportTest, ABuriedChannelsConnectionClosesWithoutAnotherConnect) {
+  std::unique_ptr<Transport> server_transport = NewTransport();  // starts the reaper
+  absl::StatusOr<std::unique_ptr<Listener>> listener = server_transport->Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  const std::string address = (*listener)->address();
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port)) << address;
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own, as a link's
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  ASSERT_TRUE(channel->WaitForConnected(absl::ToChronoTime(absl::Now() + absl::Seconds(10))));
+  EXPECT_EQ(EstablishedOn(port), 1);
+  grpc_internal::BuryChannel(std::move(channel));
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  // waits: the kernel's socket table signals nothing; the reaper closes the connection within
+  // milliseconds, the 10 s only bound a starved machine.
+  while (EstablishedOn(port) > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(EstablishedOn(port), 0) << "the buried channel's TCP connection is still open";
 }
 
 TEST(GrpcTransportTest, KeepaliveKeepsIdleLinksAndNoticesASilentPeer) {

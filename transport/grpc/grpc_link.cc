@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/exception_guard.h"
+#include "base/work_queue.h"
 
 namespace scd::transport::grpc_internal {
 
@@ -24,18 +25,31 @@ constexpr char kMethod[] = "/scd.v1.Transfer/Transfer";
 absl::Mutex graveyard_mu(absl::kConstInit);
 std::vector<std::shared_ptr<grpc::Channel>>* graveyard ABSL_GUARDED_BY(graveyard_mu) = nullptr;
 
-void BuryChannelImpl(std::shared_ptr<grpc::Channel> channel) {
-  absl::MutexLock lock(&graveyard_mu);
-  if (graveyard == nullptr) graveyard = new std::vector<std::shared_ptr<grpc::Channel>>();
-  graveyard->push_back(std::move(channel));
-}
-
 void EmptyGraveyardImpl() {
   std::vector<std::shared_ptr<grpc::Channel>> dead;
   {
     absl::MutexLock lock(&graveyard_mu);
     if (graveyard != nullptr) dead.swap(*graveyard);
   }
+}
+
+// Never destroyed, as gRPC's own globals; its one thread is no gRPC thread, so it may destroy
+// the last channel.
+WorkQueue& Reaper() {
+  static WorkQueue* const reaper = new WorkQueue(1, "scd-grpc-reap");
+  return *reaper;
+}
+
+void BuryChannelImpl(std::shared_ptr<grpc::Channel> channel) {
+  bool first = false;
+  {
+    absl::MutexLock lock(&graveyard_mu);
+    if (graveyard == nullptr) graveyard = new std::vector<std::shared_ptr<grpc::Channel>>();
+    first = graveyard->empty();
+    graveyard->push_back(std::move(channel));
+  }
+  // One emptying per burial into an empty graveyard; what is buried meanwhile goes with it.
+  if (first) Reaper().Run(EmptyGraveyardImpl);
 }
 
 // Runs a reaction body; an exception takes the link down instead of escaping into gRPC.
@@ -221,6 +235,7 @@ class GrpcLink final : public Link {
 
 }  // namespace
 
+void StartReaper() { Reaper(); }
 void BuryChannel(std::shared_ptr<grpc::Channel> channel) { BuryChannelImpl(std::move(channel)); }
 void EmptyGraveyard() { EmptyGraveyardImpl(); }
 

@@ -144,8 +144,12 @@ std::unique_ptr<Link> NewGrpcLink(std::shared_ptr<LinkCore> core);
 void CloseAll(const std::vector<std::shared_ptr<LinkCore>>& links);
 
 // Channels must not be destroyed on gRPC's own threads (the last channel releases the callback
-// completion queue and joins its threads), so a link that dies there parks its channel; user
-// threads (Connect, transport destruction) empty the graveyard.
+// completion queue and joins its threads), so a dead link parks its channel in a graveyard, which
+// the process's reaper thread (StartReaper: one per process, started with the first gRPC
+// transport so the process's thread count does not change when a link first dies) empties at
+// once: a buried channel's TCP connection must not outlive its link until the next Connect.
+// User threads (Connect, transport destruction) empty it too.
+void StartReaper();
 void BuryChannel(std::shared_ptr<grpc::Channel> channel);
 void EmptyGraveyard();
 

@@ -288,6 +288,7 @@ class GrpcTransport final : public Transport {
     capabilities_.gpu_memory = false;
     capabilities_.max_message_bytes = options.grpc_max_message_bytes;
     capabilities_.devices = {"tcp"};
+    grpc_internal::StartReaper();
   }
 
   ~GrpcTransport() override {
