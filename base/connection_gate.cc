@@ -154,6 +154,12 @@ void ConnectionGate::Stop() {
     [[maybe_unused]] const ssize_t n = write(wake_fd_, &one, sizeof(one));
   }
   if (thread_.joinable()) thread_.join();
+  // Closed now, not with the gate: a stopped server's port refuses at once. Left open, the kernel
+  // would still complete new connections into the backlog that nobody accepts, and a client
+  // (a coordinator's channel reconnecting to a node that was shut down) would wait on a silent
+  // connection until its keepalive or deadline instead of failing UNAVAILABLE at once.
+  if (listen_fd_ >= 0) close(listen_fd_);
+  listen_fd_ = -1;
 }
 
 ConnectionGateCounters ConnectionGate::counters() const {

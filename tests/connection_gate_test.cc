@@ -1,7 +1,8 @@
 // base/connection_gate.h with real sockets on loopback: a connection reaches the server only once
 // its preface arrived (and then with its bytes unread); a wrong preface, a peer that closes, and a
 // silent one past the handshake timeout are closed; one past max_pending evicts the oldest waiting,
-// so a real client still gets in; a used port is an error that says so; Stop closes the rest.
+// so a real client still gets in; a used port is an error that says so; Stop closes the rest, and
+// the stopped port refuses new connections.
 #include "base/connection_gate.h"
 
 #include <arpa/inet.h>
@@ -162,6 +163,24 @@ TEST_F(ConnectionGateTest, StopClosesWhatWaits) {
   gate_->Stop();
   EXPECT_TRUE(ClosedByPeer(waiting, absl::Seconds(2)));
   close(waiting);
+}
+
+// A stopped gate's port refuses new connections at once (its listening socket is closed by Stop,
+// not later with the gate): a client reconnecting to a server that was shut down fails at once
+// instead of connecting into a backlog nobody accepts and waiting there for its keepalive.
+TEST_F(ConnectionGateTest, AStoppedGatesPortRefusesNewConnections) {
+  Start({});
+  const int port = gate_->port();
+  gate_->Stop();
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), -1);
+  EXPECT_EQ(errno, ECONNREFUSED);
+  close(fd);
+  gate_->Stop();  // again: nothing left to close
 }
 
 TEST(OpenFileLimitTest, RaisedToTheHardLimit) {

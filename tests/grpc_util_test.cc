@@ -1,15 +1,17 @@
 // The shared gRPC helpers: status conversion keeps code and message both ways; a server bound on
 // HOST:0 reports HOST:PORT; nodes advertise a dialable address (the --advertise host, the host
 // name for a wildcard listener, else the bound address); a server starts on any port or says where
-// it cannot listen.
+// it cannot listen, and once shut down its port refuses a client's next call at once.
 #include "proto/grpc_util.h"
 
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "absl/time/clock.h"
+#include <chrono>
 
+#include "absl/time/clock.h"
 #include "proto/grpc_server.h"
 #include "scd/v1/registry.grpc.pb.h"
 
@@ -58,6 +60,34 @@ TEST(GrpcServerTest, StartsOnAnyPortOrSaysWhereItCannotListen) {
   EXPECT_EQ(twice.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(twice.status().message()), HasSubstr("already in use"));
   served->Shutdown(absl::Now());
+}
+
+// A client whose channel was connected to a server that is then shut down (a node a test kills,
+// a daemon that stopped) gets UNAVAILABLE on its next call, from the refused reconnection. The
+// stopped server's listening socket used to stay open until the server object went away, so the
+// channel reconnected into a backlog nobody accepted and the call waited for its deadline
+// (DEADLINE_EXCEEDED here; a coordinator's node call waited ~1.5 s for its keepalive).
+TEST(GrpcServerTest, AShutDownServersPortRefusesTheNextCall) {
+  v1::Registry::Service service;  // every method UNIMPLEMENTED: an answer is enough
+  absl::StatusOr<GrpcServer> served = StartGrpcServer("127.0.0.1:0", {&service});
+  ASSERT_TRUE(served.ok()) << served.status();
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(served->address, grpc::InsecureChannelCredentials());
+  auto stub = v1::Registry::NewStub(channel);
+  auto call = [&] {
+    grpc::ClientContext context;
+    // Far beyond a refusal's milliseconds: a call that waits on a silent connection ends here.
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    v1::RegisterResponse response;
+    return stub->Register(&context, v1::RegisterRequest(), &response).error_code();
+  };
+  ASSERT_EQ(call(), grpc::StatusCode::UNIMPLEMENTED);  // connected
+  ASSERT_EQ(channel->GetState(false), GRPC_CHANNEL_READY);
+  served->Shutdown(absl::Now());
+  // The channel has seen its connection close: the next call connects anew.
+  ASSERT_TRUE(channel->WaitForStateChange(
+      GRPC_CHANNEL_READY, std::chrono::system_clock::now() + std::chrono::seconds(20)));
+  EXPECT_EQ(call(), grpc::StatusCode::UNAVAILABLE);
 }
 
 }  // namespace
