@@ -22,6 +22,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/timer.h"
 
 namespace scd {
 
@@ -160,7 +161,9 @@ int WatchFolderOf(const std::string& file) {
 
 absl::StatusOr<std::string> ChildProcess::WaitForFile(const std::string& file,
                                                       absl::Duration timeout) {
-  const absl::Time limit = absl::Now() + timeout;
+  // Timed on the monotonic clock, as every wait here: a step of the wall clock (NTP, a virtual
+  // machine resumed) must neither end a wait at once nor stretch it.
+  const Stopwatch waited;
   // Woken by the kernel: a write or a file landing in the folder (inotify), the child's exit
   // (pidfd); without either (an old kernel, a folder that cannot be watched) it looks every 20 ms.
   const int watch = WatchFolderOf(file);
@@ -178,7 +181,7 @@ absl::StatusOr<std::string> ChildProcess::WaitForFile(const std::string& file,
                                                         file, "; its log (", log_, ") ends:\n",
                                                         LogTail()));
     }
-    const absl::Duration left = limit - absl::Now();
+    const absl::Duration left = timeout - absl::Seconds(waited.Seconds());
     if (left < absl::ZeroDuration()) {
       return absl::DeadlineExceededError(absl::StrCat("nothing in ", file, " after ",
                                                       absl::FormatDuration(timeout), "; log (",
@@ -198,10 +201,10 @@ absl::StatusOr<std::string> ChildProcess::WaitForFile(const std::string& file,
 
 bool ChildProcess::ReapWithin(absl::Duration timeout) {
   if (!running()) return true;
-  const absl::Time limit = absl::Now() + timeout;
+  const Stopwatch waited;
   const int pidfd = OpenPidfd(pid_);
   while (running()) {
-    const absl::Duration left = limit - absl::Now();
+    const absl::Duration left = timeout - absl::Seconds(waited.Seconds());
     if (left <= absl::ZeroDuration()) break;
     if (pidfd < 0) {  // no pidfd (an old kernel): look again shortly
       absl::SleepFor(std::min(left, absl::Milliseconds(5)));
@@ -240,6 +243,7 @@ absl::StatusOr<ChildProcess::Outcome> ChildProcess::Run(std::vector<std::string>
   if (!child.ok()) return child.status();
   Outcome outcome;
   outcome.status = child->Wait(timeout);
+  outcome.ending = child->HowItEnded();
   outcome.output = child->LogTail();
   std::remove(log.c_str());
   return outcome;

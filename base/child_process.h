@@ -1,9 +1,10 @@
 // ChildProcess: a long-running program of ours (a daemon, a server a harness starts) as a child:
 // argv run directly (no shell), stderr to a log file, optional environment changes, killed
 // (SIGKILL) and reaped on destruction unless it already ended, and sent SIGTERM by the kernel
-// when the thread that started it dies (PR_SET_PDEATHSIG: start children from the main thread). WaitForFile reads a line the child
-// writes when ready (an --address-file). Used by the tests' daemons and by scd-bench.
-// Thread-safety: use from one thread.
+// when the thread that started it dies (PR_SET_PDEATHSIG: start children from the main thread).
+// WaitForFile reads a line the child writes when ready (an --address-file). Used by the tests'
+// daemons and by scd-bench. Every timeout runs on the monotonic clock (a step of the wall clock
+// changes none). Thread-safety: use from one thread.
 #ifndef SCD_BASE_CHILD_PROCESS_H_
 #define SCD_BASE_CHILD_PROCESS_H_
 
@@ -28,9 +29,11 @@ class ChildProcess {
                                             const std::vector<std::string>& env = {},
                                             bool stdout_to_log = false);
   // Runs argv to its end (stdout and stderr to a temporary log, removed after): the exit status
-  // and the output's tail. INTERNAL when it cannot be started.
+  // (-1: killed by a signal or at the timeout), how it ended in words (HowItEnded) and the
+  // output's tail. INTERNAL when it cannot be started.
   struct Outcome {
     int status = -1;
+    std::string ending;
     std::string output;
   };
   static absl::StatusOr<Outcome> Run(std::vector<std::string> argv,

@@ -36,7 +36,8 @@ absl::Status RunPlotScript(const std::string& script, const std::vector<std::str
     return absl::FailedPreconditionError(
         "plots need Debian's python3-matplotlib (scripts/setup.sh installs it)");
   }
-  return absl::InternalError(absl::StrCat(script, " failed (status ", status, "): ", tail));
+  return absl::InternalError(absl::StrCat(script, " failed: ", run->ending, "; its output ends:\n",
+                                          tail.empty() ? "(nothing)" : tail));
 }
 
 }  // namespace scd

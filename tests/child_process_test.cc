@@ -20,6 +20,20 @@ TEST(ChildProcessTest, RunReturnsTheExitStatusAndTheOutput) {
   EXPECT_EQ(out->status, 3);
   EXPECT_NE(out->output.find("out\n"), std::string::npos) << out->output;
   EXPECT_NE(out->output.find("err\n"), std::string::npos) << out->output;
+  EXPECT_EQ(out->ending, "exited with status 3");
+}
+
+// A child that dies by a signal (CI once saw a plot script end so, with no output) says which.
+TEST(ChildProcessTest, RunNamesTheSignalThatEndedTheChild) {
+  absl::StatusOr<ChildProcess::Outcome> out = ChildProcess::Run({"/bin/sh", "-c", "kill -9 $$"});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->status, -1);
+  EXPECT_EQ(out->ending, "killed by signal 9 (Killed)");
+  absl::StatusOr<ChildProcess::Outcome> slow =
+      ChildProcess::Run({"/bin/sleep", "30"}, absl::Milliseconds(50));
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  EXPECT_EQ(slow->status, -1);
+  EXPECT_EQ(slow->ending, "still running after the timeout (SIGKILLed)");
 }
 
 TEST(ChildProcessTest, ADescriptorOpenedWithoutCloexecDoesNotReachTheChild) {

@@ -499,9 +499,15 @@ TEST_P(DecodeSchedulerTest, RebuildWorkRunsInOrderInPiecesCoveringEveryRow) {
 }
 
 // While sequences decode, a long prompt arrives: it is prefilled in chunks between their steps,
-// so they keep producing tokens during its prefill instead of waiting for all of it.
+// so they keep producing tokens during its prefill instead of waiting for all of it. The chunks'
+// size is the pacer's, learnt on the wall clock (step_pacer_test checks it on given costs): a
+// decode step measured while the machine stalled lets a chunk take the whole prompt (CI, ctest
+// -j2 on a machine 8x slower than here). Steps of at most 100 rows hold the prompt to 4 chunks or
+// more whatever the pacer learnt: the decodes must still step between them.
 TEST_P(DecodeSchedulerTest, ALongPrefillDoesNotFreezeRunningDecodes) {
-  DecodeScheduler scheduler(*model_, SchedulerOptions());
+  SchedulerOptions options;
+  options.max_batched_tokens = 100;
+  DecodeScheduler scheduler(*model_, options);
   std::vector<std::unique_ptr<RecordingSink>> decoders;
   std::atomic<bool> enough{false};  // the decoders stop once the prompt's first token is out
   for (int i = 0; i < 3; ++i) {
@@ -579,9 +585,14 @@ TEST_P(DecodeSchedulerTest, PromptWorkBesideDecodesReportsItsItlCostPerToken) {
   ASSERT_EQ(decoding.ended(), 0);
   // The prefill's own pace beside the decode: about its wall time per token (the steps that
   // carried no chunk, the last one's sampling aside); both see whatever else loads the CPU.
+  // Its chunk steps lie within that wall time, so their pace is about it or faster (4x: the
+  // pace weighs later steps more, 0.95 a step, and the last step ends after its token is given).
+  // How much faster depends on what else held the CPU between them -- a stall between two chunks
+  // counts in the wall time only (one of 3x the prefill's own time reads below a quarter) -- so
+  // below, only that a pace was measured is checked.
   const double wall = absl::ToDoubleMicroseconds(first - submitted) / 300;
   const double busy = scheduler.stats().busy_prefill_us_per_token;
-  EXPECT_GE(busy, wall / 4);
+  EXPECT_GT(busy, 0);
   EXPECT_LE(busy, wall * 4);
   // What the chunks added to the decode's steps: never more than those steps' whole time. How
   // much they added is the pacer's arithmetic, checked on given costs (step_pacer_test): on the
