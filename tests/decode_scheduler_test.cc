@@ -501,9 +501,9 @@ TEST_P(DecodeSchedulerTest, RebuildWorkRunsInOrderInPiecesCoveringEveryRow) {
 // While sequences decode, a long prompt arrives: it is prefilled in chunks between their steps,
 // so they keep producing tokens during its prefill instead of waiting for all of it. The chunks'
 // size is the pacer's, learnt on the wall clock (step_pacer_test checks it on given costs): a
-// decode step measured while the machine stalled lets a chunk take the whole prompt (CI, ctest
-// -j2 on a machine 8x slower than here). Steps of at most 100 rows hold the prompt to 4 chunks or
-// more whatever the pacer learnt: the decodes must still step between them.
+// decode step measured while the machine stalled would let a chunk take the whole prompt. Steps
+// of at most 100 rows hold the prompt to 4 chunks or more whatever the pacer learnt: the decodes
+// must still step between them.
 TEST_P(DecodeSchedulerTest, ALongPrefillDoesNotFreezeRunningDecodes) {
   SchedulerOptions options;
   options.max_batched_tokens = 100;
@@ -583,13 +583,12 @@ TEST_P(DecodeSchedulerTest, PromptWorkBesideDecodesReportsItsItlCostPerToken) {
   ASSERT_TRUE(arriving.Wait().status.ok());
   const absl::Time first = arriving.times().front();
   ASSERT_EQ(decoding.ended(), 0);
-  // The prefill's own pace beside the decode: about its wall time per token (the steps that
-  // carried no chunk, the last one's sampling aside); both see whatever else loads the CPU.
-  // Its chunk steps lie within that wall time, so their pace is about it or faster (4x: the
-  // pace weighs later steps more, 0.95 a step, and the last step ends after its token is given).
-  // How much faster depends on what else held the CPU between them -- a stall between two chunks
-  // counts in the wall time only (one of 3x the prefill's own time reads below a quarter) -- so
-  // below, only that a pace was measured is checked.
+  // The prefill's own pace beside the decode against its wall time per token: its chunk steps lie
+  // within that wall time, so their pace is about it or faster (4x: the pace weighs later steps
+  // more, 0.95 a step, and the last step ends after its token is given). How much faster depends
+  // on what else held the CPU between them -- a stall between two chunks counts in the wall time
+  // only (one of 3x the prefill's own time reads below a quarter) -- so below, only that a pace
+  // was measured is checked.
   const double wall = absl::ToDoubleMicroseconds(first - submitted) / 300;
   const double busy = scheduler.stats().busy_prefill_us_per_token;
   EXPECT_GT(busy, 0);
