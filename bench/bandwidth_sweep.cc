@@ -42,6 +42,26 @@ absl::Status SetShape(const SweepOptions& o, int index, double gbps) {
   return link.set ? link.set(gbps, o.latency_us) : SetCoordinatorShape(o, gbps);
 }
 
+// The previous request on the link: when it ended and what it sent.
+struct LinkUse {
+  absl::Time last_end = absl::InfinitePast();
+  double last_payload_bytes = 0;
+};
+
+// Waits until a shaped link's token bucket is full again, as each request's bound assumes (its
+// first `burst_bytes` pass at once): the previous request's payload, and the one frame of debt the
+// bucket allows, refill at the rate within (burst + payload) / rate of its end. Without the wait a
+// slow cell's request found the bucket drained by the one before it (raw's 90 KB at 0.01 Gbit/s
+// left scd's next 20 KB 2-5 ms of refill on the hard pair: TTFT / bound 1.5-1.9 for that cell
+// alone).
+void AwaitFullBucket(const SweepOptions& o, double gbps, const LinkUse* link) {
+  if (!std::isfinite(gbps) || gbps <= 0) return;
+  const double refill_s = (o.burst_bytes + link->last_payload_bytes) / (gbps * 1e9 / 8);
+  const absl::Time full = link->last_end + absl::Seconds(refill_s);
+  // paces: a bucket refills with time; no event says it is full.
+  if (full > absl::Now()) absl::SleepFor(full - absl::Now());
+}
+
 double Agreement(const std::vector<int32_t>& reference, const std::vector<int32_t>& ids, size_t n) {
   n = std::min(n, reference.size());
   if (n == 0) return 0;
@@ -301,6 +321,7 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
     }
     // The sweep proper, prompt by prompt over every bandwidth: a slow phase of a shared machine
     // falls on every bandwidth's cells alike instead of on one bandwidth's.
+    LinkUse link;
     for (int p = 0; p < n_prompts; ++p) {
       for (double gbps : o.bandwidths_gbps) {
         for (int li = 0; li < static_cast<int>(o.links.size()); ++li) {
@@ -308,7 +329,10 @@ absl::StatusOr<SweepResult> RunBandwidthSweep(const SweepOptions& o) {
           for (const std::string& mode : o.modes) {
             progress(absl::StrCat(consumer, " ", mode, " at ", RateText(gbps), " Gbit/s (",
                                   o.links[static_cast<size_t>(li)].name, ")"));
+            AwaitFullBucket(o, gbps, &link);
             const SweepReply r = SendSweepRequest(o, consumer, mode, o.prompts[p]);
+            link.last_end = absl::Now();
+            link.last_payload_bytes = r.finished ? static_cast<double>(r.f.payload_bytes()) : 0;
             SweepRecord rec;
             rec.consumer = consumer;
             rec.mode = mode;

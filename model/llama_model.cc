@@ -23,6 +23,10 @@ namespace {
 // Query rows per attention block: bounds the score matrix to ~rows x keys per kv head, which keeps
 // long prefills in cache instead of materialising [heads, T, T].
 constexpr int64_t kAttentionRowsPerBlock = 256;
+// Prompt segments of at most this many rows attend row by row on DecodeAttention
+// (AttendRowsOnKernel): each row reads its keys once, so the work grows with rows x keys; past
+// it ATen's blocked products, which reuse a key across many rows, are the cheaper.
+constexpr int64_t kPromptRowsOnKernel = 256;
 
 at::Tensor Positions(int64_t begin, int64_t count) {
   return at::arange(begin, begin + count, at::TensorOptions().dtype(at::kLong));
@@ -537,11 +541,38 @@ void LlamaModel::AttendSegment(int layer, const at::Tensor& q_rot, const at::Ten
     at::bmm_out(out, probs, vb);
     return;
   }
+  if (AttendRowsOnKernel(layer, q_rot, segment, attn)) return;
   // Queries as [kv_heads, n * group, hd]: the rows of one kv head's queries are then contiguous,
   // so grouped-query attention is a plain bmm against that head's keys.
   at::Tensor q = q_rot.narrow(0, r0, n).permute({1, 0, 2, 3}).reshape({Hkv, n * g, hd});
   at::Tensor o = Attend(q, keys, values, segment.step);  // [Hkv, n*g, hd]
   attn->narrow(0, r0, n).copy_(o.view({Hkv, n, g, hd}).permute({1, 0, 2, 3}));
+}
+
+bool LlamaModel::AttendRowsOnKernel(int layer, const at::Tensor& q_rot, const Segment& segment,
+                                    at::Tensor* attn) const {
+  const int64_t n = segment.step.tokens;
+  KvCache* cache = segment.cache;
+  const at::Tensor& keys = cache->key_storage(layer);
+  if (!fast_decode_rows_ || n > kPromptRowsOnKernel || keys.scalar_type() != at::kFloat) {
+    return false;
+  }
+  const int64_t Hkv = config_.num_kv_heads, g = config_.group_size(), hd = config_.head_dim;
+  const int64_t row = Hkv * g * hd, r0 = segment.row0, p0 = segment.step.p0;
+  const int64_t window = config_.sliding_window.value_or(0);
+  const float* q = q_rot.data_ptr<float>() + r0 * row;
+  const float* k = keys.data_ptr<float>();
+  const float* v = cache->value_storage(layer).data_ptr<float>();
+  float* out = attn->data_ptr<float>() + r0 * row;
+  // Each query row alone against its own visible keys, as a decode row would be: no mask, and a
+  // row's result is the same whatever the prompt's length or split.
+  SkinnyParallelFor(n, [&](int64_t t) {
+    const int64_t position = p0 + t;
+    const int64_t first = window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
+    DecodeAttention({q + t * row, k + first * hd, v + first * hd, keys.stride(0), Hkv, g, hd,
+                     position + 1 - first, out + t * row});
+  });
+  return true;
 }
 
 at::Tensor LlamaModel::Attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,

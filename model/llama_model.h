@@ -146,7 +146,8 @@ class LlamaModel {
     // every row, bit-identical per row whatever the batch) where the CPU runs it; 0: off.
     int64_t skinny_rows = kSkinnyMaxRows;
     // Decode rows (one new token of a sequence) append to their cache and attend on memory,
-    // without a tensor per row (model/decode_attention.h), where the CPU runs the kernel.
+    // without a tensor per row (model/decode_attention.h), where the CPU runs the kernel; so do
+    // a short prompt's rows, each against its own visible keys (AttendRowsOnKernel).
     bool decode_attention_kernel = true;
     // Otherwise single-row projections as matrix-vector products: on CPU BLAS a GEMV streams the
     // weights at memory bandwidth, a GEMM with one row at a fraction of it (bench/README.md).
@@ -291,6 +292,11 @@ class LlamaModel {
   // decode rows of a step run it side by side on the compute pool (SkinnyParallelFor).
   void AttendDecodeRow(int layer, const at::Tensor& q_rot, const Segment& segment,
                        at::Tensor* attn) const;
+  // A prompt segment's attention row by row with DecodeAttention, once its K/V are appended;
+  // false (nothing written) where the kernel does not apply or the segment is longer than
+  // kPromptRowsOnKernel rows (there ATen's products reuse each key across rows). Never throws.
+  bool AttendRowsOnKernel(int layer, const at::Tensor& q_rot, const Segment& segment,
+                          at::Tensor* attn) const;
   // Causal (optionally sliding-window) attention of grouped queries against the cache layer.
   at::Tensor Attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                     const StepContext& step) const;

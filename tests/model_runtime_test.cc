@@ -328,6 +328,37 @@ TEST(RuntimeTest, BlockedAttentionMatchesReferenceAcrossBlockBoundaries) {
             kReordered);
 }
 
+TEST(RuntimeTest, PromptRowsOnTheAttentionKernelMatchReferenceOnBothSidesOfItsLimit) {
+  // Prompts of up to 256 rows attend row by row on DecodeAttention where the CPU runs it
+  // (LlamaModel::AttendRowsOnKernel), longer ones and models without the kernel on ATen's blocked
+  // products: both against the reference, at 256 and 257 rows, whole and as a second chunk after
+  // a prefix (its rows then see keys they did not append), with a sliding window too.
+  for (bool kernel : {true, false}) {
+    for (bool windowed : {false, true}) {
+      ModelConfig c = SmallConfig("mistral");
+      if (windowed) c.sliding_window = 40;
+      LlamaModel::Options options;
+      options.decode_attention_kernel = kernel;
+      auto model = LlamaModel::Dummy(c, 5, options);
+      const std::vector<TokenId> tokens = RandomTokens(257 + 100, 97, 6);
+      const at::Tensor reference = ReferenceLogits(*model, tokens);
+      for (int64_t rows : {256, 257}) {
+        const std::vector<TokenId> prompt(tokens.begin(), tokens.begin() + rows);
+        EXPECT_LE(testing::MaxRelDiff(FullLogits(*model, prompt), reference.narrow(0, 0, rows)),
+                  kReordered)
+            << "kernel " << kernel << " window " << windowed << " rows " << rows;
+        KvCache cache = model->NewCache(8);
+        ASSERT_TRUE(model->Forward(absl::MakeConstSpan(tokens).first(100), &cache).ok());
+        auto chunk = model->Forward(absl::MakeConstSpan(tokens).subspan(100, rows), &cache,
+                                    {.logits = LogitsMode::kAll});
+        ASSERT_TRUE(chunk.ok()) << chunk.status();
+        EXPECT_LE(testing::MaxRelDiff(chunk->logits, reference.narrow(0, 100, rows)), kReordered)
+            << "kernel " << kernel << " window " << windowed << " chunk of " << rows;
+      }
+    }
+  }
+}
+
 TEST(RuntimeTest, MistralSlidingWindowMatchesReference) {
   ModelConfig c = SmallConfig("mistral");
   c.sliding_window = 7;
