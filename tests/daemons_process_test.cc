@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -45,6 +46,13 @@
 
 namespace scd {
 namespace {
+
+// The test's own reads of time, on the monotonic clock: its "within one second" bounds then count
+// only what the processes took, not a step of the wall clock (an NTP step or a resumed VM would
+// otherwise pass or fail them at random).
+absl::Time SteadyNow() {
+  return absl::UnixEpoch() + absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
+}
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -466,9 +474,9 @@ TEST_P(DaemonsProcessTest, DeadProducerFallsBackOrEndsTheRequestInOneErrorWithin
   ASSERT_EQ(producer_daemon_->Wait(absl::Seconds(10)), -1);  // dead (reaped), sockets closed
   v1::GenerateRequest forbidding = Request({"xs"}, "scd", Prompt(2), 16);
   forbidding.set_allow_local_fallback(false);
-  const absl::Time start = absl::Now();
+  const absl::Time start = SteadyNow();
   Reply reply = GenerateOn(server_, forbidding);
-  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_LT(SteadyNow() - start, absl::Seconds(1));
   ASSERT_TRUE(reply.status.ok()) << reply.status;
   ASSERT_TRUE(reply.events.back().has_error()) << reply.events.back().DebugString();
   EXPECT_THAT(reply.events.back().error().message(), HasSubstr("producer"));
@@ -522,7 +530,7 @@ class DaemonsFaultTest : public DaemonsProcessTest {
   }
   // What is left of `limit` after `since`.
   static absl::Duration Left(absl::Time since, absl::Duration limit) {
-    return since + limit - absl::Now();
+    return since + limit - SteadyNow();
   }
 
   // A prompt whose raw transfer takes seconds on the shaped link.
@@ -547,7 +555,7 @@ class DaemonsFaultTest : public DaemonsProcessTest {
         v1::GenerateEvent event;
         while (reader->Read(&event)) {
           absl::MutexLock lock(&mu_);
-          if (event.has_finished() || event.has_error()) terminal_at_ = absl::Now();
+          if (event.has_finished() || event.has_error()) terminal_at_ = SteadyNow();
           events_.push_back(event);
         }
         const grpc::Status status = reader->Finish();
@@ -652,7 +660,7 @@ TEST_P(DaemonsFaultTest, ProducerKilledMidTransferEndsInOneErrorWithinOneSecond)
   Call call(server_, LongRawRequest());
   WaitUntilTransferring(call);
   producer_daemon_->Kill(SIGKILL);
-  const absl::Time killed = absl::Now();
+  const absl::Time killed = SteadyNow();
   ASSERT_TRUE(call.WaitDone(absl::Seconds(10)));
   EXPECT_LT(call.terminal_at() - killed, absl::Seconds(1));
   const std::vector<v1::GenerateEvent> events = call.events();
@@ -677,7 +685,7 @@ TEST_P(DaemonsFaultTest, ConsumerKilledMidTransferFreesTheProducersSessionWithin
   WaitUntilTransferring(call);
   const uint64_t peer_lost_before = ProducerStats().ended().count("peer_lost");
   copy_daemon_->Kill(SIGKILL);
-  const absl::Time killed = absl::Now();
+  const absl::Time killed = SteadyNow();
   const v1::NodeStats stats = AwaitProducer(ProducerFree, Left(killed, absl::Seconds(1)));
   EXPECT_TRUE(ProducerFree(stats)) << "still held after 1 s: " << stats.DebugString();
   EXPECT_GT(stats.ended().at("peer_lost") + stats.ended().count("cancelled"), peer_lost_before)
@@ -693,7 +701,7 @@ TEST_P(DaemonsFaultTest, ClientCancelMidTransferFreesEverythingAndTheNextRequest
     Call call(server_, LongRawRequest());
     WaitUntilTransferring(call);
     call.Cancel();
-    const absl::Time cancelled = absl::Now();
+    const absl::Time cancelled = SteadyNow();
     const v1::NodeStats producer = AwaitProducer(ProducerFree, Left(cancelled, absl::Seconds(1)));
     const v1::NodeStats consumer = AwaitCopy(ConsumerFree, Left(cancelled, absl::Seconds(1)));
     ASSERT_TRUE(ProducerFree(producer) && ConsumerFree(consumer))
@@ -740,7 +748,7 @@ TEST_P(DaemonsSlowLinkFaultTest, ProducerKilledBeforeTheSessionArrivesFallsBackT
   WaitUntilTransferring(call);
   ASSERT_EQ(CopyStats().open_sessions(), 0u) << "the session reached the consumer already";
   producer_daemon_->Kill(SIGKILL);
-  const absl::Time killed = absl::Now();
+  const absl::Time killed = SteadyNow();
   ExpectLocalFallback(call);
   EXPECT_THAT(call.events().back().finished().mode_reason(), HasSubstr("producer stories260k"));
   // Told, not timed out: well within the transfer timeout the consumer would otherwise wait.
@@ -769,7 +777,7 @@ TEST_P(DaemonsPrefixCacheFaultTest, ProducerKilledMidPrefillLeavesNoConsumerEntr
   Call call(server_, LongRawRequest());
   WaitUntilTransferring(call);
   producer_daemon_->Kill(SIGKILL);
-  const absl::Time killed = absl::Now();
+  const absl::Time killed = SteadyNow();
   ASSERT_TRUE(call.WaitDone(absl::Seconds(10)));
   const std::vector<v1::GenerateEvent> events = call.events();
   ASSERT_TRUE(events.back().has_error()) << events.back().DebugString();
