@@ -23,10 +23,6 @@ namespace {
 // Query rows per attention block: bounds the score matrix to ~rows x keys per kv head, which keeps
 // long prefills in cache instead of materialising [heads, T, T].
 constexpr int64_t kAttentionRowsPerBlock = 256;
-// Prompt segments of at most this many rows attend row by row on DecodeAttention
-// (AttendRowsOnKernel): each row reads its keys once, so the work grows with rows x keys; past
-// it ATen's blocked products, which reuse a key across many rows, are the cheaper.
-constexpr int64_t kPromptRowsOnKernel = 256;
 
 at::Tensor Positions(int64_t begin, int64_t count) {
   return at::arange(begin, begin + count, at::TensorOptions().dtype(at::kLong));
@@ -554,11 +550,12 @@ bool LlamaModel::AttendRowsOnKernel(int layer, const at::Tensor& q_rot, const Se
   const int64_t n = segment.step.tokens;
   KvCache* cache = segment.cache;
   const at::Tensor& keys = cache->key_storage(layer);
-  if (!fast_decode_rows_ || n > kPromptRowsOnKernel || keys.scalar_type() != at::kFloat) {
-    return false;
-  }
   const int64_t Hkv = config_.num_kv_heads, g = config_.group_size(), hd = config_.head_dim;
   const int64_t row = Hkv * g * hd, r0 = segment.row0, p0 = segment.step.p0;
+  if (!fast_decode_rows_ || keys.scalar_type() != at::kFloat ||
+      n * (p0 + n) * Hkv * hd > options_.prompt_attention_kernel_work) {
+    return false;
+  }
   const int64_t window = config_.sliding_window.value_or(0);
   const float* q = q_rot.data_ptr<float>() + r0 * row;
   const float* k = keys.data_ptr<float>();

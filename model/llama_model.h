@@ -146,9 +146,14 @@ class LlamaModel {
     // every row, bit-identical per row whatever the batch) where the CPU runs it; 0: off.
     int64_t skinny_rows = kSkinnyMaxRows;
     // Decode rows (one new token of a sequence) append to their cache and attend on memory,
-    // without a tensor per row (model/decode_attention.h), where the CPU runs the kernel; so do
-    // a short prompt's rows, each against its own visible keys (AttendRowsOnKernel).
+    // without a tensor per row (model/decode_attention.h), where the CPU runs the kernel.
     bool decode_attention_kernel = true;
+    // So do a prompt segment's rows, each against its own visible keys (AttendRowsOnKernel),
+    // while rows x visible keys x kv width <= this: each row reads its keys anew, where ATen's
+    // blocked products reuse a key across rows but pay per op. Measured on one core: 143 rows
+    // of the 260k models (0.65 M): fastest 10 % lower, median 31-51 %; tinystories-4m 8 %
+    // faster at 128 rows (2.1 M), 5-18 % slower at 256 (8.4 M). 0: never.
+    int64_t prompt_attention_kernel_work = int64_t{1} << 22;
     // Otherwise single-row projections as matrix-vector products: on CPU BLAS a GEMV streams the
     // weights at memory bandwidth, a GEMM with one row at a fraction of it (bench/README.md).
     bool gemv_single_rows = true;
@@ -293,8 +298,8 @@ class LlamaModel {
   void AttendDecodeRow(int layer, const at::Tensor& q_rot, const Segment& segment,
                        at::Tensor* attn) const;
   // A prompt segment's attention row by row with DecodeAttention, once its K/V are appended;
-  // false (nothing written) where the kernel does not apply or the segment is longer than
-  // kPromptRowsOnKernel rows (there ATen's products reuse each key across rows). Never throws.
+  // false (nothing written) where the kernel does not apply or the segment's work is over
+  // Options::prompt_attention_kernel_work. Never throws.
   bool AttendRowsOnKernel(int layer, const at::Tensor& q_rot, const Segment& segment,
                           at::Tensor* attn) const;
   // Causal (optionally sliding-window) attention of grouped queries against the cache layer.

@@ -328,17 +328,19 @@ TEST(RuntimeTest, BlockedAttentionMatchesReferenceAcrossBlockBoundaries) {
             kReordered);
 }
 
-TEST(RuntimeTest, PromptRowsOnTheAttentionKernelMatchReferenceOnBothSidesOfItsLimit) {
-  // Prompts of up to 256 rows attend row by row on DecodeAttention where the CPU runs it
-  // (LlamaModel::AttendRowsOnKernel), longer ones and models without the kernel on ATen's blocked
-  // products: both against the reference, at 256 and 257 rows, whole and as a second chunk after
-  // a prefix (its rows then see keys they did not append), with a sliding window too.
-  for (bool kernel : {true, false}) {
+TEST(RuntimeTest, PromptRowsOnTheAttentionKernelAndOnATenMatchTheReference) {
+  // A prompt segment attends row by row on DecodeAttention where the CPU runs it and its work is
+  // within the limit (LlamaModel::AttendRowsOnKernel), otherwise on ATen's blocked products:
+  // both against the reference, at 256 and 257 rows (ATen's query blocks hold 85 tokens here),
+  // whole and as a second chunk after a prefix (its rows then see keys they did not append),
+  // with a sliding window too.
+  for (int64_t kernel_work : {int64_t{1} << 40, int64_t{0}}) {
     for (bool windowed : {false, true}) {
       ModelConfig c = SmallConfig("mistral");
       if (windowed) c.sliding_window = 40;
       LlamaModel::Options options;
-      options.decode_attention_kernel = kernel;
+      options.prompt_attention_kernel_work = kernel_work;
+      const bool kernel = kernel_work > 0;
       auto model = LlamaModel::Dummy(c, 5, options);
       const std::vector<TokenId> tokens = RandomTokens(257 + 100, 97, 6);
       const at::Tensor reference = ReferenceLogits(*model, tokens);
