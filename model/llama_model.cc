@@ -507,16 +507,22 @@ bool LlamaModel::AppendDecodeRow(int layer, const at::Tensor& k_rot, const at::T
 
 void LlamaModel::AttendDecodeRow(int layer, const at::Tensor& q_rot, const Segment& segment,
                                  at::Tensor* attn) const {
-  // A single row never needs a mask: the window, if any, is the key range.
+  const int64_t row = config_.num_kv_heads * config_.group_size() * config_.head_dim;
+  const int64_t r0 = segment.row0;
+  AttendRowOnKernel(layer, *segment.cache, segment.step.p0, q_rot.data_ptr<float>() + r0 * row,
+                    attn->data_ptr<float>() + r0 * row);
+}
+
+void LlamaModel::AttendRowOnKernel(int layer, const KvCache& cache, int64_t position,
+                                   const float* q, float* out) const {
+  // One row never needs a mask: the window, if any, is the key range.
   const int64_t Hkv = config_.num_kv_heads, g = config_.group_size(), hd = config_.head_dim;
-  const int64_t row = Hkv * hd, r0 = segment.row0;
-  const AttentionBlock& b = segment.step.blocks[0];
-  const KvCache& cache = *segment.cache;
+  const int64_t window = config_.sliding_window.value_or(0);
+  const int64_t first = window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
   const at::Tensor& keys = cache.key_storage(layer);
-  const int64_t first = b.k_begin * hd;
-  DecodeAttention({q_rot.data_ptr<float>() + r0 * row * g, keys.data_ptr<float>() + first,
-                   cache.value_storage(layer).data_ptr<float>() + first, keys.stride(0), Hkv, g,
-                   hd, b.k_count, attn->data_ptr<float>() + r0 * row * g});
+  DecodeAttention({q, keys.data_ptr<float>() + first * hd,
+                   cache.value_storage(layer).data_ptr<float>() + first * hd, keys.stride(0), Hkv,
+                   g, hd, position + 1 - first, out});
 }
 
 void LlamaModel::AttendSegment(int layer, const at::Tensor& q_rot, const at::Tensor& k_rot,
@@ -547,28 +553,20 @@ void LlamaModel::AttendSegment(int layer, const at::Tensor& q_rot, const at::Ten
 
 bool LlamaModel::AttendRowsOnKernel(int layer, const at::Tensor& q_rot, const Segment& segment,
                                     at::Tensor* attn) const {
-  const int64_t n = segment.step.tokens;
-  KvCache* cache = segment.cache;
-  const at::Tensor& keys = cache->key_storage(layer);
-  const int64_t Hkv = config_.num_kv_heads, g = config_.group_size(), hd = config_.head_dim;
-  const int64_t row = Hkv * g * hd, r0 = segment.row0, p0 = segment.step.p0;
-  if (!fast_decode_rows_ || keys.scalar_type() != at::kFloat ||
-      n * (p0 + n) * Hkv * hd > options_.prompt_attention_kernel_work) {
+  const int64_t n = segment.step.tokens, p0 = segment.step.p0;
+  const KvCache& cache = *segment.cache;
+  const int64_t kv_width = config_.num_kv_heads * config_.head_dim;
+  if (!fast_decode_rows_ || cache.key_storage(layer).scalar_type() != at::kFloat ||
+      n * (p0 + n) * kv_width > options_.prompt_attention_kernel_work) {
     return false;
   }
-  const int64_t window = config_.sliding_window.value_or(0);
-  const float* q = q_rot.data_ptr<float>() + r0 * row;
-  const float* k = keys.data_ptr<float>();
-  const float* v = cache->value_storage(layer).data_ptr<float>();
-  float* out = attn->data_ptr<float>() + r0 * row;
-  // Each query row alone against its own visible keys, as a decode row would be: no mask, and a
-  // row's result is the same whatever the prompt's length or split.
-  SkinnyParallelFor(n, [&](int64_t t) {
-    const int64_t position = p0 + t;
-    const int64_t first = window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
-    DecodeAttention({q + t * row, k + first * hd, v + first * hd, keys.stride(0), Hkv, g, hd,
-                     position + 1 - first, out + t * row});
-  });
+  const int64_t row = kv_width * config_.group_size();
+  const float* q = q_rot.data_ptr<float>() + segment.row0 * row;
+  float* out = attn->data_ptr<float>() + segment.row0 * row;
+  // Each query row alone against its own visible keys, as a decode row is: no mask, and a row's
+  // result is the same whatever the prompt's length or split.
+  SkinnyParallelFor(
+      n, [&](int64_t t) { AttendRowOnKernel(layer, cache, p0 + t, q + t * row, out + t * row); });
   return true;
 }
 

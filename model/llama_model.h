@@ -297,6 +297,10 @@ class LlamaModel {
   // decode rows of a step run it side by side on the compute pool (SkinnyParallelFor).
   void AttendDecodeRow(int layer, const at::Tensor& q_rot, const Segment& segment,
                        at::Tensor* attn) const;
+  // One row's attention on DecodeAttention: the query `q` [Hkv, g, hd] at `position` against the
+  // cache layer's keys it sees (all up to it, or its sliding window), into `out` [Hkv, g, hd].
+  void AttendRowOnKernel(int layer, const KvCache& cache, int64_t position, const float* q,
+                         float* out) const;
   // A prompt segment's attention row by row with DecodeAttention, once its K/V are appended;
   // false (nothing written) where the kernel does not apply or the segment's work is over
   // Options::prompt_attention_kernel_work. Never throws.
