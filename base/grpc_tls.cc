@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/file_util.h"
+#include "base/grpc_library.h"
 
 namespace scd {
 namespace {
@@ -79,6 +80,7 @@ const TlsFiles& ConfiguredTls() { return Loaded().files; }
 bool ServesTls() { return !Loaded().cert_pem.empty(); }
 
 std::shared_ptr<grpc::ServerCredentials> GrpcServerCredentials() {
+  HoldGrpcLibrary();  // the server these are for may be the process's last gRPC object
   const LoadedTls& tls = Loaded();
   if (tls.cert_pem.empty()) return grpc::InsecureServerCredentials();
   grpc::SslServerCredentialsOptions options(
@@ -91,6 +93,7 @@ std::shared_ptr<grpc::ServerCredentials> GrpcServerCredentials() {
 }
 
 std::shared_ptr<grpc::ChannelCredentials> GrpcChannelCredentials() {
+  HoldGrpcLibrary();  // a call's reactor may drop the channel's last reference on gRPC's thread
   const LoadedTls& tls = Loaded();
   if (!tls.files.enabled()) return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions options;

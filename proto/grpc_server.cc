@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/grpc_library.h"
 #include "base/grpc_tls.h"
 #include "base/host_port.h"
 
@@ -23,6 +24,7 @@ namespace {
 // What every node's server sets, TLS or not.
 void Configure(grpc::ServerBuilder* builder, const std::vector<grpc::Service*>& services,
                size_t max_receive_bytes) {
+  HoldGrpcLibrary();  // the gated server takes no credentials that would take it
   // A connection without a call for this long is closed (GOAWAY; a client's channel reconnects
   // on its next call): connections held open doing nothing do not pile up.
   builder->AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, kMaxConnectionIdleMs);

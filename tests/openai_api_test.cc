@@ -16,6 +16,7 @@
 #include <string>
 
 #include "base/cancellation.h"
+#include "base/grpc_library.h"
 #include "scd/v1/inference.grpc.pb.h"
 #include "serving/event_stream.h"
 
@@ -121,6 +122,9 @@ class RecordingReply final : public HttpReply {
 
 struct Node {
   explicit Node(Ending ending) : service(ending) {
+    // A bare server, as the node's own (proto/grpc_server.h) takes the hold: the handler's call
+    // may outlive this Node and drop the channel's last reference on gRPC's thread.
+    HoldGrpcLibrary();
     grpc::ServerBuilder builder;
     builder.RegisterService(&service);
     server = builder.BuildAndStart();

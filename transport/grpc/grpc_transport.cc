@@ -19,11 +19,12 @@
 #include <utility>
 #include <vector>
 
-#include "base/grpc_tls.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/connection_gate.h"
 #include "base/exception_guard.h"
+#include "base/grpc_library.h"
+#include "base/grpc_tls.h"
 #include "base/host_port.h"
 #include "base/status_macros.h"
 #include "scd/v1/transfer.grpc.pb.h"
@@ -134,6 +135,7 @@ class ServerState {
       return absl::UnavailableError(
           absl::StrCat("grpc: cannot listen on ", address, ": ", gate.status().message()));
     }
+    HoldGrpcLibrary();            // a gated server takes no credentials that would take it
     grpc::ServerBuilder builder;  // without TLS, no listening port of its own
     std::shared_ptr<int> tls_port;
     if (tls) tls_port = AddTlsListeningPort(&builder, listen);
