@@ -24,6 +24,8 @@ namespace scd {
 
 // Starts the held server once per process (idempotent; cheap after the first call).
 void HoldGrpcLibrary();
+// Takes the hold and says whether it holds (false only when its server could not start).
+bool GrpcLibraryHeld();
 
 }  // namespace scd
 

@@ -61,6 +61,7 @@ void DropTheLastChannelInItsCallback() {
 TEST(GrpcLibraryTest, ChannelsDroppedOnGrpcsOwnThreadsLeaveGrpcUp) {
   HoldGrpcLibrary();
   HoldGrpcLibrary();  // idempotent
+  ASSERT_TRUE(GrpcLibraryHeld());
   for (int i = 0; i < 30; ++i) {
     ASSERT_NO_FATAL_FAILURE(DropTheLastChannelInItsCallback());
     ASSERT_TRUE(grpc_is_initialized()) << "gRPC shut down after cycle " << i;
