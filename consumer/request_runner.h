@@ -141,18 +141,18 @@ struct RunContext {
   // cancelled (Consumer.Decode, control.proto); it is not part of the public event stream.
   std::function<void(const v1::GenerateEvent& started)> on_fallback;
   // Optional: a takeover (control.proto TransferLost). Called on a step-queue thread when the
-  // transfer lost its producer (the session ended by the producer or the coordinator's report,
-  // not by this consumer's checks, the caller or the deadline): sends `notice` (its
-  // transfer_lost) to the coordinator and expects the rest of the codes under the takeover's
+  // transfer lost its producer (ProducerLost: the producer gave the session up, peer loss or the
+  // coordinator's report; not this consumer's checks, a cancel or the deadline): sends `notice`
+  // (its transfer_lost) to the coordinator and expects the rest of the codes under the takeover's
   // session id; returns how to wait for that session (as `session` and `on_session` above; the
   // wait is woken by `cancellation` too), or an error: no takeover, the target falls back.
   struct Takeover {
     SessionSource session;
     std::function<void(absl::Duration timeout, std::function<void()> ready)> on_session;
   };
-  std::function<absl::StatusOr<Takeover>(const v1::GenerateEvent& notice,
-                                         Cancellation* cancellation)>
-      take_over;
+  using TakeoverAsk = std::function<absl::StatusOr<Takeover>(const v1::GenerateEvent& notice,
+                                                             Cancellation* cancellation)>;
+  TakeoverAsk take_over;
 };
 
 // Runs one target: Started, the prefix (cached, transferred and rebuilt, or left to the

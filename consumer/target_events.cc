@@ -59,10 +59,13 @@ v1::GenerateEvent FallbackNotice(const v1::GenerateEvent& started, const PrefixO
 }
 
 bool ProducerLost(const absl::Status& why) {
-  // UNAVAILABLE: peer lost, or the coordinator's report (Consumer.TransferFailed); CANCELLED here
-  // is the producer's (the caller's own cancellation is checked before); ABORTED: the producer
-  // gave the session up.
-  return absl::IsUnavailable(why) || absl::IsCancelled(why) || absl::IsAborted(why);
+  // UNAVAILABLE: peer lost, or the coordinator's report (Consumer.TransferFailed); ABORTED: the
+  // producer gave the session up by its own failure (SendSession::Abort). Not CANCELLED: the
+  // producer's caller called it off -- the coordinator, whose cancel of this request is on its
+  // way (a client that left reaches the producer's Prefill, a child call, and this consumer's
+  // call at nearly once): asked for a takeover then, a coordinator that had not yet seen the
+  // client go would answer "no takeover" and the request would end UNAVAILABLE, not CANCELLED.
+  return absl::IsUnavailable(why) || absl::IsAborted(why);
 }
 
 v1::GenerateEvent TransferLostNotice(const std::string& consumer, uint32_t takeover,

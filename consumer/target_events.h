@@ -51,9 +51,10 @@ v1::GenerateEvent StartedEvent(const std::string& consumer, const v1::GenerateRe
 // The Started a target sends when its transfer failed and it runs its own prefill.
 v1::GenerateEvent FallbackNotice(const v1::GenerateEvent& started, const PrefixOutcome& prefix);
 
-// Whether a transfer that ended with `why` lost its producer (the session ended by the producer,
-// peer loss or the coordinator's report), so another producer may send the rest: not a check of
-// this consumer's (a header or chunk refused, a corrupt chunk), a timeout or a cancellation.
+// Whether a transfer that ended with `why` lost its producer (the producer gave the session up by
+// its own failure, peer loss or the coordinator's report), so another producer may send the rest:
+// not a check of this consumer's (a header or chunk refused, a corrupt chunk), a timeout, or a
+// cancellation (this request's, or the producer's caller's: the coordinator's).
 bool ProducerLost(const absl::Status& why);
 
 // The control-plane notice of a transfer that lost its producer (GenerateEvent.transfer_lost):

@@ -266,7 +266,7 @@ void AdaptiveSender::Core::Stop() {
     post = KickLocked();
   }
   // A wait on the link ends with the session (its queued frames are dropped) or the gauge.
-  session_->Cancel("the producer stopped before its codes were sent");
+  session_->Abort("the producer stopped before its codes were sent");
   queued_->Stop();
   if (post) Post();
 }

@@ -275,7 +275,7 @@ absl::Status PrefillPass::SendLayer(int layer, LayerCapture layer_capture) {
     }
     if (absl::Status status = Send(i, layer, std::move(chunks)); !status.ok()) {
       // The session may still be open (an encode error): end it so the consumer hears why.
-      targets_[i].session->Cancel(std::string(status.message()));
+      targets_[i].session->Abort(std::string(status.message()));
       report_.targets[i] = status;
       continue;
     }
@@ -333,7 +333,7 @@ void PrefillPass::Finish() {
     }
     report_.lowered[i] = paced.lowered;
     if (report_.targets[i].ok() && !sent.ok()) {
-      targets_[i].session->Cancel(std::string(sent.message()));
+      targets_[i].session->Abort(std::string(sent.message()));
       report_.targets[i] = sent;
     }
   }
@@ -355,7 +355,7 @@ absl::StatusOr<StreamReport> PrefillPass::Run() {
                                     [](const absl::Status& s) { return s.ok(); });
   if (!forward.ok() && !stopped_by_targets) {
     for (const StreamTarget& target : targets_) {
-      target.session->Cancel(absl::StrCat("producer prefill failed: ", forward.status().message()));
+      target.session->Abort(absl::StrCat("producer prefill failed: ", forward.status().message()));
     }
     return forward.status();
   }

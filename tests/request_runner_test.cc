@@ -83,9 +83,12 @@ class RequestRunnerTest : public ::testing::Test {
     return testing::Ok(GenerateTokens(consumer, prompt_, &cache, options)).output_ids;
   }
   // Runs the target; for modes with codes a producer thread streams the prefix over inproc.
-  // `producer_dies`: the producer opens the session and cancels it instead of sending.
+  // How the producer's session ends: it sends every code, or opens the session and ends it at once
+  // -- given up by its own failure (Abort, as a producer whose pass failed: a lost producer to the
+  // consumer) or called off by its caller (Cancel, as the coordinator's cancel reaches it).
+  enum class ProducerEnd { kSends, kAborts, kCancels };
   Outcome Serve(const consumer::ConsumerModel& consumer, const v1::GenerateRequest& request,
-                const consumer::TargetRoute& route, bool producer_dies = false,
+                const consumer::TargetRoute& route, ProducerEnd producer_end = ProducerEnd::kSends,
                 Cancellation* cancelled = nullptr, std::string producer_fingerprint = "") {
     if (producer_fingerprint.empty()) {
       producer_fingerprint = testing::Ok(FingerprintModel(*producer_));
@@ -104,15 +107,15 @@ class RequestRunnerTest : public ::testing::Test {
         auto header = testing::Ok(producer::StreamHeader(
             encoder, producer_->config(), static_cast<int64_t>(prefix.size()), identity));
         auto session = testing::Ok(peers.sender->StartSession(header, absl::Seconds(30)));
-        if (producer_dies) {
-          session->Cancel("producer process lost");
-          return;
-        }
+        if (producer_end == ProducerEnd::kAborts) return session->Abort("producer process lost");
+        if (producer_end == ProducerEnd::kCancels)
+          return session->Cancel("its caller called it off");
         testing::Ok(producer::StreamPrefill(*producer_, prefix, {{&encoder, session}}));
       });
     }
     consumer::RunContext context;
     context.cancellation = cancelled;
+    context.take_over = take_over_;
     context.session = [&](absl::Duration timeout) { return peers.acceptor->Accept(timeout); };
     Outcome run;
     context.on_fallback = [&](const v1::GenerateEvent& notice) {
@@ -160,6 +163,7 @@ class RequestRunnerTest : public ::testing::Test {
   }
 
   std::unique_ptr<LlamaModel> producer_, consumer_;
+  consumer::RunContext::TakeoverAsk take_over_;  // the run's RunContext::take_over (none: unset)
   std::unique_ptr<Tokenizer> tokenizer_;
   Artifact artifact_;
   std::vector<TokenId> prompt_;
@@ -212,11 +216,11 @@ TEST_F(RequestRunnerTest, LostProducerFallsBackToLocalUnlessTheRequestForbidsIt)
   consumer::ConsumerPrefixCache prefix_cache(*consumer_, "consumer-fp", 64 << 20);
   consumer::ConsumerModel cached = Consumer(*consumer_);
   cached.prefix_cache = &prefix_cache;
-  Outcome lost = Serve(cached, forbidding, route, /*producer_dies=*/true);
+  Outcome lost = Serve(cached, forbidding, route, ProducerEnd::kAborts);
   ASSERT_TRUE(lost.last().has_error());
   EXPECT_EQ(prefix_cache.blocks().Counters().entries, 0u);
   EXPECT_EQ(prefix_cache.blocks().Counters().misses, 1u);  // it was looked up, found nothing
-  Outcome failed = Serve(Consumer(*consumer_), forbidding, route, /*producer_dies=*/true);
+  Outcome failed = Serve(Consumer(*consumer_), forbidding, route, ProducerEnd::kAborts);
   ASSERT_TRUE(failed.last().has_error());
   EXPECT_THAT(failed.last().error().message(), HasSubstr("producer process lost"));
   EXPECT_TRUE(failed.ids.empty());
@@ -227,7 +231,7 @@ TEST_F(RequestRunnerTest, LostProducerFallsBackToLocalUnlessTheRequestForbidsIt)
   allowing.set_allow_local_fallback(true);
   for (const v1::GenerateRequest& request : {Request(prompt_), allowing}) {
     SCOPED_TRACE(request.has_allow_local_fallback() ? "allowed" : "unset");
-    Outcome fallback = Serve(Consumer(*consumer_), request, route, /*producer_dies=*/true);
+    Outcome fallback = Serve(Consumer(*consumer_), request, route, ProducerEnd::kAborts);
     ASSERT_TRUE(fallback.last().has_finished()) << fallback.last().DebugString();
     EXPECT_EQ(RanModeName(fallback.last().finished()), "local");
     EXPECT_THAT(fallback.last().finished().mode_reason(), HasSubstr("fallback"));
@@ -240,12 +244,42 @@ TEST_F(RequestRunnerTest, LostProducerFallsBackToLocalUnlessTheRequestForbidsIt)
   }
 }
 
+// A producer that gave its session up (Abort) is lost: another may take the transfer over, so the
+// run asks for a takeover first. One whose caller called it off (Cancel: the coordinator's cancel,
+// which reaches this consumer's call too) is not: asking then, the coordinator could answer "no
+// takeover" before it saw its client go, and a request the client cancelled would end
+// UNAVAILABLE (CI, 2026-12-04: daemons_process_test ClientCancelMidTransfer...).
+TEST_F(RequestRunnerTest, AProducerThatGaveItsSessionUpIsLostOneCalledOffIsNot) {
+  consumer::TargetRoute route{TransferMode::kScd, "artifact", "stories260k", &artifact_};
+  v1::GenerateRequest forbidding = Request(prompt_);
+  forbidding.set_allow_local_fallback(false);
+  std::vector<std::string> asked;
+  take_over_ = [&asked](const v1::GenerateEvent& notice,
+                        Cancellation*) -> absl::StatusOr<consumer::RunContext::Takeover> {
+    asked.push_back(notice.transfer_lost().reason());
+    return absl::UnavailableError("no takeover: the test has no other producer");
+  };
+  Outcome aborted = Serve(Consumer(*consumer_), forbidding, route, ProducerEnd::kAborts);
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_THAT(asked[0], HasSubstr("producer process lost"));
+  ASSERT_TRUE(aborted.last().has_error());
+  EXPECT_EQ(aborted.last().error().code(), static_cast<int>(absl::StatusCode::kAborted));
+
+  asked.clear();
+  Outcome called_off = Serve(Consumer(*consumer_), forbidding, route, ProducerEnd::kCancels);
+  EXPECT_TRUE(asked.empty()) << asked[0];
+  ASSERT_TRUE(called_off.last().has_error());
+  EXPECT_EQ(called_off.last().error().code(), static_cast<int>(absl::StatusCode::kCancelled));
+  EXPECT_THAT(called_off.last().error().message(), HasSubstr("its caller called it off"));
+  take_over_ = nullptr;
+}
+
 TEST_F(RequestRunnerTest, CodesFromAnotherProducerThanTheArtifactsArePermissionDenied) {
   v1::GenerateRequest request = Request(prompt_);
   request.set_allow_local_fallback(false);  // else it goes on with its own prefill, saying why
   Outcome run = Serve(Consumer(*consumer_), request,
-                      {TransferMode::kScd, "artifact", "stories260k", &artifact_}, false, nullptr,
-                      "0123456789abcdef-not-the-producer");
+                      {TransferMode::kScd, "artifact", "stories260k", &artifact_},
+                      ProducerEnd::kSends, nullptr, "0123456789abcdef-not-the-producer");
   ASSERT_TRUE(run.last().has_error()) << run.last().DebugString();
   EXPECT_EQ(run.last().error().code(), static_cast<int>(absl::StatusCode::kPermissionDenied));
   EXPECT_THAT(run.last().error().message(), HasSubstr("0123456789ab"));
@@ -297,7 +331,7 @@ TEST_F(RequestRunnerTest, CancelledRequestFinishesCancelled) {
   // Seen before the local prefill's first chunk: nothing is computed, no token sent.
   Cancellation cancelled;
   cancelled.Cancel(absl::CancelledError("the test cancels it before it runs"));
-  Outcome run = Serve(Consumer(*consumer_), Request(prompt_), {}, false, &cancelled);
+  Outcome run = Serve(Consumer(*consumer_), Request(prompt_), {}, ProducerEnd::kSends, &cancelled);
   ASSERT_TRUE(run.last().has_finished()) << run.last().DebugString();
   EXPECT_EQ(run.last().finished().reason(), "cancelled");
   EXPECT_EQ(run.ids.size(), 0u);

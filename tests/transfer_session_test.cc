@@ -261,18 +261,49 @@ TEST_P(TransferSessionTest, ASessionCancelledBeforeItsHeaderArrivedComesOutCance
   auto second = peers.sender->StartSession(Header("req-second"), absl::Seconds(30));
   ASSERT_TRUE(second.ok());
   ASSERT_TRUE((*second)->SendChunk(ChunkMeta(0), bytes.View()).ok());
-  (*second)->Cancel("the producer gave up");
+  (*second)->Cancel("the producer's caller called it off");
+  // Aborted (the sender's own failure) before its header: handed out aborted, not cancelled.
+  auto third = peers.sender->StartSession(Header("req-third"), absl::Seconds(30));
+  ASSERT_TRUE(third.ok());
+  (*third)->Abort("the producer's pass failed");
   std::map<std::string, std::shared_ptr<ReceiveSession>> got;
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < 3; ++i) {
     auto received = peers.acceptor->Accept(absl::Seconds(5));
     ASSERT_TRUE(received.ok()) << received.status();
     got[(*received)->header().request_id()] = *received;
   }
   ASSERT_EQ(got.count("req-second"), 1u);
   EXPECT_EQ(got["req-second"]->state(), SessionState::kCancelled);
-  EXPECT_NE(got["req-second"]->status().message().find("the producer gave up"), std::string::npos)
+  EXPECT_NE(got["req-second"]->status().message().find("called it off"), std::string::npos)
       << got["req-second"]->status();
+  ASSERT_EQ(got.count("req-third"), 1u);
+  EXPECT_EQ(got["req-third"]->state(), SessionState::kAborted);
+  EXPECT_TRUE(absl::IsAborted(got["req-third"]->status())) << got["req-third"]->status();
+  EXPECT_NE(got["req-third"]->status().message().find("pass failed"), std::string::npos);
   (*first)->Cancel("done");
+}
+
+// The sender's own failure (Abort) and its caller's (Cancel) reach the receiver as different
+// states: what lets a consumer ask another producer for the rest only when this one gave up.
+TEST_P(TransferSessionTest, AnAbortFromTheSenderEndsTheReceiverAbortedNotCancelled) {
+  Peers peers = Connect();
+  testing::WatchedBytes bytes(PatternBytes(1 << 16, 5));
+  auto session = peers.sender->StartSession(Header("req-abort"), absl::Seconds(30));
+  ASSERT_TRUE(session.ok());
+  ASSERT_TRUE((*session)->SendChunk(ChunkMeta(0), bytes.View()).ok());
+  auto received = peers.acceptor->Accept(absl::Seconds(5));
+  ASSERT_TRUE(received.ok());
+  auto first = (*received)->Next(absl::Seconds(5));
+  ASSERT_TRUE(first.ok() && first->has_value());
+  (*session)->Abort("the encoder failed");
+  EXPECT_EQ((*session)->state(), SessionState::kAborted);
+  ASSERT_TRUE((*received)->WaitForEnd(absl::Seconds(5)));
+  EXPECT_EQ((*received)->state(), SessionState::kAborted);
+  EXPECT_TRUE(absl::IsAborted((*received)->status())) << (*received)->status();
+  EXPECT_NE((*received)->status().message().find("sender: the encoder failed"), std::string::npos)
+      << (*received)->status();
+  (*session)->Cancel("too late");  // the first end stays
+  EXPECT_EQ((*session)->state(), SessionState::kAborted);
 }
 
 TEST_P(TransferSessionTest, CancelFromReceiverReachesSenderAndReleasesEverything) {

@@ -22,6 +22,8 @@ v1::ErrorCode ErrorCodeFor(SessionState state) {
       return v1::ERROR_RESOURCE_EXHAUSTED;
     case SessionState::kProtocolError:
       return v1::ERROR_PROTOCOL;
+    case SessionState::kAborted:
+      return v1::ERROR_ABORTED;
     default:
       return v1::ERROR_INTERNAL;
   }
@@ -45,8 +47,21 @@ SessionState StateFor(v1::ErrorCode code) {
       return SessionState::kResourceExhausted;
     case v1::ERROR_PROTOCOL:
       return SessionState::kProtocolError;
+    case v1::ERROR_ABORTED:
+      return SessionState::kAborted;
     default:
       return SessionState::kInternal;
+  }
+}
+
+SessionState CancelStateFor(v1::ErrorCode reason) {
+  switch (reason) {
+    case v1::ERROR_DEADLINE_EXCEEDED:
+      return SessionState::kDeadlineExceeded;
+    case v1::ERROR_ABORTED:
+      return SessionState::kAborted;
+    default:
+      return SessionState::kCancelled;
   }
 }
 
@@ -74,6 +89,8 @@ const char* SessionStateName(SessionState state) {
       return "protocol error";
     case SessionState::kInternal:
       return "internal error";
+    case SessionState::kAborted:
+      return "aborted";
   }
   return "unknown";
 }
@@ -101,6 +118,8 @@ absl::StatusCode SessionStateCode(SessionState state) {
       return absl::StatusCode::kInvalidArgument;
     case SessionState::kInternal:
       return absl::StatusCode::kInternal;
+    case SessionState::kAborted:
+      return absl::StatusCode::kAborted;
   }
   return absl::StatusCode::kInternal;
 }

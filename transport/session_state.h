@@ -32,10 +32,11 @@ enum class SessionState {
   kResourceExhausted,
   kProtocolError,
   kInternal,
+  kAborted,  // the sender gave it up by its own failure (kCancelled: its caller called it off)
 };
 const char* SessionStateName(SessionState state);
 // The absl code each terminal state maps to (Cancelled, DeadlineExceeded, Unavailable, DataLoss,
-// FailedPrecondition, PermissionDenied, ResourceExhausted, InvalidArgument, Internal).
+// FailedPrecondition, PermissionDenied, ResourceExhausted, InvalidArgument, Internal, Aborted).
 absl::StatusCode SessionStateCode(SessionState state);
 
 struct SessionStats {
@@ -53,6 +54,9 @@ struct SessionStats {
 // The protocol's error code for a terminal state, and back.
 v1::ErrorCode ErrorCodeFor(SessionState state);
 SessionState StateFor(v1::ErrorCode code);
+// The state a sender's Cancel ends the receiving session in: kDeadlineExceeded, kAborted (the
+// sender's own failure) or kCancelled (its caller called it off; any other reason too).
+SessionState CancelStateFor(v1::ErrorCode reason);
 
 class TransferConnection;
 

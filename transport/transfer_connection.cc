@@ -246,7 +246,7 @@ void TransferConnection::HandleHeader(uint64_t id, v1::TransferHeader header) {
     session->stats_.start = absl::Now();
     if (h.deadline_ms() > 0) session->deadline_ = absl::Now() + absl::Milliseconds(h.deadline_ms());
   }
-  std::optional<std::string> cancelled;  // the sender's Cancel overtook this header
+  std::optional<EarlyCancel> cancelled;  // the sender's Cancel overtook this header
   {
     absl::MutexLock lock(&mu_);
     if (down_ || id == 0 || receiving_.count(id) > 0) return;  // a duplicate header is ignored
@@ -273,9 +273,9 @@ void TransferConnection::HandleHeader(uint64_t id, v1::TransferHeader header) {
     // Handed out ended, so whoever waits for it learns why at once.
     {
       absl::MutexLock lock(&session->mu_);
-      session->EndLocked(SessionState::kCancelled, *cancelled);
+      session->EndLocked(cancelled->state, cancelled->why);
     }
-    LogEnd("receiving", *session, SessionState::kCancelled, *cancelled);
+    LogEnd("receiving", *session, cancelled->state, cancelled->why);
     Offer(session);
     return;
   }
@@ -381,11 +381,7 @@ void TransferConnection::HandleControl(uint64_t id, const v1::TransferFrame& mes
     case v1::TransferFrame::kCancel: {
       const std::string why = absl::StrCat("sender: ", message.cancel().message());
       if (auto session = FindReceive(id)) {
-        EndReceive(session,
-                   message.cancel().reason() == v1::ERROR_DEADLINE_EXCEEDED
-                       ? SessionState::kDeadlineExceeded
-                       : SessionState::kCancelled,
-                   why, false);
+        EndReceive(session, CancelStateFor(message.cancel().reason()), why, false);
       } else {
         // Control frames may overtake the session's header (still queued behind other data, or
         // dropped with the session's data by DropSession): remember, so a late header is refused.
@@ -395,7 +391,9 @@ void TransferConnection::HandleControl(uint64_t id, const v1::TransferFrame& mes
         const bool near =
             id + kEarlyCancelWindow > last_header_id_ && id <= last_header_id_ + kEarlyCancelWindow;
         if (id != 0 && near && cancelled_before_header_.size() < kEarlyCancelWindow) {
-          cancelled_before_header_.emplace(id, why.substr(0, kMaxReasonBytes));
+          cancelled_before_header_.emplace(id,
+                                           EarlyCancel{CancelStateFor(message.cancel().reason()),
+                                                       why.substr(0, kMaxReasonBytes)});
         }
       }
       break;

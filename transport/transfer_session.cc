@@ -91,15 +91,19 @@ absl::Status SendSession::Finish() {
   return StatusLocked();
 }
 
-void SendSession::Cancel(const std::string& reason) {
+void SendSession::Cancel(const std::string& reason) { End(SessionState::kCancelled, reason); }
+
+void SendSession::Abort(const std::string& reason) { End(SessionState::kAborted, reason); }
+
+void SendSession::End(SessionState state, const std::string& reason) {
   std::shared_ptr<TransferConnection> connection = connection_.lock();
   auto self = std::static_pointer_cast<SendSession>(shared_from_this());
   if (connection != nullptr) {
-    connection->EndSend(self, SessionState::kCancelled, reason, true);
+    connection->EndSend(self, state, reason, true);
   } else {
     {
       absl::MutexLock lock(&mu_);
-      EndLocked(SessionState::kCancelled, reason);
+      EndLocked(state, reason);
     }
     NotifyRoom();
   }

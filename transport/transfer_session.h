@@ -76,8 +76,12 @@ class SendSession : public SessionCore {
   absl::Status SendChunk(v1::CodeChunk chunk, Payload payload);
   // Sends the trailer and waits for the receiver's ack (or any terminal state) until the deadline.
   absl::Status Finish();
-  // Ends the session kCancelled (no-op when already ended) and tells the receiver.
+  // Ends the session kCancelled (no-op when already ended) and tells the receiver: the sender's
+  // caller called it off.
   void Cancel(const std::string& reason);
+  // Ends it kAborted and tells the receiver: the sender gave it up by its own failure (its pass
+  // or encoder failed, it stopped), so the receiver may ask another sender for the rest.
+  void Abort(const std::string& reason);
   size_t inflight_bytes() const;
   // Waits until at most `bytes` are in flight (the receiver took the rest), the session ended or
   // `deadline` passed; returns the bytes in flight then. What a sender that adapts to the link
@@ -96,6 +100,8 @@ class SendSession : public SessionCore {
   bool RoomLocked(size_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Calls the pending OnRoomFor `ready` when its room is there (after every credit and the end).
   void NotifyRoom();
+  // Cancel and Abort: ends the session in `state` and tells the receiver.
+  void End(SessionState state, const std::string& reason);
 
   std::weak_ptr<TransferConnection> connection_;
   const size_t max_inflight_;
@@ -243,10 +249,14 @@ class TransferConnection : public LinkHandler,
   std::map<uint64_t, std::shared_ptr<SendSession>> sending_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::shared_ptr<ReceiveSession>> receiving_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<ReceiveSession>> accept_queue_ ABSL_GUARDED_BY(mu_);
-  // Receiving: sessions the sender cancelled before their header arrived (id -> why; bounded,
-  // transfer_connection.cc), and the highest header id seen (concurrent sessions' headers may
-  // come slightly out of id order).
-  std::map<uint64_t, std::string> cancelled_before_header_ ABSL_GUARDED_BY(mu_);
+  // Receiving: sessions the sender cancelled before their header arrived (id -> how they end and
+  // why; bounded, transfer_connection.cc), and the highest header id seen (concurrent sessions'
+  // headers may come slightly out of id order).
+  struct EarlyCancel {
+    SessionState state;
+    std::string why;
+  };
+  std::map<uint64_t, EarlyCancel> cancelled_before_header_ ABSL_GUARDED_BY(mu_);
   uint64_t last_header_id_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
