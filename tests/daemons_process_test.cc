@@ -696,7 +696,7 @@ TEST_P(DaemonsFaultTest, ConsumerKilledMidTransferFreesTheProducersSessionWithin
   const absl::Time killed = SteadyNow();
   const v1::NodeStats stats = AwaitProducer(ProducerFree, Left(killed, absl::Seconds(1)));
   EXPECT_TRUE(ProducerFree(stats)) << "still held after 1 s: " << stats.DebugString();
-  EXPECT_EQ(lost(stats), lost_before + 1) << stats.DebugString();
+  EXPECT_GT(lost(stats), lost_before) << stats.DebugString();
   ASSERT_TRUE(call.WaitDone(absl::Seconds(10)));
   const std::vector<v1::GenerateEvent> events = call.events();
   ASSERT_TRUE(events.back().has_error()) << events.back().DebugString();
