@@ -77,6 +77,7 @@
 #include "bench/kill_command.h"
 #include "bench/mixed_load.h"
 #include "bench/netns_link.h"
+#include "bench/profile_command.h"
 #include "bench/serve_benchmark.h"
 #include "bench/soak_command.h"
 #include "bench/sweep_deployment.h"
@@ -580,6 +581,8 @@ int Main(int argc, char** argv) {
   CLI::App* ucx_kill = AddUcxKillCommand(app, &ucx_kills);
   UcxKillPeerOptions ucx_peer;
   CLI::App* ucx_peer_command = AddUcxKillPeerCommand(app, &ucx_peer);
+  ProfileOptions profile;
+  CLI::App* profile_command = AddProfileCommand(app, &profile);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -603,12 +606,13 @@ int Main(int argc, char** argv) {
       std::_Exit(128 + signal);
     }).detach();
   }
-  absl::Status status = s->parsed()          ? RunServe(serve)
-                        : m->parsed()        ? RunMixed(mixed, mixed_out)
-                        : k->parsed()        ? RunSoakCommand(soak)
-                        : kill->parsed()     ? RunKillCommand(kills)
-                        : ucx_kill->parsed() ? RunUcxKillCommand(ucx_kills)
-                                             : RunSweep(sweep);
+  absl::Status status = s->parsed()                 ? RunServe(serve)
+                        : m->parsed()               ? RunMixed(mixed, mixed_out)
+                        : k->parsed()               ? RunSoakCommand(soak)
+                        : kill->parsed()            ? RunKillCommand(kills)
+                        : ucx_kill->parsed()        ? RunUcxKillCommand(ucx_kills)
+                        : profile_command->parsed() ? RunProfileCommand(profile)
+                                                    : RunSweep(sweep);
   if (!status.ok()) {
     std::fprintf(stderr, "scd-bench: error: %s\n", std::string(status.message()).c_str());
     return 1;

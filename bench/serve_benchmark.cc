@@ -131,6 +131,7 @@ NodeStatsDelta Delta(const std::string& address, const v1::NodeStats& before,
   n.cache_bytes = static_cast<int64_t>(a.bytes());
   n.local_itl_us_per_token = after.local_itl_us_per_token();
   n.rebuild_itl_us_per_token = after.rebuild_itl_us_per_token();
+  n.busy_prefill_us_per_token = after.busy_prefill_us_per_token();
   return n;
 }
 
@@ -421,7 +422,8 @@ std::string ServeBenchJson(const ServeBenchResult& r, const ServeBenchOptions& o
                      {"cache_bytes", n.cache_bytes},
                      {"code_hit_tokens", n.code_hit_tokens},
                      {"local_itl_us_per_token", n.local_itl_us_per_token},
-                     {"rebuild_itl_us_per_token", n.rebuild_itl_us_per_token}});
+                     {"rebuild_itl_us_per_token", n.rebuild_itl_us_per_token},
+                     {"busy_prefill_us_per_token", n.busy_prefill_us_per_token}});
   }
   j["nodes"] = nodes;
   j["good"] = r.good;

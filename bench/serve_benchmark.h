@@ -106,6 +106,7 @@ struct NodeStatsDelta {
   int64_t code_hit_tokens = 0;  // producer: positions whose codes were sent as kept
   // Consumer, after the run: ITL per prompt token of a local prefill / a rebuild (NodeStats).
   double local_itl_us_per_token = 0, rebuild_itl_us_per_token = 0;
+  double busy_prefill_us_per_token = 0;  // a local prefill's time per token beside decodes
 };
 
 // Mean, median, std and the chosen percentiles of one metric (milliseconds).

@@ -243,12 +243,37 @@ std::vector<std::string> SoakDeployment::NodeArgv(SoakRole role, const std::stri
   return own_ns ? producer_ns_->Inside(std::move(argv)) : argv;
 }
 
+double SoakDeployment::QuotaOf(SoakRole role) const {
+  switch (role) {
+    case SoakRole::kProducer:
+      return spec_.producer_cpus;
+    case SoakRole::kConsumer:
+      return spec_.consumer_cpus;
+    case SoakRole::kCoordinator:
+      return spec_.coordinator_cpus;
+    case SoakRole::kEtcd:
+      return 0;
+  }
+  return 0;
+}
+
+absl::StatusOr<CpuGroupStat> SoakDeployment::Throttling(int index) const {
+  const SoakNode node = Node(index);
+  if (QuotaOf(node.role) <= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(node.name, " has no CPU quota"));
+  }
+  return quotas_->Stat(node.name);
+}
+
 absl::StatusOr<std::unique_ptr<SoakDeployment>> SoakDeployment::Start(
     const SoakDeploymentSpec& spec) {
   if (spec.consumers.empty()) return absl::InvalidArgumentError("a soak needs consumers");
   if (spec.coordinators < 1) return absl::InvalidArgumentError("a soak needs a coordinator");
   std::unique_ptr<SoakDeployment> d(new SoakDeployment());
   d->spec_ = spec;
+  if (spec.producer_cpus > 0 || spec.consumer_cpus > 0 || spec.coordinator_cpus > 0) {
+    SCD_ASSIGN_OR_RETURN(d->quotas_, CpuQuotaGroups::Create());
+  }
   fs::create_directories(spec.dir);
   fs::remove_all(spec.dir + "/etcd-data");
   d->secret_file_ = spec.dir + "/cluster-secret";
@@ -324,6 +349,10 @@ absl::Status SoakDeployment::Launch(Slot& slot) {
                              base + ".control.addr"});
   }
   SCD_ASSIGN_OR_RETURN(ChildProcess process, ChildProcess::Start(argv, base + ".log"));
+  if (QuotaOf(slot.node.role) > 0) {
+    SCD_RETURN_IF_ERROR(
+        quotas_->Place(process.pid(), slot.node.name, QuotaOf(slot.node.role), spec_.cpu_period));
+  }
   std::string address, control;
   if (daemon) {
     if (slot.node.role != SoakRole::kProducer) {

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "base/child_process.h"
+#include "base/cpu_quota.h"
 #include "bench/netns_link.h"
 #include "scd/v1/control.pb.h"
 #include "scd/v1/inference.pb.h"
@@ -59,6 +60,12 @@ struct SoakDeploymentSpec {
   // The producer in a network namespace of its own whose link can go down (bench/netns_link.h
   // NetnsNode; root): every other node then listens on the link's host address, not loopback.
   bool producer_netns = false;
+  // CPU quotas (base/cpu_quota.h; root and cgroup v1): every producer, consumer or coordinator
+  // process (each incarnation) in a group of its own (named as the node) that may use this many
+  // CPUs; 0: unlimited. Each daemon runs one compute thread either way.
+  double producer_cpus = 0, consumer_cpus = 0, coordinator_cpus = 0;
+  // The quotas' period: a group that spent its quota waits up to the rest of it.
+  absl::Duration cpu_period = absl::Milliseconds(100);
 };
 
 // What /proc says of a process.
@@ -119,6 +126,8 @@ class SoakDeployment {
   // spec.producer_netns.
   absl::Status SetProducerLinkUp(bool up);
 
+  // The node's CPU quota group's throttling so far (FAILED_PRECONDITION: it has no quota).
+  absl::StatusOr<CpuGroupStat> Throttling(int index) const;
   // A node's Stats through its control plane (coordinator, producer, consumer).
   absl::StatusOr<v1::NodeStats> Stats(int index) const;
   // A coordinator's or consumer's Inference.Health (active_requests: what it routes or runs).
@@ -142,6 +151,8 @@ class SoakDeployment {
 
   SoakDeploymentSpec spec_;
   std::optional<NetnsNode> producer_ns_;  // spec_.producer_netns
+  std::unique_ptr<CpuQuotaGroups> quotas_;  // when the spec asks for a quota
+  double QuotaOf(SoakRole role) const;
   std::string host_ = "127.0.0.1";        // where the nodes outside producer_ns_ listen
   std::string secret_, secret_file_, registry_;
   int etcd_client_port_ = 0, etcd_peer_port_ = 0;

@@ -267,6 +267,7 @@ void ConsumerControlService::FillStats(v1::NodeStats* stats) const {
     stats->set_max_batch(static_cast<uint32_t>(scheduler.max_batch));
     stats->set_local_itl_us_per_token(scheduler.local_itl_us_per_token);
     stats->set_rebuild_itl_us_per_token(scheduler.rebuild_itl_us_per_token);
+    stats->set_busy_prefill_us_per_token(scheduler.busy_prefill_us_per_token);
   }
   for (const auto& [name, count] : ended_.Snapshot()) (*stats->mutable_ended())[name] = count;
   if (consumer_.prefix_cache != nullptr) {

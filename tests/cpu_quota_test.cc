@@ -56,7 +56,8 @@ TEST_F(CpuQuotaTest, ABusyProcessGetsNoMoreThanItsQuotaAndIsThrottled) {
   ASSERT_TRUE(groups_->Place(busy->pid(), "busy", kCpus, period).ok());
   const absl::Duration cpu0 = CpuTime(busy->pid());
   const absl::Time t0 = absl::Now();
-  absl::SleepFor(absl::Seconds(1));  // paces: the window the quota is measured over
+  // paces: the window the quota is measured over
+  absl::SleepFor(absl::Seconds(1));
   const absl::Duration cpu = CpuTime(busy->pid()) - cpu0;
   const absl::Duration wall = absl::Now() - t0;
   // The kernel lets the group run kCpus of every period: over the window at most kCpus of its

@@ -1,0 +1,161 @@
+#include "bench/profile_fit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+
+namespace scd::bench {
+namespace {
+
+// Rows and costs of one cost model, gathered from the samples that show it.
+struct Series {
+  std::vector<std::vector<double>> rows;
+  std::vector<double> y;
+};
+
+// The prefill's terms for n computed tokens after c cached ones: 1, n, n * c + n (n + 1) / 2.
+std::vector<double> PrefillRow(double n, double c) { return {1, n, n * c + n * (n + 1) / 2}; }
+
+// Fits `series` for `cost`, adding the report; INVALID_ARGUMENT naming the cost when its samples
+// are fewer than twice its terms (a fit through as many points as terms says nothing of noise).
+absl::StatusOr<CostFit> Fit(const std::string& cost, const Series& series,
+                            std::vector<FitReport>* fits) {
+  const size_t terms = series.rows.empty() ? 0 : series.rows[0].size();
+  if (series.y.size() < 2 * std::max<size_t>(terms, 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(cost, ": ", series.y.size(),
+                                                   " samples, a fit of ", terms,
+                                                   " terms needs at least ", 2 * terms));
+  }
+  absl::StatusOr<CostFit> fit = FitNonNegative(series.rows, series.y);
+  if (!fit.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(cost, ": ", fit.status().message()));
+  }
+  fits->push_back({cost, static_cast<int>(series.y.size()), *fit});
+  return fit;
+}
+
+// The producer's link from the lag of each transfer's last layer: latency + bytes / goodput. A
+// fit that finds no per-byte term (the link far faster than the lag's noise) takes the fastest
+// goodput the samples show, so the profile never claims more than was seen.
+absl::Status FitLink(const std::vector<PromptSample>& remote, NodeProfile* producer,
+                     std::vector<FitReport>* fits) {
+  Series link;
+  double seen_gbps = 0;
+  for (const PromptSample& s : remote) {
+    if (s.layers <= 0 || s.payload_bytes <= 0) continue;
+    const double lag = std::max(0.0, s.first_layer_out_us + s.transfer_us - s.last_layer_out_us);
+    const double bytes = static_cast<double>(s.payload_bytes) / s.layers;
+    link.rows.push_back({1, bytes});
+    link.y.push_back(std::max(lag, 1.0));
+    seen_gbps = std::max(seen_gbps, bytes * 8 / (std::max(lag, 1.0) * 1e3));
+  }
+  SCD_ASSIGN_OR_RETURN(CostFit fit, Fit("producer.link", link, fits));
+  producer->link_latency_us = fit.coefficients[0];
+  producer->link_goodput_gbps =
+      fit.coefficients[1] > 0 ? 8.0 / (fit.coefficients[1] * 1e3) : seen_gbps;
+  return absl::OkStatus();
+}
+
+absl::Status FitProducer(const ProfileFitInput& in, NodeProfile* p, std::vector<FitReport>* fits) {
+  p->role = NodeRole::kProducer;
+  p->model = in.producer_model;
+  p->machine = in.machine;
+  p->cpu_quota = in.producer_cpus;
+  Series prefill, encode;
+  std::vector<PromptSample> remote;
+  for (const PromptSample& s : in.prompts) {
+    if (s.local) continue;
+    remote.push_back(s);
+    const double n = static_cast<double>(s.prompt_tokens - 1 - s.producer_cached);
+    if (n <= 0) continue;  // every position cached: the pass computed nothing
+    prefill.rows.push_back(PrefillRow(n, static_cast<double>(s.producer_cached)));
+    prefill.y.push_back(s.prefill_us);
+    encode.rows.push_back({1, n});
+    encode.y.push_back(s.encode_us);
+  }
+  SCD_ASSIGN_OR_RETURN(CostFit f, Fit("producer.prefill", prefill, fits));
+  p->prefill = {f.coefficients[0], f.coefficients[1], f.coefficients[2]};
+  SCD_ASSIGN_OR_RETURN(f, Fit("producer.encode", encode, fits));
+  p->encode = {f.coefficients[0], f.coefficients[1]};
+  return FitLink(remote, p, fits);
+}
+
+absl::Status FitConsumer(const ProfileFitInput& in, NodeProfile* p, std::vector<FitReport>* fits) {
+  p->role = NodeRole::kConsumer;
+  p->model = in.consumer_model;
+  p->machine = in.machine;
+  p->cpu_quota = in.consumer_cpus;
+  Series prefill, rebuild, first_decode, step;
+  for (const PromptSample& s : in.prompts) {
+    if (s.local) {
+      const double n = static_cast<double>(s.prompt_tokens - s.consumer_cached);
+      prefill.rows.push_back(PrefillRow(n, static_cast<double>(s.consumer_cached)));
+      prefill.y.push_back(s.prefill_us);
+      continue;
+    }
+    const double received = static_cast<double>(s.prompt_tokens - 1 - s.consumer_cached);
+    if (received > 0) {
+      rebuild.rows.push_back({1, received});
+      rebuild.y.push_back(s.rebuild_us);
+    }
+    first_decode.rows.push_back({1, static_cast<double>(s.prompt_tokens)});
+    first_decode.y.push_back(s.first_decode_us);
+  }
+  for (const StepSample& s : in.steps) {
+    step.rows.push_back(
+        {1, static_cast<double>(s.sequences), static_cast<double>(s.context_tokens)});
+    step.y.push_back(s.step_us);
+  }
+  SCD_ASSIGN_OR_RETURN(CostFit f, Fit("consumer.prefill", prefill, fits));
+  p->prefill = {f.coefficients[0], f.coefficients[1], f.coefficients[2]};
+  SCD_ASSIGN_OR_RETURN(f, Fit("consumer.rebuild", rebuild, fits));
+  p->rebuild = {f.coefficients[0], f.coefficients[1]};
+  SCD_ASSIGN_OR_RETURN(f, Fit("consumer.first_decode", first_decode, fits));
+  p->first_decode = {f.coefficients[0], f.coefficients[1]};
+  SCD_ASSIGN_OR_RETURN(f, Fit("consumer.decode_step", step, fits));
+  p->decode_step = {f.coefficients[0], f.coefficients[1], f.coefficients[2]};
+  p->local_itl_us = in.local_itl_us;
+  p->rebuild_itl_us = in.rebuild_itl_us;
+  p->busy_prefill_us = in.busy_prefill_us;
+  p->kv_bytes_per_token = in.kv_bytes_per_token;
+  p->kv_budget_bytes = in.kv_budget_bytes;
+  p->capacity = in.capacity;
+  p->step_rows = in.step_rows;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+StepSample StepFromGaps(const std::vector<std::vector<double>>& gaps, int64_t prompt_tokens) {
+  if (gaps.empty()) return {};
+  size_t shortest = gaps[0].size();
+  for (const std::vector<double>& g : gaps) shortest = std::min(shortest, g.size());
+  if (shortest < 2) return {};
+  const size_t from = shortest / 2;
+  double sum = 0;
+  for (const std::vector<double>& g : gaps) {
+    for (size_t j = from; j < shortest; ++j) sum += g[j];
+  }
+  const int64_t streams = static_cast<int64_t>(gaps.size());
+  const double middle = static_cast<double>(from + shortest - 1) / 2;  // of the gap indices
+  StepSample step;
+  step.sequences = streams;
+  step.context_tokens = streams * (prompt_tokens + static_cast<int64_t>(std::llround(middle)) + 1);
+  step.step_us = sum / static_cast<double>(streams * static_cast<int64_t>(shortest - from)) * 1e6;
+  return step;
+}
+
+absl::StatusOr<ProfileFitResult> FitProfiles(const ProfileFitInput& input) {
+  ProfileFitResult r;
+  SCD_RETURN_IF_ERROR(FitProducer(input, &r.producer, &r.fits));
+  SCD_RETURN_IF_ERROR(FitConsumer(input, &r.consumer, &r.fits));
+  SCD_RETURN_IF_ERROR(CheckNodeProfile(r.producer));
+  SCD_RETURN_IF_ERROR(CheckNodeProfile(r.consumer));
+  return r;
+}
+
+}  // namespace scd::bench

@@ -1,0 +1,81 @@
+// ProfileFit: a producer's and a consumer's NodeProfile (bench/node_profile.h) from what real
+// requests measured -- the pure half of `scd-bench profile` (bench/profile_command.h), which runs
+// the requests. Each cost is a FitNonNegative (bench/cost_fit.h) of its form over the requests
+// that show it:
+//   producer prefill (its pass with the encoding, Timings.prefill) over n computed positions
+//     after c cached ones (the prompt's prefix: every token but the last, which the consumer
+//     decodes), encode (Timings.encode) over n, and its link: what the last layer's codes took
+//     to arrive after the pass had them out (layer_codes[0] + transfer - layer_codes[last],
+//     the part layer-wise streaming cannot hide) over that layer's bytes;
+//   consumer local prefill (Timings.prefill in local mode) over its n computed tokens after c
+//     cached ones, rebuild (Timings.rebuild) over the n positions it received, the first decode
+//     after a transfer over the prompt, and a decode step over the sequences it advances and
+//     the context they hold (from the gaps between tokens of requests decoding together).
+// Thread-safety: stateless functions.
+#ifndef SCD_BENCH_PROFILE_FIT_H_
+#define SCD_BENCH_PROFILE_FIT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "bench/cost_fit.h"
+#include "bench/node_profile.h"
+
+namespace scd::bench {
+
+// One finished request's account (the server's Finished event), microseconds.
+struct PromptSample {
+  bool local = false;  // the consumer prefilled itself; otherwise codes came from the producer
+  int64_t prompt_tokens = 0;
+  int64_t producer_cached = 0, consumer_cached = 0;
+  double prefill_us = 0, encode_us = 0, rebuild_us = 0, first_decode_us = 0, transfer_us = 0;
+  int64_t payload_bytes = 0;
+  int layers = 0;                                        // layers the codes came in
+  double first_layer_out_us = 0, last_layer_out_us = 0;  // Timings.layer_codes, front and back
+};
+
+// One decode step of `sequences` sequences holding `context_tokens` in all, and its time.
+struct StepSample {
+  int64_t sequences = 0, context_tokens = 0;
+  double step_us = 0;
+};
+
+// The decode step of requests that decoded together, each of `prompt_tokens` prompt tokens,
+// from the gaps between their tokens (gaps[s][j]: stream s's gap between tokens j and j + 1,
+// seconds): the mean gap over the later half of the gaps every stream has (by then every prompt
+// is in, so the steps carry decodes only; the mean, as the node's throughput sees it, through
+// delivery jitter and quota stalls alike), at the context the sequences held at that half's
+// middle: streams * (prompt + j + 1). sequences 0 when there are fewer than 2 gaps.
+StepSample StepFromGaps(const std::vector<std::vector<double>>& gaps, int64_t prompt_tokens);
+
+// What a fit made of its samples: the costs' names and their fit (for the report).
+struct FitReport {
+  std::string cost;  // "producer.prefill", "consumer.decode_step", ...
+  int samples = 0;
+  CostFit fit;
+};
+
+struct ProfileFitInput {
+  std::vector<PromptSample> prompts;
+  std::vector<StepSample> steps;
+  std::string producer_model, consumer_model, machine;
+  double producer_cpus = 0, consumer_cpus = 0;
+  // What the consumer reports of itself (control.proto NodeStats), taken as measured.
+  double local_itl_us = 0, rebuild_itl_us = 0, busy_prefill_us = 0;
+  int64_t kv_bytes_per_token = 0, kv_budget_bytes = 0, capacity = 0, step_rows = 0;
+};
+
+struct ProfileFitResult {
+  NodeProfile producer, consumer;
+  std::vector<FitReport> fits;
+};
+
+// The two profiles. INVALID_ARGUMENT naming the cost whose samples are too few or cannot be
+// fitted, or when a profile made is not valid (CheckNodeProfile).
+absl::StatusOr<ProfileFitResult> FitProfiles(const ProfileFitInput& input);
+
+}  // namespace scd::bench
+
+#endif  // SCD_BENCH_PROFILE_FIT_H_

@@ -1,0 +1,125 @@
+// `scd-bench profile` (bench/profile_command.h) on real daemons under CPU quotas: a producer and
+// a consumer of the stories260k pair (a real artifact fitted here by scd-calib), each in a cgroup
+// of its own. What the profile says is checked against what the nodes say of themselves: the
+// positions the producer counted computing (its NodeStats) are the ones the fit's prefill samples
+// say it computed, the quota groups ran the nodes and are gone afterwards, and the profiles are
+// valid and read back. Needs root and cgroup v1's cpu controller; skipped with the reason
+// elsewhere.
+#include "bench/profile_command.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "base/child_process.h"
+#include "base/cpu_quota.h"
+#include "bench/node_profile.h"
+#include "tests/test_files.h"
+
+namespace scd::bench {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(ProfileCommandTest, RealDaemonsUnderQuotasGiveProfilesTheirOwnCountsAgreeWith) {
+  {
+    absl::StatusOr<std::unique_ptr<CpuQuotaGroups>> groups = CpuQuotaGroups::Create();
+    if (!groups.ok()) GTEST_SKIP() << groups.status();
+  }
+  const std::string dir = fs::temp_directory_path() / ("scd-profile-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string bin = testing::BuildDir() + "/bin";
+  absl::StatusOr<ChildProcess::Outcome> fit =
+      ChildProcess::Run({bin + "/scd-calib",
+                         "fit",
+                         "--quiet",
+                         "--producer",
+                         testing::ModelDir("stories260k"),
+                         "--consumer",
+                         testing::ModelDir("stories260k-fables"),
+                         "--out",
+                         dir + "/pair.scd",
+                         "--shared-dir",
+                         testing::SharedDir(),
+                         "--rank-k",
+                         "1",
+                         "--rank-v",
+                         "2",
+                         "--rank-h",
+                         "16",
+                         "--patch-budget",
+                         "2",
+                         "--aligner-seconds",
+                         "0",
+                         "--prefixes",
+                         "40",
+                         "--tokens",
+                         "64",
+                         "--aligner-epochs",
+                         "5",
+                         "--heldout-windows",
+                         "8",
+                         "--frontier-dtypes",
+                         "f16",
+                         "--frontier-points",
+                         "1",
+                         "--frontier-ladder",
+                         "1",
+                         "--no-vocab-sweep"});
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  ASSERT_EQ(fit->status, 0) << fit->output;
+
+  ProfileOptions o;
+  o.producer_model = testing::ModelDir("stories260k");
+  o.consumer_model = testing::ModelDir("stories260k-fables");
+  o.artifact = dir + "/pair.scd";
+  o.out = dir + "/profile";
+  o.bin_dir = bin;
+  o.prompt_lens = {8, 16, 32, 64, 96};
+  o.batches = {1, 2, 4};
+  o.output_len = 16;
+  o.repeats = 2;
+  o.progress = false;
+  absl::StatusOr<ProfileReport> r = RunProfile(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->fit.ok()) << r->fit.status();
+
+  // 5 lengths x 2 groups x 3 prompts, in each mode; a step per batch size and prompt length.
+  EXPECT_EQ(r->input.prompts.size(), 60u);
+  EXPECT_EQ(r->input.steps.size(), 9u);
+  // The producer's own count of the positions its passes computed is what the samples (prompt
+  // less its last token, less what its prefix cache held) say: the fit's n is the pass's n.
+  EXPECT_GT(r->producer_sample_tokens, 0);
+  EXPECT_EQ(r->producer_counted_tokens, r->producer_sample_tokens);
+  int cached = 0;
+  for (const PromptSample& s : r->input.prompts)
+    cached += s.producer_cached > 0 || s.consumer_cached > 0;
+  EXPECT_GT(cached, 0);  // the groups' later prompts hit the prefix caches
+  // Both nodes ran in their quota groups (the kernel counted their periods).
+  ASSERT_EQ(r->throttling.size(), 2u);
+  for (const auto& [node, t] : r->throttling) {
+    EXPECT_GT(t.periods, 0) << node;
+    EXPECT_LE(t.throttled, t.periods) << node;
+  }
+  EXPECT_FALSE(fs::exists(std::string(kCgroupCpuMount) + "/scd/" + std::to_string(getpid())));
+  // Valid profiles of their roles, read back the same.
+  for (const NodeProfile& p : {r->fit->producer, r->fit->consumer}) {
+    absl::StatusOr<NodeProfile> back = ParseNodeProfile(NodeProfileToml(p));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(NodeProfileToml(*back), NodeProfileToml(p));
+    EXPECT_EQ(p.cpu_quota, 0.5);
+    // A pass over 96 tokens costs more than one over 8.
+    EXPECT_GT(p.prefill.At(96, 0), p.prefill.At(8, 0));
+  }
+  EXPECT_EQ(r->fit->consumer.capacity, 16);  // the deployment's consumers' --capacity
+  // 5 layers, K and V of 4 heads of 8, float32.
+  EXPECT_EQ(r->fit->consumer.kv_bytes_per_token, 2 * 5 * 4 * 8 * 4);
+  EXPECT_EQ(r->fit->fits.size(), 7u);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace scd::bench

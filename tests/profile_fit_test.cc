@@ -1,0 +1,172 @@
+// FitProfiles (bench/profile_fit.h) against profiles it did not see: samples made from a known
+// producer and consumer profile by their formulas come back as those profiles (exactly without
+// noise; within the noise with it), the decode steps from the gaps of streams decoding together,
+// and too few samples are refused naming the cost.
+#include "bench/profile_fit.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+namespace scd::bench {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kLayers = 4;
+
+NodeProfile TrueProducer() {
+  NodeProfile p;
+  p.role = NodeRole::kProducer;
+  p.prefill = {900, 40, 0.05};
+  p.encode = {60, 3};
+  p.link_latency_us = 150;
+  p.link_goodput_gbps = 2;  // 2 Gb/s: 4 us per KB
+  return p;
+}
+
+NodeProfile TrueConsumer() {
+  NodeProfile p;
+  p.role = NodeRole::kConsumer;
+  p.prefill = {700, 35, 0.04};
+  p.rebuild = {200, 6};
+  p.first_decode = {1500, 0.5};
+  p.decode_step = {1200, 150, 0.25};
+  return p;
+}
+
+// Every prompt length and cached prefix once in each mode; `noise` multiplies each cost by a
+// factor drawn from [1, 1 + noise] (noise only adds time).
+ProfileFitInput Samples(double noise, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> extra(0, noise);
+  auto jitter = [&](double us) { return us * (1 + extra(rng)); };
+  const NodeProfile producer = TrueProducer(), consumer = TrueConsumer();
+  ProfileFitInput in;
+  for (int64_t prompt : {17, 33, 65, 129, 257}) {
+    for (int64_t cached : {int64_t{0}, int64_t{16}, int64_t{64}}) {
+      if (cached >= prompt - 1) continue;
+      PromptSample local;
+      local.local = true;
+      local.prompt_tokens = prompt;
+      local.consumer_cached = cached;
+      local.prefill_us = jitter(consumer.prefill.At(prompt - cached, cached));
+      in.prompts.push_back(local);
+      PromptSample remote;
+      remote.prompt_tokens = prompt;
+      remote.producer_cached = cached;
+      const int64_t n = prompt - 1 - cached;
+      remote.prefill_us = jitter(producer.prefill.At(n, cached));
+      remote.encode_us = jitter(producer.encode.At(static_cast<double>(n)));
+      remote.rebuild_us = jitter(consumer.rebuild.At(static_cast<double>(prompt - 1)));
+      remote.first_decode_us = jitter(consumer.first_decode.At(static_cast<double>(prompt)));
+      remote.layers = kLayers;
+      remote.payload_bytes = 1000 * (prompt - 1);
+      remote.first_layer_out_us = 0.2 * remote.prefill_us;
+      remote.last_layer_out_us = remote.prefill_us;
+      // The last layer's bytes arrive a link time after the pass had them out.
+      const double lag = jitter(producer.LinkUs(remote.payload_bytes / kLayers));
+      remote.transfer_us = remote.last_layer_out_us + lag - remote.first_layer_out_us;
+      in.prompts.push_back(remote);
+    }
+  }
+  for (int64_t b : {1, 2, 4, 8}) {
+    for (int64_t t : {64, 256, 1024}) {
+      in.steps.push_back({b, b * t, jitter(consumer.decode_step.At(b, b * t))});
+    }
+  }
+  in.producer_model = "p";
+  in.consumer_model = "c";
+  in.machine = "test";
+  in.kv_bytes_per_token = 1024;
+  in.kv_budget_bytes = 1 << 20;
+  in.capacity = 8;
+  in.step_rows = 256;
+  return in;
+}
+
+TEST(ProfileFitTest, SamplesMadeByTheFormulasGiveTheProfilesBack) {
+  absl::StatusOr<ProfileFitResult> r = FitProfiles(Samples(0, 1));
+  ASSERT_TRUE(r.ok()) << r.status();
+  const NodeProfile p = TrueProducer(), c = TrueConsumer();
+  auto near = [](double got, double want) { EXPECT_NEAR(got, want, 1e-6 * (1 + want)); };
+  near(r->producer.prefill.fixed_us, p.prefill.fixed_us);
+  near(r->producer.prefill.per_token_us, p.prefill.per_token_us);
+  near(r->producer.prefill.per_token_context_us, p.prefill.per_token_context_us);
+  near(r->producer.encode.per_token_us, p.encode.per_token_us);
+  near(r->producer.link_latency_us, p.link_latency_us);
+  near(r->producer.link_goodput_gbps, p.link_goodput_gbps);
+  near(r->consumer.prefill.per_token_context_us, c.prefill.per_token_context_us);
+  near(r->consumer.rebuild.per_token_us, c.rebuild.per_token_us);
+  near(r->consumer.first_decode.fixed_us, c.first_decode.fixed_us);
+  near(r->consumer.decode_step.fixed_us, c.decode_step.fixed_us);
+  near(r->consumer.decode_step.per_sequence_us, c.decode_step.per_sequence_us);
+  near(r->consumer.decode_step.per_context_token_us, c.decode_step.per_context_token_us);
+  EXPECT_EQ(r->consumer.capacity, 8);
+  EXPECT_EQ(r->fits.size(), 7u);
+}
+
+TEST(ProfileFitTest, NoisySamplesGiveCostsWithinTheirNoise) {
+  // Each cost drawn up to 10 % above its formula (5 % on average): every fitted profile's cost
+  // stays within [1, 1.1] of the true one at the sizes sampled.
+  absl::StatusOr<ProfileFitResult> r = FitProfiles(Samples(0.10, 7));
+  ASSERT_TRUE(r.ok()) << r.status();
+  const NodeProfile p = TrueProducer(), c = TrueConsumer();
+  for (int64_t n : {16, 64, 256}) {
+    for (int64_t cached : {0, 64}) {
+      const double producer = r->producer.prefill.At(n, cached) / p.prefill.At(n, cached);
+      const double consumer = r->consumer.prefill.At(n, cached) / c.prefill.At(n, cached);
+      EXPECT_GT(producer, 0.97) << n << " " << cached;
+      EXPECT_LT(producer, 1.12) << n << " " << cached;
+      EXPECT_GT(consumer, 0.97) << n << " " << cached;
+      EXPECT_LT(consumer, 1.12) << n << " " << cached;
+    }
+  }
+  for (int64_t b : {1, 8}) {
+    const double step = r->consumer.decode_step.At(b, b * 256) / c.decode_step.At(b, b * 256);
+    EXPECT_GT(step, 0.97);
+    EXPECT_LT(step, 1.12);
+  }
+  for (const FitReport& f : r->fits) {
+    EXPECT_LT(f.fit.rms_relative_residual, 0.1) << f.cost;
+    EXPECT_GT(f.fit.rms_relative_residual, 0) << f.cost;
+  }
+}
+
+TEST(ProfileFitTest, AStepIsTheMeanLaterGapOfStreamsDecodingTogether) {
+  // Three streams of 10-token prompts, 8 gaps each (the first of one of them long: a prefill
+  // beside it, not counted): gaps 4..7 count, j + 1 ms each (mean 6.5 ms), at the context of gap
+  // index 5.5 (rounded: 6): 3 * (10 + 6 + 1); the shortest stream bounds the half.
+  std::vector<std::vector<double>> gaps(3, std::vector<double>(8));
+  for (size_t s = 0; s < 3; ++s) {
+    for (size_t j = 0; j < 8; ++j) gaps[s][j] = 0.001 * static_cast<double>(j + 1);
+  }
+  gaps[1][0] = 1.0;
+  gaps[2].push_back(5.0);  // past the shortest stream's gaps
+  const StepSample step = StepFromGaps(gaps, 10);
+  EXPECT_EQ(step.sequences, 3);
+  EXPECT_EQ(step.context_tokens, 3 * (10 + 6 + 1));
+  EXPECT_NEAR(step.step_us, 6500, 1e-9);
+  EXPECT_EQ(StepFromGaps({}, 10).sequences, 0);
+  EXPECT_EQ(StepFromGaps({{0.1}}, 10).sequences, 0);
+}
+
+TEST(ProfileFitTest, TooFewSamplesAreRefusedNamingTheCost) {
+  ProfileFitInput in = Samples(0, 1);
+  in.steps.resize(5);  // 3 terms need 6
+  absl::StatusOr<ProfileFitResult> r = FitProfiles(in);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("consumer.decode_step"));
+  in = Samples(0, 1);
+  for (PromptSample& s : in.prompts) s.local = true;  // no transfer seen
+  r = FitProfiles(in);
+  EXPECT_THAT(r.status().message(), HasSubstr("producer.prefill"));
+  in = Samples(0, 1);
+  in.capacity = 0;
+  EXPECT_EQ(FitProfiles(in).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace scd::bench
