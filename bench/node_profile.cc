@@ -1,7 +1,5 @@
 #include "bench/node_profile.h"
 
-#include <toml++/toml.h>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -13,105 +11,57 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "base/file_util.h"
+#include "bench/bounded_toml.h"
 
 namespace scd::bench {
 
 namespace {
 
-constexpr size_t kMaxStringBytes = 256;
-constexpr int64_t kMaxProfileInteger = int64_t{1} << 53;
+using Tables = std::map<std::string, TomlFields>;
 
-// Where one key of the file lands in the profile.
-struct Field {
-  double* number = nullptr;
-  int64_t* integer = nullptr;
-  std::string* text = nullptr;
-};
-using Fields = std::map<std::string, std::map<std::string, Field>>;
-
-Fields FieldsOf(NodeProfile* p, std::string* role) {
-  Fields f;
-  f["node"] = {{"role", {nullptr, nullptr, role}},
-               {"model", {nullptr, nullptr, &p->model}},
-               {"machine", {nullptr, nullptr, &p->machine}},
-               {"cpu_quota", {&p->cpu_quota}}};
-  f["prefill"] = {{"fixed_us", {&p->prefill.fixed_us}},
-                  {"per_token_us", {&p->prefill.per_token_us}},
-                  {"per_token_context_us", {&p->prefill.per_token_context_us}}};
+Tables FieldsOf(NodeProfile* p, std::string* role) {
+  using F = TomlField;
+  Tables f;
+  f["node"] = {{"role", F::Text(role)},
+               {"model", F::Text(&p->model)},
+               {"machine", F::Text(&p->machine)},
+               {"cpu_quota", F::Number(&p->cpu_quota)}};
+  f["prefill"] = {{"fixed_us", F::Number(&p->prefill.fixed_us)},
+                  {"per_token_us", F::Number(&p->prefill.per_token_us)},
+                  {"per_token_context_us", F::Number(&p->prefill.per_token_context_us)}};
   for (auto [name, cost] : std::initializer_list<std::pair<const char*, LineCost*>>{
            {"encode", &p->encode}, {"rebuild", &p->rebuild}, {"first_decode", &p->first_decode}}) {
-    f[name] = {{"fixed_us", {&cost->fixed_us}}, {"per_token_us", {&cost->per_token_us}}};
+    f[name] = {{"fixed_us", F::Number(&cost->fixed_us)},
+               {"per_token_us", F::Number(&cost->per_token_us)}};
   }
-  f["decode_step"] = {{"fixed_us", {&p->decode_step.fixed_us}},
-                      {"per_sequence_us", {&p->decode_step.per_sequence_us}},
-                      {"per_context_token_us", {&p->decode_step.per_context_token_us}}};
-  f["interference"] = {{"local_itl_us", {&p->local_itl_us}},
-                       {"rebuild_itl_us", {&p->rebuild_itl_us}},
-                       {"busy_prefill_us", {&p->busy_prefill_us}}};
-  f["memory"] = {{"kv_bytes_per_token", {nullptr, &p->kv_bytes_per_token}},
-                 {"kv_budget_bytes", {nullptr, &p->kv_budget_bytes}},
-                 {"capacity", {nullptr, &p->capacity}},
-                 {"step_rows", {nullptr, &p->step_rows}}};
-  f["link"] = {{"goodput_gbps", {&p->link_goodput_gbps}}, {"latency_us", {&p->link_latency_us}}};
+  f["decode_step"] = {{"fixed_us", F::Number(&p->decode_step.fixed_us)},
+                      {"per_sequence_us", F::Number(&p->decode_step.per_sequence_us)},
+                      {"per_context_token_us", F::Number(&p->decode_step.per_context_token_us)}};
+  f["interference"] = {{"local_itl_us", F::Number(&p->local_itl_us)},
+                       {"rebuild_itl_us", F::Number(&p->rebuild_itl_us)},
+                       {"busy_prefill_us", F::Number(&p->busy_prefill_us)}};
+  f["memory"] = {{"kv_bytes_per_token", F::Integer(&p->kv_bytes_per_token)},
+                 {"kv_budget_bytes", F::Integer(&p->kv_budget_bytes)},
+                 {"capacity", F::Integer(&p->capacity)},
+                 {"step_rows", F::Integer(&p->step_rows)}};
+  f["link"] = {{"goodput_gbps", F::Number(&p->link_goodput_gbps)},
+               {"latency_us", F::Number(&p->link_latency_us)}};
   return f;
 }
 
-absl::Status ReadField(const std::string& name, const toml::node& node, const Field& field) {
-  if (field.text != nullptr) {
-    const std::optional<std::string> text = node.value_exact<std::string>();
-    if (!text.has_value()) return absl::InvalidArgumentError(absl::StrCat(name, ": not a string"));
-    if (text->size() > kMaxStringBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": over ", kMaxStringBytes, " bytes"));
-    }
-    for (unsigned char c : *text) {
-      if (c < 0x20 || c == 0x7f) {
-        return absl::InvalidArgumentError(absl::StrCat(name, ": a control character"));
-      }
-    }
-    *field.text = *text;
-    return absl::OkStatus();
-  }
-  if (field.integer != nullptr) {
-    const std::optional<int64_t> v = node.value_exact<int64_t>();
-    if (!v.has_value() || *v < 0 || *v > kMaxProfileInteger) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": not an integer from 0 to ", kMaxProfileInteger));
-    }
-    *field.integer = *v;
-    return absl::OkStatus();
-  }
-  std::optional<double> v;
-  if (node.is_integer()) v = static_cast<double>(*node.value_exact<int64_t>());
-  if (node.is_floating_point()) v = node.value_exact<double>();
-  if (!v.has_value() || !std::isfinite(*v) || *v < 0 || *v > kMaxProfileValue) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": not a finite number from 0 to ", kMaxProfileValue));
-  }
-  *field.number = *v;
-  return absl::OkStatus();
-}
-
-absl::Status ReadTables(const toml::table& root, const Fields& fields) {
+absl::Status ReadTables(const toml::table& root, const Tables& tables) {
   for (const auto& [table_key, table_node] : root) {
     const std::string table_name(table_key.str());
-    const auto known = fields.find(table_name);
-    if (known == fields.end()) {
+    const auto known = tables.find(table_name);
+    if (known == tables.end()) {
       return absl::InvalidArgumentError(table_node.is_table()
                                             ? absl::StrCat("unknown table [", table_name, "]")
                                             : absl::StrCat("unknown key ", table_name));
     }
-    const toml::table* table = table_node.as_table();
-    if (table == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(table_name, " is not a table"));
-    }
-    for (const auto& [key, node] : *table) {
-      const std::string name = absl::StrCat(table_name, ".", std::string(key.str()));
-      const auto field = known->second.find(std::string(key.str()));
-      if (field == known->second.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("unknown key ", name));
-      }
-      if (absl::Status read = ReadField(name, node, field->second); !read.ok()) return read;
+    absl::StatusOr<const toml::table*> table = TomlTableAt(table_node, table_name);
+    if (!table.ok()) return table.status();
+    if (absl::Status read = ReadTomlTable(**table, table_name, known->second); !read.ok()) {
+      return read;
     }
   }
   return absl::OkStatus();
@@ -120,23 +70,6 @@ absl::Status ReadTables(const toml::table& root, const Fields& fields) {
 absl::Status Missing(const char* what, NodeRole role) {
   return absl::InvalidArgumentError(
       absl::StrCat("a ", NodeRoleName(role), " profile needs ", what));
-}
-
-// A number as TOML reads it back exactly: 17 significant digits, a float's form kept.
-std::string Number(double v) {
-  std::string text = absl::StrFormat("%.17g", v);
-  if (text.find_first_of(".e") == std::string::npos) text += ".0";
-  return text;
-}
-
-// A basic TOML string of printable text (CheckNodeProfile refused control characters).
-std::string Quoted(const std::string& text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
 }
 
 }  // namespace
@@ -162,15 +95,16 @@ absl::Status CheckNodeProfile(const NodeProfile& p) {
   for (const auto& [table, keys] : FieldsOf(&copy, &role)) {
     for (const auto& [key, field] : keys) {
       const std::string name = absl::StrCat(table, ".", key);
-      if (field.number != nullptr && !(std::isfinite(*field.number) && *field.number >= 0 &&
-                                       *field.number <= kMaxProfileValue)) {
+      if (field.number != nullptr && !(std::isfinite(*field.number) && *field.number >= field.min &&
+                                       *field.number <= field.max)) {
         return absl::InvalidArgumentError(absl::StrCat(name, ": ", *field.number));
       }
-      if (field.integer != nullptr && (*field.integer < 0 || *field.integer > kMaxProfileInteger)) {
+      if (field.integer != nullptr &&
+          (*field.integer < field.integer_min || *field.integer > field.integer_max)) {
         return absl::InvalidArgumentError(absl::StrCat(name, ": ", *field.integer));
       }
       if (field.text != nullptr &&
-          (field.text->size() > kMaxStringBytes ||
+          (field.text->size() > kMaxTomlString ||
            std::any_of(field.text->begin(), field.text->end(),
                        [](unsigned char c) { return c < 0x20 || c == 0x7f; }))) {
         return absl::InvalidArgumentError(absl::StrCat(name, ": not printable text"));
@@ -196,21 +130,11 @@ absl::Status CheckNodeProfile(const NodeProfile& p) {
 }
 
 absl::StatusOr<NodeProfile> ParseNodeProfile(std::string_view toml_text) {
-  if (toml_text.size() > kMaxProfileBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a profile of ", toml_text.size(), " bytes (at most ", kMaxProfileBytes, ")"));
-  }
-  toml::table root;
-  try {
-    root = toml::parse(toml_text);
-  } catch (const toml::parse_error& error) {
-    const toml::source_position where = error.source().begin;
-    return absl::InvalidArgumentError(absl::StrCat("line ", where.line, ", column ", where.column,
-                                                   ": ", std::string(error.description())));
-  }
+  absl::StatusOr<toml::table> root = ParseBoundedToml(toml_text, kMaxProfileBytes, "a profile");
+  if (!root.ok()) return root.status();
   NodeProfile profile;
   std::string role;
-  if (absl::Status read = ReadTables(root, FieldsOf(&profile, &role)); !read.ok()) return read;
+  if (absl::Status read = ReadTables(*root, FieldsOf(&profile, &role)); !read.ok()) return read;
   if (role == "producer") {
     profile.role = NodeRole::kProducer;
   } else if (role == "consumer") {
@@ -223,13 +147,7 @@ absl::StatusOr<NodeProfile> ParseNodeProfile(std::string_view toml_text) {
 }
 
 absl::StatusOr<NodeProfile> ReadNodeProfile(const std::string& path) {
-  std::error_code error;
-  const uintmax_t size = std::filesystem::file_size(path, error);
-  if (!error && size > kMaxProfileBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", size, " bytes, a profile has at most ", kMaxProfileBytes));
-  }
-  absl::StatusOr<std::string> text = ReadFileToString(path);
+  absl::StatusOr<std::string> text = ReadBoundedFile(path, kMaxProfileBytes, "a profile");
   if (!text.ok()) return text.status();
   absl::StatusOr<NodeProfile> profile = ParseNodeProfile(*text);
   if (!profile.ok()) {
@@ -241,21 +159,22 @@ absl::StatusOr<NodeProfile> ReadNodeProfile(const std::string& path) {
 std::string NodeProfileToml(const NodeProfile& p) {
   std::string out = absl::StrCat(
       "# One node type's measured costs (bench/node_profile.h), microseconds.\n[node]\nrole = ",
-      Quoted(NodeRoleName(p.role)), "\nmodel = ", Quoted(p.model),
-      "\nmachine = ", Quoted(p.machine), "\ncpu_quota = ", Number(p.cpu_quota), "\n\n");
+      TomlQuoted(NodeRoleName(p.role)), "\nmodel = ", TomlQuoted(p.model),
+      "\nmachine = ", TomlQuoted(p.machine), "\ncpu_quota = ", TomlNumber(p.cpu_quota), "\n\n");
   absl::StrAppend(&out,
                   "[prefill]  # fixed + per_token * n + per_token_context * (n * cached + "
                   "n * (n + 1) / 2)\nfixed_us = ",
-                  Number(p.prefill.fixed_us), "\nper_token_us = ", Number(p.prefill.per_token_us),
-                  "\nper_token_context_us = ", Number(p.prefill.per_token_context_us), "\n\n");
+                  TomlNumber(p.prefill.fixed_us),
+                  "\nper_token_us = ", TomlNumber(p.prefill.per_token_us),
+                  "\nper_token_context_us = ", TomlNumber(p.prefill.per_token_context_us), "\n\n");
   auto line = [&out](const char* name, const char* form, const LineCost& cost) {
-    absl::StrAppend(&out, "[", name, "]  # ", form, "\nfixed_us = ", Number(cost.fixed_us),
-                    "\nper_token_us = ", Number(cost.per_token_us), "\n\n");
+    absl::StrAppend(&out, "[", name, "]  # ", form, "\nfixed_us = ", TomlNumber(cost.fixed_us),
+                    "\nper_token_us = ", TomlNumber(cost.per_token_us), "\n\n");
   };
   if (p.role == NodeRole::kProducer) {
     line("encode", "codes of n tokens: fixed + per_token * n", p.encode);
-    absl::StrAppend(&out, "[link]\ngoodput_gbps = ", Number(p.link_goodput_gbps),
-                    "\nlatency_us = ", Number(p.link_latency_us), "\n");
+    absl::StrAppend(&out, "[link]\ngoodput_gbps = ", TomlNumber(p.link_goodput_gbps),
+                    "\nlatency_us = ", TomlNumber(p.link_latency_us), "\n");
     return out;
   }
   line("rebuild", "n tokens' cache from codes: fixed + per_token * n", p.rebuild);
@@ -263,13 +182,13 @@ std::string NodeProfileToml(const NodeProfile& p) {
   absl::StrAppend(
       &out,
       "[decode_step]  # fixed + per_sequence * sequences + per_context_token * their context\n",
-      "fixed_us = ", Number(p.decode_step.fixed_us),
-      "\nper_sequence_us = ", Number(p.decode_step.per_sequence_us),
-      "\nper_context_token_us = ", Number(p.decode_step.per_context_token_us), "\n\n");
+      "fixed_us = ", TomlNumber(p.decode_step.fixed_us),
+      "\nper_sequence_us = ", TomlNumber(p.decode_step.per_sequence_us),
+      "\nper_context_token_us = ", TomlNumber(p.decode_step.per_context_token_us), "\n\n");
   absl::StrAppend(&out,
-                  "[interference]  # per prompt token\nlocal_itl_us = ", Number(p.local_itl_us),
-                  "\nrebuild_itl_us = ", Number(p.rebuild_itl_us),
-                  "\nbusy_prefill_us = ", Number(p.busy_prefill_us), "\n\n");
+                  "[interference]  # per prompt token\nlocal_itl_us = ", TomlNumber(p.local_itl_us),
+                  "\nrebuild_itl_us = ", TomlNumber(p.rebuild_itl_us),
+                  "\nbusy_prefill_us = ", TomlNumber(p.busy_prefill_us), "\n\n");
   absl::StrAppend(&out, "[memory]\nkv_bytes_per_token = ", p.kv_bytes_per_token,
                   "\nkv_budget_bytes = ", p.kv_budget_bytes, "\ncapacity = ", p.capacity,
                   "\nstep_rows = ", p.step_rows, "\n");

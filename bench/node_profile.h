@@ -36,7 +36,7 @@
 namespace scd::bench {
 
 constexpr size_t kMaxProfileBytes = 64 << 10;
-constexpr double kMaxProfileValue = 1e15;
+constexpr double kMaxProfileValue = 1e15;  // bench/bounded_toml.h kMaxTomlNumber
 
 enum class NodeRole { kProducer, kConsumer };
 const char* NodeRoleName(NodeRole role);

@@ -2,7 +2,7 @@
 # Fuzzes one parser (or all of them in turn) with libFuzzer + AddressSanitizer/LeakSanitizer.
 #   bash scripts/fuzz.sh TARGET|all SECONDS [BUILD_DIR]
 # TARGET: safetensors artifact code_batch tokenizer gguf_vocab transfer_frame toml_config
-#         generate_request http_request node_profile.
+#         generate_request http_request node_profile sim_config.
 # Builds the fuzz tree (clang, -DSCD_FUZZ=ON, default build-fuzz/) on first use, seeds each
 # target's corpus from ../shared (models' safetensors and tokenizer.json files, the tokenizers)
 # and from what the tools make (a small safetensors file, a synthetic artifact, a code batch;
@@ -15,7 +15,7 @@ TARGET=${1:?usage: fuzz.sh TARGET|all SECONDS [BUILD_DIR]}
 SECONDS_EACH=${2:?usage: fuzz.sh TARGET|all SECONDS [BUILD_DIR]}
 BUILD=${3:-build-fuzz}
 SHARED=${SCD_SHARED_DIR:-../shared}
-ALL="safetensors artifact code_batch tokenizer gguf_vocab transfer_frame toml_config generate_request http_request node_profile"
+ALL="safetensors artifact code_batch tokenizer gguf_vocab transfer_frame toml_config generate_request http_request node_profile sim_config"
 
 if [ ! -f "$BUILD/build.ninja" ]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
@@ -75,6 +75,9 @@ seed() {  # seed DIR TARGET: seeds made from ../shared and by the tools, never s
     node_profile)  # a consumer's and a producer's profile (bench/node_profile.h)
       printf '[node]\nrole = "consumer"\nmodel = "m"\nmachine = "x"\ncpu_quota = 0.5\n[prefill]\nfixed_us = 100.0\nper_token_us = 9.5\nper_token_context_us = 0.002\n[rebuild]\nfixed_us = 10.0\nper_token_us = 1.5\n[first_decode]\nfixed_us = 400.0\nper_token_us = 0.1\n[decode_step]\nfixed_us = 300.0\nper_sequence_us = 40.0\nper_context_token_us = 0.003\n[interference]\nlocal_itl_us = 2.0\nrebuild_itl_us = 0.5\nbusy_prefill_us = 20.0\n[memory]\nkv_bytes_per_token = 1280\nkv_budget_bytes = 10485760\ncapacity = 16\nstep_rows = 512\n' > "$dir/consumer.toml"
       printf '[node]\nrole = "producer"\nmodel = "m"\n[prefill]\nfixed_us = 80.0\nper_token_us = 11.0\n[encode]\nper_token_us = 0.4\n[link]\ngoodput_gbps = 1e-3\nlatency_us = 50\n' > "$dir/producer.toml" ;;
+    sim_config)  # the committed example deployment and workload ('d' / 'w' first)
+      { printf 'd'; cat bench/cluster/example_deployment.toml; } | sed 's#profiles/tinystories-4m.producer.toml#producer#; s#profiles/tinystories-4m-fables.consumer.toml#consumer#' > "$dir/deployment.toml"
+      { printf 'w'; cat bench/cluster/example_workload.toml; } > "$dir/workload.toml" ;;
     tokenizer|gguf_vocab)
       for f in "$SHARED"/models/*/tokenizer.json "$SHARED"/tokenizers/*/tokenizer.json "$SHARED"/tokenizers/*.json; do
         [ -f "$f" ] && cp -n "$f" "$dir/$(echo "$f" | tr / _)"

@@ -1,0 +1,348 @@
+#include "bench/sim_config.h"
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "bench/bounded_toml.h"
+
+namespace scd::bench {
+namespace {
+
+using F = TomlField;
+
+absl::Status Invalid(const std::string& what) { return absl::InvalidArgumentError(what); }
+
+// Calls `read(table, name)` for each table of the array of tables at `node` ("pool[2]" names).
+absl::Status ForEachTable(
+    const toml::node& node, const std::string& key,
+    const std::function<absl::Status(const toml::table&, const std::string&)>& read) {
+  const toml::array* array = node.as_array();
+  if (array == nullptr) return Invalid(absl::StrCat(key, ": an array of tables ([[", key, "]])"));
+  if (static_cast<int64_t>(array->size()) > kMaxSimPools) {
+    return Invalid(absl::StrCat(key, ": more than ", kMaxSimPools));
+  }
+  for (size_t i = 0; i < array->size(); ++i) {
+    const std::string name = absl::StrCat(key, "[", i, "]");
+    const toml::table* table = (*array)[i].as_table();
+    if (table == nullptr) return Invalid(absl::StrCat(name, " is not a table"));
+    if (absl::Status s = read(*table, name); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// Reads one table of the root into `fields` (unknown: INVALID_ARGUMENT naming it).
+absl::Status ReadSection(const toml::node& node, const std::string& key, const TomlFields& fields) {
+  absl::StatusOr<const toml::table*> table = TomlTableAt(node, key);
+  if (!table.ok()) return table.status();
+  return ReadTomlTable(**table, key, fields);
+}
+
+absl::Status NeedName(const std::string& name, const std::string& where,
+                      std::set<std::string>* seen) {
+  if (name.empty()) return Invalid(absl::StrCat(where, ".name: needed"));
+  if (!seen->insert(name).second) return Invalid(absl::StrCat(where, ": '", name, "' twice"));
+  return absl::OkStatus();
+}
+
+absl::Status LoadProfile(const std::string& where, const std::string& path, const std::string& dir,
+                         NodeRole role, const ProfileLoader& load, NodeProfile* out) {
+  if (path.empty()) return Invalid(absl::StrCat(where, ".profile: needed"));
+  const std::filesystem::path p(path);
+  const std::string full =
+      p.is_absolute() || dir.empty() ? path : (std::filesystem::path(dir) / p).string();
+  absl::StatusOr<NodeProfile> profile = load ? load(full) : ReadNodeProfile(full);
+  if (!profile.ok()) {
+    return Invalid(absl::StrCat(where, ".profile: ", profile.status().message()));
+  }
+  if (profile->role != role) {
+    return Invalid(absl::StrCat(where, ".profile: ", full, " is a ", NodeRoleName(profile->role),
+                                "'s, not a ", NodeRoleName(role), "'s"));
+  }
+  *out = *std::move(profile);
+  return absl::OkStatus();
+}
+
+absl::Status ReadPools(const toml::table& root, const std::string& dir, const ProfileLoader& load,
+                       SimDeployment* d) {
+  std::set<std::string> names;
+  if (const toml::node* node = root.get("producer_pool")) {
+    SCD_RETURN_IF_ERROR(
+        ForEachTable(*node, "producer_pool", [&](const toml::table& t, const std::string& where) {
+          SimProducerPool p;
+          SCD_RETURN_IF_ERROR(
+              ReadTomlTable(t, where,
+                            {{"name", F::Text(&p.name)},
+                             {"profile", F::Text(&p.profile)},
+                             {"count", F::Integer(&p.count, 1, kMaxSimNodes)},
+                             {"prefix_cache_mb", F::Number(&p.prefix_cache_mb, 0, 1e9)}}));
+          SCD_RETURN_IF_ERROR(NeedName(p.name, where, &names));
+          SCD_RETURN_IF_ERROR(
+              LoadProfile(where, p.profile, dir, NodeRole::kProducer, load, &p.costs));
+          d->producers.push_back(std::move(p));
+          return absl::OkStatus();
+        }));
+  }
+  if (const toml::node* node = root.get("consumer_pool")) {
+    SCD_RETURN_IF_ERROR(
+        ForEachTable(*node, "consumer_pool", [&](const toml::table& t, const std::string& where) {
+          SimConsumerPool c;
+          SCD_RETURN_IF_ERROR(
+              ReadTomlTable(t, where,
+                            {{"name", F::Text(&c.name)},
+                             {"profile", F::Text(&c.profile)},
+                             {"count", F::Integer(&c.count, 1, kMaxSimNodes)},
+                             {"prefix_cache_mb", F::Number(&c.prefix_cache_mb, 0, 1e9)},
+                             {"producer", F::Text(&c.producer)},
+                             {"code_bytes_per_token", F::Number(&c.code_bytes_per_token, 0, 1e9)},
+                             {"code_kl", F::Number(&c.code_kl, 0, 1e6)}}));
+          SCD_RETURN_IF_ERROR(NeedName(c.name, where, &names));
+          SCD_RETURN_IF_ERROR(
+              LoadProfile(where, c.profile, dir, NodeRole::kConsumer, load, &c.costs));
+          if (!c.producer.empty() && c.code_bytes_per_token <= 0) {
+            return Invalid(absl::StrCat(where, ".code_bytes_per_token: > 0 with a producer"));
+          }
+          d->consumers.push_back(std::move(c));
+          return absl::OkStatus();
+        }));
+  }
+  return absl::OkStatus();
+}
+
+template <typename Pool>
+int IndexOf(const std::vector<Pool>& pools, const std::string& name) {
+  for (size_t i = 0; i < pools.size(); ++i) {
+    if (pools[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+absl::Status ReadLinks(const toml::node& node, SimDeployment* d) {
+  std::set<std::pair<std::string, std::string>> pairs;
+  return ForEachTable(node, "link", [&](const toml::table& t, const std::string& where) {
+    SimLink l;
+    SCD_RETURN_IF_ERROR(ReadTomlTable(t, where,
+                                      {{"producer", F::Text(&l.producer)},
+                                       {"consumer", F::Text(&l.consumer)},
+                                       {"gbps", F::Number(&l.gbps, 0, 1e6)},
+                                       {"latency_us", F::Number(&l.latency_us, 0, 1e9)},
+                                       {"trace", F::Text(&l.trace)}}));
+    if (IndexOf(d->producers, l.producer) < 0) {
+      return Invalid(absl::StrCat(where, ".producer: no producer pool '", l.producer, "'"));
+    }
+    if (IndexOf(d->consumers, l.consumer) < 0) {
+      return Invalid(absl::StrCat(where, ".consumer: no consumer pool '", l.consumer, "'"));
+    }
+    if (l.gbps <= 0) return Invalid(absl::StrCat(where, ".gbps: > 0"));
+    if (!pairs.insert({l.producer, l.consumer}).second) {
+      return Invalid(absl::StrCat(where, ": a second link of ", l.producer, " -> ", l.consumer));
+    }
+    d->links.push_back(std::move(l));
+    return absl::OkStatus();
+  });
+}
+
+absl::Status CheckDeployment(const SimDeployment& d) {
+  if (d.producers.empty() && d.consumers.empty()) return Invalid("a deployment needs pools");
+  if (d.consumers.empty()) return Invalid("a deployment needs a consumer_pool");
+  if (d.nodes() > kMaxSimNodes) {
+    return Invalid(absl::StrCat(d.nodes(), " nodes in all (at most ", kMaxSimNodes, ")"));
+  }
+  for (size_t i = 0; i < d.consumers.size(); ++i) {
+    const SimConsumerPool& c = d.consumers[i];
+    if (!c.producer.empty() && IndexOf(d.producers, c.producer) < 0) {
+      return Invalid(
+          absl::StrCat("consumer_pool[", i, "].producer: no producer pool '", c.producer, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadLengths(const toml::node& node, const std::string& key, SimLengths* l) {
+  std::string kind = "fixed";
+  SCD_RETURN_IF_ERROR(ReadSection(node, key,
+                                  {{"distribution", F::Text(&kind)},
+                                   {"tokens", F::Integer(&l->tokens, 1, kMaxSimTokens)},
+                                   {"min", F::Integer(&l->min, 1, kMaxSimTokens)},
+                                   {"max", F::Integer(&l->max, 1, kMaxSimTokens)},
+                                   {"mean", F::Number(&l->mean, 1, kMaxSimTokens)},
+                                   {"sigma", F::Number(&l->sigma, 0, 4)}}));
+  if (kind == "fixed") {
+    l->kind = SimLengthKind::kFixed;
+  } else if (kind == "uniform") {
+    l->kind = SimLengthKind::kUniform;
+  } else if (kind == "lognormal") {
+    l->kind = SimLengthKind::kLogNormal;
+  } else {
+    return Invalid(absl::StrCat(key, ".distribution: \"fixed\", \"uniform\" or \"lognormal\""));
+  }
+  if (l->kind != SimLengthKind::kFixed && l->min > l->max) {
+    return Invalid(absl::StrCat(key, ": min ", l->min, " above max ", l->max));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadMix(const toml::node& node, SimWorkload* w) {
+  return ForEachTable(node, "mix", [&](const toml::table& t, const std::string& where) {
+    SimMix m;
+    std::string mode = "auto";
+    SCD_RETURN_IF_ERROR(ReadTomlTable(t, where,
+                                      {{"target", F::Text(&m.target)},
+                                       {"mode", F::Text(&mode)},
+                                       {"weight", F::Number(&m.weight, 0, 1e9)}}));
+    if (m.target.empty()) return Invalid(absl::StrCat(where, ".target: needed"));
+    absl::StatusOr<RequestedMode> parsed = ParseRequestedMode(mode);
+    if (!parsed.ok() || !(*parsed == RequestedMode::Auto() || *parsed == TransferMode::kLocal ||
+                          *parsed == TransferMode::kRaw || *parsed == TransferMode::kScd)) {
+      return Invalid(absl::StrCat(where, ".mode: \"auto\", \"local\", \"raw\" or \"scd\""));
+    }
+    m.mode = *parsed;
+    if (m.weight <= 0) return Invalid(absl::StrCat(where, ".weight: > 0"));
+    w->mix.push_back(std::move(m));
+    return absl::OkStatus();
+  });
+}
+
+absl::Status ReadWorkloadTable(const toml::node& node, SimWorkload* w) {
+  std::string arrivals = "poisson";
+  int64_t seed = 1;
+  SCD_RETURN_IF_ERROR(ReadSection(node, "workload",
+                                  {{"duration_s", F::Number(&w->duration_s, 0.001, 1e6)},
+                                   {"seed", F::Integer(&seed)},
+                                   {"rate", F::Number(&w->rate, 1e-6, 1e6)},
+                                   {"arrivals", F::Text(&arrivals)},
+                                   {"burstiness", F::Number(&w->burstiness, 0.01, 100)}}));
+  w->seed = static_cast<uint64_t>(seed);
+  if (arrivals == "poisson") {
+    w->arrivals = SimArrivals::kPoisson;
+  } else if (arrivals == "gamma") {
+    w->arrivals = SimArrivals::kGamma;
+  } else if (arrivals == "constant") {
+    w->arrivals = SimArrivals::kConstant;
+  } else {
+    return Invalid("workload.arrivals: \"poisson\", \"gamma\" or \"constant\"");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+SimLink SimDeployment::LinkOf(size_t producer, size_t consumer) const {
+  for (const SimLink& l : links) {
+    if (l.producer == producers[producer].name && l.consumer == consumers[consumer].name) return l;
+  }
+  const NodeProfile& p = producers[producer].costs;
+  return {producers[producer].name, consumers[consumer].name, p.link_goodput_gbps,
+          p.link_latency_us, ""};
+}
+
+int64_t SimDeployment::nodes() const {
+  int64_t n = coordinators;
+  for (const SimProducerPool& p : producers) n += p.count;
+  for (const SimConsumerPool& c : consumers) n += c.count;
+  return n;
+}
+
+absl::StatusOr<SimDeployment> ParseSimDeployment(std::string_view text, const std::string& dir,
+                                                 const ProfileLoader& load) {
+  SCD_ASSIGN_OR_RETURN(const toml::table root,
+                       ParseBoundedToml(text, kMaxSimFileBytes, "a deployment"));
+  SimDeployment d;
+  for (const auto& [key, node] : root) {
+    const std::string k(key.str());
+    if (k != "deployment" && k != "producer_pool" && k != "consumer_pool" && k != "link") {
+      return Invalid(node.is_table() || node.is_array_of_tables()
+                         ? absl::StrCat("unknown table [", k, "]")
+                         : absl::StrCat("unknown key ", k));
+    }
+  }
+  if (const toml::node* node = root.get("deployment")) {
+    SCD_RETURN_IF_ERROR(ReadSection(*node, "deployment",
+                                    {{"name", F::Text(&d.name)},
+                                     {"coordinators", F::Integer(&d.coordinators, 1, 1000)},
+                                     {"lease_s", F::Number(&d.lease_s, 0.1, 3600)},
+                                     {"heartbeat_ms", F::Number(&d.heartbeat_ms, 1, 600000)}}));
+  }
+  SCD_RETURN_IF_ERROR(ReadPools(root, dir, load, &d));
+  if (const toml::node* node = root.get("link")) SCD_RETURN_IF_ERROR(ReadLinks(*node, &d));
+  SCD_RETURN_IF_ERROR(CheckDeployment(d));
+  return d;
+}
+
+absl::StatusOr<SimDeployment> ReadSimDeployment(const std::string& path) {
+  SCD_ASSIGN_OR_RETURN(const std::string text,
+                       ReadBoundedFile(path, kMaxSimFileBytes, "a deployment"));
+  absl::StatusOr<SimDeployment> d =
+      ParseSimDeployment(text, std::filesystem::path(path).parent_path().string());
+  if (!d.ok()) return Invalid(absl::StrCat(path, ": ", d.status().message()));
+  return d;
+}
+
+}  // namespace scd::bench
+
+namespace scd::bench {
+
+absl::StatusOr<SimWorkload> ParseSimWorkload(std::string_view text) {
+  SCD_ASSIGN_OR_RETURN(const toml::table root,
+                       ParseBoundedToml(text, kMaxSimFileBytes, "a workload"));
+  SimWorkload w;
+  for (const auto& [key, node] : root) {
+    const std::string k(key.str());
+    if (k == "workload") {
+      SCD_RETURN_IF_ERROR(ReadWorkloadTable(node, &w));
+    } else if (k == "prompt") {
+      SCD_RETURN_IF_ERROR(ReadLengths(node, k, &w.prompt));
+    } else if (k == "output") {
+      SCD_RETURN_IF_ERROR(ReadLengths(node, k, &w.output));
+    } else if (k == "prefix") {
+      SCD_RETURN_IF_ERROR(ReadSection(node, k,
+                                      {{"groups", F::Integer(&w.prefix_groups, 0, 1 << 24)},
+                                       {"share", F::Number(&w.prefix_share, 0, 1)},
+                                       {"tenants", F::Integer(&w.tenants, 1, 1 << 16)}}));
+    } else if (k == "mix") {
+      SCD_RETURN_IF_ERROR(ReadMix(node, &w));
+    } else if (k == "slo") {
+      SCD_RETURN_IF_ERROR(
+          ReadSection(node, k,
+                      {{"ttft_ms", F::Number(&w.ttft_slo_ms, 0, 1e9)},
+                       {"tpot_ms", F::Number(&w.tpot_slo_ms, 0, 1e9)},
+                       {"objective_ttft_ms", F::Number(&w.objective_ttft_ms, 0, 1e9)}}));
+    } else {
+      return Invalid(node.is_table() || node.is_array_of_tables()
+                         ? absl::StrCat("unknown table [", k, "]")
+                         : absl::StrCat("unknown key ", k));
+    }
+  }
+  if (w.mix.empty()) return Invalid("a workload needs a [[mix]] entry");
+  return w;
+}
+
+absl::StatusOr<SimWorkload> ReadSimWorkload(const std::string& path) {
+  SCD_ASSIGN_OR_RETURN(const std::string text,
+                       ReadBoundedFile(path, kMaxSimFileBytes, "a workload"));
+  absl::StatusOr<SimWorkload> w = ParseSimWorkload(text);
+  if (!w.ok()) return Invalid(absl::StrCat(path, ": ", w.status().message()));
+  return w;
+}
+
+absl::Status CheckSimWorkload(const SimWorkload& workload, const SimDeployment& deployment) {
+  for (size_t i = 0; i < workload.mix.size(); ++i) {
+    const SimMix& m = workload.mix[i];
+    const int pool = IndexOf(deployment.consumers, m.target);
+    if (pool < 0) {
+      return Invalid(absl::StrCat("mix[", i, "].target: no consumer pool '", m.target, "'"));
+    }
+    const bool codes = m.mode == TransferMode::kRaw || m.mode == TransferMode::kScd;
+    if (codes && deployment.consumers[static_cast<size_t>(pool)].producer.empty()) {
+      return Invalid(absl::StrCat("mix[", i, "]: ", RequestedModeName(m.mode), " to '", m.target,
+                                  "', which has no producer"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace scd::bench

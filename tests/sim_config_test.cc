@@ -1,0 +1,189 @@
+// The cluster simulator's deployment and workload files (bench/sim_config.h): the committed
+// examples read with their real profiles, every field where the file put it, a pool's link from
+// its [[link]] or its producer's profile, and every bound and reference refused naming it.
+#include "bench/sim_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_replace.h"
+
+namespace scd::bench {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Example(const std::string& name) {
+  return std::string(SCD_SOURCE_DIR) + "/bench/cluster/" + name;
+}
+
+TEST(SimConfigTest, TheExamplesReadWithTheirProfiles) {
+  absl::StatusOr<SimDeployment> d = ReadSimDeployment(Example("example_deployment.toml"));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->name, "base-and-fables");
+  EXPECT_EQ(d->coordinators, 2);
+  ASSERT_EQ(d->producers.size(), 1u);
+  ASSERT_EQ(d->consumers.size(), 1u);
+  EXPECT_EQ(d->producers[0].count, 2);
+  EXPECT_EQ(d->producers[0].costs.model, "tinystories-4m");
+  EXPECT_EQ(d->consumers[0].costs.role, NodeRole::kConsumer);
+  EXPECT_EQ(d->consumers[0].producer, "tinystories-4m");
+  EXPECT_EQ(d->consumers[0].code_bytes_per_token, 384);
+  EXPECT_EQ(d->nodes(), 2 + 2 + 6);
+  const SimLink link = d->LinkOf(0, 0);
+  EXPECT_EQ(link.gbps, 1.0);
+  EXPECT_EQ(link.latency_us, 200);
+
+  absl::StatusOr<SimWorkload> w = ReadSimWorkload(Example("example_workload.toml"));
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->rate, 20);
+  EXPECT_EQ(w->prompt.kind, SimLengthKind::kLogNormal);
+  EXPECT_EQ(w->prompt.max, 400);
+  EXPECT_EQ(w->output.kind, SimLengthKind::kUniform);
+  EXPECT_EQ(w->prefix_groups, 16);
+  EXPECT_EQ(w->tenants, 4);
+  ASSERT_EQ(w->mix.size(), 2u);
+  EXPECT_EQ(w->mix[0].mode, RequestedMode::Auto());
+  EXPECT_EQ(w->mix[1].mode, RequestedMode(TransferMode::kLocal));
+  EXPECT_EQ(w->ttft_slo_ms, 500);
+  EXPECT_TRUE(CheckSimWorkload(*w, *d).ok());
+}
+
+// Profiles by name, so the deployment tests need no files.
+ProfileLoader Profiles() {
+  return [](const std::string& path) -> absl::StatusOr<NodeProfile> {
+    NodeProfile p;
+    p.model = "m";
+    p.prefill = {10, 1, 0};
+    if (path.find("producer") != std::string::npos) {
+      p.role = NodeRole::kProducer;
+      p.link_goodput_gbps = 3;
+      p.link_latency_us = 40;
+      return p;
+    }
+    if (path.find("consumer") == std::string::npos) return absl::NotFoundError(path);
+    p.decode_step = {100, 10, 0};
+    p.kv_bytes_per_token = 100;
+    p.kv_budget_bytes = 1 << 20;
+    p.capacity = 8;
+    p.step_rows = 256;
+    return p;
+  };
+}
+
+constexpr char kDeployment[] = R"([deployment]
+coordinators = 1
+[[producer_pool]]
+name = "base"
+profile = "producer.toml"
+count = 3
+[[consumer_pool]]
+name = "a"
+profile = "consumer.toml"
+count = 4
+producer = "base"
+code_bytes_per_token = 100
+[[consumer_pool]]
+name = "b"
+profile = "consumer.toml"
+)";
+
+TEST(SimConfigTest, PathsAreRelativeToTheFileAndAPairWithoutALinkUsesTheProducersMeasuredOne) {
+  std::vector<std::string> asked;
+  ProfileLoader load = [&asked](const std::string& path) {
+    asked.push_back(path);
+    return Profiles()(path);
+  };
+  absl::StatusOr<SimDeployment> d = ParseSimDeployment(kDeployment, "/some/dir", load);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(asked, (std::vector<std::string>{"/some/dir/producer.toml", "/some/dir/consumer.toml",
+                                             "/some/dir/consumer.toml"}));
+  const SimLink link = d->LinkOf(0, 0);
+  EXPECT_EQ(link.gbps, 3);
+  EXPECT_EQ(link.latency_us, 40);
+  EXPECT_EQ(d->nodes(), 1 + 3 + 4 + 1);
+  EXPECT_TRUE(d->consumers[1].producer.empty());
+}
+
+TEST(SimConfigTest, RefusesWhatIsWrongNamingIt) {
+  struct Case {
+    std::string text, says;
+  };
+  auto edited = [](const std::string& from, const std::string& to) {
+    return absl::StrReplaceAll(kDeployment, {{from, to}});
+  };
+  const std::vector<Case> cases = {
+      {edited("count = 3", "cuont = 3"), "unknown key producer_pool[0].cuont"},
+      {edited("count = 3", "count = 0"), "producer_pool[0].count"},
+      {edited("count = 4", "count = 100001"), "consumer_pool[0].count"},
+      {edited("count = 3", "count = 60000\n") + "count = 50000\n", "nodes in all"},
+      {edited("[deployment]", "[deploymnet]"), "unknown table [deploymnet]"},
+      {edited("name = \"b\"", "name = \"a\""), "'a' twice"},
+      {edited("producer = \"base\"", "producer = \"bsae\""), "no producer pool 'bsae'"},
+      {edited("code_bytes_per_token = 100", ""), "code_bytes_per_token"},
+      {edited("profile = \"producer.toml\"", "profile = \"consumer.toml\""), "not a producer's"},
+      {edited("profile = \"producer.toml\"", "profile = \"nothing.toml\""),
+       "producer_pool[0].profile"},
+      {edited("coordinators = 1", "coordinators = 1.5"), "deployment.coordinators"},
+      {std::string(kDeployment) + "[[link]]\nproducer = \"base\"\nconsumer = \"c\"\ngbps = 1\n",
+       "no consumer pool 'c'"},
+      {std::string(kDeployment) + "[[link]]\nproducer = \"base\"\nconsumer = \"a\"\ngbps = 0\n",
+       "link[0].gbps"},
+      {std::string(kDeployment) + "[[link]]\nproducer = \"base\"\nconsumer = \"a\"\ngbps = 1\n" +
+           "[[link]]\nproducer = \"base\"\nconsumer = \"a\"\ngbps = 2\n",
+       "a second link"},
+      {"[deployment]\n", "pools"},
+      {std::string(kMaxSimFileBytes + 1, '#'), "at most"},
+      {"[deployment\n", "line 1"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<SimDeployment> d = ParseSimDeployment(c.text, "", Profiles());
+    ASSERT_FALSE(d.ok()) << c.says;
+    EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(d.status().message(), HasSubstr(c.says)) << d.status();
+  }
+}
+
+TEST(SimConfigTest, RefusesAWorkloadThatIsWrongNamingIt) {
+  const std::string good = "[workload]\nrate = 5\n[[mix]]\ntarget = \"a\"\nmode = \"scd\"\n";
+  ASSERT_TRUE(ParseSimWorkload(good).ok());
+  struct Case {
+    std::string text, says;
+  };
+  const std::vector<Case> cases = {
+      {"[workload]\nrate = 0\n[[mix]]\ntarget = \"a\"\n", "workload.rate"},
+      {"[workload]\nrate = inf\n[[mix]]\ntarget = \"a\"\n", "workload.rate"},
+      {"[workload]\narrivals = \"bursty\"\n[[mix]]\ntarget = \"a\"\n", "workload.arrivals"},
+      {"[[mix]]\ntarget = \"a\"\nmode = \"int4\"\n", "mix[0].mode"},
+      {"[[mix]]\ntarget = \"a\"\nweight = 0\n", "mix[0].weight"},
+      {"[[mix]]\nmode = \"auto\"\n", "mix[0].target"},
+      {"[workload]\nrate = 5\n", "[[mix]]"},
+      {"[prompt]\ndistribution = \"zipf\"\n[[mix]]\ntarget = \"a\"\n", "prompt.distribution"},
+      {"[prompt]\ndistribution = \"uniform\"\nmin = 9\nmax = 3\n[[mix]]\ntarget = \"a\"\n",
+       "min 9 above max 3"},
+      {"[output]\ntokens = 2000000\n[[mix]]\ntarget = \"a\"\n", "output.tokens"},
+      {"[prefix]\nshare = 1.5\n[[mix]]\ntarget = \"a\"\n", "prefix.share"},
+      {"[slo]\nttft = 5\n[[mix]]\ntarget = \"a\"\n", "unknown key slo.ttft"},
+      {"[mix]\ntarget = \"a\"\n", "mix: an array of tables"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<SimWorkload> w = ParseSimWorkload(c.text);
+    ASSERT_FALSE(w.ok()) << c.says;
+    EXPECT_THAT(w.status().message(), HasSubstr(c.says)) << w.status();
+  }
+  // Against a deployment: a target that is no pool, codes to a pool without a producer.
+  absl::StatusOr<SimDeployment> d = ParseSimDeployment(kDeployment, "", Profiles());
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(CheckSimWorkload(*ParseSimWorkload(good), *d).ok());
+  EXPECT_THAT(CheckSimWorkload(*ParseSimWorkload("[[mix]]\ntarget = \"z\"\n"), *d).message(),
+              HasSubstr("no consumer pool 'z'"));
+  EXPECT_THAT(CheckSimWorkload(*ParseSimWorkload("[[mix]]\ntarget = \"b\"\nmode = \"scd\"\n"), *d)
+                  .message(),
+              HasSubstr("has no producer"));
+}
+
+}  // namespace
+}  // namespace scd::bench
