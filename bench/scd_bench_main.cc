@@ -79,6 +79,7 @@
 #include "bench/netns_link.h"
 #include "bench/profile_command.h"
 #include "bench/serve_benchmark.h"
+#include "bench/simulate_command.h"
 #include "bench/soak_command.h"
 #include "bench/sweep_deployment.h"
 #include "bench/ucx_kill_command.h"
@@ -583,6 +584,8 @@ int Main(int argc, char** argv) {
   CLI::App* ucx_peer_command = AddUcxKillPeerCommand(app, &ucx_peer);
   ProfileOptions profile;
   CLI::App* profile_command = AddProfileCommand(app, &profile);
+  SimulateFlags simulate;
+  CLI::App* simulate_command = AddSimulateCommand(app, &simulate);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -606,13 +609,14 @@ int Main(int argc, char** argv) {
       std::_Exit(128 + signal);
     }).detach();
   }
-  absl::Status status = s->parsed()                 ? RunServe(serve)
-                        : m->parsed()               ? RunMixed(mixed, mixed_out)
-                        : k->parsed()               ? RunSoakCommand(soak)
-                        : kill->parsed()            ? RunKillCommand(kills)
-                        : ucx_kill->parsed()        ? RunUcxKillCommand(ucx_kills)
-                        : profile_command->parsed() ? RunProfileCommand(profile)
-                                                    : RunSweep(sweep);
+  absl::Status status = s->parsed()                  ? RunServe(serve)
+                        : m->parsed()                ? RunMixed(mixed, mixed_out)
+                        : k->parsed()                ? RunSoakCommand(soak)
+                        : kill->parsed()             ? RunKillCommand(kills)
+                        : ucx_kill->parsed()         ? RunUcxKillCommand(ucx_kills)
+                        : profile_command->parsed()  ? RunProfileCommand(profile)
+                        : simulate_command->parsed() ? RunSimulateCommand(simulate)
+                                                     : RunSweep(sweep);
   if (!status.ok()) {
     std::fprintf(stderr, "scd-bench: error: %s\n", std::string(status.message()).c_str());
     return 1;

@@ -99,7 +99,8 @@ absl::Status ReadPools(const toml::table& root, const std::string& dir, const Pr
                              {"prefix_cache_mb", F::Number(&c.prefix_cache_mb, 0, 1e9)},
                              {"producer", F::Text(&c.producer)},
                              {"code_bytes_per_token", F::Number(&c.code_bytes_per_token, 0, 1e9)},
-                             {"code_kl", F::Number(&c.code_kl, 0, 1e6)}}));
+                             {"code_kl", F::Number(&c.code_kl, 0, 1e6)},
+                             {"layers", F::Integer(&c.layers, 1, 1024)}}));
           SCD_RETURN_IF_ERROR(NeedName(c.name, where, &names));
           SCD_RETURN_IF_ERROR(
               LoadProfile(where, c.profile, dir, NodeRole::kConsumer, load, &c.costs));

@@ -8,7 +8,8 @@
 //   [[consumer_pool]]   name (the routing name requests target), profile, count,
 //                       prefix_cache_mb, producer (the producer pool whose codes it translates;
 //                       "": it prefills locally only), code_bytes_per_token and code_kl (the
-//                       pair's codes, its artifact's chosen frontier point)
+//                       pair's codes, its artifact's chosen frontier point), layers (the
+//                       model's: codes travel and are rebuilt layer by layer)
 //   [[link]]            producer, consumer (pools), gbps, latency_us, trace (a bandwidth trace,
 //                       bench/bandwidth_trace.h; "": none) -- a pair without one uses the
 //                       producer profile's measured link
@@ -59,6 +60,7 @@ struct SimConsumerPool {
   double prefix_cache_mb = 0;
   std::string producer;  // "": local prefill only
   double code_bytes_per_token = 0, code_kl = 0;
+  int64_t layers = 1;
 };
 
 struct SimLink {

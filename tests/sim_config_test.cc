@@ -32,6 +32,7 @@ TEST(SimConfigTest, TheExamplesReadWithTheirProfiles) {
   EXPECT_EQ(d->consumers[0].costs.role, NodeRole::kConsumer);
   EXPECT_EQ(d->consumers[0].producer, "tinystories-4m");
   EXPECT_EQ(d->consumers[0].code_bytes_per_token, 384);
+  EXPECT_EQ(d->consumers[0].layers, 6);
   EXPECT_EQ(d->nodes(), 2 + 2 + 6);
   const SimLink link = d->LinkOf(0, 0);
   EXPECT_EQ(link.gbps, 1.0);
@@ -128,6 +129,8 @@ TEST(SimConfigTest, RefusesWhatIsWrongNamingIt) {
       {edited("profile = \"producer.toml\"", "profile = \"nothing.toml\""),
        "producer_pool[0].profile"},
       {edited("coordinators = 1", "coordinators = 1.5"), "deployment.coordinators"},
+      {edited("code_bytes_per_token = 100", "code_bytes_per_token = 100\nlayers = 0"),
+       "consumer_pool[0].layers"},
       {std::string(kDeployment) + "[[link]]\nproducer = \"base\"\nconsumer = \"c\"\ngbps = 1\n",
        "no consumer pool 'c'"},
       {std::string(kDeployment) + "[[link]]\nproducer = \"base\"\nconsumer = \"a\"\ngbps = 0\n",

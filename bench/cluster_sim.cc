@@ -1,0 +1,497 @@
+#include "bench/cluster_sim.h"
+
+#include <algorithm>
+#include <deque>
+#include <list>
+#include <memory>
+#include <unordered_map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/prefix_block_cache.h"
+#include "base/prefix_hash.h"
+#include "base/simulated_clock.h"
+#include "base/status_macros.h"
+#include "bench/sim_nodes.h"
+#include "bench/sim_requests.h"
+#include "consumer/admission.h"
+#include "consumer/step_pacer.h"
+#include "consumer/step_plan.h"
+#include "coordinator/node_registry.h"
+#include "proto/node_speeds.h"
+#include "proto/wire_mode.h"
+
+namespace scd::bench {
+namespace {
+
+using sim::Admission;
+using sim::BlockCache;
+using sim::Cached;
+using sim::CacheOf;
+using sim::ConsumerInfo;
+using sim::ConsumerNode;
+using sim::kBlock;
+using sim::Keep;
+using sim::kReportedBlocks;
+using sim::ProducerInfo;
+using sim::ProducerNode;
+using sim::Req;
+
+std::string ModeName(TransferMode mode) { return TransferModeName(mode); }
+
+class Sim {
+ public:
+  Sim(const SimDeployment& d, const SimWorkload& w) : d_(d), w_(w), requests_(w) {}
+  absl::StatusOr<ClusterSimResult> Run(double drain_s);
+
+ private:
+  void AddNodes();
+  void Heartbeat();
+  void Arrive(std::unique_ptr<Req> req);
+  void Admitted(Req* req, Admission::Admitted admitted);
+  void StartPrefill(ProducerNode* p);
+  void LayerArrived(Req* req, bool last);
+  void Kick(ConsumerNode* c);
+  void StepDone(ConsumerNode* c, const consumer::StepPlan& plan, std::vector<Req*> ready,
+                double seconds);
+  void FirstToken(Req* req);
+  void Finish(Req* req, absl::StatusCode code);
+  double StepSeconds(ConsumerNode* c, const consumer::StepPlan& plan, std::vector<Req*>* ready);
+  v1::Finished FinishedOf(const Req& req) const;
+  void At(absl::Time when, std::function<void()> fire) {
+    ++events_;
+    clock_.At(when, std::move(fire));
+  }
+
+  const SimDeployment& d_;
+  const SimWorkload& w_;
+  SimRequests requests_;
+  SimulatedClock clock_;
+  absl::Time start_;
+  std::vector<std::unique_ptr<coordinator::NodeRegistry>> registries_;
+  std::vector<std::unique_ptr<ConsumerNode>> consumers_;
+  std::vector<std::unique_ptr<ProducerNode>> producers_;
+  std::unordered_map<std::string, ConsumerNode*> consumer_by_id_;
+  std::unordered_map<std::string, ProducerNode*> producer_by_id_;
+  std::unordered_map<uint64_t, std::unique_ptr<Req>> live_;
+  std::vector<SimRequestResult> results_;
+  int64_t events_ = 0;
+  bool arrivals_done_ = false;
+};
+
+void Sim::AddNodes() {
+  for (size_t p = 0; p < d_.producers.size(); ++p) {
+    const SimProducerPool& pool = d_.producers[p];
+    // The producer's KV per token as its consumers' (the same architecture).
+    int64_t kv = 0;
+    for (const SimConsumerPool& c : d_.consumers) {
+      if (c.producer == pool.name) kv = std::max(kv, c.costs.kv_bytes_per_token);
+    }
+    for (int64_t i = 0; i < pool.count; ++i) {
+      auto node = std::make_unique<ProducerNode>();
+      node->id = absl::StrCat(pool.name, "-", i);
+      node->pool = p;
+      node->spec = &pool;
+      node->info = ProducerInfo(pool, node->id);
+      node->cache = CacheOf(pool.prefix_cache_mb, kv, &clock_);
+      node->use = {node->id, true};
+      producer_by_id_[node->id] = node.get();
+      producers_.push_back(std::move(node));
+    }
+  }
+  for (size_t c = 0; c < d_.consumers.size(); ++c) {
+    const SimConsumerPool& pool = d_.consumers[c];
+    for (int64_t i = 0; i < pool.count; ++i) {
+      auto node = std::make_unique<ConsumerNode>();
+      node->id = absl::StrCat(pool.name, "-", i);
+      node->pool = c;
+      node->spec = &pool;
+      node->info = ConsumerInfo(pool, node->id);
+      Admission::Options a;
+      a.capacity = static_cast<uint32_t>(pool.costs.capacity);
+      a.budget_bytes = pool.costs.kv_budget_bytes;
+      a.clock = &clock_;
+      node->admission = Admission::Create(a);
+      node->cache = CacheOf(pool.prefix_cache_mb, pool.costs.kv_bytes_per_token, &clock_);
+      node->use = {node->id, false};
+      consumer_by_id_[node->id] = node.get();
+      consumers_.push_back(std::move(node));
+    }
+  }
+}
+
+// Every node's state to every coordinator, as its etcd entry would carry it.
+void Sim::Heartbeat() {
+  for (auto& p : producers_) {
+    v1::HeartbeatRequest hb;
+    hb.set_node_id(p->id);
+    hb.set_active_requests(static_cast<uint32_t>(p->queue.size() + (p->busy ? 1 : 0)));
+    *hb.mutable_speeds() = p->speeds.Report();
+    if (p->cache) {
+      hb.mutable_prefix_blocks()->set_block_tokens(kBlock);
+      for (uint64_t k : p->cache->RoutingKeys(kReportedBlocks)) {
+        hb.mutable_prefix_blocks()->add_blocks(k);
+      }
+    }
+    for (auto& r : registries_) r->Upsert(p->id, p->info, hb).IgnoreError();
+  }
+  for (auto& c : consumers_) {
+    v1::HeartbeatRequest hb;
+    hb.set_node_id(c->id);
+    hb.set_active_requests(c->admission->active());
+    hb.set_kv_reserved_bytes(static_cast<uint64_t>(c->admission->reserved_bytes()));
+    hb.set_queued_requests(c->admission->queued());
+    hb.set_kv_queued_bytes(static_cast<uint64_t>(c->admission->queued_bytes()));
+    *hb.mutable_speeds() = c->speeds.Report();
+    SetPerTokenCost(c->pacer.local_itl().UsPerToken(), hb.mutable_speeds()->mutable_local_itl());
+    SetPerTokenCost(c->rebuild_itl.UsPerToken(), hb.mutable_speeds()->mutable_rebuild_itl());
+    uint32_t decoding = 0;
+    for (const ConsumerNode::Seq& s : c->seqs) decoding += s.decoding ? 1 : 0;
+    hb.set_decoding_sequences(decoding);
+    if (c->cache) {
+      hb.mutable_prefix_blocks()->set_block_tokens(kBlock);
+      for (uint64_t k : c->cache->RoutingKeys(kReportedBlocks)) {
+        hb.mutable_prefix_blocks()->add_blocks(k);
+      }
+    }
+    for (auto& r : registries_) r->Upsert(c->id, c->info, hb).IgnoreError();
+  }
+  if (!arrivals_done_ || !live_.empty()) {
+    At(clock_.Now() + absl::Milliseconds(d_.heartbeat_ms), [this] { Heartbeat(); });
+  }
+}
+
+void Sim::Arrive(std::unique_ptr<Req> owned) {
+  Req* req = owned.get();
+  live_[req->r.id] = std::move(owned);
+  req->arrival = clock_.Now();
+  req->mix = &w_.mix[req->r.mix];
+  req->coordinator = static_cast<size_t>(req->r.id % registries_.size());
+  SimRequestResult& res = results_[req->r.id];
+  res.id = req->r.id;
+  res.arrival_s = req->r.arrival_s;
+  res.prompt_tokens = req->r.prompt_tokens;
+  res.output_tokens = req->r.output_tokens;
+  res.mix = req->r.mix;
+  req->hint.blocks = req->r.blocks;
+  req->hint.block_tokens = kBlock;
+  req->hint.kv_positions = req->r.prompt_tokens + req->r.output_tokens;
+  req->hint.prompt_tokens = req->r.prompt_tokens;
+  coordinator::NodeRegistry& registry = *registries_[req->coordinator];
+  absl::StatusOr<coordinator::Route> route =
+      registry.Resolve({req->mix->target}, req->mix->mode, &req->hint, 0, w_.objective_ttft_ms);
+  if (!route.ok()) return Finish(req, route.status().code());
+  req->route = *std::move(route);
+  registry.NoteRouted(req->route, &req->hint);
+  const coordinator::RouteTarget& target = req->route.targets[0];
+  req->consumer = consumer_by_id_.at(target.consumer_node);
+  res.mode = target.mode;
+  res.consumer = req->consumer->id;
+  if (target.mode != TransferMode::kLocal) {
+    req->producer = producer_by_id_.at(req->route.producer_node);
+    res.producer = req->producer->id;
+  }
+  const int64_t bytes = req->hint.kv_positions * req->consumer->spec->costs.kv_bytes_per_token;
+  req->consumer->admission->AdmitAsync(
+      bytes, absl::InfiniteFuture(), nullptr,
+      [this, req](Admission::Admitted admitted) { Admitted(req, std::move(admitted)); });
+}
+
+void Sim::Admitted(Req* req, Admission::Admitted admitted) {
+  if (!admitted.ok()) return Finish(req, admitted.status().code());
+  req->reservation = *std::move(admitted);
+  ConsumerNode* c = req->consumer;
+  const TransferMode mode = results_[req->r.id].mode;
+  const int64_t cached = Cached(c->cache.get(), *req, ModeName(mode));
+  results_[req->r.id].consumer_cached = cached;
+  if (mode == TransferMode::kLocal) {
+    ConsumerNode::Seq seq;
+    seq.req = req;
+    seq.prompt_left = req->r.prompt_tokens - cached;
+    seq.prompt_done = seq.context = cached;
+    c->seqs.push_back(seq);
+    return Kick(c);
+  }
+  req->sent = req->r.prompt_tokens - 1 - cached;
+  ProducerNode* p = req->producer;
+  p->queue.push_back(req);
+  if (!p->busy) StartPrefill(p);
+}
+
+void Sim::StartPrefill(ProducerNode* p) {
+  if (p->queue.empty()) {
+    p->busy = false;
+    return;
+  }
+  Req* req = p->queue.front();
+  p->queue.pop_front();
+  p->busy = true;
+  const int64_t cached = Cached(p->cache.get(), *req, "");
+  results_[req->r.id].producer_cached = cached;
+  const int64_t n = req->r.prompt_tokens - 1 - cached;
+  const double us = n > 0 ? p->spec->costs.prefill.At(n, cached) : 0;
+  const absl::Time start = clock_.Now();
+  // The codes leave layer by layer as the pass has them, in order on the producer's link.
+  const SimConsumerPool& pool = *req->consumer->spec;
+  const bool raw = results_[req->r.id].mode == TransferMode::kRaw;
+  const double per_token = raw ? pool.costs.kv_bytes_per_token / 2.0 : pool.code_bytes_per_token;
+  const double layer_bytes = static_cast<double>(req->sent) * per_token / pool.layers;
+  const SimLink link = d_.LinkOf(p->pool, req->consumer->pool);
+  const double bytes_per_s = link.gbps * 1e9 / 8;
+  for (int64_t l = 0; l < pool.layers; ++l) {
+    const absl::Time out = start + absl::Microseconds(us * (l + 1) / pool.layers);
+    const absl::Time send = std::max(out, p->link_free);
+    const double seconds = layer_bytes / bytes_per_s;
+    p->link_free = send + absl::Seconds(seconds);
+    p->use.link_s += seconds;
+    if (l == 0) req->first_byte = send;
+    const bool last = l + 1 == pool.layers;
+    At(p->link_free + absl::Microseconds(link.latency_us),
+       [this, req, last] { LayerArrived(req, last); });
+  }
+  At(start + absl::Microseconds(us), [this, p, req, n, us] {
+    p->speeds.ObservePrefill(n, us);
+    Keep(p->cache.get(), *req, "", req->consumer->spec->costs.kv_bytes_per_token);
+    p->use.busy_s += us / 1e6;
+    ++p->use.served;
+    req->prefill_us = us;
+    StartPrefill(p);
+  });
+}
+
+void Sim::LayerArrived(Req* req, bool last) {
+  ConsumerNode* c = req->consumer;
+  ++req->layers_in;
+  if (last) req->transfer_us = absl::ToDoubleMicroseconds(clock_.Now() - req->first_byte);
+  if (results_[req->r.id].mode == TransferMode::kRaw) {
+    if (last) c->ready.push_back(req);  // the raw cache taken as it is
+  } else {
+    c->work.push_back({req, std::max<int64_t>(req->sent, 1), last});
+  }
+  Kick(c);
+}
+
+void Sim::Kick(ConsumerNode* c) {
+  if (c->stepping) return;
+  consumer::StepState state;
+  state.now = clock_.Now();
+  for (const ConsumerNode::Seq& s : c->seqs) {
+    consumer::PlannedSequence planned;
+    planned.decoding = s.decoding;
+    planned.prompt_left = s.prompt_left;
+    state.sequences.push_back(planned);
+  }
+  for (const ConsumerNode::Work& w : c->work) state.work.push_back({w.rows_left, 1});
+  const NodeProfile& k = c->spec->costs;
+  state.rebuild_row_layer_s = k.rebuild.per_token_us / static_cast<double>(c->spec->layers) / 1e6;
+  consumer::StepLimits limits;
+  limits.max_batched_tokens = k.step_rows;
+  limits.model_layers = c->spec->layers;
+  consumer::StepPlan plan = consumer::PlanStep(state, c->pacer, limits);
+  if (plan.batch.empty() && plan.pieces.empty() && c->ready.empty()) return;  // idle
+  std::vector<Req*> ready;
+  ready.swap(c->ready);
+  const double seconds = StepSeconds(c, plan, &ready);
+  c->stepping = true;
+  At(clock_.Now() + absl::Seconds(seconds),
+     [this, c, plan = std::move(plan), ready = std::move(ready), seconds]() mutable {
+       StepDone(c, plan, std::move(ready), seconds);
+     });
+}
+
+// The step's time by the profile: its decodes, its prompt chunks (each token against the context
+// before it; a prompt's fixed cost with its first chunk), its rebuild pieces (a row is one
+// layer's share of a token) and the first decodes of caches completed.
+double Sim::StepSeconds(ConsumerNode* c, const consumer::StepPlan& plan, std::vector<Req*>* ready) {
+  const NodeProfile& k = c->spec->costs;
+  double forward_us = 0, context = 0;
+  for (const consumer::StepPlan::Member& m : plan.batch) {
+    const ConsumerNode::Seq& s = c->seqs[m.sequence];
+    if (m.chunk == 0) {
+      context += static_cast<double>(s.context);
+      continue;
+    }
+    const double n = static_cast<double>(m.chunk), done = static_cast<double>(s.prompt_done);
+    forward_us +=
+        k.prefill.per_token_us * n + k.prefill.per_token_context_us * (n * done + n * (n + 1) / 2);
+    if (s.prompt_done == results_[s.req->r.id].consumer_cached) forward_us += k.prefill.fixed_us;
+  }
+  if (plan.decodes > 0) forward_us += k.decode_step.At(plan.decodes, static_cast<int64_t>(context));
+  double pieces_us = 0, rows = 0;
+  for (const consumer::StepPlan::Piece& piece : plan.pieces) {
+    rows += static_cast<double>(piece.rows);
+    pieces_us += static_cast<double>(piece.rows) * k.rebuild.per_token_us /
+                 static_cast<double>(c->spec->layers);
+  }
+  double first_us = 0;
+  for (Req* req : *ready) first_us += k.first_decode.At(static_cast<double>(req->r.prompt_tokens));
+  c->pacer.Observe(plan.decodes, plan.prefill_tokens, forward_us / 1e6, plan.allowed);
+  if (plan.decodes > 0 && rows > 0) {
+    c->rebuild_itl.Add(pieces_us / 1e6, rows / static_cast<double>(c->spec->layers));
+  }
+  return (forward_us + pieces_us + first_us) / 1e6;
+}
+
+void Sim::StepDone(ConsumerNode* c, const consumer::StepPlan& plan, std::vector<Req*> ready,
+                   double seconds) {
+  c->stepping = false;
+  c->use.busy_s += seconds;
+  ++c->use.steps;
+  for (const consumer::StepPlan::Piece& piece : plan.pieces) {
+    ConsumerNode::Work& w = c->work[piece.work];
+    w.rows_left -= piece.rows;
+    w.req->rebuild_us += static_cast<double>(piece.rows) * c->spec->costs.rebuild.per_token_us /
+                         static_cast<double>(c->spec->layers);
+  }
+  while (!c->work.empty() && c->work.front().rows_left <= 0) {
+    if (c->work.front().last) c->ready.push_back(c->work.front().req);
+    c->work.pop_front();
+  }
+  std::vector<Req*> done;
+  for (const consumer::StepPlan::Member& m : plan.batch) {
+    ConsumerNode::Seq& s = c->seqs[m.sequence];
+    s.context += m.chunk == 0 ? 1 : m.chunk;
+    if (m.chunk == 0) {
+      if (++s.req->tokens >= s.req->r.output_tokens) done.push_back(s.req);
+      continue;
+    }
+    s.prompt_left -= m.chunk;
+    s.prompt_done += m.chunk;
+    if (s.prompt_left > 0) continue;
+    s.decoding = true;
+    FirstToken(s.req);
+    if (s.req->tokens >= s.req->r.output_tokens) done.push_back(s.req);
+  }
+  for (Req* req : ready) {
+    req->first_decode_us =
+        c->spec->costs.first_decode.At(static_cast<double>(req->r.prompt_tokens));
+    FirstToken(req);
+    ConsumerNode::Seq seq;
+    seq.req = req;
+    seq.decoding = true;
+    seq.context = req->r.prompt_tokens;
+    c->seqs.push_back(seq);
+    if (req->tokens >= req->r.output_tokens) done.push_back(req);
+  }
+  c->seqs.erase(std::remove_if(c->seqs.begin(), c->seqs.end(),
+                               [&done](const ConsumerNode::Seq& s) {
+                                 return std::find(done.begin(), done.end(), s.req) != done.end();
+                               }),
+                c->seqs.end());
+  for (Req* req : done) Finish(req, absl::StatusCode::kOk);
+  Kick(c);
+}
+
+void Sim::FirstToken(Req* req) {
+  req->first_token = clock_.Now();
+  req->tokens = 1;
+  registries_[req->coordinator]->NoteFirstToken(req->route, 0);
+  ConsumerNode* c = req->consumer;
+  Keep(c->cache.get(), *req, ModeName(results_[req->r.id].mode), c->spec->costs.kv_bytes_per_token);
+}
+
+v1::Finished Sim::FinishedOf(const Req& req) const {
+  const SimRequestResult& res = results_[req.r.id];
+  v1::Finished f;
+  f.set_reason("length");
+  f.set_prompt_tokens(static_cast<uint32_t>(req.r.prompt_tokens));
+  f.set_output_tokens(static_cast<uint32_t>(req.r.output_tokens));
+  SetRanMode(res.mode, &f);
+  f.set_producer_cached_tokens(static_cast<uint32_t>(res.producer_cached));
+  f.set_consumer_cached_tokens(static_cast<uint32_t>(res.consumer_cached));
+  v1::Timings* t = f.mutable_timings();
+  const double ttft_us = absl::ToDoubleMicroseconds(req.first_token - req.arrival);
+  t->set_ttft(static_cast<uint64_t>(ttft_us));
+  t->set_total(static_cast<uint64_t>(absl::ToDoubleMicroseconds(clock_.Now() - req.arrival)));
+  if (res.mode == TransferMode::kLocal) {
+    t->set_prefill(static_cast<uint64_t>(ttft_us));
+    return f;
+  }
+  const SimConsumerPool& pool = *req.consumer->spec;
+  const double per_token = res.mode == TransferMode::kRaw ? pool.costs.kv_bytes_per_token / 2.0
+                                                          : pool.code_bytes_per_token;
+  f.set_payload_bytes(static_cast<uint64_t>(static_cast<double>(req.sent) * per_token));
+  t->set_prefill(static_cast<uint64_t>(req.prefill_us));
+  t->set_transfer(static_cast<uint64_t>(req.transfer_us));
+  t->set_rebuild(static_cast<uint64_t>(req.rebuild_us));
+  t->set_first_decode(static_cast<uint64_t>(req.first_decode_us));
+  return f;
+}
+
+void Sim::Finish(Req* req, absl::StatusCode code) {
+  std::unique_ptr<Req> owned = std::move(live_.at(req->r.id));
+  live_.erase(req->r.id);
+  SimRequestResult& res = results_[req->r.id];
+  res.code = code;
+  if (!req->route.targets.empty()) {
+    coordinator::NodeRegistry& registry = *registries_[req->coordinator];
+    registry.RoutedDone(req->route);
+    if (code == absl::StatusCode::kOk) {
+      res.ttft_s = absl::ToDoubleSeconds(req->first_token - req->arrival);
+      res.e2el_s = absl::ToDoubleSeconds(clock_.Now() - req->arrival);
+      const v1::Finished finished = FinishedOf(*req);
+      registry.ObserveFinished(req->route, req->route.targets[0], finished);
+      req->consumer->speeds.ObserveFinished(finished);
+      ++req->consumer->use.served;
+    }
+  }
+  owned->reservation.reset();  // may admit a waiting request here
+}
+
+absl::StatusOr<ClusterSimResult> Sim::Run(double drain_s) {
+  const absl::Time wall = absl::Now();
+  start_ = clock_.Now();
+  coordinator::RegistryOptions options;
+  options.lease = absl::Seconds(d_.lease_s);
+  options.heartbeat_interval = absl::Milliseconds(d_.heartbeat_ms);
+  for (int64_t i = 0; i < d_.coordinators; ++i) {
+    registries_.push_back(std::make_unique<coordinator::NodeRegistry>(options, &clock_));
+  }
+  AddNodes();
+  Heartbeat();
+  std::function<void()> next_arrival = [this, &next_arrival] {
+    SimRequest r;
+    if (!requests_.Next(&r)) {
+      arrivals_done_ = true;
+      return;
+    }
+    results_.emplace_back();
+    At(start_ + absl::Seconds(r.arrival_s), [this, r, &next_arrival]() {
+      auto req = std::make_unique<Req>();
+      req->r = r;
+      Arrive(std::move(req));
+      next_arrival();
+    });
+  };
+  next_arrival();
+  const absl::Time limit = start_ + absl::Seconds(w_.duration_s + drain_s);
+  absl::Time last = start_;
+  while (clock_.next() <= limit && !(arrivals_done_ && live_.empty())) {
+    last = clock_.next();
+    clock_.AdvanceTo(last);
+  }
+  std::vector<Req*> left;
+  for (auto& [id, req] : live_) left.push_back(req.get());
+  std::sort(left.begin(), left.end(), [](Req* a, Req* b) { return a->r.id < b->r.id; });
+  for (Req* req : left) Finish(req, absl::StatusCode::kDeadlineExceeded);
+  ClusterSimResult out;
+  out.requests = std::move(results_);
+  for (auto& p : producers_) out.nodes.push_back(p->use);
+  for (auto& c : consumers_) out.nodes.push_back(c->use);
+  out.simulated_s = absl::ToDoubleSeconds(last - start_);
+  out.wall_s = absl::ToDoubleSeconds(absl::Now() - wall);
+  out.events = events_;
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<ClusterSimResult> RunClusterSim(const SimDeployment& deployment,
+                                               const SimWorkload& workload, double drain_s) {
+  SCD_RETURN_IF_ERROR(CheckSimWorkload(workload, deployment));
+  Sim sim(deployment, workload);
+  return sim.Run(drain_s);
+}
+
+}  // namespace scd::bench

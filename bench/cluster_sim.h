@@ -1,0 +1,77 @@
+// ClusterSim: a deployment (bench/sim_config.h) under a workload on simulated time -- the
+// discrete-event core of `scd-bench simulate` (issue 51). It runs the daemons' own policy code on
+// one SimulatedClock (base/simulated_clock.h), not a second model of it:
+//   - each coordinator is a real NodeRegistry (coordinator/node_registry.h) on the simulated
+//     clock: nodes are upserted as an etcd watch would (never lapsing), their heartbeats carry
+//     load, KV memory, prefix blocks and the speeds their own NodeSpeedTrackers measured from
+//     their simulated work (proto/node_speeds.h); requests are routed by Resolve (route choice,
+//     cache-aware routing, auto's TTFT model) and accounted by NoteRouted, NoteFirstToken,
+//     RoutedDone and ObserveFinished (the link book);
+//   - each consumer admits by its real Admission (consumer/admission.h: KV bytes, capacity, its
+//     FIFO) and runs continuous batching by the scheduler's own plan and pacing
+//     (consumer/step_plan.h PlanStep, consumer/step_pacer.h), charged the profile's costs: a
+//     decode step by its sequences and context, a prompt chunk by its tokens and their context,
+//     a rebuild piece by its rows, the first decode after a transfer;
+//   - each producer runs its prefills one at a time (the profile's prefill with its context term,
+//     after what its prefix cache holds), its codes leaving layer by layer as the pass has them
+//     and crossing its link (the pool pair's goodput and latency; one link per producer node, in
+//     order) to the consumer, which rebuilds each layer as it arrives;
+//   - prefix caches as LRU sets of blocks within their budget (a consumer's per mode).
+// Requests go to the coordinators in turn. Deterministic: one seed, one order of events.
+// Thread-safety: RunClusterSim is reentrant (each call its own clock and state).
+#ifndef SCD_BENCH_CLUSTER_SIM_H_
+#define SCD_BENCH_CLUSTER_SIM_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "bench/sim_config.h"
+#include "codec/transfer_mode.h"
+
+namespace scd::bench {
+
+// One request's outcome.
+struct SimRequestResult {
+  uint64_t id = 0;
+  double arrival_s = 0;
+  int64_t prompt_tokens = 0, output_tokens = 0;
+  size_t mix = 0;
+  absl::StatusCode code = absl::StatusCode::kOk;  // not OK: refused (routing, admission)
+  TransferMode mode = TransferMode::kLocal;       // as routed
+  int64_t producer_cached = 0, consumer_cached = 0;
+  double ttft_s = 0, e2el_s = 0;
+  std::string consumer, producer;  // node names ("fables-3"); producer "" when local
+  double tpot_s() const {
+    return output_tokens > 1 ? (e2el_s - ttft_s) / static_cast<double>(output_tokens - 1) : 0;
+  }
+};
+
+// One node's work over the run.
+struct SimNodeUse {
+  std::string name;
+  bool producer = false;
+  double busy_s = 0;   // computing (producer prefills; consumer steps)
+  double link_s = 0;   // producer: its link carrying codes
+  int64_t steps = 0;   // consumer: batched steps
+  int64_t served = 0;  // requests it finished (consumer) or prefilled (producer)
+};
+
+struct ClusterSimResult {
+  std::vector<SimRequestResult> requests;  // in arrival order
+  std::vector<SimNodeUse> nodes;
+  double simulated_s = 0;  // the run's start to its last event
+  double wall_s = 0;       // what it took this machine
+  int64_t events = 0;
+};
+
+// Runs `workload` on `deployment` (CheckSimWorkload first: INVALID_ARGUMENT naming what does
+// not fit). Requests still running `drain_s` after the last arrival are ended DEADLINE_EXCEEDED.
+absl::StatusOr<ClusterSimResult> RunClusterSim(const SimDeployment& deployment,
+                                               const SimWorkload& workload, double drain_s = 600);
+
+}  // namespace scd::bench
+
+#endif  // SCD_BENCH_CLUSTER_SIM_H_

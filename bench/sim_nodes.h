@@ -1,0 +1,121 @@
+// The cluster simulator's nodes and requests (bench/cluster_sim.h): what a simulated producer
+// and consumer hold -- the daemons' own Admission and StepPacer, a NodeSpeedTracker, a prefix
+// cache that is the real PrefixBlockCache over blocks of bytes only -- what they register with a
+// coordinator (a consumer's artifact carrying the pool pair's codes as its frontier's one point),
+// and a request's state as events advance it.
+// Thread-safety: not thread-safe (the simulation's one thread owns them).
+#ifndef SCD_BENCH_SIM_NODES_H_
+#define SCD_BENCH_SIM_NODES_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "base/clock.h"
+#include "base/prefix_block_cache.h"
+#include "base/prefix_hash.h"
+#include "bench/cluster_sim.h"
+#include "bench/sim_config.h"
+#include "bench/sim_requests.h"
+#include "consumer/admission.h"
+#include "consumer/step_pacer.h"
+#include "coordinator/route_choice.h"
+#include "proto/node_speeds.h"
+#include "scd/v1/registry.pb.h"
+
+namespace scd::bench::sim {
+
+using consumer::Admission;
+
+constexpr int64_t kBlock = kPrefixBlockTokens;
+constexpr size_t kReportedBlocks = 65536;  // proto/registry_client.h kReportedPrefixBlocks
+
+// A simulated cache block: its bytes only (the real cache's mechanism, base/prefix_block_cache.h,
+// keeps the chains, the budget and the LRU order).
+struct SimBlock {
+  int64_t size = 0;
+  int64_t bytes() const { return size; }
+};
+using BlockCache = PrefixBlockCache<SimBlock>;
+
+// A node's prefix cache of `mb` MiB at `bytes_per_token` (none when either is 0).
+std::unique_ptr<BlockCache> CacheOf(double mb, int64_t bytes_per_token, Clock* clock);
+
+struct Req;
+
+struct ConsumerNode {
+  std::string id;
+  size_t pool = 0;
+  const SimConsumerPool* spec = nullptr;
+  v1::RegisterRequest info;
+  std::shared_ptr<Admission> admission;
+  consumer::StepPacer pacer{2.0, 64};
+  struct Seq {
+    Req* req = nullptr;
+    bool decoding = false;
+    int64_t prompt_left = 0, prompt_done = 0;  // local prompt positions to run / run
+    int64_t context = 0;                       // positions in its cache
+  };
+  std::vector<Seq> seqs;
+  struct Work {
+    Req* req = nullptr;
+    int64_t rows_left = 0;
+    bool last = false;  // the request's last layer
+  };
+  std::deque<Work> work;
+  std::vector<Req*> ready;  // caches complete, their first decode due
+  bool stepping = false;
+  NodeSpeedTracker speeds;
+  consumer::ItlCost rebuild_itl;
+  std::unique_ptr<BlockCache> cache;
+  SimNodeUse use;
+};
+
+struct ProducerNode {
+  std::string id;
+  size_t pool = 0;
+  const SimProducerPool* spec = nullptr;
+  v1::RegisterRequest info;
+  std::deque<Req*> queue;
+  bool busy = false;
+  absl::Time link_free = absl::InfinitePast();
+  NodeSpeedTracker speeds;
+  std::unique_ptr<BlockCache> cache;
+  SimNodeUse use;
+};
+
+struct Req {
+  SimRequest r;
+  const SimMix* mix = nullptr;
+  size_t coordinator = 0;
+  coordinator::Route route;
+  coordinator::PrefixHint hint;
+  ConsumerNode* consumer = nullptr;
+  ProducerNode* producer = nullptr;
+  std::unique_ptr<Admission::Reservation> reservation;
+  absl::Time arrival, first_token = absl::InfinitePast();
+  int64_t tokens = 0, sent = 0, layers_in = 0;
+  double prefill_us = 0, transfer_us = 0, rebuild_us = 0, first_decode_us = 0;
+  absl::Time first_byte = absl::InfinitePast();
+  SimRequestResult* result = nullptr;
+};
+
+v1::RegisterRequest ProducerInfo(const SimProducerPool& pool, const std::string& id);
+v1::RegisterRequest ConsumerInfo(const SimConsumerPool& pool, const std::string& id);
+
+// The cache keys of `req`'s blocks (a chain: a block's key names every block before it), a
+// consumer's per mode (what it rebuilt from codes is not its own prefill's); "" mode: a
+// producer's.
+std::vector<std::string> KeysFor(const Req& req, const std::string& mode);
+// Prompt positions of `req` the cache holds (and now marks used; null: none): at most the prompt
+// less its last token (which is always run).
+int64_t Cached(BlockCache* cache, const Req& req, const std::string& mode);
+// Puts `req`'s blocks into the cache (what its pass or rebuild left there; null: nothing).
+void Keep(BlockCache* cache, const Req& req, const std::string& mode, int64_t bytes_per_token);
+
+}  // namespace scd::bench::sim
+
+#endif  // SCD_BENCH_SIM_NODES_H_

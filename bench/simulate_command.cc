@@ -1,0 +1,109 @@
+#include "bench/simulate_command.h"
+
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "base/file_util.h"
+#include "base/status_macros.h"
+#include "bench/serve_benchmark.h"
+
+namespace scd::bench {
+namespace {
+
+nlohmann::json SummaryJson(const MetricSummary& s) {
+  nlohmann::json p = nlohmann::json::object();
+  for (const auto& [at, v] : s.percentiles) p[absl::StrFormat("p%g", at)] = v;
+  return {{"mean_ms", s.mean},
+          {"median_ms", s.median},
+          {"std_ms", s.std},
+          {"percentiles_ms", p},
+          {"count", s.count}};
+}
+
+}  // namespace
+
+std::string SimulateJson(const ClusterSimResult& r, const SimWorkload& w) {
+  std::vector<double> ttft, tpot, e2el;
+  std::map<std::string, int64_t> modes, failures;
+  int64_t good = 0, output_tokens = 0;
+  for (const SimRequestResult& q : r.requests) {
+    if (q.code != absl::StatusCode::kOk) {
+      ++failures[absl::StatusCodeToString(q.code)];
+      continue;
+    }
+    ++modes[TransferModeName(q.mode)];
+    ttft.push_back(q.ttft_s);
+    e2el.push_back(q.e2el_s);
+    if (q.output_tokens > 1) tpot.push_back(q.tpot_s());
+    output_tokens += q.output_tokens;
+    const bool meets = (w.ttft_slo_ms <= 0 || q.ttft_s * 1e3 <= w.ttft_slo_ms) &&
+                       (w.tpot_slo_ms <= 0 || q.tpot_s() * 1e3 <= w.tpot_slo_ms);
+    good += meets ? 1 : 0;
+  }
+  const std::vector<double> at = {50, 90, 99};
+  const double seconds = w.duration_s;  // goodput per second of offered load
+  nlohmann::json nodes = nlohmann::json::array();
+  for (const SimNodeUse& n : r.nodes) {
+    nodes.push_back({{"name", n.name},
+                     {"role", n.producer ? "producer" : "consumer"},
+                     {"busy", r.simulated_s > 0 ? n.busy_s / r.simulated_s : 0},
+                     {"link", r.simulated_s > 0 ? n.link_s / r.simulated_s : 0},
+                     {"steps", n.steps},
+                     {"served", n.served}});
+  }
+  nlohmann::json j = {{"requests", r.requests.size()},
+                      {"completed", ttft.size()},
+                      {"failed", r.requests.size() - ttft.size()},
+                      {"failures_by_code", failures},
+                      {"modes", modes},
+                      {"good", good},
+                      {"goodput", static_cast<double>(good) / seconds},
+                      {"request_throughput", static_cast<double>(ttft.size()) / seconds},
+                      {"output_throughput", static_cast<double>(output_tokens) / seconds},
+                      {"ttft", SummaryJson(Summarize(ttft, at))},
+                      {"tpot", SummaryJson(Summarize(tpot, at))},
+                      {"e2el", SummaryJson(Summarize(e2el, at))},
+                      {"simulated_s", r.simulated_s},
+                      {"events", r.events},
+                      {"nodes", nodes}};
+  return j.dump(1);
+}
+
+CLI::App* AddSimulateCommand(CLI::App& app, SimulateFlags* f) {
+  CLI::App* s = app.add_subcommand(
+      "simulate",
+      "a deployment under a workload on simulated time, the daemons' own routing, "
+      "admission and scheduling charged measured node profiles");
+  s->add_option("--deployment", f->deployment, "the deployment TOML (bench/sim_config.h)")
+      ->required();
+  s->add_option("--workload", f->workload, "the workload TOML")->required();
+  s->add_option("--out", f->out, "write the JSON here too");
+  s->add_option("--drain", f->drain_s, "seconds after the last arrival before what runs is ended")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  s->add_option("--seed", f->seed, "the workload's seed instead of its file's")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 53));
+  return s;
+}
+
+absl::Status RunSimulateCommand(const SimulateFlags& f) {
+  SCD_ASSIGN_OR_RETURN(const SimDeployment deployment, ReadSimDeployment(f.deployment));
+  SCD_ASSIGN_OR_RETURN(SimWorkload workload, ReadSimWorkload(f.workload));
+  if (f.seed >= 0) workload.seed = static_cast<uint64_t>(f.seed);
+  SCD_ASSIGN_OR_RETURN(const ClusterSimResult r, RunClusterSim(deployment, workload, f.drain_s));
+  const std::string json = SimulateJson(r, workload);
+  std::printf("%s\n", json.c_str());
+  std::fflush(stdout);  // the JSON before the line on stderr
+  std::fprintf(stderr,
+               "scd-bench simulate: %zu requests, %ld events, %.1f simulated s in %.2f s "
+               "(%.2f us per event)\n",
+               r.requests.size(), r.events, r.simulated_s, r.wall_s,
+               r.events > 0 ? r.wall_s * 1e6 / static_cast<double>(r.events) : 0.0);
+  if (!f.out.empty()) SCD_RETURN_IF_ERROR(WriteStringToFile(f.out, json + "\n"));
+  return absl::OkStatus();
+}
+
+}  // namespace scd::bench

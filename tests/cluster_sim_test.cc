@@ -1,0 +1,148 @@
+// ClusterSim (bench/cluster_sim.h) against answers worked out by hand from the profiles: a lone
+// local request's first token after its prefill and its tokens one decode step apart; a lone scd
+// request's first token after the last layer's codes crossed the link, that layer's rebuild and
+// the first decode; the same run twice gives the same results; under load every request ends,
+// admission queueing, not losing them.
+#include "bench/cluster_sim.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace scd::bench {
+namespace {
+
+NodeProfile ProducerCosts() {
+  NodeProfile p;
+  p.role = NodeRole::kProducer;
+  p.model = "p";
+  p.prefill = {1000, 50, 0.5};
+  p.link_goodput_gbps = 1;
+  return p;
+}
+
+NodeProfile ConsumerCosts() {
+  NodeProfile p;
+  p.role = NodeRole::kConsumer;
+  p.model = "c";
+  p.prefill = {800, 40, 0.25};
+  p.rebuild = {0, 12};
+  p.first_decode = {1500, 1};
+  p.decode_step = {2000, 100, 2};
+  p.kv_bytes_per_token = 1000;
+  p.kv_budget_bytes = 1000 * 4096;
+  p.capacity = 8;
+  p.step_rows = 512;
+  return p;
+}
+
+SimDeployment Deployment(int64_t consumers, double gbps, int64_t layers) {
+  const std::string text = absl::StrCat(
+      "[deployment]\nheartbeat_ms = 100\n[[producer_pool]]\nname = \"base\"\nprofile = "
+      "\"producer\"\nprefix_cache_mb = 4\n"
+      "[[consumer_pool]]\nname = \"c\"\nprofile = \"consumer\"\nproducer = "
+      "\"base\"\nprefix_cache_mb = 4\n",
+      "code_bytes_per_token = 500\ncount = ", consumers, "\nlayers = ", layers,
+      "\n[[link]]\nproducer = \"base\"\nconsumer = \"c\"\ngbps = ", gbps, "\nlatency_us = 300\n");
+  absl::StatusOr<SimDeployment> d =
+      ParseSimDeployment(text, "", [](const std::string& path) -> absl::StatusOr<NodeProfile> {
+        return path == "producer" ? ProducerCosts() : ConsumerCosts();
+      });
+  EXPECT_TRUE(d.ok()) << d.status();
+  return *d;
+}
+
+SimWorkload Workload(const std::string& mode, double rate, double duration_s, int64_t prompt,
+                     int64_t output) {
+  SimWorkload w;
+  w.duration_s = duration_s;
+  w.rate = rate;
+  w.arrivals = SimArrivals::kConstant;
+  w.prompt.tokens = prompt;
+  w.output.tokens = output;
+  SimMix m;
+  m.target = "c";
+  m.mode = *ParseRequestedMode(mode);
+  w.mix = {m};
+  return w;
+}
+
+TEST(ClusterSimTest, ALoneLocalRequestTakesItsPrefillThenADecodeStepPerToken) {
+  // One request (constant arrivals at 1/s for 1.5 s), 100 prompt tokens, 5 out.
+  const SimDeployment d = Deployment(1, 1, 4);
+  absl::StatusOr<ClusterSimResult> r = RunClusterSim(d, Workload("local", 1, 1.5, 100, 5));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->requests.size(), 1u);
+  const SimRequestResult& q = r->requests[0];
+  ASSERT_EQ(q.code, absl::StatusCode::kOk);
+  EXPECT_EQ(q.mode, TransferMode::kLocal);
+  const NodeProfile c = ConsumerCosts();
+  // The whole prompt in one step (100 rows of 512, nothing decoding beside it).
+  const double ttft_us = c.prefill.At(100, 0);
+  EXPECT_NEAR(q.ttft_s * 1e6, ttft_us, 1);
+  // Then four decode steps of one sequence over 100, 101, 102, 103 positions.
+  double decode_us = 0;
+  for (int64_t ctx = 100; ctx < 104; ++ctx) decode_us += c.decode_step.At(1, ctx);
+  EXPECT_NEAR(q.e2el_s * 1e6, ttft_us + decode_us, 1);
+  EXPECT_NEAR(q.tpot_s() * 1e6, decode_us / 4, 1);
+}
+
+TEST(ClusterSimTest, ALoneScdRequestWaitsForTheLastLayerThenItsRebuildAndFirstDecode) {
+  // A slow link (0.001 Gb/s = 125 kB/s): each layer's codes (99 tokens x 500 B / 4 layers =
+  // 12,375 B, 99 ms) leave as the pass has them and queue on the link.
+  const SimDeployment d = Deployment(1, 0.001, 4);
+  absl::StatusOr<ClusterSimResult> r = RunClusterSim(d, Workload("scd", 1, 1.5, 100, 3));
+  ASSERT_TRUE(r.ok()) << r.status();
+  const SimRequestResult& q = r->requests[0];
+  ASSERT_EQ(q.code, absl::StatusCode::kOk);
+  EXPECT_EQ(q.mode, TransferMode::kScd);
+  const NodeProfile p = ProducerCosts(), c = ConsumerCosts();
+  const double prefill_us = p.prefill.At(99, 0);  // the prompt less its last token
+  const double layer_us = 99.0 * 500 / 4 / (0.001e9 / 8) * 1e6;
+  // Layer 0 leaves at a quarter of the pass; the link is then busy to the end.
+  double link_free = prefill_us / 4;
+  for (int l = 0; l < 4; ++l) link_free = std::max(link_free, prefill_us * (l + 1) / 4) + layer_us;
+  const double arrived = link_free + 300;
+  const double rebuild_us = 99.0 * c.rebuild.per_token_us / 4;  // the last layer's piece
+  EXPECT_NEAR(q.ttft_s * 1e6, arrived + rebuild_us + c.first_decode.At(100), 1);
+  EXPECT_NEAR(q.tpot_s() * 1e6, (c.decode_step.At(1, 100) + c.decode_step.At(1, 101)) / 2, 1);
+}
+
+TEST(ClusterSimTest, UnderLoadEveryRequestEndsAndTheSameSeedGivesTheSameRun) {
+  const SimDeployment d = Deployment(3, 1, 4);
+  SimWorkload w = Workload("auto", 40, 20, 200, 32);
+  w.arrivals = SimArrivals::kPoisson;
+  w.seed = 5;
+  w.prompt = {SimLengthKind::kUniform, 0, 16, 400};
+  w.prefix_groups = 4;
+  w.prefix_share = 0.5;
+  absl::StatusOr<ClusterSimResult> a = RunClusterSim(d, w);
+  absl::StatusOr<ClusterSimResult> b = RunClusterSim(d, w);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_GT(a->requests.size(), 600u);
+  ASSERT_EQ(a->requests.size(), b->requests.size());
+  int ok = 0, local = 0, cached = 0;
+  for (size_t i = 0; i < a->requests.size(); ++i) {
+    const SimRequestResult &x = a->requests[i], &y = b->requests[i];
+    EXPECT_EQ(x.code, y.code);
+    EXPECT_EQ(x.ttft_s, y.ttft_s);
+    EXPECT_EQ(x.e2el_s, y.e2el_s);
+    EXPECT_EQ(x.consumer, y.consumer);
+    ok += x.code == absl::StatusCode::kOk;
+    local += x.mode == TransferMode::kLocal;
+    cached += x.producer_cached + x.consumer_cached > 0;
+    if (x.code == absl::StatusCode::kOk) {
+      EXPECT_GT(x.ttft_s, 0);
+      EXPECT_GE(x.e2el_s, x.ttft_s);
+    }
+  }
+  EXPECT_EQ(ok, static_cast<int>(a->requests.size()));
+  EXPECT_GT(cached, 0);  // the groups' prefixes hit the caches
+  EXPECT_GT(a->events, 0);
+  for (const SimNodeUse& n : a->nodes) EXPECT_GT(n.busy_s, 0) << n.name;
+}
+
+}  // namespace
+}  // namespace scd::bench

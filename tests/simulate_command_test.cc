@@ -1,0 +1,58 @@
+// `scd-bench simulate` (bench/simulate_command.h) as a user runs it: the committed example
+// deployment under a short workload, twice in separate processes -- the same JSON both times (a
+// seed's run is deterministic), every request accounted for, the report's fields where a reader
+// of `scd-bench serve`'s looks for them; another seed gives another run.
+#include "bench/simulate_command.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "base/child_process.h"
+#include "tests/test_files.h"
+
+namespace scd::bench {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The JSON a run wrote (--out).
+std::string Simulate(const std::string& workload, const std::string& seed, const std::string& out) {
+  absl::StatusOr<ChildProcess::Outcome> run =
+      ChildProcess::Run({testing::BuildDir() + "/bin/scd-bench", "simulate", "--deployment",
+                         std::string(SCD_SOURCE_DIR) + "/bench/cluster/example_deployment.toml",
+                         "--workload", workload, "--seed", seed, "--out", out});
+  EXPECT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->status, 0) << run->output;
+  return testing::ReadFile(out);
+}
+
+TEST(SimulateCommandTest, TheSameSeedGivesTheSameJsonInTwoProcesses) {
+  const std::string dir = fs::temp_directory_path() / ("scd-simulate-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string workload = dir + "/workload.toml";
+  testing::WriteFile(
+      workload,
+      "[workload]\nduration_s = 30\nrate = 15\n[prompt]\ndistribution = \"uniform\"\n"
+      "min = 16\nmax = 300\n[output]\ntokens = 24\n[prefix]\ngroups = 4\nshare = 0.5\n"
+      "[[mix]]\ntarget = \"fables\"\nmode = \"auto\"\n[slo]\nttft_ms = 200\n");
+  const std::string a = Simulate(workload, "3", dir + "/a.json");
+  const std::string b = Simulate(workload, "3", dir + "/b.json");
+  EXPECT_EQ(a, b);
+  const nlohmann::json j = nlohmann::json::parse(a, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << a;
+  // 15/s over 30 s, Poisson: 450 expected (sd ~21).
+  EXPECT_GT(j["requests"].get<int>(), 350);
+  EXPECT_EQ(j["requests"].get<int>(), j["completed"].get<int>() + j["failed"].get<int>());
+  EXPECT_GT(j["ttft"]["percentiles_ms"]["p90"].get<double>(), 0);
+  EXPECT_GT(j["tpot"]["median_ms"].get<double>(), 0);
+  EXPECT_EQ(j["nodes"].size(), 2u + 6u);
+  EXPECT_NE(Simulate(workload, "4", dir + "/c.json"), a);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace scd::bench
