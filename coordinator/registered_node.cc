@@ -84,7 +84,7 @@ void ApplyState(const v1::HeartbeatRequest& state, RegisteredNode* node) {
     // At most what registry.proto allows a report (the most recently used come first).
     const auto& blocks = state.prefix_blocks().blocks();
     const int kept = std::min<int>(blocks.size(), static_cast<int>(kReportedPrefixBlocks));
-    node->prefix_blocks = std::set<uint64_t>(blocks.begin(), blocks.begin() + kept);
+    node->prefix_blocks = absl::flat_hash_set<uint64_t>(blocks.begin(), blocks.begin() + kept);
     node->has_prefix_cache = state.prefix_blocks().block_tokens() > 0;
   }
 }

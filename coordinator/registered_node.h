@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "codec/frontier.h"
@@ -66,7 +67,9 @@ struct RegisteredNode {
   uint32_t routed_since_beat = 0;  // routed to it since its last heartbeat
   // Consumers: as its last heartbeat said, and the bytes of requests routed to it not yet done.
   int64_t kv_reserved = 0, kv_queued = 0, routed_bytes = 0;
-  std::set<uint64_t> prefix_blocks;  // routing keys its cache holds (reported + routed since)
+  // Routing keys its cache holds (reported + routed since); a hash set: every route looks up
+  // every node's.
+  absl::flat_hash_set<uint64_t> prefix_blocks;
   bool has_prefix_cache = false;     // it reports one (else nothing is predicted for it)
   bool external = false;             // Upsert: liveness kept elsewhere (etcd)
   std::map<std::string, Frontier> frontiers;  // by artifact id (consumers), as registered

@@ -320,15 +320,22 @@ absl::StatusOr<Route> ChooseRoute(const RoutingView& v, const RouteAsk& ask,
 
   // Candidate producers, cheapest first (the longest cached run of the prompt's prefix against
   // load, at capacity last); nullptr (no producer) when none is live.
-  std::vector<const Node*> producers;
+  // Each producer's cost and load computed once (not in every comparison of the sort).
+  struct Ranked {
+    const Node* node;
+    double cost, load;
+  };
+  std::vector<Ranked> ranked;
   for (const auto& [id, node] : v.nodes) {
-    if (node.info.role() == v1::NODE_ROLE_PRODUCER && Routable(node, v.now, v.options.lease))
-      producers.push_back(&node);
+    if (node.info.role() == v1::NODE_ROLE_PRODUCER && Routable(node, v.now, v.options.lease)) {
+      ranked.push_back({&node, RoutingCost(node, hint, v.options.prefix_load_weight), Load(node)});
+    }
   }
-  std::stable_sort(producers.begin(), producers.end(), [&](const Node* a, const Node* b) {
-    const double ca = RoutingCost(*a, hint, v.options.prefix_load_weight), cb = RoutingCost(*b, hint, v.options.prefix_load_weight);
-    return ca != cb ? ca < cb : Load(*a) < Load(*b);
+  std::stable_sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
+    return a.cost != b.cost ? a.cost < b.cost : a.load < b.load;
   });
+  std::vector<const Node*> producers;
+  for (const Ranked& r : ranked) producers.push_back(r.node);
   if (producers.empty()) producers.push_back(nullptr);
 
   // The first (least loaded) producer that can serve every target, preferring, for auto, the one
@@ -375,6 +382,8 @@ absl::StatusOr<Route> ChooseRoute(const RoutingView& v, const RouteAsk& ask,
       }
       best = std::move(route);
       best_score = score;
+      // Every target gets codes: no later producer scores more, and a tie keeps this one.
+      if (static_cast<size_t>(best_score) == targets.size()) break;
     }
   }
   if (!best.has_value()) return first_error;
