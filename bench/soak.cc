@@ -12,6 +12,7 @@
 #include "base/random_id.h"
 #include "base/status_macros.h"
 #include "bench/bandwidth_sweep.h"
+#include "bench/quick_artifact.h"
 #include "bench/soak_load.h"
 #include "bench/soak_workload.h"
 
@@ -28,56 +29,14 @@ struct Pair {
   std::string name, model;
 };
 
-// The producer -> consumer artifact, fitted quickly once (kept under OUT/artifacts): the soak
-// needs real translators, not good ones. One frontier point, so that auto's choice of codes is
-// the point the references were served with.
+// The producer -> consumer artifact, fitted quickly once (kept under OUT/artifacts,
+// bench/quick_artifact.h): the soak needs real translators, not good ones; its one frontier point
+// is the point the references were served with.
 absl::StatusOr<std::string> Artifact(const SoakOptions& o, const std::string& producer,
                                      const Pair& pair) {
-  const std::string path = o.out + "/artifacts/" + pair.name + ".scd";
-  if (fs::exists(path)) return path;
   fs::create_directories(o.out + "/artifacts");
-  SCD_ASSIGN_OR_RETURN(ChildProcess::Outcome fit, ChildProcess::Run({o.bin_dir + "/scd-calib",
-                                                                     "fit",
-                                                                     "--quiet",
-                                                                     "--producer",
-                                                                     producer,
-                                                                     "--consumer",
-                                                                     pair.model,
-                                                                     "--out",
-                                                                     path + ".tmp",
-                                                                     "--shared-dir",
-                                                                     o.shared_dir,
-                                                                     "--rank-k",
-                                                                     "1",
-                                                                     "--rank-v",
-                                                                     "2",
-                                                                     "--rank-h",
-                                                                     "16",
-                                                                     "--patch-budget",
-                                                                     "2",
-                                                                     "--aligner-seconds",
-                                                                     "0",
-                                                                     "--prefixes",
-                                                                     "40",
-                                                                     "--tokens",
-                                                                     "64",
-                                                                     "--aligner-epochs",
-                                                                     "5",
-                                                                     "--heldout-windows",
-                                                                     "8",
-                                                                     "--frontier-dtypes",
-                                                                     "f16",
-                                                                     "--frontier-points",
-                                                                     "1",
-                                                                     "--frontier-ladder",
-                                                                     "1",
-                                                                     "--no-vocab-sweep"}));
-  if (fit.status != 0) {
-    return absl::InternalError(
-        absl::StrCat("scd-calib fit for ", pair.name, " failed:\n", fit.output));
-  }
-  fs::rename(path + ".tmp", path);
-  return path;
+  return FitQuickArtifact(o.bin_dir, o.shared_dir, producer, pair.model,
+                          o.out + "/artifacts/" + pair.name + ".scd");
 }
 
 // Every (prompt, target, mode) served alone by an all-in-one server, started and stopped here.

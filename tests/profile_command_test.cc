@@ -13,9 +13,9 @@
 #include <filesystem>
 #include <string>
 
-#include "base/child_process.h"
 #include "base/cpu_quota.h"
 #include "bench/node_profile.h"
+#include "bench/quick_artifact.h"
 #include "tests/test_files.h"
 
 namespace scd::bench {
@@ -32,50 +32,15 @@ TEST(ProfileCommandTest, RealDaemonsUnderQuotasGiveProfilesTheirOwnCountsAgreeWi
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string bin = testing::BuildDir() + "/bin";
-  absl::StatusOr<ChildProcess::Outcome> fit =
-      ChildProcess::Run({bin + "/scd-calib",
-                         "fit",
-                         "--quiet",
-                         "--producer",
-                         testing::ModelDir("stories260k"),
-                         "--consumer",
-                         testing::ModelDir("stories260k-fables"),
-                         "--out",
-                         dir + "/pair.scd",
-                         "--shared-dir",
-                         testing::SharedDir(),
-                         "--rank-k",
-                         "1",
-                         "--rank-v",
-                         "2",
-                         "--rank-h",
-                         "16",
-                         "--patch-budget",
-                         "2",
-                         "--aligner-seconds",
-                         "0",
-                         "--prefixes",
-                         "40",
-                         "--tokens",
-                         "64",
-                         "--aligner-epochs",
-                         "5",
-                         "--heldout-windows",
-                         "8",
-                         "--frontier-dtypes",
-                         "f16",
-                         "--frontier-points",
-                         "1",
-                         "--frontier-ladder",
-                         "1",
-                         "--no-vocab-sweep"});
-  ASSERT_TRUE(fit.ok()) << fit.status();
-  ASSERT_EQ(fit->status, 0) << fit->output;
+  absl::StatusOr<std::string> artifact =
+      FitQuickArtifact(bin, testing::SharedDir(), testing::ModelDir("stories260k"),
+                       testing::ModelDir("stories260k-fables"), dir + "/pair.scd");
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
 
   ProfileOptions o;
   o.producer_model = testing::ModelDir("stories260k");
   o.consumer_model = testing::ModelDir("stories260k-fables");
-  o.artifact = dir + "/pair.scd";
+  o.artifact = *artifact;
   o.out = dir + "/profile";
   o.bin_dir = bin;
   o.prompt_lens = {8, 16, 32, 64, 96};
