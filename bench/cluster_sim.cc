@@ -78,6 +78,7 @@ class Sim {
   std::vector<SimRequestResult> results_;
   int64_t events_ = 0;
   bool arrivals_done_ = false;
+  bool ending_ = false;  // past the drain: what is left ends DEADLINE_EXCEEDED
 };
 
 void Sim::AddNodes() {
@@ -199,6 +200,11 @@ void Sim::Arrive(std::unique_ptr<Req> owned) {
 }
 
 void Sim::Admitted(Req* req, Admission::Admitted admitted) {
+  if (ending_) {
+    // The run is over: a request still waiting (its wait ended by the drain) or one a release at
+    // the end admitted ran past the time allowed.
+    return Finish(req, absl::StatusCode::kDeadlineExceeded);
+  }
   if (!admitted.ok()) return Finish(req, admitted.status().code());
   req->reservation = *std::move(admitted);
   ConsumerNode* c = req->consumer;
@@ -471,6 +477,11 @@ absl::StatusOr<ClusterSimResult> Sim::Run(double drain_s) {
     last = clock_.next();
     clock_.AdvanceTo(last);
   }
+  // What still runs ran past the drain: the requests waiting for admission first (each
+  // admission's drain ends their waits, so no release below admits one already ended), then the
+  // rest in arrival order.
+  ending_ = true;
+  for (auto& c : consumers_) c->admission->Drain();
   std::vector<Req*> left;
   for (auto& [id, req] : live_) left.push_back(req.get());
   std::sort(left.begin(), left.end(), [](Req* a, Req* b) { return a->r.id < b->r.id; });

@@ -112,14 +112,17 @@ absl::Status CheckNodeProfile(const NodeProfile& p) {
     }
   }
   if (p.model.empty()) return Missing("node.model", p.role);
-  if (p.prefill.per_token_us <= 0) return Missing("prefill.per_token_us > 0", p.role);
+  // A pass costs more the more tokens it runs: by its per-token term or its context term (a fit
+  // of noisy passes may carry the growth in either).
+  if (p.prefill.per_token_us + p.prefill.per_token_context_us <= 0) {
+    return Missing("prefill.per_token_us or per_token_context_us > 0", p.role);
+  }
   if (p.role == NodeRole::kProducer) {
     if (p.link_goodput_gbps <= 0) return Missing("link.goodput_gbps > 0", p.role);
     return absl::OkStatus();
   }
-  if (p.decode_step.fixed_us + p.decode_step.per_sequence_us <= 0) {
-    return Missing("a decode_step cost > 0", p.role);
-  }
+  // A step of one sequence over one position costs something (a fit may carry it in any term).
+  if (p.decode_step.At(1, 1) <= 0) return Missing("a decode_step cost > 0", p.role);
   if (p.kv_bytes_per_token <= 0) return Missing("memory.kv_bytes_per_token > 0", p.role);
   if (p.kv_budget_bytes < p.kv_bytes_per_token) {
     return Missing("memory.kv_budget_bytes of one token at least", p.role);

@@ -2,7 +2,8 @@
 // local request's first token after its prefill and its tokens one decode step apart; a lone scd
 // request's first token after the last layer's codes crossed the link, that layer's rebuild and
 // the first decode; the same run twice gives the same results; under load every request ends,
-// admission queueing, not losing them.
+// admission queueing, not losing them; what still runs past the drain ends DEADLINE_EXCEEDED,
+// once, wherever it waited.
 #include "bench/cluster_sim.h"
 
 #include <gtest/gtest.h>
@@ -142,6 +143,26 @@ TEST(ClusterSimTest, UnderLoadEveryRequestEndsAndTheSameSeedGivesTheSameRun) {
   EXPECT_GT(cached, 0);  // the groups' prefixes hit the caches
   EXPECT_GT(a->events, 0);
   for (const SimNodeUse& n : a->nodes) EXPECT_GT(n.busy_s, 0) << n.name;
+}
+
+TEST(ClusterSimTest, WhatStillRunsPastTheDrainEndsDeadlineExceededWaitingOrNot) {
+  // 100 requests/s of 100-token outputs on one consumer of capacity 8 (each ~0.4 s, ~20 a
+  // second): at the end some decode, some wait in the producer's queue and most wait for
+  // admission (fewer than its 256 places); 0.05 s after the last arrival each of them ends
+  // DEADLINE_EXCEEDED, once.
+  const SimDeployment d = Deployment(1, 1, 4);
+  absl::StatusOr<ClusterSimResult> r =
+      RunClusterSim(d, Workload("scd", 100, 2.005, 100, 100), 0.05);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->requests.size(), 200u);
+  int ok = 0, late = 0;
+  for (const SimRequestResult& q : r->requests) {
+    ok += q.code == absl::StatusCode::kOk;
+    late += q.code == absl::StatusCode::kDeadlineExceeded;
+  }
+  EXPECT_GT(ok, 10);
+  EXPECT_GT(late, 100);
+  EXPECT_EQ(ok + late, 200);
 }
 
 }  // namespace

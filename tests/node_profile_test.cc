@@ -148,8 +148,11 @@ TEST(NodeProfileTest, RefusesWhatIsOutOfBoundsNamingIt) {
       {Edited("model = \"stories260k\"", "model = 7"), "node.model: not a string"},
       {Edited("[memory]", "[memory]\n[memory]"), "line"},
       {Edited("kv_bytes_per_token = 1280", "kv_bytes_per_token = 0"), "kv_bytes_per_token"},
-      {Edited("per_token_us = 0.10000000000000001", "per_token_us = 0.0"),
-       "prefill.per_token_us > 0"},
+      {absl::StrReplaceAll(
+           NodeProfileToml(Consumer()),
+           {{"per_token_us = 0.10000000000000001", "per_token_us = 0.0"},
+            {"per_token_context_us = 9.9999999999999995e-08", "per_token_context_us = 0.0"}}),
+       "prefill.per_token_us or per_token_context_us > 0"},
       {std::string(kMaxProfileBytes + 1, '#'), "at most"},
   };
   for (const Case& c : cases) {
@@ -165,6 +168,12 @@ TEST(NodeProfileTest, RefusesWhatIsOutOfBoundsNamingIt) {
   NodeProfile consumer = Consumer();
   consumer.kv_budget_bytes = 100;  // under one token's 1280 bytes
   EXPECT_THAT(CheckNodeProfile(consumer).message(), HasSubstr("kv_budget_bytes"));
+  // A decode step may carry its cost in any term, but must cost something.
+  consumer = Consumer();
+  consumer.decode_step = {0, 0, 0.5};
+  EXPECT_TRUE(CheckNodeProfile(consumer).ok());
+  consumer.decode_step = {0, 0, 0};
+  EXPECT_THAT(CheckNodeProfile(consumer).message(), HasSubstr("a decode_step cost > 0"));
 }
 
 TEST(NodeProfileTest, ReadFromAFileNamingThePathWhenItCannot) {

@@ -76,8 +76,6 @@ TEST(ProfileCommandTest, RealDaemonsUnderQuotasGiveProfilesTheirOwnCountsAgreeWi
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_EQ(NodeProfileToml(*back), NodeProfileToml(p));
     EXPECT_EQ(p.cpu_quota, 0.5);
-    // A pass over 96 tokens costs more than one over 8.
-    EXPECT_GT(p.prefill.At(96, 0), p.prefill.At(8, 0));
   }
   EXPECT_EQ(r->fit->consumer.capacity, 16);  // the deployment's consumers' --capacity
   // 5 layers, K and V of 4 heads of 8, float32.
