@@ -129,7 +129,7 @@ asan:
 	  LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \
 	  ctest -L 'transport|asan' --output-on-failure -j2
 
-# Each fuzz target for 30 s in build-fuzz/ (clang, libFuzzer + ASan); longer runs:
+# Each fuzz target for 30 s in build-fuzz/ (clang, libFuzzer + ASan; two at a time); longer runs:
 # `bash scripts/fuzz.sh TARGET SECONDS`.
 FUZZ_SECONDS ?= 30
 fuzz-smoke:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzzes one parser (or all of them in turn) with libFuzzer + AddressSanitizer/LeakSanitizer.
+# Fuzzes one parser (or all of them, two at a time) with libFuzzer + AddressSanitizer/LeakSanitizer.
 #   bash scripts/fuzz.sh TARGET|all SECONDS [BUILD_DIR]
 # TARGET: safetensors artifact code_batch tokenizer gguf_vocab transfer_frame toml_config
 #         generate_request http_request node_profile sim_config.
@@ -85,11 +85,10 @@ seed() {  # seed DIR TARGET: seeds made from ../shared and by the tools, never s
   esac
 }
 
-status=0
-for t in $targets; do
-  corpus="$BUILD/corpus/$t" seeds="$BUILD/seeds/$t" crashes="$BUILD/crashes/$t"
-  mkdir -p "$corpus" "$crashes"
-  seed "$seeds" "$t"
+# One target's run; prints its result in one piece (targets run side by side).
+fuzz_one() {  # TARGET
+  local t=$1 corpus="$BUILD/corpus/$1" seeds="$BUILD/seeds/$1" crashes="$BUILD/crashes/$1"
+  local max_len malloc_limit out
   case $t in  # the largest input worth mutating: a small model file, a real tokenizer.json
     safetensors|artifact) max_len=1200000 ;;
     tokenizer|gguf_vocab) max_len=262144 ;;
@@ -100,18 +99,38 @@ for t in $targets; do
   # bytes do; transport/frame.h). Resident memory stays bounded by -rss_limit_mb.
   malloc_limit=2048
   [ "$t" = transfer_frame ] && malloc_limit=4200
-  echo "== fuzz_$t for ${SECONDS_EACH} s (corpus $corpus)"
   if ! ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:allocator_may_return_null=1 \
       LSAN_OPTIONS=suppressions="$PWD/tests/lsan.supp" \
       "$BUILD/bin/fuzz_$t" "$corpus" "$seeds" -max_total_time="$SECONDS_EACH" -timeout=10 \
       -rss_limit_mb=4096 -malloc_limit_mb=$malloc_limit -max_len=$max_len -print_final_stats=1 \
       -artifact_prefix="$crashes/" 2> "$BUILD/fuzz_$t.log"; then
-    echo "fuzz_$t FAILED: see $BUILD/fuzz_$t.log; the input is in $crashes/"
-    tail -40 "$BUILD/fuzz_$t.log"
-    status=1
-  else
-    grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$BUILD/fuzz_$t.log" | tr '\n' ' '
-    echo
+    printf '== fuzz_%s FAILED: see %s; the input is in %s/\n%s\n' "$t" "$BUILD/fuzz_$t.log" \
+      "$crashes" "$(tail -40 "$BUILD/fuzz_$t.log")"
+    return 1
   fi
+  out=$(grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$BUILD/fuzz_$t.log" | tr '\n' ' ')
+  echo "== fuzz_$t for ${SECONDS_EACH} s (corpus $corpus): $out"
+}
+
+# Seeds first (they run the tools), then the targets FUZZ_JOBS at a time (default: one per core,
+# at most 2; each target is one single-threaded process), so `all` takes about
+# targets x SECONDS / FUZZ_JOBS.
+for t in $targets; do
+  mkdir -p "$BUILD/corpus/$t" "$BUILD/crashes/$t"
+  seed "$BUILD/seeds/$t" "$t"
+done
+jobs_max=${FUZZ_JOBS:-$(( $(nproc) < 2 ? 1 : 2 ))}
+status=0 running=0
+for t in $targets; do
+  if [ "$running" -ge "$jobs_max" ]; then
+    wait -n || status=1
+    running=$((running - 1))
+  fi
+  fuzz_one "$t" &
+  running=$((running + 1))
+done
+while [ "$running" -gt 0 ]; do
+  wait -n || status=1
+  running=$((running - 1))
 done
 exit $status
