@@ -61,11 +61,13 @@ std::vector<StreamRecord> RunOne(const ServeBenchOptions& options, const BenchPr
     for (int32_t id : prompt.ids) request.add_prompt_ids(id);
   }
   for (const std::string& target : options.targets) request.add_targets(target);
-  SetRequestModeName(options.mode, &request);
+  SetRequestModeName(prompt.mode.value_or(options.mode), &request);
   // Several salts (tenants): request i takes the (i mod n)-th.
   const std::vector<std::string> salts = absl::StrSplit(options.cache_salt, ',');
-  request.set_cache_salt(salts[static_cast<size_t>(index) % salts.size()]);
-  request.set_max_tokens(static_cast<uint32_t>(options.output_len));
+  request.set_cache_salt(
+      prompt.cache_salt.value_or(salts[static_cast<size_t>(index) % salts.size()]));
+  request.set_max_tokens(
+      static_cast<uint32_t>(prompt.output_len > 0 ? prompt.output_len : options.output_len));
   request.set_ttft_slo_ms(options.ttft_slo_ms);
   std::map<std::string, StreamRecord> by_target;
   std::map<std::string, absl::Time> last_token;
@@ -264,7 +266,21 @@ absl::StatusOr<ServeBenchResult> RunServeBenchmark(const ServeBenchOptions& opti
   const int n = static_cast<int>(options.prompts.size());
   // Arrival gaps: gamma(shape = burstiness, scale = 1 / (rate * burstiness)), mean 1 / rate.
   std::vector<double> offsets(static_cast<size_t>(n), 0.0);
-  if (std::isfinite(options.request_rate)) {
+  if (!options.arrivals_s.empty()) {
+    if (options.arrivals_s.size() != options.prompts.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a trace of ", options.arrivals_s.size(), " arrivals for ", n, " prompts"));
+    }
+    double last = 0;
+    for (double t : options.arrivals_s) {
+      if (!(t >= last) || !std::isfinite(t)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the trace's arrivals must ascend from 0: ", t, " after ", last));
+      }
+      last = t;
+    }
+    offsets = options.arrivals_s;
+  } else if (std::isfinite(options.request_rate)) {
     std::mt19937_64 rng(options.seed);
     std::gamma_distribution<double> gap(options.burstiness,
                                         1.0 / (options.request_rate * options.burstiness));

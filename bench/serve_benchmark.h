@@ -24,10 +24,14 @@
 
 namespace scd::bench {
 
-// One prompt: text (tokenized by the server) or token ids.
+// One prompt: text (tokenized by the server) or token ids; and, for a replayed trace, what its
+// request asks over the run's defaults (ServeBenchOptions).
 struct BenchPrompt {
   std::string text;
   std::vector<int32_t> ids;
+  std::optional<std::string> mode;        // unset: options.mode
+  int output_len = 0;                     // 0: options.output_len
+  std::optional<std::string> cache_salt;  // unset: options.cache_salt's turn
 };
 
 // Prompts of random token ids, as vLLM's "random" dataset and SGLang's generated-shared-prefix
@@ -62,6 +66,9 @@ struct ServeBenchOptions {
   uint32_t ttft_slo_ms = 0;          // every request's ttft_slo_ms (auto's objective); 0: none
   int output_len = 128;              // max_tokens, with ignore-eos behaviour left to the model
   double request_rate = INFINITY;    // requests/s; inf = all at once
+  // A trace: each prompt's send time, seconds after the start, ascending, one per prompt; empty:
+  // drawn from request_rate and burstiness.
+  std::vector<double> arrivals_s;
   double burstiness = 1.0;           // gamma shape: 1 = Poisson, < 1 burstier, > 1 steadier
   int max_concurrency = 0;           // 0 = unbounded
   uint64_t seed = 0;                 // arrival times
@@ -149,7 +156,8 @@ struct ServeBenchResult {
 // (whichever service answers there), with the cluster secret; the RPC's status otherwise.
 absl::StatusOr<v1::NodeStats> ReadNodeStats(const std::string& address, const std::string& secret);
 
-// Runs the load. INVALID_ARGUMENT: no server, targets or prompts, a rate <= 0, burstiness <= 0;
+// Runs the load. INVALID_ARGUMENT: no server, targets or prompts, a rate <= 0, burstiness <= 0,
+// arrivals not one per prompt or not ascending from 0;
 // a node's Stats unreadable (before the run): its status; otherwise the result (failures are
 // counted, not errors).
 absl::StatusOr<ServeBenchResult> RunServeBenchmark(const ServeBenchOptions& options);

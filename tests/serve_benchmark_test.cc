@@ -127,6 +127,39 @@ TEST_F(ServeBenchmarkTest, TenRequestsMatchTheServersFinishedEvents) {
   EXPECT_GT(result->payload_bytes, 0);  // raw: the KV of every prompt crossed
 }
 
+// A replayed trace: each request sent at its own time, with its own mode, output length and
+// salt (the cluster simulator's validation replays its workloads so); a trace that does not fit
+// the prompts is refused before anything is sent.
+TEST_F(ServeBenchmarkTest, ATraceSendsEachRequestAtItsTimeWithWhatItAsks) {
+  ServeBenchOptions options;
+  options.server = address_;
+  options.targets = {"copy"};
+  options.mode = "raw";
+  options.output_len = 12;
+  options.prompts = RandomPrompts(3, 24, 0, 512, 5, 5);
+  options.prompts[0].mode = "local";
+  options.prompts[1].output_len = 5;
+  options.prompts[2].cache_salt = "tenant-b";
+  options.arrivals_s = {0, 0.6};
+  EXPECT_EQ(RunServeBenchmark(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.arrivals_s = {0, 0.6, 0.3};
+  EXPECT_EQ(RunServeBenchmark(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.arrivals_s = {0, 0.3, 0.6};
+  const absl::StatusOr<ServeBenchResult> run = RunServeBenchmark(options);
+  ASSERT_TRUE(run.ok()) << run.status();
+  const ServeBenchResult& result = *run;
+  ASSERT_EQ(result.streams.size(), 3u);
+  for (const StreamRecord& s : result.streams) ASSERT_TRUE(s.ok) << s.error;
+  EXPECT_EQ(RanModeName(result.streams[0].finished), "local");
+  EXPECT_EQ(RanModeName(result.streams[1].finished), "raw");
+  EXPECT_EQ(result.streams[0].output_tokens, 12);
+  EXPECT_EQ(result.streams[1].output_tokens, 5);
+  EXPECT_EQ(result.streams[2].output_tokens, 12);
+  // Not sent before the trace's times (a sleep overshoots, never undershoots), in order.
+  for (size_t i = 0; i < 3; ++i) EXPECT_GE(result.send_s[i], options.arrivals_s[i]);
+  EXPECT_TRUE(std::is_sorted(result.send_s.begin(), result.send_s.end()));
+}
+
 // --input-len counts the whole prompt; the prefix comes from its own seed, so runs with one
 // prefix seed share it while their own ids differ.
 TEST(RandomPromptsTest, PrefixFromItsOwnSeedOwnIdsFromTheRunSeed) {
