@@ -15,6 +15,7 @@
 #include "base/file_util.h"
 #include "base/shared_dir.h"
 #include "base/status_macros.h"
+#include "bench/model_shape.h"
 #include "bench/serve_benchmark.h"
 #include "bench/soak_deployment.h"
 
@@ -25,35 +26,6 @@ namespace fs = std::filesystem;
 
 // Rows of a consumer's batched step: scd-consumer's --max-batched-tokens, left at its default.
 constexpr int64_t kDaemonStepRows = 512;
-
-// What the profile needs of the consumer's config.json (HF names).
-struct ModelShape {
-  int64_t vocab_size = 0, max_position_embeddings = 0, kv_bytes_per_token = 0;
-};
-
-absl::StatusOr<ModelShape> ReadModelShape(const std::string& model) {
-  const std::string path = model + "/config.json";
-  SCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return absl::InvalidArgumentError(path + " is not a JSON object");
-  auto get = [&](const char* key, int64_t otherwise) {
-    const auto it = j.find(key);
-    return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : otherwise;
-  };
-  const int64_t heads = get("num_attention_heads", 0), hidden = get("hidden_size", 0);
-  const int64_t head_dim = get("head_dim", heads > 0 ? hidden / heads : 0);
-  ModelShape shape;
-  shape.vocab_size = get("vocab_size", 0);
-  shape.max_position_embeddings = get("max_position_embeddings", 0);
-  // K and V of every layer, float32 (the daemons' cache).
-  shape.kv_bytes_per_token =
-      2 * get("num_hidden_layers", 0) * get("num_key_value_heads", heads) * head_dim * 4;
-  if (shape.vocab_size < 4 || shape.max_position_embeddings < 16 || shape.kv_bytes_per_token <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": no vocab_size, max_position_embeddings or layer shape"));
-  }
-  return shape;
-}
 
 // The deployment and what every phase needs of it.
 struct Bench {

@@ -38,11 +38,16 @@ struct ProfileOptions {
   std::string transport = "grpc";
   double producer_cpus = 0.5, consumer_cpus = 0.5;  // 0: unlimited
   // The quotas' period (base/cpu_quota.h): short, so that a node's time is spread as a smaller
-  // CPU's would be, not run at full speed and then stopped for most of 100 ms.
-  double quota_period_ms = 10;
+  // CPU's would be, not run at full speed and then stopped for most of the period. At 10 ms a
+  // decode step or short prefill of a few ms ran whole inside one period's quota (full speed)
+  // while a longer one stalled (half speed): costs that no line fits. The kernel grants at
+  // least 1 ms a period (0.5 CPUs: periods of 2 ms and up) and charges a running task at its
+  // tick (4 ms at HZ=250), so a period much shorter than the tick gains nothing; 3 ms measured
+  // the least scatter (bench/README.md).
+  double quota_period_ms = 3;
   std::vector<int> prompt_lens;  // empty: 8 .. the context's half
   std::vector<int> batches = {1, 2, 4, 8};
-  int output_len = 24;
+  int output_len = 64;  // the step phase averages the later half: 32 gaps a sample
   int repeats = 3;  // prompt groups per length and mode
   uint64_t seed = 1;
   bool progress = true;

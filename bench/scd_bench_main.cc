@@ -83,6 +83,7 @@
 #include "bench/soak_command.h"
 #include "bench/sweep_deployment.h"
 #include "bench/ucx_kill_command.h"
+#include "bench/validate_command.h"
 #include "proto/wire_mode.h"
 
 namespace scd::bench {
@@ -586,6 +587,8 @@ int Main(int argc, char** argv) {
   CLI::App* profile_command = AddProfileCommand(app, &profile);
   SimulateFlags simulate;
   CLI::App* simulate_command = AddSimulateCommand(app, &simulate);
+  ValidateOptions validate;
+  CLI::App* validate_command = AddValidateCommand(app, &validate);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -616,6 +619,7 @@ int Main(int argc, char** argv) {
                         : ucx_kill->parsed()         ? RunUcxKillCommand(ucx_kills)
                         : profile_command->parsed()  ? RunProfileCommand(profile)
                         : simulate_command->parsed() ? RunSimulateCommand(simulate)
+                        : validate_command->parsed() ? RunValidateCommand(validate)
                                                      : RunSweep(sweep);
   if (!status.ok()) {
     std::fprintf(stderr, "scd-bench: error: %s\n", std::string(status.message()).c_str());

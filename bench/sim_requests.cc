@@ -6,11 +6,7 @@
 #include "base/prefix_hash.h"
 
 namespace scd::bench {
-namespace {
-
-// A 64-bit mix of the words (splitmix64's finalizer over a running sum): routing keys that are
-// the same exactly when the words are.
-uint64_t Key(std::initializer_list<uint64_t> words) {
+uint64_t SimKey(std::initializer_list<uint64_t> words) {
   uint64_t h = 0x9e3779b97f4a7c15ULL;
   for (uint64_t w : words) {
     h ^= w + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
@@ -20,8 +16,6 @@ uint64_t Key(std::initializer_list<uint64_t> words) {
   }
   return h;
 }
-
-}  // namespace
 
 SimRequests::SimRequests(const SimWorkload& workload) : w_(workload), rng_(workload.seed) {
   for (const SimMix& m : w_.mix) total_weight_ += m.weight;
@@ -84,11 +78,19 @@ bool SimRequests::Next(SimRequest* r) {
   r->shared_blocks = std::min(shared, blocks);
   for (int64_t b = 0; b < blocks; ++b) {
     r->blocks.push_back(b < shared
-                            ? Key({1, static_cast<uint64_t>(r->tenant),
-                                   static_cast<uint64_t>(r->group), static_cast<uint64_t>(b)})
-                            : Key({2, r->id, static_cast<uint64_t>(b)}));
+                            ? SimKey({1, static_cast<uint64_t>(r->tenant),
+                                      static_cast<uint64_t>(r->group), static_cast<uint64_t>(b)})
+                            : SimKey({2, r->id, static_cast<uint64_t>(b)}));
   }
   return true;
+}
+
+std::vector<SimRequest> DrawSimRequests(const SimWorkload& workload) {
+  SimRequests draw(workload);
+  std::vector<SimRequest> out;
+  SimRequest r;
+  while (draw.Next(&r)) out.push_back(r);
+  return out;
 }
 
 }  // namespace scd::bench

@@ -10,12 +10,17 @@
 #define SCD_BENCH_SIM_REQUESTS_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <random>
 #include <vector>
 
 #include "bench/sim_config.h"
 
 namespace scd::bench {
+
+// A 64-bit mix of the words (splitmix64's finalizer over a running sum): keys and seeds that are
+// the same exactly when the words are (routing keys of simulated blocks, a replay's id streams).
+uint64_t SimKey(std::initializer_list<uint64_t> words);
 
 struct SimRequest {
   uint64_t id = 0;
@@ -43,6 +48,9 @@ class SimRequests {
   double now_s_ = 0, total_weight_ = 0;
   uint64_t next_id_ = 0;
 };
+
+// Every request the workload sends (SimRequests for its seed), in arrival order.
+std::vector<SimRequest> DrawSimRequests(const SimWorkload& workload);
 
 }  // namespace scd::bench
 

@@ -25,13 +25,7 @@ SimWorkload Base() {
   return w;
 }
 
-std::vector<SimRequest> All(const SimWorkload& w) {
-  SimRequests requests(w);
-  std::vector<SimRequest> out;
-  SimRequest r;
-  while (requests.Next(&r)) out.push_back(r);
-  return out;
-}
+std::vector<SimRequest> All(const SimWorkload& w) { return DrawSimRequests(w); }
 
 TEST(SimRequestsTest, ArrivalsFollowTheRateAndTheMixItsWeights) {
   SimWorkload w = Base();
