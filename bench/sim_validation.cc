@@ -54,14 +54,6 @@ RunFigures Figures(int64_t requests, const std::vector<std::pair<double, double>
   return f;
 }
 
-std::vector<std::pair<std::string, double>> Named(const RunFigures& f) {
-  return {{"goodput", f.goodput},
-          {"ttft_p50", f.ttft_p50_ms},
-          {"ttft_p90", f.ttft_p90_ms},
-          {"tpot_p50", f.tpot_p50_ms},
-          {"tpot_p90", f.tpot_p90_ms}};
-}
-
 }  // namespace
 
 absl::StatusOr<SimReplay> ReplayOf(const std::vector<SimRequest>& requests, const SimWorkload& w,
@@ -121,9 +113,17 @@ RunFigures FiguresOf(const ClusterSimResult& simulated, const SimWorkload& w) {
   return f;
 }
 
+std::vector<std::pair<std::string, double>> FigureValues(const RunFigures& f) {
+  return {{"goodput", f.goodput},
+          {"ttft_p50", f.ttft_p50_ms},
+          {"ttft_p90", f.ttft_p90_ms},
+          {"tpot_p50", f.tpot_p50_ms},
+          {"tpot_p90", f.tpot_p90_ms}};
+}
+
 std::vector<FigureError> CompareFigures(const RunFigures& real, const RunFigures& simulated) {
   std::vector<FigureError> out;
-  const auto r = Named(real), s = Named(simulated);
+  const auto r = FigureValues(real), s = FigureValues(simulated);
   for (size_t i = 0; i < r.size(); ++i) {
     FigureError e;
     e.figure = r[i].first;
@@ -143,14 +143,14 @@ std::vector<FigureError> CompareFigures(const RunFigures& real, const RunFigures
 std::vector<FigureSpread> SpreadOf(const std::vector<RunFigures>& runs) {
   std::vector<FigureSpread> out;
   if (runs.empty()) return out;
-  const size_t figures = Named(runs[0]).size();
+  const size_t figures = FigureValues(runs[0]).size();
   for (size_t i = 0; i < figures; ++i) {
     FigureSpread s;
-    s.figure = Named(runs[0])[i].first;
+    s.figure = FigureValues(runs[0])[i].first;
     double sum = 0, squares = 0;
-    for (const RunFigures& f : runs) sum += Named(f)[i].second;
+    for (const RunFigures& f : runs) sum += FigureValues(f)[i].second;
     s.mean = sum / static_cast<double>(runs.size());
-    for (const RunFigures& f : runs) squares += std::pow(Named(f)[i].second - s.mean, 2);
+    for (const RunFigures& f : runs) squares += std::pow(FigureValues(f)[i].second - s.mean, 2);
     s.std = runs.size() > 1 ? std::sqrt(squares / static_cast<double>(runs.size() - 1)) : 0;
     out.push_back(s);
   }

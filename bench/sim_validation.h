@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -44,6 +45,10 @@ struct RunFigures {
 };
 RunFigures FiguresOf(const ServeBenchResult& real, const SimWorkload& workload);
 RunFigures FiguresOf(const ClusterSimResult& simulated, const SimWorkload& workload);
+
+// The judged figures by name, in the order CompareFigures and SpreadOf report them: goodput,
+// ttft_p50, ttft_p90, tpot_p50, tpot_p90.
+std::vector<std::pair<std::string, double>> FigureValues(const RunFigures& f);
 
 // The acceptance's bounds: goodput within 10 %, TTFT and TPOT p50 and p90 within 15 %.
 inline constexpr double kGoodputBound = 0.10, kLatencyBound = 0.15;

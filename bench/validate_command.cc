@@ -211,10 +211,7 @@ std::string ValidationTable(const std::vector<WorkloadValidation>& results) {
       const FigureSpread& s = v.spread[i];
       const bool has_real = v.ran_real && i < v.errors.size();
       const FigureError* e = has_real ? &v.errors[i] : nullptr;
-      const double same =
-          i == 0 ? v.simulated.goodput
-                 : std::vector<double>{v.simulated.ttft_p50_ms, v.simulated.ttft_p90_ms,
-                                       v.simulated.tpot_p50_ms, v.simulated.tpot_p90_ms}[i - 1];
+      const double same = FigureValues(v.simulated)[i].second;
       absl::StrAppendFormat(
           &t, "| %s | %s | %s | %.4g | %.4g ± %.2g | %s |\n", i == 0 ? v.name : "", s.figure,
           e ? absl::StrFormat("%.4g", e->real) : "-", same, s.mean, s.std,
