@@ -18,7 +18,8 @@ SHARED=${SCD_SHARED_DIR:-../shared}
 ALL="safetensors artifact code_batch tokenizer gguf_vocab transfer_frame toml_config generate_request http_request node_profile sim_config"
 
 if [ ! -f "$BUILD/build.ninja" ]; then
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG" \
+    -DCMAKE_CXX_COMPILER=clang++ \
     -DSCD_FUZZ=ON -DSCD_BUILD_TESTS=OFF -DSCD_BUILD_BENCH=OFF \
     $(command -v ccache > /dev/null && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache) > /dev/null
 fi

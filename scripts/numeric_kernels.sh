@@ -9,8 +9,10 @@
 # non-vectorised elementwise code). A user's OPENBLAS_CORETYPE wins over the kernel check
 # (model/blas_kernel.h), so each run really uses the core named. Then this project's own kernels
 # (model/cpu_simd.h: packed 8- and 16-bit weights, the skinny GEMM, decode attention) capped at
-# AVX2 and at plain C (SCD_KERNEL_ISA), for the tests that run them.
+# AVX2 and at plain C (SCD_KERNEL_ISA), for the tests that run them. A test whose ctest entry
+# names its float-comparing cases (SCD_NUMERIC_CASES in tests/CMakeLists.txt) runs only those here.
 set -euo pipefail
+export SCD_NUMERIC_RERUN=1
 BUILD=${1:-build}
 JOBS=${JOBS:-2}
 mapfile -t cores < <("$BUILD/bin/scd" kernels --others | head -2)
