@@ -434,8 +434,9 @@ void Sim::Finish(Req* req, absl::StatusCode code) {
     coordinator::NodeRegistry& registry = *registries_[req->coordinator];
     registry.RoutedDone(req->route);
     if (code == absl::StatusCode::kOk) {
-      res.ttft_s = absl::ToDoubleSeconds(req->first_token - req->arrival);
-      res.e2el_s = absl::ToDoubleSeconds(clock_.Now() - req->arrival);
+      const double api_s = 1e-6 * req->consumer->spec->costs.api_overhead_us;
+      res.ttft_s = api_s + absl::ToDoubleSeconds(req->first_token - req->arrival);
+      res.e2el_s = api_s + absl::ToDoubleSeconds(clock_.Now() - req->arrival);
       const v1::Finished finished = FinishedOf(*req);
       registry.ObserveFinished(req->route, req->route.targets[0], finished);
       req->consumer->speeds.ObserveFinished(finished);

@@ -17,8 +17,10 @@
 //     and crossing its link (the pool pair's goodput and latency; one link per producer node, in
 //     order) to the consumer, which rebuilds each layer as it arrives;
 //   - prefix caches as LRU sets of blocks within their budget (a consumer's per mode).
-// Requests go to the coordinators in turn. Deterministic: one seed, one order of events.
-// Thread-safety: RunClusterSim is reentrant (each call its own clock and state).
+// Requests go to the coordinators in turn. A request's TTFT and end-to-end latency are the
+// client's: the consumer's own plus its pool profile's api overhead (the call through the
+// coordinator, the tokens' way back), which no node's work waits on. Deterministic: one seed, one
+// order of events. Thread-safety: RunClusterSim is reentrant (each call its own clock and state).
 #ifndef SCD_BENCH_CLUSTER_SIM_H_
 #define SCD_BENCH_CLUSTER_SIM_H_
 

@@ -40,6 +40,7 @@ Tables FieldsOf(NodeProfile* p, std::string* role) {
   f["interference"] = {{"local_itl_us", F::Number(&p->local_itl_us)},
                        {"rebuild_itl_us", F::Number(&p->rebuild_itl_us)},
                        {"busy_prefill_us", F::Number(&p->busy_prefill_us)}};
+  f["api"] = {{"overhead_us", F::Number(&p->api_overhead_us)}};
   f["memory"] = {{"kv_bytes_per_token", F::Integer(&p->kv_bytes_per_token)},
                  {"kv_budget_bytes", F::Integer(&p->kv_budget_bytes)},
                  {"capacity", F::Integer(&p->capacity)},
@@ -192,6 +193,10 @@ std::string NodeProfileToml(const NodeProfile& p) {
                   "[interference]  # per prompt token\nlocal_itl_us = ", TomlNumber(p.local_itl_us),
                   "\nrebuild_itl_us = ", TomlNumber(p.rebuild_itl_us),
                   "\nbusy_prefill_us = ", TomlNumber(p.busy_prefill_us), "\n\n");
+  absl::StrAppend(&out,
+                  "[api]  # a client's TTFT beyond the consumer's own: coordinator, hops back\n"
+                  "overhead_us = ",
+                  TomlNumber(p.api_overhead_us), "\n\n");
   absl::StrAppend(&out, "[memory]\nkv_bytes_per_token = ", p.kv_bytes_per_token,
                   "\nkv_budget_bytes = ", p.kv_budget_bytes, "\ncapacity = ", p.capacity,
                   "\nstep_rows = ", p.step_rows, "\n");

@@ -16,6 +16,9 @@
 //   [interference] consumer: local_itl_us, rebuild_itl_us (what each prompt token of a local
 //                  prefill or a rebuild delays the sequences decoding beside it) and
 //                  busy_prefill_us (a local prefill's time per token beside decodes)
+//   [api]          consumer: overhead_us, what a client's TTFT holds beyond the consumer's own
+//                  (Timings.ttft): the call through the coordinator to the consumer and the first
+//                  token's way back (the median, one request at a time; optional, default 0)
 //   [memory]       consumer: kv_bytes_per_token, kv_budget_bytes, capacity (requests at once),
 //                  step_rows (prompt rows one step carries)
 //   [link]         producer: goodput_gbps and latency_us of its link to the consumers
@@ -77,6 +80,7 @@ struct NodeProfile {
   LineCost first_decode;                                             // consumer
   StepCost decode_step;                                              // consumer
   double local_itl_us = 0, rebuild_itl_us = 0, busy_prefill_us = 0;  // consumer, per token
+  double api_overhead_us = 0;                                        // consumer, per request
   int64_t kv_bytes_per_token = 0, kv_budget_bytes = 0;               // consumer
   int64_t capacity = 0, step_rows = 0;                               // consumer
   double link_goodput_gbps = 0, link_latency_us = 0;                 // producer

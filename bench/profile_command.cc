@@ -78,6 +78,7 @@ PromptSample SampleOf(const v1::Finished& f) {
   s.rebuild_us = static_cast<double>(t.rebuild());
   s.first_decode_us = static_cast<double>(t.first_decode());
   s.transfer_us = static_cast<double>(t.transfer());
+  s.server_ttft_us = static_cast<double>(t.ttft());
   s.payload_bytes = static_cast<int64_t>(f.payload_bytes());
   s.layers = t.layer_codes_size();
   if (s.layers > 0) {
@@ -112,6 +113,7 @@ absl::Status PromptPhase(Bench& b, const std::string& mode, ProfileReport* repor
   SCD_ASSIGN_OR_RETURN(ServeBenchResult r, Serve(b, mode, std::move(prompts), 1, 2));
   for (const StreamRecord& stream : r.streams) {
     PromptSample s = SampleOf(stream.finished);
+    s.client_ttft_us = stream.ttft_s * 1e6;
     if (!s.local) report->producer_sample_tokens += s.prompt_tokens - 1 - s.producer_cached;
     report->input.prompts.push_back(s);
   }
@@ -281,7 +283,9 @@ std::string ProfileJson(const ProfileReport& r) {
                        {"payload_bytes", s.payload_bytes},
                        {"layers", s.layers},
                        {"first_layer_out_us", s.first_layer_out_us},
-                       {"last_layer_out_us", s.last_layer_out_us}});
+                       {"last_layer_out_us", s.last_layer_out_us},
+                       {"client_ttft_us", s.client_ttft_us},
+                       {"server_ttft_us", s.server_ttft_us}});
   }
   for (const StepSample& s : r.input.steps) {
     steps.push_back(
@@ -383,6 +387,8 @@ absl::Status RunProfileCommand(ProfileOptions o) {
     std::printf("%-22s %8d %11.1f%%  %s\n", f.cost.c_str(), f.samples,
                 100 * f.fit.rms_relative_residual, coefficients.c_str());
   }
+  std::printf("client TTFT beyond the consumer's own (coordinator, hops): %.0f us (median)\n",
+              r.fit->consumer.api_overhead_us);
   for (const auto& [node, t] : r.throttling) {
     std::printf("%s: throttled in %ld of %ld periods (%.1f s waiting)\n", node.c_str(), t.throttled,
                 t.periods, absl::ToDoubleSeconds(t.throttled_time));

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "base/timer.h"
 
 namespace scd::bench {
 namespace {
@@ -84,6 +85,18 @@ absl::Status FitProducer(const ProfileFitInput& in, NodeProfile* p, std::vector<
   return FitLink(remote, p, fits);
 }
 
+// The median of what each measured request's client saw beyond the consumer's own TTFT (never
+// below 0: clocks of one machine, but a rounding of the server's microseconds).
+double ApiOverheadUs(const std::vector<PromptSample>& prompts) {
+  std::vector<double> beyond;
+  for (const PromptSample& s : prompts) {
+    if (s.client_ttft_us > 0 && s.server_ttft_us > 0) {
+      beyond.push_back(std::max(0.0, s.client_ttft_us - s.server_ttft_us));
+    }
+  }
+  return Percentile(std::move(beyond), 0.5);
+}
+
 absl::Status FitConsumer(const ProfileFitInput& in, NodeProfile* p, std::vector<FitReport>* fits) {
   p->role = NodeRole::kConsumer;
   p->model = in.consumer_model;
@@ -121,6 +134,7 @@ absl::Status FitConsumer(const ProfileFitInput& in, NodeProfile* p, std::vector<
   p->local_itl_us = in.local_itl_us;
   p->rebuild_itl_us = in.rebuild_itl_us;
   p->busy_prefill_us = in.busy_prefill_us;
+  p->api_overhead_us = ApiOverheadUs(in.prompts);
   p->kv_bytes_per_token = in.kv_bytes_per_token;
   p->kv_budget_bytes = in.kv_budget_bytes;
   p->capacity = in.capacity;

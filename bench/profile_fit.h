@@ -34,6 +34,9 @@ struct PromptSample {
   int64_t payload_bytes = 0;
   int layers = 0;                                        // layers the codes came in
   double first_layer_out_us = 0, last_layer_out_us = 0;  // Timings.layer_codes, front and back
+  // The client's TTFT (request sent -> first token received) and the consumer's own
+  // (Timings.ttft: request received -> first token sent); 0 when not measured.
+  double client_ttft_us = 0, server_ttft_us = 0;
 };
 
 // One decode step of `sequences` sequences holding `context_tokens` in all, and its time.

@@ -24,8 +24,9 @@ NodeProfile ProducerCosts() {
   return p;
 }
 
-NodeProfile ConsumerCosts() {
+NodeProfile ConsumerCosts(double api_us = 0) {
   NodeProfile p;
+  p.api_overhead_us = api_us;
   p.role = NodeRole::kConsumer;
   p.model = "c";
   p.prefill = {800, 40, 0.25};
@@ -39,7 +40,7 @@ NodeProfile ConsumerCosts() {
   return p;
 }
 
-SimDeployment Deployment(int64_t consumers, double gbps, int64_t layers) {
+SimDeployment Deployment(int64_t consumers, double gbps, int64_t layers, double api_us = 0) {
   const std::string text = absl::StrCat(
       "[deployment]\nheartbeat_ms = 100\n[[producer_pool]]\nname = \"base\"\nprofile = "
       "\"producer\"\nprefix_cache_mb = 4\n"
@@ -47,9 +48,9 @@ SimDeployment Deployment(int64_t consumers, double gbps, int64_t layers) {
       "\"base\"\nprefix_cache_mb = 4\n",
       "code_bytes_per_token = 500\ncount = ", consumers, "\nlayers = ", layers,
       "\n[[link]]\nproducer = \"base\"\nconsumer = \"c\"\ngbps = ", gbps, "\nlatency_us = 300\n");
-  absl::StatusOr<SimDeployment> d =
-      ParseSimDeployment(text, "", [](const std::string& path) -> absl::StatusOr<NodeProfile> {
-        return path == "producer" ? ProducerCosts() : ConsumerCosts();
+  absl::StatusOr<SimDeployment> d = ParseSimDeployment(
+      text, "", [api_us](const std::string& path) -> absl::StatusOr<NodeProfile> {
+        return path == "producer" ? ProducerCosts() : ConsumerCosts(api_us);
       });
   EXPECT_TRUE(d.ok()) << d.status();
   return *d;
@@ -88,6 +89,24 @@ TEST(ClusterSimTest, ALoneLocalRequestTakesItsPrefillThenADecodeStepPerToken) {
   for (int64_t ctx = 100; ctx < 104; ++ctx) decode_us += c.decode_step.At(1, ctx);
   EXPECT_NEAR(q.e2el_s * 1e6, ttft_us + decode_us, 1);
   EXPECT_NEAR(q.tpot_s() * 1e6, decode_us / 4, 1);
+}
+
+TEST(ClusterSimTest, TheApiOverheadDelaysWhatTheClientSeesAndNoNodesWork) {
+  // The same lone request with 4.5 ms between the client and the consumer: its TTFT and
+  // end-to-end latency 4.5 ms later, its tokens as far apart; the consumer as busy.
+  const SimWorkload w = Workload("local", 1, 1.5, 100, 5);
+  absl::StatusOr<ClusterSimResult> plain = RunClusterSim(Deployment(1, 1, 4), w);
+  absl::StatusOr<ClusterSimResult> api = RunClusterSim(Deployment(1, 1, 4, 4500), w);
+  ASSERT_TRUE(plain.ok() && api.ok());
+  const SimRequestResult &a = plain->requests.at(0), &b = api->requests.at(0);
+  ASSERT_EQ(b.code, absl::StatusCode::kOk);
+  EXPECT_NEAR((b.ttft_s - a.ttft_s) * 1e6, 4500, 1e-3);
+  EXPECT_NEAR((b.e2el_s - a.e2el_s) * 1e6, 4500, 1e-3);
+  EXPECT_NEAR(b.tpot_s(), a.tpot_s(), 1e-12);
+  ASSERT_EQ(api->nodes.size(), plain->nodes.size());
+  for (size_t i = 0; i < api->nodes.size(); ++i) {
+    EXPECT_EQ(api->nodes[i].busy_s, plain->nodes[i].busy_s) << api->nodes[i].name;
+  }
 }
 
 TEST(ClusterSimTest, ALoneScdRequestWaitsForTheLastLayerThenItsRebuildAndFirstDecode) {

@@ -33,6 +33,7 @@ NodeProfile Consumer() {
   p.local_itl_us = 2.5;
   p.rebuild_itl_us = 0.75;
   p.busy_prefill_us = 19.0;
+  p.api_overhead_us = 4321.5;
   p.kv_bytes_per_token = 1280;
   p.kv_budget_bytes = int64_t{10} << 20;
   p.capacity = 16;
@@ -71,6 +72,7 @@ void ExpectSame(const NodeProfile& a, const NodeProfile& b) {
   EXPECT_EQ(a.local_itl_us, b.local_itl_us);
   EXPECT_EQ(a.rebuild_itl_us, b.rebuild_itl_us);
   EXPECT_EQ(a.busy_prefill_us, b.busy_prefill_us);
+  EXPECT_EQ(a.api_overhead_us, b.api_overhead_us);
   EXPECT_EQ(a.kv_bytes_per_token, b.kv_bytes_per_token);
   EXPECT_EQ(a.kv_budget_bytes, b.kv_budget_bytes);
   EXPECT_EQ(a.capacity, b.capacity);

@@ -135,6 +135,23 @@ TEST(ProfileFitTest, NoisySamplesGiveCostsWithinTheirNoise) {
   }
 }
 
+TEST(ProfileFitTest, TheApiOverheadIsTheMedianOfWhatClientsSawBeyondTheServer) {
+  // Five measured requests beyond their server's TTFT by 3, 9, 4, 5 and 4.5 ms (median 4.5 ms),
+  // one with no client figure (not counted); none measured: 0.
+  ProfileFitInput in = Samples(0, 1);
+  ASSERT_GE(in.prompts.size(), 6u);
+  const double beyond_ms[] = {3, 9, 4, 5, 4.5};
+  for (int i = 0; i < 5; ++i) {
+    in.prompts[i].server_ttft_us = 20000 + 1000 * i;
+    in.prompts[i].client_ttft_us = in.prompts[i].server_ttft_us + 1000 * beyond_ms[i];
+  }
+  in.prompts[5].server_ttft_us = 30000;
+  absl::StatusOr<ProfileFitResult> r = FitProfiles(in);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_DOUBLE_EQ(r->consumer.api_overhead_us, 4500);
+  EXPECT_EQ(FitProfiles(Samples(0, 1))->consumer.api_overhead_us, 0);
+}
+
 TEST(ProfileFitTest, AStepIsTheMeanLaterGapOfStreamsDecodingTogether) {
   // Three streams of 10-token prompts, 8 gaps each (the first of one of them long: a prefill
   // beside it, not counted): gaps 4..7 count, j + 1 ms each (mean 6.5 ms), at the context of gap
