@@ -246,9 +246,12 @@ absl::StatusOr<ProfileReport> RunProfile(const ProfileOptions& options) {
   b.config = config;
   SCD_RETURN_IF_ERROR(StartDeployment(b));
   ProfileReport report;
-  SCD_RETURN_IF_ERROR(PromptPhase(b, "local", &report));
-  SCD_RETURN_IF_ERROR(PromptPhase(b, "scd", &report));
-  SCD_RETURN_IF_ERROR(StepPhase(b, &report));
+  for (int run = 0; run < o.runs; ++run) {
+    if (o.runs > 1) Say(b, absl::StrCat("run ", run + 1, " of ", o.runs));
+    SCD_RETURN_IF_ERROR(PromptPhase(b, "local", &report));
+    SCD_RETURN_IF_ERROR(PromptPhase(b, "scd", &report));
+    SCD_RETURN_IF_ERROR(StepPhase(b, &report));
+  }
   SCD_RETURN_IF_ERROR(InterferencePhase(b, &report));
   for (int i : {b.producer_index, b.consumer_index}) {
     absl::StatusOr<CpuGroupStat> t = b.deployment->Throttling(i);
@@ -262,6 +265,7 @@ absl::StatusOr<ProfileReport> RunProfile(const ProfileOptions& options) {
   in.consumer_cpus = o.consumer_cpus;
   in.kv_bytes_per_token = config.kv_bytes_per_token;
   in.step_rows = kDaemonStepRows;
+  report.runs = o.runs;
   report.fit = FitProfiles(in);
   report.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return report;
@@ -307,6 +311,7 @@ std::string ProfileJson(const ProfileReport& r) {
                           {"throttled_s", absl::ToDoubleSeconds(t.throttled_time)}});
   }
   const nlohmann::json j = {{"machine", r.input.machine},
+                            {"runs", r.runs},
                             {"seconds", r.seconds},
                             {"producer_counted_tokens", r.producer_counted_tokens},
                             {"producer_sample_tokens", r.producer_sample_tokens},
@@ -359,6 +364,10 @@ CLI::App* AddProfileCommand(CLI::App& app, ProfileOptions* o) {
       ->capture_default_str();
   p->add_option("--repeats", o->repeats, "prompt groups per length and mode")
       ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  p->add_option("--runs", o->runs,
+                "times the prompt and step phases run (each cost fitted to its shape's median)")
+      ->check(CLI::Range(1, 100))
       ->capture_default_str();
   p->add_option("--seed", o->seed, "the prompts' draw")->capture_default_str();
   p->add_flag(

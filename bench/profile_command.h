@@ -10,7 +10,8 @@
 //      sequences and context they carry (the gaps between tokens, bench/profile_fit.h);
 //   3. a stream of requests arriving while others decode, local then scd: what prompt work costs
 //      the decodes beside it (the consumer's own NodeStats).
-// The fits (bench/profile_fit.h) make OUT/producer.toml and OUT/consumer.toml; OUT/profile.json
+// Phases 1 and 2 run `runs` times; the fits (bench/profile_fit.h, to each shape's median) make
+// OUT/producer.toml and OUT/consumer.toml; OUT/profile.json
 // holds every sample, every fit with its residual, and each node's throttling by its quota (the
 // periods it spent its quota early and waited: what a quota adds that an unshared CPU does not).
 // Thread-safety: call from main (the deployment's children die with the thread that made them).
@@ -49,6 +50,11 @@ struct ProfileOptions {
   std::vector<int> batches = {1, 2, 4, 8};
   int output_len = 64;  // the step phase averages the later half: 32 gaps a sample
   int repeats = 3;  // prompt groups per length and mode
+  // Times phases 1 and 2 run on the deployment; each cost is fitted to the median of its shape's
+  // samples (bench/profile_fit.h MedianByShape). Two profiles of one run each differed by up to
+  // 50 % in a step's cost (a one-sequence step: 2.3 to 3.5 ms): a quota'd pass scatters by a
+  // period and a tick, and a stall lands on whichever sample it meets.
+  int runs = 3;
   uint64_t seed = 1;
   bool progress = true;
 };
@@ -61,6 +67,7 @@ struct ProfileReport {
   // Positions the producer counted computing (NodeStats.prefill_tokens) and what the samples
   // say it computed (prompt - 1 - cached each): equal when the fit's n is the pass's.
   int64_t producer_counted_tokens = 0, producer_sample_tokens = 0;
+  int runs = 1;                                                  // of phases 1 and 2
   std::vector<std::pair<std::string, CpuGroupStat>> throttling;  // per node with a quota
   double seconds = 0;
 };

@@ -3,14 +3,25 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "base/timer.h"
 
 namespace scd::bench {
 namespace {
+
+// The median of `v` (the mean of the middle two when even); 0 when empty.
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  if (v.size() % 2 == 1) return v[mid];
+  const double upper = v[mid];
+  return (*std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid)) + upper) / 2;
+}
 
 // Rows and costs of one cost model, gathered from the samples that show it.
 struct Series {
@@ -94,7 +105,7 @@ double ApiOverheadUs(const std::vector<PromptSample>& prompts) {
       beyond.push_back(std::max(0.0, s.client_ttft_us - s.server_ttft_us));
     }
   }
-  return Percentile(std::move(beyond), 0.5);
+  return Median(std::move(beyond));
 }
 
 absl::Status FitConsumer(const ProfileFitInput& in, NodeProfile* p, std::vector<FitReport>* fits) {
@@ -134,7 +145,6 @@ absl::Status FitConsumer(const ProfileFitInput& in, NodeProfile* p, std::vector<
   p->local_itl_us = in.local_itl_us;
   p->rebuild_itl_us = in.rebuild_itl_us;
   p->busy_prefill_us = in.busy_prefill_us;
-  p->api_overhead_us = ApiOverheadUs(in.prompts);
   p->kv_bytes_per_token = in.kv_bytes_per_token;
   p->kv_budget_bytes = in.kv_budget_bytes;
   p->capacity = in.capacity;
@@ -163,10 +173,51 @@ StepSample StepFromGaps(const std::vector<std::vector<double>>& gaps, int64_t pr
   return step;
 }
 
-absl::StatusOr<ProfileFitResult> FitProfiles(const ProfileFitInput& input) {
+ProfileFitInput MedianByShape(const ProfileFitInput& in) {
+  using PromptShape = std::tuple<bool, int64_t, int64_t, int64_t>;
+  std::map<PromptShape, std::vector<const PromptSample*>> prompts;
+  std::vector<PromptShape> prompt_order;
+  for (const PromptSample& s : in.prompts) {
+    const PromptShape shape{s.local, s.prompt_tokens, s.producer_cached, s.consumer_cached};
+    if (prompts[shape].empty()) prompt_order.push_back(shape);
+    prompts[shape].push_back(&s);
+  }
+  ProfileFitInput out = in;
+  out.prompts.clear();
+  for (const PromptShape& shape : prompt_order) {
+    const std::vector<const PromptSample*>& of = prompts[shape];
+    PromptSample m = *of.front();
+    for (double PromptSample::*cost :
+         {&PromptSample::prefill_us, &PromptSample::encode_us, &PromptSample::rebuild_us,
+          &PromptSample::first_decode_us, &PromptSample::transfer_us,
+          &PromptSample::first_layer_out_us, &PromptSample::last_layer_out_us,
+          &PromptSample::client_ttft_us, &PromptSample::server_ttft_us}) {
+      std::vector<double> v;
+      for (const PromptSample* s : of) v.push_back(s->*cost);
+      m.*cost = Median(std::move(v));
+    }
+    std::vector<double> bytes;
+    for (const PromptSample* s : of) bytes.push_back(static_cast<double>(s->payload_bytes));
+    m.payload_bytes = std::llround(Median(std::move(bytes)));
+    out.prompts.push_back(m);
+  }
+  std::map<std::pair<int64_t, int64_t>, std::vector<double>> steps;
+  out.steps.clear();
+  for (const StepSample& s : in.steps) {
+    std::vector<double>& of = steps[{s.sequences, s.context_tokens}];
+    if (of.empty()) out.steps.push_back(s);
+    of.push_back(s.step_us);
+  }
+  for (StepSample& s : out.steps) s.step_us = Median(steps[{s.sequences, s.context_tokens}]);
+  return out;
+}
+
+absl::StatusOr<ProfileFitResult> FitProfiles(const ProfileFitInput& raw) {
   ProfileFitResult r;
+  ProfileFitInput input = MedianByShape(raw);
   SCD_RETURN_IF_ERROR(FitProducer(input, &r.producer, &r.fits));
   SCD_RETURN_IF_ERROR(FitConsumer(input, &r.consumer, &r.fits));
+  r.consumer.api_overhead_us = ApiOverheadUs(raw.prompts);
   SCD_RETURN_IF_ERROR(CheckNodeProfile(r.producer));
   SCD_RETURN_IF_ERROR(CheckNodeProfile(r.consumer));
   return r;

@@ -75,7 +75,15 @@ struct ProfileFitResult {
   std::vector<FitReport> fits;
 };
 
-// The two profiles. INVALID_ARGUMENT naming the cost whose samples are too few or cannot be
+// The samples taken as one per shape: for each prompt shape (mode, prompt tokens, each side's
+// cached tokens) a sample whose every cost is the median of that shape's samples (repeats and
+// runs alike), for each step shape (sequences, context tokens) the median step, in the order the
+// shapes first appear. A pass that stalled at a quota's period, or ran beside a stray process,
+// is then one sample among its shape's, not a pull on the least-squares fit.
+ProfileFitInput MedianByShape(const ProfileFitInput& in);
+
+// The two profiles, fitted to MedianByShape(input) (the api overhead: the median over every
+// prompt sample). INVALID_ARGUMENT naming the cost whose samples are too few or cannot be
 // fitted, or when a profile made is not valid (CheckNodeProfile).
 absl::StatusOr<ProfileFitResult> FitProfiles(const ProfileFitInput& input);
 

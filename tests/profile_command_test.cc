@@ -47,14 +47,24 @@ TEST(ProfileCommandTest, RealDaemonsUnderQuotasGiveProfilesTheirOwnCountsAgreeWi
   o.batches = {1, 2, 4};
   o.output_len = 16;
   o.repeats = 2;
+  o.runs = 2;
   o.progress = false;
   absl::StatusOr<ProfileReport> r = RunProfile(o);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_TRUE(r->fit.ok()) << r->fit.status();
 
-  // 5 lengths x 2 groups x 3 prompts, in each mode; a step per batch size and prompt length.
-  EXPECT_EQ(r->input.prompts.size(), 60u);
-  EXPECT_EQ(r->input.steps.size(), 9u);
+  // 5 lengths x 2 groups x 3 prompts, in each mode; a step per batch size and prompt length; two
+  // runs of each. The fits are to the shapes' medians: 9 step shapes.
+  EXPECT_EQ(r->runs, 2);
+  EXPECT_EQ(r->input.prompts.size(), 120u);
+  EXPECT_EQ(r->input.steps.size(), 18u);
+  for (const FitReport& f : r->fit->fits) {
+    if (f.cost == "consumer.decode_step") {
+      EXPECT_EQ(f.samples, 9);
+    }
+  }
+  // A client's TTFT through the coordinator is longer than the consumer's own.
+  EXPECT_GT(r->fit->consumer.api_overhead_us, 0);
   // The producer's own count of the positions its passes computed is what the samples (prompt
   // less its last token, less what its prefix cache held) say: the fit's n is the pass's n.
   EXPECT_GT(r->producer_sample_tokens, 0);

@@ -152,6 +152,42 @@ TEST(ProfileFitTest, TheApiOverheadIsTheMedianOfWhatClientsSawBeyondTheServer) {
   EXPECT_EQ(FitProfiles(Samples(0, 1))->consumer.api_overhead_us, 0);
 }
 
+TEST(ProfileFitTest, RepeatedShapesBecomeTheirMediansAndAnOutlierDoesNotMoveTheFit) {
+  // Three runs of the same samples, one cost in each shape 1.2x, 1x and 1x (the median: 1x), and
+  // one run's first step 5x (a stall): the fit is the formulas' exactly, as from one clean run.
+  ProfileFitInput one = Samples(0, 1), three = one;
+  three.prompts.clear();
+  three.steps.clear();
+  for (double scale : {1.2, 1.0, 1.0}) {
+    for (PromptSample s : one.prompts) {
+      s.prefill_us *= scale;
+      s.rebuild_us *= scale;
+      three.prompts.push_back(s);
+    }
+    for (StepSample s : one.steps) three.steps.push_back(s);
+  }
+  three.steps[0].step_us *= 5;
+  const ProfileFitInput m = MedianByShape(three);
+  ASSERT_EQ(m.prompts.size(), one.prompts.size());
+  ASSERT_EQ(m.steps.size(), one.steps.size());
+  for (size_t i = 0; i < m.prompts.size(); ++i) {
+    EXPECT_EQ(m.prompts[i].prompt_tokens, one.prompts[i].prompt_tokens);  // first-seen order
+    EXPECT_DOUBLE_EQ(m.prompts[i].prefill_us, one.prompts[i].prefill_us);
+  }
+  EXPECT_DOUBLE_EQ(m.steps[0].step_us, one.steps[0].step_us);
+  absl::StatusOr<ProfileFitResult> a = FitProfiles(one), b = FitProfiles(three);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(NodeProfileToml(b->consumer), NodeProfileToml(a->consumer));
+  EXPECT_EQ(NodeProfileToml(b->producer), NodeProfileToml(a->producer));
+  // An even count's median is the mean of the middle two.
+  ProfileFitInput two;
+  two.steps = {{1, 10, 100}, {1, 10, 300}, {2, 20, 50}};
+  const ProfileFitInput m2 = MedianByShape(two);
+  ASSERT_EQ(m2.steps.size(), 2u);
+  EXPECT_DOUBLE_EQ(m2.steps[0].step_us, 200);
+  EXPECT_DOUBLE_EQ(m2.steps[1].step_us, 50);
+}
+
 TEST(ProfileFitTest, AStepIsTheMeanLaterGapOfStreamsDecodingTogether) {
   // Three streams of 10-token prompts, 8 gaps each (the first of one of them long: a prefill
   // beside it, not counted): gaps 4..7 count, j + 1 ms each (mean 6.5 ms), at the context of gap
