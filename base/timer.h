@@ -39,6 +39,15 @@ inline double Percentile(std::vector<double> samples, double q) {
   return samples[std::min(samples.size() - 1, static_cast<size_t>(q * samples.size()))];
 }
 
+// The median of the samples (the mean of the middle two when their count is even); 0 when there
+// are none.
+inline double Median(std::vector<double> samples) {
+  if (samples.empty()) return 0;
+  std::sort(samples.begin(), samples.end());
+  const size_t n = samples.size();
+  return n % 2 ? samples[n / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2;
+}
+
 }  // namespace scd
 
 #endif  // SCD_BASE_TIMER_H_

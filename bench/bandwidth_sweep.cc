@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/grpc_tls.h"
+#include "base/timer.h"
 #include "bench/timings_json.h"
 #include "codec/ttft_model.h"
 #include "proto/inference_client.h"
@@ -87,13 +88,6 @@ double FirstTokenKl(const v1::TokenLogprobs& local, const v1::TokenLogprobs& mod
     kl += std::exp(static_cast<double>(t.logprob())) * (t.logprob() - q);
   }
   return std::max(kl, 0.0);
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 nlohmann::json MsList(const std::vector<double>& us) {

@@ -9,19 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "base/timer.h"
 
 namespace scd::bench {
 namespace {
-
-// The median of `v` (the mean of the middle two when even); 0 when empty.
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
-  if (v.size() % 2 == 1) return v[mid];
-  const double upper = v[mid];
-  return (*std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid)) + upper) / 2;
-}
 
 // Rows and costs of one cost model, gathered from the samples that show it.
 struct Series {
