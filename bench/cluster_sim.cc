@@ -4,6 +4,7 @@
 #include <deque>
 #include <list>
 #include <memory>
+#include <random>
 #include <unordered_map>
 #include <utility>
 
@@ -42,7 +43,7 @@ std::string ModeName(TransferMode mode) { return TransferModeName(mode); }
 
 class Sim {
  public:
-  Sim(const SimDeployment& d, const SimWorkload& w) : d_(d), w_(w), requests_(w) {}
+  Sim(const SimDeployment& d, const SimWorkload& w) : d_(d), w_(w), requests_(w), rng_(w.seed) {}
   absl::StatusOr<ClusterSimResult> Run(double drain_s);
 
  private:
@@ -58,6 +59,8 @@ class Sim {
   void FirstToken(Req* req);
   void Finish(Req* req, absl::StatusCode code);
   double StepSeconds(ConsumerNode* c, const consumer::StepPlan& plan, std::vector<Req*>* ready);
+  double IdleUs(absl::Time since) const;
+  double IdleFactor(const IdleCost& idle, absl::Time since);
   v1::Finished FinishedOf(const Req& req) const;
   void At(absl::Time when, std::function<void()> fire) {
     ++events_;
@@ -67,6 +70,7 @@ class Sim {
   const SimDeployment& d_;
   const SimWorkload& w_;
   SimRequests requests_;
+  std::mt19937_64 rng_;  // the idle slowdowns' draws, in the events' order
   SimulatedClock clock_;
   absl::Time start_;
   std::vector<std::unique_ptr<coordinator::NodeRegistry>> registries_;
@@ -187,6 +191,13 @@ void Sim::Arrive(std::unique_ptr<Req> owned) {
   registry.NoteRouted(req->route, &req->hint);
   const coordinator::RouteTarget& target = req->route.targets[0];
   req->consumer = consumer_by_id_.at(target.consumer_node);
+  const NodeProfile& costs = req->consumer->spec->costs;
+  req->api_us = costs.api_overhead_us;
+  if (req->consumer->idle) {
+    // The hop to a consumer with nothing to do: the share of the idle one the idle gives.
+    req->api_us += costs.idle.Share(IdleUs(req->consumer->idle_since)) *
+                   std::max(0.0, costs.idle.api_overhead_us - costs.api_overhead_us);
+  }
   res.mode = target.mode;
   res.consumer = req->consumer->id;
   if (target.mode != TransferMode::kLocal) {
@@ -228,15 +239,17 @@ void Sim::Admitted(Req* req, Admission::Admitted admitted) {
 void Sim::StartPrefill(ProducerNode* p) {
   if (p->queue.empty()) {
     p->busy = false;
+    p->idle_since = clock_.Now();
     return;
   }
   Req* req = p->queue.front();
   p->queue.pop_front();
+  const double slowdown = p->busy ? 1 : IdleFactor(p->spec->costs.idle, p->idle_since);
   p->busy = true;
   const int64_t cached = Cached(p->cache.get(), *req, "");
   results_[req->r.id].producer_cached = cached;
   const int64_t n = req->r.prompt_tokens - 1 - cached;
-  const double us = n > 0 ? p->spec->costs.prefill.At(n, cached) : 0;
+  const double us = n > 0 ? p->spec->costs.prefill.At(n, cached) * slowdown : 0;
   const absl::Time start = clock_.Now();
   // The codes leave layer by layer as the pass has them, in order on the producer's link.
   const SimConsumerPool& pool = *req->consumer->spec;
@@ -295,15 +308,34 @@ void Sim::Kick(ConsumerNode* c) {
   limits.max_batched_tokens = k.step_rows;
   limits.model_layers = c->spec->layers;
   consumer::StepPlan plan = consumer::PlanStep(state, c->pacer, limits);
-  if (plan.batch.empty() && plan.pieces.empty() && c->ready.empty()) return;  // idle
+  if (plan.batch.empty() && plan.pieces.empty() && c->ready.empty()) {
+    if (!c->idle) c->idle_since = clock_.Now();
+    c->idle = true;
+    return;
+  }
   std::vector<Req*> ready;
   ready.swap(c->ready);
-  const double seconds = StepSeconds(c, plan, &ready);
+  double seconds = StepSeconds(c, plan, &ready);
+  if (c->idle) seconds *= IdleFactor(k.idle, c->idle_since);
+  c->idle = false;
   c->stepping = true;
   At(clock_.Now() + absl::Seconds(seconds),
      [this, c, plan = std::move(plan), ready = std::move(ready), seconds]() mutable {
        StepDone(c, plan, std::move(ready), seconds);
      });
+}
+
+// Microseconds since `since` (InfinitePast: since the run began).
+double Sim::IdleUs(absl::Time since) const {
+  return absl::ToDoubleMicroseconds(clock_.Now() - std::max(since, start_));
+}
+
+// The slowdown of work starting now on a node idle since `since`: a draw only where the profile
+// measured one, so that a profile without it leaves every run as it was.
+double Sim::IdleFactor(const IdleCost& idle, absl::Time since) {
+  const double idle_us = IdleUs(since);
+  if (idle.Share(idle_us) <= 0) return 1;
+  return idle.Factor(idle_us, std::normal_distribution<double>()(rng_));
 }
 
 // The step's time by the profile: its decodes, its prompt chunks (each token against the context
@@ -434,7 +466,7 @@ void Sim::Finish(Req* req, absl::StatusCode code) {
     coordinator::NodeRegistry& registry = *registries_[req->coordinator];
     registry.RoutedDone(req->route);
     if (code == absl::StatusCode::kOk) {
-      const double api_s = 1e-6 * req->consumer->spec->costs.api_overhead_us;
+      const double api_s = 1e-6 * req->api_us;
       res.ttft_s = api_s + absl::ToDoubleSeconds(req->first_token - req->arrival);
       res.e2el_s = api_s + absl::ToDoubleSeconds(clock_.Now() - req->arrival);
       const v1::Finished finished = FinishedOf(*req);

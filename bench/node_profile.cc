@@ -41,6 +41,10 @@ Tables FieldsOf(NodeProfile* p, std::string* role) {
                        {"rebuild_itl_us", F::Number(&p->rebuild_itl_us)},
                        {"busy_prefill_us", F::Number(&p->busy_prefill_us)}};
   f["api"] = {{"overhead_us", F::Number(&p->api_overhead_us)}};
+  f["idle"] = {{"after_us", F::Number(&p->idle.after_us)},
+               {"slowdown_p50", F::Number(&p->idle.slowdown_p50, 1)},
+               {"slowdown_p90", F::Number(&p->idle.slowdown_p90, 1)},
+               {"api_overhead_us", F::Number(&p->idle.api_overhead_us)}};
   f["memory"] = {{"kv_bytes_per_token", F::Integer(&p->kv_bytes_per_token)},
                  {"kv_budget_bytes", F::Integer(&p->kv_budget_bytes)},
                  {"capacity", F::Integer(&p->capacity)},
@@ -85,6 +89,21 @@ double PrefillCost::At(int64_t tokens, int64_t cached) const {
   return fixed_us + per_token_us * n + per_token_context_us * (n * c + n * (n + 1) / 2);
 }
 
+double IdleCost::Share(double idle_us) const {
+  if (after_us <= 0 || idle_us <= 0) return 0;
+  return std::min(1.0, idle_us / after_us);
+}
+
+double IdleCost::Factor(double idle_us, double z) const {
+  const double share = Share(idle_us);
+  if (share <= 0) return 1;
+  // z at the 90th percentile of a standard normal.
+  constexpr double kZ90 = 1.2815515655446004;
+  const double sigma = std::log(slowdown_p90 / slowdown_p50) / kZ90;
+  const double slowdown = slowdown_p50 * std::exp(sigma * z);
+  return std::max(1.0, 1 + share * (slowdown - 1));
+}
+
 double NodeProfile::LinkUs(int64_t bytes) const {
   if (link_goodput_gbps <= 0) return link_latency_us;
   return link_latency_us + static_cast<double>(bytes) * 8.0 / (link_goodput_gbps * 1e3);
@@ -113,6 +132,9 @@ absl::Status CheckNodeProfile(const NodeProfile& p) {
     }
   }
   if (p.model.empty()) return Missing("node.model", p.role);
+  if (p.idle.slowdown_p90 < p.idle.slowdown_p50) {
+    return Missing("idle.slowdown_p90 at least idle.slowdown_p50", p.role);
+  }
   // A pass costs more the more tokens it runs: by its per-token term or its context term (a fit
   // of noisy passes may carry the growth in either).
   if (p.prefill.per_token_us + p.prefill.per_token_context_us <= 0) {
@@ -175,6 +197,18 @@ std::string NodeProfileToml(const NodeProfile& p) {
     absl::StrAppend(&out, "[", name, "]  # ", form, "\nfixed_us = ", TomlNumber(cost.fixed_us),
                     "\nper_token_us = ", TomlNumber(cost.per_token_us), "\n\n");
   };
+  if (p.idle.after_us > 0) {
+    absl::StrAppend(&out,
+                    "[idle]  # the first work after after_us of nothing: its time over its busy "
+                    "cost\nafter_us = ",
+                    TomlNumber(p.idle.after_us),
+                    "\nslowdown_p50 = ", TomlNumber(p.idle.slowdown_p50),
+                    "\nslowdown_p90 = ", TomlNumber(p.idle.slowdown_p90));
+    if (p.role == NodeRole::kConsumer) {
+      absl::StrAppend(&out, "\napi_overhead_us = ", TomlNumber(p.idle.api_overhead_us));
+    }
+    absl::StrAppend(&out, "\n\n");
+  }
   if (p.role == NodeRole::kProducer) {
     line("encode", "codes of n tokens: fixed + per_token * n", p.encode);
     absl::StrAppend(&out, "[link]\ngoodput_gbps = ", TomlNumber(p.link_goodput_gbps),

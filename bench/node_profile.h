@@ -19,6 +19,13 @@
 //   [api]          consumer: overhead_us, what a client's TTFT holds beyond the consumer's own
 //                  (Timings.ttft): the call through the coordinator to the consumer and the first
 //                  token's way back (the median, one request at a time; optional, default 0)
+//   [idle]         both, optional: what work costs on a node that sat idle (measured here: a
+//                  prompt after 240 ms of nothing took 1.15-1.6x its cost on a busy node, the
+//                  front end's hop 1.5 ms more; after 55 ms a few percent -- the CPU and the
+//                  threads woken): after_us (the idle the measured work followed; 0: not
+//                  measured, no slowdown), slowdown_p50 and slowdown_p90 (that work's time over
+//                  its busy cost, >= 1), and the consumer's api_overhead_us (the front end's hop
+//                  for a request arriving to an idle deployment)
 //   [memory]       consumer: kv_bytes_per_token, kv_budget_bytes, capacity (requests at once),
 //                  step_rows (prompt rows one step carries)
 //   [link]         producer: goodput_gbps and latency_us of its link to the consumers
@@ -69,6 +76,19 @@ struct StepCost {
   }
 };
 
+// The slowdown of a node's first work after it sat idle (the [idle] table).
+struct IdleCost {
+  double after_us = 0;  // the idle the measured work followed; 0: not measured
+  double slowdown_p50 = 1, slowdown_p90 = 1;
+  double api_overhead_us = 0;  // consumer: the front end's hop after idle; 0: not measured
+  // How much of the measured slowdown work after `idle_us` of idle has: idle_us / after_us, up to
+  // 1 (a linear guess between the two idles measured: 55 ms added a few percent, 240 ms all).
+  double Share(double idle_us) const;
+  // The factor on the work's time after `idle_us` of idle, for a standard normal draw `z`: the
+  // slowdown a lognormal through p50 and p90 gives, scaled by Share; at least 1.
+  double Factor(double idle_us, double z) const;
+};
+
 struct NodeProfile {
   NodeRole role = NodeRole::kConsumer;
   std::string model;
@@ -81,6 +101,7 @@ struct NodeProfile {
   StepCost decode_step;                                              // consumer
   double local_itl_us = 0, rebuild_itl_us = 0, busy_prefill_us = 0;  // consumer, per token
   double api_overhead_us = 0;                                        // consumer, per request
+  IdleCost idle;
   int64_t kv_bytes_per_token = 0, kv_budget_bytes = 0;               // consumer
   int64_t capacity = 0, step_rows = 0;                               // consumer
   double link_goodput_gbps = 0, link_latency_us = 0;                 // producer

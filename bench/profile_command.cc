@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -42,9 +43,10 @@ void Say(const Bench& b, const std::string& line) {
 }
 
 // One load of `prompts` in `mode`, at most `concurrency` at once; every request must finish.
+// `rate`: requests/s, sent at even spacing; inf: each as the one before ends.
 absl::StatusOr<ServeBenchResult> Serve(const Bench& b, const std::string& mode,
                                        std::vector<BenchPrompt> prompts, int concurrency,
-                                       int output_len) {
+                                       int output_len, double rate = INFINITY) {
   ServeBenchOptions s;
   s.server = b.coordinator;
   s.targets = {"profiled"};
@@ -52,6 +54,8 @@ absl::StatusOr<ServeBenchResult> Serve(const Bench& b, const std::string& mode,
   s.prompts = std::move(prompts);
   s.output_len = output_len;
   s.max_concurrency = concurrency;
+  s.request_rate = rate;
+  s.burstiness = 1e6;  // a gamma this steady is even spacing (coefficient of variation 0.1 %)
   s.timeout = absl::Seconds(300);
   s.node_stats = {b.producer_control, b.consumer_control};
   s.secret = b.deployment->secret();
@@ -119,6 +123,34 @@ absl::Status PromptPhase(Bench& b, const std::string& mode, ProfileReport* repor
   }
   for (const NodeStatsDelta& n : r.nodes) {
     if (n.role == "producer") report->producer_counted_tokens += n.prefill_tokens;
+  }
+  return absl::OkStatus();
+}
+
+// Phase 1b: a prompt of each length, each its own prefix, sent idle_gap_ms after the one before
+// was sent (one at a time): the costs after the deployment sat idle (bench/profile_fit.h FitIdle).
+absl::Status IdlePhase(Bench& b, const std::string& mode, ProfileReport* report) {
+  std::vector<BenchPrompt> prompts;
+  for (int r = 0; r < 2; ++r) {
+    for (int len : b.o->prompt_lens) {
+      const uint64_t seed = b.o->seed * 1000003 + b.next_seed++;
+      prompts.push_back(
+          RandomPrompts(1, len, 0, static_cast<int>(b.config.vocab_size), seed, seed)[0]);
+    }
+  }
+  Say(b, absl::StrFormat("%s: %d prompts, one every %g ms (after idle)", mode, prompts.size(),
+                         b.o->idle_gap_ms));
+  SCD_ASSIGN_OR_RETURN(ServeBenchResult r,
+                       Serve(b, mode, std::move(prompts), 1, 2, 1e3 / b.o->idle_gap_ms));
+  // The first followed the last phase's requests at once; each later one the idle since the
+  // one before ended.
+  for (size_t i = 1; i < r.streams.size() && i < r.send_s.size(); ++i) {
+    const double idle = r.send_s[i] - r.send_s[i - 1] - r.streams[i - 1].e2el_s;
+    if (idle <= 0) continue;  // the one before was still running: not after idle
+    PromptSample s = SampleOf(r.streams[i].finished);
+    s.client_ttft_us = r.streams[i].ttft_s * 1e6;
+    s.idle_us = idle * 1e6;
+    report->input.prompts.push_back(s);
   }
   return absl::OkStatus();
 }
@@ -250,6 +282,10 @@ absl::StatusOr<ProfileReport> RunProfile(const ProfileOptions& options) {
     if (o.runs > 1) Say(b, absl::StrCat("run ", run + 1, " of ", o.runs));
     SCD_RETURN_IF_ERROR(PromptPhase(b, "local", &report));
     SCD_RETURN_IF_ERROR(PromptPhase(b, "scd", &report));
+    if (o.idle_gap_ms > 0) {
+      SCD_RETURN_IF_ERROR(IdlePhase(b, "local", &report));
+      SCD_RETURN_IF_ERROR(IdlePhase(b, "scd", &report));
+    }
     SCD_RETURN_IF_ERROR(StepPhase(b, &report));
   }
   SCD_RETURN_IF_ERROR(InterferencePhase(b, &report));
@@ -289,7 +325,8 @@ std::string ProfileJson(const ProfileReport& r) {
                        {"first_layer_out_us", s.first_layer_out_us},
                        {"last_layer_out_us", s.last_layer_out_us},
                        {"client_ttft_us", s.client_ttft_us},
-                       {"server_ttft_us", s.server_ttft_us}});
+                       {"server_ttft_us", s.server_ttft_us},
+                       {"idle_us", s.idle_us}});
   }
   for (const StepSample& s : r.input.steps) {
     steps.push_back(
@@ -364,6 +401,10 @@ CLI::App* AddProfileCommand(CLI::App& app, ProfileOptions* o) {
       ->capture_default_str();
   p->add_option("--repeats", o->repeats, "prompt groups per length and mode")
       ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  p->add_option("--idle-gap-ms", o->idle_gap_ms,
+                "spacing of the prompts measured after idle (0: none, no idle slowdown)")
+      ->check(CLI::Range(0.0, 10000.0))
       ->capture_default_str();
   p->add_option("--runs", o->runs,
                 "times the prompt and step phases run (each cost fitted to its shape's median)")

@@ -6,11 +6,13 @@
 //   1. prompts of several lengths, one at a time, in local and in scd mode, in groups sharing
 //      half their tokens (the first of a group misses the prefix caches, the rest hit them): the
 //      prefills, encodings, transfers, rebuilds and first decodes (Finished.timings);
+//   1b. a prompt of each length twice, local then scd, sent at idle_gap_ms spacing, so that each
+//      finds the deployment idle: what work costs after idle (NodeProfile.idle);
 //   2. batches of 1..B requests at once in local mode at two prompt lengths: decode steps by the
 //      sequences and context they carry (the gaps between tokens, bench/profile_fit.h);
 //   3. a stream of requests arriving while others decode, local then scd: what prompt work costs
 //      the decodes beside it (the consumer's own NodeStats).
-// Phases 1 and 2 run `runs` times; the fits (bench/profile_fit.h, to each shape's median) make
+// Phases 1, 1b and 2 run `runs` times; the fits (bench/profile_fit.h, to each shape's median) make
 // OUT/producer.toml and OUT/consumer.toml; OUT/profile.json
 // holds every sample, every fit with its residual, and each node's throttling by its quota (the
 // periods it spent its quota early and waited: what a quota adds that an unshared CPU does not).
@@ -50,6 +52,10 @@ struct ProfileOptions {
   std::vector<int> batches = {1, 2, 4, 8};
   int output_len = 64;  // the step phase averages the later half: 32 gaps a sample
   int repeats = 3;  // prompt groups per length and mode
+  // Phase 1b's spacing: prompts after ~240 ms of idle took 1.15-1.6x their busy cost, after
+  // ~55 ms a few percent more (bench/README.md), what a lightly loaded deployment's requests
+  // meet. 0: no phase 1b.
+  double idle_gap_ms = 300;
   // Times phases 1 and 2 run on the deployment; each cost is fitted to the median of its shape's
   // samples (bench/profile_fit.h MedianByShape). Two profiles of one run each differed by up to
   // 50 % in a step's cost (a one-sequence step: 2.3 to 3.5 ms): a quota'd pass scatters by a

@@ -89,10 +89,10 @@ absl::Status FitProducer(const ProfileFitInput& in, NodeProfile* p, std::vector<
 
 // The median of what each measured request's client saw beyond the consumer's own TTFT (never
 // below 0: clocks of one machine, but a rounding of the server's microseconds).
-double ApiOverheadUs(const std::vector<PromptSample>& prompts) {
+double ApiOverheadUs(const std::vector<PromptSample>& prompts, bool idle) {
   std::vector<double> beyond;
   for (const PromptSample& s : prompts) {
-    if (s.client_ttft_us > 0 && s.server_ttft_us > 0) {
+    if ((s.idle_us > 0) == idle && s.client_ttft_us > 0 && s.server_ttft_us > 0) {
       beyond.push_back(std::max(0.0, s.client_ttft_us - s.server_ttft_us));
     }
   }
@@ -164,11 +164,35 @@ StepSample StepFromGaps(const std::vector<std::vector<double>>& gaps, int64_t pr
   return step;
 }
 
+IdleCost FitIdle(const ProfileFitInput& in, bool local) {
+  using PromptShape = std::tuple<bool, int64_t, int64_t, int64_t>;
+  std::map<PromptShape, double> busy;
+  for (const PromptSample& s : MedianByShape(in).prompts) {
+    busy[{s.local, s.prompt_tokens, s.producer_cached, s.consumer_cached}] = s.prefill_us;
+  }
+  std::vector<double> ratios, idles;
+  for (const PromptSample& s : in.prompts) {
+    if (s.idle_us <= 0 || s.local != local) continue;
+    const auto of = busy.find({s.local, s.prompt_tokens, s.producer_cached, s.consumer_cached});
+    if (of == busy.end() || of->second <= 0) continue;
+    ratios.push_back(s.prefill_us / of->second);
+    idles.push_back(s.idle_us);
+  }
+  IdleCost idle;
+  if (ratios.empty()) return idle;
+  idle.after_us = Median(idles);
+  idle.slowdown_p50 = std::max(1.0, Median(ratios));
+  idle.slowdown_p90 = std::max(idle.slowdown_p50, Percentile(ratios, 0.9));
+  if (local) idle.api_overhead_us = ApiOverheadUs(in.prompts, true);
+  return idle;
+}
+
 ProfileFitInput MedianByShape(const ProfileFitInput& in) {
   using PromptShape = std::tuple<bool, int64_t, int64_t, int64_t>;
   std::map<PromptShape, std::vector<const PromptSample*>> prompts;
   std::vector<PromptShape> prompt_order;
   for (const PromptSample& s : in.prompts) {
+    if (s.idle_us > 0) continue;  // FitIdle's
     const PromptShape shape{s.local, s.prompt_tokens, s.producer_cached, s.consumer_cached};
     if (prompts[shape].empty()) prompt_order.push_back(shape);
     prompts[shape].push_back(&s);
@@ -208,7 +232,9 @@ absl::StatusOr<ProfileFitResult> FitProfiles(const ProfileFitInput& raw) {
   ProfileFitInput input = MedianByShape(raw);
   SCD_RETURN_IF_ERROR(FitProducer(input, &r.producer, &r.fits));
   SCD_RETURN_IF_ERROR(FitConsumer(input, &r.consumer, &r.fits));
-  r.consumer.api_overhead_us = ApiOverheadUs(raw.prompts);
+  r.consumer.api_overhead_us = ApiOverheadUs(raw.prompts, false);
+  r.producer.idle = FitIdle(raw, false);
+  r.consumer.idle = FitIdle(raw, true);
   SCD_RETURN_IF_ERROR(CheckNodeProfile(r.producer));
   SCD_RETURN_IF_ERROR(CheckNodeProfile(r.consumer));
   return r;

@@ -10,7 +10,10 @@
 //   consumer local prefill (Timings.prefill in local mode) over its n computed tokens after c
 //     cached ones, rebuild (Timings.rebuild) over the n positions it received, the first decode
 //     after a transfer over the prompt, and a decode step over the sequences it advances and
-//     the context they hold (from the gaps between tokens of requests decoding together).
+//     the context they hold (from the gaps between tokens of requests decoding together);
+//   each node's idle slowdown (NodeProfile.idle): prompts sent after the deployment sat idle,
+//     each prefill over the busy median of its shape (the producer's from scd prompts, the
+//     consumer's from local ones), and the front end's hop they saw.
 // Thread-safety: stateless functions.
 #ifndef SCD_BENCH_PROFILE_FIT_H_
 #define SCD_BENCH_PROFILE_FIT_H_
@@ -37,6 +40,9 @@ struct PromptSample {
   // The client's TTFT (request sent -> first token received) and the consumer's own
   // (Timings.ttft: request received -> first token sent); 0 when not measured.
   double client_ttft_us = 0, server_ttft_us = 0;
+  // How long the deployment had nothing to do before this request was sent; 0: it was sent as
+  // the one before it ended (busy), which is what the cost fits take.
+  double idle_us = 0;
 };
 
 // One decode step of `sequences` sequences holding `context_tokens` in all, and its time.
@@ -61,7 +67,7 @@ struct FitReport {
 };
 
 struct ProfileFitInput {
-  std::vector<PromptSample> prompts;
+  std::vector<PromptSample> prompts;  // busy ones (idle_us 0) fit the costs; idle ones the slowdown
   std::vector<StepSample> steps;
   std::string producer_model, consumer_model, machine;
   double producer_cpus = 0, consumer_cpus = 0;
@@ -75,11 +81,17 @@ struct ProfileFitResult {
   std::vector<FitReport> fits;
 };
 
+// The slowdown of `local` (the consumer's) or remote (the producer's) prompts sent after idle:
+// each one's prefill over the median of the busy samples of its shape, their median and 90th
+// percentile (at least 1), after the median idle; the api overhead the median hop of every idle
+// sample. IdleCost{} when there is no idle sample with a busy shape to compare to.
+IdleCost FitIdle(const ProfileFitInput& input, bool local);
+
 // The samples taken as one per shape: for each prompt shape (mode, prompt tokens, each side's
-// cached tokens) a sample whose every cost is the median of that shape's samples (repeats and
-// runs alike), for each step shape (sequences, context tokens) the median step, in the order the
-// shapes first appear. A pass that stalled at a quota's period, or ran beside a stray process,
-// is then one sample among its shape's, not a pull on the least-squares fit.
+// cached tokens; busy samples only) a sample whose every cost is the median of that shape's samples
+// (repeats and runs alike), for each step shape (sequences, context tokens) the median step, in the
+// order the shapes first appear. A pass that stalled at a quota's period, or ran beside a stray
+// process, is then one sample among its shape's, not a pull on the least-squares fit.
 ProfileFitInput MedianByShape(const ProfileFitInput& in);
 
 // The two profiles, fitted to MedianByShape(input) (the api overhead: the median over every

@@ -68,6 +68,10 @@ struct ConsumerNode {
   std::deque<Work> work;
   std::vector<Req*> ready;  // caches complete, their first decode due
   bool stepping = false;
+  // Nothing to step since idle_since (InfinitePast: since the run began): the next step pays the
+  // profile's idle slowdown.
+  bool idle = true;
+  absl::Time idle_since = absl::InfinitePast();
   NodeSpeedTracker speeds;
   consumer::ItlCost rebuild_itl;
   std::unique_ptr<BlockCache> cache;
@@ -81,6 +85,7 @@ struct ProducerNode {
   v1::RegisterRequest info;
   std::deque<Req*> queue;
   bool busy = false;
+  absl::Time idle_since = absl::InfinitePast();  // when it was last not busy; see ConsumerNode
   absl::Time link_free = absl::InfinitePast();
   NodeSpeedTracker speeds;
   std::unique_ptr<BlockCache> cache;
@@ -99,6 +104,7 @@ struct Req {
   absl::Time arrival, first_token = absl::InfinitePast();
   int64_t tokens = 0, sent = 0, layers_in = 0;
   double prefill_us = 0, transfer_us = 0, rebuild_us = 0, first_decode_us = 0;
+  double api_us = 0;  // the front end's hop, by its consumer's idle when it arrived
   absl::Time first_byte = absl::InfinitePast();
   SimRequestResult* result = nullptr;
 };

@@ -15,8 +15,9 @@
 namespace scd::bench {
 namespace {
 
-NodeProfile ProducerCosts() {
+NodeProfile ProducerCosts(IdleCost idle = {}) {
   NodeProfile p;
+  p.idle = idle;
   p.role = NodeRole::kProducer;
   p.model = "p";
   p.prefill = {1000, 50, 0.5};
@@ -24,9 +25,10 @@ NodeProfile ProducerCosts() {
   return p;
 }
 
-NodeProfile ConsumerCosts(double api_us = 0) {
+NodeProfile ConsumerCosts(double api_us = 0, IdleCost idle = {}) {
   NodeProfile p;
   p.api_overhead_us = api_us;
+  p.idle = idle;
   p.role = NodeRole::kConsumer;
   p.model = "c";
   p.prefill = {800, 40, 0.25};
@@ -40,7 +42,8 @@ NodeProfile ConsumerCosts(double api_us = 0) {
   return p;
 }
 
-SimDeployment Deployment(int64_t consumers, double gbps, int64_t layers, double api_us = 0) {
+SimDeployment Deployment(int64_t consumers, double gbps, int64_t layers, double api_us = 0,
+                         IdleCost idle = {}, IdleCost producer_idle = {}) {
   const std::string text = absl::StrCat(
       "[deployment]\nheartbeat_ms = 100\n[[producer_pool]]\nname = \"base\"\nprofile = "
       "\"producer\"\nprefix_cache_mb = 4\n"
@@ -49,8 +52,9 @@ SimDeployment Deployment(int64_t consumers, double gbps, int64_t layers, double 
       "code_bytes_per_token = 500\ncount = ", consumers, "\nlayers = ", layers,
       "\n[[link]]\nproducer = \"base\"\nconsumer = \"c\"\ngbps = ", gbps, "\nlatency_us = 300\n");
   absl::StatusOr<SimDeployment> d = ParseSimDeployment(
-      text, "", [api_us](const std::string& path) -> absl::StatusOr<NodeProfile> {
-        return path == "producer" ? ProducerCosts() : ConsumerCosts(api_us);
+      text, "",
+      [api_us, idle, producer_idle](const std::string& path) -> absl::StatusOr<NodeProfile> {
+        return path == "producer" ? ProducerCosts(producer_idle) : ConsumerCosts(api_us, idle);
       });
   EXPECT_TRUE(d.ok()) << d.status();
   return *d;
@@ -109,6 +113,31 @@ TEST(ClusterSimTest, TheApiOverheadDelaysWhatTheClientSeesAndNoNodesWork) {
   }
 }
 
+TEST(ClusterSimTest, WorkAfterIdleIsSlowerByTheShareOfTheIdleMeasured) {
+  // The consumer measured 1.5x (p50 = p90: no spread to draw) and a hop of 6 ms instead of 1 ms
+  // after 500 ms of idle. Two requests at 0.25 and 0.5 s: the first finds the node idle 250 ms
+  // since the start (half the measured idle: 1.25x, a 3.5 ms hop); the second the time since
+  // the first's last step; their decode steps, on a busy node, as measured.
+  const IdleCost idle{500000, 1.5, 1.5, 6000};
+  const SimWorkload w = Workload("local", 4, 0.6, 100, 5);
+  absl::StatusOr<ClusterSimResult> r = RunClusterSim(Deployment(1, 1, 4, 1000, idle), w);
+  absl::StatusOr<ClusterSimResult> busy = RunClusterSim(Deployment(1, 1, 4, 1000), w);
+  ASSERT_TRUE(r.ok() && busy.ok());
+  ASSERT_EQ(r->requests.size(), 2u);
+  const NodeProfile c = ConsumerCosts();
+  const double prefill_us = c.prefill.At(100, 0);
+  const SimRequestResult &a = r->requests[0], &b = r->requests[1];
+  EXPECT_NEAR(a.ttft_s * 1e6, 1.25 * prefill_us + 3500, 1e-3);
+  EXPECT_NEAR(a.tpot_s(), busy->requests[0].tpot_s(), 1e-12);
+  const double share = (0.25 - (a.e2el_s - 3500e-6)) / 0.5;
+  ASSERT_GT(share, 0.4);
+  ASSERT_LT(share, 0.5);
+  EXPECT_NEAR(b.ttft_s * 1e6, (1 + 0.5 * share) * prefill_us + 1000 + 5000 * share, 1e-3);
+  // Without an [idle] table every request is as on a busy node.
+  EXPECT_NEAR(busy->requests[0].ttft_s * 1e6, prefill_us + 1000, 1e-3);
+  EXPECT_NEAR(busy->requests[1].ttft_s * 1e6, prefill_us + 1000, 1e-3);
+}
+
 TEST(ClusterSimTest, ALoneScdRequestWaitsForTheLastLayerThenItsRebuildAndFirstDecode) {
   // A slow link (0.001 Gb/s = 125 kB/s): each layer's codes (99 tokens x 500 B / 4 layers =
   // 12,375 B, 99 ms) leave as the pass has them and queue on the link.
@@ -128,6 +157,15 @@ TEST(ClusterSimTest, ALoneScdRequestWaitsForTheLastLayerThenItsRebuildAndFirstDe
   const double rebuild_us = 99.0 * c.rebuild.per_token_us / 4;  // the last layer's piece
   EXPECT_NEAR(q.ttft_s * 1e6, arrived + rebuild_us + c.first_decode.At(100), 1);
   EXPECT_NEAR(q.tpot_s() * 1e6, (c.decode_step.At(1, 100) + c.decode_step.At(1, 101)) / 2, 1);
+  // A producer measured 2x after 100 ms of idle, found idle 1 s since the start: its pass twice
+  // as long, each layer out at twice the time; on a link fast enough to keep up, the last layer
+  // arrives after the whole slowed pass and its own bytes.
+  const SimDeployment fast = Deployment(1, 100, 4, 0, {}, {100000, 2, 2, 0});
+  const SimDeployment plain = Deployment(1, 100, 4);
+  absl::StatusOr<ClusterSimResult> slow = RunClusterSim(fast, Workload("scd", 1, 1.5, 100, 3));
+  absl::StatusOr<ClusterSimResult> busy = RunClusterSim(plain, Workload("scd", 1, 1.5, 100, 3));
+  ASSERT_TRUE(slow.ok() && busy.ok());
+  EXPECT_NEAR((slow->requests[0].ttft_s - busy->requests[0].ttft_s) * 1e6, prefill_us, 1e-3);
 }
 
 TEST(ClusterSimTest, UnderLoadEveryRequestEndsAndTheSameSeedGivesTheSameRun) {

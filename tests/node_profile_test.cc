@@ -34,6 +34,7 @@ NodeProfile Consumer() {
   p.rebuild_itl_us = 0.75;
   p.busy_prefill_us = 19.0;
   p.api_overhead_us = 4321.5;
+  p.idle = {240000, 1.25, 1.625, 5000.25};
   p.kv_bytes_per_token = 1280;
   p.kv_budget_bytes = int64_t{10} << 20;
   p.capacity = 16;
@@ -73,6 +74,10 @@ void ExpectSame(const NodeProfile& a, const NodeProfile& b) {
   EXPECT_EQ(a.rebuild_itl_us, b.rebuild_itl_us);
   EXPECT_EQ(a.busy_prefill_us, b.busy_prefill_us);
   EXPECT_EQ(a.api_overhead_us, b.api_overhead_us);
+  EXPECT_EQ(a.idle.after_us, b.idle.after_us);
+  EXPECT_EQ(a.idle.slowdown_p50, b.idle.slowdown_p50);
+  EXPECT_EQ(a.idle.slowdown_p90, b.idle.slowdown_p90);
+  EXPECT_EQ(a.idle.api_overhead_us, b.idle.api_overhead_us);
   EXPECT_EQ(a.kv_bytes_per_token, b.kv_bytes_per_token);
   EXPECT_EQ(a.kv_budget_bytes, b.kv_budget_bytes);
   EXPECT_EQ(a.capacity, b.capacity);
@@ -91,6 +96,14 @@ TEST(NodeProfileTest, WrittenAndReadBackExactlyForBothRoles) {
     ExpectSame(*read, profile);
     EXPECT_EQ(NodeProfileToml(*read), text);
   }
+  // A profile without [idle] reads as no slowdown, and is written without one.
+  NodeProfile busy = Producer();
+  busy.idle = IdleCost{};
+  EXPECT_THAT(NodeProfileToml(busy), Not(HasSubstr("[idle]")));
+  absl::StatusOr<NodeProfile> read = ParseNodeProfile(NodeProfileToml(busy));
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->idle.after_us, 0);
+  EXPECT_EQ(read->idle.Factor(1e9, 3.0), 1);
   // Only the role's tables are written.
   EXPECT_THAT(NodeProfileToml(Producer()), Not(HasSubstr("[decode_step]")));
   EXPECT_THAT(NodeProfileToml(Consumer()), Not(HasSubstr("[link]")));
@@ -112,6 +125,17 @@ TEST(NodeProfileTest, CostsFollowTheirFormulas) {
   EXPECT_DOUBLE_EQ(p.decode_step.At(8, 4000), 410.0 + 8 * 37.125 + 4000 * 0.0031);
   EXPECT_DOUBLE_EQ(p.rebuild.At(100), 55.5 + 100 * 3.3333333333333335);
   // 125,000 bytes on a 1 Gbit/s link: 1 ms, after the latency.
+  // The idle slowdown: its median at z = 0 after the measured idle or longer, its p90 at the
+  // normal's 90th percentile, a share of either after less (240 ms measured: 60 ms is a
+  // quarter), none after no idle, never under 1.
+  const IdleCost& idle = p.idle;
+  EXPECT_DOUBLE_EQ(idle.Factor(240000, 0), 1.25);
+  EXPECT_DOUBLE_EQ(idle.Factor(1e7, 0), 1.25);
+  EXPECT_NEAR(idle.Factor(240000, 1.2815515655446004), 1.625, 1e-12);
+  EXPECT_DOUBLE_EQ(idle.Factor(60000, 0), 1 + 0.25 * 0.25);
+  EXPECT_EQ(idle.Factor(0, 5.0), 1);
+  EXPECT_EQ(idle.Factor(240000, -10.0), 1);
+  EXPECT_DOUBLE_EQ(idle.Share(120000), 0.5);
   NodeProfile link = Producer();
   link.link_goodput_gbps = 1.0;
   link.link_latency_us = 50;
@@ -156,6 +180,10 @@ TEST(NodeProfileTest, RefusesWhatIsOutOfBoundsNamingIt) {
             {"per_token_context_us = 9.9999999999999995e-08", "per_token_context_us = 0.0"}}),
        "prefill.per_token_us or per_token_context_us > 0"},
       {std::string(kMaxProfileBytes + 1, '#'), "at most"},
+      {Edited("slowdown_p50 = 1.25", "slowdown_p50 = 0.5"), "idle.slowdown_p50"},
+      {Edited("slowdown_p90 = 1.625", "slowdown_p90 = 1.125"),
+       "idle.slowdown_p90 at least idle.slowdown_p50"},
+      {Edited("after_us = 240000", "after_ms = 240"), "unknown key idle.after_ms"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<NodeProfile> read = ParseNodeProfile(c.text);

@@ -48,6 +48,7 @@ TEST(ProfileCommandTest, RealDaemonsUnderQuotasGiveProfilesTheirOwnCountsAgreeWi
   o.output_len = 16;
   o.repeats = 2;
   o.runs = 2;
+  o.idle_gap_ms = 150;  // a stories260k request takes a few ms: the rest of the 150 is idle
   o.progress = false;
   absl::StatusOr<ProfileReport> r = RunProfile(o);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -56,7 +57,19 @@ TEST(ProfileCommandTest, RealDaemonsUnderQuotasGiveProfilesTheirOwnCountsAgreeWi
   // 5 lengths x 2 groups x 3 prompts, in each mode; a step per batch size and prompt length; two
   // runs of each. The fits are to the shapes' medians: 9 step shapes.
   EXPECT_EQ(r->runs, 2);
-  EXPECT_EQ(r->input.prompts.size(), 120u);
+  size_t busy = 0, idle = 0;
+  for (const PromptSample& s : r->input.prompts) (s.idle_us > 0 ? idle : busy) += 1;
+  EXPECT_EQ(busy, 120u);
+  // After idle: each length twice in each mode, the first of each phase not counted (it followed
+  // the busy phase at once), nor one that found the one before still running.
+  EXPECT_GT(idle, 0u);
+  EXPECT_LE(idle, 2u * 2 * 9);
+  for (const NodeProfile* p : {&r->fit->consumer, &r->fit->producer}) {
+    EXPECT_GT(p->idle.after_us, 0);
+    EXPECT_LT(p->idle.after_us, 150000);
+    EXPECT_GE(p->idle.slowdown_p90, p->idle.slowdown_p50);
+    EXPECT_GE(p->idle.slowdown_p50, 1);
+  }
   EXPECT_EQ(r->input.steps.size(), 18u);
   for (const FitReport& f : r->fit->fits) {
     if (f.cost == "consumer.decode_step") {

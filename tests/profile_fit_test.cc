@@ -152,6 +152,57 @@ TEST(ProfileFitTest, TheApiOverheadIsTheMedianOfWhatClientsSawBeyondTheServer) {
   EXPECT_EQ(FitProfiles(Samples(0, 1))->consumer.api_overhead_us, 0);
 }
 
+TEST(ProfileFitTest, PromptsAfterIdleGiveEachSidesSlowdownAndLeaveTheCostsAlone) {
+  // Ten local and ten remote prompts after idle, copies of busy shapes with their prefills
+  // 1.1x .. 2.0x (the consumer's) and 1.5x (the producer's), and the local ones' hop 6 ms after
+  // 200..290 ms of idle: the consumer's slowdown median 1.5 (1.5 and 1.6's mean), its 90th
+  // percentile the nearest rank from below (2.0), after the median idle (245 ms), hop 6 ms; the
+  // producer's 1.5 and 1.5; every cost as without them.
+  const ProfileFitInput busy = Samples(0, 1);
+  ProfileFitInput in = busy;
+  std::vector<PromptSample> local, remote;
+  for (const PromptSample& s : busy.prompts) (s.local ? local : remote).push_back(s);
+  for (int i = 0; i < 10; ++i) {
+    PromptSample l = local[static_cast<size_t>(i) % local.size()];
+    l.prefill_us *= 1.1 + 0.1 * i;
+    l.idle_us = 200000 + 10000 * i;
+    l.server_ttft_us = 30000;
+    l.client_ttft_us = 36000;
+    in.prompts.push_back(l);
+    PromptSample r = remote[static_cast<size_t>(i) % remote.size()];
+    r.prefill_us *= 1.5;
+    r.idle_us = 250000;
+    in.prompts.push_back(r);
+  }
+  absl::StatusOr<ProfileFitResult> with = FitProfiles(in), without = FitProfiles(busy);
+  ASSERT_TRUE(with.ok() && without.ok()) << with.status();
+  const IdleCost& c = with->consumer.idle;
+  EXPECT_DOUBLE_EQ(c.after_us, 245000);
+  EXPECT_NEAR(c.slowdown_p50, 1.55, 1e-12);
+  EXPECT_NEAR(c.slowdown_p90, 2.0, 1e-12);
+  EXPECT_DOUBLE_EQ(c.api_overhead_us, 6000);
+  EXPECT_DOUBLE_EQ(with->producer.idle.after_us, 250000);
+  EXPECT_NEAR(with->producer.idle.slowdown_p50, 1.5, 1e-12);
+  EXPECT_NEAR(with->producer.idle.slowdown_p90, 1.5, 1e-12);
+  EXPECT_EQ(with->producer.idle.api_overhead_us, 0);
+  EXPECT_EQ(with->consumer.api_overhead_us, without->consumer.api_overhead_us);
+  with->consumer.idle = without->consumer.idle;
+  with->producer.idle = without->producer.idle;
+  EXPECT_EQ(NodeProfileToml(with->consumer), NodeProfileToml(without->consumer));
+  EXPECT_EQ(NodeProfileToml(with->producer), NodeProfileToml(without->producer));
+  // None after idle: no slowdown, and none written.
+  EXPECT_EQ(without->consumer.idle.after_us, 0);
+  EXPECT_THAT(NodeProfileToml(without->consumer), ::testing::Not(HasSubstr("[idle]")));
+  // An idle sample faster than its busy shape is no speed-up: the slowdown is at least 1.
+  ProfileFitInput fast = busy;
+  PromptSample f = local[0];
+  f.prefill_us *= 0.8;
+  f.idle_us = 100000;
+  fast.prompts.push_back(f);
+  EXPECT_EQ(FitIdle(fast, true).slowdown_p50, 1);
+  EXPECT_EQ(FitIdle(fast, true).slowdown_p90, 1);
+}
+
 TEST(ProfileFitTest, RepeatedShapesBecomeTheirMediansAndAnOutlierDoesNotMoveTheFit) {
   // Three runs of the same samples, one cost in each shape 1.2x, 1x and 1x (the median: 1x), and
   // one run's first step 5x (a stall): the fit is the formulas' exactly, as from one clean run.
