@@ -23,9 +23,31 @@ nlohmann::json SummaryJson(const MetricSummary& s) {
           {"count", s.count}};
 }
 
+nlohmann::json PerStreamJson(const ClusterSimResult& r) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const char* key : {"arrival_s", "ttft_ms", "e2el_ms", "input_len", "output_len", "mode",
+                          "code", "target", "producer_cached_tokens", "consumer_cached_tokens"}) {
+    j[key] = nlohmann::json::array();
+  }
+  for (const SimRequestResult& q : r.requests) {
+    const bool ok = q.code == absl::StatusCode::kOk;
+    j["arrival_s"].push_back(q.arrival_s);
+    j["ttft_ms"].push_back(ok ? q.ttft_s * 1e3 : 0);
+    j["e2el_ms"].push_back(ok ? q.e2el_s * 1e3 : 0);
+    j["input_len"].push_back(q.prompt_tokens);
+    j["output_len"].push_back(q.output_tokens);
+    j["mode"].push_back(TransferModeName(q.mode));
+    j["code"].push_back(absl::StatusCodeToString(q.code));
+    j["target"].push_back(q.consumer);
+    j["producer_cached_tokens"].push_back(q.producer_cached);
+    j["consumer_cached_tokens"].push_back(q.consumer_cached);
+  }
+  return j;
+}
+
 }  // namespace
 
-std::string SimulateJson(const ClusterSimResult& r, const SimWorkload& w) {
+std::string SimulateJson(const ClusterSimResult& r, const SimWorkload& w, bool per_request) {
   std::vector<double> ttft, tpot, e2el;
   std::map<std::string, int64_t> modes, failures;
   int64_t good = 0, output_tokens = 0;
@@ -69,6 +91,7 @@ std::string SimulateJson(const ClusterSimResult& r, const SimWorkload& w) {
                       {"simulated_s", r.simulated_s},
                       {"events", r.events},
                       {"nodes", nodes}};
+  if (per_request) j["per_stream"] = PerStreamJson(r);
   return j.dump(1);
 }
 
@@ -86,6 +109,7 @@ CLI::App* AddSimulateCommand(CLI::App& app, SimulateFlags* f) {
       ->capture_default_str();
   s->add_option("--seed", f->seed, "the workload's seed instead of its file's")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 53));
+  s->add_flag("--per-request", f->per_request, "each request's figures too (per_stream)");
   return s;
 }
 
@@ -94,7 +118,7 @@ absl::Status RunSimulateCommand(const SimulateFlags& f) {
   SCD_ASSIGN_OR_RETURN(SimWorkload workload, ReadSimWorkload(f.workload));
   if (f.seed >= 0) workload.seed = static_cast<uint64_t>(f.seed);
   SCD_ASSIGN_OR_RETURN(const ClusterSimResult r, RunClusterSim(deployment, workload, f.drain_s));
-  const std::string json = SimulateJson(r, workload);
+  const std::string json = SimulateJson(r, workload, f.per_request);
   std::printf("%s\n", json.c_str());
   std::fflush(stdout);  // the JSON before the line on stderr
   std::fprintf(stderr,

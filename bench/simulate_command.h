@@ -20,11 +20,16 @@ struct SimulateFlags {
   std::string deployment, workload, out;
   double drain_s = 600;
   int64_t seed = -1;  // >= 0: overrides the workload's
+  bool per_request = false;  // per_stream in the JSON
 };
 
 // The run's summary as JSON: the same for a seed in any process (no wall-clock figures: those go
-// to stderr, with the cost per event).
-std::string SimulateJson(const ClusterSimResult& result, const SimWorkload& workload);
+// to stderr, with the cost per event). `per_request`: also `per_stream`, each request's figures
+// as arrays in arrival order (`scd-bench serve`'s names: ttft_ms, e2el_ms, input_len, output_len,
+// mode, code, target, producer_cached_tokens, consumer_cached_tokens; and arrival_s) -- a line of
+// the JSON per request, for runs small enough to read (a validation's).
+std::string SimulateJson(const ClusterSimResult& result, const SimWorkload& workload,
+                         bool per_request = false);
 
 CLI::App* AddSimulateCommand(CLI::App& app, SimulateFlags* flags);
 absl::Status RunSimulateCommand(const SimulateFlags& flags);

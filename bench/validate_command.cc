@@ -104,7 +104,7 @@ absl::Status RunSimulated(const ValidateOptions& o, const SimDeployment& d, Work
     v->seeds.push_back(FiguresOf(r, w));
     if (k == 0) {
       SCD_RETURN_IF_ERROR(WriteStringToFile(absl::StrCat(o.out, "/", v->name, ".simulated.json"),
-                                            SimulateJson(r, w)));
+                                            SimulateJson(r, w, true)));
     }
   }
   v->simulated = v->seeds.at(0);

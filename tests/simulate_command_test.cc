@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "base/child_process.h"
 #include "tests/test_files.h"
@@ -20,11 +21,21 @@ namespace {
 namespace fs = std::filesystem;
 
 // The JSON a run wrote (--out).
-std::string Simulate(const std::string& workload, const std::string& seed, const std::string& out) {
-  absl::StatusOr<ChildProcess::Outcome> run =
-      ChildProcess::Run({testing::BuildDir() + "/bin/scd-bench", "simulate", "--deployment",
-                         std::string(SCD_SOURCE_DIR) + "/bench/cluster/example_deployment.toml",
-                         "--workload", workload, "--seed", seed, "--out", out});
+std::string Simulate(const std::string& workload, const std::string& seed, const std::string& out,
+                     bool per_request = false) {
+  std::vector<std::string> argv = {
+      testing::BuildDir() + "/bin/scd-bench",
+      "simulate",
+      "--deployment",
+      std::string(SCD_SOURCE_DIR) + "/bench/cluster/example_deployment.toml",
+      "--workload",
+      workload,
+      "--seed",
+      seed,
+      "--out",
+      out};
+  if (per_request) argv.push_back("--per-request");
+  absl::StatusOr<ChildProcess::Outcome> run = ChildProcess::Run(argv);
   EXPECT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->status, 0) << run->output;
   return testing::ReadFile(out);
@@ -51,6 +62,24 @@ TEST(SimulateCommandTest, TheSameSeedGivesTheSameJsonInTwoProcesses) {
   EXPECT_GT(j["tpot"]["median_ms"].get<double>(), 0);
   EXPECT_EQ(j["nodes"].size(), 2u + 6u);
   EXPECT_NE(Simulate(workload, "4", dir + "/c.json"), a);
+  EXPECT_FALSE(j.contains("per_stream"));
+  // Each request's figures on asking: one entry per request, the completed ones' TTFTs the
+  // summary's (their mean), the rest marked by their code.
+  const nlohmann::json d =
+      nlohmann::json::parse(Simulate(workload, "3", dir + "/d.json", true), nullptr, false);
+  ASSERT_TRUE(d.contains("per_stream")) << d.dump();
+  const nlohmann::json& ps = d["per_stream"];
+  ASSERT_EQ(ps["ttft_ms"].size(), j["requests"].get<size_t>());
+  double sum = 0;
+  int ok = 0;
+  for (size_t i = 0; i < ps["ttft_ms"].size(); ++i) {
+    if (ps["code"][i] != "OK") continue;
+    ++ok;
+    sum += ps["ttft_ms"][i].get<double>();
+    EXPECT_GE(ps["e2el_ms"][i].get<double>(), ps["ttft_ms"][i].get<double>());
+  }
+  EXPECT_EQ(ok, j["completed"].get<int>());
+  EXPECT_NEAR(sum / ok, j["ttft"]["mean_ms"].get<double>(), 1e-9 * sum);
   fs::remove_all(dir);
 }
 
