@@ -70,7 +70,7 @@ class Sim {
   const SimDeployment& d_;
   const SimWorkload& w_;
   SimRequests requests_;
-  std::mt19937_64 rng_;  // the idle slowdowns' draws, in the events' order
+  std::mt19937_64 rng_;  // the idle slowdowns' and step noise's draws, in the events' order
   SimulatedClock clock_;
   absl::Time start_;
   std::vector<std::unique_ptr<coordinator::NodeRegistry>> registries_;
@@ -364,6 +364,14 @@ double Sim::StepSeconds(ConsumerNode* c, const consumer::StepPlan& plan, std::ve
   }
   double first_us = 0;
   for (Req* req : *ready) first_us += k.first_decode.At(static_cast<double>(req->r.prompt_tokens));
+  if (k.step_noise.measured()) {
+    // The step as the real one runs it: over or under its cost by the measured spread, which the
+    // pacer sees and trims its chunks for, as the real one does.
+    const double noise = k.step_noise.Factor(std::uniform_real_distribution<double>()(rng_));
+    forward_us *= noise;
+    pieces_us *= noise;
+    first_us *= noise;
+  }
   c->pacer.Observe(plan.decodes, plan.prefill_tokens, forward_us / 1e6, plan.allowed);
   if (plan.decodes > 0 && rows > 0) {
     c->rebuild_itl.Add(pieces_us / 1e6, rows / static_cast<double>(c->spec->layers));

@@ -20,7 +20,8 @@
 // Requests go to the coordinators in turn. A request's TTFT and end-to-end latency are the
 // client's: the consumer's own plus its pool profile's api overhead (the call through the
 // coordinator, the tokens' way back), which no node's work waits on. A node's first work after it
-// sat idle is slower by its profile's [idle] slowdown (a draw from the workload's seed), a
+// sat idle is slower by its profile's [idle] slowdown, a consumer's step over or under its cost
+// by its [step_noise] (draws from the workload's seed; the pacer sees them), a
 // request's hop to an idle consumer by its idle overhead. Deterministic: one seed, one order of
 // events. Thread-safety: RunClusterSim is reentrant (each call its own clock and state).
 #ifndef SCD_BENCH_CLUSTER_SIM_H_

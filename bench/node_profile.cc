@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <initializer_list>
+#include <iterator>
 #include <map>
 #include <system_error>
 #include <utility>
@@ -45,6 +46,10 @@ Tables FieldsOf(NodeProfile* p, std::string* role) {
                {"slowdown_p50", F::Number(&p->idle.slowdown_p50, 1)},
                {"slowdown_p90", F::Number(&p->idle.slowdown_p90, 1)},
                {"api_overhead_us", F::Number(&p->idle.api_overhead_us)}};
+  f["step_noise"] = {{"p10", F::Number(&p->step_noise.p10)},
+                     {"p50", F::Number(&p->step_noise.p50)},
+                     {"p90", F::Number(&p->step_noise.p90)},
+                     {"p99", F::Number(&p->step_noise.p99)}};
   f["memory"] = {{"kv_bytes_per_token", F::Integer(&p->kv_bytes_per_token)},
                  {"kv_budget_bytes", F::Integer(&p->kv_budget_bytes)},
                  {"capacity", F::Integer(&p->capacity)},
@@ -104,6 +109,21 @@ double IdleCost::Factor(double idle_us, double z) const {
   return std::max(1.0, 1 + share * (slowdown - 1));
 }
 
+double StepNoise::Factor(double u) const {
+  if (!measured()) return 1;
+  struct Knot {
+    double u, q;
+  };
+  const Knot knots[] = {{0, p10}, {0.1, p10}, {0.5, p50}, {0.9, p90}, {0.99, p99}, {1, p99}};
+  double mean = 0, at = p99;
+  for (size_t i = 1; i < std::size(knots); ++i) {
+    const Knot &a = knots[i - 1], &b = knots[i];
+    mean += (b.u - a.u) * (a.q + b.q) / 2;
+    if (u >= a.u && u < b.u) at = a.q + (b.q - a.q) * (u - a.u) / (b.u - a.u);
+  }
+  return at / mean;
+}
+
 double NodeProfile::LinkUs(int64_t bytes) const {
   if (link_goodput_gbps <= 0) return link_latency_us;
   return link_latency_us + static_cast<double>(bytes) * 8.0 / (link_goodput_gbps * 1e3);
@@ -132,6 +152,11 @@ absl::Status CheckNodeProfile(const NodeProfile& p) {
     }
   }
   if (p.model.empty()) return Missing("node.model", p.role);
+  const StepNoise& n = p.step_noise;
+  if ((n.p10 > 0 || n.p50 > 0 || n.p90 > 0 || n.p99 > 0) &&
+      !(n.p10 > 0 && n.p10 <= n.p50 && n.p50 <= n.p90 && n.p90 <= n.p99)) {
+    return Missing("step_noise 0 < p10 <= p50 <= p90 <= p99 (or none)", p.role);
+  }
   if (p.idle.slowdown_p90 < p.idle.slowdown_p50) {
     return Missing("idle.slowdown_p90 at least idle.slowdown_p50", p.role);
   }
@@ -231,6 +256,12 @@ std::string NodeProfileToml(const NodeProfile& p) {
                   "[api]  # a client's TTFT beyond the consumer's own: coordinator, hops back\n"
                   "overhead_us = ",
                   TomlNumber(p.api_overhead_us), "\n\n");
+  if (p.step_noise.measured()) {
+    absl::StrAppend(&out, "[step_noise]  # a step's time over its shape's mean, quantiles\np10 = ",
+                    TomlNumber(p.step_noise.p10), "\np50 = ", TomlNumber(p.step_noise.p50),
+                    "\np90 = ", TomlNumber(p.step_noise.p90),
+                    "\np99 = ", TomlNumber(p.step_noise.p99), "\n\n");
+  }
   absl::StrAppend(&out, "[memory]\nkv_bytes_per_token = ", p.kv_bytes_per_token,
                   "\nkv_budget_bytes = ", p.kv_budget_bytes, "\ncapacity = ", p.capacity,
                   "\nstep_rows = ", p.step_rows, "\n");

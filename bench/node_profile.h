@@ -26,6 +26,10 @@
 //                  measured, no slowdown), slowdown_p50 and slowdown_p90 (that work's time over
 //                  its busy cost, >= 1), and the consumer's api_overhead_us (the front end's hop
 //                  for a request arriving to an idle deployment)
+//   [step_noise]   consumer, optional: a decode step's time over the mean of its shape's, as
+//                  quantiles p10, p50, p90, p99 (from the gaps between a stream's tokens, tokens
+//                  delivered together split evenly): what makes the scheduler's pacer trim its
+//                  chunks where steps overrun; all 0: not measured, steps take their cost
 //   [memory]       consumer: kv_bytes_per_token, kv_budget_bytes, capacity (requests at once),
 //                  step_rows (prompt rows one step carries)
 //   [link]         producer: goodput_gbps and latency_us of its link to the consumers
@@ -89,6 +93,16 @@ struct IdleCost {
   double Factor(double idle_us, double z) const;
 };
 
+// The spread of a step's time around its cost (the [step_noise] table).
+struct StepNoise {
+  double p10 = 0, p50 = 0, p90 = 0, p99 = 0;  // all 0: not measured
+  bool measured() const { return p99 > 0; }
+  // The factor on a step's cost for a uniform draw `u` in [0, 1): the quantile function
+  // through the four (flat below p10 and above p99, linear between), over its mean, so that the
+  // factors' mean is 1 and the cost stays the mean step. 1 when not measured.
+  double Factor(double u) const;
+};
+
 struct NodeProfile {
   NodeRole role = NodeRole::kConsumer;
   std::string model;
@@ -102,6 +116,7 @@ struct NodeProfile {
   double local_itl_us = 0, rebuild_itl_us = 0, busy_prefill_us = 0;  // consumer, per token
   double api_overhead_us = 0;                                        // consumer, per request
   IdleCost idle;
+  StepNoise step_noise;                                              // consumer
   int64_t kv_bytes_per_token = 0, kv_budget_bytes = 0;               // consumer
   int64_t capacity = 0, step_rows = 0;                               // consumer
   double link_goodput_gbps = 0, link_latency_us = 0;                 // producer

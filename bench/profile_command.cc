@@ -168,6 +168,7 @@ absl::Status StepPhase(Bench& b, ProfileReport* report) {
       std::vector<std::vector<double>> gaps;
       for (const StreamRecord& stream : r.streams) gaps.push_back(stream.itl_s);
       const StepSample step = StepFromGaps(gaps, len);
+      for (double r : StepRatios(gaps)) report->input.step_ratios.push_back(r);
       if (step.sequences > 0) report->input.steps.push_back(step);
       Say(b, absl::StrFormat("decode steps: %d at once, %d-token prompts: %.2f ms", batch, len,
                              step.step_us / 1e3));

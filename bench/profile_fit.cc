@@ -187,6 +187,29 @@ IdleCost FitIdle(const ProfileFitInput& in, bool local) {
   return idle;
 }
 
+std::vector<double> StepRatios(const std::vector<std::vector<double>>& gaps) {
+  if (gaps.empty()) return {};
+  size_t shortest = gaps[0].size();
+  for (const std::vector<double>& g : gaps) shortest = std::min(shortest, g.size());
+  if (shortest < 2) return {};
+  std::vector<double> steps;
+  for (const std::vector<double>& g : gaps) {
+    std::vector<double> half(g.begin() + static_cast<std::ptrdiff_t>(shortest / 2),
+                             g.begin() + static_cast<std::ptrdiff_t>(shortest));
+    const double median = Median(half);
+    for (size_t j = 1; j < half.size(); ++j) {
+      if (half[j] < median / 2) half[j] = half[j - 1] = (half[j] + half[j - 1]) / 2;
+    }
+    steps.insert(steps.end(), half.begin(), half.end());
+  }
+  double sum = 0;
+  for (double x : steps) sum += x;
+  const double mean = sum / static_cast<double>(steps.size());
+  if (mean <= 0) return {};
+  for (double& x : steps) x /= mean;
+  return steps;
+}
+
 ProfileFitInput MedianByShape(const ProfileFitInput& in) {
   using PromptShape = std::tuple<bool, int64_t, int64_t, int64_t>;
   std::map<PromptShape, std::vector<const PromptSample*>> prompts;
@@ -234,6 +257,11 @@ absl::StatusOr<ProfileFitResult> FitProfiles(const ProfileFitInput& raw) {
   SCD_RETURN_IF_ERROR(FitConsumer(input, &r.consumer, &r.fits));
   r.consumer.api_overhead_us = ApiOverheadUs(raw.prompts, false);
   r.producer.idle = FitIdle(raw, false);
+  if (raw.step_ratios.size() >= 20) {
+    const std::vector<double>& q = raw.step_ratios;
+    r.consumer.step_noise = {Percentile(q, 0.1), Percentile(q, 0.5), Percentile(q, 0.9),
+                             Percentile(q, 0.99)};
+  }
   r.consumer.idle = FitIdle(raw, true);
   SCD_RETURN_IF_ERROR(CheckNodeProfile(r.producer));
   SCD_RETURN_IF_ERROR(CheckNodeProfile(r.consumer));

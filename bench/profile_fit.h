@@ -59,6 +59,12 @@ struct StepSample {
 // middle: streams * (prompt + j + 1). sequences 0 when there are fewer than 2 gaps.
 StepSample StepFromGaps(const std::vector<std::vector<double>>& gaps, int64_t prompt_tokens);
 
+// Each step's time over the mean step, from the same gaps and half as StepFromGaps: a gap under
+// half its stream's median is a token delivered with the one before (the stream, not the step,
+// was late), so the two gaps are taken as two steps of their mean. Empty when StepFromGaps finds
+// no step.
+std::vector<double> StepRatios(const std::vector<std::vector<double>>& gaps);
+
 // What a fit made of its samples: the costs' names and their fit (for the report).
 struct FitReport {
   std::string cost;  // "producer.prefill", "consumer.decode_step", ...
@@ -69,6 +75,7 @@ struct FitReport {
 struct ProfileFitInput {
   std::vector<PromptSample> prompts;  // busy ones (idle_us 0) fit the costs; idle ones the slowdown
   std::vector<StepSample> steps;
+  std::vector<double> step_ratios;  // StepRatios of every step sample; 20 at least for a noise
   std::string producer_model, consumer_model, machine;
   double producer_cpus = 0, consumer_cpus = 0;
   // What the consumer reports of itself (control.proto NodeStats), taken as measured.

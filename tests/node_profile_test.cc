@@ -35,6 +35,7 @@ NodeProfile Consumer() {
   p.busy_prefill_us = 19.0;
   p.api_overhead_us = 4321.5;
   p.idle = {240000, 1.25, 1.625, 5000.25};
+  p.step_noise = {0.875, 1, 1.25, 3};
   p.kv_bytes_per_token = 1280;
   p.kv_budget_bytes = int64_t{10} << 20;
   p.capacity = 16;
@@ -78,6 +79,10 @@ void ExpectSame(const NodeProfile& a, const NodeProfile& b) {
   EXPECT_EQ(a.idle.slowdown_p50, b.idle.slowdown_p50);
   EXPECT_EQ(a.idle.slowdown_p90, b.idle.slowdown_p90);
   EXPECT_EQ(a.idle.api_overhead_us, b.idle.api_overhead_us);
+  EXPECT_EQ(a.step_noise.p10, b.step_noise.p10);
+  EXPECT_EQ(a.step_noise.p50, b.step_noise.p50);
+  EXPECT_EQ(a.step_noise.p90, b.step_noise.p90);
+  EXPECT_EQ(a.step_noise.p99, b.step_noise.p99);
   EXPECT_EQ(a.kv_bytes_per_token, b.kv_bytes_per_token);
   EXPECT_EQ(a.kv_budget_bytes, b.kv_budget_bytes);
   EXPECT_EQ(a.capacity, b.capacity);
@@ -136,6 +141,25 @@ TEST(NodeProfileTest, CostsFollowTheirFormulas) {
   EXPECT_EQ(idle.Factor(0, 5.0), 1);
   EXPECT_EQ(idle.Factor(240000, -10.0), 1);
   EXPECT_DOUBLE_EQ(idle.Share(120000), 0.5);
+  // The step noise: the quantile function through p10..p99 over its mean (by hand: 0.1 * 0.875
+  // + 0.4 * 0.9375 + 0.4 * 1.125 + 0.09 * 2.125 + 0.01 * 3 = 1.13375), so the factors average 1
+  // (a fine grid of u); p50's draw is p50 / mean; none measured: 1.
+  const StepNoise& noise = p.step_noise;
+  const double mean = 1.13375;
+  EXPECT_DOUBLE_EQ(noise.Factor(0.5), 1 / mean);
+  EXPECT_DOUBLE_EQ(noise.Factor(0.05), 0.875 / mean);
+  EXPECT_DOUBLE_EQ(noise.Factor(0.995), 3 / mean);
+  EXPECT_DOUBLE_EQ(noise.Factor(0.7), (1 + 1.25) / 2 / mean);
+  double sum = 0, last = 0;
+  constexpr int kGrid = 1000000;
+  for (int i = 0; i < kGrid; ++i) {
+    const double f = noise.Factor((i + 0.5) / kGrid);
+    EXPECT_GE(f, last);
+    last = f;
+    sum += f;
+  }
+  EXPECT_NEAR(sum / kGrid, 1, 1e-9);
+  EXPECT_EQ(StepNoise{}.Factor(0.99), 1);
   NodeProfile link = Producer();
   link.link_goodput_gbps = 1.0;
   link.link_latency_us = 50;
@@ -184,6 +208,8 @@ TEST(NodeProfileTest, RefusesWhatIsOutOfBoundsNamingIt) {
       {Edited("slowdown_p90 = 1.625", "slowdown_p90 = 1.125"),
        "idle.slowdown_p90 at least idle.slowdown_p50"},
       {Edited("after_us = 240000", "after_ms = 240"), "unknown key idle.after_ms"},
+      {Edited("p90 = 1.25", "p90 = 0.5"), "step_noise 0 < p10 <= p50 <= p90 <= p99"},
+      {Edited("p99 = 3.0", "p99 = 0.0"), "step_noise 0 < p10 <= p50 <= p90 <= p99"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<NodeProfile> read = ParseNodeProfile(c.text);

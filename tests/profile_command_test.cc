@@ -64,6 +64,9 @@ TEST(ProfileCommandTest, RealDaemonsUnderQuotasGiveProfilesTheirOwnCountsAgreeWi
   // the busy phase at once), nor one that found the one before still running.
   EXPECT_GT(idle, 0u);
   EXPECT_LE(idle, 2u * 2 * 9);
+  // 9 step samples a run, each 16 output tokens' later half (7 gaps) per stream: the noise.
+  EXPECT_GE(r->input.step_ratios.size(), 2u * 9 * 7);
+  EXPECT_TRUE(r->fit->consumer.step_noise.measured());
   for (const NodeProfile* p : {&r->fit->consumer, &r->fit->producer}) {
     EXPECT_GT(p->idle.after_us, 0);
     EXPECT_LT(p->idle.after_us, 150000);

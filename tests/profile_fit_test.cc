@@ -257,6 +257,31 @@ TEST(ProfileFitTest, AStepIsTheMeanLaterGapOfStreamsDecodingTogether) {
   EXPECT_EQ(StepFromGaps({{0.1}}, 10).sequences, 0);
 }
 
+TEST(ProfileFitTest, StepRatiosAreEachLaterStepOverTheMeanWithLateDeliveriesSplit) {
+  // Two streams, 8 gaps each, the later half 1, 1, 3, 0.2 ms and 1, 1, 1, 2 ms: the 0.2 under
+  // half its stream's median (1 ms) was delivered with the 3 before it, so they are two steps of
+  // 1.6; the mean step (1 + 1 + 1.6 + 1.6 + 1 + 1 + 1 + 2) / 8 = 1.275 ms.
+  const std::vector<std::vector<double>> gaps = {{9, 9, 9, 9, 1, 1, 3, 0.2},
+                                                 {9, 9, 9, 9, 1, 1, 1, 2}};
+  const std::vector<double> r = StepRatios(gaps);
+  const std::vector<double> steps = {1, 1, 1.6, 1.6, 1, 1, 1, 2};
+  ASSERT_EQ(r.size(), steps.size());
+  for (size_t i = 0; i < r.size(); ++i) EXPECT_NEAR(r[i], steps[i] / 1.275, 1e-12) << i;
+  EXPECT_TRUE(StepRatios({{0.1}}).empty());
+  // Twenty ratios or more make the consumer's noise, their quantiles by nearest rank from below;
+  // fewer, none.
+  ProfileFitInput in = Samples(0, 1);
+  for (int i = 0; i < 100; ++i) in.step_ratios.push_back(0.5 + 0.01 * i);
+  absl::StatusOr<ProfileFitResult> fit = FitProfiles(in);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_DOUBLE_EQ(fit->consumer.step_noise.p10, 0.6);
+  EXPECT_DOUBLE_EQ(fit->consumer.step_noise.p50, 1.0);
+  EXPECT_DOUBLE_EQ(fit->consumer.step_noise.p90, 1.4);
+  EXPECT_DOUBLE_EQ(fit->consumer.step_noise.p99, 1.49);
+  in.step_ratios.resize(19);
+  EXPECT_FALSE(FitProfiles(in)->consumer.step_noise.measured());
+}
+
 TEST(ProfileFitTest, TooFewSamplesAreRefusedNamingTheCost) {
   ProfileFitInput in = Samples(0, 1);
   in.steps.resize(5);  // 3 terms need 6
