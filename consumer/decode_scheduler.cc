@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -83,7 +84,8 @@ DecodeScheduler::DecodeScheduler(const LlamaModel& model, SchedulerOptions optio
       options_(options),
       clock_(options.clock != nullptr ? options.clock : Clock::Real()),
       limits_{options.max_batched_tokens, model.config().num_layers, kSkinnyMaxRows},
-      pacer_(options.step_slack, kSkinnyMaxRows) {
+      pacer_(options.step_slack, kSkinnyMaxRows),
+      step_log_(options.step_log_interval, clock_->Now()) {
   thread_ = std::thread([this] {
     NameThisThread("scd-decode");
     Loop();
@@ -300,6 +302,7 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
     }
   }
   if (!ends_.empty()) Settle(running, Batch());  // the leaving sequences are gone from here on
+  const absl::Time start = clock_->Now();
   RunPieces(plan, queued);
   if (plan.decodes > 0 && !plan.decodes_only) last_chunk_budget_ = plan.chunk_budget;
   // Sequences that joined with their first logits (rebuilt caches) need no forward: their first
@@ -325,6 +328,7 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
     logits = *std::move(out);
     Learn(batch, took, plan.chunk_allowed);
   }
+  Account(plan, start, static_cast<int64_t>(running.size()));
   for (size_t i = 0; i < batch.members.size(); ++i) {
     Sequence& seq = *batch.members[i];
     at::Tensor next = logits[i];
@@ -383,6 +387,22 @@ DecodeScheduler::Batch DecodeScheduler::BatchOf(const StepPlan& plan,
     batch.chunk.push_back(m.chunk);
   }
   return batch;
+}
+
+void DecodeScheduler::Account(const StepPlan& plan, absl::Time start, int64_t running) {
+  if (options_.step_log_interval <= absl::ZeroDuration()) return;
+  if (plan.batch.empty() && plan.pieces.empty()) return;  // nothing ran
+  const absl::Time now = clock_->Now();
+  StepRecord step;
+  step.seconds = absl::ToDoubleSeconds(now - start);
+  step.decodes = plan.decodes;
+  step.prompt_tokens = plan.prefill_tokens;
+  for (const StepPlan::Piece& piece : plan.pieces) step.rebuild_rows += piece.rows;
+  step.measuring = plan.decodes_only;
+  step_log_.Add(step);
+  if (std::optional<std::string> line = step_log_.Line(now, pacer_.aim(), running)) {
+    spdlog::info("{}", *line);
+  }
 }
 
 void DecodeScheduler::Learn(const Batch& plan, double took, double allowed) {

@@ -52,6 +52,7 @@
 #include "base/finish_reason.h"
 #include "base/token_id.h"
 #include "codec/layerwise_rebuilder.h"
+#include "consumer/step_log.h"
 #include "consumer/step_pacer.h"
 #include "consumer/step_plan.h"
 #include "model/generator.h"
@@ -82,6 +83,9 @@ struct SchedulerOptions {
   // preempted as soon as one of them wakes and loses nothing when they sleep. BLAS's own worker
   // threads keep the process's niceness.
   int nice = 10;
+  // The steps' account in the log every this often (consumer/step_log.h: busy share, tokens,
+  // batch, the pacer's aim); zero: none.
+  absl::Duration step_log_interval = absl::Seconds(10);
 };
 
 // How a sequence ended.
@@ -225,6 +229,8 @@ class DecodeScheduler {
   void End(Sequence& seq, absl::Status status, FinishReason reason);
   // Runs the plan's rebuild pieces (`queued`: the work the plan indexes), timing each.
   void RunPieces(const StepPlan& plan, const std::vector<Work*>& queued);
+  // Adds the step that began at `start` to the step log, and logs its line when due.
+  void Account(const StepPlan& plan, absl::Time start, int64_t running);
 
   const LlamaModel& model_;
   const SchedulerOptions options_;
@@ -244,6 +250,7 @@ class DecodeScheduler {
   // Decayed sums behind Stats' rebuild ITL cost and busy prefill pace (the local ITL cost is the
   // pacer's).
   ItlCost rebuild_itl_, busy_prefill_;
+  StepLog step_log_;  // scheduler thread only
   // Ends not yet told to their sinks (scheduler thread only; Settle tells them).
   std::vector<std::pair<SequenceSink*, SequenceEnd>> ends_;
 
