@@ -143,12 +143,22 @@ absl::Status FitConsumer(const ProfileFitInput& in, NodeProfile* p, std::vector<
   return absl::OkStatus();
 }
 
+// The gaps every stream has (the shortest stream's count; 0 with no stream): StepFromGaps' and
+// StepRatios' later half is of these.
+size_t ShortestGaps(const std::vector<std::vector<double>>& gaps) {
+  if (gaps.empty()) return 0;
+  size_t shortest = gaps[0].size();
+  for (const std::vector<double>& g : gaps) shortest = std::min(shortest, g.size());
+  return shortest;
+}
+
+// FitIdle against `busy`, the busy samples' medians by shape (MedianByShape of the same input).
+IdleCost FitIdleAgainst(const ProfileFitInput& in, const ProfileFitInput& busy_medians, bool local);
+
 }  // namespace
 
 StepSample StepFromGaps(const std::vector<std::vector<double>>& gaps, int64_t prompt_tokens) {
-  if (gaps.empty()) return {};
-  size_t shortest = gaps[0].size();
-  for (const std::vector<double>& g : gaps) shortest = std::min(shortest, g.size());
+  const size_t shortest = ShortestGaps(gaps);
   if (shortest < 2) return {};
   const size_t from = shortest / 2;
   double sum = 0;
@@ -165,9 +175,16 @@ StepSample StepFromGaps(const std::vector<std::vector<double>>& gaps, int64_t pr
 }
 
 IdleCost FitIdle(const ProfileFitInput& in, bool local) {
+  return FitIdleAgainst(in, MedianByShape(in), local);
+}
+
+namespace {
+
+IdleCost FitIdleAgainst(const ProfileFitInput& in, const ProfileFitInput& busy_medians,
+                        bool local) {
   using PromptShape = std::tuple<bool, int64_t, int64_t, int64_t>;
   std::map<PromptShape, double> busy;
-  for (const PromptSample& s : MedianByShape(in).prompts) {
+  for (const PromptSample& s : busy_medians.prompts) {
     busy[{s.local, s.prompt_tokens, s.producer_cached, s.consumer_cached}] = s.prefill_us;
   }
   std::vector<double> ratios, idles;
@@ -187,10 +204,10 @@ IdleCost FitIdle(const ProfileFitInput& in, bool local) {
   return idle;
 }
 
+}  // namespace
+
 std::vector<double> StepRatios(const std::vector<std::vector<double>>& gaps) {
-  if (gaps.empty()) return {};
-  size_t shortest = gaps[0].size();
-  for (const std::vector<double>& g : gaps) shortest = std::min(shortest, g.size());
+  const size_t shortest = ShortestGaps(gaps);
   if (shortest < 2) return {};
   std::vector<double> steps;
   for (const std::vector<double>& g : gaps) {
@@ -256,13 +273,13 @@ absl::StatusOr<ProfileFitResult> FitProfiles(const ProfileFitInput& raw) {
   SCD_RETURN_IF_ERROR(FitProducer(input, &r.producer, &r.fits));
   SCD_RETURN_IF_ERROR(FitConsumer(input, &r.consumer, &r.fits));
   r.consumer.api_overhead_us = ApiOverheadUs(raw.prompts, false);
-  r.producer.idle = FitIdle(raw, false);
+  r.producer.idle = FitIdleAgainst(raw, input, false);
   if (raw.step_ratios.size() >= 20) {
     const std::vector<double>& q = raw.step_ratios;
     r.consumer.step_noise = {Percentile(q, 0.1), Percentile(q, 0.5), Percentile(q, 0.9),
                              Percentile(q, 0.99)};
   }
-  r.consumer.idle = FitIdle(raw, true);
+  r.consumer.idle = FitIdleAgainst(raw, input, true);
   SCD_RETURN_IF_ERROR(CheckNodeProfile(r.producer));
   SCD_RETURN_IF_ERROR(CheckNodeProfile(r.consumer));
   return r;
