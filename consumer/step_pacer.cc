@@ -110,13 +110,17 @@ void StepPacer::Observe(int64_t decodes, int64_t prefill_tokens, double seconds,
     const double added = std::max(seconds - decodes_s, 0.0);
     if (decodes_s > 0) local_itl_.Add(added, static_cast<double>(prefill_tokens));
     // Past its time: past what the step had, or (a fixed part counted only in half) past what
-    // the line foresaw for this chunk, with 5 % for rounding.
+    // the line foresaw for this chunk, with 5 % for rounding. A chunk larger than the pacer
+    // sized (the plan's floor, so that a prompt moves: the time left did not hold it) says
+    // nothing of the aim, and leaves it.
     double foreseen = 0;
     if (const auto line = ChunkLine()) {
       foreseen = 1.05 * (line->first + line->second * static_cast<double>(prefill_tokens));
     }
-    trim_ = added > std::max(allowed, foreseen) ? std::max(kMinTrim, trim_ * kTrim)
-                                                : std::min(1.0, trim_ * kUntrim);
+    if (prefill_tokens <= ChunkTokens(allowed)) {
+      trim_ = added > std::max(allowed, foreseen) ? std::max(kMinTrim, trim_ * kTrim)
+                                                  : std::min(1.0, trim_ * kUntrim);
+    }
     add_chunk(static_cast<double>(prefill_tokens), added);
     last_chunk_tokens_ = prefill_tokens;
     const double det = w_ * wpp_ - wp_ * wp_;

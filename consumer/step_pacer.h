@@ -22,7 +22,11 @@
 // aim of the next ones by 0.8, and each step within it gives back 2 % (down to a quarter, up to
 // all of it): where steps vary, chunks stay far enough under the target that few steps pass it,
 // which is what a running decode's inter-token latency sees (the TinyLlama mixed load: ITL p99
-// during a 2,040-token prefill 3.9x the p50 without it untrimmed, 2.6x trimmed).
+// during a 2,040-token prefill 3.9x the p50 without it untrimmed, 2.6x trimmed). A chunk past
+// what it sized (the plan's floor, step_plan.h kMinChunk, where the time left held less) neither
+// trims nor gives back: it overruns a line it was never fitted to, and trimming on it pinned
+// the aim at its floor on quota'd consumers whose rebuild pieces took each step's time (the
+// knee, bench/README.md), shrinking every chunk after the pieces were done.
 //
 // It also keeps what the prompt tokens cost the decodes beside them (the local prefill's ITL cost
 // per token, which auto weighs): each step's time past its decodes' estimate, over its tokens.

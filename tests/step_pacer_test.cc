@@ -140,6 +140,36 @@ TEST(StepPacerTest, StepsPastTheirTimeTrimTheChunkUntilTheyStop) {
   EXPECT_NEAR(static_cast<double>(after), static_cast<double>(quiet), 1.0);
 }
 
+// A chunk at the plan's floor where the time left held none (rebuild pieces took it) is not the
+// pacer's: its overruns leave the aim, which then sizes the chunks after the pieces in full --
+// while the same overruns on chunks it sized trim it (the test above).
+TEST(StepPacerTest, ChunksAtThePlansFloorNeitherTrimNorGiveBack) {
+  const Costs costs{0.002, 0.0005, 0.0002, 0.00005};
+  StepPacer pacer(2.0, 64);
+  const int64_t quiet = Converge(pacer, costs, 8, 200);
+  ASSERT_DOUBLE_EQ(pacer.aim(), 0.85);
+  ASSERT_GT(quiet, 2);
+  double least_aim = 1;  // over the floor chunks (the line soon moves to their cost)
+  for (int i = 0; i < 200; ++i) {
+    if (pacer.NeedsMeasure(8)) {
+      pacer.Observe(8, 0, costs.Step(8, 0), 0);
+      continue;
+    }
+    const double left = 1e-5;  // what the pieces left: under a token's cost
+    ASSERT_LT(pacer.ChunkTokens(left), 2);
+    // Every floor chunk past its time (twice its cost), as quota stalls make them.
+    pacer.Observe(8, 2, costs.Step(8, 0) + 2 * (costs.fixed + 2 * costs.per_token), left);
+    least_aim = std::min(least_aim, pacer.aim());
+  }
+  EXPECT_DOUBLE_EQ(least_aim, 0.85);
+  // The same overrun on a chunk it sized trims.
+  const double allowed = pacer.Allowed(8);
+  const int64_t chunk = pacer.ChunkTokens(allowed);
+  ASSERT_GE(chunk, 2);
+  pacer.Observe(8, chunk, costs.Step(8, chunk) + costs.Step(8, chunk) - costs.Step(8, 0), allowed);
+  EXPECT_DOUBLE_EQ(pacer.aim(), 0.85 * 0.8);
+}
+
 // The local prefill's ITL cost: a step's time past its decodes' estimate over its prompt tokens,
 // older steps weighing 0.95 a step. Decodes at 1 ms; chunks of 10 tokens adding 0.3 ms, then of
 // 20 adding 0.4 ms: (0.95 * 0.3 + 0.4) ms over (0.95 * 10 + 20) tokens.
