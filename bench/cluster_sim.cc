@@ -39,6 +39,9 @@ using sim::ProducerInfo;
 using sim::ProducerNode;
 using sim::Req;
 
+// The daemon's default (consumer/decode_scheduler.h SchedulerOptions::step_log_interval).
+constexpr absl::Duration kStepLogInterval = absl::Seconds(10);
+
 std::string ModeName(TransferMode mode) { return TransferModeName(mode); }
 
 class Sim {
@@ -59,6 +62,7 @@ class Sim {
   void FirstToken(Req* req);
   void Finish(Req* req, absl::StatusCode code);
   double StepSeconds(ConsumerNode* c, const consumer::StepPlan& plan, std::vector<Req*>* ready);
+  void Account(ConsumerNode* c, const consumer::StepPlan& plan, double seconds);
   double IdleUs(absl::Time since) const;
   double IdleFactor(const IdleCost& idle, absl::Time since);
   v1::Finished FinishedOf(const Req& req) const;
@@ -100,7 +104,8 @@ void Sim::AddNodes() {
       node->spec = &pool;
       node->info = ProducerInfo(pool, node->id);
       node->cache = CacheOf(pool.prefix_cache_mb, kv, &clock_);
-      node->use = {node->id, true};
+      node->use.name = node->id;
+      node->use.producer = true;
       producer_by_id_[node->id] = node.get();
       producers_.push_back(std::move(node));
     }
@@ -119,7 +124,8 @@ void Sim::AddNodes() {
       a.clock = &clock_;
       node->admission = Admission::Create(a);
       node->cache = CacheOf(pool.prefix_cache_mb, pool.costs.kv_bytes_per_token, &clock_);
-      node->use = {node->id, false};
+      node->use.name = node->id;
+      node->step_log.emplace(kStepLogInterval, start_);
       consumer_by_id_[node->id] = node.get();
       consumers_.push_back(std::move(node));
     }
@@ -372,11 +378,30 @@ double Sim::StepSeconds(ConsumerNode* c, const consumer::StepPlan& plan, std::ve
     pieces_us *= noise;
     first_us *= noise;
   }
-  c->pacer.Observe(plan.decodes, plan.prefill_tokens, forward_us / 1e6, plan.allowed);
+  // As the daemon's scheduler: the time it had for chunks after the pieces' estimates.
+  c->pacer.Observe(plan.decodes, plan.prefill_tokens, forward_us / 1e6, plan.chunk_allowed);
   if (plan.decodes > 0 && rows > 0) {
     c->rebuild_itl.Add(pieces_us / 1e6, rows / static_cast<double>(c->spec->layers));
   }
   return (forward_us + pieces_us + first_us) / 1e6;
+}
+
+// The step into its consumer's step log, as the daemon's scheduler adds it; a line due is kept
+// with the simulated time it was written at.
+void Sim::Account(ConsumerNode* c, const consumer::StepPlan& plan, double seconds) {
+  consumer::StepRecord step;
+  step.seconds = seconds;
+  step.decodes = plan.decodes;
+  step.prompt_tokens = plan.prefill_tokens;
+  for (const consumer::StepPlan::Piece& piece : plan.pieces) step.rebuild_rows += piece.rows;
+  step.measuring = plan.decodes_only;
+  c->step_log->Add(step);
+  const absl::Time now = clock_.Now();
+  const std::optional<std::string> line =
+      c->step_log->Line(now, c->pacer.aim(), static_cast<int64_t>(c->seqs.size()));
+  if (line.has_value()) {
+    c->use.step_log.push_back(absl::StrCat("t=", absl::ToDoubleSeconds(now - start_), " ", *line));
+  }
 }
 
 void Sim::StepDone(ConsumerNode* c, const consumer::StepPlan& plan, std::vector<Req*> ready,
@@ -384,6 +409,7 @@ void Sim::StepDone(ConsumerNode* c, const consumer::StepPlan& plan, std::vector<
   c->stepping = false;
   c->use.busy_s += seconds;
   ++c->use.steps;
+  Account(c, plan, seconds);
   for (const consumer::StepPlan::Piece& piece : plan.pieces) {
     ConsumerNode::Work& w = c->work[piece.work];
     w.rows_left -= piece.rows;

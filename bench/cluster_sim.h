@@ -62,6 +62,9 @@ struct SimNodeUse {
   double link_s = 0;   // producer: its link carrying codes
   int64_t steps = 0;   // consumer: batched steps
   int64_t served = 0;  // requests it finished (consumer) or prefilled (producer)
+  // consumer: its step log's lines (consumer/step_log.h, every 10 simulated s), each after
+  // "t=S " (simulated seconds since the start), to be read beside a real consumer's log.
+  std::vector<std::string> step_log;
 };
 
 struct ClusterSimResult {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "bench/sim_config.h"
 #include "bench/sim_requests.h"
 #include "consumer/admission.h"
+#include "consumer/step_log.h"
 #include "consumer/step_pacer.h"
 #include "coordinator/route_choice.h"
 #include "proto/node_speeds.h"
@@ -53,6 +55,8 @@ struct ConsumerNode {
   v1::RegisterRequest info;
   std::shared_ptr<Admission> admission;
   consumer::StepPacer pacer{2.0, 64};
+  // The daemon's account of its steps (consumer/step_log.h), on the simulated clock.
+  std::optional<consumer::StepLog> step_log;
   struct Seq {
     Req* req = nullptr;
     bool decoding = false;

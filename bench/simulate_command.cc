@@ -75,6 +75,7 @@ std::string SimulateJson(const ClusterSimResult& r, const SimWorkload& w, bool p
                      {"link", r.simulated_s > 0 ? n.link_s / r.simulated_s : 0},
                      {"steps", n.steps},
                      {"served", n.served}});
+    if (per_request && !n.producer) nodes.back()["step_log"] = n.step_log;
   }
   nlohmann::json j = {{"requests", r.requests.size()},
                       {"completed", ttft.size()},

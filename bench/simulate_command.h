@@ -27,7 +27,8 @@ struct SimulateFlags {
 // to stderr, with the cost per event). `per_request`: also `per_stream`, each request's figures
 // as arrays in arrival order (`scd-bench serve`'s names: ttft_ms, e2el_ms, input_len, output_len,
 // mode, code, target, producer_cached_tokens, consumer_cached_tokens; and arrival_s) -- a line of
-// the JSON per request, for runs small enough to read (a validation's).
+// the JSON per request, for runs small enough to read (a validation's) -- and each consumer's
+// `step_log`, the lines its daemon would log (consumer/step_log.h).
 std::string SimulateJson(const ClusterSimResult& result, const SimWorkload& workload,
                          bool per_request = false);
 

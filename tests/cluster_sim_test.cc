@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -156,6 +158,51 @@ TEST(ClusterSimTest, StepNoiseSpreadsStepsAroundTheirCostAndKeepsTheirMean) {
   EXPECT_NE(tpot, want);
   EXPECT_EQ(tpot, b->requests[0].tpot_s());
   EXPECT_EQ(a->requests[0].ttft_s, b->requests[0].ttft_s);
+}
+
+// The simulated consumer keeps the daemon's step log (consumer/step_log.h) on simulated time:
+// lone local requests 0.5 s apart, each a 100-token prefill step and 4 decode steps of one
+// sequence. A line is written at the end of the first step 10 s after the last: a prefill, whose
+// request's decodes fall in the next line -- so a line holds whole requests' decodes, and one
+// prefill more or fewer than their requests.
+TEST(ClusterSimTest, EachConsumerLogsItsStepsAsTheDaemonDoes) {
+  const SimDeployment d = Deployment(1, 1, 4);
+  absl::StatusOr<ClusterSimResult> r = RunClusterSim(d, Workload("local", 2, 25, 100, 5));
+  ASSERT_TRUE(r.ok()) << r.status();
+  const SimNodeUse& c = r->nodes.back();
+  ASSERT_FALSE(c.producer);
+  ASSERT_EQ(c.step_log.size(), 2u) << "25 s of steps: lines after 10 and 20 s";
+  const NodeProfile k = ConsumerCosts();
+  const double prefill_us = k.prefill.At(100, 0);
+  double decodes_us = 0;  // a request's 4 decode steps
+  for (int64_t ctx = 100; ctx < 104; ++ctx) decodes_us += k.decode_step.At(1, ctx);
+  double last_t = 0;
+  for (const std::string& line : c.step_log) {
+    double t = 0, over = 0, busy = 0, each_ms = 0, decode = 0, batch = 0, prompt = 0;
+    int steps = 0;
+    ASSERT_EQ(std::sscanf(line.c_str(),
+                          "t=%lf steps over %lf s: %d (busy %lf %%, %lf ms each), %lf decode "
+                          "tokens/s in batches of %lf, %lf prompt tokens/s",
+                          &t, &over, &steps, &busy, &each_ms, &decode, &batch, &prompt),
+              8)
+        << line;
+    // The line's rates have one decimal: counts from them are within 0.05 a second.
+    const double elapsed = t - last_t, slack = 0.06 * elapsed;
+    EXPECT_GE(elapsed, 10.0) << line;
+    EXPECT_NEAR(over, elapsed, 0.05) << line;
+    const double decoded = 4 * std::round(decode * elapsed / 4);
+    const double prefills = std::round(prompt * elapsed / 100);
+    EXPECT_NEAR(decode * elapsed, decoded, slack) << line;
+    EXPECT_NEAR(prompt * elapsed, 100 * prefills, slack) << line;
+    EXPECT_LE(std::abs(prefills - decoded / 4), 1) << line;
+    EXPECT_GE(prefills, 19) << line;  // 0.5 s apart over 10 s
+    EXPECT_EQ(steps, prefills + decoded) << line;
+    EXPECT_NEAR(batch, 1.0, 1e-9) << line;
+    const double busy_us = prefills * prefill_us + decoded / 4 * decodes_us;
+    EXPECT_NEAR(each_ms, busy_us / 1e3 / steps, 0.006) << line;
+    EXPECT_NEAR(busy, 100 * busy_us / 1e6 / elapsed, 0.6) << line;
+    last_t = t;
+  }
 }
 
 TEST(ClusterSimTest, ALoneScdRequestWaitsForTheLastLayerThenItsRebuildAndFirstDecode) {

@@ -80,6 +80,18 @@ TEST(SimulateCommandTest, TheSameSeedGivesTheSameJsonInTwoProcesses) {
   }
   EXPECT_EQ(ok, j["completed"].get<int>());
   EXPECT_NEAR(sum / ok, j["ttft"]["mean_ms"].get<double>(), 1e-9 * sum);
+  // And each consumer's step log: over 30 s, a line after 10 and 20 s where it stepped then (a
+  // consumer the router left idle writes none, as the daemon).
+  size_t lines = 0;
+  for (const nlohmann::json& node : d["nodes"]) {
+    if (node["role"] != "consumer") continue;
+    ASSERT_LE(node["step_log"].size(), 2u) << node.dump();
+    for (const nlohmann::json& line : node["step_log"]) {
+      EXPECT_NE(line.get<std::string>().find(" steps over 1"), std::string::npos) << line;
+      ++lines;
+    }
+  }
+  EXPECT_GE(lines, 6u);
   fs::remove_all(dir);
 }
 
