@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 #include <list>
 #include <memory>
 #include <random>
@@ -54,7 +55,10 @@ class Sim {
   void Heartbeat();
   void Arrive(std::unique_ptr<Req> req);
   void Admitted(Req* req, Admission::Admitted admitted);
-  void StartPrefill(ProducerNode* p);
+  void Advance(ProducerNode* p);
+  void StartPasses(ProducerNode* p);
+  void SendLayer(ProducerNode* p, Req* req, int64_t layer);
+  void Progress(ProducerNode* p);
   void LayerArrived(Req* req, bool last);
   void Kick(ConsumerNode* c);
   void StepDone(ConsumerNode* c, const consumer::StepPlan& plan, std::vector<Req*> ready,
@@ -137,7 +141,7 @@ void Sim::Heartbeat() {
   for (auto& p : producers_) {
     v1::HeartbeatRequest hb;
     hb.set_node_id(p->id);
-    hb.set_active_requests(static_cast<uint32_t>(p->queue.size() + (p->busy ? 1 : 0)));
+    hb.set_active_requests(static_cast<uint32_t>(p->queue.size() + p->passes.size()));
     *hb.mutable_speeds() = p->speeds.Report();
     if (p->cache) {
       hb.mutable_prefix_blocks()->set_block_tokens(kBlock);
@@ -238,51 +242,101 @@ void Sim::Admitted(Req* req, Admission::Admitted admitted) {
   }
   req->sent = req->r.prompt_tokens - 1 - cached;
   ProducerNode* p = req->producer;
+  Advance(p);
   p->queue.push_back(req);
-  if (!p->busy) StartPrefill(p);
+  Progress(p);
 }
 
-void Sim::StartPrefill(ProducerNode* p) {
-  if (p->queue.empty()) {
-    p->busy = false;
-    p->idle_since = clock_.Now();
-    return;
+// The passes' progress since `p->updated`: the node's compute shared equally among them.
+void Sim::Advance(ProducerNode* p) {
+  const absl::Time now = clock_.Now();
+  const double us = absl::ToDoubleMicroseconds(now - p->updated);
+  p->updated = now;
+  if (p->passes.empty() || us <= 0) return;
+  p->use.busy_s += us / 1e6;
+  const double each = us / static_cast<double>(p->passes.size());
+  for (ProducerNode::Pass& pass : p->passes) pass.done_us += each;
+}
+
+// Passes started from the queue while fewer than the pool's prefill threads run. A pass started
+// on a node with none running pays the profile's idle slowdown.
+void Sim::StartPasses(ProducerNode* p) {
+  while (!p->queue.empty() && static_cast<int64_t>(p->passes.size()) < p->spec->prefill_threads) {
+    Req* req = p->queue.front();
+    p->queue.pop_front();
+    const double slowdown = p->passes.empty() ? IdleFactor(p->spec->costs.idle, p->idle_since) : 1;
+    const int64_t cached = Cached(p->cache.get(), *req, "");
+    results_[req->r.id].producer_cached = cached;
+    ProducerNode::Pass pass;
+    pass.req = req;
+    pass.tokens = req->r.prompt_tokens - 1 - cached;
+    pass.work_us = pass.tokens > 0 ? p->spec->costs.prefill.At(pass.tokens, cached) * slowdown : 0;
+    pass.start = clock_.Now();
+    p->passes.push_back(pass);
   }
-  Req* req = p->queue.front();
-  p->queue.pop_front();
-  const double slowdown = p->busy ? 1 : IdleFactor(p->spec->costs.idle, p->idle_since);
-  p->busy = true;
-  const int64_t cached = Cached(p->cache.get(), *req, "");
-  results_[req->r.id].producer_cached = cached;
-  const int64_t n = req->r.prompt_tokens - 1 - cached;
-  const double us = n > 0 ? p->spec->costs.prefill.At(n, cached) * slowdown : 0;
-  const absl::Time start = clock_.Now();
-  // The codes leave layer by layer as the pass has them, in order on the producer's link.
+}
+
+// A layer's codes leave as the pass has them, in order on the producer's link.
+void Sim::SendLayer(ProducerNode* p, Req* req, int64_t layer) {
   const SimConsumerPool& pool = *req->consumer->spec;
   const bool raw = results_[req->r.id].mode == TransferMode::kRaw;
   const double per_token = raw ? pool.costs.kv_bytes_per_token / 2.0 : pool.code_bytes_per_token;
   const double layer_bytes = static_cast<double>(req->sent) * per_token / pool.layers;
   const SimLink link = d_.LinkOf(p->pool, req->consumer->pool);
-  const double bytes_per_s = link.gbps * 1e9 / 8;
-  for (int64_t l = 0; l < pool.layers; ++l) {
-    const absl::Time out = start + absl::Microseconds(us * (l + 1) / pool.layers);
-    const absl::Time send = std::max(out, p->link_free);
-    const double seconds = layer_bytes / bytes_per_s;
-    p->link_free = send + absl::Seconds(seconds);
-    p->use.link_s += seconds;
-    if (l == 0) req->first_byte = send;
-    const bool last = l + 1 == pool.layers;
-    At(p->link_free + absl::Microseconds(link.latency_us),
-       [this, req, last] { LayerArrived(req, last); });
+  const absl::Time send = std::max(clock_.Now(), p->link_free);
+  const double seconds = layer_bytes / (link.gbps * 1e9 / 8);
+  p->link_free = send + absl::Seconds(seconds);
+  p->use.link_s += seconds;
+  if (layer == 0) req->first_byte = send;
+  const bool last = layer + 1 == pool.layers;
+  At(p->link_free + absl::Microseconds(link.latency_us),
+     [this, req, last] { LayerArrived(req, last); });
+}
+
+// The producer's passes brought to now: layers they finished sent, passes done ended, the queue's
+// next started, and the next event set at the first layer a pass will finish at the shares then.
+void Sim::Progress(ProducerNode* p) {
+  // The shares' rounding: a nanosecond, past the clock's resolution (a quarter of one), so that a
+  // layer this close is sent now and the next event is at least that far ahead.
+  constexpr double kEpsilonUs = 1e-3;
+  Advance(p);
+  for (ProducerNode::Pass& pass : p->passes) {
+    const int64_t layers = pass.req->consumer->spec->layers;
+    while (pass.layers_out < layers &&
+           pass.done_us + kEpsilonUs >=
+               pass.work_us * static_cast<double>(pass.layers_out + 1) / layers) {
+      SendLayer(p, pass.req, pass.layers_out++);
+    }
   }
-  At(start + absl::Microseconds(us), [this, p, req, n, us] {
-    p->speeds.ObservePrefill(n, us);
+  for (auto it = p->passes.begin(); it != p->passes.end();) {
+    if (it->layers_out < it->req->consumer->spec->layers) {
+      ++it;
+      continue;
+    }
+    Req* req = it->req;
+    // The pass's wall time, as the daemon's tracker and log see it.
+    req->prefill_us = absl::ToDoubleMicroseconds(clock_.Now() - it->start);
+    if (it->tokens > 0) p->speeds.ObservePrefill(it->tokens, req->prefill_us);
     Keep(p->cache.get(), *req, "", req->consumer->spec->costs.kv_bytes_per_token);
-    p->use.busy_s += us / 1e6;
     ++p->use.served;
-    req->prefill_us = us;
-    StartPrefill(p);
-  });
+    it = p->passes.erase(it);
+  }
+  StartPasses(p);
+  if (p->passes.empty()) {
+    p->idle_since = clock_.Now();
+    return;
+  }
+  double next_us = std::numeric_limits<double>::infinity();
+  for (const ProducerNode::Pass& pass : p->passes) {
+    const int64_t layers = pass.req->consumer->spec->layers;
+    const double at = pass.work_us * static_cast<double>(pass.layers_out + 1) / layers;
+    next_us = std::min(next_us, std::max(0.0, at - pass.done_us));
+  }
+  const uint64_t generation = ++p->generation;
+  At(clock_.Now() + absl::Microseconds(next_us * static_cast<double>(p->passes.size())),
+     [this, p, generation] {
+       if (generation == p->generation) Progress(p);
+     });
 }
 
 void Sim::LayerArrived(Req* req, bool last) {

@@ -79,7 +79,8 @@ absl::Status ReadPools(const toml::table& root, const std::string& dir, const Pr
                             {{"name", F::Text(&p.name)},
                              {"profile", F::Text(&p.profile)},
                              {"count", F::Integer(&p.count, 1, kMaxSimNodes)},
-                             {"prefix_cache_mb", F::Number(&p.prefix_cache_mb, 0, 1e9)}}));
+                             {"prefix_cache_mb", F::Number(&p.prefix_cache_mb, 0, 1e9)},
+                             {"prefill_threads", F::Integer(&p.prefill_threads, 1, 1024)}}));
           SCD_RETURN_IF_ERROR(NeedName(p.name, where, &names));
           SCD_RETURN_IF_ERROR(
               LoadProfile(where, p.profile, dir, NodeRole::kProducer, load, &p.costs));

@@ -51,6 +51,8 @@ struct SimProducerPool {
   NodeProfile costs;
   int64_t count = 1;
   double prefix_cache_mb = 0;
+  // Passes a producer runs at once, sharing its compute (the daemon's --prefill-threads).
+  int64_t prefill_threads = 8;
 };
 
 struct SimConsumerPool {

@@ -87,9 +87,21 @@ struct ProducerNode {
   size_t pool = 0;
   const SimProducerPool* spec = nullptr;
   v1::RegisterRequest info;
-  std::deque<Req*> queue;
-  bool busy = false;
-  absl::Time idle_since = absl::InfinitePast();  // when it was last not busy; see ConsumerNode
+  std::deque<Req*> queue;  // waiting for a pass (spec->prefill_threads run at once)
+  // A prefill running: its cost alone (the profile's, microseconds) and how much of it is done;
+  // the passes running share the node's compute equally (processor sharing), as the daemon's
+  // prefill threads share its CPU.
+  struct Pass {
+    Req* req = nullptr;
+    int64_t tokens = 0;  // computed (not cached)
+    double work_us = 0, done_us = 0;
+    int64_t layers_out = 0;
+    absl::Time start;
+  };
+  std::vector<Pass> passes;
+  absl::Time updated;       // the passes' done_us as of then
+  uint64_t generation = 0;  // a scheduled progress event of an older generation is stale
+  absl::Time idle_since = absl::InfinitePast();  // when it last had no pass; see ConsumerNode
   absl::Time link_free = absl::InfinitePast();
   NodeSpeedTracker speeds;
   std::unique_ptr<BlockCache> cache;

@@ -46,10 +46,13 @@ NodeProfile ConsumerCosts(double api_us = 0, IdleCost idle = {}, StepNoise noise
 }
 
 SimDeployment Deployment(int64_t consumers, double gbps, int64_t layers, double api_us = 0,
-                         IdleCost idle = {}, IdleCost producer_idle = {}, StepNoise noise = {}) {
+                         IdleCost idle = {}, IdleCost producer_idle = {}, StepNoise noise = {},
+                         int64_t prefill_threads = 8) {
   const std::string text = absl::StrCat(
       "[deployment]\nheartbeat_ms = 100\n[[producer_pool]]\nname = \"base\"\nprofile = "
-      "\"producer\"\nprefix_cache_mb = 4\n"
+      "\"producer\"\nprefix_cache_mb = 4\nprefill_threads = ",
+      prefill_threads,
+      "\n"
       "[[consumer_pool]]\nname = \"c\"\nprofile = \"consumer\"\nproducer = "
       "\"base\"\nprefix_cache_mb = 4\n",
       "code_bytes_per_token = 500\ncount = ", consumers, "\nlayers = ", layers,
@@ -233,6 +236,34 @@ TEST(ClusterSimTest, ALoneScdRequestWaitsForTheLastLayerThenItsRebuildAndFirstDe
   absl::StatusOr<ClusterSimResult> busy = RunClusterSim(plain, Workload("scd", 1, 1.5, 100, 3));
   ASSERT_TRUE(slow.ok() && busy.ok());
   EXPECT_NEAR((slow->requests[0].ttft_s - busy->requests[0].ttft_s) * 1e6, prefill_us, 1e-3);
+}
+
+// A producer's passes share it as the daemon's prefill threads share its CPU: two scd requests
+// g = 1 ms apart, each pass W alone. One at a time (prefill_threads = 1) the first's codes are
+// all out at W; shared, the first runs alone for g, then at half speed: its last layer out at
+// 2W - g -- later by W - g, the rest of its first-token path the same. Either way the producer
+// works 2W in all.
+TEST(ClusterSimTest, AProducersPassesShareItAsItsPrefillThreadsDo) {
+  const SimWorkload w = Workload("scd", 1000, 0.0025, 200, 2);  // arrivals 1 ms apart
+  absl::StatusOr<ClusterSimResult> shared = RunClusterSim(Deployment(1, 100, 4), w);
+  absl::StatusOr<ClusterSimResult> serial =
+      RunClusterSim(Deployment(1, 100, 4, 0, {}, {}, {}, 1), w);
+  ASSERT_TRUE(shared.ok() && serial.ok());
+  ASSERT_EQ(shared->requests.size(), 2u);
+  ASSERT_EQ(serial->requests.size(), 2u);
+  const SimRequestResult &a = shared->requests[0], &a1 = serial->requests[0];
+  ASSERT_EQ(a.code, absl::StatusCode::kOk);
+  ASSERT_EQ(a1.code, absl::StatusCode::kOk);
+  const double gap_us = (shared->requests[1].arrival_s - a.arrival_s) * 1e6;
+  EXPECT_NEAR(gap_us, 1000, 1e-3);
+  const double pass_us = ProducerCosts().prefill.At(199, 0);  // the prompt less its last token
+  EXPECT_NEAR((a.ttft_s - a1.ttft_s) * 1e6, pass_us - gap_us, 0.01);
+  for (const ClusterSimResult* r : {&*shared, &*serial}) {
+    const SimNodeUse& producer = r->nodes.front();
+    ASSERT_TRUE(producer.producer);
+    EXPECT_NEAR(producer.busy_s * 1e6, 2 * pass_us, 0.01);
+    EXPECT_EQ(producer.served, 2);
+  }
 }
 
 TEST(ClusterSimTest, UnderLoadEveryRequestEndsAndTheSameSeedGivesTheSameRun) {
