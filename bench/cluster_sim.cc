@@ -434,6 +434,7 @@ double Sim::StepSeconds(ConsumerNode* c, const consumer::StepPlan& plan, std::ve
   }
   // As the daemon's scheduler: the time it had for chunks after the pieces' estimates.
   c->pacer.Observe(plan.decodes, plan.prefill_tokens, forward_us / 1e6, plan.chunk_allowed);
+  c->pieces_s = pieces_us / 1e6;
   if (plan.decodes > 0 && rows > 0) {
     c->rebuild_itl.Add(pieces_us / 1e6, rows / static_cast<double>(c->spec->layers));
   }
@@ -448,6 +449,8 @@ void Sim::Account(ConsumerNode* c, const consumer::StepPlan& plan, double second
   step.decodes = plan.decodes;
   step.prompt_tokens = plan.prefill_tokens;
   for (const consumer::StepPlan::Piece& piece : plan.pieces) step.rebuild_rows += piece.rows;
+  step.pieces = static_cast<int64_t>(plan.pieces.size());
+  step.pieces_seconds = c->pieces_s;
   step.measuring = plan.decodes_only;
   c->step_log->Add(step);
   const absl::Time now = clock_.Now();

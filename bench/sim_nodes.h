@@ -72,6 +72,7 @@ struct ConsumerNode {
   std::deque<Work> work;
   std::vector<Req*> ready;  // caches complete, their first decode due
   bool stepping = false;
+  double pieces_s = 0;  // the step in flight's rebuild pieces, seconds (its step log's)
   // Nothing to step since idle_since (InfinitePast: since the run began): the next step pays the
   // profile's idle slowdown.
   bool idle = true;

@@ -304,6 +304,7 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
   if (!ends_.empty()) Settle(running, Batch());  // the leaving sequences are gone from here on
   const absl::Time start = clock_->Now();
   RunPieces(plan, queued);
+  const absl::Time pieces_end = clock_->Now();
   if (plan.decodes > 0 && !plan.decodes_only) last_chunk_budget_ = plan.chunk_budget;
   // Sequences that joined with their first logits (rebuilt caches) need no forward: their first
   // token goes before this step's forward, not after it (they decode from the next step on).
@@ -328,7 +329,7 @@ void DecodeScheduler::Step(std::list<std::unique_ptr<Sequence>>& running) {
     logits = *std::move(out);
     Learn(batch, took, plan.chunk_allowed);
   }
-  Account(plan, start, static_cast<int64_t>(running.size()));
+  Account(plan, start, pieces_end, static_cast<int64_t>(running.size()));
   for (size_t i = 0; i < batch.members.size(); ++i) {
     Sequence& seq = *batch.members[i];
     at::Tensor next = logits[i];
@@ -389,7 +390,8 @@ DecodeScheduler::Batch DecodeScheduler::BatchOf(const StepPlan& plan,
   return batch;
 }
 
-void DecodeScheduler::Account(const StepPlan& plan, absl::Time start, int64_t running) {
+void DecodeScheduler::Account(const StepPlan& plan, absl::Time start, absl::Time pieces_end,
+                              int64_t running) {
   if (options_.step_log_interval <= absl::ZeroDuration()) return;
   if (plan.batch.empty() && plan.pieces.empty()) return;  // nothing ran
   const absl::Time now = clock_->Now();
@@ -398,6 +400,8 @@ void DecodeScheduler::Account(const StepPlan& plan, absl::Time start, int64_t ru
   step.decodes = plan.decodes;
   step.prompt_tokens = plan.prefill_tokens;
   for (const StepPlan::Piece& piece : plan.pieces) step.rebuild_rows += piece.rows;
+  step.pieces = static_cast<int64_t>(plan.pieces.size());
+  step.pieces_seconds = absl::ToDoubleSeconds(pieces_end - start);
   step.measuring = plan.decodes_only;
   step_log_.Add(step);
   if (std::optional<std::string> line = step_log_.Line(now, pacer_.aim(), running)) {

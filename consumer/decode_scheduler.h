@@ -230,7 +230,7 @@ class DecodeScheduler {
   // Runs the plan's rebuild pieces (`queued`: the work the plan indexes), timing each.
   void RunPieces(const StepPlan& plan, const std::vector<Work*>& queued);
   // Adds the step that began at `start` to the step log, and logs its line when due.
-  void Account(const StepPlan& plan, absl::Time start, int64_t running);
+  void Account(const StepPlan& plan, absl::Time start, absl::Time pieces_end, int64_t running);
 
   const LlamaModel& model_;
   const SchedulerOptions options_;

@@ -14,6 +14,8 @@ void StepLog::Add(const StepRecord& step) {
   w.decodes += step.decodes;
   w.prompt_tokens += step.prompt_tokens;
   w.rebuild_rows += step.rebuild_rows;
+  w.pieces += step.pieces;
+  w.pieces_seconds += step.pieces_seconds;
   if (step.decodes > 0) {
     ++w.decode_steps;
     if (step.prompt_tokens > 0) {
@@ -38,13 +40,15 @@ std::string StepLine(const StepWindow& w, absl::Duration elapsed, double aim, in
   auto mean = [](double sum, int64_t n) { return n > 0 ? sum / static_cast<double>(n) : 0.0; };
   return absl::StrFormat(
       "steps over %.1f s: %d (busy %.0f %%, %.2f ms each), %.1f decode tokens/s in batches of "
-      "%.1f, %.1f prompt tokens/s (%.1f a step beside decodes), %.1f rebuild rows/s, %d "
-      "measuring decodes alone, pacer aim %.2f, %d sequences",
+      "%.1f, %.1f prompt tokens/s (%.1f a step beside decodes), %.1f rebuild rows/s (%.1f rows, "
+      "%.2f ms a piece), %d measuring decodes alone, pacer aim %.2f, %d sequences",
       s, w.steps, 100 * per_s(w.seconds), 1e3 * mean(w.seconds, w.steps),
       per_s(static_cast<double>(w.decodes)), mean(static_cast<double>(w.decodes), w.decode_steps),
       per_s(static_cast<double>(w.prompt_tokens)),
       mean(static_cast<double>(w.prompt_beside_tokens), w.prompt_beside_steps),
-      per_s(static_cast<double>(w.rebuild_rows)), w.measuring, aim, running);
+      per_s(static_cast<double>(w.rebuild_rows)),
+      mean(static_cast<double>(w.rebuild_rows), w.pieces), 1e3 * mean(w.pieces_seconds, w.pieces),
+      w.measuring, aim, running);
 }
 
 }  // namespace scd::consumer

@@ -2,11 +2,11 @@
 // throughput every few seconds: one line per interval summing the steps since the last -- how
 // many and the share of the interval they took (busy), decode tokens and prompt tokens per
 // second, the mean batch of decodes, the prompt tokens a step carried beside decodes, rebuild
-// rows, the steps that ran decodes alone so the pacer could measure them, and the pacer's aim
-// (consumer/step_pacer.h) with the sequences running. What an operator reads to see a consumer
-// fall behind, and what a cluster simulator's step costs can be checked against.
-// Pure: the scheduler adds each step with its time and asks for the line with the clock's time.
-// Thread-safety: not thread-safe (the scheduler's thread owns it).
+// rows and a rebuild piece's mean rows and time, the steps that ran decodes alone so the pacer
+// could measure them, and the pacer's aim (consumer/step_pacer.h) with the sequences running. What
+// an operator reads to see a consumer fall behind, and what a cluster simulator's step costs can be
+// checked against. Pure: the scheduler adds each step with its time and asks for the line with the
+// clock's time. Thread-safety: not thread-safe (the scheduler's thread owns it).
 #ifndef SCD_CONSUMER_STEP_LOG_H_
 #define SCD_CONSUMER_STEP_LOG_H_
 
@@ -25,6 +25,8 @@ struct StepRecord {
   int64_t prompt_tokens = 0;  // prompt chunks' tokens
   int64_t rebuild_rows = 0;   // rebuild pieces' rows
   bool measuring = false;     // decodes alone for the pacer (StepPlan::decodes_only)
+  int64_t pieces = 0;         // rebuild pieces
+  double pieces_seconds = 0;  // ... and their time (part of `seconds`)
 };
 
 // The sums of one interval's steps.
@@ -35,6 +37,8 @@ struct StepWindow {
   int64_t decode_steps = 0;          // steps with decodes
   int64_t prompt_beside_tokens = 0;  // prompt tokens of steps with decodes
   int64_t prompt_beside_steps = 0;   // steps with decodes and prompt tokens
+  int64_t pieces = 0;
+  double pieces_seconds = 0;
 };
 
 class StepLog {

@@ -19,21 +19,22 @@ namespace {
 TEST(StepLogTest, SaysTheIntervalsStepsOnceItPassed) {
   const absl::Time start = absl::UnixEpoch() + absl::Hours(1);
   StepLog log(absl::Seconds(10), start);
-  // Decodes alone to measure them (4 sequences, 2 s), 4 decodes beside a 20-token chunk and a
-  // 32-row rebuild piece (5 s), a 100-token prefill alone (1 s): 8 s of 10 (80 %), 8/3 s each;
-  // 8 decode tokens in 2 steps with decodes (batches of 4); 120 prompt tokens, 20 of them in the
-  // one step beside decodes; 32 rebuild rows.
+  // Decodes alone to measure them (4 sequences, 2 s), 4 decodes beside a 20-token chunk and two
+  // rebuild pieces of 32 rows in all (5 s, 1.5 of them the pieces'), a 100-token prefill alone
+  // (1 s): 8 s of 10 (80 %), 8/3 s each; 8 decode tokens in 2 steps with decodes (batches of 4);
+  // 120 prompt tokens, 20 of them in the one step beside decodes; 32 rebuild rows, 16 and 750 ms
+  // a piece.
   log.Add({2, 4, 0, 0, true});
-  log.Add({5, 4, 20, 32, false});
+  log.Add({5, 4, 20, 32, false, 2, 1.5});
   log.Add({1, 0, 100, 0, false});
   EXPECT_EQ(log.Line(start + absl::Seconds(9), 0.85, 5), std::nullopt);
   std::optional<std::string> line = log.Line(start + absl::Seconds(10), 0.85, 5);
   ASSERT_TRUE(line.has_value());
-  for (const char* says :
-       {"steps over 10.0 s: 3 (busy 80 %, 2666.67 ms each)",
-        "0.8 decode tokens/s in batches of 4.0",
-        "12.0 prompt tokens/s (20.0 a step beside decodes)", "3.2 rebuild rows/s",
-        "1 measuring decodes alone", "pacer aim 0.85", "5 sequences"}) {
+  for (const char* says : {"steps over 10.0 s: 3 (busy 80 %, 2666.67 ms each)",
+                           "0.8 decode tokens/s in batches of 4.0",
+                           "12.0 prompt tokens/s (20.0 a step beside decodes)",
+                           "3.2 rebuild rows/s (16.0 rows, 750.00 ms a piece)",
+                           "1 measuring decodes alone", "pacer aim 0.85", "5 sequences"}) {
     EXPECT_TRUE(Says(*line, says));
   }
   EXPECT_EQ(log.window().steps, 0);
