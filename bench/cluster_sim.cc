@@ -33,9 +33,11 @@ using sim::Cached;
 using sim::CacheOf;
 using sim::ConsumerInfo;
 using sim::ConsumerNode;
+using sim::FinishedOf;
 using sim::kBlock;
 using sim::Keep;
 using sim::kReportedBlocks;
+using sim::PieceUs;
 using sim::ProducerInfo;
 using sim::ProducerNode;
 using sim::Req;
@@ -59,7 +61,9 @@ class Sim {
   void StartPasses(ProducerNode* p);
   void SendLayer(ProducerNode* p, Req* req, int64_t layer);
   void Progress(ProducerNode* p);
-  void LayerArrived(Req* req, bool last);
+  void LayerArrived(Req* req);
+  void TakeLayer(Req* req);
+  void WorkDone(ConsumerNode* c, const ConsumerNode::Work& w);
   void Kick(ConsumerNode* c);
   void StepDone(ConsumerNode* c, const consumer::StepPlan& plan, std::vector<Req*> ready,
                 double seconds);
@@ -69,7 +73,6 @@ class Sim {
   void Account(ConsumerNode* c, const consumer::StepPlan& plan, double seconds);
   double IdleUs(absl::Time since) const;
   double IdleFactor(const IdleCost& idle, absl::Time since);
-  v1::Finished FinishedOf(const Req& req) const;
   void At(absl::Time when, std::function<void()> fire) {
     ++events_;
     clock_.At(when, std::move(fire));
@@ -288,9 +291,7 @@ void Sim::SendLayer(ProducerNode* p, Req* req, int64_t layer) {
   p->link_free = send + absl::Seconds(seconds);
   p->use.link_s += seconds;
   if (layer == 0) req->first_byte = send;
-  const bool last = layer + 1 == pool.layers;
-  At(p->link_free + absl::Microseconds(link.latency_us),
-     [this, req, last] { LayerArrived(req, last); });
+  At(p->link_free + absl::Microseconds(link.latency_us), [this, req] { LayerArrived(req); });
 }
 
 // The producer's passes brought to now: layers they finished sent, passes done ended, the queue's
@@ -339,16 +340,52 @@ void Sim::Progress(ProducerNode* p) {
      });
 }
 
-void Sim::LayerArrived(Req* req, bool last) {
+void Sim::LayerArrived(Req* req) {
   ConsumerNode* c = req->consumer;
   ++req->layers_in;
-  if (last) req->transfer_us = absl::ToDoubleMicroseconds(clock_.Now() - req->first_byte);
-  if (results_[req->r.id].mode == TransferMode::kRaw) {
-    if (last) c->ready.push_back(req);  // the raw cache taken as it is
-  } else {
-    c->work.push_back({req, std::max<int64_t>(req->sent, 1), last});
-  }
+  TakeLayer(req);
   Kick(c);
+}
+
+// The receive takes the next layer that arrived once the one before ran through its tail (the
+// daemon's CodeReceiver takes its next chunk after the rebuild its last one set off): its rows
+// into the consumer's queue. The transfer, as the daemon reports it, ends when the last is taken.
+void Sim::TakeLayer(Req* req) {
+  if (req->receiving || req->layers_taken >= req->layers_in) return;
+  req->receiving = true;
+  ConsumerNode* c = req->consumer;
+  if (req->layers_taken + 1 == c->spec->layers) {
+    req->transfer_us = absl::ToDoubleMicroseconds(clock_.Now() - req->first_byte);
+  }
+  ConsumerNode::Work w;
+  w.req = req;
+  w.rows = w.rows_left = std::max<int64_t>(req->sent, 1);
+  w.raw = results_[req->r.id].mode == TransferMode::kRaw;
+  c->work.push_back(w);
+}
+
+// A work item's rows all ran: a layer's tail next, after a tail the next layer (or, after the
+// last, the last logits), after the last logits the first decode.
+void Sim::WorkDone(ConsumerNode* c, const ConsumerNode::Work& w) {
+  Req* req = w.req;
+  ConsumerNode::Work next;
+  next.req = req;
+  next.rows = next.rows_left = 1;
+  switch (w.kind) {
+    case ConsumerNode::Kind::kLayer:
+      next.kind = ConsumerNode::Kind::kTail;
+      c->work.push_back(next);
+      return;
+    case ConsumerNode::Kind::kTail:
+      req->receiving = false;
+      if (++req->layers_taken < c->spec->layers) return TakeLayer(req);
+      next.kind = ConsumerNode::Kind::kLogits;
+      c->work.push_back(next);
+      return;
+    case ConsumerNode::Kind::kLogits:
+      c->ready.push_back(req);
+      return;
+  }
 }
 
 void Sim::Kick(ConsumerNode* c) {
@@ -361,9 +398,9 @@ void Sim::Kick(ConsumerNode* c) {
     planned.prompt_left = s.prompt_left;
     state.sequences.push_back(planned);
   }
-  for (const ConsumerNode::Work& w : c->work) state.work.push_back({w.rows_left, 1});
+  for (const ConsumerNode::Work& w : c->work) state.work.push_back({w.rows_left, w.layers()});
   const NodeProfile& k = c->spec->costs;
-  state.rebuild_row_layer_s = k.rebuild.per_token_us / static_cast<double>(c->spec->layers) / 1e6;
+  state.rebuild_row_layer_s = c->price.RowLayerSeconds();
   consumer::StepLimits limits;
   limits.max_batched_tokens = k.step_rows;
   limits.model_layers = c->spec->layers;
@@ -416,28 +453,32 @@ double Sim::StepSeconds(ConsumerNode* c, const consumer::StepPlan& plan, std::ve
     if (s.prompt_done == results_[s.req->r.id].consumer_cached) forward_us += k.prefill.fixed_us;
   }
   if (plan.decodes > 0) forward_us += k.decode_step.At(plan.decodes, static_cast<int64_t>(context));
-  double pieces_us = 0, rows = 0;
+  // The step as the real one runs it: over or under its cost by the measured spread, which the
+  // pacer sees and trims its chunks for, and the pieces' price learns, as the real ones do.
+  const double noise = k.step_noise.measured()
+                           ? k.step_noise.Factor(std::uniform_real_distribution<double>()(rng_))
+                           : 1.0;
+  forward_us *= noise;
+  double pieces_us = 0;
   for (const consumer::StepPlan::Piece& piece : plan.pieces) {
-    rows += static_cast<double>(piece.rows);
-    pieces_us += static_cast<double>(piece.rows) * k.rebuild.per_token_us /
-                 static_cast<double>(c->spec->layers);
+    const ConsumerNode::Work& w = c->work[piece.work];
+    const double us = PieceUs(k, c->spec->layers, w, piece.rows) * noise;
+    pieces_us += us;
+    if (w.kind == ConsumerNode::Kind::kLayer && !w.raw) w.req->rebuild_us += us;
+    // As the daemon's scheduler (DecodeScheduler::RunPieces): its price, and what a piece beside
+    // decodes costs them.
+    c->price.Observe(us / 1e6, piece.rows, w.layers());
+    if (plan.decodes > 0 && w.layers() > 0) {
+      c->rebuild_itl.Add(us / 1e6, static_cast<double>(piece.rows * w.layers()) /
+                                       static_cast<double>(c->spec->layers));
+    }
   }
   double first_us = 0;
   for (Req* req : *ready) first_us += k.first_decode.At(static_cast<double>(req->r.prompt_tokens));
-  if (k.step_noise.measured()) {
-    // The step as the real one runs it: over or under its cost by the measured spread, which the
-    // pacer sees and trims its chunks for, as the real one does.
-    const double noise = k.step_noise.Factor(std::uniform_real_distribution<double>()(rng_));
-    forward_us *= noise;
-    pieces_us *= noise;
-    first_us *= noise;
-  }
+  first_us *= noise;
   // As the daemon's scheduler: the time it had for chunks after the pieces' estimates.
   c->pacer.Observe(plan.decodes, plan.prefill_tokens, forward_us / 1e6, plan.chunk_allowed);
   c->pieces_s = pieces_us / 1e6;
-  if (plan.decodes > 0 && rows > 0) {
-    c->rebuild_itl.Add(pieces_us / 1e6, rows / static_cast<double>(c->spec->layers));
-  }
   return (forward_us + pieces_us + first_us) / 1e6;
 }
 
@@ -468,14 +509,12 @@ void Sim::StepDone(ConsumerNode* c, const consumer::StepPlan& plan, std::vector<
   ++c->use.steps;
   Account(c, plan, seconds);
   for (const consumer::StepPlan::Piece& piece : plan.pieces) {
-    ConsumerNode::Work& w = c->work[piece.work];
-    w.rows_left -= piece.rows;
-    w.req->rebuild_us += static_cast<double>(piece.rows) * c->spec->costs.rebuild.per_token_us /
-                         static_cast<double>(c->spec->layers);
+    c->work[piece.work].rows_left -= piece.rows;
   }
   while (!c->work.empty() && c->work.front().rows_left <= 0) {
-    if (c->work.front().last) c->ready.push_back(c->work.front().req);
+    const ConsumerNode::Work w = c->work.front();
     c->work.pop_front();
+    WorkDone(c, w);
   }
   std::vector<Req*> done;
   for (const consumer::StepPlan::Member& m : plan.batch) {
@@ -520,34 +559,6 @@ void Sim::FirstToken(Req* req) {
   Keep(c->cache.get(), *req, ModeName(results_[req->r.id].mode), c->spec->costs.kv_bytes_per_token);
 }
 
-v1::Finished Sim::FinishedOf(const Req& req) const {
-  const SimRequestResult& res = results_[req.r.id];
-  v1::Finished f;
-  f.set_reason("length");
-  f.set_prompt_tokens(static_cast<uint32_t>(req.r.prompt_tokens));
-  f.set_output_tokens(static_cast<uint32_t>(req.r.output_tokens));
-  SetRanMode(res.mode, &f);
-  f.set_producer_cached_tokens(static_cast<uint32_t>(res.producer_cached));
-  f.set_consumer_cached_tokens(static_cast<uint32_t>(res.consumer_cached));
-  v1::Timings* t = f.mutable_timings();
-  const double ttft_us = absl::ToDoubleMicroseconds(req.first_token - req.arrival);
-  t->set_ttft(static_cast<uint64_t>(ttft_us));
-  t->set_total(static_cast<uint64_t>(absl::ToDoubleMicroseconds(clock_.Now() - req.arrival)));
-  if (res.mode == TransferMode::kLocal) {
-    t->set_prefill(static_cast<uint64_t>(ttft_us));
-    return f;
-  }
-  const SimConsumerPool& pool = *req.consumer->spec;
-  const double per_token = res.mode == TransferMode::kRaw ? pool.costs.kv_bytes_per_token / 2.0
-                                                          : pool.code_bytes_per_token;
-  f.set_payload_bytes(static_cast<uint64_t>(static_cast<double>(req.sent) * per_token));
-  t->set_prefill(static_cast<uint64_t>(req.prefill_us));
-  t->set_transfer(static_cast<uint64_t>(req.transfer_us));
-  t->set_rebuild(static_cast<uint64_t>(req.rebuild_us));
-  t->set_first_decode(static_cast<uint64_t>(req.first_decode_us));
-  return f;
-}
-
 void Sim::Finish(Req* req, absl::StatusCode code) {
   std::unique_ptr<Req> owned = std::move(live_.at(req->r.id));
   live_.erase(req->r.id);
@@ -560,7 +571,7 @@ void Sim::Finish(Req* req, absl::StatusCode code) {
       const double api_s = 1e-6 * req->api_us;
       res.ttft_s = api_s + absl::ToDoubleSeconds(req->first_token - req->arrival);
       res.e2el_s = api_s + absl::ToDoubleSeconds(clock_.Now() - req->arrival);
-      const v1::Finished finished = FinishedOf(*req);
+      const v1::Finished finished = FinishedOf(*req, res, clock_.Now());
       registry.ObserveFinished(req->route, req->route.targets[0], finished);
       req->consumer->speeds.ObserveFinished(finished);
       ++req->consumer->use.served;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "proto/wire_mode.h"
 
 namespace scd::bench::sim {
 
@@ -85,6 +86,52 @@ void Keep(BlockCache* cache, const Req& req, const std::string& mode, int64_t by
     blocks.push_back(std::make_shared<const SimBlock>(SimBlock{bytes_per_token * kBlock}));
   }
   cache->Insert(KeysFor(req, mode), req.r.blocks, 0, std::move(blocks));
+}
+
+// A rebuild piece of `rows` rows of `w` by the profile: a layer's share of the rebuild's cost (its
+// fixed part with the layer's first piece, which unpacks the layer's codes), a tail one token
+// through one layer (a one-sequence decode step's share), raw KV and the last logits copied
+// (their cost is the first decode's).
+double PieceUs(const NodeProfile& k, int64_t layers, const ConsumerNode::Work& w, int64_t rows) {
+  const double per_layer = 1.0 / static_cast<double>(layers);
+  switch (w.kind) {
+    case ConsumerNode::Kind::kLayer:
+      if (w.raw) return 0;
+      return per_layer * (k.rebuild.per_token_us * static_cast<double>(rows) +
+                          (w.rows_left == w.rows ? k.rebuild.fixed_us : 0));
+    case ConsumerNode::Kind::kTail:
+      return per_layer * k.decode_step.At(1, w.req->r.prompt_tokens);
+    case ConsumerNode::Kind::kLogits:
+      return 0;
+  }
+  return 0;
+}
+
+v1::Finished FinishedOf(const Req& req, const SimRequestResult& res, absl::Time now) {
+  v1::Finished f;
+  f.set_reason("length");
+  f.set_prompt_tokens(static_cast<uint32_t>(req.r.prompt_tokens));
+  f.set_output_tokens(static_cast<uint32_t>(req.r.output_tokens));
+  SetRanMode(res.mode, &f);
+  f.set_producer_cached_tokens(static_cast<uint32_t>(res.producer_cached));
+  f.set_consumer_cached_tokens(static_cast<uint32_t>(res.consumer_cached));
+  v1::Timings* t = f.mutable_timings();
+  const double ttft_us = absl::ToDoubleMicroseconds(req.first_token - req.arrival);
+  t->set_ttft(static_cast<uint64_t>(ttft_us));
+  t->set_total(static_cast<uint64_t>(absl::ToDoubleMicroseconds(now - req.arrival)));
+  if (res.mode == TransferMode::kLocal) {
+    t->set_prefill(static_cast<uint64_t>(ttft_us));
+    return f;
+  }
+  const SimConsumerPool& pool = *req.consumer->spec;
+  const double per_token = res.mode == TransferMode::kRaw ? pool.costs.kv_bytes_per_token / 2.0
+                                                          : pool.code_bytes_per_token;
+  f.set_payload_bytes(static_cast<uint64_t>(static_cast<double>(req.sent) * per_token));
+  t->set_prefill(static_cast<uint64_t>(req.prefill_us));
+  t->set_transfer(static_cast<uint64_t>(req.transfer_us));
+  t->set_rebuild(static_cast<uint64_t>(req.rebuild_us));
+  t->set_first_decode(static_cast<uint64_t>(req.first_decode_us));
+  return f;
 }
 
 }  // namespace scd::bench::sim

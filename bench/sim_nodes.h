@@ -24,6 +24,7 @@
 #include "consumer/admission.h"
 #include "consumer/step_log.h"
 #include "consumer/step_pacer.h"
+#include "consumer/step_plan.h"
 #include "coordinator/route_choice.h"
 #include "proto/node_speeds.h"
 #include "scd/v1/registry.pb.h"
@@ -64,10 +65,18 @@ struct ConsumerNode {
     int64_t context = 0;                       // positions in its cache
   };
   std::vector<Seq> seqs;
+  // Rebuild work in the scheduler's queue, as the daemon's receive hands it in
+  // (consumer/code_receiver.h): a layer's rows, then the prompt's last token through that layer
+  // (the tail, one row), and after the last layer the last logits (one row, no layer); a request's
+  // next layer is taken only once its tail ran, so each layer costs its own steps.
+  enum class Kind { kLayer, kTail, kLogits };
   struct Work {
     Req* req = nullptr;
-    int64_t rows_left = 0;
-    bool last = false;  // the request's last layer
+    Kind kind = Kind::kLayer;
+    int64_t rows = 0, rows_left = 0;
+    bool raw = false;  // raw KV: copied, not priced against the step's budget
+    // The model layers a row covers, as the planner counts them (step_plan.h PlannedWork).
+    int layers() const { return kind == Kind::kLogits || raw ? 0 : 1; }
   };
   std::deque<Work> work;
   std::vector<Req*> ready;  // caches complete, their first decode due
@@ -79,6 +88,7 @@ struct ConsumerNode {
   absl::Time idle_since = absl::InfinitePast();
   NodeSpeedTracker speeds;
   consumer::ItlCost rebuild_itl;
+  consumer::RebuildPrice price;  // the pieces' price, learnt from their charged cost
   std::unique_ptr<BlockCache> cache;
   SimNodeUse use;
 };
@@ -120,6 +130,10 @@ struct Req {
   std::unique_ptr<Admission::Reservation> reservation;
   absl::Time arrival, first_token = absl::InfinitePast();
   int64_t tokens = 0, sent = 0, layers_in = 0;
+  // The receive: layers taken into rebuild (each after the one before ran through its tail), and
+  // whether one is in the consumer's queue now.
+  int64_t layers_taken = 0;
+  bool receiving = false;
   double prefill_us = 0, transfer_us = 0, rebuild_us = 0, first_decode_us = 0;
   double api_us = 0;  // the front end's hop, by its consumer's idle when it arrived
   absl::Time first_byte = absl::InfinitePast();
@@ -136,6 +150,13 @@ std::vector<std::string> KeysFor(const Req& req, const std::string& mode);
 // Prompt positions of `req` the cache holds (and now marks used; null: none): at most the prompt
 // less its last token (which is always run).
 int64_t Cached(BlockCache* cache, const Req& req, const std::string& mode);
+// A rebuild piece of `rows` rows of `w`, microseconds by the consumer's profile `k` (a model of
+// `layers` layers): the daemon's receive's work, each kind as sim_nodes.cc says.
+double PieceUs(const NodeProfile& k, int64_t layers, const ConsumerNode::Work& w, int64_t rows);
+// What `req`'s consumer reports when it ends OK at `now` (its `res`: the mode it ran, what was
+// cached): the coordinator's and the tracker's input, as a real consumer's Finished.
+v1::Finished FinishedOf(const Req& req, const SimRequestResult& res, absl::Time now);
+
 // Puts `req`'s blocks into the cache (what its pass or rebuild left there; null: nothing).
 void Keep(BlockCache* cache, const Req& req, const std::string& mode, int64_t bytes_per_token);
 

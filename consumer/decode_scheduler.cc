@@ -25,16 +25,6 @@
 #include "serving/serving_metrics.h"
 
 namespace scd::consumer {
-namespace {
-
-// Weight of the newest sample in the moving averages.
-constexpr double kAverageWeight = 0.25;
-
-void Average(double* average, double sample) {
-  *average = *average == 0 ? sample : (1 - kAverageWeight) * *average + kAverageWeight * sample;
-}
-
-}  // namespace
 
 struct DecodeScheduler::Sequence {
   explicit Sequence(SequenceRequest r, const LlamaModel& model)
@@ -244,7 +234,7 @@ void DecodeScheduler::RunPieces(const StepPlan& plan, const std::vector<Work*>& 
     const double took = absl::ToDoubleSeconds(clock_->Now() - start);
     work->next_row += n;
     if (work->layers > 0) {
-      Average(&rebuild_row_layer_s_, took / (static_cast<double>(n) * work->layers));
+      rebuild_price_.Observe(took, n, work->layers);
       // Every decoding sequence waits for the piece: its whole time is their ITL.
       if (plan.decodes > 0) {
         rebuild_itl_.Add(took, static_cast<double>(n) * work->layers / static_cast<double>(layers));
@@ -267,7 +257,7 @@ StepState DecodeScheduler::ViewOf(const std::vector<Sequence*>& running,
                                   std::vector<Work*>* queued) const {
   StepState state;
   state.now = clock_->Now();
-  state.rebuild_row_layer_s = rebuild_row_layer_s_;
+  state.rebuild_row_layer_s = rebuild_price_.RowLayerSeconds();
   for (const Sequence* seq : running) {
     PlannedSequence planned;
     planned.decoding = seq->decoding();

@@ -1,7 +1,7 @@
 // DecodeScheduler: continuous batching on one consumer. One thread advances every running
 // sequence together, each step carrying out the plan PlanStep (consumer/step_plan.h) returns
-// for the scheduler's state: a step is one LlamaModel::ForwardBatch over each decoding sequence's last
-// token and chunks of local prefills (a rebuilt sequence's last prompt token is a one-token
+// for the scheduler's state: a step is one LlamaModel::ForwardBatch over each decoding sequence's
+// last token and chunks of local prefills (a rebuilt sequence's last prompt token is a one-token
 // chunk), then every sequence that got logits picks its next token with its own GenerationState
 // (its own sampling parameters and seeded sampler, so a seed gives the same tokens whatever else
 // runs). Between steps, sequences that ended, were cancelled (their flag) or passed their
@@ -15,11 +15,11 @@
 // decodes' own step time, as StepPacer (consumer/step_pacer.h) learns them: the decodes' step
 // time per number of decodes (measured alone when due), a prefill chunk's cost beside them as a
 // fixed part and a part per token. Rebuild pieces are sized from their measured time per row
-// and layer. Beside decodes a step stays within kSkinnyMaxRows rows
-// (model/skinny_gemm.h). At least 16 rebuild rows and 2 prefill tokens go into every step that
-// has them, so nothing starves. With no sequence decoding, prefill and rebuild take the whole
-// budget. A rebuild piece's rows count against the row budget times the layers it covers
-// divided by the model's layers.
+// and layer, each piece weighing by its rows (RebuildPrice, consumer/step_plan.h). Beside decodes a
+// step stays within kSkinnyMaxRows rows (model/skinny_gemm.h). At least 16 rebuild rows and 2
+// prefill tokens go into every step that has them, so nothing starves. With no sequence decoding,
+// prefill and rebuild take the whole budget. A rebuild piece's rows count against the row budget
+// times the layers it covers divided by the model's layers.
 //
 // Every submitted sequence ends exactly once (SequenceSink::Ended): finished ("stop" / "length"),
 // cancelled, past its deadline, failed, or with UNAVAILABLE when the scheduler is destroyed. Its
@@ -245,7 +245,7 @@ class DecodeScheduler {
 
   // Moving averages (scheduler thread only; copied into stats_ under mu_).
   StepPacer pacer_;
-  double rebuild_row_layer_s_ = 0;
+  RebuildPrice rebuild_price_;  // what a rebuild row costs per layer, from the pieces run
   int64_t last_chunk_budget_ = 0;
   // Decayed sums behind Stats' rebuild ITL cost and busy prefill pace (the local ITL cost is the
   // pacer's).

@@ -52,7 +52,7 @@ struct StepState {
   absl::Time now;
   std::vector<PlannedSequence> sequences;  // in the order they joined
   std::vector<PlannedWork> work;           // oldest first
-  // The measured seconds a rebuild row costs per layer (0: none measured yet).
+  // The measured seconds a rebuild row costs per layer (RebuildPrice; 0: none measured yet).
   double rebuild_row_layer_s = 0;
 };
 
@@ -86,6 +86,24 @@ struct StepPlan {
   int64_t chunk_budget = 0;  // prompt tokens the step may take after the pieces
   std::vector<Member> batch;  // decodes first, then chunks
   int64_t prefill_tokens = 0;
+};
+
+// What a rebuild row costs per layer (StepState::rebuild_row_layer_s), learnt from the pieces that
+// ran: decayed sums of their seconds and their rows x layers, each piece weighing by its rows
+// (an older piece 0.95 per newer one). A receive also hands in one-row pieces -- the prompt's last
+// token through a layer, the last logits (consumer/code_receiver.h) -- that cost as much as tens of
+// code rows: averaged piece by piece, each priced every row after it at a quarter of its own
+// cost, and pieces that fit a step split into several, a step each (the knee, bench/README.md).
+// Weighed by their rows they add their time to the rows they come with.
+class RebuildPrice {
+ public:
+  // A piece of `rows` rows over `layers` layers ran in `seconds` (layers <= 0: not priced).
+  void Observe(double seconds, int64_t rows, int layers);
+  // Seconds per row and layer; 0 until a piece was observed.
+  double RowLayerSeconds() const { return row_layers_ > 0 ? seconds_ / row_layers_ : 0; }
+
+ private:
+  double seconds_ = 0, row_layers_ = 0;
 };
 
 // Rebuild rows a step runs at least; prompt tokens a step beside decodes runs at least.

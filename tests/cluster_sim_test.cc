@@ -1,9 +1,9 @@
 // ClusterSim (bench/cluster_sim.h) against answers worked out by hand from the profiles: a lone
 // local request's first token after its prefill and its tokens one decode step apart; a lone scd
-// request's first token after the last layer's codes crossed the link, that layer's rebuild and
-// the first decode; the same run twice gives the same results; under load every request ends,
-// admission queueing, not losing them; what still runs past the drain ends DEADLINE_EXCEEDED,
-// once, wherever it waited.
+// request's first token after the last layer's codes crossed the link, that layer's rebuild, its
+// tail and the first decode, each layer in steps of its own; the same run twice gives the same
+// results; under load every request ends, admission queueing, not losing them; what still runs past
+// the drain ends DEADLINE_EXCEEDED, once, wherever it waited.
 #include "bench/cluster_sim.h"
 
 #include <gtest/gtest.h>
@@ -224,9 +224,18 @@ TEST(ClusterSimTest, ALoneScdRequestWaitsForTheLastLayerThenItsRebuildAndFirstDe
   double link_free = prefill_us / 4;
   for (int l = 0; l < 4; ++l) link_free = std::max(link_free, prefill_us * (l + 1) / 4) + layer_us;
   const double arrived = link_free + 300;
-  const double rebuild_us = 99.0 * c.rebuild.per_token_us / 4;  // the last layer's piece
-  EXPECT_NEAR(q.ttft_s * 1e6, arrived + rebuild_us + c.first_decode.At(100), 1);
+  // As the daemon's receive runs it (consumer/code_receiver.h), each in a step of its own: the
+  // last layer's piece, the prompt's last token through that layer (a quarter of a one-sequence
+  // step), the last logits; then the first decode.
+  const double rebuild_us = 99.0 * c.rebuild.per_token_us / 4;
+  const double tail_us = c.decode_step.At(1, 100) / 4;
+  EXPECT_NEAR(q.ttft_s * 1e6, arrived + rebuild_us + tail_us + c.first_decode.At(100), 1);
   EXPECT_NEAR(q.tpot_s() * 1e6, (c.decode_step.At(1, 100) + c.decode_step.At(1, 101)) / 2, 1);
+  // Its consumer's steps: each layer's piece and tail apart (the next layer is taken after the
+  // tail), the last logits, the first decode, two more decodes.
+  const SimNodeUse& consumer = r->nodes.back();
+  ASSERT_FALSE(consumer.producer);
+  EXPECT_EQ(consumer.steps, 4 * 2 + 1 + 1 + 2);
   // A producer measured 2x after 100 ms of idle, found idle 1 s since the start: its pass twice
   // as long, each layer out at twice the time; on a link fast enough to keep up, the last layer
   // arrives after the whole slowed pass and its own bytes.
@@ -241,8 +250,8 @@ TEST(ClusterSimTest, ALoneScdRequestWaitsForTheLastLayerThenItsRebuildAndFirstDe
 // A producer's passes share it as the daemon's prefill threads share its CPU: two scd requests
 // g = 1 ms apart, each pass W alone. One at a time (prefill_threads = 1) the first's codes are
 // all out at W; shared, the first runs alone for g, then at half speed: its last layer out at
-// 2W - g -- later by W - g, the rest of its first-token path the same. Either way the producer
-// works 2W in all.
+// 2W - g -- later by W - g, and by the second's last piece and tail, which now land before its
+// last logits. Either way the producer works 2W in all.
 TEST(ClusterSimTest, AProducersPassesShareItAsItsPrefillThreadsDo) {
   const SimWorkload w = Workload("scd", 1000, 0.0025, 200, 2);  // arrivals 1 ms apart
   absl::StatusOr<ClusterSimResult> shared = RunClusterSim(Deployment(1, 100, 4), w);
@@ -257,7 +266,14 @@ TEST(ClusterSimTest, AProducersPassesShareItAsItsPrefillThreadsDo) {
   const double gap_us = (shared->requests[1].arrival_s - a.arrival_s) * 1e6;
   EXPECT_NEAR(gap_us, 1000, 1e-3);
   const double pass_us = ProducerCosts().prefill.At(199, 0);  // the prompt less its last token
-  EXPECT_NEAR((a.ttft_s - a1.ttft_s) * 1e6, pass_us - gap_us, 0.01);
+  // Shared, the second's last layer lands g after the first's, while the first's last piece and
+  // tail run (P + T > g): the consumer's queue runs in order (step_plan.h), so the second's piece
+  // goes before the first's last logits and its tail beside the first's first decode.
+  const NodeProfile c = ConsumerCosts();
+  const double piece_us = 199.0 * c.rebuild.per_token_us / 4,
+               tail_us = c.decode_step.At(1, 200) / 4;
+  ASSERT_GT(piece_us + tail_us, gap_us);
+  EXPECT_NEAR((a.ttft_s - a1.ttft_s) * 1e6, pass_us - gap_us + piece_us + tail_us, 0.01);
   for (const ClusterSimResult* r : {&*shared, &*serial}) {
     const SimNodeUse& producer = r->nodes.front();
     ASSERT_TRUE(producer.producer);

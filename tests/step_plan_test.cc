@@ -165,6 +165,35 @@ TEST(StepPlanTest, RebuildWorkRunsInOrderInPiecesOfAtLeastSixteenRows) {
   EXPECT_EQ(plan.pieces[0].rows, kMinPieceRows);
 }
 
+// A receive's layers, as the knee's consumers ran them (bench/README.md): each layer's 144 code
+// rows in 1.3 ms (9 us a row), then the prompt's last token through that layer, one row in
+// 0.4 ms. Weighed by rows, the price is about their time over their rows, 1.7 ms / 145 = 11.7 us
+// (the newest tail weighs a little more than the older pieces: 11.9), above the code rows' 9 and
+// under 12; a layer fits a step's 3.6 ms beside a decode as one piece. Averaged piece by piece
+// (the newest a quarter), a tail had priced the next layer at 0.25 x 400 + 0.75 x 9 ~ 107 us a
+// row: pieces of 33 rows, a step each.
+TEST(StepPlanTest, APiecesPriceWeighsItByItsRowsSoOneRowPiecesDoNotSplitTheNext) {
+  RebuildPrice price;
+  EXPECT_EQ(price.RowLayerSeconds(), 0);
+  price.Observe(0.002, 100, 0);  // no layers: not priced
+  EXPECT_EQ(price.RowLayerSeconds(), 0);
+  price.Observe(0.001, 50, 2);
+  EXPECT_DOUBLE_EQ(price.RowLayerSeconds(), 1e-5);
+  price = RebuildPrice();
+  for (int layer = 0; layer < 6; ++layer) {
+    price.Observe(1.3e-3, 144, 1);
+    price.Observe(0.4e-3, 1, 1);
+  }
+  EXPECT_GT(price.RowLayerSeconds(), 9e-6);
+  EXPECT_LT(price.RowLayerSeconds(), 12e-6);
+  StepPacer pacer(kSlack, kSkinny);
+  pacer.Observe(1, 0, 0.0036, 0);
+  const StepState state{kNow, {Decoding()}, {{144, 1}}, price.RowLayerSeconds()};
+  const StepPlan plan = PlanStep(state, pacer, Limits(6));
+  ASSERT_EQ(plan.pieces.size(), 1u);
+  EXPECT_EQ(plan.pieces[0].rows, 144);
+}
+
 TEST(StepPlanTest, APieceLeavesTheRestOfTheStepToPrompts) {
   // 512 rows, 100 rebuild rows over all 4 layers count 100; no decodes: a prompt gets 412.
   StepPacer pacer(kSlack, kSkinny);
