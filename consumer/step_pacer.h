@@ -46,7 +46,8 @@
 namespace scd::consumer {
 
 // A cost per token as decayed sums {seconds, tokens}: each Add weighs the earlier ones 0.95
-// (what prompt work costs the decodes beside it; the scheduler keeps rebuilds' the same way).
+// (what prompt work costs the decodes beside it; the scheduler keeps rebuilds' the same way, and
+// a rebuild row's price, step_plan.h RebuildPrice).
 struct ItlCost {
   double seconds = 0, tokens = 0;
   // Adds `s` seconds (negative counts as none) spent on `t` tokens.

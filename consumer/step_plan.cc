@@ -39,10 +39,8 @@ void PlanPieces(const StepState& state, const StepLimits& limits, int64_t decode
 }  // namespace
 
 void RebuildPrice::Observe(double seconds, int64_t rows, int layers) {
-  constexpr double kKeep = 0.95;  // an older piece's weight, per newer piece
   if (layers <= 0 || rows <= 0) return;
-  seconds_ = kKeep * seconds_ + std::max(0.0, seconds);
-  row_layers_ = kKeep * row_layers_ + static_cast<double>(rows) * layers;
+  cost_.Add(seconds, static_cast<double>(rows) * layers);
 }
 
 StepPlan PlanStep(const StepState& state, const StepPacer& pacer, const StepLimits& limits) {

@@ -89,21 +89,22 @@ struct StepPlan {
 };
 
 // What a rebuild row costs per layer (StepState::rebuild_row_layer_s), learnt from the pieces that
-// ran: decayed sums of their seconds and their rows x layers, each piece weighing by its rows
-// (an older piece 0.95 per newer one). A receive also hands in one-row pieces -- the prompt's last
-// token through a layer, the last logits (consumer/code_receiver.h) -- that cost as much as tens of
-// code rows: averaged piece by piece, each priced every row after it at a quarter of its own
-// cost, and pieces that fit a step split into several, a step each (the knee, bench/README.md).
-// Weighed by their rows they add their time to the rows they come with.
+// ran: their seconds over their rows x layers as an ItlCost's decayed sums (consumer/step_pacer.h;
+// an older piece 0.95 per newer one), each piece weighing by its rows. A receive also hands in
+// one-row pieces -- the prompt's last token through a layer, the last logits
+// (consumer/code_receiver.h) -- that cost as much as tens of code rows: averaged piece by piece,
+// each priced every row after it at a quarter of its own cost, and pieces that fit a step split
+// into several, a step each (the knee, bench/README.md). Weighed by their rows they add their time
+// to the rows they come with.
 class RebuildPrice {
  public:
   // A piece of `rows` rows over `layers` layers ran in `seconds` (layers <= 0: not priced).
   void Observe(double seconds, int64_t rows, int layers);
   // Seconds per row and layer; 0 until a piece was observed.
-  double RowLayerSeconds() const { return row_layers_ > 0 ? seconds_ / row_layers_ : 0; }
+  double RowLayerSeconds() const { return cost_.UsPerToken() / 1e6; }
 
  private:
-  double seconds_ = 0, row_layers_ = 0;
+  ItlCost cost_;  // {seconds, rows x layers}
 };
 
 // Rebuild rows a step runs at least; prompt tokens a step beside decodes runs at least.
