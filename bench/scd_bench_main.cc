@@ -77,6 +77,7 @@
 #include "bench/kill_command.h"
 #include "bench/mixed_load.h"
 #include "bench/netns_link.h"
+#include "bench/plan_command.h"
 #include "bench/profile_command.h"
 #include "bench/serve_benchmark.h"
 #include "bench/simulate_command.h"
@@ -589,6 +590,8 @@ int Main(int argc, char** argv) {
   CLI::App* simulate_command = AddSimulateCommand(app, &simulate);
   ValidateOptions validate;
   CLI::App* validate_command = AddValidateCommand(app, &validate);
+  PlanFlags plan;
+  CLI::App* plan_command = AddPlanCommand(app, &plan);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -620,6 +623,7 @@ int Main(int argc, char** argv) {
                         : profile_command->parsed()  ? RunProfileCommand(profile)
                         : simulate_command->parsed() ? RunSimulateCommand(simulate)
                         : validate_command->parsed() ? RunValidateCommand(validate)
+                        : plan_command->parsed()     ? RunPlanCommand(plan)
                                                      : RunSweep(sweep);
   if (!status.ok()) {
     std::fprintf(stderr, "scd-bench: error: %s\n", std::string(status.message()).c_str());

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "bench/bounded_toml.h"
 
@@ -284,6 +285,37 @@ absl::StatusOr<SimDeployment> ReadSimDeployment(const std::string& path) {
   return d;
 }
 
+std::string SimDeploymentToml(const SimDeployment& d, const std::string& comment) {
+  std::string out;
+  for (absl::string_view line : absl::StrSplit(comment, '\n', absl::SkipEmpty())) {
+    absl::StrAppend(&out, "# ", line, "\n");
+  }
+  absl::StrAppend(&out, "[deployment]\nname = ", TomlQuoted(d.name),
+                  "\ncoordinators = ", d.coordinators, "\nlease_s = ", TomlNumber(d.lease_s),
+                  "\nheartbeat_ms = ", TomlNumber(d.heartbeat_ms), "\n");
+  for (const SimProducerPool& p : d.producers) {
+    absl::StrAppend(&out, "\n[[producer_pool]]\nname = ", TomlQuoted(p.name),
+                    "\nprofile = ", TomlQuoted(p.profile), "\ncount = ", p.count,
+                    "\nprefix_cache_mb = ", TomlNumber(p.prefix_cache_mb),
+                    "\nprefill_threads = ", p.prefill_threads, "\n");
+  }
+  for (const SimConsumerPool& c : d.consumers) {
+    absl::StrAppend(&out, "\n[[consumer_pool]]\nname = ", TomlQuoted(c.name),
+                    "\nprofile = ", TomlQuoted(c.profile), "\ncount = ", c.count,
+                    "\nprefix_cache_mb = ", TomlNumber(c.prefix_cache_mb),
+                    "\nproducer = ", TomlQuoted(c.producer),
+                    "\ncode_bytes_per_token = ", TomlNumber(c.code_bytes_per_token),
+                    "\ncode_kl = ", TomlNumber(c.code_kl), "\nlayers = ", c.layers, "\n");
+  }
+  for (const SimLink& l : d.links) {
+    absl::StrAppend(&out, "\n[[link]]\nproducer = ", TomlQuoted(l.producer),
+                    "\nconsumer = ", TomlQuoted(l.consumer), "\ngbps = ", TomlNumber(l.gbps),
+                    "\nlatency_us = ", TomlNumber(l.latency_us), "\ntrace = ", TomlQuoted(l.trace),
+                    "\n");
+  }
+  return out;
+}
+
 }  // namespace scd::bench
 
 namespace scd::bench {
@@ -345,6 +377,11 @@ absl::Status CheckSimWorkload(const SimWorkload& workload, const SimDeployment& 
     }
   }
   return absl::OkStatus();
+}
+
+bool MeetsSlo(const SimWorkload& w, double ttft_s, double tpot_s) {
+  return (w.ttft_slo_ms <= 0 || ttft_s * 1e3 <= w.ttft_slo_ms) &&
+         (w.tpot_slo_ms <= 0 || tpot_s * 1e3 <= w.tpot_slo_ms);
 }
 
 }  // namespace scd::bench

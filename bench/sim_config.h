@@ -94,6 +94,10 @@ using ProfileLoader = std::function<absl::StatusOr<NodeProfile>(const std::strin
 absl::StatusOr<SimDeployment> ParseSimDeployment(std::string_view text, const std::string& dir,
                                                  const ProfileLoader& load = nullptr);
 absl::StatusOr<SimDeployment> ReadSimDeployment(const std::string& path);
+// The deployment as a file ParseSimDeployment reads back to the same values (numbers to 17
+// digits; each pool's profile path as it is in `d`, so a caller writing it elsewhere sets them
+// relative to there first). `comment`: lines put at the top, each after "# ".
+std::string SimDeploymentToml(const SimDeployment& d, const std::string& comment = "");
 
 enum class SimArrivals { kPoisson, kGamma, kConstant };
 enum class SimLengthKind { kFixed, kUniform, kLogNormal };
@@ -130,6 +134,8 @@ absl::StatusOr<SimWorkload> ReadSimWorkload(const std::string& path);
 // INVALID_ARGUMENT naming a mix target that is no consumer pool of `deployment`, or a mode the
 // pool cannot serve (scd or raw without a producer).
 absl::Status CheckSimWorkload(const SimWorkload& workload, const SimDeployment& deployment);
+// Whether a finished request's TTFT and TPOT (seconds) meet the workload's SLOs (goodput's).
+bool MeetsSlo(const SimWorkload& w, double ttft_s, double tpot_s);
 
 }  // namespace scd::bench
 

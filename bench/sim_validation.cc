@@ -26,11 +26,6 @@ uint64_t GroupSeed(uint64_t workload_seed, int64_t tenant, int64_t group) {
 }
 uint64_t OwnSeed(uint64_t workload_seed, uint64_t id) { return SimKey({4, workload_seed, id}); }
 
-bool MeetsSlo(const SimWorkload& w, double ttft_s, double tpot_s) {
-  return (w.ttft_slo_ms <= 0 || ttft_s * 1e3 <= w.ttft_slo_ms) &&
-         (w.tpot_slo_ms <= 0 || tpot_s * 1e3 <= w.tpot_slo_ms);
-}
-
 // The figures from per-request (ttft, tpot) of finished requests.
 RunFigures Figures(int64_t requests, const std::vector<std::pair<double, double>>& finished,
                    const SimWorkload& w) {

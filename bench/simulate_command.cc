@@ -61,9 +61,7 @@ std::string SimulateJson(const ClusterSimResult& r, const SimWorkload& w, bool p
     e2el.push_back(q.e2el_s);
     if (q.output_tokens > 1) tpot.push_back(q.tpot_s());
     output_tokens += q.output_tokens;
-    const bool meets = (w.ttft_slo_ms <= 0 || q.ttft_s * 1e3 <= w.ttft_slo_ms) &&
-                       (w.tpot_slo_ms <= 0 || q.tpot_s() * 1e3 <= w.tpot_slo_ms);
-    good += meets ? 1 : 0;
+    good += MeetsSlo(w, q.ttft_s, q.tpot_s()) ? 1 : 0;
   }
   const std::vector<double> at = {50, 90, 99};
   const double seconds = w.duration_s;  // goodput per second of offered load

@@ -109,6 +109,47 @@ TEST(SimConfigTest, PathsAreRelativeToTheFileAndAPairWithoutALinkUsesTheProducer
   EXPECT_TRUE(d->consumers[1].producer.empty());
 }
 
+// What `scd-bench plan` writes: a deployment read back from its text is the same deployment,
+// fractions to the last digit and names with quotes in them included; the comment stays a comment.
+TEST(SimConfigTest, ADeploymentWrittenReadsBackTheSame) {
+  absl::StatusOr<SimDeployment> d = ParseSimDeployment(kDeployment, "/some/dir", Profiles());
+  ASSERT_TRUE(d.ok()) << d.status();
+  d->name = "say \"cheap\"";
+  d->lease_s = 0.1 + 0.2;  // not a short decimal
+  d->producers[0].prefix_cache_mb = 1.0 / 3;
+  d->producers[0].prefill_threads = 3;
+  d->consumers[0].code_kl = 0.0528;
+  d->consumers[0].layers = 22;
+  d->links.push_back({"base", "a", 2.5, 1e3 / 7, "drop.trace"});
+  const std::string text = SimDeploymentToml(*d, "made by a test\nsecond line");
+  EXPECT_EQ(text.rfind("# made by a test\n# second line\n[deployment]\n", 0), 0u) << text;
+  absl::StatusOr<SimDeployment> back = ParseSimDeployment(text, "/some/dir", Profiles());
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << text;
+  EXPECT_EQ(back->name, d->name);
+  EXPECT_EQ(back->coordinators, d->coordinators);
+  EXPECT_EQ(back->lease_s, d->lease_s);
+  EXPECT_EQ(back->heartbeat_ms, d->heartbeat_ms);
+  ASSERT_EQ(back->producers.size(), 1u);
+  EXPECT_EQ(back->producers[0].count, 3);
+  EXPECT_EQ(back->producers[0].prefix_cache_mb, 1.0 / 3);
+  EXPECT_EQ(back->producers[0].prefill_threads, 3);
+  EXPECT_EQ(back->producers[0].profile, "producer.toml");
+  ASSERT_EQ(back->consumers.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(back->consumers[i].name, d->consumers[i].name);
+    EXPECT_EQ(back->consumers[i].count, d->consumers[i].count);
+    EXPECT_EQ(back->consumers[i].producer, d->consumers[i].producer);
+    EXPECT_EQ(back->consumers[i].code_bytes_per_token, d->consumers[i].code_bytes_per_token);
+    EXPECT_EQ(back->consumers[i].code_kl, d->consumers[i].code_kl);
+    EXPECT_EQ(back->consumers[i].layers, d->consumers[i].layers);
+  }
+  ASSERT_EQ(back->links.size(), 1u);
+  EXPECT_EQ(back->links[0].gbps, 2.5);
+  EXPECT_EQ(back->links[0].latency_us, 1e3 / 7);
+  EXPECT_EQ(back->links[0].trace, "drop.trace");
+  EXPECT_EQ(SimDeploymentToml(*back, "made by a test\nsecond line"), text);
+}
+
 TEST(SimConfigTest, RefusesWhatIsWrongNamingIt) {
   struct Case {
     std::string text, says;
