@@ -113,6 +113,8 @@ void Sim::AddNodes() {
       node->cache = CacheOf(pool.prefix_cache_mb, kv, &clock_);
       node->use.name = node->id;
       node->use.producer = true;
+      node->use.busy_over_time.bin_s = node->use.link_over_time.bin_s =
+          SimTimelineBin(w_.duration_s);
       producer_by_id_[node->id] = node.get();
       producers_.push_back(std::move(node));
     }
@@ -132,6 +134,8 @@ void Sim::AddNodes() {
       node->admission = Admission::Create(a);
       node->cache = CacheOf(pool.prefix_cache_mb, pool.costs.kv_bytes_per_token, &clock_);
       node->use.name = node->id;
+      node->use.busy_over_time.bin_s = node->use.link_over_time.bin_s =
+          SimTimelineBin(w_.duration_s);
       node->step_log.emplace(kStepLogInterval, start_);
       consumer_by_id_[node->id] = node.get();
       consumers_.push_back(std::move(node));
@@ -254,9 +258,11 @@ void Sim::Admitted(Req* req, Admission::Admitted admitted) {
 void Sim::Advance(ProducerNode* p) {
   const absl::Time now = clock_.Now();
   const double us = absl::ToDoubleMicroseconds(now - p->updated);
+  const absl::Time from = p->updated;
   p->updated = now;
   if (p->passes.empty() || us <= 0) return;
   p->use.busy_s += us / 1e6;
+  p->use.busy_over_time.Add(absl::ToDoubleSeconds(from - start_), us / 1e6);
   const double each = us / static_cast<double>(p->passes.size());
   for (ProducerNode::Pass& pass : p->passes) pass.done_us += each;
 }
@@ -290,6 +296,7 @@ void Sim::SendLayer(ProducerNode* p, Req* req, int64_t layer) {
   const double seconds = layer_bytes / (link.gbps * 1e9 / 8);
   p->link_free = send + absl::Seconds(seconds);
   p->use.link_s += seconds;
+  p->use.link_over_time.Add(absl::ToDoubleSeconds(send - start_), seconds);
   if (layer == 0) req->first_byte = send;
   At(p->link_free + absl::Microseconds(link.latency_us), [this, req] { LayerArrived(req); });
 }
@@ -506,6 +513,7 @@ void Sim::StepDone(ConsumerNode* c, const consumer::StepPlan& plan, std::vector<
                    double seconds) {
   c->stepping = false;
   c->use.busy_s += seconds;
+  c->use.busy_over_time.Add(absl::ToDoubleSeconds(clock_.Now() - start_) - seconds, seconds);
   ++c->use.steps;
   Account(c, plan, seconds);
   for (const consumer::StepPlan::Piece& piece : plan.pieces) {

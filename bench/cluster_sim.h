@@ -54,6 +54,17 @@ struct SimRequestResult {
   }
 };
 
+// Seconds of work in each bin of simulated time from the run's start: a node's utilisation (or
+// its link's occupancy) over time is each bin's seconds over bin_s.
+struct SimTimeline {
+  double bin_s = 1;
+  std::vector<double> seconds;
+  // Work from `from_s` (since the start) for `duration_s`, spread over the bins it covers.
+  void Add(double from_s, double duration_s);
+};
+// The bin of a run of `duration_s`: a hundredth of it, at least 10 ms.
+double SimTimelineBin(double duration_s);
+
 // One node's work over the run.
 struct SimNodeUse {
   std::string name;
@@ -62,6 +73,8 @@ struct SimNodeUse {
   double link_s = 0;   // producer: its link carrying codes
   int64_t steps = 0;   // consumer: batched steps
   int64_t served = 0;  // requests it finished (consumer) or prefilled (producer)
+  SimTimeline busy_over_time;  // busy_s, bin by bin
+  SimTimeline link_over_time;  // link_s, bin by bin (producer)
   // consumer: its step log's lines (consumer/step_log.h, every 10 simulated s), each after
   // "t=S " (simulated seconds since the start), to be read beside a real consumer's log.
   std::vector<std::string> step_log;

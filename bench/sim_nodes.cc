@@ -135,3 +135,23 @@ v1::Finished FinishedOf(const Req& req, const SimRequestResult& res, absl::Time 
 }
 
 }  // namespace scd::bench::sim
+
+namespace scd::bench {
+
+void SimTimeline::Add(double from_s, double duration_s) {
+  if (!(duration_s > 0) || !(bin_s > 0)) return;
+  const double from = std::max(0.0, from_s), end = from_s + duration_s;
+  for (auto bin = static_cast<size_t>(from / bin_s);; ++bin) {
+    const double lo = std::max(from, static_cast<double>(bin) * bin_s);
+    const double hi = std::min(end, static_cast<double>(bin + 1) * bin_s);
+    if (hi > lo) {
+      if (seconds.size() <= bin) seconds.resize(bin + 1, 0.0);
+      seconds[bin] += hi - lo;
+    }
+    if (static_cast<double>(bin + 1) * bin_s >= end) break;
+  }
+}
+
+double SimTimelineBin(double duration_s) { return std::max(0.01, duration_s / 100); }
+
+}  // namespace scd::bench

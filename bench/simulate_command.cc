@@ -1,5 +1,6 @@
 #include "bench/simulate_command.h"
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -73,6 +74,16 @@ std::string SimulateJson(const ClusterSimResult& r, const SimWorkload& w, bool p
                      {"link", r.simulated_s > 0 ? n.link_s / r.simulated_s : 0},
                      {"steps", n.steps},
                      {"served", n.served}});
+    // Utilisation and link occupancy over time: each bin's share, to the run's last bin.
+    const auto bins = static_cast<size_t>(std::ceil(r.simulated_s / SimTimelineBin(w.duration_s)));
+    auto shares = [bins](const SimTimeline& t) {
+      nlohmann::json a = nlohmann::json::array();
+      for (size_t i = 0; i < bins; ++i)
+        a.push_back(i < t.seconds.size() ? t.seconds[i] / t.bin_s : 0.0);
+      return a;
+    };
+    nodes.back()["busy_over_time"] = shares(n.busy_over_time);
+    if (n.producer) nodes.back()["link_over_time"] = shares(n.link_over_time);
     if (per_request && !n.producer) nodes.back()["step_log"] = n.step_log;
   }
   nlohmann::json j = {{"requests", r.requests.size()},
@@ -88,6 +99,7 @@ std::string SimulateJson(const ClusterSimResult& r, const SimWorkload& w, bool p
                       {"tpot", SummaryJson(Summarize(tpot, at))},
                       {"e2el", SummaryJson(Summarize(e2el, at))},
                       {"simulated_s", r.simulated_s},
+                      {"timeline_bin_s", SimTimelineBin(w.duration_s)},
                       {"events", r.events},
                       {"nodes", nodes}};
   if (per_request) j["per_stream"] = PerStreamJson(r);

@@ -8,9 +8,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -314,6 +317,53 @@ TEST(ClusterSimTest, UnderLoadEveryRequestEndsAndTheSameSeedGivesTheSameRun) {
   EXPECT_GT(cached, 0);  // the groups' prefixes hit the caches
   EXPECT_GT(a->events, 0);
   for (const SimNodeUse& n : a->nodes) EXPECT_GT(n.busy_s, 0) << n.name;
+}
+
+TEST(ClusterSimTest, ATimelineSpreadsWorkOverTheBinsItCovers) {
+  SimTimeline t;
+  t.bin_s = 1;
+  t.Add(0.5, 2.0);
+  EXPECT_EQ(t.seconds, (std::vector<double>{0.5, 1.0, 0.5}));
+  t.Add(5.0, 0.25);
+  EXPECT_EQ(t.seconds, (std::vector<double>{0.5, 1.0, 0.5, 0, 0, 0.25}));
+  t.Add(-1, 0.5);  // before the start: nothing
+  t.Add(3, 0);
+  EXPECT_EQ(t.seconds.size(), 6u);
+  EXPECT_EQ(SimTimelineBin(600), 6);
+  EXPECT_EQ(SimTimelineBin(0.1), 0.01);
+}
+
+TEST(ClusterSimTest, EachNodesUseOverTimeAddsUpToItsTotalAndNeverPassesItsBin) {
+  // The load above: every node's busy time and every producer's link time, bin by bin, sum to
+  // its totals, and no bin holds more than the bin (one node computes, one link carries, at a
+  // time); the consumers busy while requests arrive, idle once the run drained.
+  const SimDeployment d = Deployment(3, 0.05, 4);
+  SimWorkload w = Workload("auto", 40, 20, 200, 32);
+  w.arrivals = SimArrivals::kPoisson;
+  w.prompt = {SimLengthKind::kUniform, 0, 16, 400};
+  absl::StatusOr<ClusterSimResult> r = RunClusterSim(d, w);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const double bin = SimTimelineBin(w.duration_s);
+  bool linked = false;
+  for (const SimNodeUse& n : r->nodes) {
+    for (const auto& [timeline, total] :
+         {std::pair{&n.busy_over_time, n.busy_s}, std::pair{&n.link_over_time, n.link_s}}) {
+      EXPECT_EQ(timeline->bin_s, bin);
+      double sum = 0;
+      for (double s : timeline->seconds) {
+        EXPECT_LE(s, bin * (1 + 1e-9)) << n.name;
+        sum += s;
+      }
+      EXPECT_NEAR(sum, total, 1e-9 * std::max(1.0, total)) << n.name;
+      EXPECT_LE(static_cast<double>(timeline->seconds.size()) * bin, r->simulated_s + bin);
+    }
+    linked |= n.link_s > 0;
+    if (!n.producer) {
+      ASSERT_GT(n.busy_over_time.seconds.size(), 50u) << n.name;
+      EXPECT_GT(n.busy_over_time.seconds[50], 0) << n.name;  // 10 s in
+    }
+  }
+  EXPECT_TRUE(linked);
 }
 
 TEST(ClusterSimTest, WhatStillRunsPastTheDrainEndsDeadlineExceededWaitingOrNot) {

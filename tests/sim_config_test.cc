@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,33 @@ TEST(SimConfigTest, TheExamplesReadWithTheirProfiles) {
   EXPECT_EQ(w->mix[1].mode, RequestedMode(TransferMode::kLocal));
   EXPECT_EQ(w->ttft_slo_ms, 500);
   EXPECT_TRUE(CheckSimWorkload(*w, *d).ok());
+}
+
+// Every deployment and workload committed beside the examples (the scale check's, the plan's
+// traffic and cases, the validation's) reads, and its workloads fit the deployments they go with.
+TEST(SimConfigTest, EveryCommittedDeploymentAndWorkloadReads) {
+  namespace fs = std::filesystem;
+  int deployments = 0, workloads = 0;
+  absl::StatusOr<SimDeployment> example = ReadSimDeployment(Example("example_deployment.toml"));
+  ASSERT_TRUE(example.ok()) << example.status();
+  for (const char* dir : {"plan", "scale", "validation"}) {
+    for (const fs::directory_entry& e : fs::directory_iterator(Example(dir))) {
+      if (e.path().extension() != ".toml") continue;
+      const std::string name = e.path().filename().string();
+      if (name.rfind("nodes-", 0) == 0 || name == "emulated.toml") {
+        absl::StatusOr<SimDeployment> d = ReadSimDeployment(e.path().string());
+        EXPECT_TRUE(d.ok()) << d.status();
+        ++deployments;
+        continue;
+      }
+      absl::StatusOr<SimWorkload> w = ReadSimWorkload(e.path().string());
+      ASSERT_TRUE(w.ok()) << w.status();
+      EXPECT_TRUE(CheckSimWorkload(*w, *example).ok()) << name;
+      ++workloads;
+    }
+  }
+  EXPECT_EQ(deployments, 4);  // nodes-100, -300, -1000, the validation twin
+  EXPECT_GE(workloads, 11);   // 5 plan, 1 scale, 5 validation
 }
 
 // Profiles by name, so the deployment tests need no files.

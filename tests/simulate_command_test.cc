@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -99,6 +101,29 @@ TEST(SimulateCommandTest, TheSameSeedGivesTheSameJsonInTwoProcesses) {
     }
   }
   EXPECT_GE(lines, 6u);
+  // Each node's use over time: a share per bin of a hundredth of the 30 s to the run's end,
+  // adding up to its busy share of the whole run; producers' links too.
+  ASSERT_EQ(j["timeline_bin_s"].get<double>(), 0.3);
+  const auto bins = static_cast<size_t>(std::ceil(j["simulated_s"].get<double>() / 0.3));
+  for (const nlohmann::json& node : j["nodes"]) {
+    const bool producer = node["role"] == "producer";
+    for (const char* key : {"busy_over_time", "link_over_time"}) {
+      if (!producer && std::string(key) == "link_over_time") {
+        EXPECT_FALSE(node.contains(key));
+        continue;
+      }
+      ASSERT_EQ(node[key].size(), bins) << node["name"];
+      double sum = 0;
+      for (const nlohmann::json& share : node[key]) {
+        EXPECT_LE(share.get<double>(), 1 + 1e-9);
+        sum += share.get<double>() * 0.3;
+      }
+      const double total =
+          node[key == std::string("busy_over_time") ? "busy" : "link"].get<double>() *
+          j["simulated_s"].get<double>();
+      EXPECT_NEAR(sum, total, 1e-6 * std::max(1.0, total)) << node["name"] << " " << key;
+    }
+  }
   fs::remove_all(dir);
 }
 
