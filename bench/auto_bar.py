@@ -75,9 +75,13 @@ def simulated(a):
             open(path, "w").write(re.sub(r'(?m)^mode = ".*"$', f'mode = "{mode}"', text))
             seeds = []
             for seed in (31, 32, 33):
-                run = json.loads(plan_check.run([os.path.join(a.bin, "scd-bench"), "simulate",
-                                                 "--deployment", dep, "--workload", path,
-                                                 "--seed", str(seed)]))
+                done = subprocess.run([os.path.join(a.bin, "scd-bench"), "simulate",
+                                       "--deployment", dep, "--workload", path, "--seed",
+                                       str(seed)], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True)
+                if done.returncode != 0:
+                    sys.exit(f"auto_bar: simulate {path}: {done.stderr}")
+                run = json.loads(done.stdout)
                 seeds.append(run["goodput"])
                 modes[mode] = run["modes"]
             goodput[mode] = sum(seeds) / len(seeds)

@@ -55,13 +55,14 @@ TEST(SimConfigTest, TheExamplesReadWithTheirProfiles) {
 }
 
 // Every deployment and workload committed beside the examples (the scale check's, the plan's
-// traffic and cases, the validation's) reads, and its workloads fit the deployments they go with.
+// traffic and cases, the validation's, auto's load bar's) reads, and its workloads fit the
+// deployments they go with.
 TEST(SimConfigTest, EveryCommittedDeploymentAndWorkloadReads) {
   namespace fs = std::filesystem;
   int deployments = 0, workloads = 0;
   absl::StatusOr<SimDeployment> example = ReadSimDeployment(Example("example_deployment.toml"));
   ASSERT_TRUE(example.ok()) << example.status();
-  for (const char* dir : {"plan", "scale", "validation"}) {
+  for (const char* dir : {"plan", "scale", "validation", "auto_bar"}) {
     for (const fs::directory_entry& e : fs::directory_iterator(Example(dir))) {
       if (e.path().extension() != ".toml") continue;
       const std::string name = e.path().filename().string();
@@ -78,7 +79,7 @@ TEST(SimConfigTest, EveryCommittedDeploymentAndWorkloadReads) {
     }
   }
   EXPECT_EQ(deployments, 4);  // nodes-100, -300, -1000, the validation twin
-  EXPECT_GE(workloads, 11);   // 5 plan, 1 scale, 5 validation
+  EXPECT_GE(workloads, 14);   // 5 plan, 1 scale, 5 validation, 3 auto's bar
 }
 
 // Profiles by name, so the deployment tests need no files.
