@@ -140,44 +140,6 @@ absl::Status ReplayKept(const SweepOptions& o, const std::vector<TraceStep>& app
 
 }  // namespace
 
-absl::StatusOr<std::vector<TraceStep>> ParseBandwidthTrace(const std::string& text) {
-  std::vector<TraceStep> trace;
-  int line_number = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++line_number;
-    line = absl::StripAsciiWhitespace(line.substr(0, line.find('#')));
-    if (line.empty()) continue;
-    const std::vector<absl::string_view> fields =
-        absl::StrSplit(line, absl::ByAnyChar(" \t,"), absl::SkipEmpty());
-    TraceStep step;
-    const bool rate_ok = fields.size() == 2 && (fields[1] == "inf"
-                                                    ? (step.gbps = INFINITY, true)
-                                                    : absl::SimpleAtod(fields[1], &step.gbps));
-    if (!rate_ok || !absl::SimpleAtod(fields[0], &step.at_s) || !std::isfinite(step.at_s) ||
-        !(step.gbps > 0)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--bandwidth-trace line ", line_number, ": '", line,
-          "' is not \"SECONDS GBPS\" (a time and a rate > 0 in Gbit/s, or inf)"));
-    }
-    if (trace.empty() ? step.at_s != 0 : step.at_s <= trace.back().at_s) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--bandwidth-trace line ", line_number,
-          ": times must start at 0 and ascend (got ", step.at_s, ")"));
-    }
-    trace.push_back(step);
-  }
-  if (trace.empty()) return absl::InvalidArgumentError("--bandwidth-trace: no step");
-  return trace;
-}
-
-double RateAt(const std::vector<TraceStep>& trace, double t) {
-  double rate = trace.empty() ? INFINITY : trace.front().gbps;
-  for (const TraceStep& step : trace) {
-    if (step.at_s <= t) rate = step.gbps;
-  }
-  return rate;
-}
-
 absl::StatusOr<std::vector<TraceRecord>> RunBandwidthTrace(const SweepOptions& o,
                                                           const std::vector<TraceStep>& trace,
                                                           double hold_s) {

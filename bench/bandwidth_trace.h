@@ -5,8 +5,7 @@
 // force at its start and its end, its TTFT, and (auto) its choice and prediction; one
 // unrecorded warm-up request per mode goes first, at the trace's first rate. The plot
 // (bench/plot_trace.py) draws every mode's TTFT against time over the trace's rate.
-// Trace file: one step per line, "SECONDS GBPS" (time from the start; GBPS a rate > 0 or inf:
-// unshaped), ascending, the first at 0; '#' starts a comment. The run lasts until the last step
+// The trace file: bench/link_trace.h. The run lasts until the last step
 // plus `hold_s`. With SweepOptions.trace_paired, auto's requests are replayed at the same
 // instants of the trace with auto's choice kept at its ranks (TracePairsCsv compares the two).
 // Thread-safety: RunBandwidthTrace is reentrant; one request at a time.
@@ -18,18 +17,9 @@
 
 #include "absl/status/statusor.h"
 #include "bench/bandwidth_sweep.h"
+#include "bench/link_trace.h"
 
 namespace scd::bench {
-
-struct TraceStep {
-  double at_s = 0;
-  double gbps = 0;  // inf: unshaped
-};
-
-// INVALID_ARGUMENT naming the line: not two numbers, a rate <= 0, times not ascending from 0.
-absl::StatusOr<std::vector<TraceStep>> ParseBandwidthTrace(const std::string& text);
-// The rate in force `t` seconds into the trace.
-double RateAt(const std::vector<TraceStep>& trace, double t);
 
 struct TraceRecord {
   std::string consumer, mode, mode_used, choice, error;

@@ -293,7 +293,10 @@ void Sim::SendLayer(ProducerNode* p, Req* req, int64_t layer) {
   const double layer_bytes = static_cast<double>(req->sent) * per_token / pool.layers;
   const SimLink link = d_.LinkOf(p->pool, req->consumer->pool);
   const absl::Time send = std::max(clock_.Now(), p->link_free);
-  const double seconds = layer_bytes / (link.gbps * 1e9 / 8);
+  const double seconds =
+      link.steps != nullptr
+          ? TraceSendSeconds(*link.steps, absl::ToDoubleSeconds(send - start_), layer_bytes)
+          : layer_bytes / (link.gbps * 1e9 / 8);
   p->link_free = send + absl::Seconds(seconds);
   p->use.link_s += seconds;
   p->use.link_over_time.Add(absl::ToDoubleSeconds(send - start_), seconds);

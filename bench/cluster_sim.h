@@ -12,10 +12,11 @@
 //     (consumer/step_plan.h PlanStep, consumer/step_pacer.h), charged the profile's costs: a
 //     decode step by its sequences and context, a prompt chunk by its tokens and their context,
 //     a rebuild piece by its rows, the first decode after a transfer;
-//   - each producer runs its prefills one at a time (the profile's prefill with its context term,
-//     after what its prefix cache holds), its codes leaving layer by layer as the pass has them
-//     and crossing its link (the pool pair's goodput and latency; one link per producer node, in
-//     order) to the consumer, which rebuilds each layer as it arrives;
+//   - each producer runs up to its pool's prefill_threads passes at once, sharing its compute
+//     (the profile's prefill with its context term, after what its prefix cache holds), its codes
+//     leaving layer by layer as a pass has them and crossing its link (the pool pair's goodput,
+//     or its trace's rate at each instant, and latency; one link per producer node, in order)
+//     to the consumer, which rebuilds each layer as it arrives;
 //   - prefix caches as LRU sets of blocks within their budget (a consumer's per mode).
 // Requests go to the coordinators in turn. A request's TTFT and end-to-end latency are the
 // client's: the consumer's own plus its pool profile's api overhead (the call through the

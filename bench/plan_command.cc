@@ -127,9 +127,9 @@ std::string PlanMarkdown(const PlanResult& r, const PlanSpace& space, const SimW
   return out;
 }
 
-// A profile path of the template, relative to `out_dir`.
-std::string RelativeProfile(const std::string& path, const std::string& template_dir,
-                            const std::string& out_dir) {
+// A path written in the template (a profile, a trace), relative to `out_dir`.
+std::string RelativeTo(const std::string& path, const std::string& template_dir,
+                       const std::string& out_dir) {
   const fs::path p(path);
   const fs::path full =
       (p.is_absolute() ? p : fs::absolute(fs::path(template_dir) / p)).lexically_normal();
@@ -150,8 +150,11 @@ absl::Status WritePlan(const PlanResult& r, const PlanSpace& space, const SimDep
   SCD_ASSIGN_OR_RETURN(SimDeployment d,
                        PlanDeployment(tmpl, best.candidate, f.link_gbps, f.link_latency_us));
   const std::string dir = fs::path(f.deployment).parent_path().string();
-  for (SimProducerPool& p : d.producers) p.profile = RelativeProfile(p.profile, dir, f.out);
-  for (SimConsumerPool& c : d.consumers) c.profile = RelativeProfile(c.profile, dir, f.out);
+  for (SimProducerPool& p : d.producers) p.profile = RelativeTo(p.profile, dir, f.out);
+  for (SimConsumerPool& c : d.consumers) c.profile = RelativeTo(c.profile, dir, f.out);
+  for (SimLink& l : d.links) {
+    if (!l.trace.empty()) l.trace = RelativeTo(l.trace, dir, f.out);
+  }
   const std::string header = absl::StrFormat(
       "scd-bench plan: %s\nrequests ask mode \"%s\" (the workload's [[mix]] mode)\n"
       "predicted under %s: goodput %.2f/s, %.3f per node, attainment %.3f",
@@ -175,7 +178,7 @@ absl::StatusOr<SimDeployment> PlanDeployment(const SimDeployment& tmpl, const Pl
   if (link_gbps > 0) {
     const SimLink was = tmpl.LinkOf(0, 0);
     d.links = {{was.producer, was.consumer, link_gbps,
-                link_latency_us >= 0 ? link_latency_us : was.latency_us, ""}};
+                link_latency_us >= 0 ? link_latency_us : was.latency_us, "", nullptr}};
   }
   if (c.producers > 0) {
     d.producers[0].count = c.producers;

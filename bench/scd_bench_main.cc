@@ -255,14 +255,18 @@ absl::Status WriteSweep(const SweepFlags& flags, const SweepOptions& o, const Sw
 // --bandwidth-trace: every mode over the trace; trace.jsonl, trace.csv and trace.png.
 absl::Status RunTrace(const SweepFlags& flags, SweepOptions o) {
   SCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(flags.bandwidth_trace));
-  SCD_ASSIGN_OR_RETURN(std::vector<TraceStep> trace, ParseBandwidthTrace(text));
+  absl::StatusOr<std::vector<TraceStep>> trace = ParseBandwidthTrace(text);
+  if (!trace.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--bandwidth-trace ", flags.bandwidth_trace, ": ", trace.status().message()));
+  }
   std::unique_ptr<Progress> bar;
   o.on_progress = ProgressTo(flags.quiet, "trace", &bar);
   SCD_ASSIGN_OR_RETURN(std::vector<TraceRecord> records,
-                       RunBandwidthTrace(o, trace, flags.trace_hold_s));
+                       RunBandwidthTrace(o, *trace, flags.trace_hold_s));
   if (bar) bar->Done();
   std::ofstream(flags.out + "/trace.jsonl") << TraceJsonl(records);
-  const std::string csv = TraceSummaryCsv(records, trace);
+  const std::string csv = TraceSummaryCsv(records, *trace);
   std::ofstream(flags.out + "/trace.csv") << csv;
   std::fputs(csv.c_str(), stdout);
   if (o.trace_paired) {

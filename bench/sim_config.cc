@@ -1,5 +1,6 @@
 #include "bench/sim_config.h"
 
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -17,6 +18,12 @@ namespace {
 using F = TomlField;
 
 absl::Status Invalid(const std::string& what) { return absl::InvalidArgumentError(what); }
+
+// A path as written in a file, joined to the file's folder unless absolute.
+std::string JoinedPath(const std::string& path, const std::string& dir) {
+  const std::filesystem::path p(path);
+  return p.is_absolute() || dir.empty() ? path : (std::filesystem::path(dir) / p).string();
+}
 
 // Calls `read(table, name)` for each table of the array of tables at `node` ("pool[2]" names).
 absl::Status ForEachTable(
@@ -53,9 +60,7 @@ absl::Status NeedName(const std::string& name, const std::string& where,
 absl::Status LoadProfile(const std::string& where, const std::string& path, const std::string& dir,
                          NodeRole role, const ProfileLoader& load, NodeProfile* out) {
   if (path.empty()) return Invalid(absl::StrCat(where, ".profile: needed"));
-  const std::filesystem::path p(path);
-  const std::string full =
-      p.is_absolute() || dir.empty() ? path : (std::filesystem::path(dir) / p).string();
+  const std::string full = JoinedPath(path, dir);
   absl::StatusOr<NodeProfile> profile = load ? load(full) : ReadNodeProfile(full);
   if (!profile.ok()) {
     return Invalid(absl::StrCat(where, ".profile: ", profile.status().message()));
@@ -124,7 +129,32 @@ int IndexOf(const std::vector<Pool>& pools, const std::string& name) {
   return -1;
 }
 
-absl::Status ReadLinks(const toml::node& node, SimDeployment* d) {
+// A link's trace: loaded, and every step within the simulator's bounds (rates of 1 kbit/s to
+// 1 Pbit/s or inf, times within a simulated 30 years, at most 100,000 steps).
+absl::Status LoadTrace(const std::string& where, const std::string& dir, const TraceLoader& load,
+                       SimLink* l) {
+  const std::string full = JoinedPath(l->trace, dir);
+  absl::StatusOr<std::vector<TraceStep>> steps =
+      load ? load(full) : [&]() -> absl::StatusOr<std::vector<TraceStep>> {
+    SCD_ASSIGN_OR_RETURN(const std::string text,
+                         ReadBoundedFile(full, kMaxTraceFileBytes, "a bandwidth trace"));
+    return ParseBandwidthTrace(text);
+  }();
+  if (!steps.ok()) return Invalid(absl::StrCat(where, ".trace: ", steps.status().message()));
+  if (steps->size() > 100000) return Invalid(absl::StrCat(where, ".trace: over 100000 steps"));
+  for (const TraceStep& step : *steps) {
+    if (!(step.at_s <= 1e9) || !(step.gbps >= 1e-6) ||
+        (step.gbps > 1e6 && !std::isinf(step.gbps))) {
+      return Invalid(absl::StrCat(where, ".trace: a step at ", step.at_s, " s of ", step.gbps,
+                                  " Gbit/s (times to 1e9 s, rates 1e-6 to 1e6 or inf)"));
+    }
+  }
+  l->steps = std::make_shared<const std::vector<TraceStep>>(*std::move(steps));
+  return absl::OkStatus();
+}
+
+absl::Status ReadLinks(const toml::node& node, const std::string& dir, const TraceLoader& load,
+                       SimDeployment* d) {
   std::set<std::pair<std::string, std::string>> pairs;
   return ForEachTable(node, "link", [&](const toml::table& t, const std::string& where) {
     SimLink l;
@@ -140,7 +170,10 @@ absl::Status ReadLinks(const toml::node& node, SimDeployment* d) {
     if (IndexOf(d->consumers, l.consumer) < 0) {
       return Invalid(absl::StrCat(where, ".consumer: no consumer pool '", l.consumer, "'"));
     }
-    if (l.gbps <= 0) return Invalid(absl::StrCat(where, ".gbps: > 0"));
+    if (!l.trace.empty()) SCD_RETURN_IF_ERROR(LoadTrace(where, dir, load, &l));
+    if (l.gbps <= 0 && l.steps == nullptr) {
+      return Invalid(absl::StrCat(where, ".gbps: > 0 (or a trace)"));
+    }
     if (!pairs.insert({l.producer, l.consumer}).second) {
       return Invalid(absl::StrCat(where, ": a second link of ", l.producer, " -> ", l.consumer));
     }
@@ -239,8 +272,12 @@ SimLink SimDeployment::LinkOf(size_t producer, size_t consumer) const {
     if (l.producer == producers[producer].name && l.consumer == consumers[consumer].name) return l;
   }
   const NodeProfile& p = producers[producer].costs;
-  return {producers[producer].name, consumers[consumer].name, p.link_goodput_gbps,
-          p.link_latency_us, ""};
+  return {producers[producer].name,
+          consumers[consumer].name,
+          p.link_goodput_gbps,
+          p.link_latency_us,
+          "",
+          nullptr};
 }
 
 int64_t SimDeployment::nodes() const {
@@ -251,7 +288,8 @@ int64_t SimDeployment::nodes() const {
 }
 
 absl::StatusOr<SimDeployment> ParseSimDeployment(std::string_view text, const std::string& dir,
-                                                 const ProfileLoader& load) {
+                                                 const ProfileLoader& load,
+                                                 const TraceLoader& load_trace) {
   SCD_ASSIGN_OR_RETURN(const toml::table root,
                        ParseBoundedToml(text, kMaxSimFileBytes, "a deployment"));
   SimDeployment d;
@@ -271,7 +309,9 @@ absl::StatusOr<SimDeployment> ParseSimDeployment(std::string_view text, const st
                                      {"heartbeat_ms", F::Number(&d.heartbeat_ms, 1, 600000)}}));
   }
   SCD_RETURN_IF_ERROR(ReadPools(root, dir, load, &d));
-  if (const toml::node* node = root.get("link")) SCD_RETURN_IF_ERROR(ReadLinks(*node, &d));
+  if (const toml::node* node = root.get("link")) {
+    SCD_RETURN_IF_ERROR(ReadLinks(*node, dir, load_trace, &d));
+  }
   SCD_RETURN_IF_ERROR(CheckDeployment(d));
   return d;
 }

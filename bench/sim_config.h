@@ -10,9 +10,10 @@
 //                       "": it prefills locally only), code_bytes_per_token and code_kl (the
 //                       pair's codes, its artifact's chosen frontier point), layers (the
 //                       model's: codes travel and are rebuilt layer by layer)
-//   [[link]]            producer, consumer (pools), gbps, latency_us, trace (a bandwidth trace,
-//                       bench/bandwidth_trace.h; "": none) -- a pair without one uses the
-//                       producer profile's measured link
+//   [[link]]            producer, consumer (pools), gbps, latency_us, trace (a bandwidth trace
+//                       file, bench/link_trace.h, relative to the deployment's folder: the
+//                       link's rate over simulated time instead of gbps; "": none) -- a pair
+//                       without one uses the producer profile's measured link
 // A workload: what arrives.
 //   [workload]          duration_s, seed, rate (requests/s), arrivals ("poisson" | "gamma" |
 //                       "constant"), burstiness (gamma's shape)
@@ -31,11 +32,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "bench/link_trace.h"
 #include "bench/node_profile.h"
 #include "codec/transfer_mode.h"
 
@@ -67,9 +70,11 @@ struct SimConsumerPool {
 
 struct SimLink {
   std::string producer, consumer;
-  double gbps = 0, latency_us = 0;
-  std::string trace;
+  double gbps = 0, latency_us = 0;                      // gbps: without a trace
+  std::string trace;                                    // the file as written
+  std::shared_ptr<const std::vector<TraceStep>> steps;  // its steps (null: no trace)
 };
+constexpr size_t kMaxTraceFileBytes = 1 << 20;
 
 struct SimDeployment {
   std::string name;
@@ -87,12 +92,15 @@ struct SimDeployment {
 // Reads a profile named in a deployment (the path as written, joined to the deployment's
 // folder): ReadNodeProfile by default; tests and the fuzzer give profiles of their own.
 using ProfileLoader = std::function<absl::StatusOr<NodeProfile>(const std::string& path)>;
+// Reads a link's trace (the path joined as a profile's): the file, bounded and parsed, by default.
+using TraceLoader = std::function<absl::StatusOr<std::vector<TraceStep>>(const std::string& path)>;
 
 // The deployment in `text`; `dir` is the folder profile paths are relative to. INVALID_ARGUMENT
 // naming the key, pool or reference that is wrong (a profile of the wrong role, a pool named
 // twice, a consumer's producer or a link's pool that is none, more than kMaxSimNodes nodes).
 absl::StatusOr<SimDeployment> ParseSimDeployment(std::string_view text, const std::string& dir,
-                                                 const ProfileLoader& load = nullptr);
+                                                 const ProfileLoader& load = nullptr,
+                                                 const TraceLoader& load_trace = nullptr);
 absl::StatusOr<SimDeployment> ReadSimDeployment(const std::string& path);
 // The deployment as a file ParseSimDeployment reads back to the same values (numbers to 17
 // digits; each pool's profile path as it is in `d`, so a caller writing it elsewhere sets them

@@ -76,9 +76,11 @@ seed() {  # seed DIR TARGET: seeds made from ../shared and by the tools, never s
     node_profile)  # a consumer's and a producer's profile (bench/node_profile.h)
       printf '[node]\nrole = "consumer"\nmodel = "m"\nmachine = "x"\ncpu_quota = 0.5\n[prefill]\nfixed_us = 100.0\nper_token_us = 9.5\nper_token_context_us = 0.002\n[rebuild]\nfixed_us = 10.0\nper_token_us = 1.5\n[first_decode]\nfixed_us = 400.0\nper_token_us = 0.1\n[decode_step]\nfixed_us = 300.0\nper_sequence_us = 40.0\nper_context_token_us = 0.003\n[interference]\nlocal_itl_us = 2.0\nrebuild_itl_us = 0.5\nbusy_prefill_us = 20.0\n[memory]\nkv_bytes_per_token = 1280\nkv_budget_bytes = 10485760\ncapacity = 16\nstep_rows = 512\n' > "$dir/consumer.toml"
       printf '[node]\nrole = "producer"\nmodel = "m"\n[prefill]\nfixed_us = 80.0\nper_token_us = 11.0\n[encode]\nper_token_us = 0.4\n[link]\ngoodput_gbps = 1e-3\nlatency_us = 50\n' > "$dir/producer.toml" ;;
-    sim_config)  # the committed example deployment and workload ('d' / 'w' first)
+    sim_config)  # the committed example deployment and workload ('d' / 'w' first), a trace ('t')
       { printf 'd'; cat bench/cluster/example_deployment.toml; } | sed 's#profiles/tinystories-4m.producer.toml#producer#; s#profiles/tinystories-4m-fables.consumer.toml#consumer#' > "$dir/deployment.toml"
-      { printf 'w'; cat bench/cluster/example_workload.toml; } > "$dir/workload.toml" ;;
+      { printf 'w'; cat bench/cluster/example_workload.toml; } > "$dir/workload.toml"
+      printf 't# a drop and a recovery\n0 1\n2.5 0.01\n4,inf\n' > "$dir/link.trace"
+      { cat "$dir/deployment.toml"; printf 'trace = "link.trace"\n'; } > "$dir/traced.toml" ;;
     tokenizer|gguf_vocab)
       for f in "$SHARED"/models/*/tokenizer.json "$SHARED"/tokenizers/*/tokenizer.json "$SHARED"/tokenizers/*.json; do
         [ -f "$f" ] && cp -n "$f" "$dir/$(echo "$f" | tr / _)"

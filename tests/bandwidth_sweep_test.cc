@@ -167,27 +167,6 @@ TEST(BandwidthSweepTest, LinkComparisonIsMedianAgainstMedian) {
             "c,raw,inf,50.000,45.000,-10.0%\n");
 }
 
-TEST(BandwidthTraceTest, ParsesStepsAndNamesTheBadLine) {
-  absl::StatusOr<std::vector<bench::TraceStep>> trace =
-      bench::ParseBandwidthTrace("# a trace\n0 inf\n\n2.5 0.01  # down\n4,1\n");
-  ASSERT_TRUE(trace.ok()) << trace.status();
-  ASSERT_EQ(trace->size(), 3u);
-  EXPECT_TRUE(std::isinf((*trace)[0].gbps));
-  EXPECT_DOUBLE_EQ((*trace)[1].at_s, 2.5);
-  EXPECT_DOUBLE_EQ(bench::RateAt(*trace, 3), 0.01);
-  EXPECT_DOUBLE_EQ(bench::RateAt(*trace, 9), 1);
-  EXPECT_TRUE(std::isinf(bench::RateAt(*trace, 0.1)));
-  for (const auto& [text, why] : std::vector<std::pair<std::string, std::string>>{
-           {"1 0.1\n", "line 1: times must start at 0"},
-           {"0 0.1\n0 1\n", "line 2: times must start at 0 and ascend"},
-           {"0 -1\n", "line 1: '0 -1' is not"},
-           {"0 fast\n", "line 1"},
-           {"0 1 2\n", "line 1"},
-           {"# nothing\n", "no step"}}) {
-    EXPECT_THAT(bench::ParseBandwidthTrace(text).status().message(), HasSubstr(why)) << text;
-  }
-}
-
 // The trace replayed through the coordinator: requests in every step, each recording the rate in
 // force, and a raw cache that crossed the slow step entirely cannot have been faster than its
 // bytes past the shaper's bucket at that rate.

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -255,6 +256,33 @@ TEST(ClusterSimTest, ALoneScdRequestWaitsForTheLastLayerThenItsRebuildAndFirstDe
 // all out at W; shared, the first runs alone for g, then at half speed: its last layer out at
 // 2W - g -- later by W - g, and by the second's last piece and tail, which now land before its
 // last logits. Either way the producer works 2W in all.
+TEST(ClusterSimTest, ALinksTraceSetsItsRateOverSimulatedTime) {
+  // scd requests at 1, 2, 3 and 4 s, each 100 tokens of 500 B codes (~50 kB: 0.4 s at 1 Mbit/s).
+  // A trace of one step at 1 Mbit/s runs as that rate does; one that lifts the limit at 2.2 s
+  // leaves the first request as slow, the second between (its codes cross at both rates), and
+  // the later ones as fast as an unlimited link.
+  const SimWorkload w = Workload("scd", 1, 4.5, 100, 4);
+  const SimDeployment slow = Deployment(1, 0.001, 4), fast = Deployment(1, 1e6, 4);
+  SimDeployment one = slow, lifted = slow;
+  one.links[0].steps =
+      std::make_shared<const std::vector<TraceStep>>(std::vector<TraceStep>{{0, 0.001}});
+  lifted.links[0].steps = std::make_shared<const std::vector<TraceStep>>(
+      std::vector<TraceStep>{{0, 0.001}, {2.2, INFINITY}});
+  absl::StatusOr<ClusterSimResult> a = RunClusterSim(slow, w), b = RunClusterSim(one, w),
+                                   c = RunClusterSim(lifted, w), f = RunClusterSim(fast, w);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok() && f.ok());
+  ASSERT_EQ(a->requests.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_EQ(c->requests[i].code, absl::StatusCode::kOk);
+    EXPECT_EQ(b->requests[i].ttft_s, a->requests[i].ttft_s) << i;
+  }
+  EXPECT_GT(a->requests[0].ttft_s, f->requests[0].ttft_s + 0.3);  // the link is what differs
+  EXPECT_EQ(c->requests[0].ttft_s, a->requests[0].ttft_s);
+  EXPECT_LT(c->requests[1].ttft_s, a->requests[1].ttft_s - 0.05);
+  EXPECT_GT(c->requests[1].ttft_s, f->requests[1].ttft_s + 0.05);
+  for (size_t i = 2; i < 4; ++i) EXPECT_NEAR(c->requests[i].ttft_s, f->requests[i].ttft_s, 1e-6);
+}
+
 TEST(ClusterSimTest, AProducersPassesShareItAsItsPrefillThreadsDo) {
   const SimWorkload w = Workload("scd", 1000, 0.0025, 200, 2);  // arrivals 1 ms apart
   absl::StatusOr<ClusterSimResult> shared = RunClusterSim(Deployment(1, 100, 4), w);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -149,10 +150,15 @@ TEST(SimConfigTest, ADeploymentWrittenReadsBackTheSame) {
   d->producers[0].prefill_threads = 3;
   d->consumers[0].code_kl = 0.0528;
   d->consumers[0].layers = 22;
-  d->links.push_back({"base", "a", 2.5, 1e3 / 7, "drop.trace"});
+  d->links.push_back({"base", "a", 2.5, 1e3 / 7, "drop.trace", nullptr});
   const std::string text = SimDeploymentToml(*d, "made by a test\nsecond line");
+  std::vector<std::string> traces;
+  const TraceLoader trace = [&traces](const std::string& path) {
+    traces.push_back(path);
+    return absl::StatusOr<std::vector<TraceStep>>(std::vector<TraceStep>{{0, 1}, {2, 0.5}});
+  };
   EXPECT_EQ(text.rfind("# made by a test\n# second line\n[deployment]\n", 0), 0u) << text;
-  absl::StatusOr<SimDeployment> back = ParseSimDeployment(text, "/some/dir", Profiles());
+  absl::StatusOr<SimDeployment> back = ParseSimDeployment(text, "/some/dir", Profiles(), trace);
   ASSERT_TRUE(back.ok()) << back.status() << "\n" << text;
   EXPECT_EQ(back->name, d->name);
   EXPECT_EQ(back->coordinators, d->coordinators);
@@ -176,7 +182,31 @@ TEST(SimConfigTest, ADeploymentWrittenReadsBackTheSame) {
   EXPECT_EQ(back->links[0].gbps, 2.5);
   EXPECT_EQ(back->links[0].latency_us, 1e3 / 7);
   EXPECT_EQ(back->links[0].trace, "drop.trace");
+  EXPECT_EQ(traces, std::vector<std::string>{"/some/dir/drop.trace"});  // beside the file
+  ASSERT_NE(back->links[0].steps, nullptr);
+  EXPECT_EQ(back->links[0].steps->size(), 2u);
   EXPECT_EQ(SimDeploymentToml(*back, "made by a test\nsecond line"), text);
+}
+
+TEST(SimConfigTest, ALinksTraceIsReadBesideTheFileBoundedAndRefusedNamingTheLink) {
+  const std::string dir = testing::TempDir() + "/scd-sim-trace";
+  std::filesystem::create_directories(dir);
+  const std::string link = "[[link]]\nproducer = \"base\"\nconsumer = \"a\"\ntrace = \"t.trace\"\n";
+  auto parse = [&](const std::string& trace_text) {
+    std::ofstream(dir + "/t.trace") << trace_text;
+    return ParseSimDeployment(std::string(kDeployment) + link, dir, Profiles());
+  };
+  absl::StatusOr<SimDeployment> d = parse("0 1\n5 0.01  # the link drops\n");
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_NE(d->LinkOf(0, 0).steps, nullptr);  // no gbps needed with a trace
+  EXPECT_EQ(d->LinkOf(0, 0).steps->at(1).gbps, 0.01);
+  EXPECT_THAT(parse("0 1\n0 2\n").status().message(), HasSubstr("link[0].trace: "));
+  EXPECT_THAT(parse("0 1e-9\n").status().message(), HasSubstr("link[0].trace: a step"));
+  EXPECT_THAT(parse(std::string(kMaxTraceFileBytes + 1, '#')).status().message(),
+              HasSubstr("link[0].trace"));
+  std::filesystem::remove(dir + "/t.trace");
+  EXPECT_THAT(parse("").status().message(), HasSubstr("link[0].trace"));  // written empty
+  std::filesystem::remove_all(dir);
 }
 
 TEST(SimConfigTest, RefusesWhatIsWrongNamingIt) {

@@ -1,8 +1,10 @@
 // libFuzzer target: the cluster simulator's deployment and workload files (bench/sim_config.h).
-// The first byte picks the file ('d': a deployment, whose profiles come from memory by name --
-// a path with "producer" a producer's, with "consumer" a consumer's, else not found; otherwise a
-// workload); the rest is its text. Whatever parses is checked the way the simulator uses it: a
+// The first byte picks the file ('d': a deployment, whose profiles and traces come from memory by
+// name -- a path with "producer" a producer's, with "consumer" a consumer's, with "trace" a
+// trace, else not found; 't': a bandwidth trace, bench/link_trace.h; otherwise a workload); the
+// rest is its text. Whatever parses is checked the way the simulator uses it: a
 // workload against a small deployment, a deployment's links for every pool pair.
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -33,6 +35,12 @@ absl::StatusOr<NodeProfile> Profile(const std::string& path) {
   return p;
 }
 
+// A link's trace by name: "trace" one of two steps, else not found.
+absl::StatusOr<std::vector<scd::bench::TraceStep>> Trace(const std::string& path) {
+  if (path.find("trace") == std::string::npos) return absl::NotFoundError(path);
+  return std::vector<scd::bench::TraceStep>{{0, 1}, {1, 0.5}};
+}
+
 constexpr char kDeployment[] =
     "[[producer_pool]]\nname = \"p\"\nprofile = \"producer\"\n[[consumer_pool]]\nname = \"a\"\n"
     "profile = \"consumer\"\nproducer = \"p\"\ncode_bytes_per_token = 10\n";
@@ -43,14 +51,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
   if (data[0] == 'd') {
-    absl::StatusOr<scd::bench::SimDeployment> d = scd::bench::ParseSimDeployment(text, "", Profile);
+    absl::StatusOr<scd::bench::SimDeployment> d =
+        scd::bench::ParseSimDeployment(text, "", Profile, Trace);
     if (!d.ok()) return 0;
     if (d->consumers.empty() || d->nodes() > scd::bench::kMaxSimNodes) std::abort();
     for (size_t p = 0; p < d->producers.size(); ++p) {
       for (size_t c = 0; c < d->consumers.size(); ++c) {
-        if (!(d->LinkOf(p, c).gbps > 0)) std::abort();
+        const scd::bench::SimLink link = d->LinkOf(p, c);
+        if (!(link.gbps > 0) && link.steps == nullptr) std::abort();
       }
     }
+    return 0;
+  }
+  if (data[0] == 't') {  // a bandwidth trace: what parses has a rate at every time and an end
+    absl::StatusOr<std::vector<scd::bench::TraceStep>> trace =
+        scd::bench::ParseBandwidthTrace(std::string(text));
+    if (!trace.ok()) return 0;
+    if (trace->empty() || !(scd::bench::RateAt(*trace, 1e300) > 0)) std::abort();
+    if (std::isnan(scd::bench::TraceSendSeconds(*trace, 0, 1e6))) std::abort();
     return 0;
   }
   absl::StatusOr<scd::bench::SimWorkload> w = scd::bench::ParseSimWorkload(text);
