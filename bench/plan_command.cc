@@ -20,6 +20,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
+constexpr char kRawCaveat[] =
+    "raw sends the producer's own KV cache: faithful only where the consumer has the producer's "
+    "weights; between different weights the coordinator serves it degraded (refused with "
+    "--strict-modes). Count a raw plan only for such a pair.";
+
 absl::StatusOr<std::vector<RequestedMode>> ParsePolicies(const std::string& text) {
   std::vector<RequestedMode> out;
   for (absl::string_view name : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
@@ -97,6 +102,10 @@ std::string PlanMarkdown(const PlanResult& r, const PlanSpace& space, const SimW
       f.deployment, f.workload, w.rate, w.duration_s, w.ttft_slo_ms, w.tpot_slo_ms,
       space.attainment, f.seeds,
       f.link_gbps > 0 ? absl::StrFormat("; every link %g Gbit/s", f.link_gbps) : "");
+  if (std::find(space.policies.begin(), space.policies.end(), RequestedMode(TransferMode::kRaw)) !=
+      space.policies.end()) {
+    absl::StrAppend(&out, kRawCaveat, "\n\n");
+  }
   for (const auto& [label, i] :
        {std::pair<const char*, int>{"Plan", r.best}, {"Runner-up", r.runner_up}}) {
     if (i < 0) {
@@ -235,7 +244,9 @@ CLI::App* AddPlanCommand(CLI::App& app, PlanFlags* f) {
       ->required();
   p->add_option("--workload", f->workload, "the traffic and its SLOs")->required();
   p->add_option("--out", f->out, "plan.json, plan.md, deployment.toml here")->required();
-  p->add_option("--policies", f->policies, "mode policies searched, in order")
+  p->add_option("--policies", f->policies,
+                "mode policies searched, in order (raw only for a consumer with the producer's "
+                "weights)")
       ->capture_default_str();
   p->add_option("--max-producers", f->max_producers, "producers searched up to")
       ->check(CLI::Range(int64_t{1}, int64_t{10000}))
@@ -281,6 +292,10 @@ absl::Status RunPlanCommand(const PlanFlags& f) {
   }
   PlanSpace space;
   SCD_ASSIGN_OR_RETURN(space.policies, ParsePolicies(f.policies));
+  if (f.progress && std::find(space.policies.begin(), space.policies.end(),
+                              RequestedMode(TransferMode::kRaw)) != space.policies.end()) {
+    std::fprintf(stderr, "plan: %s\n", kRawCaveat);
+  }
   space.max_producers = f.max_producers;
   space.max_consumers = f.max_consumers;
   space.producer_cost = f.producer_cost;

@@ -5,7 +5,8 @@
 // The deployment file is the template: one producer pool and one consumer pool taking its codes
 // (their profiles, caches, the pair's codes, the link), whose counts the search sets; the
 // workload file is the traffic and its SLOs, whose every request asks the policy searched (local,
-// raw, scd or auto) -- a local candidate has no producer pool. Each candidate runs the workload
+// scd or auto; raw on asking, for a consumer with the producer's weights) -- a local candidate
+// has no producer pool. Each candidate runs the workload
 // for `seeds` seeds (its own and the next ones); its attainment is the worst seed's share of
 // requests meeting both SLOs, its goodput the seeds' mean. Writes DIR/plan.json (every candidate
 // run, the plan and its runner-up), DIR/plan.md (the same as a table) and DIR/deployment.toml
@@ -28,7 +29,11 @@ namespace scd::bench {
 
 struct PlanFlags {
   std::string deployment, workload, out;
-  std::string policies = "local,raw,scd,auto";
+  // Raw is not searched unless asked: it sends the producer's own KV cache, faithful only where
+  // the consumer has the producer's weights, and the simulator's pairs (a base and a fine-tuned
+  // or independently trained model) have different ones -- the coordinator would serve it
+  // degraded (refused with --strict-modes).
+  std::string policies = "local,scd,auto";
   int64_t max_producers = 4, max_consumers = 8;
   double producer_cost = 1, consumer_cost = 1;
   double attainment = 0.9;

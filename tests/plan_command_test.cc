@@ -1,8 +1,9 @@
 // `scd-bench plan` (bench/plan_command.h) as a user runs it, checked against brute force: the
 // committed example pair under a small workload, the plan's pick against every candidate of the
-// same space run through the simulator -- none that meets is cheaper, and at its cost none has
-// more than 5 % more goodput per node (the acceptance's bound) -- and the deployment it writes
-// reads back and runs as predicted. And how a candidate is made of the template.
+// same space (the default policies: local, scd, auto) run through the simulator -- none that meets
+// is cheaper, and at its cost none has more than 5 % more goodput per node (the acceptance's bound)
+// -- and the deployment it writes reads back and runs as predicted. And how a candidate is made of
+// the template.
 #include "bench/plan_command.h"
 
 #include <gmock/gmock.h>
@@ -138,9 +139,8 @@ TEST(PlanCommandTest, PicksWhatABruteForceSearchOfTheSimulatorPicks) {
   ASSERT_TRUE(tmpl.ok() && w.ok());
   int runs = 0, meet = 0;
   double best_per_node_at_cost = 0;
-  for (const RequestedMode policy :
-       {RequestedMode(TransferMode::kLocal), RequestedMode(TransferMode::kRaw),
-        RequestedMode(TransferMode::kScd), RequestedMode::Auto()}) {
+  for (const RequestedMode policy : {RequestedMode(TransferMode::kLocal),
+                                     RequestedMode(TransferMode::kScd), RequestedMode::Auto()}) {
     const bool local = policy.Is(TransferMode::kLocal);
     for (int64_t c = 1; c <= 8; ++c) {
       for (int64_t p = local ? 0 : 1; p <= (local ? 0 : 4); ++p) {
