@@ -72,7 +72,7 @@ def simulated(a):
         goodput, modes = {}, {}
         for mode in MODES:
             path = os.path.join(work, f"{mode}-{name}")
-            open(path, "w").write(re.sub(r'(?m)^mode = ".*"$', f'mode = "{mode}"', text))
+            open(path, "w").write(plan_check.with_mode(text, mode, name))
             seeds = []
             for seed in (31, 32, 33):
                 done = subprocess.run([os.path.join(a.bin, "scd-bench"), "simulate",

@@ -49,11 +49,16 @@ def twin_text(path, consumers):
     return head + sep + pool
 
 
-def workload_text(path, policy):
-    text, n = re.subn(r'(?m)^mode = "[a-z]+"', f'mode = "{policy}"', open(path).read())
+def with_mode(text, policy, name):
+    """A workload's text with every [[mix]] asking `policy`."""
+    text, n = re.subn(r'(?m)^mode = "[a-z]+"', f'mode = "{policy}"', text)
     if n == 0:
-        sys.exit(f"plan_check: {path} has no [[mix]] mode")
+        sys.exit(f"plan_check: {name} has no [[mix]] mode")
     return text
+
+
+def workload_text(path, policy):
+    return with_mode(open(path).read(), policy, path)
 
 
 def real_run(a, policy, consumers):

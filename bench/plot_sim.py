@@ -10,6 +10,7 @@ A node at 1.0 computed (or its link carried) the whole bin. Uses Debian's python
 (Agg backend).
 """
 import json
+import os
 import sys
 
 import matplotlib
@@ -17,15 +18,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-
-def quantile(values, q):
-    values = sorted(values)
-    if not values:
-        return 0.0
-    rank = (len(values) - 1) * q
-    lo = int(rank)
-    hi = min(lo + 1, len(values) - 1)
-    return values[lo] + (values[hi] - values[lo]) * (rank - lo)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plot_soak import percentile  # noqa: E402  (numpy's linear interpolation, written once)
 
 
 def rows(nodes, role, key):
@@ -51,8 +45,8 @@ def panel(heat_ax, line_ax, data, bin_s, title, cmap):
     times = [(i + 0.5) * bin_s for i in range(bins)]
     columns = list(zip(*data))
     mean = [sum(c) / len(c) for c in columns]
-    line_ax.fill_between(times, [quantile(c, 0.1) for c in columns],
-                         [quantile(c, 0.9) for c in columns], alpha=0.25, label="p10-p90")
+    line_ax.fill_between(times, [percentile(c, 10) for c in columns],
+                         [percentile(c, 90) for c in columns], alpha=0.25, label="p10-p90")
     line_ax.plot(times, mean, label="mean")
     line_ax.set_xlim(0, end)
     line_ax.set_ylim(0, 1.02)
