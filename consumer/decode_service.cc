@@ -32,24 +32,27 @@ struct SessionWait {
   Cancellation::Registration on_cancel;  // a takeover's: the request's cancellation fails it
 };
 
-// RunContext's session source and wait over `wait`, expecting `tag`.
-void SessionSourceOf(const std::shared_ptr<SessionWait>& wait, SessionRouter* router,
-                     const std::string& tag, SessionSource* session,
+// RunContext's session source and wait over `wait`. Its callbacks reach the ticket, not the
+// router: a request may outlive the router (a node stopping), and the ticket outlives its timer
+// and cancellation registration (SessionWait's order; both wait for a running callback).
+void SessionSourceOf(const std::shared_ptr<SessionWait>& wait, SessionSource* session,
                      std::function<void(absl::Duration, std::function<void()>)>* on_session) {
   *session = [wait](absl::Duration timeout) { return wait->ticket->Wait(timeout); };
-  *on_session = [wait, router, tag](absl::Duration timeout, std::function<void()> ready) {
+  *on_session = [wait](absl::Duration timeout, std::function<void()> ready) {
     Clock* clock = Clock::Real();
-    wait->late = Clock::Timer(clock, clock->Now() + timeout, [router, tag, timeout] {
-      router->FailWaiting(tag, absl::DeadlineExceededError(absl::StrCat(
-                                   "no transfer session within ", absl::FormatDuration(timeout))));
+    SessionRouter::Ticket* ticket = wait->ticket.get();
+    wait->late = Clock::Timer(clock, clock->Now() + timeout, [ticket, timeout] {
+      ticket->FailWaiting(absl::DeadlineExceededError(
+          absl::StrCat("no transfer session within ", absl::FormatDuration(timeout))));
     });
     wait->ticket->OnArrival(std::move(ready));
   };
 }
 
-// A takeover of `session_id`'s transfer (ServedRequest::take_over): its session expected under
-// TakeoverSessionId, woken by the request's cancellation.
-absl::StatusOr<RunContext::Takeover> ExpectTakeover(SessionRouter* router,
+// A takeover of `session_id`'s transfer (ServedRequest::take_over), expected on the router of
+// `expected` (the request's own wait) under TakeoverSessionId, woken by the request's
+// cancellation.
+absl::StatusOr<RunContext::Takeover> ExpectTakeover(SessionRouter::Ticket& expected,
                                                     const std::string& consumer,
                                                     const std::string& session_id,
                                                     v1::GenerateEvent* notice,
@@ -58,28 +61,27 @@ absl::StatusOr<RunContext::Takeover> ExpectTakeover(SessionRouter* router,
   lost.set_session_id(session_id);
   const std::string tag = SessionTag(TakeoverSessionId(session_id, lost.takeover()), consumer);
   auto wait = std::make_shared<SessionWait>();
-  SCD_ASSIGN_OR_RETURN(wait->ticket, router->Expect(tag));
+  SCD_ASSIGN_OR_RETURN(wait->ticket, expected.Expect(tag));
   if (cancellation != nullptr) {
+    SessionRouter::Ticket* ticket = wait->ticket.get();
     wait->on_cancel =
-        cancellation->OnCancel([router, tag](const absl::Status& why) { router->Fail(tag, why); });
+        cancellation->OnCancel([ticket](const absl::Status& why) { ticket->Fail(why); });
   }
   RunContext::Takeover takeover;
-  SessionSourceOf(wait, router, tag, &takeover.session, &takeover.on_session);
+  SessionSourceOf(wait, &takeover.session, &takeover.on_session);
   return takeover;
 }
 
-// The request's wait for its transfer session under `session_id`, and its takeovers'.
-void WaitForSession(std::unique_ptr<SessionRouter::Ticket> ticket, SessionRouter* router,
-                    const std::string& consumer, const std::string& session_id,
-                    ServedRequest* served) {
-  const std::string tag = SessionTag(session_id, consumer);
+// The request's wait for its transfer session (`ticket`, under `session_id`) and its takeovers'.
+void WaitForSession(std::unique_ptr<SessionRouter::Ticket> ticket, const std::string& consumer,
+                    const std::string& session_id, ServedRequest* served) {
   auto wait = std::make_shared<SessionWait>();
   wait->ticket = std::move(ticket);
-  SessionSourceOf(wait, router, tag, &served->session, &served->on_session);
-  served->on_cancel = [router, tag](const absl::Status& why) { router->Fail(tag, why); };
-  served->take_over = [router, consumer, session_id](v1::GenerateEvent* notice,
-                                                     Cancellation* cancellation) {
-    return ExpectTakeover(router, consumer, session_id, notice, cancellation);
+  SessionSourceOf(wait, &served->session, &served->on_session);
+  served->on_cancel = [wait](const absl::Status& why) { wait->ticket->Fail(why); };
+  served->take_over = [wait, consumer, session_id](v1::GenerateEvent* notice,
+                                                   Cancellation* cancellation) {
+    return ExpectTakeover(*wait->ticket, consumer, session_id, notice, cancellation);
   };
 }
 
@@ -97,7 +99,7 @@ absl::Status DeclineEarlySession(SessionRouter* router, const std::string& consu
   absl::StatusOr<std::unique_ptr<SessionRouter::Ticket>> ticket =
       router->Expect(SessionTag(declined, consumer));
   if (!ticket.ok()) return ticket.status();
-  WaitForSession(*std::move(ticket), router, consumer, declined, served);
+  WaitForSession(*std::move(ticket), consumer, declined, served);
   served->route.early_prefill = false;
   served->route.early_declined = true;
   return absl::OkStatus();
@@ -198,7 +200,7 @@ absl::StatusOr<ServedRequest> ConsumerControlService::Route(const v1::DecodeRequ
   served.prompt_ids = *std::move(prompt_ids);
   served.received = received;
   if (ticket != nullptr) {
-    WaitForSession(std::move(ticket), router_, consumer_.name, request->session_id(), &served);
+    WaitForSession(std::move(ticket), consumer_.name, request->session_id(), &served);
   }
   if (served.route.early_prefill) {
     served.decline_early = [router = router_, name = consumer_.name,

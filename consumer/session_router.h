@@ -13,16 +13,11 @@
 #ifndef SCD_CONSUMER_SESSION_ROUTER_H_
 #define SCD_CONSUMER_SESSION_ROUTER_H_
 
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
-#include <set>
 #include <string>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/clock.h"
 #include "proto/code_chunk_framing.h"
@@ -32,8 +27,20 @@
 namespace scd::consumer {
 
 class SessionRouter {
+  class Book;  // the expectations, shared with the tickets (session_router.cc)
+
  public:
+  // What Fail found for a tag.
+  enum class FailOutcome {
+    kWaiting,    // expected, not arrived: the ticket's Wait returns `why` from now on
+    kReceiving,  // arrived and still open: cancelled with `why`'s message
+    kNone,       // nobody expects it, or its session ended already
+  };
+
   // A registered expectation; unregisters on destruction (a session arriving later is refused).
+  // It may outlive its router (a node stopping while requests still run): it then finds the
+  // router stopping: Wait is UNAVAILABLE (unless its session had arrived or it was failed),
+  // Expect is refused, Fail and the destructor touch only what the tickets share.
   class Ticket {
    public:
     ~Ticket();
@@ -46,11 +53,17 @@ class SessionRouter {
     // the router stops): on the thread that made it so, or on this one when it is so already.
     // Once per ticket.
     void OnArrival(std::function<void()> ready);
+    // SessionRouter::Fail and FailWaiting for this ticket's tag.
+    FailOutcome Fail(const absl::Status& why);
+    bool FailWaiting(const absl::Status& why);
+    // SessionRouter::Expect on this ticket's router (a takeover's session).
+    absl::StatusOr<std::unique_ptr<Ticket>> Expect(const std::string& tag);
 
    private:
     friend class SessionRouter;
-    Ticket(SessionRouter* router, std::string tag) : router_(router), tag_(std::move(tag)) {}
-    SessionRouter* router_;
+    Ticket(std::shared_ptr<Book> book, std::string tag)
+        : book_(std::move(book)), tag_(std::move(tag)) {}
+    const std::shared_ptr<Book> book_;
     const std::string tag_;
   };
 
@@ -69,12 +82,7 @@ class SessionRouter {
   const std::string& address() const { return address_; }
   // ALREADY_EXISTS when the tag is expected already.
   absl::StatusOr<std::unique_ptr<Ticket>> Expect(const std::string& tag);
-  // What Fail found for a tag.
-  enum class FailOutcome {
-    kWaiting,    // expected, not arrived: the ticket's Wait returns `why` from now on
-    kReceiving,  // arrived and still open: cancelled with `why`'s message
-    kNone,       // nobody expects it, or its session ended already
-  };
+
   // The producer will not send (or finish) the session `tag`: the coordinator knows that before
   // this consumer can (a producer dead before its session's header arrived looks like a slow
   // one). REQUIRES: !why.ok().
@@ -89,35 +97,15 @@ class SessionRouter {
   size_t open_sessions() const;
 
  private:
-  struct Slot {
-    std::shared_ptr<transport::ReceiveSession> session;
-    absl::Status failed;  // set by Fail before the session arrived; a later arrival is refused
-    std::function<void()> on_arrival;  // Ticket::OnArrival's, until called
-  };
-  // A session that arrived before its request expected it.
-  struct Early {
-    std::shared_ptr<transport::ReceiveSession> session;
-    Clock::Timer refuse;  // at the end of its wait (destroyed outside mu_: its callback takes it)
-  };
   // Hands `session` to the ticket that expects its tag, keeps it for a request yet to come, or
   // refuses it.
   void Deliver(std::shared_ptr<transport::ReceiveSession> session);
   // Refuses the early session `tag` if it still waits (its wait ended).
   void RefuseEarly(const std::string& tag);
-  void Forget(const std::string& tag);
-  void NoteEnded(const std::string& tag) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::unique_ptr<transport::SessionAcceptor> acceptor_;
   const std::string address_;
-  Clock* const clock_;
-  const absl::Duration early_wait_;
-  mutable absl::Mutex mu_;
-  std::map<std::string, Slot> expected_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Early> early_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> ended_ ABSL_GUARDED_BY(mu_);
-  std::deque<std::string> ended_order_ ABSL_GUARDED_BY(mu_);  // oldest first
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
+  const std::shared_ptr<Book> book_;
 };
 
 }  // namespace scd::consumer

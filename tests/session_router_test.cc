@@ -177,5 +177,41 @@ TEST_F(SessionRouterTest, AFailureForATagNobodyExpectsFindsNone) {
             SessionRouter::FailOutcome::kNone);
 }
 
+// A request may outlive the router (a node stopping while requests still run; serving_test's
+// TheProducerDropsTheConnectionOfAConsumerThatIsGone, whose last request's ticket was let go on
+// the decode thread after the router was destroyed: a segfault in CI). Its ticket then finds the
+// router stopping: the session that had arrived is still its own, a wait is UNAVAILABLE, another
+// expectation (a takeover's) is refused, and failing or dropping it touches nothing destroyed.
+TEST_F(SessionRouterTest, ATicketOutlivingItsRouterFindsItStopping) {
+  auto arrived = *router_->Expect("a#c");
+  auto sent = Open("a#c");
+  ASSERT_TRUE(arrived->Wait(absl::Seconds(10)).ok());
+  auto waiting = *router_->Expect("b#c");
+  bool woken = false;
+  waiting->OnArrival([&] { woken = true; });
+  auto late = *router_->Expect("c#c");
+  router_.reset();
+  EXPECT_TRUE(woken);  // the router's end wakes a wait
+  EXPECT_EQ(waiting->Wait(absl::Seconds(10)).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(waiting->Wait(absl::ZeroDuration()).status().message()),
+              HasSubstr("shutting down"));
+  bool late_woken = false;
+  late->OnArrival([&] { late_woken = true; });  // at once: Wait returns at once already
+  EXPECT_TRUE(late_woken);
+  EXPECT_EQ(waiting->Expect("d#c").status().code(), absl::StatusCode::kUnavailable);
+  waiting->FailWaiting(absl::DeadlineExceededError("late"));  // its timer's, firing now
+  EXPECT_EQ(waiting->Wait(absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  absl::StatusOr<std::shared_ptr<transport::ReceiveSession>> got =
+      arrived->Wait(absl::ZeroDuration());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*got)->header().request_id(), "a#c");
+  EXPECT_EQ(arrived->Fail(absl::CancelledError("the request ended")),
+            SessionRouter::FailOutcome::kNone);  // the acceptor's Close ended it
+  arrived.reset();
+  waiting.reset();
+  late.reset();
+}
+
 }  // namespace
 }  // namespace scd::consumer
