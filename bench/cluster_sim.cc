@@ -36,7 +36,6 @@ using sim::ConsumerNode;
 using sim::FinishedOf;
 using sim::kBlock;
 using sim::Keep;
-using sim::kReportedBlocks;
 using sim::PieceUs;
 using sim::ProducerInfo;
 using sim::ProducerNode;
@@ -66,7 +65,8 @@ class Sim {
   void WorkDone(ConsumerNode* c, const ConsumerNode::Work& w);
   void Kick(ConsumerNode* c);
   void StepDone(ConsumerNode* c, const consumer::StepPlan& plan, std::vector<Req*> ready,
-                double seconds);
+                double seconds, double elapsed);
+  absl::Status AddFaults();
   void FirstToken(Req* req);
   void Finish(Req* req, absl::StatusCode code);
   double StepSeconds(ConsumerNode* c, const consumer::StepPlan& plan, std::vector<Req*>* ready);
@@ -143,40 +143,35 @@ void Sim::AddNodes() {
   }
 }
 
+// The workload's freezes on their nodes' spans.
+absl::Status Sim::AddFaults() {
+  for (const SimFault& f : w_.faults) {
+    const absl::Time from = start_ + absl::Seconds(f.at_s);
+    const absl::Time to = from + absl::Seconds(f.hold_s);
+    FrozenSpans* spans = nullptr;
+    if (auto c = consumer_by_id_.find(f.node); c != consumer_by_id_.end()) {
+      spans = &c->second->frozen;
+    } else if (auto p = producer_by_id_.find(f.node); p != producer_by_id_.end()) {
+      spans = &p->second->frozen;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("a fault's node '", f.node, "' is none"));
+    }
+    SCD_RETURN_IF_ERROR(spans->Add(from, to));
+  }
+  return absl::OkStatus();
+}
+
 // Every node's state to every coordinator, as its etcd entry would carry it.
 void Sim::Heartbeat() {
+  const absl::Time now = clock_.Now();
   for (auto& p : producers_) {
-    v1::HeartbeatRequest hb;
-    hb.set_node_id(p->id);
-    hb.set_active_requests(static_cast<uint32_t>(p->queue.size() + p->passes.size()));
-    *hb.mutable_speeds() = p->speeds.Report();
-    if (p->cache) {
-      hb.mutable_prefix_blocks()->set_block_tokens(kBlock);
-      for (uint64_t k : p->cache->RoutingKeys(kReportedBlocks)) {
-        hb.mutable_prefix_blocks()->add_blocks(k);
-      }
-    }
+    if (p->frozen.Frozen(now)) continue;  // a frozen node sends none
+    const v1::HeartbeatRequest hb = sim::HeartbeatOf(*p);
     for (auto& r : registries_) r->Upsert(p->id, p->info, hb).IgnoreError();
   }
   for (auto& c : consumers_) {
-    v1::HeartbeatRequest hb;
-    hb.set_node_id(c->id);
-    hb.set_active_requests(c->admission->active());
-    hb.set_kv_reserved_bytes(static_cast<uint64_t>(c->admission->reserved_bytes()));
-    hb.set_queued_requests(c->admission->queued());
-    hb.set_kv_queued_bytes(static_cast<uint64_t>(c->admission->queued_bytes()));
-    *hb.mutable_speeds() = c->speeds.Report();
-    SetPerTokenCost(c->pacer.local_itl().UsPerToken(), hb.mutable_speeds()->mutable_local_itl());
-    SetPerTokenCost(c->rebuild_itl.UsPerToken(), hb.mutable_speeds()->mutable_rebuild_itl());
-    uint32_t decoding = 0;
-    for (const ConsumerNode::Seq& s : c->seqs) decoding += s.decoding ? 1 : 0;
-    hb.set_decoding_sequences(decoding);
-    if (c->cache) {
-      hb.mutable_prefix_blocks()->set_block_tokens(kBlock);
-      for (uint64_t k : c->cache->RoutingKeys(kReportedBlocks)) {
-        hb.mutable_prefix_blocks()->add_blocks(k);
-      }
-    }
+    if (c->frozen.Frozen(now)) continue;
+    const v1::HeartbeatRequest hb = sim::HeartbeatOf(*c);
     for (auto& r : registries_) r->Upsert(c->id, c->info, hb).IgnoreError();
   }
   if (!arrivals_done_ || !live_.empty()) {
@@ -222,9 +217,15 @@ void Sim::Arrive(std::unique_ptr<Req> owned) {
     res.producer = req->producer->id;
   }
   const int64_t bytes = req->hint.kv_positions * req->consumer->spec->costs.kv_bytes_per_token;
-  req->consumer->admission->AdmitAsync(
-      bytes, absl::InfiniteFuture(), nullptr,
-      [this, req](Admission::Admitted admitted) { Admitted(req, std::move(admitted)); });
+  auto admit = [this, req, bytes] {
+    req->consumer->admission->AdmitAsync(
+        bytes, absl::InfiniteFuture(), nullptr,
+        [this, req](Admission::Admitted admitted) { Admitted(req, std::move(admitted)); });
+  };
+  // A frozen consumer takes the call at its thaw.
+  const absl::Time thaw = req->consumer->frozen.ThawOf(clock_.Now());
+  if (thaw > clock_.Now()) return At(thaw, admit);
+  admit();
 }
 
 void Sim::Admitted(Req* req, Admission::Admitted admitted) {
@@ -257,7 +258,7 @@ void Sim::Admitted(Req* req, Admission::Admitted admitted) {
 // The passes' progress since `p->updated`: the node's compute shared equally among them.
 void Sim::Advance(ProducerNode* p) {
   const absl::Time now = clock_.Now();
-  const double us = absl::ToDoubleMicroseconds(now - p->updated);
+  const double us = absl::ToDoubleMicroseconds(p->frozen.Active(p->updated, now));
   const absl::Time from = p->updated;
   p->updated = now;
   if (p->passes.empty() || us <= 0) return;
@@ -311,6 +312,12 @@ void Sim::Progress(ProducerNode* p) {
   // layer this close is sent now and the next event is at least that far ahead.
   constexpr double kEpsilonUs = 1e-3;
   Advance(p);
+  if (const absl::Time thaw = p->frozen.ThawOf(clock_.Now()); thaw > clock_.Now()) {
+    const uint64_t generation = ++p->generation;  // frozen: nothing moves until the thaw
+    return At(thaw, [this, p, generation] {
+      if (generation == p->generation) Progress(p);
+    });
+  }
   for (ProducerNode::Pass& pass : p->passes) {
     const int64_t layers = pass.req->consumer->spec->layers;
     while (pass.layers_out < layers &&
@@ -344,7 +351,8 @@ void Sim::Progress(ProducerNode* p) {
     next_us = std::min(next_us, std::max(0.0, at - pass.done_us));
   }
   const uint64_t generation = ++p->generation;
-  At(clock_.Now() + absl::Microseconds(next_us * static_cast<double>(p->passes.size())),
+  At(p->frozen.EndOf(clock_.Now(),
+                     absl::Microseconds(next_us * static_cast<double>(p->passes.size()))),
      [this, p, generation] {
        if (generation == p->generation) Progress(p);
      });
@@ -352,6 +360,10 @@ void Sim::Progress(ProducerNode* p) {
 
 void Sim::LayerArrived(Req* req) {
   ConsumerNode* c = req->consumer;
+  // A frozen consumer reads the layer at its thaw.
+  if (const absl::Time thaw = c->frozen.ThawOf(clock_.Now()); thaw > clock_.Now()) {
+    return At(thaw, [this, req] { LayerArrived(req); });
+  }
   ++req->layers_in;
   TakeLayer(req);
   Kick(c);
@@ -400,6 +412,16 @@ void Sim::WorkDone(ConsumerNode* c, const ConsumerNode::Work& w) {
 
 void Sim::Kick(ConsumerNode* c) {
   if (c->stepping) return;
+  if (const absl::Time thaw = c->frozen.ThawOf(clock_.Now()); thaw > clock_.Now()) {
+    if (!c->kick_at_thaw) {
+      c->kick_at_thaw = true;
+      At(thaw, [this, c] {
+        c->kick_at_thaw = false;
+        Kick(c);
+      });
+    }
+    return;
+  }
   consumer::StepState state;
   state.now = clock_.Now();
   for (const ConsumerNode::Seq& s : c->seqs) {
@@ -426,10 +448,12 @@ void Sim::Kick(ConsumerNode* c) {
   if (c->idle) seconds *= IdleFactor(k.idle, c->idle_since);
   c->idle = false;
   c->stepping = true;
-  At(clock_.Now() + absl::Seconds(seconds),
-     [this, c, plan = std::move(plan), ready = std::move(ready), seconds]() mutable {
-       StepDone(c, plan, std::move(ready), seconds);
-     });
+  // A freeze during the step: it ends as much later, and the daemon's account sees that long.
+  const absl::Time end = c->frozen.EndOf(clock_.Now(), absl::Seconds(seconds));
+  const double elapsed = absl::ToDoubleSeconds(end - clock_.Now());
+  At(end, [this, c, plan = std::move(plan), ready = std::move(ready), seconds, elapsed]() mutable {
+    StepDone(c, plan, std::move(ready), seconds, elapsed);
+  });
 }
 
 // Microseconds since `since` (InfinitePast: since the run began).
@@ -513,12 +537,12 @@ void Sim::Account(ConsumerNode* c, const consumer::StepPlan& plan, double second
 }
 
 void Sim::StepDone(ConsumerNode* c, const consumer::StepPlan& plan, std::vector<Req*> ready,
-                   double seconds) {
+                   double seconds, double elapsed) {
   c->stepping = false;
   c->use.busy_s += seconds;
   c->use.busy_over_time.Add(absl::ToDoubleSeconds(clock_.Now() - start_) - seconds, seconds);
   ++c->use.steps;
-  Account(c, plan, seconds);
+  Account(c, plan, elapsed);
   for (const consumer::StepPlan::Piece& piece : plan.pieces) {
     c->work[piece.work].rows_left -= piece.rows;
   }
@@ -601,6 +625,7 @@ absl::StatusOr<ClusterSimResult> Sim::Run(double drain_s) {
     registries_.push_back(std::make_unique<coordinator::NodeRegistry>(options, &clock_));
   }
   AddNodes();
+  SCD_RETURN_IF_ERROR(AddFaults());
   Heartbeat();
   std::function<void()> next_arrival = [this, &next_arrival] {
     SimRequest r;

@@ -17,7 +17,9 @@
 //     leaving layer by layer as a pass has them and crossing its link (the pool pair's goodput,
 //     or its trace's rate at each instant, and latency; one link per producer node, in order)
 //     to the consumer, which rebuilds each layer as it arrives;
-//   - prefix caches as LRU sets of blocks within their budget (a consumer's per mode).
+//   - prefix caches as LRU sets of blocks within their budget (a consumer's per mode);
+//   - the workload's faults (bench/sim_faults.h): a frozen node computes nothing, sends no
+//     heartbeat and takes calls and codes at its thaw.
 // Requests go to the coordinators in turn. A request's TTFT and end-to-end latency are the
 // client's: the consumer's own plus its pool profile's api overhead (the call through the
 // coordinator, the tokens' way back), which no node's work waits on. A node's first work after it

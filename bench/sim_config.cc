@@ -1,5 +1,6 @@
 #include "bench/sim_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -7,6 +8,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
@@ -243,6 +245,29 @@ absl::Status ReadMix(const toml::node& node, SimWorkload* w) {
   });
 }
 
+absl::Status ReadFaults(const toml::node& node, SimWorkload* w) {
+  return ForEachTable(node, "fault", [&](const toml::table& t, const std::string& where) {
+    SimFault f;
+    std::string kind = "freeze";
+    SCD_RETURN_IF_ERROR(ReadTomlTable(t, where,
+                                      {{"kind", F::Text(&kind)},
+                                       {"node", F::Text(&f.node)},
+                                       {"at_s", F::Number(&f.at_s, 0, 1e6)},
+                                       {"hold_s", F::Number(&f.hold_s, 1e-3, 3600)}}));
+    if (kind != "freeze") {
+      const bool soak = kind == "kill" || kind == "flap" || kind == "etcd" || kind == "replace" ||
+                        kind == "link-down";
+      return Invalid(absl::StrCat(
+          where, ".kind: ",
+          soak ? absl::StrCat("the soak's '", kind, "' is not simulated yet; \"freeze\" is")
+               : "\"freeze\""));
+    }
+    if (f.node.empty()) return Invalid(absl::StrCat(where, ".node: needed"));
+    w->faults.push_back(std::move(f));
+    return absl::OkStatus();
+  });
+}
+
 absl::Status ReadWorkloadTable(const toml::node& node, SimWorkload* w) {
   std::string arrivals = "poisson";
   int64_t seed = 1;
@@ -261,6 +286,34 @@ absl::Status ReadWorkloadTable(const toml::node& node, SimWorkload* w) {
     w->arrivals = SimArrivals::kConstant;
   } else {
     return Invalid("workload.arrivals: \"poisson\", \"gamma\" or \"constant\"");
+  }
+  return absl::OkStatus();
+}
+
+// Each fault's node is one of the deployment's, within the offered window, shorter than the lease
+// and not overlapping another fault of its node.
+absl::Status CheckSimFaults(const SimWorkload& w, const SimDeployment& d) {
+  std::map<std::string, std::vector<std::pair<double, double>>> spans;
+  for (size_t i = 0; i < w.faults.size(); ++i) {
+    const SimFault& f = w.faults[i];
+    const std::string where = absl::StrCat("fault[", i, "]");
+    if (absl::StatusOr<SimNodeRef> found = FindSimNode(d, f.node); !found.ok()) {
+      return Invalid(absl::StrCat(where, ".node: ", found.status().message()));
+    }
+    if (f.at_s > w.duration_s) {
+      return Invalid(
+          absl::StrCat(where, ".at_s: ", f.at_s, " is past the workload's ", w.duration_s, " s"));
+    }
+    if (f.hold_s >= d.lease_s) {
+      return Invalid(absl::StrCat(where, ".hold_s: ", f.hold_s, " s reaches the lease of ",
+                                  d.lease_s, " s (its lapse is not simulated)"));
+    }
+    for (const auto& [from, to] : spans[f.node]) {
+      if (f.at_s < to && from < f.at_s + f.hold_s) {
+        return Invalid(absl::StrCat(where, ": overlaps another freeze of ", f.node));
+      }
+    }
+    spans[f.node].emplace_back(f.at_s, f.at_s + f.hold_s);
   }
   return absl::OkStatus();
 }
@@ -379,6 +432,8 @@ absl::StatusOr<SimWorkload> ParseSimWorkload(std::string_view text) {
                                        {"tenants", F::Integer(&w.tenants, 1, 1 << 16)}}));
     } else if (k == "mix") {
       SCD_RETURN_IF_ERROR(ReadMix(node, &w));
+    } else if (k == "fault") {
+      SCD_RETURN_IF_ERROR(ReadFaults(node, &w));
     } else if (k == "slo") {
       SCD_RETURN_IF_ERROR(
           ReadSection(node, k,
@@ -392,6 +447,8 @@ absl::StatusOr<SimWorkload> ParseSimWorkload(std::string_view text) {
     }
   }
   if (w.mix.empty()) return Invalid("a workload needs a [[mix]] entry");
+  std::stable_sort(w.faults.begin(), w.faults.end(),
+                   [](const SimFault& a, const SimFault& b) { return a.at_s < b.at_s; });
   return w;
 }
 
@@ -416,7 +473,27 @@ absl::Status CheckSimWorkload(const SimWorkload& workload, const SimDeployment& 
                                   "', which has no producer"));
     }
   }
-  return absl::OkStatus();
+  return CheckSimFaults(workload, deployment);
+}
+
+absl::StatusOr<SimNodeRef> FindSimNode(const SimDeployment& deployment, const std::string& node) {
+  const size_t dash = node.rfind('-');
+  int64_t index = -1;
+  if (dash != std::string::npos && absl::SimpleAtoi(node.substr(dash + 1), &index) && index >= 0) {
+    const std::string pool = node.substr(0, dash);
+    for (size_t p = 0; p < deployment.producers.size(); ++p) {
+      if (deployment.producers[p].name == pool && index < deployment.producers[p].count) {
+        return SimNodeRef{true, p, index};
+      }
+    }
+    for (size_t c = 0; c < deployment.consumers.size(); ++c) {
+      if (deployment.consumers[c].name == pool && index < deployment.consumers[c].count) {
+        return SimNodeRef{false, c, index};
+      }
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("no node '", node, "' in ", deployment.name,
+                                          " (its nodes: POOL-I, I from 0 to the pool's count)"));
 }
 
 bool MeetsSlo(const SimWorkload& w, double ttft_s, double tpot_s) {

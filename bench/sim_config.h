@@ -26,6 +26,11 @@
 //                       weight
 //   [slo]               ttft_ms, tpot_ms (goodput's bounds; 0: none), objective_ttft_ms (auto's
 //                       ttft_slo_ms on each request; 0: none)
+//   [[fault]]           the soak's faults replayed (bench/sim_faults.h): kind ("freeze"; the
+//                       soak's others are refused, not simulated yet), node (a producer or
+//                       consumer as the simulator names it, POOL-I: "fables-0"), at_s (since the
+//                       start, within duration_s), hold_s (shorter than the deployment's lease:
+//                       a lapse is not simulated); at most 64, one node's not overlapping
 // Thread-safety: values and stateless functions.
 #ifndef SCD_BENCH_SIM_CONFIG_H_
 #define SCD_BENCH_SIM_CONFIG_H_
@@ -122,6 +127,14 @@ struct SimMix {
   double weight = 1;
 };
 
+enum class SimFaultKind { kFreeze };
+
+struct SimFault {
+  SimFaultKind kind = SimFaultKind::kFreeze;
+  std::string node;  // POOL-I
+  double at_s = 0, hold_s = 3;
+};
+
 struct SimWorkload {
   double duration_s = 60;
   uint64_t seed = 1;
@@ -133,17 +146,27 @@ struct SimWorkload {
   double prefix_share = 0;
   std::vector<SimMix> mix;
   double ttft_slo_ms = 0, tpot_slo_ms = 0, objective_ttft_ms = 0;
+  std::vector<SimFault> faults;  // by at_s
 };
 
 // The workload in `text` (INVALID_ARGUMENT naming what is wrong). A mix target is checked
 // against a deployment by CheckSimWorkload.
 absl::StatusOr<SimWorkload> ParseSimWorkload(std::string_view text);
 absl::StatusOr<SimWorkload> ReadSimWorkload(const std::string& path);
-// INVALID_ARGUMENT naming a mix target that is no consumer pool of `deployment`, or a mode the
-// pool cannot serve (scd or raw without a producer).
+// INVALID_ARGUMENT naming a mix target that is no consumer pool of `deployment`, a mode the
+// pool cannot serve (scd or raw without a producer), or a fault's node that is none of its nodes,
+// a freeze as long as its lease or overlapping another of the node's.
 absl::Status CheckSimWorkload(const SimWorkload& workload, const SimDeployment& deployment);
 // Whether a finished request's TTFT and TPOT (seconds) meet the workload's SLOs (goodput's).
 bool MeetsSlo(const SimWorkload& w, double ttft_s, double tpot_s);
+// A node named as the simulator names them (POOL-I): whether it is a producer and its pool and
+// index; NOT_FOUND naming it when `deployment` has none so named.
+struct SimNodeRef {
+  bool producer = false;
+  size_t pool = 0;
+  int64_t index = 0;
+};
+absl::StatusOr<SimNodeRef> FindSimNode(const SimDeployment& deployment, const std::string& node);
 
 }  // namespace scd::bench
 

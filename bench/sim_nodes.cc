@@ -134,6 +134,42 @@ v1::Finished FinishedOf(const Req& req, const SimRequestResult& res, absl::Time 
   return f;
 }
 
+namespace {
+
+void AddPrefixBlocks(const BlockCache* cache, v1::HeartbeatRequest* hb) {
+  if (cache == nullptr) return;
+  hb->mutable_prefix_blocks()->set_block_tokens(kBlock);
+  for (uint64_t k : cache->RoutingKeys(kReportedBlocks)) hb->mutable_prefix_blocks()->add_blocks(k);
+}
+
+}  // namespace
+
+v1::HeartbeatRequest HeartbeatOf(const ProducerNode& p) {
+  v1::HeartbeatRequest hb;
+  hb.set_node_id(p.id);
+  hb.set_active_requests(static_cast<uint32_t>(p.queue.size() + p.passes.size()));
+  *hb.mutable_speeds() = p.speeds.Report();
+  AddPrefixBlocks(p.cache.get(), &hb);
+  return hb;
+}
+
+v1::HeartbeatRequest HeartbeatOf(const ConsumerNode& c) {
+  v1::HeartbeatRequest hb;
+  hb.set_node_id(c.id);
+  hb.set_active_requests(c.admission->active());
+  hb.set_kv_reserved_bytes(static_cast<uint64_t>(c.admission->reserved_bytes()));
+  hb.set_queued_requests(c.admission->queued());
+  hb.set_kv_queued_bytes(static_cast<uint64_t>(c.admission->queued_bytes()));
+  *hb.mutable_speeds() = c.speeds.Report();
+  SetPerTokenCost(c.pacer.local_itl().UsPerToken(), hb.mutable_speeds()->mutable_local_itl());
+  SetPerTokenCost(c.rebuild_itl.UsPerToken(), hb.mutable_speeds()->mutable_rebuild_itl());
+  uint32_t decoding = 0;
+  for (const ConsumerNode::Seq& s : c.seqs) decoding += s.decoding ? 1 : 0;
+  hb.set_decoding_sequences(decoding);
+  AddPrefixBlocks(c.cache.get(), &hb);
+  return hb;
+}
+
 }  // namespace scd::bench::sim
 
 namespace scd::bench {

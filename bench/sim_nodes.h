@@ -20,6 +20,7 @@
 #include "base/prefix_hash.h"
 #include "bench/cluster_sim.h"
 #include "bench/sim_config.h"
+#include "bench/sim_faults.h"
 #include "bench/sim_requests.h"
 #include "consumer/admission.h"
 #include "consumer/step_log.h"
@@ -81,6 +82,8 @@ struct ConsumerNode {
   std::deque<Work> work;
   std::vector<Req*> ready;  // caches complete, their first decode due
   bool stepping = false;
+  FrozenSpans frozen;         // its freezes (the workload's faults)
+  bool kick_at_thaw = false;  // a Kick while frozen set one for the thaw
   double pieces_s = 0;  // the step in flight's rebuild pieces, seconds (its step log's)
   // Nothing to step since idle_since (InfinitePast: since the run began): the next step pays the
   // profile's idle slowdown.
@@ -114,6 +117,7 @@ struct ProducerNode {
   uint64_t generation = 0;  // a scheduled progress event of an older generation is stale
   absl::Time idle_since = absl::InfinitePast();  // when it last had no pass; see ConsumerNode
   absl::Time link_free = absl::InfinitePast();
+  FrozenSpans frozen;  // its freezes (the workload's faults)
   NodeSpeedTracker speeds;
   std::unique_ptr<BlockCache> cache;
   SimNodeUse use;
@@ -142,6 +146,10 @@ struct Req {
 
 v1::RegisterRequest ProducerInfo(const SimProducerPool& pool, const std::string& id);
 v1::RegisterRequest ConsumerInfo(const SimConsumerPool& pool, const std::string& id);
+// A node's heartbeat as its daemon sends it: load, KV memory, the speeds it measured, its prefix
+// blocks (at most kReportedBlocks).
+v1::HeartbeatRequest HeartbeatOf(const ProducerNode& p);
+v1::HeartbeatRequest HeartbeatOf(const ConsumerNode& c);
 
 // The cache keys of `req`'s blocks (a chain: a block's key names every block before it), a
 // consumer's per mode (what it rebuilt from codes is not its own prefill's); "" mode: a

@@ -1,9 +1,12 @@
 #include "bench/validate_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <thread>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -61,6 +64,65 @@ SoakDeploymentSpec RealSpec(const ValidateOptions& o, const SimDeployment& d,
   return spec;
 }
 
+// One step of the workload's faults on the real deployment: a node frozen (SIGSTOP) or thawed.
+struct RealFaultStep {
+  absl::Duration at;  // from the replay's start
+  int node = 0;       // the deployment's index
+  bool freeze = true;
+};
+
+// The workload's faults as steps on `deployment`, in time order (a thaw before a freeze at one
+// instant): the twin's producer is the deployment's producer, its consumer I the I-th consumer.
+absl::StatusOr<std::vector<RealFaultStep>> RealFaultSteps(const SoakDeployment& deployment,
+                                                          const SimDeployment& d,
+                                                          const SimWorkload& w) {
+  std::vector<RealFaultStep> steps;
+  for (const SimFault& f : w.faults) {
+    SCD_ASSIGN_OR_RETURN(const SimNodeRef ref, FindSimNode(d, f.node));
+    int found = -1;
+    for (int i = 0, consumer = 0; i < deployment.size() && found < 0; ++i) {
+      const SoakRole role = deployment.Node(i).role;
+      if (ref.producer ? role == SoakRole::kProducer
+                       : role == SoakRole::kConsumer && consumer++ == ref.index) {
+        found = i;
+      }
+    }
+    if (found < 0) return absl::NotFoundError(absl::StrCat("no real node for ", f.node));
+    steps.push_back({absl::Seconds(f.at_s), found, true});
+    steps.push_back({absl::Seconds(f.at_s + f.hold_s), found, false});
+  }
+  std::sort(steps.begin(), steps.end(), [](const RealFaultStep& a, const RealFaultStep& b) {
+    return std::make_tuple(a.at, a.freeze) < std::make_tuple(b.at, b.freeze);
+  });
+  return steps;
+}
+
+// The replay (`s`) on a thread of its own while this one, which started the deployment, runs the
+// faults' steps at their times from the replay's start (the replay's own clock starts within
+// milliseconds of it).
+absl::StatusOr<ServeBenchResult> ReplayWithFaults(const ServeBenchOptions& s,
+                                                  SoakDeployment& deployment,
+                                                  const std::vector<RealFaultStep>& steps,
+                                                  const ValidateOptions& o,
+                                                  const std::string& name) {
+  absl::StatusOr<ServeBenchResult> result = absl::UnknownError("the replay did not run");
+  const absl::Time start = absl::Now();
+  std::thread replay([&] { result = RunServeBenchmark(s); });
+  for (const RealFaultStep& step : steps) {
+    absl::SleepFor(start + step.at - absl::Now());
+    if (step.freeze) {
+      deployment.Freeze(step.node);
+    } else {
+      deployment.Thaw(step.node);
+    }
+    Say(o, absl::StrFormat("%s: %s %s at %.3f s", name, step.freeze ? "froze" : "thawed",
+                           deployment.Node(step.node).name,
+                           absl::ToDoubleSeconds(absl::Now() - start)));
+  }
+  replay.join();
+  return result;
+}
+
 // The workload replayed on a fresh emulated deployment.
 absl::Status RunReal(const ValidateOptions& o, const SimDeployment& d, int vocab_size,
                      WorkloadValidation* v) {
@@ -82,7 +144,10 @@ absl::Status RunReal(const ValidateOptions& o, const SimDeployment& d, int vocab
   s.percentiles = {50, 90};
   Say(o, absl::StrFormat("%s: %zu requests over %g s", v->name, s.prompts.size(),
                          v->workload.duration_s));
-  SCD_ASSIGN_OR_RETURN(const ServeBenchResult r, RunServeBenchmark(s));
+  SCD_ASSIGN_OR_RETURN(const std::vector<RealFaultStep> steps,
+                       RealFaultSteps(*deployment, d, v->workload));
+  SCD_ASSIGN_OR_RETURN(const ServeBenchResult r,
+                       ReplayWithFaults(s, *deployment, steps, o, v->name));
   SCD_RETURN_IF_ERROR(
       WriteStringToFile(absl::StrCat(o.out, "/", v->name, ".real.json"), ServeBenchJson(r, s)));
   v->ran_real = true;

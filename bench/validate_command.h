@@ -4,7 +4,8 @@
 // beforehand by `scd-bench profile`. For each workload file, the real daemons start afresh as
 // the soak's deployment (bench/soak_deployment.h) with each producer and consumer in a CPU quota
 // group of its own at its profile's quota (base/cpu_quota.h), the workload's requests are
-// replayed at their arrival times through the coordinator (bench/sim_validation.h), and the
+// replayed at their arrival times through the coordinator (bench/sim_validation.h) while its
+// faults (the soak's freezes, bench/sim_faults.h) stop and resume the real nodes at theirs, and the
 // simulator runs the same workload for its seed and the next ones (the spread). Per workload:
 // goodput, TTFT and TPOT p50/p90 real and simulated, the relative errors against the bounds
 // (goodput 10 %, latencies 15 %), the simulated spread, the modes run, and each quota's

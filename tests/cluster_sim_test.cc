@@ -3,7 +3,8 @@
 // request's first token after the last layer's codes crossed the link, that layer's rebuild, its
 // tail and the first decode, each layer in steps of its own; the same run twice gives the same
 // results; under load every request ends, admission queueing, not losing them; what still runs past
-// the drain ends DEADLINE_EXCEEDED, once, wherever it waited.
+// the drain ends DEADLINE_EXCEEDED, once, wherever it waited; a frozen node does nothing until its
+// thaw.
 #include "bench/cluster_sim.h"
 
 #include <gtest/gtest.h>
@@ -412,6 +413,65 @@ TEST(ClusterSimTest, WhatStillRunsPastTheDrainEndsDeadlineExceededWaitingOrNot) 
   EXPECT_GT(ok, 10);
   EXPECT_GT(late, 100);
   EXPECT_EQ(ok + late, 200);
+}
+
+// The soak's freeze replayed (bench/sim_faults.h), on a lone request arriving at 1 s: a consumer
+// frozen for 2 s from 1 ms into its prefill step ends that step 2 s later, so the first token and
+// the end come 2 s later and the tokens stay as far apart; a request arriving at a consumer
+// frozen from 0.5 s to 2.5 s is taken at the thaw, 1.5 s late; a producer frozen for 2 s inside
+// a pass (~6 ms) sends every layer's codes, and so the first token, 2 s later.
+TEST(ClusterSimTest, AFrozenNodeDoesNothingUntilItsThaw) {
+  const SimDeployment d = Deployment(1, 100, 4);
+  SimWorkload local = Workload("local", 1, 1.5, 100, 5);
+  absl::StatusOr<ClusterSimResult> plain = RunClusterSim(d, local);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  const SimRequestResult a = plain->requests.at(0);
+  ASSERT_EQ(a.arrival_s, 1);
+  local.faults = {{SimFaultKind::kFreeze, "c-0", 1.001, 2}};
+  absl::StatusOr<ClusterSimResult> mid = RunClusterSim(d, local);
+  ASSERT_TRUE(mid.ok()) << mid.status();
+  const SimRequestResult& b = mid->requests.at(0);
+  ASSERT_EQ(b.code, absl::StatusCode::kOk);
+  EXPECT_NEAR(b.ttft_s - a.ttft_s, 2, 1e-6);
+  EXPECT_NEAR(b.e2el_s - a.e2el_s, 2, 1e-6);
+  EXPECT_NEAR(b.tpot_s(), a.tpot_s(), 1e-9);
+  EXPECT_NEAR(mid->nodes.back().busy_s, plain->nodes.back().busy_s, 1e-9);  // none of it worked
+  local.faults = {{SimFaultKind::kFreeze, "c-0", 0.5, 2}};
+  absl::StatusOr<ClusterSimResult> before = RunClusterSim(d, local);
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_NEAR(before->requests.at(0).ttft_s - a.ttft_s, 1.5, 1e-6);
+  EXPECT_NEAR(before->requests.at(0).tpot_s(), a.tpot_s(), 1e-9);
+
+  SimWorkload scd = Workload("scd", 1, 1.5, 100, 3);
+  absl::StatusOr<ClusterSimResult> codes = RunClusterSim(d, scd);
+  ASSERT_TRUE(codes.ok()) << codes.status();
+  ASSERT_GT(ProducerCosts().prefill.At(99, 0), 2000);  // the pass outlasts the freeze's start
+  scd.faults = {{SimFaultKind::kFreeze, "base-0", 1.001, 2}};
+  absl::StatusOr<ClusterSimResult> producer = RunClusterSim(d, scd);
+  ASSERT_TRUE(producer.ok()) << producer.status();
+  ASSERT_EQ(producer->requests.at(0).mode, TransferMode::kScd);
+  EXPECT_NEAR(producer->requests.at(0).ttft_s - codes->requests.at(0).ttft_s, 2, 1e-6);
+  EXPECT_NEAR(producer->nodes.front().busy_s, codes->nodes.front().busy_s, 1e-9);
+}
+
+// A fault the deployment cannot take is refused before the run, naming it.
+TEST(ClusterSimTest, AFaultOnANodeThatIsNoneOrPastTheLeaseIsRefused) {
+  const SimDeployment d = Deployment(2, 100, 4);
+  SimWorkload w = Workload("local", 1, 5, 100, 5);
+  w.faults = {{SimFaultKind::kFreeze, "c-2", 1, 2}};
+  absl::StatusOr<ClusterSimResult> r = RunClusterSim(d, w);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("c-2"), std::string::npos) << r.status();
+  w.faults = {{SimFaultKind::kFreeze, "c-1", 1, d.lease_s}};
+  r = RunClusterSim(d, w);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("lease"), std::string::npos) << r.status();
+  w.faults = {{SimFaultKind::kFreeze, "c-1", 1, 2}, {SimFaultKind::kFreeze, "c-1", 2.5, 2}};
+  r = RunClusterSim(d, w);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("overlaps"), std::string::npos) << r.status();
+  w.faults = {{SimFaultKind::kFreeze, "c-1", 1, 2}, {SimFaultKind::kFreeze, "base-0", 1.5, 2}};
+  EXPECT_TRUE(RunClusterSim(d, w).ok());
 }
 
 }  // namespace

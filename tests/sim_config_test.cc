@@ -80,7 +80,7 @@ TEST(SimConfigTest, EveryCommittedDeploymentAndWorkloadReads) {
     }
   }
   EXPECT_EQ(deployments, 4);  // nodes-100, -300, -1000, the validation twin
-  EXPECT_GE(workloads, 14);   // 5 plan, 1 scale, 5 validation, 3 auto's bar
+  EXPECT_GE(workloads, 15);   // 5 plan, 1 scale, 6 validation, 3 auto's bar
 }
 
 // Profiles by name, so the deployment tests need no files.
@@ -271,6 +271,13 @@ TEST(SimConfigTest, RefusesAWorkloadThatIsWrongNamingIt) {
       {"[prefix]\nshare = 1.5\n[[mix]]\ntarget = \"a\"\n", "prefix.share"},
       {"[slo]\nttft = 5\n[[mix]]\ntarget = \"a\"\n", "unknown key slo.ttft"},
       {"[mix]\ntarget = \"a\"\n", "mix: an array of tables"},
+      {"[[mix]]\ntarget = \"a\"\n[[fault]]\nkind = \"kill\"\nnode = \"a-0\"\n",
+       "the soak's 'kill' is not simulated yet"},
+      {"[[mix]]\ntarget = \"a\"\n[[fault]]\nkind = \"sleep\"\nnode = \"a-0\"\n",
+       "fault[0].kind: \"freeze\""},
+      {"[[mix]]\ntarget = \"a\"\n[[fault]]\nat_s = 1\n", "fault[0].node: needed"},
+      {"[[mix]]\ntarget = \"a\"\n[[fault]]\nnode = \"a-0\"\nhold_s = 0\n", "fault[0].hold_s"},
+      {"[[mix]]\ntarget = \"a\"\n[[fault]]\nnode = \"a-0\"\nat_s = -1\n", "fault[0].at_s"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<SimWorkload> w = ParseSimWorkload(c.text);
@@ -286,6 +293,29 @@ TEST(SimConfigTest, RefusesAWorkloadThatIsWrongNamingIt) {
   EXPECT_THAT(CheckSimWorkload(*ParseSimWorkload("[[mix]]\ntarget = \"b\"\nmode = \"scd\"\n"), *d)
                   .message(),
               HasSubstr("has no producer"));
+  // A fault's node is one of the deployment's (POOL-I), within the workload's window, shorter
+  // than the lease, not overlapping another of its node's; faults are read in time order.
+  const auto faults = [&](const std::string& text) {
+    absl::StatusOr<SimWorkload> w = ParseSimWorkload(good + text);
+    EXPECT_TRUE(w.ok()) << w.status();
+    return w.ok() ? CheckSimWorkload(*w, *d) : w.status();
+  };
+  const std::string fault = "[[fault]]\nkind = \"freeze\"\n";
+  EXPECT_TRUE(faults(fault + "node = \"a-3\"\nat_s = 5\n" + fault + "node = \"base-2\"\n").ok());
+  EXPECT_THAT(faults(fault + "node = \"a-4\"\n").message(), HasSubstr("no node 'a-4'"));
+  EXPECT_THAT(faults(fault + "node = \"c-0\"\n").message(), HasSubstr("fault[0].node"));
+  EXPECT_THAT(faults(fault + "node = \"a\"\n").message(), HasSubstr("no node 'a'"));
+  EXPECT_THAT(faults(fault + "node = \"a-0\"\nat_s = 61\n").message(), HasSubstr("past"));
+  EXPECT_THAT(faults(fault + "node = \"a-0\"\nhold_s = 10\n").message(), HasSubstr("lease"));
+  EXPECT_THAT(
+      faults(fault + "node = \"a-0\"\nat_s = 4\n" + fault + "node = \"a-0\"\nat_s = 2\n").message(),
+      HasSubstr("fault[1]: overlaps another freeze of a-0"));
+  absl::StatusOr<SimWorkload> ordered = ParseSimWorkload(
+      good + fault + "node = \"a-0\"\nat_s = 9\n" + fault + "node = \"a-1\"\nat_s = 2\n");
+  ASSERT_TRUE(ordered.ok()) << ordered.status();
+  ASSERT_EQ(ordered->faults.size(), 2u);
+  EXPECT_EQ(ordered->faults[0].node, "a-1");
+  EXPECT_EQ(ordered->faults[1].at_s, 9);
 }
 
 }  // namespace

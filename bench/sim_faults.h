@@ -1,0 +1,40 @@
+// Faults replayed by the cluster simulator (issue 51): the soak's freeze of a node
+// (bench/soak_faults.h: SIGSTOP for `hold`, then SIGCONT) on simulated time. A frozen node
+// computes nothing, sends no heartbeat and takes no call: its work in flight stops and goes on at
+// the thaw (a step ends that much later, a producer's passes make no progress), and the calls and
+// codes that reach it wait in its sockets until then. FrozenSpans is a node's freezes and the
+// arithmetic of work around them. The soak's other faults (a kill and restart, with the
+// coordinator moving the streams the node held; a flap; etcd's restart; a coordinator replaced)
+// are not simulated yet: bench/sim_config.h refuses them naming the fault.
+// Thread-safety: a value.
+#ifndef SCD_BENCH_SIM_FAULTS_H_
+#define SCD_BENCH_SIM_FAULTS_H_
+
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace scd::bench {
+
+class FrozenSpans {
+ public:
+  // Adds the freeze [from, to); INVALID_ARGUMENT when it is empty or overlaps one added before.
+  absl::Status Add(absl::Time from, absl::Time to);
+  bool empty() const { return spans_.empty(); }
+  // The end of the freeze holding `t`, or `t` when none does (a span holds its start, not its end).
+  absl::Time ThawOf(absl::Time t) const;
+  bool Frozen(absl::Time t) const { return ThawOf(t) > t; }
+  // When work of `work` starting at `start` ends, the node computing only outside the freezes.
+  absl::Time EndOf(absl::Time start, absl::Duration work) const;
+  // The time in [from, to) outside the freezes.
+  absl::Duration Active(absl::Time from, absl::Time to) const;
+
+ private:
+  std::vector<std::pair<absl::Time, absl::Time>> spans_;  // sorted, disjoint
+};
+
+}  // namespace scd::bench
+
+#endif  // SCD_BENCH_SIM_FAULTS_H_
