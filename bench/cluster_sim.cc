@@ -77,6 +77,13 @@ class Sim {
     ++events_;
     clock_.At(when, std::move(fire));
   }
+  // When `spans` hold now (a frozen node): `fire` set for their thaw, and true.
+  bool AtThaw(const FrozenSpans& spans, std::function<void()> fire) {
+    const absl::Time now = clock_.Now(), thaw = spans.ThawOf(now);
+    if (thaw <= now) return false;
+    At(thaw, std::move(fire));
+    return true;
+  }
 
   const SimDeployment& d_;
   const SimWorkload& w_;
@@ -222,10 +229,7 @@ void Sim::Arrive(std::unique_ptr<Req> owned) {
         bytes, absl::InfiniteFuture(), nullptr,
         [this, req](Admission::Admitted admitted) { Admitted(req, std::move(admitted)); });
   };
-  // A frozen consumer takes the call at its thaw.
-  const absl::Time thaw = req->consumer->frozen.ThawOf(clock_.Now());
-  if (thaw > clock_.Now()) return At(thaw, admit);
-  admit();
+  if (!AtThaw(req->consumer->frozen, admit)) admit();  // a frozen consumer: at its thaw
 }
 
 void Sim::Admitted(Req* req, Admission::Admitted admitted) {
@@ -312,11 +316,11 @@ void Sim::Progress(ProducerNode* p) {
   // layer this close is sent now and the next event is at least that far ahead.
   constexpr double kEpsilonUs = 1e-3;
   Advance(p);
-  if (const absl::Time thaw = p->frozen.ThawOf(clock_.Now()); thaw > clock_.Now()) {
-    const uint64_t generation = ++p->generation;  // frozen: nothing moves until the thaw
-    return At(thaw, [this, p, generation] {
+  if (p->frozen.Frozen(clock_.Now())) {  // nothing moves until the thaw
+    AtThaw(p->frozen, [this, p, generation = ++p->generation] {
       if (generation == p->generation) Progress(p);
     });
+    return;
   }
   for (ProducerNode::Pass& pass : p->passes) {
     const int64_t layers = pass.req->consumer->spec->layers;
@@ -360,10 +364,7 @@ void Sim::Progress(ProducerNode* p) {
 
 void Sim::LayerArrived(Req* req) {
   ConsumerNode* c = req->consumer;
-  // A frozen consumer reads the layer at its thaw.
-  if (const absl::Time thaw = c->frozen.ThawOf(clock_.Now()); thaw > clock_.Now()) {
-    return At(thaw, [this, req] { LayerArrived(req); });
-  }
+  if (AtThaw(c->frozen, [this, req] { LayerArrived(req); })) return;  // read at the thaw
   ++req->layers_in;
   TakeLayer(req);
   Kick(c);
@@ -412,10 +413,9 @@ void Sim::WorkDone(ConsumerNode* c, const ConsumerNode::Work& w) {
 
 void Sim::Kick(ConsumerNode* c) {
   if (c->stepping) return;
-  if (const absl::Time thaw = c->frozen.ThawOf(clock_.Now()); thaw > clock_.Now()) {
+  if (c->frozen.Frozen(clock_.Now())) {  // one step planned at the thaw
     if (!c->kick_at_thaw) {
-      c->kick_at_thaw = true;
-      At(thaw, [this, c] {
+      c->kick_at_thaw = AtThaw(c->frozen, [this, c] {
         c->kick_at_thaw = false;
         Kick(c);
       });

@@ -25,6 +25,11 @@ constexpr char kRawCaveat[] =
     "weights; between different weights the coordinator serves it degraded (refused with "
     "--strict-modes). Count a raw plan only for such a pair.";
 
+bool SearchesRaw(const std::vector<RequestedMode>& policies) {
+  return std::find(policies.begin(), policies.end(), RequestedMode(TransferMode::kRaw)) !=
+         policies.end();
+}
+
 absl::StatusOr<std::vector<RequestedMode>> ParsePolicies(const std::string& text) {
   std::vector<RequestedMode> out;
   for (absl::string_view name : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
@@ -102,8 +107,7 @@ std::string PlanMarkdown(const PlanResult& r, const PlanSpace& space, const SimW
       f.deployment, f.workload, w.rate, w.duration_s, w.ttft_slo_ms, w.tpot_slo_ms,
       space.attainment, f.seeds,
       f.link_gbps > 0 ? absl::StrFormat("; every link %g Gbit/s", f.link_gbps) : "");
-  if (std::find(space.policies.begin(), space.policies.end(), RequestedMode(TransferMode::kRaw)) !=
-      space.policies.end()) {
+  if (SearchesRaw(space.policies)) {
     absl::StrAppend(&out, kRawCaveat, "\n\n");
   }
   for (const auto& [label, i] :
@@ -292,8 +296,7 @@ absl::Status RunPlanCommand(const PlanFlags& f) {
   }
   PlanSpace space;
   SCD_ASSIGN_OR_RETURN(space.policies, ParsePolicies(f.policies));
-  if (f.progress && std::find(space.policies.begin(), space.policies.end(),
-                              RequestedMode(TransferMode::kRaw)) != space.policies.end()) {
+  if (f.progress && SearchesRaw(space.policies)) {
     std::fprintf(stderr, "plan: %s\n", kRawCaveat);
   }
   space.max_producers = f.max_producers;

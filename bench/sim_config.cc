@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "bench/bounded_toml.h"
+#include "bench/sim_faults.h"
 
 namespace scd::bench {
 namespace {
@@ -293,7 +294,7 @@ absl::Status ReadWorkloadTable(const toml::node& node, SimWorkload* w) {
 // Each fault's node is one of the deployment's, within the offered window, shorter than the lease
 // and not overlapping another fault of its node.
 absl::Status CheckSimFaults(const SimWorkload& w, const SimDeployment& d) {
-  std::map<std::string, std::vector<std::pair<double, double>>> spans;
+  std::map<std::string, FrozenSpans> spans;  // each node's, as the simulator will hold them
   for (size_t i = 0; i < w.faults.size(); ++i) {
     const SimFault& f = w.faults[i];
     const std::string where = absl::StrCat("fault[", i, "]");
@@ -308,12 +309,10 @@ absl::Status CheckSimFaults(const SimWorkload& w, const SimDeployment& d) {
       return Invalid(absl::StrCat(where, ".hold_s: ", f.hold_s, " s reaches the lease of ",
                                   d.lease_s, " s (its lapse is not simulated)"));
     }
-    for (const auto& [from, to] : spans[f.node]) {
-      if (f.at_s < to && from < f.at_s + f.hold_s) {
-        return Invalid(absl::StrCat(where, ": overlaps another freeze of ", f.node));
-      }
+    const absl::Time from = absl::UnixEpoch() + absl::Seconds(f.at_s);
+    if (!spans[f.node].Add(from, from + absl::Seconds(f.hold_s)).ok()) {
+      return Invalid(absl::StrCat(where, ": overlaps another freeze of ", f.node));
     }
-    spans[f.node].emplace_back(f.at_s, f.at_s + f.hold_s);
   }
   return absl::OkStatus();
 }
