@@ -17,6 +17,7 @@
 #include "base/status_macros.h"
 #include "bench/sim_nodes.h"
 #include "bench/sim_requests.h"
+#include "bench/sim_run.h"
 #include "consumer/admission.h"
 #include "consumer/step_pacer.h"
 #include "consumer/step_plan.h"
@@ -24,84 +25,15 @@
 #include "proto/node_speeds.h"
 #include "proto/wire_mode.h"
 
-namespace scd::bench {
+namespace scd::bench::sim {
 namespace {
-
-using sim::Admission;
-using sim::BlockCache;
-using sim::Cached;
-using sim::CacheOf;
-using sim::ConsumerInfo;
-using sim::ConsumerNode;
-using sim::FinishedOf;
-using sim::kBlock;
-using sim::Keep;
-using sim::PieceUs;
-using sim::ProducerInfo;
-using sim::ProducerNode;
-using sim::Req;
 
 // The daemon's default (consumer/decode_scheduler.h SchedulerOptions::step_log_interval).
 constexpr absl::Duration kStepLogInterval = absl::Seconds(10);
 
 std::string ModeName(TransferMode mode) { return TransferModeName(mode); }
 
-class Sim {
- public:
-  Sim(const SimDeployment& d, const SimWorkload& w) : d_(d), w_(w), requests_(w), rng_(w.seed) {}
-  absl::StatusOr<ClusterSimResult> Run(double drain_s);
-
- private:
-  void AddNodes();
-  void Heartbeat();
-  void Arrive(std::unique_ptr<Req> req);
-  void Admitted(Req* req, Admission::Admitted admitted);
-  void Advance(ProducerNode* p);
-  void StartPasses(ProducerNode* p);
-  void SendLayer(ProducerNode* p, Req* req, int64_t layer);
-  void Progress(ProducerNode* p);
-  void LayerArrived(Req* req);
-  void TakeLayer(Req* req);
-  void WorkDone(ConsumerNode* c, const ConsumerNode::Work& w);
-  void Kick(ConsumerNode* c);
-  void StepDone(ConsumerNode* c, const consumer::StepPlan& plan, std::vector<Req*> ready,
-                double seconds, double elapsed);
-  absl::Status AddFaults();
-  void FirstToken(Req* req);
-  void Finish(Req* req, absl::StatusCode code);
-  double StepSeconds(ConsumerNode* c, const consumer::StepPlan& plan, std::vector<Req*>* ready);
-  void Account(ConsumerNode* c, const consumer::StepPlan& plan, double seconds);
-  double IdleUs(absl::Time since) const;
-  double IdleFactor(const IdleCost& idle, absl::Time since);
-  void At(absl::Time when, std::function<void()> fire) {
-    ++events_;
-    clock_.At(when, std::move(fire));
-  }
-  // When `spans` hold now (a frozen node): `fire` set for their thaw, and true.
-  bool AtThaw(const FrozenSpans& spans, std::function<void()> fire) {
-    const absl::Time now = clock_.Now(), thaw = spans.ThawOf(now);
-    if (thaw <= now) return false;
-    At(thaw, std::move(fire));
-    return true;
-  }
-
-  const SimDeployment& d_;
-  const SimWorkload& w_;
-  SimRequests requests_;
-  std::mt19937_64 rng_;  // the idle slowdowns' and step noise's draws, in the events' order
-  SimulatedClock clock_;
-  absl::Time start_;
-  std::vector<std::unique_ptr<coordinator::NodeRegistry>> registries_;
-  std::vector<std::unique_ptr<ConsumerNode>> consumers_;
-  std::vector<std::unique_ptr<ProducerNode>> producers_;
-  std::unordered_map<std::string, ConsumerNode*> consumer_by_id_;
-  std::unordered_map<std::string, ProducerNode*> producer_by_id_;
-  std::unordered_map<uint64_t, std::unique_ptr<Req>> live_;
-  std::vector<SimRequestResult> results_;
-  int64_t events_ = 0;
-  bool arrivals_done_ = false;
-  bool ending_ = false;  // past the drain: what is left ends DEADLINE_EXCEEDED
-};
+}  // namespace
 
 void Sim::AddNodes() {
   for (size_t p = 0; p < d_.producers.size(); ++p) {
@@ -164,6 +96,7 @@ absl::Status Sim::AddFaults() {
       return absl::InvalidArgumentError(absl::StrCat("a fault's node '", f.node, "' is none"));
     }
     SCD_RETURN_IF_ERROR(spans->Add(from, to));
+    ScheduleFailover(f, from, to);
   }
   return absl::OkStatus();
 }
@@ -204,7 +137,8 @@ void Sim::Arrive(std::unique_ptr<Req> owned) {
   req->hint.prompt_tokens = req->r.prompt_tokens;
   coordinator::NodeRegistry& registry = *registries_[req->coordinator];
   absl::StatusOr<coordinator::Route> route =
-      registry.Resolve({req->mix->target}, req->mix->mode, &req->hint, 0, w_.objective_ttft_ms);
+      registry.Resolve({req->mix->target}, req->mix->mode, &req->hint, 0, w_.objective_ttft_ms,
+                       /*local_fallback=*/true);  // the clients' requests allow it (unset)
   if (!route.ok()) return Finish(req, route.status().code());
   req->route = *std::move(route);
   registry.NoteRouted(req->route, &req->hint);
@@ -217,22 +151,29 @@ void Sim::Arrive(std::unique_ptr<Req> owned) {
     req->api_us += costs.idle.Share(IdleUs(req->consumer->idle_since)) *
                    std::max(0.0, costs.idle.api_overhead_us - costs.api_overhead_us);
   }
-  res.mode = target.mode;
+  res.mode = req->mode = target.mode;
   res.consumer = req->consumer->id;
   if (target.mode != TransferMode::kLocal) {
     req->producer = producer_by_id_.at(req->route.producer_node);
     res.producer = req->producer->id;
   }
-  const int64_t bytes = req->hint.kv_positions * req->consumer->spec->costs.kv_bytes_per_token;
-  auto admit = [this, req, bytes] {
-    req->consumer->admission->AdmitAsync(
-        bytes, absl::InfiniteFuture(), nullptr,
-        [this, req](Admission::Admitted admitted) { Admitted(req, std::move(admitted)); });
+  Admit(req);
+}
+
+void Sim::Admit(Req* req) {
+  auto admit = [this, req, epoch = req->epoch] {
+    if (Stale(req, epoch)) return;  // it moved while its consumer was frozen
+    const int64_t bytes = req->hint.kv_positions * req->consumer->spec->costs.kv_bytes_per_token;
+    req->consumer->admission->AdmitAsync(bytes, absl::InfiniteFuture(), nullptr,
+                                         [this, req, epoch](Admission::Admitted admitted) {
+                                           Admitted(req, epoch, std::move(admitted));
+                                         });
   };
   if (!AtThaw(req->consumer->frozen, admit)) admit();  // a frozen consumer: at its thaw
 }
 
-void Sim::Admitted(Req* req, Admission::Admitted admitted) {
+void Sim::Admitted(Req* req, uint64_t epoch, Admission::Admitted admitted) {
+  if (Stale(req, epoch)) return;  // it left this consumer: what it was given goes back now
   if (ending_) {
     // The run is over: a request still waiting (its wait ended by the drain) or one a release at
     // the end admitted ran past the time allowed.
@@ -241,14 +182,14 @@ void Sim::Admitted(Req* req, Admission::Admitted admitted) {
   if (!admitted.ok()) return Finish(req, admitted.status().code());
   req->reservation = *std::move(admitted);
   ConsumerNode* c = req->consumer;
-  const TransferMode mode = results_[req->r.id].mode;
-  const int64_t cached = Cached(c->cache.get(), *req, ModeName(mode));
+  const int64_t cached = Cached(c->cache.get(), *req, ModeName(req->mode));
   results_[req->r.id].consumer_cached = cached;
-  if (mode == TransferMode::kLocal) {
+  if (req->mode == TransferMode::kLocal) {
     ConsumerNode::Seq seq;
     seq.req = req;
-    seq.prompt_left = req->r.prompt_tokens - cached;
-    seq.prompt_done = seq.context = cached;
+    seq.epoch = req->epoch;
+    seq.prompt_left = req->r.prompt_tokens + req->tokens - cached;  // a moved stream's tokens too
+    seq.prompt_done = seq.start = seq.context = cached;
     c->seqs.push_back(seq);
     return Kick(c);
   }
@@ -293,7 +234,7 @@ void Sim::StartPasses(ProducerNode* p) {
 // A layer's codes leave as the pass has them, in order on the producer's link.
 void Sim::SendLayer(ProducerNode* p, Req* req, int64_t layer) {
   const SimConsumerPool& pool = *req->consumer->spec;
-  const bool raw = results_[req->r.id].mode == TransferMode::kRaw;
+  const bool raw = req->mode == TransferMode::kRaw;
   const double per_token = raw ? pool.costs.kv_bytes_per_token / 2.0 : pool.code_bytes_per_token;
   const double layer_bytes = static_cast<double>(req->sent) * per_token / pool.layers;
   const SimLink link = d_.LinkOf(p->pool, req->consumer->pool);
@@ -306,7 +247,8 @@ void Sim::SendLayer(ProducerNode* p, Req* req, int64_t layer) {
   p->use.link_s += seconds;
   p->use.link_over_time.Add(absl::ToDoubleSeconds(send - start_), seconds);
   if (layer == 0) req->first_byte = send;
-  At(p->link_free + absl::Microseconds(link.latency_us), [this, req] { LayerArrived(req); });
+  At(p->link_free + absl::Microseconds(link.latency_us),
+     [this, req, epoch = req->epoch] { LayerArrived(req, epoch); });
 }
 
 // The producer's passes brought to now: layers they finished sent, passes done ended, the queue's
@@ -362,9 +304,10 @@ void Sim::Progress(ProducerNode* p) {
      });
 }
 
-void Sim::LayerArrived(Req* req) {
+void Sim::LayerArrived(Req* req, uint64_t epoch) {
+  if (Stale(req, epoch)) return;  // codes for a request that left its producer or consumer
   ConsumerNode* c = req->consumer;
-  if (AtThaw(c->frozen, [this, req] { LayerArrived(req); })) return;  // read at the thaw
+  if (AtThaw(c->frozen, [this, req, epoch] { LayerArrived(req, epoch); })) return;  // at the thaw
   ++req->layers_in;
   TakeLayer(req);
   Kick(c);
@@ -382,8 +325,9 @@ void Sim::TakeLayer(Req* req) {
   }
   ConsumerNode::Work w;
   w.req = req;
+  w.epoch = req->epoch;
   w.rows = w.rows_left = std::max<int64_t>(req->sent, 1);
-  w.raw = results_[req->r.id].mode == TransferMode::kRaw;
+  w.raw = req->mode == TransferMode::kRaw;
   c->work.push_back(w);
 }
 
@@ -393,6 +337,7 @@ void Sim::WorkDone(ConsumerNode* c, const ConsumerNode::Work& w) {
   Req* req = w.req;
   ConsumerNode::Work next;
   next.req = req;
+  next.epoch = w.epoch;
   next.rows = next.rows_left = 1;
   switch (w.kind) {
     case ConsumerNode::Kind::kLayer:
@@ -406,13 +351,14 @@ void Sim::WorkDone(ConsumerNode* c, const ConsumerNode::Work& w) {
       c->work.push_back(next);
       return;
     case ConsumerNode::Kind::kLogits:
-      c->ready.push_back(req);
+      c->ready.push_back({req, w.epoch});
       return;
   }
 }
 
 void Sim::Kick(ConsumerNode* c) {
   if (c->stepping) return;
+  Purge(c);
   if (c->frozen.Frozen(clock_.Now())) {  // one step planned at the thaw
     if (!c->kick_at_thaw) {
       c->kick_at_thaw = AtThaw(c->frozen, [this, c] {
@@ -442,9 +388,9 @@ void Sim::Kick(ConsumerNode* c) {
     c->idle = true;
     return;
   }
-  std::vector<Req*> ready;
+  std::vector<ConsumerNode::Ready> ready;
   ready.swap(c->ready);
-  double seconds = StepSeconds(c, plan, &ready);
+  double seconds = StepSeconds(c, plan, ready);
   if (c->idle) seconds *= IdleFactor(k.idle, c->idle_since);
   c->idle = false;
   c->stepping = true;
@@ -472,7 +418,8 @@ double Sim::IdleFactor(const IdleCost& idle, absl::Time since) {
 // The step's time by the profile: its decodes, its prompt chunks (each token against the context
 // before it; a prompt's fixed cost with its first chunk), its rebuild pieces (a row is one
 // layer's share of a token) and the first decodes of caches completed.
-double Sim::StepSeconds(ConsumerNode* c, const consumer::StepPlan& plan, std::vector<Req*>* ready) {
+double Sim::StepSeconds(ConsumerNode* c, const consumer::StepPlan& plan,
+                        const std::vector<ConsumerNode::Ready>& ready) {
   const NodeProfile& k = c->spec->costs;
   double forward_us = 0, context = 0;
   for (const consumer::StepPlan::Member& m : plan.batch) {
@@ -484,7 +431,7 @@ double Sim::StepSeconds(ConsumerNode* c, const consumer::StepPlan& plan, std::ve
     const double n = static_cast<double>(m.chunk), done = static_cast<double>(s.prompt_done);
     forward_us +=
         k.prefill.per_token_us * n + k.prefill.per_token_context_us * (n * done + n * (n + 1) / 2);
-    if (s.prompt_done == results_[s.req->r.id].consumer_cached) forward_us += k.prefill.fixed_us;
+    if (s.prompt_done == s.start) forward_us += k.prefill.fixed_us;
   }
   if (plan.decodes > 0) forward_us += k.decode_step.At(plan.decodes, static_cast<int64_t>(context));
   // The step as the real one runs it: over or under its cost by the measured spread, which the
@@ -508,7 +455,9 @@ double Sim::StepSeconds(ConsumerNode* c, const consumer::StepPlan& plan, std::ve
     }
   }
   double first_us = 0;
-  for (Req* req : *ready) first_us += k.first_decode.At(static_cast<double>(req->r.prompt_tokens));
+  for (const ConsumerNode::Ready& r : ready) {
+    first_us += k.first_decode.At(static_cast<double>(r.req->r.prompt_tokens));
+  }
   first_us *= noise;
   // As the daemon's scheduler: the time it had for chunks after the pieces' estimates.
   c->pacer.Observe(plan.decodes, plan.prefill_tokens, forward_us / 1e6, plan.chunk_allowed);
@@ -536,8 +485,8 @@ void Sim::Account(ConsumerNode* c, const consumer::StepPlan& plan, double second
   }
 }
 
-void Sim::StepDone(ConsumerNode* c, const consumer::StepPlan& plan, std::vector<Req*> ready,
-                   double seconds, double elapsed) {
+void Sim::StepDone(ConsumerNode* c, const consumer::StepPlan& plan,
+                   std::vector<ConsumerNode::Ready> ready, double seconds, double elapsed) {
   c->stepping = false;
   c->use.busy_s += seconds;
   c->use.busy_over_time.Add(absl::ToDoubleSeconds(clock_.Now() - start_) - seconds, seconds);
@@ -546,14 +495,17 @@ void Sim::StepDone(ConsumerNode* c, const consumer::StepPlan& plan, std::vector<
   for (const consumer::StepPlan::Piece& piece : plan.pieces) {
     c->work[piece.work].rows_left -= piece.rows;
   }
-  while (!c->work.empty() && c->work.front().rows_left <= 0) {
+  // Work done, or of a request that left while the step ran (dropped).
+  while (!c->work.empty() &&
+         (c->work.front().rows_left <= 0 || Stale(c->work.front().req, c->work.front().epoch))) {
     const ConsumerNode::Work w = c->work.front();
     c->work.pop_front();
-    WorkDone(c, w);
+    if (!Stale(w.req, w.epoch)) WorkDone(c, w);
   }
   std::vector<Req*> done;
   for (const consumer::StepPlan::Member& m : plan.batch) {
     ConsumerNode::Seq& s = c->seqs[m.sequence];
+    if (Stale(s.req, s.epoch)) continue;
     s.context += m.chunk == 0 ? 1 : m.chunk;
     if (m.chunk == 0) {
       if (++s.req->tokens >= s.req->r.output_tokens) done.push_back(s.req);
@@ -563,35 +515,49 @@ void Sim::StepDone(ConsumerNode* c, const consumer::StepPlan& plan, std::vector<
     s.prompt_done += m.chunk;
     if (s.prompt_left > 0) continue;
     s.decoding = true;
-    FirstToken(s.req);
+    PrefillDone(s.req);
     if (s.req->tokens >= s.req->r.output_tokens) done.push_back(s.req);
   }
-  for (Req* req : ready) {
+  for (const ConsumerNode::Ready& r : ready) {
+    if (Stale(r.req, r.epoch)) continue;
+    Req* req = r.req;
     req->first_decode_us =
         c->spec->costs.first_decode.At(static_cast<double>(req->r.prompt_tokens));
-    FirstToken(req);
     ConsumerNode::Seq seq;
     seq.req = req;
-    seq.decoding = true;
-    seq.context = req->r.prompt_tokens;
+    seq.epoch = req->epoch;
+    seq.context = seq.prompt_done = seq.start = req->r.prompt_tokens;
+    if (req->tokens > 0) {
+      seq.prompt_left = req->tokens;  // a moved stream: its tokens prefilled on the codes' cache
+    } else {
+      PrefillDone(req);
+      seq.decoding = true;
+      if (req->tokens >= req->r.output_tokens) done.push_back(req);
+    }
     c->seqs.push_back(seq);
-    if (req->tokens >= req->r.output_tokens) done.push_back(req);
   }
   c->seqs.erase(std::remove_if(c->seqs.begin(), c->seqs.end(),
                                [&done](const ConsumerNode::Seq& s) {
-                                 return std::find(done.begin(), done.end(), s.req) != done.end();
+                                 return Stale(s.req, s.epoch) ||
+                                        std::find(done.begin(), done.end(), s.req) != done.end();
                                }),
                 c->seqs.end());
   for (Req* req : done) Finish(req, absl::StatusCode::kOk);
   Kick(c);
 }
 
-void Sim::FirstToken(Req* req) {
-  req->first_token = clock_.Now();
-  req->tokens = 1;
-  registries_[req->coordinator]->NoteFirstToken(req->route, 0);
+void Sim::PrefillDone(Req* req) {
+  if (req->first_token == absl::InfinitePast()) {
+    req->first_token = clock_.Now();
+    req->tokens = 1;
+  } else {
+    ++req->tokens;  // a moved stream's next token
+  }
+  const coordinator::Route& route =
+      req->moved_routes.empty() ? req->route : req->moved_routes.back();
+  registries_[req->coordinator]->NoteFirstToken(route, 0);
   ConsumerNode* c = req->consumer;
-  Keep(c->cache.get(), *req, ModeName(results_[req->r.id].mode), c->spec->costs.kv_bytes_per_token);
+  Keep(c->cache.get(), *req, ModeName(req->mode), c->spec->costs.kv_bytes_per_token);
 }
 
 void Sim::Finish(Req* req, absl::StatusCode code) {
@@ -602,17 +568,22 @@ void Sim::Finish(Req* req, absl::StatusCode code) {
   if (!req->route.targets.empty()) {
     coordinator::NodeRegistry& registry = *registries_[req->coordinator];
     registry.RoutedDone(req->route);
+    for (const coordinator::Route& moved : req->moved_routes) registry.RoutedDone(moved);
     if (code == absl::StatusCode::kOk) {
       const double api_s = 1e-6 * req->api_us;
       res.ttft_s = api_s + absl::ToDoubleSeconds(req->first_token - req->arrival);
       res.e2el_s = api_s + absl::ToDoubleSeconds(clock_.Now() - req->arrival);
       const v1::Finished finished = FinishedOf(*req, res, clock_.Now());
-      registry.ObserveFinished(req->route, req->route.targets[0], finished);
+      const coordinator::Route& route =
+          req->moved_routes.empty() ? req->route : req->moved_routes.back();
+      registry.ObserveFinished(route, route.targets[0], finished);
       req->consumer->speeds.ObserveFinished(finished);
       ++req->consumer->use.served;
     }
   }
   owned->reservation.reset();  // may admit a waiting request here
+  // A request that left a node may still be named by what that node holds (stale, bench/sim_run.h).
+  if (owned->epoch > 0) left_nodes_.push_back(std::move(owned));
 }
 
 absl::StatusOr<ClusterSimResult> Sim::Run(double drain_s) {
@@ -624,6 +595,7 @@ absl::StatusOr<ClusterSimResult> Sim::Run(double drain_s) {
   for (int64_t i = 0; i < d_.coordinators; ++i) {
     registries_.push_back(std::make_unique<coordinator::NodeRegistry>(options, &clock_));
   }
+  probing_.assign(registries_.size(), false);
   AddNodes();
   SCD_RETURN_IF_ERROR(AddFaults());
   Heartbeat();
@@ -667,12 +639,14 @@ absl::StatusOr<ClusterSimResult> Sim::Run(double drain_s) {
   return out;
 }
 
-}  // namespace
+}  // namespace scd::bench::sim
+
+namespace scd::bench {
 
 absl::StatusOr<ClusterSimResult> RunClusterSim(const SimDeployment& deployment,
                                                const SimWorkload& workload, double drain_s) {
   SCD_RETURN_IF_ERROR(CheckSimWorkload(workload, deployment));
-  Sim sim(deployment, workload);
+  sim::Sim sim(deployment, workload);
   return sim.Run(drain_s);
 }
 

@@ -19,7 +19,11 @@
 //     to the consumer, which rebuilds each layer as it arrives;
 //   - prefix caches as LRU sets of blocks within their budget (a consumer's per mode);
 //   - the workload's faults (bench/sim_faults.h): a frozen node computes nothing, sends no
-//     heartbeat and takes calls and codes at its thaw.
+//     heartbeat and takes calls and codes at its thaw; frozen past the keepalives, the cluster
+//     answers as the daemons do (bench/sim_failover.cc): each coordinator's registry ejects it
+//     (NoteUnreachable) and probes it back (TakeDueProbes, NoteProbe), its streams move to a live
+//     replica (ResolveMove), its transfers fail into the consumers' own prefill, and requests
+//     route local while no producer is live (the clients allow the fallback).
 // Requests go to the coordinators in turn. A request's TTFT and end-to-end latency are the
 // client's: the consumer's own plus its pool profile's api overhead (the call through the
 // coordinator, the tokens' way back), which no node's work waits on. A node's first work after it
@@ -49,6 +53,8 @@ struct SimRequestResult {
   size_t mix = 0;
   absl::StatusCode code = absl::StatusCode::kOk;  // not OK: refused (routing, admission)
   TransferMode mode = TransferMode::kLocal;       // as routed
+  int moves = 0;           // its stream moved to another replica (its consumer lost)
+  bool fell_back = false;  // its transfer failed (its producer lost): its consumer's own prefill
   int64_t producer_cached = 0, consumer_cached = 0;
   double ttft_s = 0, e2el_s = 0;
   std::string consumer, producer;  // node names ("fables-3"); producer "" when local

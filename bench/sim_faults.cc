@@ -1,6 +1,7 @@
 #include "bench/sim_faults.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 
 namespace scd::bench {
@@ -48,6 +49,16 @@ absl::Duration FrozenSpans::Active(absl::Time from, absl::Time to) const {
     active -= std::min(b, to) - std::max(a, from);
   }
   return active;
+}
+
+std::optional<absl::Time> KeepaliveGivesUp(absl::Time grid_start, absl::Duration interval,
+                                           absl::Duration timeout, absl::Time from, absl::Time to) {
+  if (interval <= absl::ZeroDuration() || from < grid_start) return std::nullopt;
+  const absl::Time ping =
+      grid_start + interval * std::ceil(absl::FDivDuration(from - grid_start, interval));
+  const absl::Time deadline = ping + timeout;
+  if (deadline >= to) return std::nullopt;  // the thaw answers it in time
+  return deadline;
 }
 
 }  // namespace scd::bench

@@ -3,13 +3,15 @@
 // computes nothing, sends no heartbeat and takes no call: its work in flight stops and goes on at
 // the thaw (a step ends that much later, a producer's passes make no progress), and the calls and
 // codes that reach it wait in its sockets until then. FrozenSpans is a node's freezes and the
-// arithmetic of work around them. The soak's other faults (a kill and restart, with the
-// coordinator moving the streams the node held; a flap; etcd's restart; a coordinator replaced)
-// are not simulated yet: bench/sim_config.h refuses them naming the fault.
+// arithmetic of work around them; KeepaliveGivesUp when a connection to a frozen node declares it
+// dead (the cluster's answer to that is bench/sim_failover.cc's). The soak's other faults (a kill
+// and restart; a flap; etcd's restart; a coordinator replaced) are not simulated yet:
+// bench/sim_config.h refuses them naming the fault.
 // Thread-safety: a value.
 #ifndef SCD_BENCH_SIM_FAULTS_H_
 #define SCD_BENCH_SIM_FAULTS_H_
 
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -34,6 +36,14 @@ class FrozenSpans {
  private:
   std::vector<std::pair<absl::Time, absl::Time>> spans_;  // sorted, disjoint
 };
+
+// When a connection that pings its peer every `interval` (pings on a grid from `grid_start`)
+// and declares it dead after `timeout` without an answer gives up on a peer frozen over
+// [from, to): the first ping sent into the freeze goes unanswered until the thaw, so the deadline
+// is that ping's plus `timeout` -- none when the thaw answers it in time (gRPC's keepalive; its
+// timer, reset by traffic in newer releases, taken as a fixed grid).
+std::optional<absl::Time> KeepaliveGivesUp(absl::Time grid_start, absl::Duration interval,
+                                           absl::Duration timeout, absl::Time from, absl::Time to);
 
 }  // namespace scd::bench
 

@@ -112,19 +112,19 @@ v1::Finished FinishedOf(const Req& req, const SimRequestResult& res, absl::Time 
   f.set_reason("length");
   f.set_prompt_tokens(static_cast<uint32_t>(req.r.prompt_tokens));
   f.set_output_tokens(static_cast<uint32_t>(req.r.output_tokens));
-  SetRanMode(res.mode, &f);
+  SetRanMode(req.mode, &f);
   f.set_producer_cached_tokens(static_cast<uint32_t>(res.producer_cached));
   f.set_consumer_cached_tokens(static_cast<uint32_t>(res.consumer_cached));
   v1::Timings* t = f.mutable_timings();
   const double ttft_us = absl::ToDoubleMicroseconds(req.first_token - req.arrival);
   t->set_ttft(static_cast<uint64_t>(ttft_us));
   t->set_total(static_cast<uint64_t>(absl::ToDoubleMicroseconds(now - req.arrival)));
-  if (res.mode == TransferMode::kLocal) {
+  if (req.mode == TransferMode::kLocal) {
     t->set_prefill(static_cast<uint64_t>(ttft_us));
     return f;
   }
   const SimConsumerPool& pool = *req.consumer->spec;
-  const double per_token = res.mode == TransferMode::kRaw ? pool.costs.kv_bytes_per_token / 2.0
+  const double per_token = req.mode == TransferMode::kRaw ? pool.costs.kv_bytes_per_token / 2.0
                                                           : pool.code_bytes_per_token;
   f.set_payload_bytes(static_cast<uint64_t>(static_cast<double>(req.sent) * per_token));
   t->set_prefill(static_cast<uint64_t>(req.prefill_us));

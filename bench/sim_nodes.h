@@ -11,6 +11,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -61,9 +62,12 @@ struct ConsumerNode {
   std::optional<consumer::StepLog> step_log;
   struct Seq {
     Req* req = nullptr;
+    uint64_t epoch = 0;  // its request's when it came (Stale)
     bool decoding = false;
-    int64_t prompt_left = 0, prompt_done = 0;  // local prompt positions to run / run
-    int64_t context = 0;                       // positions in its cache
+    // Local positions to run / run (the prompt's; a moved stream's tokens after its prompt), and
+    // where the run began (its first chunk pays the prefill's fixed cost).
+    int64_t prompt_left = 0, prompt_done = 0, start = 0;
+    int64_t context = 0;  // positions in its cache
   };
   std::vector<Seq> seqs;
   // Rebuild work in the scheduler's queue, as the daemon's receive hands it in
@@ -73,6 +77,7 @@ struct ConsumerNode {
   enum class Kind { kLayer, kTail, kLogits };
   struct Work {
     Req* req = nullptr;
+    uint64_t epoch = 0;
     Kind kind = Kind::kLayer;
     int64_t rows = 0, rows_left = 0;
     bool raw = false;  // raw KV: copied, not priced against the step's budget
@@ -80,7 +85,11 @@ struct ConsumerNode {
     int layers() const { return kind == Kind::kLogits || raw ? 0 : 1; }
   };
   std::deque<Work> work;
-  std::vector<Req*> ready;  // caches complete, their first decode due
+  struct Ready {
+    Req* req = nullptr;
+    uint64_t epoch = 0;
+  };
+  std::vector<Ready> ready;  // caches complete, their first decode due
   bool stepping = false;
   FrozenSpans frozen;         // its freezes (the workload's faults)
   bool kick_at_thaw = false;  // a Kick while frozen set one for the thaw
@@ -128,6 +137,15 @@ struct Req {
   const SimMix* mix = nullptr;
   size_t coordinator = 0;
   coordinator::Route route;
+  // Bumped each time the request leaves a node (a move, a fallback): entries a node holds of an
+  // older epoch are stale (bench/sim_run.h).
+  uint64_t epoch = 0;
+  TransferMode mode = TransferMode::kLocal;  // as it runs now (local after a fallback)
+  bool fell_back = false;
+  // A moved stream's: the replicas given up, and the routes its moves took (each counted as load
+  // until the request ends, as the coordinator's moved calls are).
+  std::set<std::string> given_up;
+  std::vector<coordinator::Route> moved_routes;
   coordinator::PrefixHint hint;
   ConsumerNode* consumer = nullptr;
   ProducerNode* producer = nullptr;
@@ -164,6 +182,9 @@ double PieceUs(const NodeProfile& k, int64_t layers, const ConsumerNode::Work& w
 // What `req`'s consumer reports when it ends OK at `now` (its `res`: the mode it ran, what was
 // cached): the coordinator's and the tracker's input, as a real consumer's Finished.
 v1::Finished FinishedOf(const Req& req, const SimRequestResult& res, absl::Time now);
+
+// Whether an entry a node took at `epoch` is of a request that left it since.
+inline bool Stale(const Req* req, uint64_t epoch) { return req->epoch != epoch; }
 
 // Puts `req`'s blocks into the cache (what its pass or rebuild left there; null: nothing).
 void Keep(BlockCache* cache, const Req& req, const std::string& mode, int64_t bytes_per_token);

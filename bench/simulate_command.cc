@@ -51,8 +51,10 @@ nlohmann::json PerStreamJson(const ClusterSimResult& r) {
 std::string SimulateJson(const ClusterSimResult& r, const SimWorkload& w, bool per_request) {
   std::vector<double> ttft, tpot, e2el;
   std::map<std::string, int64_t> modes, failures;
-  int64_t good = 0, output_tokens = 0;
+  int64_t good = 0, output_tokens = 0, moves = 0, fallbacks = 0;
   for (const SimRequestResult& q : r.requests) {
+    moves += q.moves;
+    fallbacks += q.fell_back ? 1 : 0;
     if (q.code != absl::StatusCode::kOk) {
       ++failures[absl::StatusCodeToString(q.code)];
       continue;
@@ -91,6 +93,8 @@ std::string SimulateJson(const ClusterSimResult& r, const SimWorkload& w, bool p
                       {"failed", r.requests.size() - ttft.size()},
                       {"failures_by_code", failures},
                       {"modes", modes},
+                      {"moves", moves},          // streams moved off a node lost
+                      {"fallbacks", fallbacks},  // transfers failed into local prefill
                       {"good", good},
                       {"goodput", static_cast<double>(good) / seconds},
                       {"request_throughput", static_cast<double>(ttft.size()) / seconds},

@@ -4,7 +4,8 @@
 // tail and the first decode, each layer in steps of its own; the same run twice gives the same
 // results; under load every request ends, admission queueing, not losing them; what still runs past
 // the drain ends DEADLINE_EXCEEDED, once, wherever it waited; a frozen node does nothing until its
-// thaw.
+// thaw, and one frozen past the keepalives is ejected, its streams moved and its transfers failed
+// into the consumers' own prefill, as the coordinator does.
 #include "bench/cluster_sim.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -415,11 +417,14 @@ TEST(ClusterSimTest, WhatStillRunsPastTheDrainEndsDeadlineExceededWaitingOrNot) 
   EXPECT_EQ(ok + late, 200);
 }
 
-// The soak's freeze replayed (bench/sim_faults.h), on a lone request arriving at 1 s: a consumer
-// frozen for 2 s from 1 ms into its prefill step ends that step 2 s later, so the first token and
-// the end come 2 s later and the tokens stay as far apart; a request arriving at a consumer
-// frozen from 0.5 s to 2.5 s is taken at the thaw, 1.5 s late; a producer frozen for 2 s inside
-// a pass (~6 ms) sends every layer's codes, and so the first token, 2 s later.
+// The soak's freeze replayed (bench/sim_faults.h), shorter than the keepalives' patience (the
+// coordinator's pings every 0.5 s from the start, 1 s to answer; the transfer sessions' every
+// 0.25 s, 0.75 s: a freeze from 1.001 s meets pings whose deadlines are 2.5 s and 2 s), on a lone
+// request arriving at 1 s: a consumer frozen for 0.9 s from 1 ms into its prefill step ends that
+// step 0.9 s later, so the first token and the end come 0.9 s later and the tokens stay as far
+// apart; a request arriving at a consumer frozen from 0.5 s to 1.4 s is taken at the thaw, 0.4 s
+// late; a producer frozen for 0.9 s inside a pass (~6 ms) sends every layer's codes, and so the
+// first token, 0.9 s later.
 TEST(ClusterSimTest, AFrozenNodeDoesNothingUntilItsThaw) {
   const SimDeployment d = Deployment(1, 100, 4);
   SimWorkload local = Workload("local", 1, 1.5, 100, 5);
@@ -427,31 +432,137 @@ TEST(ClusterSimTest, AFrozenNodeDoesNothingUntilItsThaw) {
   ASSERT_TRUE(plain.ok()) << plain.status();
   const SimRequestResult a = plain->requests.at(0);
   ASSERT_EQ(a.arrival_s, 1);
-  local.faults = {{SimFaultKind::kFreeze, "c-0", 1.001, 2}};
+  local.faults = {{SimFaultKind::kFreeze, "c-0", 1.001, 0.9}};
   absl::StatusOr<ClusterSimResult> mid = RunClusterSim(d, local);
   ASSERT_TRUE(mid.ok()) << mid.status();
   const SimRequestResult& b = mid->requests.at(0);
   ASSERT_EQ(b.code, absl::StatusCode::kOk);
-  EXPECT_NEAR(b.ttft_s - a.ttft_s, 2, 1e-6);
-  EXPECT_NEAR(b.e2el_s - a.e2el_s, 2, 1e-6);
+  EXPECT_EQ(b.moves, 0);
+  EXPECT_NEAR(b.ttft_s - a.ttft_s, 0.9, 1e-6);
+  EXPECT_NEAR(b.e2el_s - a.e2el_s, 0.9, 1e-6);
   EXPECT_NEAR(b.tpot_s(), a.tpot_s(), 1e-9);
   EXPECT_NEAR(mid->nodes.back().busy_s, plain->nodes.back().busy_s, 1e-9);  // none of it worked
-  local.faults = {{SimFaultKind::kFreeze, "c-0", 0.5, 2}};
+  local.faults = {{SimFaultKind::kFreeze, "c-0", 0.5, 0.9}};
   absl::StatusOr<ClusterSimResult> before = RunClusterSim(d, local);
   ASSERT_TRUE(before.ok()) << before.status();
-  EXPECT_NEAR(before->requests.at(0).ttft_s - a.ttft_s, 1.5, 1e-6);
+  EXPECT_NEAR(before->requests.at(0).ttft_s - a.ttft_s, 0.4, 1e-6);
   EXPECT_NEAR(before->requests.at(0).tpot_s(), a.tpot_s(), 1e-9);
 
   SimWorkload scd = Workload("scd", 1, 1.5, 100, 3);
   absl::StatusOr<ClusterSimResult> codes = RunClusterSim(d, scd);
   ASSERT_TRUE(codes.ok()) << codes.status();
   ASSERT_GT(ProducerCosts().prefill.At(99, 0), 2000);  // the pass outlasts the freeze's start
-  scd.faults = {{SimFaultKind::kFreeze, "base-0", 1.001, 2}};
+  scd.faults = {{SimFaultKind::kFreeze, "base-0", 1.001, 0.9}};
   absl::StatusOr<ClusterSimResult> producer = RunClusterSim(d, scd);
   ASSERT_TRUE(producer.ok()) << producer.status();
   ASSERT_EQ(producer->requests.at(0).mode, TransferMode::kScd);
-  EXPECT_NEAR(producer->requests.at(0).ttft_s - codes->requests.at(0).ttft_s, 2, 1e-6);
+  EXPECT_FALSE(producer->requests.at(0).fell_back);
+  EXPECT_NEAR(producer->requests.at(0).ttft_s - codes->requests.at(0).ttft_s, 0.9, 1e-6);
   EXPECT_NEAR(producer->nodes.front().busy_s, codes->nodes.front().busy_s, 1e-9);
+}
+
+// A consumer frozen past the coordinator's keepalive (from 1.001 s for 3 s: given up at 2.5 s) is
+// ejected and its streams move to the other replica (coordinator/routed_request.h `move`): a lone
+// request frozen in its prefill is prefilled again there from 2.5 s, its first token 1.5 s later
+// than unfrozen and its tokens as far apart; alone on a consumer with no other replica it ends
+// UNAVAILABLE, as the real coordinator ends a stream it cannot move.
+TEST(ClusterSimTest, AConsumerLostToItsCoordinatorHasItsStreamsMovedToAnotherReplica) {
+  const SimDeployment two = Deployment(2, 100, 4);
+  SimWorkload w = Workload("local", 1, 1.5, 100, 5);
+  absl::StatusOr<ClusterSimResult> plain = RunClusterSim(two, w);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  const SimRequestResult a = plain->requests.at(0);
+  w.faults = {{SimFaultKind::kFreeze, a.consumer, 1.001, 3}};
+  absl::StatusOr<ClusterSimResult> moved = RunClusterSim(two, w);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  const SimRequestResult& b = moved->requests.at(0);
+  ASSERT_EQ(b.code, absl::StatusCode::kOk);
+  EXPECT_EQ(b.moves, 1);
+  EXPECT_NE(b.consumer, a.consumer);
+  EXPECT_NEAR(b.ttft_s - a.ttft_s, 1.5, 1e-6);
+  EXPECT_NEAR(b.tpot_s(), a.tpot_s(), 1e-9);
+
+  absl::StatusOr<ClusterSimResult> alone = RunClusterSim(Deployment(1, 100, 4), w);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_EQ(alone->requests.at(0).code, absl::StatusCode::kUnavailable);
+}
+
+// Under load (20 requests/s of 50 tokens, ~0.14 s each, both replicas busy), a replica frozen
+// from 1.081 s to 4.081 s, while it streams the requests of 1 s and 1.05 s: every request ends
+// OK; those it held when its coordinator gave up on it (2.5 s) moved, mid-stream ones with their
+// tokens so far prefilled on the other; none arriving while it is out of routing goes to it (2.5
+// s until its probes, every 0.2 s from then, fail at 3 s and 3.8 s, pass at the thaw and at 4.3
+// s), and it serves again afterwards.
+TEST(ClusterSimTest, AnEjectedConsumerGetsNoRequestUntilItsProbesPassThenServesAgain) {
+  const SimDeployment two = Deployment(2, 100, 4);
+  SimWorkload w = Workload("local", 20, 6, 100, 50);
+  absl::StatusOr<ClusterSimResult> plain = RunClusterSim(two, w);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  std::set<std::string> used;
+  for (const SimRequestResult& q : plain->requests) used.insert(q.consumer);
+  ASSERT_EQ(used.size(), 2u);  // the load spreads over both
+  w.faults = {{SimFaultKind::kFreeze, "c-0", 1.081, 3}};
+  absl::StatusOr<ClusterSimResult> r = RunClusterSim(two, w);
+  ASSERT_TRUE(r.ok()) << r.status();
+  int moved = 0, after = 0;
+  for (const SimRequestResult& q : r->requests) {
+    ASSERT_EQ(q.code, absl::StatusCode::kOk) << q.arrival_s;
+    moved += q.moves;
+    if (q.arrival_s > 2.5 && q.arrival_s < 4.3) {
+      EXPECT_EQ(q.consumer, "c-1") << q.arrival_s;
+    }
+    if (q.arrival_s > 4.3 && q.consumer == "c-0") ++after;
+    if (q.moves > 0) {
+      EXPECT_EQ(q.consumer, "c-1");
+      EXPECT_LT(q.arrival_s, 2.5);
+    }
+  }
+  EXPECT_GT(moved, 0);
+  EXPECT_GT(after, 0);
+  // The sequence frozen mid-stream: its first token came before the freeze.
+  EXPECT_TRUE(std::any_of(r->requests.begin(), r->requests.end(), [](const SimRequestResult& q) {
+    return q.moves > 0 && q.arrival_s + q.ttft_s < 1.081;
+  }));
+}
+
+// A producer frozen past its sessions' keepalive and its coordinator's, one lone request at a time
+// (100 prompt tokens, a consumer's own prefill L): a transfer whose pass runs at the freeze
+// (1.001 s) fails at the sessions' give-up (2 s) into the consumer's own prefill, first token at
+// 1 s + L; with a freeze from 0.3 s to 3.3 s, a request at 1 s waits in the producer's queue until
+// the coordinator gives up on it (1.5 s: 0.5 s + L); at 2 s and 3 s the producer is out of
+// routing and the requests route local, the clients allowing the fallback (L); at 4 s its probes
+// passed twice after the thaw (3.3 s, 3.5 s) and codes are back.
+TEST(ClusterSimTest, AProducerLostFailsItsTransfersIntoTheConsumersOwnPrefill) {
+  const SimDeployment d = Deployment(1, 100, 4);
+  absl::StatusOr<ClusterSimResult> local = RunClusterSim(d, Workload("local", 1, 1.5, 100, 3));
+  ASSERT_TRUE(local.ok()) << local.status();
+  const double l = local->requests.at(0).ttft_s;
+  SimWorkload scd = Workload("scd", 1, 1.5, 100, 3);
+  scd.faults = {{SimFaultKind::kFreeze, "base-0", 1.001, 3}};
+  absl::StatusOr<ClusterSimResult> running = RunClusterSim(d, scd);
+  ASSERT_TRUE(running.ok()) << running.status();
+  const SimRequestResult& q = running->requests.at(0);
+  ASSERT_EQ(q.code, absl::StatusCode::kOk);
+  EXPECT_EQ(q.mode, TransferMode::kScd);  // as routed
+  EXPECT_TRUE(q.fell_back);
+  EXPECT_NEAR(q.ttft_s, 1 + l, 1e-6);
+
+  scd = Workload("scd", 1, 4.5, 100, 3);
+  scd.faults = {{SimFaultKind::kFreeze, "base-0", 0.3, 3}};
+  absl::StatusOr<ClusterSimResult> r = RunClusterSim(d, scd);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->requests.size(), 4u);
+  for (const SimRequestResult& x : r->requests) ASSERT_EQ(x.code, absl::StatusCode::kOk);
+  EXPECT_TRUE(r->requests[0].fell_back);
+  EXPECT_EQ(r->requests[0].mode, TransferMode::kScd);
+  EXPECT_NEAR(r->requests[0].ttft_s, 0.5 + l, 1e-6);
+  for (size_t i : {1, 2}) {
+    EXPECT_EQ(r->requests[i].mode, TransferMode::kLocal) << i;
+    EXPECT_FALSE(r->requests[i].fell_back);
+    EXPECT_NEAR(r->requests[i].ttft_s, l, 1e-6) << i;
+  }
+  EXPECT_EQ(r->requests[3].mode, TransferMode::kScd);
+  EXPECT_FALSE(r->requests[3].fell_back);
 }
 
 // A fault the deployment cannot take is refused before the run, naming it.

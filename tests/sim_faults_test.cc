@@ -1,7 +1,8 @@
 // FrozenSpans, the simulator's freezes (bench/sim_faults.h), against sums by hand: work around
 // one or two freezes ends as late as the freezes it meets, the active time in a window is the
 // window less what the freezes cover, and a freeze that overlaps another or does not last is
-// refused.
+// refused; a keepalive gives up on a frozen peer at the deadline of the first ping sent into the
+// freeze, unless the thaw answers it first.
 #include "bench/sim_faults.h"
 
 #include <gtest/gtest.h>
@@ -53,6 +54,22 @@ TEST(FrozenSpansTest, AFreezeThatOverlapsAnotherOrDoesNotLastIsRefused) {
   EXPECT_TRUE(f.Add(T(13), T(14)).ok());  // from the thaw on
   EXPECT_TRUE(f.Add(T(5), T(10)).ok());   // up to the freeze
   EXPECT_EQ(f.EndOf(T(4), absl::Seconds(2)), T(15));
+}
+
+// Pings every 0.5 s from 0, 1 s to answer: a freeze from 1.2 s meets the ping at 1.5 s, whose
+// deadline is 2.5 s; a freeze from exactly 1.5 s the same ping; a thaw at or before the deadline
+// answers it (no give-up), however many pings went unanswered meanwhile.
+TEST(KeepaliveTest, GivesUpAtTheDeadlineOfTheFirstPingIntoTheFreeze) {
+  const absl::Duration every = absl::Milliseconds(500), timeout = absl::Seconds(1);
+  EXPECT_EQ(KeepaliveGivesUp(T(0), every, timeout, T(1.2), T(4)), T(2.5));
+  EXPECT_EQ(KeepaliveGivesUp(T(0), every, timeout, T(1.5), T(4)), T(2.5));
+  EXPECT_EQ(KeepaliveGivesUp(T(0), every, timeout, T(1.2), T(2.5)), std::nullopt);
+  EXPECT_EQ(KeepaliveGivesUp(T(0), every, timeout, T(1.2), T(2.4)), std::nullopt);
+  EXPECT_EQ(KeepaliveGivesUp(T(0), every, timeout, T(1.2), T(2.6)), T(2.5));
+  // The gRPC transport's sessions: every 250 ms, 750 ms to answer.
+  EXPECT_EQ(
+      KeepaliveGivesUp(T(0), absl::Milliseconds(250), absl::Milliseconds(750), T(1.001), T(3)),
+      T(2));
 }
 
 }  // namespace

@@ -1,0 +1,130 @@
+// The cluster simulator's run (bench/cluster_sim.h): its state and the events that advance it,
+// private to the simulator's two files of one concept each:
+//   - bench/cluster_sim.cc, the nodes' work: arrivals routed, admission, producers' passes, codes
+//     on the links, consumers' steps, the end of each request;
+//   - bench/sim_failover.cc, the cluster's answer to a node lost (the workload's faults): each
+//     coordinator's connection to a frozen node gives up on its keepalive, the real registry
+//     ejects the node (NoteUnreachable) and probes it back (TakeDueProbes, NoteProbe), the
+//     streams its consumer held move to another replica (ResolveMove), the transfers its producer
+//     held fail into their consumers' own prefill.
+// A request that leaves a node (a move, a fallback) bumps its epoch: what the node still holds of
+// it (a sequence, rebuild work, codes on their way, an admission's answer) is stale from then on,
+// dropped where the node next reads it -- a node frozen mid-step drops it at the step's end, as
+// the daemon finds its call cancelled at the thaw.
+// Thread-safety: not thread-safe (the simulation's one thread).
+#ifndef SCD_BENCH_SIM_RUN_H_
+#define SCD_BENCH_SIM_RUN_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "base/simulated_clock.h"
+#include "bench/cluster_sim.h"
+#include "bench/sim_config.h"
+#include "bench/sim_faults.h"
+#include "bench/sim_nodes.h"
+#include "bench/sim_requests.h"
+#include "consumer/admission.h"
+#include "consumer/step_plan.h"
+#include "coordinator/node_registry.h"
+
+namespace scd::bench::sim {
+
+class Sim {
+ public:
+  Sim(const SimDeployment& d, const SimWorkload& w) : d_(d), w_(w), requests_(w), rng_(w.seed) {}
+  absl::StatusOr<ClusterSimResult> Run(double drain_s);
+
+ private:
+  // cluster_sim.cc: the nodes' work.
+  void AddNodes();
+  void Heartbeat();
+  void Arrive(std::unique_ptr<Req> req);
+  // Asks `req`'s consumer to admit it (at its thaw when frozen).
+  void Admit(Req* req);
+  void Admitted(Req* req, uint64_t epoch, Admission::Admitted admitted);
+  void Advance(ProducerNode* p);
+  void StartPasses(ProducerNode* p);
+  void SendLayer(ProducerNode* p, Req* req, int64_t layer);
+  void Progress(ProducerNode* p);
+  void LayerArrived(Req* req, uint64_t epoch);
+  void TakeLayer(Req* req);
+  void WorkDone(ConsumerNode* c, const ConsumerNode::Work& w);
+  void Kick(ConsumerNode* c);
+  void StepDone(ConsumerNode* c, const consumer::StepPlan& plan,
+                std::vector<ConsumerNode::Ready> ready, double seconds, double elapsed);
+  absl::Status AddFaults();
+  // A local prefill of `req` (its prompt, or a moved stream's tokens on top) ran: its first token,
+  // or a moved stream's next.
+  void PrefillDone(Req* req);
+  void Finish(Req* req, absl::StatusCode code);
+  double StepSeconds(ConsumerNode* c, const consumer::StepPlan& plan,
+                     const std::vector<ConsumerNode::Ready>& ready);
+  void Account(ConsumerNode* c, const consumer::StepPlan& plan, double seconds);
+  double IdleUs(absl::Time since) const;
+  double IdleFactor(const IdleCost& idle, absl::Time since);
+  void At(absl::Time when, std::function<void()> fire) {
+    ++events_;
+    clock_.At(when, std::move(fire));
+  }
+  // When `spans` hold now (a frozen node): `fire` set for their thaw, and true.
+  bool AtThaw(const FrozenSpans& spans, std::function<void()> fire) {
+    const absl::Time now = clock_.Now(), thaw = spans.ThawOf(now);
+    if (thaw <= now) return false;
+    At(thaw, std::move(fire));
+    return true;
+  }
+
+  // sim_failover.cc: the cluster's answer to a node lost.
+  // Sets each freeze's consequences: the keepalives that give up on the node, the transfers lost.
+  void ScheduleFailover(const SimFault& fault, absl::Time from, absl::Time to);
+  // Coordinator `k`'s connection to `node` gave up on it: ejected there, its streams moved, its
+  // transfers failed.
+  void NodeLost(size_t k, const std::string& node);
+  // The transfer sessions of producer `p`'s passes running now gave up on it: each falls back.
+  void TransfersLost(ProducerNode* p);
+  // Coordinator `k`'s prober: the probes due now, each answered (or timed out) on the clock.
+  void Probe(size_t k);
+  // `req` leaves its producer's queue or pass; false when none holds it (its codes all sent).
+  bool LeaveProducer(Req* req);
+  // `req`'s stream moves off its consumer (routed_request.h `move`): UNAVAILABLE when no replica.
+  void Move(Req* req);
+  // `req`'s transfer failed: its consumer prefills the prompt itself.
+  void FallBack(Req* req);
+  // Drops what `c` holds of requests that left it (not while it steps).
+  void Purge(ConsumerNode* c);
+  // The live requests of coordinator `k` that `pick` picks, by id.
+  std::vector<Req*> LiveOf(size_t k, const std::function<bool(const Req&)>& pick) const;
+
+  const SimDeployment& d_;
+  const SimWorkload& w_;
+  SimRequests requests_;
+  std::mt19937_64 rng_;  // the idle slowdowns' and step noise's draws, in the events' order
+  SimulatedClock clock_;
+  absl::Time start_;
+  std::vector<std::unique_ptr<coordinator::NodeRegistry>> registries_;
+  std::vector<bool> probing_;  // a coordinator's prober has its next round set
+  std::vector<std::unique_ptr<ConsumerNode>> consumers_;
+  std::vector<std::unique_ptr<ProducerNode>> producers_;
+  std::unordered_map<std::string, ConsumerNode*> consumer_by_id_;
+  std::unordered_map<std::string, ProducerNode*> producer_by_id_;
+  std::unordered_map<uint64_t, std::unique_ptr<Req>> live_;
+  // Ended requests that left a node, which may still hold stale entries of them (freed at the end).
+  std::vector<std::unique_ptr<Req>> left_nodes_;
+  std::vector<SimRequestResult> results_;
+  int64_t events_ = 0;
+  bool arrivals_done_ = false;
+  bool ending_ = false;  // past the drain: what is left ends DEADLINE_EXCEEDED
+};
+
+}  // namespace scd::bench::sim
+
+#endif  // SCD_BENCH_SIM_RUN_H_
