@@ -465,7 +465,8 @@ TEST(ClusterSimTest, AFrozenNodeDoesNothingUntilItsThaw) {
 // ejected and its streams move to the other replica (coordinator/routed_request.h `move`): a lone
 // request frozen in its prefill is prefilled again there from 2.5 s, its first token 1.5 s later
 // than unfrozen and its tokens as far apart; alone on a consumer with no other replica it ends
-// UNAVAILABLE, as the real coordinator ends a stream it cannot move.
+// UNAVAILABLE, as the real coordinator ends a stream it cannot move; a stream begun from codes
+// moves from codes.
 TEST(ClusterSimTest, AConsumerLostToItsCoordinatorHasItsStreamsMovedToAnotherReplica) {
   const SimDeployment two = Deployment(2, 100, 4);
   SimWorkload w = Workload("local", 1, 1.5, 100, 5);
@@ -485,6 +486,30 @@ TEST(ClusterSimTest, AConsumerLostToItsCoordinatorHasItsStreamsMovedToAnotherRep
   absl::StatusOr<ClusterSimResult> alone = RunClusterSim(Deployment(1, 100, 4), w);
   ASSERT_TRUE(alone.ok()) << alone.status();
   EXPECT_EQ(alone->requests.at(0).code, absl::StatusCode::kUnavailable);
+
+  // A stream that began from codes, frozen once its first token came (50 tokens, ~0.2 s): it
+  // moves from codes -- the prompt's codes again from the producer, its tokens so far prefilled
+  // on top -- not to local prefill, and streams the rest there.
+  SimWorkload scd = Workload("scd", 1, 1.5, 100, 50);
+  absl::StatusOr<ClusterSimResult> codes = RunClusterSim(two, scd);
+  ASSERT_TRUE(codes.ok()) << codes.status();
+  const SimRequestResult c = codes->requests.at(0);
+  ASSERT_EQ(c.code, absl::StatusCode::kOk);
+  ASSERT_LT(c.ttft_s + 0.005, c.e2el_s);
+  scd.faults = {{SimFaultKind::kFreeze, c.consumer, 1 + c.ttft_s + 0.001, 3}};
+  absl::StatusOr<ClusterSimResult> from_codes = RunClusterSim(two, scd);
+  ASSERT_TRUE(from_codes.ok()) << from_codes.status();
+  const SimRequestResult& m = from_codes->requests.at(0);
+  ASSERT_EQ(m.code, absl::StatusCode::kOk);
+  EXPECT_EQ(m.moves, 1);
+  EXPECT_NE(m.consumer, c.consumer);
+  EXPECT_EQ(m.producer, "base-0");
+  EXPECT_FALSE(m.fell_back);
+  EXPECT_NEAR(m.ttft_s, c.ttft_s, 1e-9);  // its first token came before the freeze
+  EXPECT_GT(m.e2el_s, 2.5 - 1);           // the rest after the move at 2.5 s
+  // The producer prefilled the prompt twice: once for each replica.
+  EXPECT_EQ(from_codes->nodes.front().served, 2);
+  EXPECT_EQ(codes->nodes.front().served, 1);
 }
 
 // Under load (20 requests/s of 50 tokens, ~0.14 s each, both replicas busy), a replica frozen
