@@ -49,6 +49,7 @@ void Sim::AddNodes() {
       node->pool = p;
       node->spec = &pool;
       node->info = ProducerInfo(pool, node->id);
+      node->kv_bytes_per_token = kv;
       node->cache = CacheOf(pool.prefix_cache_mb, kv, &clock_);
       node->use.name = node->id;
       node->use.producer = true;
@@ -66,11 +67,7 @@ void Sim::AddNodes() {
       node->pool = c;
       node->spec = &pool;
       node->info = ConsumerInfo(pool, node->id);
-      Admission::Options a;
-      a.capacity = static_cast<uint32_t>(pool.costs.capacity);
-      a.budget_bytes = pool.costs.kv_budget_bytes;
-      a.clock = &clock_;
-      node->admission = Admission::Create(a);
+      node->admission = AdmissionOf(pool, &clock_);
       node->cache = CacheOf(pool.prefix_cache_mb, pool.costs.kv_bytes_per_token, &clock_);
       node->use.name = node->id;
       node->use.busy_over_time.bin_s = node->use.link_over_time.bin_s =
@@ -86,12 +83,14 @@ void Sim::AddNodes() {
 absl::Status Sim::AddFaults() {
   for (const SimFault& f : w_.faults) {
     const absl::Time from = start_ + absl::Seconds(f.at_s);
-    const absl::Time to = from + absl::Seconds(f.hold_s);
+    SCD_ASSIGN_OR_RETURN(const SimNodeRef ref, FindSimNode(d_, f.node));
+    const absl::Time to = from + absl::Seconds(SimFaultSpan(d_, ref, f));
+    const bool kill = f.kind == SimFaultKind::kKill;
     FrozenSpans* spans = nullptr;
     if (auto c = consumer_by_id_.find(f.node); c != consumer_by_id_.end()) {
-      spans = &c->second->frozen;
+      spans = kill ? &c->second->down : &c->second->frozen;
     } else if (auto p = producer_by_id_.find(f.node); p != producer_by_id_.end()) {
-      spans = &p->second->frozen;
+      spans = kill ? &p->second->down : &p->second->frozen;
     } else {
       return absl::InvalidArgumentError(absl::StrCat("a fault's node '", f.node, "' is none"));
     }
@@ -105,12 +104,12 @@ absl::Status Sim::AddFaults() {
 void Sim::Heartbeat() {
   const absl::Time now = clock_.Now();
   for (auto& p : producers_) {
-    if (p->frozen.Frozen(now)) continue;  // a frozen node sends none
+    if (p->frozen.Frozen(now) || p->down.Frozen(now)) continue;  // a frozen or killed one: none
     const v1::HeartbeatRequest hb = sim::HeartbeatOf(*p);
     for (auto& r : registries_) r->Upsert(p->id, p->info, hb).IgnoreError();
   }
   for (auto& c : consumers_) {
-    if (c->frozen.Frozen(now)) continue;
+    if (c->frozen.Frozen(now) || c->down.Frozen(now)) continue;
     const v1::HeartbeatRequest hb = sim::HeartbeatOf(*c);
     for (auto& r : registries_) r->Upsert(c->id, c->info, hb).IgnoreError();
   }
@@ -280,7 +279,7 @@ void Sim::Progress(ProducerNode* p) {
     Req* req = it->req;
     // The pass's wall time, as the daemon's tracker and log see it.
     req->prefill_us = absl::ToDoubleMicroseconds(clock_.Now() - it->start);
-    if (it->tokens > 0) p->speeds.ObservePrefill(it->tokens, req->prefill_us);
+    if (it->tokens > 0) p->speeds->ObservePrefill(it->tokens, req->prefill_us);
     Keep(p->cache.get(), *req, "", req->consumer->spec->costs.kv_bytes_per_token);
     ++p->use.served;
     it = p->passes.erase(it);
@@ -397,8 +396,9 @@ void Sim::Kick(ConsumerNode* c) {
   // A freeze during the step: it ends as much later, and the daemon's account sees that long.
   const absl::Time end = c->frozen.EndOf(clock_.Now(), absl::Seconds(seconds));
   const double elapsed = absl::ToDoubleSeconds(end - clock_.Now());
-  At(end, [this, c, plan = std::move(plan), ready = std::move(ready), seconds, elapsed]() mutable {
-    StepDone(c, plan, std::move(ready), seconds, elapsed);
+  At(end, [this, c, life = c->life, plan = std::move(plan), ready = std::move(ready), seconds,
+           elapsed]() mutable {
+    if (life == c->life) StepDone(c, plan, std::move(ready), seconds, elapsed);  // else killed
   });
 }
 
@@ -577,7 +577,7 @@ void Sim::Finish(Req* req, absl::StatusCode code) {
       const coordinator::Route& route =
           req->moved_routes.empty() ? req->route : req->moved_routes.back();
       registry.ObserveFinished(route, route.targets[0], finished);
-      req->consumer->speeds.ObserveFinished(finished);
+      req->consumer->speeds->ObserveFinished(finished);
       ++req->consumer->use.served;
     }
   }

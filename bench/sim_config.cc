@@ -89,7 +89,8 @@ absl::Status ReadPools(const toml::table& root, const std::string& dir, const Pr
                              {"profile", F::Text(&p.profile)},
                              {"count", F::Integer(&p.count, 1, kMaxSimNodes)},
                              {"prefix_cache_mb", F::Number(&p.prefix_cache_mb, 0, 1e9)},
-                             {"prefill_threads", F::Integer(&p.prefill_threads, 1, 1024)}}));
+                             {"prefill_threads", F::Integer(&p.prefill_threads, 1, 1024)},
+                             {"restart_s", F::Number(&p.restart_s, 0, 3600)}}));
           SCD_RETURN_IF_ERROR(NeedName(p.name, where, &names));
           SCD_RETURN_IF_ERROR(
               LoadProfile(where, p.profile, dir, NodeRole::kProducer, load, &p.costs));
@@ -110,7 +111,8 @@ absl::Status ReadPools(const toml::table& root, const std::string& dir, const Pr
                              {"producer", F::Text(&c.producer)},
                              {"code_bytes_per_token", F::Number(&c.code_bytes_per_token, 0, 1e9)},
                              {"code_kl", F::Number(&c.code_kl, 0, 1e6)},
-                             {"layers", F::Integer(&c.layers, 1, 1024)}}));
+                             {"layers", F::Integer(&c.layers, 1, 1024)},
+                             {"restart_s", F::Number(&c.restart_s, 0, 3600)}}));
           SCD_RETURN_IF_ERROR(NeedName(c.name, where, &names));
           SCD_RETURN_IF_ERROR(
               LoadProfile(where, c.profile, dir, NodeRole::kConsumer, load, &c.costs));
@@ -255,13 +257,16 @@ absl::Status ReadFaults(const toml::node& node, SimWorkload* w) {
                                        {"node", F::Text(&f.node)},
                                        {"at_s", F::Number(&f.at_s, 0, 1e6)},
                                        {"hold_s", F::Number(&f.hold_s, 1e-3, 3600)}}));
-    if (kind != "freeze") {
-      const bool soak = kind == "kill" || kind == "flap" || kind == "etcd" || kind == "replace" ||
-                        kind == "link-down";
-      return Invalid(absl::StrCat(
-          where, ".kind: ",
-          soak ? absl::StrCat("the soak's '", kind, "' is not simulated yet; \"freeze\" is")
-               : "\"freeze\""));
+    if (kind == "kill") {
+      f.kind = SimFaultKind::kKill;
+    } else if (kind != "freeze") {
+      const bool soak =
+          kind == "flap" || kind == "etcd" || kind == "replace" || kind == "link-down";
+      return Invalid(absl::StrCat(where, ".kind: ",
+                                  soak ? absl::StrCat("the soak's '", kind,
+                                                      "' is not simulated yet; \"freeze\" and "
+                                                      "\"kill\" are")
+                                       : "\"freeze\" or \"kill\""));
     }
     if (f.node.empty()) return Invalid(absl::StrCat(where, ".node: needed"));
     w->faults.push_back(std::move(f));
@@ -291,33 +296,43 @@ absl::Status ReadWorkloadTable(const toml::node& node, SimWorkload* w) {
   return absl::OkStatus();
 }
 
-// Each fault's node is one of the deployment's, within the offered window, shorter than the lease
-// and not overlapping another fault of its node.
+// Each fault's node is one of the deployment's, within the offered window, a freeze shorter than
+// the lease, and not overlapping another fault of its node.
 absl::Status CheckSimFaults(const SimWorkload& w, const SimDeployment& d) {
   std::map<std::string, FrozenSpans> spans;  // each node's, as the simulator will hold them
   for (size_t i = 0; i < w.faults.size(); ++i) {
     const SimFault& f = w.faults[i];
     const std::string where = absl::StrCat("fault[", i, "]");
-    if (absl::StatusOr<SimNodeRef> found = FindSimNode(d, f.node); !found.ok()) {
-      return Invalid(absl::StrCat(where, ".node: ", found.status().message()));
-    }
+    absl::StatusOr<SimNodeRef> found = FindSimNode(d, f.node);
+    if (!found.ok()) return Invalid(absl::StrCat(where, ".node: ", found.status().message()));
     if (f.at_s > w.duration_s) {
       return Invalid(
           absl::StrCat(where, ".at_s: ", f.at_s, " is past the workload's ", w.duration_s, " s"));
     }
-    if (f.hold_s >= d.lease_s) {
+    if (f.kind == SimFaultKind::kFreeze && f.hold_s >= d.lease_s) {
       return Invalid(absl::StrCat(where, ".hold_s: ", f.hold_s, " s reaches the lease of ",
                                   d.lease_s, " s (its lapse is not simulated)"));
     }
     const absl::Time from = absl::UnixEpoch() + absl::Seconds(f.at_s);
-    if (!spans[f.node].Add(from, from + absl::Seconds(f.hold_s)).ok()) {
-      return Invalid(absl::StrCat(where, ": overlaps another freeze of ", f.node));
+    if (!spans[f.node].Add(from, from + absl::Seconds(SimFaultSpan(d, *found, f))).ok()) {
+      return Invalid(absl::StrCat(where, ": overlaps another fault of ", f.node));
     }
   }
   return absl::OkStatus();
 }
 
 }  // namespace
+
+double SimFaultSpan(const SimDeployment& deployment, const SimNodeRef& node,
+                    const SimFault& fault) {
+  if (fault.kind != SimFaultKind::kKill) return fault.hold_s;
+  return fault.hold_s + (node.producer ? deployment.producers.at(node.pool).restart_s
+                                       : deployment.consumers.at(node.pool).restart_s);
+}
+
+const char* SimFaultKindName(SimFaultKind kind) {
+  return kind == SimFaultKind::kKill ? "kill" : "freeze";
+}
 
 SimLink SimDeployment::LinkOf(size_t producer, size_t consumer) const {
   for (const SimLink& l : links) {
@@ -389,7 +404,8 @@ std::string SimDeploymentToml(const SimDeployment& d, const std::string& comment
     absl::StrAppend(&out, "\n[[producer_pool]]\nname = ", TomlQuoted(p.name),
                     "\nprofile = ", TomlQuoted(p.profile), "\ncount = ", p.count,
                     "\nprefix_cache_mb = ", TomlNumber(p.prefix_cache_mb),
-                    "\nprefill_threads = ", p.prefill_threads, "\n");
+                    "\nprefill_threads = ", p.prefill_threads,
+                    "\nrestart_s = ", TomlNumber(p.restart_s), "\n");
   }
   for (const SimConsumerPool& c : d.consumers) {
     absl::StrAppend(&out, "\n[[consumer_pool]]\nname = ", TomlQuoted(c.name),
@@ -397,7 +413,8 @@ std::string SimDeploymentToml(const SimDeployment& d, const std::string& comment
                     "\nprefix_cache_mb = ", TomlNumber(c.prefix_cache_mb),
                     "\nproducer = ", TomlQuoted(c.producer),
                     "\ncode_bytes_per_token = ", TomlNumber(c.code_bytes_per_token),
-                    "\ncode_kl = ", TomlNumber(c.code_kl), "\nlayers = ", c.layers, "\n");
+                    "\ncode_kl = ", TomlNumber(c.code_kl), "\nlayers = ", c.layers,
+                    "\nrestart_s = ", TomlNumber(c.restart_s), "\n");
   }
   for (const SimLink& l : d.links) {
     absl::StrAppend(&out, "\n[[link]]\nproducer = ", TomlQuoted(l.producer),

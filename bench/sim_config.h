@@ -4,9 +4,11 @@
 // A deployment: what runs, where, at what cost.
 //   [deployment]        name, coordinators, lease_s (etcd's), heartbeat_ms
 //   [[producer_pool]]   name (the model name routing knows), profile (a node profile file,
-//                       relative to the deployment's folder), count, prefix_cache_mb
+//                       relative to the deployment's folder), count, prefix_cache_mb,
+//                       prefill_threads, restart_s (a killed node's restart until ready)
 //   [[consumer_pool]]   name (the routing name requests target), profile, count,
-//                       prefix_cache_mb, producer (the producer pool whose codes it translates;
+//                       prefix_cache_mb, restart_s, producer (the producer pool whose codes it
+//                       translates;
 //                       "": it prefills locally only), code_bytes_per_token and code_kl (the
 //                       pair's codes, its artifact's chosen frontier point), layers (the
 //                       model's: codes travel and are rebuilt layer by layer)
@@ -26,11 +28,13 @@
 //                       weight
 //   [slo]               ttft_ms, tpot_ms (goodput's bounds; 0: none), objective_ttft_ms (auto's
 //                       ttft_slo_ms on each request; 0: none)
-//   [[fault]]           the soak's faults replayed (bench/sim_faults.h): kind ("freeze"; the
-//                       soak's others are refused, not simulated yet), node (a producer or
-//                       consumer as the simulator names it, POOL-I: "fables-0"), at_s (since the
-//                       start, within duration_s), hold_s (shorter than the deployment's lease:
-//                       a lapse is not simulated); at most 64, one node's not overlapping
+//   [[fault]]           the soak's faults replayed (bench/sim_faults.h): kind ("freeze" |
+//                       "kill"; the soak's others are refused, not simulated yet), node (a
+//                       producer or consumer as the simulator names it, POOL-I: "fables-0"),
+//                       at_s (since the start, within duration_s), hold_s (a freeze's, shorter
+//                       than the deployment's lease; a kill's time down before its restart
+//                       begins, which may pass the lease: its registration lapses); at most 64,
+//                       one node's not overlapping (a kill's span with its pool's restart_s)
 // Thread-safety: values and stateless functions.
 #ifndef SCD_BENCH_SIM_CONFIG_H_
 #define SCD_BENCH_SIM_CONFIG_H_
@@ -61,6 +65,7 @@ struct SimProducerPool {
   double prefix_cache_mb = 0;
   // Passes a producer runs at once, sharing its compute (the daemon's --prefill-threads).
   int64_t prefill_threads = 8;
+  double restart_s = 0;  // a killed node's restart until it is ready (its model loaded)
 };
 
 struct SimConsumerPool {
@@ -71,6 +76,7 @@ struct SimConsumerPool {
   std::string producer;  // "": local prefill only
   double code_bytes_per_token = 0, code_kl = 0;
   int64_t layers = 1;
+  double restart_s = 0;  // a killed node's restart until it is ready (its model loaded)
 };
 
 struct SimLink {
@@ -127,7 +133,10 @@ struct SimMix {
   double weight = 1;
 };
 
-enum class SimFaultKind { kFreeze };
+// The soak's faults the simulator replays (bench/sim_faults.h): a freeze (SIGSTOP for hold_s, then
+// SIGCONT) and a kill (kill -9, the node restarted hold_s later, empty: its caches, its speeds).
+enum class SimFaultKind { kFreeze, kKill };
+const char* SimFaultKindName(SimFaultKind kind);
 
 struct SimFault {
   SimFaultKind kind = SimFaultKind::kFreeze;
@@ -155,7 +164,8 @@ absl::StatusOr<SimWorkload> ParseSimWorkload(std::string_view text);
 absl::StatusOr<SimWorkload> ReadSimWorkload(const std::string& path);
 // INVALID_ARGUMENT naming a mix target that is no consumer pool of `deployment`, a mode the
 // pool cannot serve (scd or raw without a producer), or a fault's node that is none of its nodes,
-// a freeze as long as its lease or overlapping another of the node's.
+// a freeze as long as its lease (a kill's node may stay down past it: its registration lapses),
+// or a fault overlapping another of the node's.
 absl::Status CheckSimWorkload(const SimWorkload& workload, const SimDeployment& deployment);
 // Whether a finished request's TTFT and TPOT (seconds) meet the workload's SLOs (goodput's).
 bool MeetsSlo(const SimWorkload& w, double ttft_s, double tpot_s);
@@ -167,6 +177,9 @@ struct SimNodeRef {
   int64_t index = 0;
 };
 absl::StatusOr<SimNodeRef> FindSimNode(const SimDeployment& deployment, const std::string& node);
+// How long `fault` keeps its node out: a freeze its hold; a kill its hold (down) and its pool's
+// restart_s (starting). `node` is FindSimNode's answer for the fault's node.
+double SimFaultSpan(const SimDeployment& deployment, const SimNodeRef& node, const SimFault& fault);
 
 }  // namespace scd::bench
 

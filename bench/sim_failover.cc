@@ -14,7 +14,12 @@
 //   - a producer's transfers under way fail on their sessions' keepalive (the gRPC transport's,
 //     transport/transport.h) and the transfers not started on the coordinator's: each consumer
 //     prefills the prompt itself (the fallback), what it rebuilt dropped. The takeover by another
-//     producer of the model (coordinator/producer_takeover.h) is not simulated yet.
+//     producer of the model (coordinator/producer_takeover.h) is not simulated yet;
+//   - a killed node's connections reset at once: every coordinator ejects it then, its streams
+//     move and its transfers fall back as above, its probes are refused; its etcd key lapses
+//     after the lease (every coordinator deregisters it) unless its restart came first; restarted
+//     and ready (the fault's hold_s, then its pool's restart_s), it registers anew -- in routing
+//     at once -- with empty caches, no speeds measured and a fresh scheduler.
 // Advice between coordinators (etcd) is not simulated: every coordinator's connection gives up
 // at the same time here (one grid from the run's start), so none would be first.
 #include <algorithm>
@@ -33,6 +38,13 @@ namespace scd::bench::sim {
 
 void Sim::ScheduleFailover(const SimFault& fault, absl::Time from, absl::Time to) {
   const std::string node = fault.node;
+  if (fault.kind == SimFaultKind::kKill) {
+    At(from, [this, node] { Kill(node); });
+    const absl::Time lapse = from + absl::Seconds(d_.lease_s);
+    if (lapse < to) At(lapse, [this, node] { Lapse(node); });
+    At(to, [this, node] { Restart(node); });
+    return;
+  }
   const std::optional<absl::Time> lost = KeepaliveGivesUp(
       start_, coordinator::kNodeKeepalive, coordinator::kNodeKeepaliveTimeout, from, to);
   if (lost.has_value()) {
@@ -53,7 +65,7 @@ void Sim::ScheduleFailover(const SimFault& fault, absl::Time from, absl::Time to
 std::vector<Req*> Sim::LiveOf(size_t k, const std::function<bool(const Req&)>& pick) const {
   std::vector<Req*> out;
   for (const auto& [id, req] : live_) {
-    if (req->coordinator == k && pick(*req)) out.push_back(req.get());
+    if ((k == kAll || req->coordinator == k) && pick(*req)) out.push_back(req.get());
   }
   std::sort(out.begin(), out.end(), [](Req* a, Req* b) { return a->r.id < b->r.id; });
   return out;
@@ -87,10 +99,13 @@ void Sim::Probe(size_t k) {
   for (const coordinator::NodeRegistry::DueProbe& due : registry.TakeDueProbes()) {
     const ConsumerNode* c = nullptr;
     if (auto it = consumer_by_id_.find(due.node_id); it != consumer_by_id_.end()) c = it->second;
-    const FrozenSpans& spans = c != nullptr ? c->frozen : producer_by_id_.at(due.node_id)->frozen;
-    // A frozen node answers at its thaw: in time, or the probe's timeout first.
-    const absl::Time answer = spans.ThawOf(now);
-    const bool ok = answer <= now + coordinator::kProbeTimeout;
+    const ProducerNode* p = c != nullptr ? nullptr : producer_by_id_.at(due.node_id);
+    const FrozenSpans& spans = c != nullptr ? c->frozen : p->frozen;
+    // A frozen node answers at its thaw: in time, or the probe's timeout first. A killed one
+    // refuses the connection at once.
+    const bool down = c != nullptr ? c->down.Frozen(now) : p->down.Frozen(now);
+    const absl::Time answer = down ? now : spans.ThawOf(now);
+    const bool ok = !down && answer <= now + coordinator::kProbeTimeout;
     At(ok ? answer : now + coordinator::kProbeTimeout,
        [this, k, id = due.node_id, ok] { registries_[k]->NoteProbe(id, ok); });
   }
@@ -194,6 +209,74 @@ void Sim::Purge(ConsumerNode* c) {
   c->ready.erase(std::remove_if(c->ready.begin(), c->ready.end(),
                                 [](const ConsumerNode::Ready& r) { return Stale(r.req, r.epoch); }),
                  c->ready.end());
+}
+
+void Sim::Kill(const std::string& node) {
+  for (size_t k = 0; k < registries_.size(); ++k) {
+    registries_[k]->NoteUnreachable(node, "connection reset: its process was killed");
+    if (!probing_[k]) Probe(k);
+  }
+  if (auto c = consumer_by_id_.find(node); c != consumer_by_id_.end()) {
+    ConsumerNode* killed = c->second;
+    for (Req* req : LiveOf(kAll, [killed](const Req& r) { return r.consumer == killed; })) {
+      Move(req);
+    }
+    return Wipe(killed);
+  }
+  ProducerNode* p = producer_by_id_.at(node);
+  for (Req* req : LiveOf(kAll, [p](const Req& r) { return r.producer == p; })) FallBack(req);
+  Wipe(p);
+}
+
+void Sim::Wipe(ConsumerNode* c) {
+  // Every request it held moved (stale now): their admissions' waits end here, dropped.
+  c->admission->Drain();
+  c->admission = AdmissionOf(*c->spec, &clock_);
+  c->seqs.clear();
+  c->work.clear();
+  c->ready.clear();
+  ++c->life;
+  c->stepping = c->kick_at_thaw = false;
+  c->idle = true;
+  c->pacer = consumer::StepPacer{2.0, 64};
+  c->rebuild_itl = {};
+  c->price = {};
+  c->speeds.emplace();
+  c->cache = CacheOf(c->spec->prefix_cache_mb, c->spec->costs.kv_bytes_per_token, &clock_);
+}
+
+void Sim::Wipe(ProducerNode* p) {
+  Advance(p);
+  p->queue.clear();
+  p->passes.clear();
+  ++p->generation;  // its progress events are stale
+  p->link_free = absl::InfinitePast();
+  p->speeds.emplace();
+  p->cache = CacheOf(p->spec->prefix_cache_mb, p->kv_bytes_per_token, &clock_);
+}
+
+void Sim::Lapse(const std::string& node) {
+  for (auto& registry : registries_) registry->Deregister(node).IgnoreError();
+}
+
+void Sim::Restart(const std::string& node) {
+  v1::HeartbeatRequest hb;
+  const v1::RegisterRequest* info = nullptr;
+  if (auto c = consumer_by_id_.find(node); c != consumer_by_id_.end()) {
+    c->second->idle_since = clock_.Now();
+    hb = HeartbeatOf(*c->second);
+    info = &c->second->info;
+  } else {
+    ProducerNode* p = producer_by_id_.at(node);
+    p->idle_since = p->updated = clock_.Now();
+    hb = HeartbeatOf(*p);
+    info = &p->info;
+  }
+  // A new process registers anew: the old registration (ejected, or lapsed) is gone.
+  for (auto& registry : registries_) {
+    registry->Deregister(node).IgnoreError();
+    registry->Upsert(node, *info, hb).IgnoreError();
+  }
 }
 
 }  // namespace scd::bench::sim

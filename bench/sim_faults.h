@@ -1,12 +1,13 @@
 // Faults replayed by the cluster simulator (issue 51): the soak's freeze of a node
-// (bench/soak_faults.h: SIGSTOP for `hold`, then SIGCONT) on simulated time. A frozen node
-// computes nothing, sends no heartbeat and takes no call: its work in flight stops and goes on at
-// the thaw (a step ends that much later, a producer's passes make no progress), and the calls and
-// codes that reach it wait in its sockets until then. FrozenSpans is a node's freezes and the
-// arithmetic of work around them; KeepaliveGivesUp when a connection to a frozen node declares it
-// dead (the cluster's answer to that is bench/sim_failover.cc's). The soak's other faults (a kill
-// and restart; a flap; etcd's restart; a coordinator replaced) are not simulated yet:
-// bench/sim_config.h refuses them naming the fault.
+// (bench/soak_faults.h: SIGSTOP for `hold`, then SIGCONT) and its kill (kill -9, restarted) on
+// simulated time. A frozen node computes nothing, sends no heartbeat and takes no call: its work
+// in flight stops and goes on at the thaw (a step ends that much later, a producer's passes make
+// no progress), and the calls and codes that reach it wait in its sockets until then. A killed
+// node's work is lost and its connections reset; it is down until its restart is ready.
+// FrozenSpans is a node's freezes (or times down) and the arithmetic of work around them;
+// KeepaliveGivesUp when a connection to a frozen node declares it dead. The cluster's answer to
+// both is bench/sim_failover.cc's. The soak's other faults (a flap; etcd's restart; a coordinator
+// replaced; a link down) are not simulated yet: bench/sim_config.h refuses them naming the fault.
 // Thread-safety: a value.
 #ifndef SCD_BENCH_SIM_FAULTS_H_
 #define SCD_BENCH_SIM_FAULTS_H_

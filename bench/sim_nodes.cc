@@ -14,6 +14,14 @@ std::unique_ptr<BlockCache> CacheOf(double mb, int64_t bytes_per_token, Clock* c
   return std::make_unique<BlockCache>(budget, kBlock, clock);
 }
 
+std::shared_ptr<Admission> AdmissionOf(const SimConsumerPool& pool, Clock* clock) {
+  Admission::Options a;
+  a.capacity = static_cast<uint32_t>(pool.costs.capacity);
+  a.budget_bytes = pool.costs.kv_budget_bytes;
+  a.clock = clock;
+  return Admission::Create(a);
+}
+
 v1::RegisterRequest ProducerInfo(const SimProducerPool& pool, const std::string& id) {
   v1::RegisterRequest r;
   r.set_role(v1::NODE_ROLE_PRODUCER);
@@ -148,7 +156,7 @@ v1::HeartbeatRequest HeartbeatOf(const ProducerNode& p) {
   v1::HeartbeatRequest hb;
   hb.set_node_id(p.id);
   hb.set_active_requests(static_cast<uint32_t>(p.queue.size() + p.passes.size()));
-  *hb.mutable_speeds() = p.speeds.Report();
+  *hb.mutable_speeds() = p.speeds->Report();
   AddPrefixBlocks(p.cache.get(), &hb);
   return hb;
 }
@@ -160,7 +168,7 @@ v1::HeartbeatRequest HeartbeatOf(const ConsumerNode& c) {
   hb.set_kv_reserved_bytes(static_cast<uint64_t>(c.admission->reserved_bytes()));
   hb.set_queued_requests(c.admission->queued());
   hb.set_kv_queued_bytes(static_cast<uint64_t>(c.admission->queued_bytes()));
-  *hb.mutable_speeds() = c.speeds.Report();
+  *hb.mutable_speeds() = c.speeds->Report();
   SetPerTokenCost(c.pacer.local_itl().UsPerToken(), hb.mutable_speeds()->mutable_local_itl());
   SetPerTokenCost(c.rebuild_itl.UsPerToken(), hb.mutable_speeds()->mutable_rebuild_itl());
   uint32_t decoding = 0;

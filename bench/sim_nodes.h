@@ -48,6 +48,8 @@ using BlockCache = PrefixBlockCache<SimBlock>;
 
 // A node's prefix cache of `mb` MiB at `bytes_per_token` (none when either is 0).
 std::unique_ptr<BlockCache> CacheOf(double mb, int64_t bytes_per_token, Clock* clock);
+// A consumer of `pool`'s admission (its capacity and KV budget) on `clock`.
+std::shared_ptr<Admission> AdmissionOf(const SimConsumerPool& pool, Clock* clock);
 
 struct Req;
 
@@ -92,13 +94,15 @@ struct ConsumerNode {
   std::vector<Ready> ready;  // caches complete, their first decode due
   bool stepping = false;
   FrozenSpans frozen;         // its freezes (the workload's faults)
+  FrozenSpans down;           // killed until its restart (the workload's faults)
+  uint64_t life = 0;          // its restarts: a step of an earlier life never ends
   bool kick_at_thaw = false;  // a Kick while frozen set one for the thaw
   double pieces_s = 0;  // the step in flight's rebuild pieces, seconds (its step log's)
   // Nothing to step since idle_since (InfinitePast: since the run began): the next step pays the
   // profile's idle slowdown.
   bool idle = true;
   absl::Time idle_since = absl::InfinitePast();
-  NodeSpeedTracker speeds;
+  std::optional<NodeSpeedTracker> speeds{std::in_place};  // anew at a restart
   consumer::ItlCost rebuild_itl;
   consumer::RebuildPrice price;  // the pieces' price, learnt from their charged cost
   std::unique_ptr<BlockCache> cache;
@@ -110,6 +114,7 @@ struct ProducerNode {
   size_t pool = 0;
   const SimProducerPool* spec = nullptr;
   v1::RegisterRequest info;
+  int64_t kv_bytes_per_token = 0;  // its consumers' (its prefix cache's blocks)
   std::deque<Req*> queue;  // waiting for a pass (spec->prefill_threads run at once)
   // A prefill running: its cost alone (the profile's, microseconds) and how much of it is done;
   // the passes running share the node's compute equally (processor sharing), as the daemon's
@@ -127,7 +132,8 @@ struct ProducerNode {
   absl::Time idle_since = absl::InfinitePast();  // when it last had no pass; see ConsumerNode
   absl::Time link_free = absl::InfinitePast();
   FrozenSpans frozen;  // its freezes (the workload's faults)
-  NodeSpeedTracker speeds;
+  FrozenSpans down;    // killed until its restart
+  std::optional<NodeSpeedTracker> speeds{std::in_place};  // anew at a restart
   std::unique_ptr<BlockCache> cache;
   SimNodeUse use;
 };

@@ -84,8 +84,19 @@ class Sim {
   }
 
   // sim_failover.cc: the cluster's answer to a node lost.
-  // Sets each freeze's consequences: the keepalives that give up on the node, the transfers lost.
+  // Sets a fault's consequences: a freeze's keepalives that give up on the node and transfers
+  // lost; a kill, the node's lapse if it stays down past the lease, and its restart.
   void ScheduleFailover(const SimFault& fault, absl::Time from, absl::Time to);
+  // `node` killed (kill -9): its connections reset at once, so every coordinator ejects it, its
+  // streams move and its transfers fall back; what it held is gone.
+  void Kill(const std::string& node);
+  // Its etcd key lapsed while it was down: every coordinator's watch deregisters it.
+  void Lapse(const std::string& node);
+  // `node` restarted, empty: registered anew (in routing at once), its caches and speeds fresh.
+  void Restart(const std::string& node);
+  // A killed consumer's or producer's state as a new process has it.
+  void Wipe(ConsumerNode* c);
+  void Wipe(ProducerNode* p);
   // Coordinator `k`'s connection to `node` gave up on it: ejected there, its streams moved, its
   // transfers failed.
   void NodeLost(size_t k, const std::string& node);
@@ -101,7 +112,8 @@ class Sim {
   void FallBack(Req* req);
   // Drops what `c` holds of requests that left it (not while it steps).
   void Purge(ConsumerNode* c);
-  // The live requests of coordinator `k` that `pick` picks, by id.
+  // The live requests of coordinator `k` (kAll: of every one) that `pick` picks, by id.
+  static constexpr size_t kAll = ~size_t{0};
   std::vector<Req*> LiveOf(size_t k, const std::function<bool(const Req&)>& pick) const;
 
   const SimDeployment& d_;

@@ -64,15 +64,18 @@ SoakDeploymentSpec RealSpec(const ValidateOptions& o, const SimDeployment& d,
   return spec;
 }
 
-// One step of the workload's faults on the real deployment: a node frozen (SIGSTOP) or thawed.
+// One step of the workload's faults on the real deployment: a node thawed (SIGCONT), restarted,
+// frozen (SIGSTOP) or killed (kill -9), in the order of a tie at one instant.
+enum class RealFaultAction { kThaw, kRestart, kFreeze, kKill };
 struct RealFaultStep {
   absl::Duration at;  // from the replay's start
   int node = 0;       // the deployment's index
-  bool freeze = true;
+  RealFaultAction action = RealFaultAction::kFreeze;
 };
 
-// The workload's faults as steps on `deployment`, in time order (a thaw before a freeze at one
-// instant): the twin's producer is the deployment's producer, its consumer I the I-th consumer.
+// The workload's faults as steps on `deployment`, in time order (a node back before one goes at
+// one instant): the twin's producer is the deployment's producer, its consumer I the I-th
+// consumer.
 absl::StatusOr<std::vector<RealFaultStep>> RealFaultSteps(const SoakDeployment& deployment,
                                                           const SimDeployment& d,
                                                           const SimWorkload& w) {
@@ -88,18 +91,22 @@ absl::StatusOr<std::vector<RealFaultStep>> RealFaultSteps(const SoakDeployment& 
       }
     }
     if (found < 0) return absl::NotFoundError(absl::StrCat("no real node for ", f.node));
-    steps.push_back({absl::Seconds(f.at_s), found, true});
-    steps.push_back({absl::Seconds(f.at_s + f.hold_s), found, false});
+    const bool kill = f.kind == SimFaultKind::kKill;
+    steps.push_back(
+        {absl::Seconds(f.at_s), found, kill ? RealFaultAction::kKill : RealFaultAction::kFreeze});
+    steps.push_back({absl::Seconds(f.at_s + f.hold_s), found,
+                     kill ? RealFaultAction::kRestart : RealFaultAction::kThaw});
   }
   std::sort(steps.begin(), steps.end(), [](const RealFaultStep& a, const RealFaultStep& b) {
-    return std::make_tuple(a.at, a.freeze) < std::make_tuple(b.at, b.freeze);
+    return std::make_tuple(a.at, a.action) < std::make_tuple(b.at, b.action);
   });
   return steps;
 }
 
 // The replay (`s`) on a thread of its own while this one, which started the deployment, runs the
 // faults' steps at their times from the replay's start (the replay's own clock starts within
-// milliseconds of it).
+// milliseconds of it). A restart returns once the node is ready (its model loaded): the steps
+// after it wait for that; a restart that fails is said and the replay goes on.
 absl::StatusOr<ServeBenchResult> ReplayWithFaults(const ServeBenchOptions& s,
                                                   SoakDeployment& deployment,
                                                   const std::vector<RealFaultStep>& steps,
@@ -110,13 +117,34 @@ absl::StatusOr<ServeBenchResult> ReplayWithFaults(const ServeBenchOptions& s,
   std::thread replay([&] { result = RunServeBenchmark(s); });
   for (const RealFaultStep& step : steps) {
     absl::SleepFor(start + step.at - absl::Now());
-    if (step.freeze) {
-      deployment.Freeze(step.node);
-    } else {
-      deployment.Thaw(step.node);
+    const char* did = "froze";
+    switch (step.action) {
+      case RealFaultAction::kFreeze:
+        deployment.Freeze(step.node);
+        break;
+      case RealFaultAction::kThaw:
+        deployment.Thaw(step.node);
+        did = "thawed";
+        break;
+      case RealFaultAction::kKill:
+        deployment.Kill(step.node);
+        did = "killed";
+        break;
+      case RealFaultAction::kRestart: {
+        const double begun = absl::ToDoubleSeconds(absl::Now() - start);
+        absl::StatusOr<absl::Time> ready = deployment.Restart(step.node);
+        if (!ready.ok()) {
+          Say(o, absl::StrCat(name, ": restarting ", deployment.Node(step.node).name,
+                              " failed: ", ready.status().ToString()));
+          continue;
+        }
+        Say(o, absl::StrFormat("%s: restarted %s at %.3f s, ready at %.3f s", name,
+                               deployment.Node(step.node).name, begun,
+                               absl::ToDoubleSeconds(*ready - start)));
+        continue;
+      }
     }
-    Say(o, absl::StrFormat("%s: %s %s at %.3f s", name, step.freeze ? "froze" : "thawed",
-                           deployment.Node(step.node).name,
+    Say(o, absl::StrFormat("%s: %s %s at %.3f s", name, did, deployment.Node(step.node).name,
                            absl::ToDoubleSeconds(absl::Now() - start)));
   }
   replay.join();

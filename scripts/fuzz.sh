@@ -80,6 +80,7 @@ seed() {  # seed DIR TARGET: seeds made from ../shared and by the tools, never s
       { printf 'd'; cat bench/cluster/example_deployment.toml; } | sed 's#profiles/tinystories-4m.producer.toml#producer#; s#profiles/tinystories-4m-fables.consumer.toml#consumer#' > "$dir/deployment.toml"
       { printf 'w'; cat bench/cluster/example_workload.toml; } > "$dir/workload.toml"
       { printf 'w'; cat bench/cluster/validation/freeze.toml; } > "$dir/faults.toml"
+      { printf 'w'; cat bench/cluster/validation/kill.toml; } > "$dir/kills.toml"
       printf 't# a drop and a recovery\n0 1\n2.5 0.01\n4,inf\n' > "$dir/link.trace"
       { cat "$dir/deployment.toml"; printf 'trace = "link.trace"\n'; } > "$dir/traced.toml" ;;
     tokenizer|gguf_vocab)

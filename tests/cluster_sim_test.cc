@@ -4,8 +4,9 @@
 // tail and the first decode, each layer in steps of its own; the same run twice gives the same
 // results; under load every request ends, admission queueing, not losing them; what still runs past
 // the drain ends DEADLINE_EXCEEDED, once, wherever it waited; a frozen node does nothing until its
-// thaw, and one frozen past the keepalives is ejected, its streams moved and its transfers failed
-// into the consumers' own prefill, as the coordinator does.
+// thaw, and one frozen past the keepalives -- or killed -- is ejected, its streams moved and its
+// transfers failed into the consumers' own prefill, as the coordinator does; a killed node serves
+// again once restarted.
 #include "bench/cluster_sim.h"
 
 #include <gtest/gtest.h>
@@ -467,25 +468,32 @@ TEST(ClusterSimTest, AFrozenNodeDoesNothingUntilItsThaw) {
 // than unfrozen and its tokens as far apart; alone on a consumer with no other replica it ends
 // UNAVAILABLE, as the real coordinator ends a stream it cannot move; a stream begun from codes
 // moves from codes.
-TEST(ClusterSimTest, AConsumerLostToItsCoordinatorHasItsStreamsMovedToAnotherReplica) {
+// A lone local request (at 1 s, 100 prompt tokens, 5 out) whose consumer meets a fault of `kind`
+// for `hold_s` from 1.001 s: on two replicas it moves to the other, its first token `later` s
+// later than without the fault and its tokens as far apart; on one replica it ends UNAVAILABLE.
+void ExpectALoneStreamToMove(SimFaultKind kind, double hold_s, double later) {
   const SimDeployment two = Deployment(2, 100, 4);
   SimWorkload w = Workload("local", 1, 1.5, 100, 5);
   absl::StatusOr<ClusterSimResult> plain = RunClusterSim(two, w);
   ASSERT_TRUE(plain.ok()) << plain.status();
   const SimRequestResult a = plain->requests.at(0);
-  w.faults = {{SimFaultKind::kFreeze, a.consumer, 1.001, 3}};
+  w.faults = {{kind, a.consumer, 1.001, hold_s}};
   absl::StatusOr<ClusterSimResult> moved = RunClusterSim(two, w);
   ASSERT_TRUE(moved.ok()) << moved.status();
   const SimRequestResult& b = moved->requests.at(0);
   ASSERT_EQ(b.code, absl::StatusCode::kOk);
   EXPECT_EQ(b.moves, 1);
   EXPECT_NE(b.consumer, a.consumer);
-  EXPECT_NEAR(b.ttft_s - a.ttft_s, 1.5, 1e-6);
+  EXPECT_NEAR(b.ttft_s - a.ttft_s, later, 1e-6);
   EXPECT_NEAR(b.tpot_s(), a.tpot_s(), 1e-9);
-
   absl::StatusOr<ClusterSimResult> alone = RunClusterSim(Deployment(1, 100, 4), w);
   ASSERT_TRUE(alone.ok()) << alone.status();
   EXPECT_EQ(alone->requests.at(0).code, absl::StatusCode::kUnavailable);
+}
+
+TEST(ClusterSimTest, AConsumerLostToItsCoordinatorHasItsStreamsMovedToAnotherReplica) {
+  ExpectALoneStreamToMove(SimFaultKind::kFreeze, 3, 1.5);
+  const SimDeployment two = Deployment(2, 100, 4);
 
   // A stream that began from codes, frozen once its first token came (50 tokens, ~0.2 s): it
   // moves from codes -- the prompt's codes again from the producer, its tokens so far prefilled
@@ -550,6 +558,14 @@ TEST(ClusterSimTest, AnEjectedConsumerGetsNoRequestUntilItsProbesPassThenServesA
   }));
 }
 
+// A lone local request's first token on `d` (at 1 s, 100 prompt tokens): a consumer's own
+// prefill, L.
+double LonePrefillSeconds(const SimDeployment& d) {
+  absl::StatusOr<ClusterSimResult> local = RunClusterSim(d, Workload("local", 1, 1.5, 100, 3));
+  EXPECT_TRUE(local.ok()) << local.status();
+  return local.ok() ? local->requests.at(0).ttft_s : 0;
+}
+
 // A producer frozen past its sessions' keepalive and its coordinator's, one lone request at a time
 // (100 prompt tokens, a consumer's own prefill L): a transfer whose pass runs at the freeze
 // (1.001 s) fails at the sessions' give-up (2 s) into the consumer's own prefill, first token at
@@ -559,9 +575,7 @@ TEST(ClusterSimTest, AnEjectedConsumerGetsNoRequestUntilItsProbesPassThenServesA
 // passed twice after the thaw (3.3 s, 3.5 s) and codes are back.
 TEST(ClusterSimTest, AProducerLostFailsItsTransfersIntoTheConsumersOwnPrefill) {
   const SimDeployment d = Deployment(1, 100, 4);
-  absl::StatusOr<ClusterSimResult> local = RunClusterSim(d, Workload("local", 1, 1.5, 100, 3));
-  ASSERT_TRUE(local.ok()) << local.status();
-  const double l = local->requests.at(0).ttft_s;
+  const double l = LonePrefillSeconds(d);
   SimWorkload scd = Workload("scd", 1, 1.5, 100, 3);
   scd.faults = {{SimFaultKind::kFreeze, "base-0", 1.001, 3}};
   absl::StatusOr<ClusterSimResult> running = RunClusterSim(d, scd);
@@ -588,6 +602,70 @@ TEST(ClusterSimTest, AProducerLostFailsItsTransfersIntoTheConsumersOwnPrefill) {
   }
   EXPECT_EQ(r->requests[3].mode, TransferMode::kScd);
   EXPECT_FALSE(r->requests[3].fell_back);
+}
+
+// The soak's kill (kill -9, restarted `hold_s` later): the node's connections reset at once, so
+// the coordinator ejects it with no keepalive to wait for. A lone request whose consumer is killed
+// 1 ms into its prefill is prefilled again on the other replica from then (its first token 1 ms
+// later than unkilled); with no other replica it ends UNAVAILABLE.
+TEST(ClusterSimTest, AKilledConsumersStreamsMoveAtOnce) {
+  ExpectALoneStreamToMove(SimFaultKind::kKill, 2, 0.001);
+}
+
+// Under load (20 requests/s of 50 tokens, both replicas busy), c-0 killed at 1.081 s while it
+// streams: every request ends OK, those it held moved; none arriving while it is down goes to it
+// and it serves again once restarted -- down 1 s, and down 12 s, past the lease (10 s): its
+// registration lapsed and it registers anew.
+TEST(ClusterSimTest, AKilledConsumerServesAgainOnceRestartedEvenPastItsLease) {
+  const SimDeployment two = Deployment(2, 100, 4);
+  ASSERT_LT(two.lease_s, 12);
+  for (const double down : {1.0, 12.0}) {
+    SimWorkload w = Workload("local", 20, 4 + down, 100, 50);
+    w.faults = {{SimFaultKind::kKill, "c-0", 1.081, down}};
+    absl::StatusOr<ClusterSimResult> r = RunClusterSim(two, w);
+    ASSERT_TRUE(r.ok()) << r.status();
+    int moved = 0, after = 0;
+    for (const SimRequestResult& q : r->requests) {
+      ASSERT_EQ(q.code, absl::StatusCode::kOk) << down << " " << q.arrival_s;
+      moved += q.moves;
+      if (q.arrival_s > 1.081 && q.arrival_s < 1.081 + down) {
+        EXPECT_EQ(q.consumer, "c-1") << down << " " << q.arrival_s;
+      }
+      if (q.arrival_s > 1.081 + down && q.consumer == "c-0") ++after;
+    }
+    EXPECT_GT(moved, 0) << down;
+    EXPECT_GT(after, 0) << down;
+  }
+}
+
+// A producer killed 1 ms into a lone request's pass: the transfer fails at once into the
+// consumer's own prefill (first token at 1 ms + L); killed for 2 s from 1.001 s, requests at 2 s
+// and 3 s route local (no live producer; the clients allow the fallback), the one at 4 s, after
+// its restart, from codes again -- unless its restart takes longer to be ready.
+TEST(ClusterSimTest, AKilledProducersTransfersFallBackAtOnce) {
+  const SimDeployment d = Deployment(1, 100, 4);
+  const double l = LonePrefillSeconds(d);
+  SimWorkload scd = Workload("scd", 1, 4.5, 100, 3);
+  scd.faults = {{SimFaultKind::kKill, "base-0", 1.001, 2}};
+  absl::StatusOr<ClusterSimResult> r = RunClusterSim(d, scd);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->requests.size(), 4u);
+  for (const SimRequestResult& x : r->requests) ASSERT_EQ(x.code, absl::StatusCode::kOk);
+  EXPECT_TRUE(r->requests[0].fell_back);
+  EXPECT_NEAR(r->requests[0].ttft_s, 0.001 + l, 1e-6);
+  for (size_t i : {1, 2}) {
+    EXPECT_EQ(r->requests[i].mode, TransferMode::kLocal) << i;
+    EXPECT_NEAR(r->requests[i].ttft_s, l, 1e-6) << i;
+  }
+  EXPECT_EQ(r->requests[3].mode, TransferMode::kScd);
+  EXPECT_FALSE(r->requests[3].fell_back);
+  // A producer whose restart takes 1.5 s to be ready (its pool's restart_s) is back at 4.501 s:
+  // the request at 4 s routes local too.
+  SimDeployment slow = d;
+  slow.producers[0].restart_s = 1.5;
+  absl::StatusOr<ClusterSimResult> starting = RunClusterSim(slow, scd);
+  ASSERT_TRUE(starting.ok()) << starting.status();
+  EXPECT_EQ(starting->requests.at(3).mode, TransferMode::kLocal);
 }
 
 // A fault the deployment cannot take is refused before the run, naming it.

@@ -271,10 +271,10 @@ TEST(SimConfigTest, RefusesAWorkloadThatIsWrongNamingIt) {
       {"[prefix]\nshare = 1.5\n[[mix]]\ntarget = \"a\"\n", "prefix.share"},
       {"[slo]\nttft = 5\n[[mix]]\ntarget = \"a\"\n", "unknown key slo.ttft"},
       {"[mix]\ntarget = \"a\"\n", "mix: an array of tables"},
-      {"[[mix]]\ntarget = \"a\"\n[[fault]]\nkind = \"kill\"\nnode = \"a-0\"\n",
-       "the soak's 'kill' is not simulated yet"},
+      {"[[mix]]\ntarget = \"a\"\n[[fault]]\nkind = \"flap\"\nnode = \"a-0\"\n",
+       "the soak's 'flap' is not simulated yet"},
       {"[[mix]]\ntarget = \"a\"\n[[fault]]\nkind = \"sleep\"\nnode = \"a-0\"\n",
-       "fault[0].kind: \"freeze\""},
+       "fault[0].kind: \"freeze\" or \"kill\""},
       {"[[mix]]\ntarget = \"a\"\n[[fault]]\nat_s = 1\n", "fault[0].node: needed"},
       {"[[mix]]\ntarget = \"a\"\n[[fault]]\nnode = \"a-0\"\nhold_s = 0\n", "fault[0].hold_s"},
       {"[[mix]]\ntarget = \"a\"\n[[fault]]\nnode = \"a-0\"\nat_s = -1\n", "fault[0].at_s"},
@@ -307,9 +307,20 @@ TEST(SimConfigTest, RefusesAWorkloadThatIsWrongNamingIt) {
   EXPECT_THAT(faults(fault + "node = \"a\"\n").message(), HasSubstr("no node 'a'"));
   EXPECT_THAT(faults(fault + "node = \"a-0\"\nat_s = 61\n").message(), HasSubstr("past"));
   EXPECT_THAT(faults(fault + "node = \"a-0\"\nhold_s = 10\n").message(), HasSubstr("lease"));
+  // A killed node may stay down past its lease (its registration lapses, as etcd's key would).
+  const std::string kill = "[[fault]]\nkind = \"kill\"\n";
+  absl::StatusOr<SimWorkload> long_kill =
+      ParseSimWorkload(good + kill + "node = \"a-0\"\nhold_s = 30\n");
+  ASSERT_TRUE(long_kill.ok()) << long_kill.status();
+  EXPECT_EQ(long_kill->faults.at(0).kind, SimFaultKind::kKill);
+  EXPECT_TRUE(faults(kill + "node = \"a-0\"\nhold_s = 30\n").ok());
+  EXPECT_THAT(faults(kill + "node = \"a-0\"\nat_s = 2\nhold_s = 30\n" + fault +
+                     "node = \"a-0\"\nat_s = 20\n")
+                  .message(),
+              HasSubstr("fault[1]: overlaps another fault of a-0"));
   EXPECT_THAT(
       faults(fault + "node = \"a-0\"\nat_s = 4\n" + fault + "node = \"a-0\"\nat_s = 2\n").message(),
-      HasSubstr("fault[1]: overlaps another freeze of a-0"));
+      HasSubstr("fault[1]: overlaps another fault of a-0"));
   absl::StatusOr<SimWorkload> ordered = ParseSimWorkload(
       good + fault + "node = \"a-0\"\nat_s = 9\n" + fault + "node = \"a-1\"\nat_s = 2\n");
   ASSERT_TRUE(ordered.ok()) << ordered.status();
