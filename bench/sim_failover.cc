@@ -155,8 +155,9 @@ void Sim::Move(Req* req) {
   const TransferMode codes = admitted ? req->mode : TransferMode::kLocal;
   coordinator::NodeRegistry& registry = *registries_[req->coordinator];
   absl::StatusOr<coordinator::Route> route = absl::UnavailableError("not resolved");
-  if (codes != TransferMode::kLocal)
+  if (codes != TransferMode::kLocal) {
     route = registry.ResolveMove(req->mix->target, constraint, codes);
+  }
   if (!route.ok() || route->targets.front().mode == TransferMode::kLocal) {
     route = registry.ResolveMove(req->mix->target, constraint);
   }
