@@ -85,19 +85,19 @@ absl::Status Sim::AddFaults() {
     const absl::Time from = start_ + absl::Seconds(f.at_s);
     SCD_ASSIGN_OR_RETURN(const SimNodeRef ref, FindSimNode(d_, f.node));
     const absl::Time to = from + absl::Seconds(SimFaultSpan(d_, ref, f));
-    const bool kill = f.kind == SimFaultKind::kKill;
-    FrozenSpans* spans = nullptr;
-    if (auto c = consumer_by_id_.find(f.node); c != consumer_by_id_.end()) {
-      spans = kill ? &c->second->down : &c->second->frozen;
-    } else if (auto p = producer_by_id_.find(f.node); p != producer_by_id_.end()) {
-      spans = kill ? &p->second->down : &p->second->frozen;
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("a fault's node '", f.node, "' is none"));
-    }
-    SCD_RETURN_IF_ERROR(spans->Add(from, to));
+    const NodeRef node = NodeNamed(f.node);
+    SCD_RETURN_IF_ERROR(
+        (f.kind == SimFaultKind::kKill ? node.down() : node.frozen()).Add(from, to));
     ScheduleFailover(f, from, to);
   }
   return absl::OkStatus();
+}
+
+Sim::NodeRef Sim::NodeNamed(const std::string& name) const {
+  NodeRef n;
+  if (auto c = consumer_by_id_.find(name); c != consumer_by_id_.end()) n.consumer = c->second;
+  if (auto p = producer_by_id_.find(name); p != producer_by_id_.end()) n.producer = p->second;
+  return n;
 }
 
 // Every node's state to every coordinator, as its etcd entry would carry it.

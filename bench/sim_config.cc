@@ -330,10 +330,6 @@ double SimFaultSpan(const SimDeployment& deployment, const SimNodeRef& node,
                                        : deployment.consumers.at(node.pool).restart_s);
 }
 
-const char* SimFaultKindName(SimFaultKind kind) {
-  return kind == SimFaultKind::kKill ? "kill" : "freeze";
-}
-
 SimLink SimDeployment::LinkOf(size_t producer, size_t consumer) const {
   for (const SimLink& l : links) {
     if (l.producer == producers[producer].name && l.consumer == consumers[consumer].name) return l;

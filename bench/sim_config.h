@@ -136,7 +136,6 @@ struct SimMix {
 // The soak's faults the simulator replays (bench/sim_faults.h): a freeze (SIGSTOP for hold_s, then
 // SIGCONT) and a kill (kill -9, the node restarted hold_s later, empty: its caches, its speeds).
 enum class SimFaultKind { kFreeze, kKill };
-const char* SimFaultKindName(SimFaultKind kind);
 
 struct SimFault {
   SimFaultKind kind = SimFaultKind::kFreeze;

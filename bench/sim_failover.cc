@@ -52,13 +52,13 @@ void Sim::ScheduleFailover(const SimFault& fault, absl::Time from, absl::Time to
       At(*lost, [this, k, node] { NodeLost(k, node); });
     }
   }
-  auto producer = producer_by_id_.find(node);
-  if (producer == producer_by_id_.end()) return;
+  ProducerNode* p = NodeNamed(node).producer;
+  if (p == nullptr) return;
   const transport::TransportOptions sessions;
   const std::optional<absl::Time> sessions_lost = KeepaliveGivesUp(
       start_, sessions.grpc_keepalive_interval, sessions.grpc_keepalive_timeout, from, to);
   if (sessions_lost.has_value()) {
-    At(*sessions_lost, [this, p = producer->second] { TransfersLost(p); });
+    At(*sessions_lost, [this, p] { TransfersLost(p); });
   }
 }
 
@@ -72,15 +72,21 @@ std::vector<Req*> Sim::LiveOf(size_t k, const std::function<bool(const Req&)>& p
 }
 
 void Sim::NodeLost(size_t k, const std::string& node) {
-  registries_[k]->NoteUnreachable(node, "keepalive watchdog timeout");
+  Eject(k, node, "keepalive watchdog timeout");
+  Strand(k, NodeNamed(node));
+}
+
+void Sim::Eject(size_t k, const std::string& node, const std::string& why) {
+  registries_[k]->NoteUnreachable(node, why);
   if (!probing_[k]) Probe(k);
-  if (auto c = consumer_by_id_.find(node); c != consumer_by_id_.end()) {
-    for (Req* req : LiveOf(k, [c = c->second](const Req& r) { return r.consumer == c; })) {
-      Move(req);
-    }
+}
+
+void Sim::Strand(size_t k, const NodeRef& node) {
+  if (ConsumerNode* c = node.consumer; c != nullptr) {
+    for (Req* req : LiveOf(k, [c](const Req& r) { return r.consumer == c; })) Move(req);
     return;
   }
-  ProducerNode* p = producer_by_id_.at(node);
+  ProducerNode* p = node.producer;
   for (Req* req : LiveOf(k, [p](const Req& r) { return r.producer == p; })) FallBack(req);
 }
 
@@ -97,14 +103,11 @@ void Sim::Probe(size_t k) {
   coordinator::NodeRegistry& registry = *registries_[k];
   const absl::Time now = clock_.Now();
   for (const coordinator::NodeRegistry::DueProbe& due : registry.TakeDueProbes()) {
-    const ConsumerNode* c = nullptr;
-    if (auto it = consumer_by_id_.find(due.node_id); it != consumer_by_id_.end()) c = it->second;
-    const ProducerNode* p = c != nullptr ? nullptr : producer_by_id_.at(due.node_id);
-    const FrozenSpans& spans = c != nullptr ? c->frozen : p->frozen;
+    const NodeRef node = NodeNamed(due.node_id);
     // A frozen node answers at its thaw: in time, or the probe's timeout first. A killed one
     // refuses the connection at once.
-    const bool down = c != nullptr ? c->down.Frozen(now) : p->down.Frozen(now);
-    const absl::Time answer = down ? now : spans.ThawOf(now);
+    const bool down = node.down().Frozen(now);
+    const absl::Time answer = down ? now : node.frozen().ThawOf(now);
     const bool ok = !down && answer <= now + coordinator::kProbeTimeout;
     At(ok ? answer : now + coordinator::kProbeTimeout,
        [this, k, id = due.node_id, ok] { registries_[k]->NoteProbe(id, ok); });
@@ -214,19 +217,12 @@ void Sim::Purge(ConsumerNode* c) {
 
 void Sim::Kill(const std::string& node) {
   for (size_t k = 0; k < registries_.size(); ++k) {
-    registries_[k]->NoteUnreachable(node, "connection reset: its process was killed");
-    if (!probing_[k]) Probe(k);
+    Eject(k, node, "connection reset: its process was killed");
   }
-  if (auto c = consumer_by_id_.find(node); c != consumer_by_id_.end()) {
-    ConsumerNode* killed = c->second;
-    for (Req* req : LiveOf(kAll, [killed](const Req& r) { return r.consumer == killed; })) {
-      Move(req);
-    }
-    return Wipe(killed);
-  }
-  ProducerNode* p = producer_by_id_.at(node);
-  for (Req* req : LiveOf(kAll, [p](const Req& r) { return r.producer == p; })) FallBack(req);
-  Wipe(p);
+  const NodeRef killed = NodeNamed(node);
+  Strand(kAll, killed);
+  if (killed.consumer != nullptr) return Wipe(killed.consumer);
+  Wipe(killed.producer);
 }
 
 void Sim::Wipe(ConsumerNode* c) {
@@ -263,12 +259,13 @@ void Sim::Lapse(const std::string& node) {
 void Sim::Restart(const std::string& node) {
   v1::HeartbeatRequest hb;
   const v1::RegisterRequest* info = nullptr;
-  if (auto c = consumer_by_id_.find(node); c != consumer_by_id_.end()) {
-    c->second->idle_since = clock_.Now();
-    hb = HeartbeatOf(*c->second);
-    info = &c->second->info;
+  const NodeRef restarted = NodeNamed(node);
+  if (ConsumerNode* c = restarted.consumer; c != nullptr) {
+    c->idle_since = clock_.Now();
+    hb = HeartbeatOf(*c);
+    info = &c->info;
   } else {
-    ProducerNode* p = producer_by_id_.at(node);
+    ProducerNode* p = restarted.producer;
     p->idle_since = p->updated = clock_.Now();
     hb = HeartbeatOf(*p);
     info = &p->info;

@@ -83,6 +83,17 @@ class Sim {
     return true;
   }
 
+  // A node by its name: its consumer or its producer, the other null (both: none so named).
+  struct NodeRef {
+    ConsumerNode* consumer = nullptr;
+    ProducerNode* producer = nullptr;
+    FrozenSpans& frozen() const {
+      return consumer != nullptr ? consumer->frozen : producer->frozen;
+    }
+    FrozenSpans& down() const { return consumer != nullptr ? consumer->down : producer->down; }
+  };
+  NodeRef NodeNamed(const std::string& name) const;
+
   // sim_failover.cc: the cluster's answer to a node lost.
   // Sets a fault's consequences: a freeze's keepalives that give up on the node and transfers
   // lost; a kill, the node's lapse if it stays down past the lease, and its restart.
@@ -100,6 +111,11 @@ class Sim {
   // Coordinator `k`'s connection to `node` gave up on it: ejected there, its streams moved, its
   // transfers failed.
   void NodeLost(size_t k, const std::string& node);
+  // Coordinator `k` takes `node` out of routing for `why` and probes it.
+  void Eject(size_t k, const std::string& node, const std::string& why);
+  // What coordinator `k` (kAll: every one) routed to `node`, lost: streams on a consumer move,
+  // transfers from a producer fall back.
+  void Strand(size_t k, const NodeRef& node);
   // The transfer sessions of producer `p`'s passes running now gave up on it: each falls back.
   void TransfersLost(ProducerNode* p);
   // Coordinator `k`'s prober: the probes due now, each answered (or timed out) on the clock.
