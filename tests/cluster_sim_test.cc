@@ -468,6 +468,35 @@ TEST(ClusterSimTest, AFrozenNodeDoesNothingUntilItsThaw) {
 // than unfrozen and its tokens as far apart; alone on a consumer with no other replica it ends
 // UNAVAILABLE, as the real coordinator ends a stream it cannot move; a stream begun from codes
 // moves from codes.
+// `w` run on `d`, every request ended OK.
+ClusterSimResult RunAllOk(const SimDeployment& d, const SimWorkload& w) {
+  absl::StatusOr<ClusterSimResult> r = RunClusterSim(d, w);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return {};
+  for (const SimRequestResult& q : r->requests) {
+    EXPECT_EQ(q.code, absl::StatusCode::kOk) << q.arrival_s;
+  }
+  return *std::move(r);
+}
+
+// `w` on two replicas, c-0 out of routing over (`out_from`, `out_to`): every request ends OK, some
+// streams moved, none arriving meanwhile went to c-0 and some arriving after did.
+ClusterSimResult ExpectC0OutThenBack(const SimDeployment& two, const SimWorkload& w,
+                                     double out_from, double out_to) {
+  ClusterSimResult r = RunAllOk(two, w);
+  int moved = 0, after = 0;
+  for (const SimRequestResult& q : r.requests) {
+    moved += q.moves;
+    if (q.arrival_s > out_from && q.arrival_s < out_to) {
+      EXPECT_EQ(q.consumer, "c-1") << q.arrival_s;
+    }
+    if (q.arrival_s > out_to && q.consumer == "c-0") ++after;
+  }
+  EXPECT_GT(moved, 0);
+  EXPECT_GT(after, 0);
+  return r;
+}
+
 // A lone local request (at 1 s, 100 prompt tokens, 5 out) whose consumer meets a fault of `kind`
 // for `hold_s` from 1.001 s: on two replicas it moves to the other, its first token `later` s
 // later than without the fault and its tokens as far apart; on one replica it ends UNAVAILABLE.
@@ -535,25 +564,15 @@ TEST(ClusterSimTest, AnEjectedConsumerGetsNoRequestUntilItsProbesPassThenServesA
   for (const SimRequestResult& q : plain->requests) used.insert(q.consumer);
   ASSERT_EQ(used.size(), 2u);  // the load spreads over both
   w.faults = {{SimFaultKind::kFreeze, "c-0", 1.081, 3}};
-  absl::StatusOr<ClusterSimResult> r = RunClusterSim(two, w);
-  ASSERT_TRUE(r.ok()) << r.status();
-  int moved = 0, after = 0;
-  for (const SimRequestResult& q : r->requests) {
-    ASSERT_EQ(q.code, absl::StatusCode::kOk) << q.arrival_s;
-    moved += q.moves;
-    if (q.arrival_s > 2.5 && q.arrival_s < 4.3) {
-      EXPECT_EQ(q.consumer, "c-1") << q.arrival_s;
-    }
-    if (q.arrival_s > 4.3 && q.consumer == "c-0") ++after;
+  const ClusterSimResult r = ExpectC0OutThenBack(two, w, 2.5, 4.3);
+  for (const SimRequestResult& q : r.requests) {
     if (q.moves > 0) {
       EXPECT_EQ(q.consumer, "c-1");
       EXPECT_LT(q.arrival_s, 2.5);
     }
   }
-  EXPECT_GT(moved, 0);
-  EXPECT_GT(after, 0);
   // The sequence frozen mid-stream: its first token came before the freeze.
-  EXPECT_TRUE(std::any_of(r->requests.begin(), r->requests.end(), [](const SimRequestResult& q) {
+  EXPECT_TRUE(std::any_of(r.requests.begin(), r.requests.end(), [](const SimRequestResult& q) {
     return q.moves > 0 && q.arrival_s + q.ttft_s < 1.081;
   }));
 }
@@ -588,20 +607,18 @@ TEST(ClusterSimTest, AProducerLostFailsItsTransfersIntoTheConsumersOwnPrefill) {
 
   scd = Workload("scd", 1, 4.5, 100, 3);
   scd.faults = {{SimFaultKind::kFreeze, "base-0", 0.3, 3}};
-  absl::StatusOr<ClusterSimResult> r = RunClusterSim(d, scd);
-  ASSERT_TRUE(r.ok()) << r.status();
-  ASSERT_EQ(r->requests.size(), 4u);
-  for (const SimRequestResult& x : r->requests) ASSERT_EQ(x.code, absl::StatusCode::kOk);
-  EXPECT_TRUE(r->requests[0].fell_back);
-  EXPECT_EQ(r->requests[0].mode, TransferMode::kScd);
-  EXPECT_NEAR(r->requests[0].ttft_s, 0.5 + l, 1e-6);
+  const ClusterSimResult r = RunAllOk(d, scd);
+  ASSERT_EQ(r.requests.size(), 4u);
+  EXPECT_TRUE(r.requests[0].fell_back);
+  EXPECT_EQ(r.requests[0].mode, TransferMode::kScd);
+  EXPECT_NEAR(r.requests[0].ttft_s, 0.5 + l, 1e-6);
   for (size_t i : {1, 2}) {
-    EXPECT_EQ(r->requests[i].mode, TransferMode::kLocal) << i;
-    EXPECT_FALSE(r->requests[i].fell_back);
-    EXPECT_NEAR(r->requests[i].ttft_s, l, 1e-6) << i;
+    EXPECT_EQ(r.requests[i].mode, TransferMode::kLocal) << i;
+    EXPECT_FALSE(r.requests[i].fell_back);
+    EXPECT_NEAR(r.requests[i].ttft_s, l, 1e-6) << i;
   }
-  EXPECT_EQ(r->requests[3].mode, TransferMode::kScd);
-  EXPECT_FALSE(r->requests[3].fell_back);
+  EXPECT_EQ(r.requests[3].mode, TransferMode::kScd);
+  EXPECT_FALSE(r.requests[3].fell_back);
 }
 
 // The soak's kill (kill -9, restarted `hold_s` later): the node's connections reset at once, so
@@ -621,20 +638,9 @@ TEST(ClusterSimTest, AKilledConsumerServesAgainOnceRestartedEvenPastItsLease) {
   ASSERT_LT(two.lease_s, 12);
   for (const double down : {1.0, 12.0}) {
     SimWorkload w = Workload("local", 20, 4 + down, 100, 50);
+    SCOPED_TRACE(down);
     w.faults = {{SimFaultKind::kKill, "c-0", 1.081, down}};
-    absl::StatusOr<ClusterSimResult> r = RunClusterSim(two, w);
-    ASSERT_TRUE(r.ok()) << r.status();
-    int moved = 0, after = 0;
-    for (const SimRequestResult& q : r->requests) {
-      ASSERT_EQ(q.code, absl::StatusCode::kOk) << down << " " << q.arrival_s;
-      moved += q.moves;
-      if (q.arrival_s > 1.081 && q.arrival_s < 1.081 + down) {
-        EXPECT_EQ(q.consumer, "c-1") << down << " " << q.arrival_s;
-      }
-      if (q.arrival_s > 1.081 + down && q.consumer == "c-0") ++after;
-    }
-    EXPECT_GT(moved, 0) << down;
-    EXPECT_GT(after, 0) << down;
+    ExpectC0OutThenBack(two, w, 1.081, 1.081 + down);
   }
 }
 
@@ -647,18 +653,16 @@ TEST(ClusterSimTest, AKilledProducersTransfersFallBackAtOnce) {
   const double l = LonePrefillSeconds(d);
   SimWorkload scd = Workload("scd", 1, 4.5, 100, 3);
   scd.faults = {{SimFaultKind::kKill, "base-0", 1.001, 2}};
-  absl::StatusOr<ClusterSimResult> r = RunClusterSim(d, scd);
-  ASSERT_TRUE(r.ok()) << r.status();
-  ASSERT_EQ(r->requests.size(), 4u);
-  for (const SimRequestResult& x : r->requests) ASSERT_EQ(x.code, absl::StatusCode::kOk);
-  EXPECT_TRUE(r->requests[0].fell_back);
-  EXPECT_NEAR(r->requests[0].ttft_s, 0.001 + l, 1e-6);
+  const ClusterSimResult r = RunAllOk(d, scd);
+  ASSERT_EQ(r.requests.size(), 4u);
+  EXPECT_TRUE(r.requests[0].fell_back);
+  EXPECT_NEAR(r.requests[0].ttft_s, 0.001 + l, 1e-6);
   for (size_t i : {1, 2}) {
-    EXPECT_EQ(r->requests[i].mode, TransferMode::kLocal) << i;
-    EXPECT_NEAR(r->requests[i].ttft_s, l, 1e-6) << i;
+    EXPECT_EQ(r.requests[i].mode, TransferMode::kLocal) << i;
+    EXPECT_NEAR(r.requests[i].ttft_s, l, 1e-6) << i;
   }
-  EXPECT_EQ(r->requests[3].mode, TransferMode::kScd);
-  EXPECT_FALSE(r->requests[3].fell_back);
+  EXPECT_EQ(r.requests[3].mode, TransferMode::kScd);
+  EXPECT_FALSE(r.requests[3].fell_back);
   // A producer whose restart takes 1.5 s to be ready (its pool's restart_s) is back at 4.501 s:
   // the request at 4 s routes local too.
   SimDeployment slow = d;
