@@ -234,11 +234,21 @@ void HttpServer::Impl::Dispatch(const HttpRequest& request,
     handler = handler_;
     draining = draining_;
   }
-  if (request.path == "/health" && (draining || handler == nullptr)) {
+  const bool get = request.method == "GET" || request.method == "HEAD";
+  // Kubernetes' probe paths: /livez 200 while the process answers at all (loading and draining
+  // included); /readyz is /health (503 while loading or draining).
+  if (get && request.path == "/livez") return reply->Send(HealthJson(200, "alive"));
+  const bool readiness = get && (request.path == "/health" || request.path == "/readyz");
+  if (readiness && (draining || handler == nullptr)) {
     return reply->Send(HealthJson(503, draining ? "draining" : "loading"));
   }
   if (handler == nullptr) return reply->Send(Error(503, "the server is loading", "unavailable"));
   try {
+    if (readiness && request.path == "/readyz") {
+      HttpRequest health = request;
+      health.path = "/health";
+      if (handler->Handle(health, reply)) return;
+    }
     if (handler->Handle(request, reply)) return;
   } catch (const std::exception&) {
     return reply->Send(Error(500, "internal error", "internal_error"));

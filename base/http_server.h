@@ -3,13 +3,14 @@
 // `listen` at once (port 0: a free port), before the node behind it has loaded, and answers
 // /health with 503 {"status":"loading"} (every other path 503 in OpenAI's error shape) until
 // SetHandler installs what the node serves; SetDraining turns /health to 503 "draining" for the
-// drain. Every connection is a state object on a few I/O threads (`io_threads`): nothing holds
-// a thread while it waits, a streamed answer included, so the threads do not grow with the
-// connections. Handlers run on those threads and must not block: one that waits answers later
-// through its HttpReply (base/http_message.h), from any thread.
-// Limits, each answered in OpenAI's error shape where an answer can still be sent: a request
-// head over max_header_bytes 431, a body over max_body_bytes 413, a malformed request 400; a
-// request not read in full within read_timeout_seconds (also the idle time allowed between a
+// drain. /readyz is /health under the name Kubernetes' probes use; /livez answers 200
+// {"status":"alive"} in every phase (the process answers). Every connection is a state object on a
+// few I/O threads (`io_threads`): nothing holds a thread while it waits, a streamed answer
+// included, so the threads do not grow with the connections. Handlers run on those threads and must
+// not block: one that waits answers later through its HttpReply (base/http_message.h), from any
+// thread. Limits, each answered in OpenAI's error shape where an answer can still be sent: a
+// request head over max_header_bytes 431, a body over max_body_bytes 413, a malformed request 400;
+// a request not read in full within read_timeout_seconds (also the idle time allowed between a
 // kept-alive connection's requests) is dropped; connections past max_connections get 503 and
 // are closed; a reader that takes nothing of a write for write_timeout_seconds, or lets more than
 // max_queued_bytes pile up, is dropped (the handler hears OnClosed). A client that disconnects

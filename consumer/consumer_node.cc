@@ -184,6 +184,9 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
   SCD_RETURN_IF_ERROR(CheckRegistryAddress(options.coordinator));
   SCD_ASSIGN_OR_RETURN(ClusterSecret secret, ClusterSecret::Of(options.cluster_secret));
   std::unique_ptr<ConsumerNode> node(new ConsumerNode());
+  // Health probes on both ports see NOT_SERVING while the model and artifacts load.
+  SCD_ASSIGN_OR_RETURN(node->public_, StartLoadingServer(options.listen));
+  SCD_ASSIGN_OR_RETURN(node->control_server_, StartLoadingServer(options.control_listen));
   SCD_ASSIGN_OR_RETURN(ServedModel served, LoadServedModel(options.model));
   node->name_ = std::move(served.name);
   node->fingerprint_ = std::move(served.fingerprint);
@@ -232,9 +235,11 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
       node->serving_metrics_.get(), guards);
   SetUpMetrics(node.get());
   SCD_ASSIGN_OR_RETURN(node->control_server_,
-                       StartGrpcServer(options.control_listen, {node->control_.get()}));
-  SCD_ASSIGN_OR_RETURN(node->public_, StartGrpcServer(options.listen, {node->checked_.get()}, {},
-                                                      options.max_message_bytes));
+                       ServeAfterLoading(&node->control_server_, {node->control_.get()},
+                                         {v1::Consumer::service_full_name()}));
+  SCD_ASSIGN_OR_RETURN(node->public_, ServeAfterLoading(&node->public_, {node->checked_.get()},
+                                                        {v1::Inference::service_full_name()},
+                                                        options.max_message_bytes));
   spdlog::info("consumer {} serving the public API on {}, control on {}, transfers on {} ({})",
                node->name_, node->address(), node->control_address(), node->transfer_address(),
                options.transport);
@@ -243,6 +248,8 @@ absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
     Register(options, std::move(registration), admission.budget_bytes, kv_bytes_per_token,
              std::move(secret), node.get());
   }
+  node->public_.health->SetServing(true);
+  node->control_server_.health->SetServing(true);
   return node;
 }
 
@@ -251,6 +258,8 @@ std::shared_ptr<grpc::Channel> ConsumerNode::InProcessControlChannel() const {
 }
 
 void ConsumerNode::Drain() {
+  if (public_.health) public_.health->SetServing(false);
+  if (control_server_.health) control_server_.health->SetServing(false);
   admission_->Drain();
   if (registration_) registration_->Stop();
 }

@@ -15,6 +15,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Start(
     const CoordinatorNodeOptions& options) {
   SCD_ASSIGN_OR_RETURN(ClusterSecret secret, ClusterSecret::Of(options.cluster_secret));
   std::unique_ptr<CoordinatorNode> node(new CoordinatorNode());
+  // Health probes on both ports see NOT_SERVING while the tokenizer loads and etcd is awaited.
+  SCD_ASSIGN_OR_RETURN(node->public_, StartLoadingServer(options.listen));
+  SCD_ASSIGN_OR_RETURN(node->control_, StartLoadingServer(options.control_listen));
   CoordinatorOptions routing = options.routing;
   if (!options.tokenizer.empty()) {
     const std::filesystem::path path = std::filesystem::is_directory(options.tokenizer)
@@ -57,9 +60,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Start(
       node->inference_.get(), options.limits, /*require_target=*/true, &node->counters_,
       node->serving_metrics_.get(), guards);
   SCD_ASSIGN_OR_RETURN(node->control_,
-                       StartGrpcServer(options.control_listen, {node->registry_service_.get()}));
-  SCD_ASSIGN_OR_RETURN(node->public_, StartGrpcServer(options.listen, {node->checked_.get()}, {},
-                                                      options.max_message_bytes));
+                       ServeAfterLoading(&node->control_, {node->registry_service_.get()},
+                                         {v1::Registry::service_full_name()}));
+  SCD_ASSIGN_OR_RETURN(node->public_, ServeAfterLoading(&node->public_, {node->checked_.get()},
+                                                        {v1::Inference::service_full_name()},
+                                                        options.max_message_bytes));
   RegistryService* registry_service = node->registry_service_.get();
   MetricsRegistry* metrics = &node->metrics_;
   AddNodeStatsCollector(metrics, [registry_service](v1::NodeStats* stats) {
@@ -71,10 +76,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Start(
       node->chat_template_ ? &*node->chat_template_ : nullptr);
   spdlog::info("coordinator serving the public API on {}, the control plane on {}",
                node->public_.address, node->control_.address);
+  node->public_.health->SetServing(true);
+  node->control_.health->SetServing(true);
   return node;
 }
 
 void CoordinatorNode::Shutdown(absl::Duration grace) {
+  if (public_.health) public_.health->SetServing(false);
+  if (control_.health) control_.health->SetServing(false);
   public_.Shutdown(absl::Now() + grace);
   etcd_watch_.reset();
   control_.Shutdown(absl::Now() + absl::Seconds(1));

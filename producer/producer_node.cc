@@ -21,6 +21,8 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
   SCD_RETURN_IF_ERROR(CheckRegistryAddress(options.coordinator));
   SCD_ASSIGN_OR_RETURN(ClusterSecret secret, ClusterSecret::Of(options.cluster_secret));
   std::unique_ptr<ProducerNode> node(new ProducerNode());
+  // Health probes see NOT_SERVING while the model and artifacts load.
+  SCD_ASSIGN_OR_RETURN(node->server_, StartLoadingServer(options.control_listen));
   SCD_ASSIGN_OR_RETURN(ServedModel served, LoadServedModel(options.model));
   node->name_ = std::move(served.name);
   node->fingerprint_ = std::move(served.fingerprint);
@@ -54,8 +56,8 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
   connection.shape.latency = absl::Microseconds(options.link_latency_us);
   node->service_ = std::make_unique<ProducerControlService>(model, node->transport_.get(),
                                                             secret, connection);
-  SCD_ASSIGN_OR_RETURN(node->server_,
-                       StartGrpcServer(options.control_listen, {node->service_.get()}));
+  SCD_ASSIGN_OR_RETURN(node->server_, ServeAfterLoading(&node->server_, {node->service_.get()},
+                                                        {v1::Producer::service_full_name()}));
   node->metrics_ = std::make_unique<MetricsRegistry>(
       MetricLabels{{"role", "producer"}, {"model", node->name_}});
   MetricsRegistry* metrics = node->metrics_.get();
@@ -86,10 +88,12 @@ absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
         secret, prefix_blocks);
     node->registration_->Start();
   }
+  node->server_.health->SetServing(true);
   return node;
 }
 
 void ProducerNode::Shutdown(absl::Duration grace) {
+  if (server_.health) server_.health->SetServing(false);
   if (registration_) registration_->Stop();
   server_.Shutdown(absl::Now() + grace);
 }

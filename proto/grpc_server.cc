@@ -14,16 +14,29 @@
 namespace scd {
 
 void GrpcServer::Shutdown(absl::Time deadline) {
+  if (health) health->EndWatches();
   if (gate) gate->Stop();
   if (server) server->Shutdown(absl::ToChronoTime(deadline));
   server.reset();
 }
 
+GrpcServer& GrpcServer::operator=(GrpcServer&& other) {
+  if (this == &other) return *this;
+  Shutdown(absl::Now());
+  health = std::move(other.health);
+  server = std::move(other.server);
+  address = std::move(other.address);
+  gate = std::move(other.gate);
+  return *this;
+}
+
+GrpcServer::~GrpcServer() { Shutdown(absl::Now()); }
+
 namespace {
 
 // What every node's server sets, TLS or not.
 void Configure(grpc::ServerBuilder* builder, const std::vector<grpc::Service*>& services,
-               size_t max_receive_bytes) {
+               HealthService* health, size_t max_receive_bytes) {
   HoldGrpcLibrary();  // the gated server takes no credentials that would take it
   // A connection without a call for this long is closed (GOAWAY; a client's channel reconnects
   // on its next call): connections held open doing nothing do not pile up.
@@ -33,6 +46,7 @@ void Configure(grpc::ServerBuilder* builder, const std::vector<grpc::Service*>& 
                               kMinPingIntervalMs);
   if (max_receive_bytes > 0) builder->SetMaxReceiveMessageSize(static_cast<int>(max_receive_bytes));
   for (grpc::Service* service : services) builder->RegisterService(service);
+  builder->RegisterService(health);
 }
 
 }  // namespace
@@ -40,18 +54,20 @@ void Configure(grpc::ServerBuilder* builder, const std::vector<grpc::Service*>& 
 absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
                                            const std::vector<grpc::Service*>& services,
                                            ConnectionGateOptions gate_options,
-                                           size_t max_receive_bytes) {
+                                           size_t max_receive_bytes,
+                                           std::vector<std::string> service_names) {
   if (gate_options.preface.empty()) gate_options.preface = kHttp2ClientPreface;
   // Server reflection on every node (grpc.reflection.v1alpha): grpcurl-style tools list and call
   // the services without the .proto files. Registers a builder plugin once per process.
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   GrpcServer started;
+  started.health = std::make_unique<HealthService>(std::move(service_names));
   if (ServesTls()) {
     absl::StatusOr<HostPort> where = ParseHostPort(listen);
     if (!where.ok()) return where.status();
     grpc::ServerBuilder builder;
     std::shared_ptr<int> port = AddTlsListeningPort(&builder, listen);
-    Configure(&builder, services, max_receive_bytes);
+    Configure(&builder, services, started.health.get(), max_receive_bytes);
     started.server = builder.BuildAndStart();
     if (started.server == nullptr || *port == 0) {
       return absl::UnavailableError(
@@ -67,7 +83,7 @@ absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
   started.gate = *std::move(gate);
   grpc::ServerBuilder builder;  // no listening port of its own: the gate hands it connections
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  Configure(&builder, services, max_receive_bytes);
+  Configure(&builder, services, started.health.get(), max_receive_bytes);
   started.server = builder.BuildAndStart();
   if (started.server == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot start the gRPC server for ", listen));
@@ -76,6 +92,19 @@ absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
   grpc::Server* server = started.server.get();
   started.gate->Start([server](int fd) { grpc::AddInsecureChannelFromFd(server, fd); });
   return started;
+}
+
+absl::StatusOr<GrpcServer> StartLoadingServer(const std::string& listen) {
+  return StartGrpcServer(listen, {});
+}
+
+absl::StatusOr<GrpcServer> ServeAfterLoading(GrpcServer* loading,
+                                             const std::vector<grpc::Service*>& services,
+                                             std::vector<std::string> service_names,
+                                             size_t max_receive_bytes) {
+  const std::string address = loading->address;
+  loading->Shutdown(absl::Now());
+  return StartGrpcServer(address, services, {}, max_receive_bytes, std::move(service_names));
 }
 
 }  // namespace scd

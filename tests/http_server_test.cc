@@ -149,6 +149,8 @@ TEST(HttpServerTest, HealthIsLoadingThenServingThenDraining) {
   ASSERT_TRUE(loading);
   EXPECT_EQ(loading->status, 503);
   EXPECT_EQ(loading->body, "{\"status\":\"loading\"}");
+  EXPECT_EQ(client.Get("/readyz")->status, 503);
+  EXPECT_EQ(client.Get("/livez")->status, 200);
   auto other = client.Get("/v1/models");
   EXPECT_EQ(other->status, 503);
   EXPECT_THAT(other->body, HasSubstr("\"type\":\"unavailable\""));
@@ -158,6 +160,8 @@ TEST(HttpServerTest, HealthIsLoadingThenServingThenDraining) {
   auto serving = client.Get("/health");
   EXPECT_EQ(serving->status, 200);
   EXPECT_EQ(serving->body, "{\"status\":\"serving\"}");
+  EXPECT_EQ(client.Get("/readyz")->body, "{\"status\":\"serving\"}");
+  EXPECT_EQ(client.Get("/livez")->body, "{\"status\":\"alive\"}");
   auto exposition = client.Get("/metrics");
   EXPECT_EQ(exposition->status, 200);
   EXPECT_THAT(exposition->get_header_value("Content-Type"), HasSubstr("text/plain"));
@@ -166,6 +170,8 @@ TEST(HttpServerTest, HealthIsLoadingThenServingThenDraining) {
   EXPECT_THAT(missing->body, HasSubstr("no such endpoint: GET /nowhere"));
   server->SetDraining();
   EXPECT_EQ(client.Get("/health")->body, "{\"status\":\"draining\"}");
+  EXPECT_EQ(client.Get("/readyz")->status, 503);
+  EXPECT_EQ(client.Get("/livez")->status, 200);
 }
 
 TEST(HttpServerTest, LimitsAndMalformedRequestsAreAnsweredInOpenAisShape) {
