@@ -20,6 +20,9 @@ constexpr char kMovesHelp[] =
     "Streams moved to another replica of their target (GenerateEvent.Moved)";
 constexpr char kTakeoversHelp[] =
     "Transfers another producer took over after theirs was lost (Finished.takeovers)";
+constexpr char kFallbacksHelp[] =
+    "Request targets begun in a transfer mode that ended on the consumer's own prefill (the "
+    "transfer failed: producer lost, corrupt codes), by the mode begun";
 constexpr char kFailuresHelp[] = "Failed request targets and calls refused as a whole, by reason";
 
 double Seconds(uint64_t micros) { return static_cast<double>(micros) / 1e6; }
@@ -82,6 +85,11 @@ ServingMetrics::ServingMetrics(MetricsRegistry* registry, uint64_t kv_bytes_per_
   }
   registry->GetCounter("scd:stream_moves_total", kMovesHelp, {});
   registry->GetCounter("scd:transfer_takeovers_total", kTakeoversHelp, {});
+  for (TransferMode mode : {TransferMode::kScd, TransferMode::kRaw, TransferMode::kInt4,
+                            TransferMode::kReuse, TransferMode::kRecompute}) {
+    registry->GetCounter("scd:transfer_fallbacks_total", kFallbacksHelp,
+                         {{"mode", TransferModeName(mode)}});
+  }
 }
 
 const char* ServingMetrics::FailureReason(int grpc_code) {
@@ -199,8 +207,18 @@ void ServingMetrics::Call::Observe(const v1::GenerateEvent& event, absl::Time no
       }
       target.last_token = now;
       break;
+    case v1::GenerateEvent::kStarted:
+      target.started = RanMode(event.started());
+      break;
     case v1::GenerateEvent::kFinished:
       metrics_->Finished(event.finished());
+      if (target.started && *target.started != TransferMode::kLocal &&
+          RanMode(event.finished(), *target.started) == TransferMode::kLocal) {
+        metrics_->registry_
+            ->GetCounter("scd:transfer_fallbacks_total", kFallbacksHelp,
+                         {{"mode", TransferModeName(*target.started)}})
+            .Increment();
+      }
       Leave(target);
       break;
     case v1::GenerateEvent::kMoved:

@@ -20,6 +20,9 @@
 //   scd:num_requests_waiting / _running       targets before / after their first token
 //   scd:stream_moves_total                    Moved events: streams continued on another
 //                                             replica (the coordinator)
+//   scd:transfer_fallbacks_total{mode}        targets Started in a transfer mode whose Finished
+//                                             ran local: the transfer failed into the consumer's
+//                                             own prefill (mode: the one begun)
 //   scd:continued_tokens_checked_total{result} Finished.continuation: a moved or resumed greedy
 //                                             stream's received ids, agreed | parted
 //   scd:ttft_prediction_ratio{mode}           timings.ttft / Finished.predicted_ttft_us, where
@@ -31,11 +34,13 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "base/metrics.h"
+#include "codec/transfer_mode.h"
 #include "proto/node_speeds.h"
 #include "scd/v1/control.pb.h"
 #include "scd/v1/inference.pb.h"
@@ -65,6 +70,8 @@ class ServingMetrics {
     struct Target {
       State state = State::kWaiting;
       absl::Time last_token = absl::InfinitePast();
+      // The mode Started said; a transfer mode that Finished says ran local fell back.
+      std::optional<TransferMode> started;
     };
     void Leave(Target& target);
     ServingMetrics* const metrics_;
