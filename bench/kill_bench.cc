@@ -100,10 +100,32 @@ double MoveGap(const Followed& f) {
   return -1;  // no token before the move, or none after it
 }
 
+void Tally(KillBenchReport& report) {
+  std::vector<double> gaps, out, again;
+  for (const KillRound& r : report.rounds) {
+    if (!r.killed) continue;
+    ++report.killed;
+    report.moved += r.moves > 0;
+    report.finished += r.finished;
+    report.equal += r.finished && r.equal;
+    if (r.gap_s >= 0) gaps.push_back(r.gap_s);
+    if (r.out_of_routing_s >= 0) out.push_back(r.out_of_routing_s);
+    if (r.routed_again_s >= 0) again.push_back(r.routed_again_s);
+  }
+  const std::vector<double> p = {50, 90, 99};
+  report.gap = Summarize(gaps, p);
+  report.out_of_routing = Summarize(out, p);
+  report.routed_again = Summarize(again, p);
+}
+
+double P99(const MetricSummary& m) { return m.percentiles.count(99) ? m.percentiles.at(99) : 0; }
+
+}  // namespace
+
 // One round: the reference, then the stream with its replica killed at its first token.
-KillRound RunRound(SoakDeployment& d, const std::string& coordinator,
-                   const std::vector<int>& replicas, const KillBenchOptions& o,
-                   const std::vector<std::string>& prompts, int round) {
+KillRound RunKillRound(SoakDeployment& d, const std::string& coordinator,
+                       const std::vector<int>& replicas, const KillBenchOptions& o,
+                       const std::vector<std::string>& prompts, int round) {
   KillRound r;
   const v1::GenerateRequest request = RoundRequest(o, prompts, round, &r);
   std::vector<int32_t> reference;
@@ -170,28 +192,6 @@ KillRound RunRound(SoakDeployment& d, const std::string& coordinator,
   return r;
 }
 
-void Tally(KillBenchReport& report) {
-  std::vector<double> gaps, out, again;
-  for (const KillRound& r : report.rounds) {
-    if (!r.killed) continue;
-    ++report.killed;
-    report.moved += r.moves > 0;
-    report.finished += r.finished;
-    report.equal += r.finished && r.equal;
-    if (r.gap_s >= 0) gaps.push_back(r.gap_s);
-    if (r.out_of_routing_s >= 0) out.push_back(r.out_of_routing_s);
-    if (r.routed_again_s >= 0) again.push_back(r.routed_again_s);
-  }
-  const std::vector<double> p = {50, 90, 99};
-  report.gap = Summarize(gaps, p);
-  report.out_of_routing = Summarize(out, p);
-  report.routed_again = Summarize(again, p);
-}
-
-double P99(const MetricSummary& m) { return m.percentiles.count(99) ? m.percentiles.at(99) : 0; }
-
-}  // namespace
-
 bool KillBenchReport::pass() const {
   return killed >= options.kills && moved == killed && equal == killed && gap.count == killed &&
          P99(gap) <= absl::ToDoubleMilliseconds(options.gap_bound);
@@ -227,7 +227,7 @@ absl::StatusOr<KillBenchReport> RunKillBench(const KillBenchOptions& o) {
   // three rounds per kill asked.
   int killed = 0;
   for (int round = 0; killed < o.kills && round < 3 * o.kills; ++round) {
-    report.rounds.push_back(RunRound(*d, coordinator, replicas, o, prompts, round));
+    report.rounds.push_back(RunKillRound(*d, coordinator, replicas, o, prompts, round));
     if (report.rounds.back().killed) {
       ++killed;
       bar.Advance();

@@ -58,6 +58,16 @@ struct KillBenchReport {
   bool pass() const;  // every kill moved, finished equal, gap p99 within the bound
 };
 
+class SoakDeployment;
+// One round on a running deployment: round `round`'s request (local and raw in turn, greedy and
+// seeded in turn; the prompt `round` modulo prompts) served once unfaulted, then again with the
+// replica of `replicas` (deployment node indexes) decoding it killed at its first token, and
+// that replica restarted after the stream ended. RunKillBench's rounds; also what a test that
+// needs a moved stream calls.
+KillRound RunKillRound(SoakDeployment& d, const std::string& coordinator,
+                       const std::vector<int>& replicas, const KillBenchOptions& o,
+                       const std::vector<std::string>& prompts, int round);
+
 // INVALID_ARGUMENT for bad options; the deployment's failure to start.
 absl::StatusOr<KillBenchReport> RunKillBench(const KillBenchOptions& options);
 std::string KillBenchJson(const KillBenchReport& report);

@@ -236,6 +236,10 @@ std::vector<std::string> SoakDeployment::NodeArgv(SoakRole role, const std::stri
     if (!consumer->artifact.empty()) argv.insert(argv.end(), {"--artifact", consumer->artifact});
   }
   (void)name;
+  if (role == SoakRole::kProducer) {
+    argv.insert(argv.end(), spec_.producer_flags.begin(), spec_.producer_flags.end());
+  }
+  if (spec_.http) argv.insert(argv.end(), {"--http-listen", any});
   if (role != SoakRole::kCoordinator) argv.insert(argv.end(), {"--threads", "1"});
   argv.insert(argv.end(),
               {"--registry", registry_, "--cluster-secret-file", secret_file_, "--drain-seconds",
@@ -347,18 +351,25 @@ absl::Status SoakDeployment::Launch(Slot& slot) {
     fs::remove(base + ".control.addr");
     argv.insert(argv.end(), {"--address-file", base + ".addr", "--control-address-file",
                              base + ".control.addr"});
+    if (spec_.http) {
+      fs::remove(base + ".http.addr");
+      argv.insert(argv.end(), {"--http-address-file", base + ".http.addr"});
+    }
   }
   SCD_ASSIGN_OR_RETURN(ChildProcess process, ChildProcess::Start(argv, base + ".log"));
   if (QuotaOf(slot.node.role) > 0) {
     SCD_RETURN_IF_ERROR(
         quotas_->Place(process.pid(), slot.node.name, QuotaOf(slot.node.role), spec_.cpu_period));
   }
-  std::string address, control;
+  std::string address, control, http;
   if (daemon) {
     if (slot.node.role != SoakRole::kProducer) {
       SCD_ASSIGN_OR_RETURN(address, process.WaitForFile(base + ".addr", absl::Seconds(60)));
     }
     SCD_ASSIGN_OR_RETURN(control, process.WaitForFile(base + ".control.addr", absl::Seconds(60)));
+    if (spec_.http) {
+      SCD_ASSIGN_OR_RETURN(http, process.WaitForFile(base + ".http.addr", absl::Seconds(60)));
+    }
   } else {
     address = absl::StrCat(host_, ":", etcd_client_port_);
     SCD_ASSIGN_OR_RETURN(EtcdClient client, EtcdClient::Create(registry_));
@@ -375,6 +386,7 @@ absl::Status SoakDeployment::Launch(Slot& slot) {
   slot.node.pid = process.pid();
   slot.node.address = address;
   slot.node.control_address = control;
+  slot.node.http_address = http;
   slot.node.up = true;
   slot.node.frozen = false;
   slot.process = std::move(process);

@@ -66,6 +66,10 @@ struct SoakDeploymentSpec {
   double producer_cpus = 0, consumer_cpus = 0, coordinator_cpus = 0;
   // The quotas' period: a group that spent its quota waits up to the rest of it.
   absl::Duration cpu_period = absl::Milliseconds(100);
+  // Every daemon with HTTP (--http-listen: /metrics, /health; the OpenAI API on coordinators).
+  bool http = false;
+  // More flags for the producer (e.g. --link-gbps to shape its links).
+  std::vector<std::string> producer_flags;
 };
 
 // What /proc says of a process.
@@ -93,6 +97,7 @@ struct SoakNode {
   pid_t pid = -1;
   std::string address;          // public API (coordinators, consumers); etcd's client address
   std::string control_address;  // control plane (Stats)
+  std::string http_address;     // HTTP (/metrics), with SoakDeploymentSpec.http
   bool up = false;              // running and not killed
   bool frozen = false;          // SIGSTOPped
 };

@@ -260,13 +260,14 @@ std::shared_ptr<grpc::Channel> ConsumerNode::InProcessControlChannel() const {
 void ConsumerNode::Drain() {
   if (public_.health) public_.health->SetServing(false);
   if (control_server_.health) control_server_.health->SetServing(false);
+  if (admission_ == nullptr) return;  // Start failed before it made one (a port in use)
   admission_->Drain();
   if (registration_) registration_->Stop();
 }
 
 void ConsumerNode::Shutdown(absl::Duration grace) {
   Drain();
-  if (!admission_->AwaitIdle(Clock::Real()->Now() + grace)) {
+  if (admission_ != nullptr && !admission_->AwaitIdle(Clock::Real()->Now() + grace)) {
     spdlog::warn("consumer {}: {} requests still running after the drain grace", name_,
                  admission_->active());
   }

@@ -84,7 +84,8 @@ def follow(address, service, deadline_s):
                         return 0
                 else:
                     saw("END " + error.code().name)
-        time.sleep(0.02)  # paces the attempts
+        # paces: the attempts to connect and watch again, 20 ms apart
+        time.sleep(0.02)
     return 1
 
 

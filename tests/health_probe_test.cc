@@ -7,9 +7,6 @@
 // the cluster secret; the public port answers too.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <string>
 #include <thread>
@@ -30,22 +27,6 @@ using testing::RunCommand;
 
 constexpr char kPython[] = "/usr/bin/python3";
 const std::string kCheck = std::string(SCD_SOURCE_DIR) + "/tests/grpc_health_check.py";
-
-// A port nothing listens on now (bound, read, closed): the daemon under test binds it next.
-int UnusedPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    close(fd);
-    return 0;
-  }
-  close(fd);
-  return ntohs(address.sin_port);
-}
 
 // Follows `address` in a thread from now until the daemon stopped (the script's deadline).
 class Follower {
@@ -81,12 +62,13 @@ void ExpectServedThenDrained(const CommandResult& seen) {
 
 TEST(HealthProbeTest, ACoordinatorIsNotServingWhileItWaitsForEtcdThenServesThenDrains) {
   testing::TempDir dir;
-  const std::string control = "127.0.0.1:" + std::to_string(UnusedPort());
+  const std::string control = "127.0.0.1:" + std::to_string(testing::FreeLoopbackPort());
   Follower follower(control);
   // etcd on a port nobody listens on: the coordinator waits 10 s for it, then serves anyway.
-  Daemon coordinator(dir.path(), "coordinator",
-                     {Bin("scd-coordinator"), "--listen", "127.0.0.1:0", "--control-listen",
-                      control, "--registry", "etcd://127.0.0.1:" + std::to_string(UnusedPort())});
+  Daemon coordinator(
+      dir.path(), "coordinator",
+      {Bin("scd-coordinator"), "--listen", "127.0.0.1:0", "--control-listen", control, "--registry",
+       "etcd://127.0.0.1:" + std::to_string(testing::FreeLoopbackPort())});
   const std::string address = coordinator.Address(absl::Seconds(60));
   ASSERT_FALSE(address.empty());
   EXPECT_EQ(Check(address), "SERVING\n");
@@ -107,14 +89,14 @@ TEST(HealthProbeTest, ACoordinatorIsNotServingWhileItWaitsForEtcdThenServesThenD
 TEST(HealthProbeTest, AProducerAndAConsumerServeThenDrain) {
   testing::TempDir dir;
   const std::string model = testing::ModelDir("stories260k");
-  const std::string producer_control = "127.0.0.1:" + std::to_string(UnusedPort());
+  const std::string producer_control = "127.0.0.1:" + std::to_string(testing::FreeLoopbackPort());
   Follower producer_follower(producer_control);
   Daemon producer(dir.path(), "producer",
                   {Bin("scd-producer"), "--model", model, "--control-listen", producer_control});
   ASSERT_FALSE(producer.Address(absl::Seconds(60)).empty());
   EXPECT_EQ(Check(producer_control, "scd.v1.Producer"), "SERVING\n");
 
-  const std::string consumer_control = "127.0.0.1:" + std::to_string(UnusedPort());
+  const std::string consumer_control = "127.0.0.1:" + std::to_string(testing::FreeLoopbackPort());
   Follower consumer_follower(consumer_control);
   Daemon consumer(dir.path(), "consumer",
                   {Bin("scd-consumer"), "--model", model, "--listen", "127.0.0.1:0",
