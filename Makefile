@@ -5,7 +5,7 @@ BUILD ?= build
 export SCD_BUILD_DIR := $(BUILD)
 export SCD_SHARED_DIR := $(abspath $(SHARED))
 
-.PHONY: demo story test numeric-kernels build bench bench-peer bench-sweep bench-prefix bench-auto-load bench-batching bench-transport asan fuzz-smoke format clean compose-test many-streams soak soak-smoke
+.PHONY: demo story test numeric-kernels build bench bench-peer bench-sweep bench-prefix bench-auto-load bench-batching bench-transport asan fuzz-smoke format clean compose-test k8s-check many-streams soak soak-smoke
 
 # The method's showcase on the hard pair (no shared training between the two models): fit once
 # (cached in $(BUILD)/demo; `make clean` or deleting the file refits), evaluate every transfer
@@ -113,6 +113,11 @@ soak-smoke: build
 # debian:bookworm base, the image with the binaries built here (scripts/compose_test.sh).
 compose-test: build
 	bash scripts/compose_test.sh $(BUILD) $(SHARED)
+
+# deploy/k8s without a cluster: both overlays rendered, schema-validated and cross-checked
+# (scripts/k8s_check.sh; the podman run of the single-node overlay is the next step of issue 52).
+k8s-check: build
+	bash scripts/k8s_check.sh $(BUILD)
 
 # Transfer goodput and session cost of every backend against ucx_perftest, same run (bench/README.md).
 bench-transport: build

@@ -24,6 +24,7 @@ PACKAGES=(
   prometheus-cpp-dev         # base/metrics: prometheus-cpp's core registry and text serializer
   python3-grpcio python3-protobuf   # the Python client example (proto/examples), its test
   python3-jinja2             # chat_template_test: the reference renderer of HF chat templates
+  python3-yaml               # make k8s-check: the rendered manifests' cross-checks
   etcd-server                # --registry etcd://: the scale-out test runs a real etcd
   prometheus                 # the metrics test: a real Prometheus scrapes the daemons
 )

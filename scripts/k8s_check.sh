@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# `make k8s-check` (issue 52): the Kubernetes manifests checked without a cluster. Both overlays of
+# deploy/k8s rendered by `kubectl kustomize` (from a copy, with a cluster secret generated for
+# this run only), every object validated against the Kubernetes schemas (npm kubernetes-models,
+# pinned, installed once into BUILD/node-k8s: tests/k8s_validate.mjs), and the rendered objects
+# cross-checked for the wiring pods fail on (scripts/k8s_check.py: selectors, ports, references,
+# env, each daemon's flags and config keys against its own --help).
+#   bash scripts/k8s_check.sh [BUILD]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+modules="$build/node-k8s"
+want="kubernetes-models@5.1.0 @kubernetes-models/keda@0.4.2 @kubernetes-models/prometheus-operator@6.0.0 yaml@2.9.1"
+have=$(node -p "require('./$modules/node_modules/kubernetes-models/package.json').version" 2> /dev/null || true)
+if [ "$have" != "5.1.0" ]; then
+  mkdir -p "$modules"
+  # shellcheck disable=SC2086
+  npm install --prefix "$modules" --no-audit --no-fund --loglevel=error $want
+fi
+
+cp -r deploy/k8s "$work/k8s"
+rm -rf "$work/k8s/base/secrets"
+mkdir -p "$work/k8s/base/secrets"
+head -c 32 /dev/urandom | base64 > "$work/k8s/base/secrets/cluster-secret"
+for overlay in single-node cluster; do
+  kubectl kustomize "$work/k8s/overlays/$overlay" > "$work/$overlay.yaml"
+  node tests/k8s_validate.mjs "$modules/node_modules" "$work/$overlay.yaml"
+  /usr/bin/python3 scripts/k8s_check.py "$work/$overlay.yaml" --bin "$build/bin"
+done
+/usr/bin/python3 scripts/k8s_check.py --self-test
+echo "k8s-check: both overlays render, validate and cross-check"
