@@ -17,6 +17,7 @@ import argparse
 import re
 import subprocess
 import sys
+import tomllib
 
 import yaml
 
@@ -152,22 +153,19 @@ def daemon_config(r, w, c):
     path = cmd[cmd.index("--config") + 1]
     volumes = {v["name"]: v for v in w["spec"]["template"]["spec"].get("volumes", [])}
     for m in c.get("volumeMounts", []):
-        if path.startswith(m["mountPath"].rstrip("/") + "/"):
-            cm = volumes.get(m["name"], {}).get("configMap")
-            data = r.named("ConfigMap", cm["name"]).get("data", {}) if cm and r.named(
-                "ConfigMap", cm["name"]) else {}
-            key = path[len(m["mountPath"].rstrip("/")) + 1:]
-            if key in data:
-                return data[key]
+        mount = m["mountPath"].rstrip("/") + "/"
+        ref = volumes.get(m["name"], {}).get("configMap")
+        cm = r.named("ConfigMap", ref["name"]) if ref else None
+        if path.startswith(mount) and cm and path[len(mount):] in cm.get("data", {}):
+            return cm["data"][path[len(mount):]]
     r.bad(w["metadata"]["name"], f"--config {path} is in no mounted ConfigMap")
     return None
 
 
-def accepted_flags(bin_dir, binary, cache={}):
-    if binary not in cache:
-        out = subprocess.run([f"{bin_dir}/{binary}", "--help"], capture_output=True, text=True)
-        cache[binary] = set(re.findall(r"^\s+(--[a-z0-9-]+)", out.stdout + out.stderr, re.M))
-    return cache[binary]
+def accepted_flags(bin_dir, binary):
+    """The flags `BIN --help` lists."""
+    out = subprocess.run([f"{bin_dir}/{binary}", "--help"], capture_output=True, text=True)
+    return set(re.findall(r"^\s+(--[a-z0-9-]+)", out.stdout + out.stderr, re.M))
 
 
 def check_daemons(r, bin_dir):
@@ -181,13 +179,7 @@ def check_daemons(r, bin_dir):
             if "SCD_CLUSTER_SECRET" not in env:
                 r.bad(name, "no SCD_CLUSTER_SECRET: the daemon refuses to start without it")
             text = daemon_config(r, w, c)
-            config = {}
-            if text is not None:
-                try:
-                    import tomllib
-                    config = tomllib.loads(text)
-                except ImportError:  # Python < 3.11
-                    config = {}
+            config = tomllib.loads(text) if text is not None else {}
             ports = container_ports(w)
             for key in LISTEN_KEYS:
                 if key in config:
