@@ -5,7 +5,7 @@ BUILD ?= build
 export SCD_BUILD_DIR := $(BUILD)
 export SCD_SHARED_DIR := $(abspath $(SHARED))
 
-.PHONY: demo story test numeric-kernels build bench bench-peer bench-sweep bench-prefix bench-auto-load bench-batching bench-transport asan fuzz-smoke format clean compose-test k8s-check many-streams soak soak-smoke
+.PHONY: demo story test numeric-kernels build bench bench-peer bench-sweep bench-prefix bench-auto-load bench-batching bench-transport asan fuzz-smoke format clean compose-test k8s-check k8s-test container-tests many-streams soak soak-smoke
 
 # The method's showcase on the hard pair (no shared training between the two models): fit once
 # (cached in $(BUILD)/demo; `make clean` or deleting the file refits), evaluate every transfer
@@ -115,9 +115,19 @@ compose-test: build
 	bash scripts/compose_test.sh $(BUILD) $(SHARED)
 
 # deploy/k8s without a cluster: both overlays rendered, schema-validated and cross-checked
-# (scripts/k8s_check.sh; the podman run of the single-node overlay is the next step of issue 52).
+# (scripts/k8s_check.sh, ~25 s).
 k8s-check: build
 	bash scripts/k8s_check.sh $(BUILD)
+
+# deploy/k8s run for real: k8s-check, then the single-node overlay's pods under podman kube play,
+# ready through their gRPC health probes; the openai client, a gRPC fan-out, a consumer pod
+# replaced under load (scripts/k8s_test.sh, ~4 minutes with the image build).
+k8s-test: build
+	bash scripts/k8s_test.sh $(BUILD) $(SHARED)
+
+# compose-test and k8s-test on one image (what .ci/run runs).
+container-tests: build
+	bash scripts/container_tests.sh $(BUILD) $(SHARED)
 
 # Transfer goodput and session cost of every backend against ucx_perftest, same run (bench/README.md).
 bench-transport: build

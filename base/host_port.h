@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -24,6 +25,12 @@ struct HostPort {
 // InvalidArgument naming the address for anything that is not host:port with a port in 0..65535
 // (no colon, a non-numeric or out-of-range port, an unbalanced bracket).
 absl::StatusOr<HostPort> ParseHostPort(absl::string_view address);
+
+// OK for an IPv4 or IPv6 address (IPv6 with or without brackets) or an RFC 1123 host name
+// ("node-1", "scd-etcd.scd.svc"); InvalidArgument naming `what` and the text otherwise -- with a
+// hint when it holds an unexpanded "$(VAR)" (Kubernetes leaves a variable the container does not
+// define as written).
+absl::Status CheckHost(absl::string_view host, absl::string_view what);
 
 }  // namespace scd
 

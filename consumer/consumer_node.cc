@@ -2,23 +2,22 @@
 
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
-
-#include <nlohmann/json.hpp>
-
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/host_port.h"
 #include "base/status_macros.h"
 #include "codec/fingerprint.h"
 #include "proto/frontier_proto.h"
-#include "proto/prefix_cache_stats.h"
 #include "proto/grpc_server.h"
 #include "proto/grpc_util.h"
+#include "proto/prefix_cache_stats.h"
 #include "transport/session_acceptor.h"
 
 namespace scd::consumer {
@@ -182,6 +181,7 @@ ConsumerModel ConsumerNode::ServingModel(const ConsumerNodeOptions& options, Con
 absl::StatusOr<std::unique_ptr<ConsumerNode>> ConsumerNode::Start(
     const ConsumerNodeOptions& options) {
   SCD_RETURN_IF_ERROR(CheckRegistryAddress(options.coordinator));
+  if (!options.advertise.empty()) SCD_RETURN_IF_ERROR(CheckHost(options.advertise, "--advertise"));
   SCD_ASSIGN_OR_RETURN(ClusterSecret secret, ClusterSecret::Of(options.cluster_secret));
   std::unique_ptr<ConsumerNode> node(new ConsumerNode());
   // Health probes on both ports see NOT_SERVING while the model and artifacts load.

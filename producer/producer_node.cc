@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/host_port.h"
 #include "base/status_macros.h"
 #include "codec/fingerprint.h"
 #include "proto/grpc_server.h"
@@ -19,6 +20,7 @@ namespace scd::producer {
 absl::StatusOr<std::unique_ptr<ProducerNode>> ProducerNode::Start(
     const ProducerNodeOptions& options) {
   SCD_RETURN_IF_ERROR(CheckRegistryAddress(options.coordinator));
+  if (!options.advertise.empty()) SCD_RETURN_IF_ERROR(CheckHost(options.advertise, "--advertise"));
   SCD_ASSIGN_OR_RETURN(ClusterSecret secret, ClusterSecret::Of(options.cluster_secret));
   std::unique_ptr<ProducerNode> node(new ProducerNode());
   // Health probes see NOT_SERVING while the model and artifacts load.

@@ -36,9 +36,6 @@ inline std::string BoundAddress(const std::string& listen, int port) {
   return hp->ToString();
 }
 
-// The address other nodes should dial for a server bound at `bound` ("HOST:PORT"): the port with
-// `advertise_host` when given; else, when HOST is a wildcard (0.0.0.0, ::, [::], empty), the
-// machine's host name; else `bound` itself.
 // A call's gRPC deadline (ServerContextBase::deadline(): the client's, as this server received
 // it) as a time; InfiniteFuture when the call has none.
 inline absl::Time FromGrpcDeadline(std::chrono::system_clock::time_point deadline) {
@@ -46,6 +43,9 @@ inline absl::Time FromGrpcDeadline(std::chrono::system_clock::time_point deadlin
   return absl::FromChrono(deadline);
 }
 
+// The address other nodes should dial for a server bound at `bound` ("HOST:PORT"): the port with
+// `advertise_host` when given; else, when HOST is a wildcard (0.0.0.0, ::, [::], empty), the
+// machine's host name; else `bound` itself.
 inline std::string AdvertisedAddress(const std::string& bound, const std::string& advertise_host) {
   absl::StatusOr<HostPort> hp = ParseHostPort(bound);
   if (!hp.ok()) return bound;

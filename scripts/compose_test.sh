@@ -29,9 +29,6 @@ BIN=$ROOT/$BUILD/bin
 PROJECT=scdcompose$$
 WORK=$(mktemp -d /tmp/scd-compose.XXXXXX)
 IMAGE=localhost/scd-serve:compose-test-$$
-BASE=docker.io/library/debian:bookworm
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
 step() { echo "[compose-test] $(date +%T) $*"; }
 fail() { echo "[compose-test] FAILED: $*" >&2; exit 1; }
 
@@ -39,34 +36,10 @@ for b in scd scd-coordinator scd-producer scd-consumer scd-calib; do
   [ -x "$BIN/$b" ] || fail "$BIN/$b missing: run make first"
 done
 
-# 1. Packages.
-missing=()
-for p in podman runc uidmap slirp4netns fuse-overlayfs debootstrap; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  step "installing ${missing[*]}"
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
-if ! command -v docker-compose >/dev/null; then
-  step "installing docker-compose"
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    docker-compose >/dev/null
-fi
-
-# 2. The project's containers.conf.
-export CONTAINERS_CONF=$ROOT/deploy/podman/containers.conf
-
-# "TABLE:CHAIN" of netavark's iptables chains.
-netavark_chains() {
-  for table in filter nat; do
-    $SUDO iptables -t $table -S 2>/dev/null | awk -v t=$table '$1=="-N" && $2 ~ /^NETAVARK/ {print t":"$2}'
-  done | sort
-}
-chains_before=$(netavark_chains)
-images_before=$(podman images -a -q --no-trunc 2>/dev/null | sort -u)
-ip_forward_before=$(cat /proc/sys/net/ipv4/ip_forward)
-made_base=0
+# 1-2. Packages, the project's containers.conf, the state to restore (scripts/podman_lib.sh).
+. scripts/podman_lib.sh
+podman_prepare
+IMAGE=${SCD_TEST_IMAGE:-$IMAGE}
 service_pid=""
 cleanup() {
   local rc=$?
@@ -78,26 +51,8 @@ cleanup() {
   fi
   podman ps -a --filter "label=com.docker.compose.project=$PROJECT" -q | xargs -r podman rm -f >/dev/null 2>&1
   podman network ls --format '{{.Name}}' | grep "^${PROJECT}_" | xargs -r podman network rm >/dev/null 2>&1
-  podman rmi -f "$IMAGE" >/dev/null 2>&1
-  [ "$made_base" = 1 ] && podman rmi -f "$BASE" >/dev/null 2>&1
-  # Every image layer this run made (build stages, intermediate layers), newest first.
-  comm -13 <(echo "$images_before") <(podman images -a -q --no-trunc 2>/dev/null | sort -u) |
-    xargs -r podman rmi -f >/dev/null 2>&1
   [ -n "$service_pid" ] && kill "$service_pid" 2>/dev/null && wait "$service_pid" 2>/dev/null
-  # netavark's chains and forwarding, as they were: references to the new chains, then the
-  # chains (flushed first: they refer to each other).
-  for table in filter nat; do
-    new_chains=$(comm -13 <(echo "$chains_before" | grep "^$table:" || true) \
-                          <(netavark_chains | grep "^$table:" || true) | cut -d: -f2)
-    [ -n "$new_chains" ] || continue
-    for chain in $new_chains; do
-      $SUDO iptables -t $table -S 2>/dev/null | grep -E -- "-j $chain( |\$)" | grep -v "^-A $chain " |
-        sed 's/^-A/-D/' | while read -r rule; do eval "$SUDO iptables -t $table $rule"; done
-    done
-    for chain in $new_chains; do $SUDO iptables -t $table -F "$chain" 2>/dev/null; done
-    for chain in $new_chains; do $SUDO iptables -t $table -X "$chain" 2>/dev/null; done
-  done
-  echo "$ip_forward_before" | $SUDO tee /proc/sys/net/ipv4/ip_forward >/dev/null
+  podman_restore
   if [ $rc -ne 0 ]; then
     echo "[compose-test] logs kept in $WORK" >&2
   else
@@ -108,35 +63,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM  # through cleanup
 
-# 3. The base image, without a registry.
-if ! podman image exists "$BASE"; then
-  mirror=$( (grep -h -E '^(URIs:|deb )' /etc/apt/sources.list.d/*.sources \
-               /etc/apt/sources.list 2>/dev/null || true) | head -1 | awk '{print $2}')
-  [ -n "$mirror" ] || fail "no Debian mirror in /etc/apt/sources.list{,.d}"
-  step "debootstrap bookworm from $mirror (about a minute)"
-  $SUDO debootstrap --variant=minbase bookworm "$WORK/rootfs" "$mirror" >"$WORK/debootstrap.log" 2>&1 ||
-    fail "debootstrap (log: $WORK/debootstrap.log)"
-  $SUDO rm -rf "$WORK/rootfs/var/lib/apt/lists/"* "$WORK/rootfs/var/cache/apt/archives/"*.deb
-  $SUDO tar -C "$WORK/rootfs" -c . | podman import - "$BASE" >/dev/null
-  $SUDO rm -rf "$WORK/rootfs"
-  made_base=1
-fi
-
-# 4. The image (the binaries make built; host's apt cache shared at build time).
-step "building $IMAGE"
-podman build -f deploy/Dockerfile --build-arg BINARIES=prebuilt \
-  -v /var/cache/apt/archives:/var/cache/apt/archives -t "$IMAGE" . >"$WORK/build.log" 2>&1 ||
-  { tail -30 "$WORK/build.log"; fail "image build (log: $WORK/build.log)"; }
+# 3-4. The base image without a registry; the image (the binaries make built).
+podman_image "$IMAGE" "$WORK"
 
 # 5. Artifacts for both pairs (small calibration: seconds).
-mkdir -p "$WORK/artifacts"
-for pair in fables:stories260k-fables xs:llama2xs-260k; do
-  "$BIN/scd-calib" fit --quiet --producer "$SHARED/models/stories260k" \
-    --consumer "$SHARED/models/${pair#*:}" --out "$WORK/artifacts/stories260k-to-${pair%%:*}.scd" \
-    --prefixes 24 --tokens 64 --rank-k 1 --rank-v 2 --rank-h 16 --patch-budget 1 \
-    --aligner-epochs 2 --aligner-seconds 0 --no-vocab-sweep --heldout-windows 4 >/dev/null
-done
-chmod -R a+rX "$WORK/artifacts"
+podman_artifacts "$BIN" "$SHARED" "$WORK/artifacts"
 
 # 6. Up, through podman's Docker-compatible socket.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

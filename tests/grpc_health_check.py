@@ -45,16 +45,20 @@ def channel(address):
     return grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
 
 
-def check(address, service):
+def status(address, service, timeout):
+    """One Check: the status it answers, or the error's code name."""
     with channel(address) as ch:
         call = ch.unary_unary(CHECK, request_serializer=None, response_deserializer=None)
         try:
-            status = status_of(call(request(service), timeout=10))
-            print(status)
-            return 0 if status == "SERVING" else 1
+            return status_of(call(request(service), timeout=timeout))
         except grpc.RpcError as error:
-            print(error.code().name)
-            return 1
+            return error.code().name
+
+
+def check(address, service):
+    answer = status(address, service, 10)
+    print(answer)
+    return 0 if answer == "SERVING" else 1
 
 
 def follow(address, service, deadline_s):

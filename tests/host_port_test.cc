@@ -1,9 +1,16 @@
 #include "base/host_port.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 namespace scd {
 namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(HostPortTest, ParsesNamesAddressesAndBracketedIpv6) {
   struct Case {
@@ -39,4 +46,26 @@ TEST(HostPortTest, RefusesWhatIsNotHostPortNamingIt) {
 }
 
 }  // namespace
+TEST(HostPortTest, ChecksHostsAsAddressesOrNames) {
+  for (const std::string& host :
+       std::vector<std::string>{"10.89.1.12", "::1", "[fd00::7]", "scd-etcd", "node-1.scd.svc",
+                                "A1", std::string(63, 'a')}) {
+    EXPECT_TRUE(CheckHost(host, "--advertise").ok()) << host;
+  }
+  for (const std::string& host :
+       std::vector<std::string>{"", "-node", "node-", "a..b", "under_score", "10.0.0.1:80", "[::1",
+                                "has space", std::string(64, 'a')}) {
+    absl::Status status = CheckHost(host, "--advertise");
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << host;
+    EXPECT_THAT(std::string(status.message()), HasSubstr("--advertise")) << host;
+    EXPECT_THAT(std::string(status.message()), Not(HasSubstr("$(VAR)"))) << host;
+  }
+  // What Kubernetes passes when the variable is missing from the container's env.
+  absl::Status status = CheckHost("$(POD_IP)", "--advertise");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("\"$(POD_IP)\" is neither an IP address nor a host name (an unexpanded "
+                        "$(VAR): the variable is not defined in the container's env)"));
+}
+
 }  // namespace scd
