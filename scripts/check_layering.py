@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks that dependencies point one way (DEVELOPERS' architecture, README "Layout").
+"""Checks that dependencies point one way (DEVELOPERS' architecture, docs/layout.md).
 
 Every source folder may include only the project folders listed for it below, and the torch-free
 folders may not include libtorch at all. Run by every build (CMake target scd_layering) and by the

@@ -11,7 +11,7 @@
 // holds a thread per open stream (the coordinator's Generate and its calls to the nodes are gRPC
 // callbacks, the producer's Prefill waits in a queue for one of a few threads, a consumer's request
 // is a state object advanced on events -- admission, the producer's session, its chunks, the
-// scheduler's steps -- whose steps run on a fixed step queue: README "Threads, per daemon"). The
+// scheduler's steps -- whose steps run on a fixed step queue: docs/serving.md "Threads, per daemon"). The
 // maxima and the resident memory per open stream are printed. Then as many streams again through
 // the coordinator's OpenAI API (Server-Sent Events) by the official `openai` npm client
 // (tests/openai_many_streams.mjs), each to its usage; the HTTP server is asynchronous (a few I/O
