@@ -52,13 +52,7 @@ cleanup() {
   podman ps -a --filter "label=com.docker.compose.project=$PROJECT" -q | xargs -r podman rm -f >/dev/null 2>&1
   podman network ls --format '{{.Name}}' | grep "^${PROJECT}_" | xargs -r podman network rm >/dev/null 2>&1
   [ -n "$service_pid" ] && kill "$service_pid" 2>/dev/null && wait "$service_pid" 2>/dev/null
-  podman_restore
-  if [ $rc -ne 0 ]; then
-    echo "[compose-test] logs kept in $WORK" >&2
-  else
-    rm -rf "$WORK"
-  fi
-  exit $rc
+  podman_finish $rc compose-test "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM  # through cleanup

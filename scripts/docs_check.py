@@ -13,7 +13,8 @@ in its info string, and is checked by what it is, so no command shown goes stale
   ```synopsis             a usage line with placeholders: every flag checked as below
   ```toml BINARY          a config file: parsed (tomllib), every key one of BINARY's long flags
 Flags: a command build/bin/NAME [SUBCOMMAND] is checked against NAME [SUBCOMMAND] --help (every
---flag it uses is offered there); `make TARGET` against the Makefile's targets.
+--flag it uses is offered there); `make TARGET` against the Makefile's targets. And
+docs/configuration.md must be what scripts/config_reference.py generates from the daemons' --help.
 
   scripts/docs_check.py --build BUILD --shared SHARED [FILE.md ...]     exit 0: every block held
   scripts/docs_check.py --self-test                                      the checker's own cases
@@ -293,6 +294,16 @@ def main():
                 print(f"FAIL {where} ({kind}):\n  " + "\n  ".join(problems), flush=True)
             else:
                 print(f"ok   {where} ({kind}{f', ran {took:.1f} s' if took else ''})", flush=True)
+    if not args.files:  # the generated page, as the daemons' --help says now
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import config_reference
+        with open(os.path.join(ROOT, "docs", "configuration.md")) as f:
+            if f.read() != config_reference.page(args.build):
+                failures += 1
+                print("FAIL docs/configuration.md differs from the daemons' --help: run "
+                      "scripts/config_reference.py")
+            else:
+                print("ok   docs/configuration.md (as the daemons' --help says)")
     print(f"docs: {failures} failing block(s)")
     return 1 if failures else 0
 

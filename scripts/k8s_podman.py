@@ -8,6 +8,8 @@ around the pods this script does, each the way Kubernetes does it:
                             them (<deployment>-<template hash>-<5 chars>, <statefulset>-<ordinal>);
                             a StatefulSet's volumeClaimTemplates a claim per pod (a podman
                             volume; fsGroup: group-owned and writable, as the kubelet makes it)
+  ConfigMap                 a copy per pod (podman 4.3 rewrites a ConfigMap's volume in place at
+                            every play: a pod starting while the next is played read it empty)
   Secret                    into podman's secret store in the form `kube play` reads
   Service                   its name a DNS alias (aardvark-dns) of every pod its selector picks
   Downward API              status.podIP: the pod's address, fixed with --ip, set as the value
@@ -25,7 +27,7 @@ other than the overlay's, restarts by failed liveness.
 
   k8s_podman.py up RENDERED.yaml --state S.json --network NET [--host-path FROM=TO ...]
   k8s_podman.py surge S.json WORKLOAD        a new pod of WORKLOAD, ready; prints its name
-  k8s_podman.py retire S.json POD            preStop, SIGTERM, grace; prints how it ended
+  k8s_podman.py retire S.json POD [--logs DIR]   preStop, SIGTERM, grace; prints how it ended
   k8s_podman.py address S.json WORKLOAD PORT_NAME    HOST:PORT of its newest pod
   k8s_podman.py liveness S.json              every pod's liveness probe, once
   k8s_podman.py down S.json [--logs DIR]     pods, claims, secrets, network; checks none is left
@@ -145,6 +147,23 @@ def pod_spec(state, workload, name, ip):
     return claims, spec, {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": played}
 
 
+def own_configmaps(state, pod):
+    """The pod's ConfigMaps as copies of its own, its volumes pointed at them: podman 4.3 keeps a
+    ConfigMap as a volume of its name and rewrites its files in place at every play, so a
+    container reading one while the next pod is played could read it empty."""
+    copies = []
+    for volume in pod["spec"].get("volumes", []):
+        if "configMap" not in volume:
+            continue
+        source = next(c for c in state["configmaps"]
+                      if c["metadata"]["name"] == volume["configMap"]["name"])
+        copy = json.loads(json.dumps(source))
+        copy["metadata"]["name"] = f"{source['metadata']['name']}-{pod['metadata']['name']}"
+        volume["configMap"]["name"] = copy["metadata"]["name"]
+        copies.append(copy)
+    return copies
+
+
 def make_claim(name, fs_group):
     """A claim's volume; with the pod's fsGroup, group-owned and group-writable as the kubelet
     makes it (podman 4.3 ignores fsGroup)."""
@@ -177,13 +196,15 @@ def play(state, workload_name, ordinal=0):
     path = os.path.join(state["dir"], f"{name}.yaml")
     for claim in claims:
         make_claim(claim["metadata"]["name"], pod["spec"].get("securityContext", {}).get("fsGroup"))
+    configmaps = own_configmaps(state, pod)
     with open(path, "w") as f:
-        yaml.safe_dump_all(state["configmaps"] + [pod], f)
+        yaml.safe_dump_all(configmaps + [pod], f)
     network = state["network"] + "".join(f":alias={a}" if i == 0 else f",alias={a}"
                                          for i, a in enumerate(aliases))
     podman("kube", "play", "--network", network, "--ip", ip, path)
     record = {"name": name, "workload": workload_name, "ip": ip, "aliases": aliases,
               "claims": [c["metadata"]["name"] for c in claims], "spec": spec,
+              "configmaps": [c["metadata"]["name"] for c in configmaps],
               "created": time.time()}
     state["pods"].append(record)
     log(f"{name}: played at {ip}" + (f", DNS {', '.join(aliases)}" if aliases else ""))
@@ -286,12 +307,12 @@ def logs(pod, container, tail=30):
 
 
 def liveness(state):
-    for pod in state["pods"]:
+    for pod in (p for p in state["pods"] if not p.get("deleted")):
         for c in pod["spec"]["containers"]:
             probe = c.get("livenessProbe")
             if probe and not run_probe(pod, c, probe):
                 raise Failure(f"{pod['name']}/{c['name']}: liveness probe failed\n" + logs(pod, c))
-    log(f"liveness: {len(state['pods'])} pods alive")
+    log(f"liveness: {sum(not p.get('deleted') for p in state['pods'])} pods alive")
 
 
 # --- Commands ---------------------------------------------------------------------------------
@@ -368,12 +389,19 @@ def retire(args):
         if hook:
             subprocess.run(["podman", "exec", f"{pod['name']}-{c['name']}", *hook["command"]],
                            capture_output=True, timeout=grace)
+    # The containers, not the pod: the sandbox (podman's infra container, the network) stays up
+    # until they have exited, as the kubelet keeps it -- `podman pod stop` would stop the infra
+    # container beside them and take the network from a draining node. The stopped pod itself is
+    # removed with the rest at `down`.
     left = max(1, int(grace - (time.monotonic() - start)))
-    podman("pod", "stop", "--time", str(left), pod["name"])
+    podman("stop", "--time", str(left), *[f"{pod['name']}-{c['name']}" for c in pod["spec"]["containers"]])
     took = time.monotonic() - start
     ends = [container_state(pod, c) for c in pod["spec"]["containers"]]
-    podman("pod", "rm", pod["name"])
-    state["pods"].remove(pod)
+    if args.logs:
+        for c in pod["spec"]["containers"]:
+            with open(os.path.join(args.logs, f"{pod['name']}-{c['name']}.log"), "w") as f:
+                f.write(logs(pod, c, tail=None))
+    pod["deleted"] = True
     save_state(state)
     codes = ",".join(e[1] for e in ends)
     log(f"{pod['name']}: stopped {took:.1f} s after deletion (grace {grace} s), exit {codes}")
@@ -383,7 +411,7 @@ def retire(args):
 
 def address(args):
     state = load_state(args.state)
-    pods = [p for p in state["pods"] if p["workload"] == args.workload]
+    pods = [p for p in state["pods"] if p["workload"] == args.workload and not p.get("deleted")]
     if not pods:
         raise Failure(f"no pod of {args.workload}")
     pod = max(pods, key=lambda p: p["created"])
@@ -395,7 +423,7 @@ def down(args):
     state = load_state(args.state)
     names = [pod["name"] for pod in state["pods"]]
     if args.logs:
-        for pod in state["pods"]:
+        for pod in (p for p in state["pods"] if not p.get("deleted")):
             for c in pod["spec"]["containers"]:
                 with open(os.path.join(args.logs, f"{pod['name']}-{c['name']}.log"), "w") as f:
                     f.write(logs(pod, c, tail=None))
@@ -404,10 +432,8 @@ def down(args):
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(names) or 1) as pool:
             list(pool.map(lambda n: podman("pod", "rm", "-f", "-t", "5", n, check=False), names))
     for pod in state["pods"]:
-        for claim in pod["claims"]:
-            podman("volume", "rm", "-f", claim, check=False)
-    for configmap in state["configmaps"]:  # kube play keeps each as a volume
-        podman("volume", "rm", "-f", configmap["metadata"]["name"], check=False)
+        for volume in pod["claims"] + pod["configmaps"]:  # kube play keeps a ConfigMap as a volume
+            podman("volume", "rm", "-f", volume, check=False)
     for secret in state["secrets"]:
         podman("secret", "rm", secret, check=False)
     podman("network", "rm", "-f", state["network"], check=False)
@@ -435,6 +461,7 @@ def main():
     p = sub.add_parser("retire")
     p.add_argument("state")
     p.add_argument("pod")
+    p.add_argument("--logs", help="a directory for its containers' logs once they exited")
     p.set_defaults(run=retire)
     p = sub.add_parser("address")
     p.add_argument("state")

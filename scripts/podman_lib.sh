@@ -9,6 +9,9 @@
 #   podman_artifacts BIN SHARED DIR
 #                             stories260k-to-fables.scd and stories260k-to-xs.scd (seconds)
 #   podman_restore            images this run made, netavark's new chains, ip_forward
+#   podman_finish RC NAME WORK
+#                             the end of a cleanup trap: podman_restore, WORK kept on failure
+#                             (named) or removed, exit RC
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 PODMAN_BASE=docker.io/library/debian:bookworm
@@ -98,4 +101,15 @@ podman_restore() {
     for chain in $new_chains; do $SUDO iptables -t $table -X "$chain" 2>/dev/null; done
   done
   echo "$podman_ip_forward_before" | $SUDO tee /proc/sys/net/ipv4/ip_forward >/dev/null
+}
+
+podman_finish() {
+  local rc=$1 name=$2 work=$3
+  podman_restore
+  if [ "$rc" -ne 0 ]; then
+    echo "[$name] logs kept in $work" >&2
+  else
+    rm -rf "$work"
+  fi
+  exit "$rc"
 }

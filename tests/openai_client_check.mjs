@@ -1,16 +1,18 @@
 // The official `openai` npm client against SCD Serve's OpenAI-compatible API (run by
 // tests/openai_client_test.cc, and by scripts/k8s_test.sh):
-//   node openai_client_check.mjs NODE_MODULES_DIR HOST:PORT MODEL PROMPT [SECOND_MODEL]
+//   node openai_client_check.mjs NODE_MODULES_DIR HOST:PORT MODEL PROMPT [SECOND_MODEL [MODE]]
 // SECOND_MODEL: the fan-out's second target (default MODEL + '2': the test's consumers of the
 // producer's own weights, whose raw-mode text equals their own; with other weights, the text of
-// a raw transfer is not compared).
+// a raw transfer is not compared). MODE: every request's transfer mode (the SCD extension `mode`;
+// default the server's, which in auto may choose differently from one request to the next).
 // Checks models, completions (whole and streamed), chat completions (whole, streamed with usage,
 // with logprobs) and the error cases; prints one JSON line {completion, chat} for the C++ side
 // to compare against its own client; exits 1 with a message on the first failed check.
 import { createRequire } from 'node:module';
 import assert from 'node:assert/strict';
 
-const [modules, address, model, prompt, secondArg] = process.argv.slice(2);
+const [modules, address, model, prompt, secondArg, modeArg] = process.argv.slice(2);
+const mode = modeArg ? { mode: modeArg } : {};
 const second = secondArg ?? model + '2';
 const require = createRequire(modules + '/');
 const { default: OpenAI, NotFoundError, BadRequestError } = require('openai');
@@ -20,7 +22,7 @@ const models = await client.models.list();
 assert.ok(models.data.some((m) => m.id === model), `models: ${JSON.stringify(models.data)}`);
 
 // Completions: greedy, 12 tokens, whole and streamed give the same text.
-const params = { model, prompt, max_tokens: 12, temperature: 0 };
+const params = { model, prompt, max_tokens: 12, temperature: 0, ...mode };
 const whole = await client.completions.create(params);
 assert.equal(whole.object, 'text_completion');
 assert.equal(whole.choices.length, 1);
@@ -39,7 +41,7 @@ const messages = [{ role: 'system', content: 'You tell short stories.' },
                   { role: 'user', content: prompt }];
 let chatText = '', role = null, finish = null, usage = null;
 const stream = await client.chat.completions.create(
-  { model, messages, max_tokens: 10, temperature: 0, stream: true,
+  { model, messages, max_tokens: 10, temperature: 0, stream: true, ...mode,
     stream_options: { include_usage: true } });
 for await (const chunk of stream) {
   if (chunk.usage) usage = chunk.usage;
@@ -52,7 +54,8 @@ for await (const chunk of stream) {
 assert.equal(role, 'assistant');
 assert.equal(finish, 'length');
 assert.equal(usage.completion_tokens, 10);
-const chat = await client.chat.completions.create({ model, messages, max_tokens: 10, temperature: 0 });
+const chat = await client.chat.completions.create(
+  { model, messages, max_tokens: 10, temperature: 0, ...mode });
 assert.equal(chat.object, 'chat.completion');
 assert.equal(chat.choices[0].message.role, 'assistant');
 assert.equal(chat.choices[0].message.content, chatText);
