@@ -41,6 +41,7 @@ import ipaddress
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import time
@@ -118,8 +119,7 @@ def pod_spec(state, workload, name, ip):
             claim_name = f"{claim['metadata']['name']}-{name}"
             spec.setdefault("volumes", []).append(
                 {"name": claim["metadata"]["name"], "persistentVolumeClaim": {"claimName": claim_name}})
-            claims.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                           "metadata": {"name": claim_name}, "spec": claim["spec"]})
+            claims.append(claim_name)
     for volume in spec.get("volumes", []):
         host = volume.get("hostPath")
         if host and host["path"] in state["host_paths"]:
@@ -195,7 +195,7 @@ def play(state, workload_name, ordinal=0):
                if selects(s["spec"].get("selector"), labels)]
     path = os.path.join(state["dir"], f"{name}.yaml")
     for claim in claims:
-        make_claim(claim["metadata"]["name"], pod["spec"].get("securityContext", {}).get("fsGroup"))
+        make_claim(claim, pod["spec"].get("securityContext", {}).get("fsGroup"))
     configmaps = own_configmaps(state, pod)
     with open(path, "w") as f:
         yaml.safe_dump_all(configmaps + [pod], f)
@@ -203,7 +203,7 @@ def play(state, workload_name, ordinal=0):
                                          for i, a in enumerate(aliases))
     podman("kube", "play", "--network", network, "--ip", ip, path)
     record = {"name": name, "workload": workload_name, "ip": ip, "aliases": aliases,
-              "claims": [c["metadata"]["name"] for c in claims], "spec": spec,
+              "claims": claims, "spec": spec,
               "configmaps": [c["metadata"]["name"] for c in configmaps],
               "created": time.time()}
     state["pods"].append(record)
@@ -238,7 +238,6 @@ def run_probe(pod, container, probe):
         except OSError:
             return False
     if "tcpSocket" in probe:
-        import socket
         try:
             socket.create_connection((pod["ip"], port_number(container, probe["tcpSocket"]["port"])),
                                      timeout=timeout).close()
