@@ -1,11 +1,14 @@
 #include "base/grpc_tls.h"
 
+#include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/file_util.h"
 #include "base/grpc_library.h"
+#include "base/host_port.h"
+#include "base/status_macros.h"
 
 namespace scd {
 namespace {
@@ -55,6 +58,13 @@ absl::Status ConfigureTls(const TlsFiles& files) {
     return absl::InvalidArgumentError(
         "--tls-require-client-cert needs --tls-ca (to verify clients) and --tls-cert/--tls-key");
   }
+  if (!files.server_name.empty()) {
+    if (!files.enabled()) {
+      return absl::InvalidArgumentError(
+          "--tls-server-name needs TLS on (--tls-ca, or --tls-cert/--tls-key)");
+    }
+    SCD_RETURN_IF_ERROR(CheckHost(files.server_name, "--tls-server-name"));
+  }
   LoadedTls loaded;
   loaded.files = files;
   if (absl::Status s = ReadPem("--tls-cert", files.cert, "-----BEGIN CERTIFICATE-----",
@@ -92,15 +102,20 @@ std::shared_ptr<grpc::ServerCredentials> GrpcServerCredentials() {
   return grpc::SslServerCredentials(options);
 }
 
-std::shared_ptr<grpc::ChannelCredentials> GrpcChannelCredentials() {
+std::shared_ptr<grpc::Channel> NewGrpcChannel(const std::string& address,
+                                              grpc::ChannelArguments args) {
   HoldGrpcLibrary();  // a call's reactor may drop the channel's last reference on gRPC's thread
   const LoadedTls& tls = Loaded();
-  if (!tls.files.enabled()) return grpc::InsecureChannelCredentials();
+  if (!tls.files.enabled()) {
+    return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  }
   grpc::SslCredentialsOptions options;
   options.pem_root_certs = tls.ca_pem;  // "" = gRPC's default roots
   options.pem_private_key = tls.key_pem;
   options.pem_cert_chain = tls.cert_pem;
-  return grpc::SslCredentials(options);
+  // gRPC checks the certificate for this name and sends it as the TLS SNI and :authority.
+  if (!tls.files.server_name.empty()) args.SetSslTargetNameOverride(tls.files.server_name);
+  return grpc::CreateCustomChannel(address, grpc::SslCredentials(options), args);
 }
 
 }  // namespace scd

@@ -2,12 +2,16 @@
 // process (public APIs, control planes, the gRPC transfer listener) and every channel it opens
 // (to the coordinator, to nodes, to consumers' transfer listeners) use them, so one set of flags
 // turns TLS on for a whole node (tools/tool_common.h: --tls-cert, --tls-key, --tls-ca,
-// --tls-require-client-cert). Off (the default): insecure credentials, as before.
+// --tls-require-client-cert, --tls-server-name). Off (the default): insecure credentials.
 //   cert + key   this process's certificate chain and private key (PEM): servers present it;
 //                with mutual TLS, channels present it too
 //   ca           the CA bundle peers are verified against: channels check servers' certificates
 //                (the address's host must be in the certificate's names); with
 //                require_client_cert, servers check clients' certificates
+//   server_name  the name channels check servers' certificates for instead of the dialled
+//                host: nodes dial each other at the addresses they registered (on Kubernetes,
+//                pod IPs no certificate can name in advance), so the nodes of a cluster share a
+//                certificate for one name (deploy/k8s/components/tls)
 // A process with only `ca` (a client such as `scd generate --server`) verifies servers and
 // serves nothing over TLS. The HTTP listener takes the same files (base/http_server.h).
 // Both credentials functions hold gRPC's library for the process (base/grpc_library.h).
@@ -17,9 +21,11 @@
 #ifndef SCD_BASE_GRPC_TLS_H_
 #define SCD_BASE_GRPC_TLS_H_
 
+#include <grpcpp/channel.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
+#include <grpcpp/support/channel_arguments.h>
 
 #include <memory>
 #include <string>
@@ -31,11 +37,13 @@ namespace scd {
 struct TlsFiles {
   std::string cert, key, ca;  // paths; "" = unset
   bool require_client_cert = false;
+  std::string server_name;  // "" = the host of the address dialled
   bool enabled() const { return !cert.empty() || !ca.empty(); }
 };
 
 // Reads and checks the files (both of cert/key or neither; require_client_cert needs ca and a
-// cert; each file readable PEM): INVALID_ARGUMENT naming the flag otherwise.
+// cert; server_name needs TLS on and is a host name; each file readable PEM): INVALID_ARGUMENT
+// naming the flag otherwise.
 absl::Status ConfigureTls(const TlsFiles& files);
 const TlsFiles& ConfiguredTls();
 // Servers serve TLS (a certificate is configured).
@@ -50,9 +58,11 @@ std::shared_ptr<int> AddTlsListeningPort(grpc::ServerBuilder* builder, const std
 
 // For servers: SSL server credentials when a certificate is configured, else insecure.
 std::shared_ptr<grpc::ServerCredentials> GrpcServerCredentials();
-// For channels: SSL credentials (roots: ca; identity: cert/key when set) when TLS is
-// configured, else insecure.
-std::shared_ptr<grpc::ChannelCredentials> GrpcChannelCredentials();
+// Every gRPC channel the process opens: SSL credentials (roots: ca; identity: cert/key when
+// set; the certificate checked for server_name when set) when TLS is configured, else insecure;
+// `args` as the caller sets them.
+std::shared_ptr<grpc::Channel> NewGrpcChannel(const std::string& address,
+                                              grpc::ChannelArguments args = {});
 
 }  // namespace scd
 

@@ -213,7 +213,7 @@ SweepReply SendSweepRequest(const SweepOptions& o, const std::string& consumer,
 
 absl::Status SetLinkShapeAt(const std::string& control, const std::string& secret, double gbps,
                             double latency_us, bool unannounced) {
-  auto stub = v1::Registry::NewStub(grpc::CreateChannel(control, GrpcChannelCredentials()));
+  auto stub = v1::Registry::NewStub(NewGrpcChannel(control));
   grpc::ClientContext context;
   context.AddMetadata("x-scd-cluster-secret", secret);
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));

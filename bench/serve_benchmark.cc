@@ -140,7 +140,7 @@ NodeStatsDelta Delta(const std::string& address, const v1::NodeStats& before,
 }  // namespace
 
 absl::StatusOr<v1::NodeStats> ReadNodeStats(const std::string& address, const std::string& secret) {
-  auto channel = grpc::CreateChannel(address, GrpcChannelCredentials());
+  auto channel = NewGrpcChannel(address);
   v1::NodeStats stats;
   grpc::Status status;
   for (int service = 0; service < 3; ++service) {

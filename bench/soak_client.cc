@@ -21,13 +21,13 @@ std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address, bool own) {
   if (own) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    return grpc::CreateCustomChannel(address, GrpcChannelCredentials(), args);
+    return NewGrpcChannel(address, args);
   }
   static std::mutex mu;
   static auto* channels = new std::map<std::string, std::shared_ptr<grpc::Channel>>();
   std::lock_guard<std::mutex> lock(mu);
   std::shared_ptr<grpc::Channel>& channel = (*channels)[address];
-  if (channel == nullptr) channel = grpc::CreateChannel(address, GrpcChannelCredentials());
+  if (channel == nullptr) channel = NewGrpcChannel(address);
   return channel;
 }
 

@@ -508,7 +508,7 @@ absl::StatusOr<v1::NodeStats> SoakDeployment::Stats(int index) const {
 
 absl::StatusOr<v1::HealthResponse> SoakDeployment::Health(int index) const {
   const SoakNode node = Node(index);
-  auto stub = v1::Inference::NewStub(grpc::CreateChannel(node.address, GrpcChannelCredentials()));
+  auto stub = v1::Inference::NewStub(NewGrpcChannel(node.address));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   v1::HealthResponse response;

@@ -180,8 +180,7 @@ grpc::Status RegistryService::SetLinkShape(grpc::ServerContext* context,
     row->set_address(producer.control_address);
     calls.emplace_back([this, request, row] {
       NameThisThread("scd-set-shape");
-      auto stub =
-          v1::Producer::NewStub(grpc::CreateChannel(row->address(), GrpcChannelCredentials()));
+      auto stub = v1::Producer::NewStub(NewGrpcChannel(row->address()));
       grpc::ClientContext call;
       secret_.Attach(&call);
       call.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
@@ -232,7 +231,7 @@ std::shared_ptr<grpc::Channel> CoordinatorInferenceService::NodeChannel(
               static_cast<int>(absl::ToInt64Milliseconds(kNodeKeepaliveTimeout)));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  return grpc::CreateCustomChannel(address, GrpcChannelCredentials(), args);
+  return NewGrpcChannel(address, args);
 }
 
 std::shared_ptr<grpc::Channel> CoordinatorInferenceService::Channel(const std::string& address) {

@@ -16,7 +16,7 @@ namespace scd {
 namespace {
 
 std::unique_ptr<v1::Inference::Stub> Stub(const std::string& server) {
-  return v1::Inference::NewStub(grpc::CreateChannel(server, GrpcChannelCredentials()));
+  return v1::Inference::NewStub(NewGrpcChannel(server));
 }
 
 // $SCD_API_TOKEN, when set, as the bearer token (as OpenAI's clients read OPENAI_API_KEY).

@@ -43,10 +43,8 @@ RegistryClient::RegistryClient(std::string coordinator, v1::RegisterRequest regi
       load_(std::move(load)),
       prefix_blocks_(std::move(prefix_blocks)),
       secret_(std::move(secret)),
-      stub_(IsEtcdRegistry(coordinator_)
-                ? nullptr
-                : v1::Registry::NewStub(
-                      grpc::CreateChannel(coordinator_, GrpcChannelCredentials()))) {
+      stub_(IsEtcdRegistry(coordinator_) ? nullptr
+                                         : v1::Registry::NewStub(NewGrpcChannel(coordinator_))) {
   if (IsEtcdRegistry(coordinator_)) {
     absl::StatusOr<EtcdClient> etcd = EtcdClient::Create(coordinator_);
     if (etcd.ok()) {

@@ -63,7 +63,7 @@ Streamed Stream(const coordinator::CoordinatorNode& via, const v1::GenerateReque
 Streamed CutWhen(coordinator::CoordinatorNode* a, const v1::GenerateRequest& request,
                  const std::function<bool(const Streamed&)>& enough) {
   Streamed s;
-  auto stub = v1::Inference::NewStub(grpc::CreateChannel(a->address(), GrpcChannelCredentials()));
+  auto stub = v1::Inference::NewStub(NewGrpcChannel(a->address()));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
   auto reader = stub->Generate(&context, request);

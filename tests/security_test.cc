@@ -5,6 +5,8 @@
 //  - mutual TLS between nodes: coordinator, producer and consumer as separate daemons, each
 //    requiring client certificates, codes over the gRPC transport; a client without a
 //    certificate, or with one from another CA, is refused;
+//  - nodes sharing a certificate for one name (--tls-server-name), dialling each other at IPs no
+//    certificate names, as pods do on Kubernetes (deploy/k8s/components/tls);
 //  - a bearer token: UNAUTHENTICATED / HTTP 401 without it or with another, served with it,
 //    /health open;
 //  - limits: output tokens, prompt tokens, requests per client, message and body size, each
@@ -32,8 +34,9 @@ using testing::Bin;
 using testing::Daemon;
 using testing::RunCommand;
 
-// A CA, a certificate for 127.0.0.1/localhost signed by it (servers and nodes), a client
-// certificate signed by it, and a client certificate from another CA.
+// A CA, a certificate for 127.0.0.1/localhost signed by it (servers and nodes), one for the name
+// scd-node only (nodes that share a certificate, as on Kubernetes), a client certificate signed
+// by it, and a client certificate from another CA.
 void MakeCertificates(const testing::TempDir& dir) {
   const std::string d = dir.path();
   const std::string script = absl::StrCat(
@@ -43,12 +46,15 @@ void MakeCertificates(const testing::TempDir& dir) {
       "openssl req -x509 -newkey rsa:2048 -nodes -keyout rogue-ca.key -out rogue-ca.pem -days 2 "
       "  -subj /CN=rogue-ca 2>/dev/null\n",
       "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > san.ext\n",
-      "for name in node client rogue; do\n",
+      "printf 'subjectAltName=DNS:scd-node\\n' > shared.ext\n",
+      "for name in node client rogue shared; do\n",
       "  openssl req -newkey rsa:2048 -nodes -keyout $name.key -out $name.csr -subj /CN=$name "
       "2>/dev/null\n",
       "done\n",
       "openssl x509 -req -in node.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out node.pem "
       "  -days 2 -extfile san.ext 2>/dev/null\n",
+      "openssl x509 -req -in shared.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out shared.pem "
+      "  -days 2 -extfile shared.ext 2>/dev/null\n",
       "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem "
       "  -days 2 2>/dev/null\n",
       "openssl x509 -req -in rogue.csr -CA rogue-ca.pem -CAkey rogue-ca.key -CAcreateserial "
@@ -70,6 +76,21 @@ testing::CommandResult Client(const std::string& address, const std::string& fla
   return RunCommand(absl::StrCat(env, " ", Bin("scd"), " generate --server ", address,
                                  " --target copy --max-tokens 4 --prompt 'Once upon a time' ",
                                  flags));
+}
+
+// The client, again until it is served (up to 60 s): nodes register over TLS, and only a client
+// holding the certificates can ask whether they have (the coordinator's Stats need no TLS-free
+// port here).
+testing::CommandResult ClientOnceServed(const std::string& address, const std::string& flags) {
+  testing::CommandResult served;
+  const absl::Time limit = absl::Now() + absl::Seconds(60);
+  do {
+    served = Client(address, flags);
+    if (served.exit_code == 0) break;
+    // waits: the nodes' registration over TLS, which only such a client can observe
+    absl::SleepFor(absl::Milliseconds(200));
+  } while (absl::Now() < limit);
+  return served;
 }
 
 std::vector<std::string> Split(const std::string& flags) {
@@ -145,16 +166,8 @@ TEST(SecurityTest, MutualTlsBetweenSeparateNodes) {
   const std::string client_tls = absl::StrCat("--tls-ca ", dir.File("ca.pem"), " --tls-cert ",
                                               dir.File("client.pem"), " --tls-key ",
                                               dir.File("client.key"));
-  // Registration and routing run over mutual TLS: wait until the client is served.
-  testing::CommandResult served;
-  const absl::Time limit = absl::Now() + absl::Seconds(60);
-  do {
-    served = Client(server, client_tls + " --mode raw");
-    if (served.exit_code == 0) break;
-    // waits: registration over mutual TLS; the client is the only party holding the certificates to
-    //  ask (the coordinator's Stats need no TLS-free port here)
-    absl::SleepFor(absl::Milliseconds(200));
-  } while (absl::Now() < limit);
+  // Registration and routing run over mutual TLS.
+  const testing::CommandResult served = ClientOnceServed(server, client_tls + " --mode raw");
   ASSERT_EQ(served.exit_code, 0) << served.err << "\nlogs in " << dir.path();
   EXPECT_FALSE(served.out.empty());
 
@@ -164,6 +177,59 @@ TEST(SecurityTest, MutualTlsBetweenSeparateNodes) {
       server, absl::StrCat("--tls-ca ", dir.File("ca.pem"), " --tls-cert ", dir.File("rogue.pem"),
                            " --tls-key ", dir.File("rogue.key")));
   EXPECT_NE(rogue.exit_code, 0);
+}
+
+TEST(SecurityTest, NodesSharingACertificateCheckItForTheServerName) {
+  testing::TempDir dir;
+  MakeCertificates(dir);
+  if (HasFatalFailure()) return;
+  // The certificate names scd-node only; every node dials the others at 127.0.0.1.
+  const std::vector<std::string> tls = {
+      "--tls-cert", dir.File("shared.pem"), "--tls-key",         dir.File("shared.key"),
+      "--tls-ca",   dir.File("ca.pem"),     "--tls-server-name", "scd-node"};
+  auto with_tls = [&tls](std::vector<std::string> argv) {
+    argv.insert(argv.end(), tls.begin(), tls.end());
+    return argv;
+  };
+  Daemon coordinator(dir.path(), "coordinator",
+                     with_tls({Bin("scd-coordinator"), "--listen", "127.0.0.1:0",
+                               "--control-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"}));
+  const std::string server = coordinator.Address();
+  const std::string control = coordinator.ControlAddress();
+  ASSERT_FALSE(control.empty());
+  const std::string model = testing::ModelDir("stories260k");
+  Daemon producer(dir.path(), "producer",
+                  with_tls({Bin("scd-producer"), "--model", model, "--coordinator", control,
+                            "--transport", "grpc"}));
+  Daemon consumer(dir.path(), "consumer",
+                  with_tls({Bin("scd-consumer"), "--model", model, "--name", "copy",
+                            "--coordinator", control, "--transport", "grpc"}));
+  const std::string client_tls =
+      absl::StrCat("--tls-ca ", dir.File("ca.pem"), " --tls-server-name scd-node --mode raw");
+  // Registration, routing and the codes' transfer all check the certificate for scd-node.
+  const testing::CommandResult served = ClientOnceServed(server, client_tls);
+  ASSERT_EQ(served.exit_code, 0) << served.err << "\nlogs in " << dir.path();
+  EXPECT_FALSE(served.out.empty());
+
+  // Without the name the certificate does not name the address: refused.
+  const testing::CommandResult by_ip = Client(server, "--tls-ca " + dir.File("ca.pem"));
+  EXPECT_NE(by_ip.exit_code, 0);
+  // The HTTP listener presents the same certificate (curl checks it for scd-node).
+  const std::string http = coordinator.HttpAddress();
+  const std::string port = http.substr(http.rfind(':') + 1);
+  const testing::CommandResult https = RunCommand(
+      absl::StrCat("curl -s -m 5 --cacert ", dir.File("ca.pem"), " --resolve scd-node:", port,
+                   ":127.0.0.1 https://scd-node:", port, "/livez"));
+  EXPECT_THAT(https.out, HasSubstr("alive")) << https.err;
+
+  // Bad input: a server name without TLS, or one that is no host name.
+  const testing::CommandResult no_tls = Client(server, "--tls-server-name scd-node");
+  EXPECT_NE(no_tls.exit_code, 0);
+  EXPECT_THAT(no_tls.err, HasSubstr("--tls-server-name needs TLS on"));
+  const testing::CommandResult unexpanded =
+      Client(server, absl::StrCat("--tls-ca ", dir.File("ca.pem"), " --tls-server-name '$(NAME)'"));
+  EXPECT_NE(unexpanded.exit_code, 0);
+  EXPECT_THAT(unexpanded.err, HasSubstr("unexpanded $(VAR)"));
 }
 
 TEST(SecurityTest, ABearerTokenGuardsThePublicApis) {

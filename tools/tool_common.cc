@@ -149,6 +149,10 @@ void AddTlsFlags(CLI::App* app, TlsFiles* tls, bool server) {
                   "TLS: the CA bundle (PEM) servers' certificates are checked against (and, "
                   "with --tls-require-client-cert, clients')")
       ->check(CLI::ExistingFile);
+  app->add_option("--tls-server-name", tls->server_name,
+                  "TLS: check servers' certificates for this name instead of the host dialled "
+                  "(nodes dial each other at registered IPs: on Kubernetes the nodes share a "
+                  "certificate for one name, deploy/k8s/components/tls)");
 }
 
 HttpServerOptions HttpOptions(const std::string& listen, const TlsFiles& tls,

@@ -94,7 +94,7 @@ struct DaemonFlags {
   std::string cluster_secret_file;  // "" = $SCD_CLUSTER_SECRET
   std::string http_listen;          // "" = no HTTP listener
   std::string http_address_file;
-  TlsFiles tls;                     // --tls-cert, --tls-key, --tls-ca, --tls-require-client-cert
+  TlsFiles tls;                     // --tls-cert, --tls-key, --tls-ca, ... (AddTlsFlags)
   PublicApiFlags public_api;        // bound by daemons with a public API (AddPublicApiFlags)
 
   // The cluster secret (proto/cluster_secret.h): the file, else the environment; an error that
@@ -103,7 +103,8 @@ struct DaemonFlags {
 };
 void AddDaemonFlags(CLI::App* app, DaemonFlags* flags, unsigned common_flags);
 
-// --tls-cert, --tls-key, --tls-ca (base/grpc_tls.h); `server`: also --tls-require-client-cert.
+// --tls-cert, --tls-key, --tls-ca, --tls-server-name (base/grpc_tls.h); `server`: also
+// --tls-require-client-cert.
 void AddTlsFlags(CLI::App* app, TlsFiles* tls, bool server);
 // The HTTP listener's options for --http-listen with the process's TLS files.
 HttpServerOptions HttpOptions(const std::string& listen, const TlsFiles& tls,

@@ -333,8 +333,7 @@ class GrpcTransport final : public Transport {
     }
     EmptyGraveyard();
     const absl::Time deadline = absl::Now() + timeout;
-    std::shared_ptr<grpc::Channel> channel =
-        grpc::CreateCustomChannel(address, GrpcChannelCredentials(), ChannelArgs());
+    std::shared_ptr<grpc::Channel> channel = NewGrpcChannel(address, ChannelArgs());
     SCD_RETURN_IF_ERROR(AwaitConnected(*channel, address, deadline, timeout));
     auto core =
         std::make_shared<LinkCore>(absl::StrCat("grpc ", address, " (client)"),
