@@ -114,14 +114,15 @@ soak-smoke: build
 compose-test: build
 	bash scripts/compose_test.sh $(BUILD) $(SHARED)
 
-# deploy/k8s without a cluster: both overlays rendered, schema-validated and cross-checked
-# (scripts/k8s_check.sh, ~25 s).
+# deploy/k8s without a cluster: both overlays, with the TLS component and without, rendered,
+# schema-validated and cross-checked (scripts/k8s_check.sh, ~25 s).
 k8s-check: build
 	bash scripts/k8s_check.sh $(BUILD)
 
 # deploy/k8s run for real: k8s-check, then the single-node overlay's pods under podman kube play,
 # ready through their gRPC health probes; the openai client, a gRPC fan-out, a consumer pod
-# replaced under load (scripts/k8s_test.sh, ~4 minutes with the image build).
+# replaced under load; then again with the TLS component (scripts/k8s_test.sh, ~4 minutes with
+# the image build).
 k8s-test: build
 	bash scripts/k8s_test.sh $(BUILD) $(SHARED)
 

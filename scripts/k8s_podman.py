@@ -10,13 +10,18 @@ around the pods this script does, each the way Kubernetes does it:
                             volume; fsGroup: group-owned and writable, as the kubelet makes it)
   ConfigMap                 a copy per pod (podman 4.3 rewrites a ConfigMap's volume in place at
                             every play: a pod starting while the next is played read it empty)
-  Secret                    into podman's secret store in the form `kube play` reads
+  Secret                    for env: into podman's secret store in the form `kube play` reads;
+                            as a volume: its keys as files in a directory of the run, mounted
+                            read-only, with the volume's defaultMode and the pod's fsGroup as the
+                            kubelet writes them (podman 4.3's secret volumes crash kube play:
+                            a nil pointer in VolumeFromSecret)
   Service                   its name a DNS alias (aardvark-dns) of every pod its selector picks
   Downward API              status.podIP: the pod's address, fixed with --ip, set as the value
   $(VAR) in command, args   expanded from the container's env (podman 4.3 leaves them as written)
   containerPort             published nowhere (podman 4.3 would bind it on the host)
   probes                    run here on the kubelet's schedule: startup, then readiness
-                            (grpc: grpc.health.v1 Check; httpGet; tcpSocket; exec); liveness once
+                            (grpc: grpc.health.v1 Check; httpGet, over HTTPS without checking
+                            the certificate as the kubelet does; tcpSocket; exec); liveness once
                             a pod is ready and again before it stops
   rollout                   maxSurge 1 / maxUnavailable 0: the new pod ready before the old one
                             stops; stopping runs preStop (podman exec), then SIGTERM, SIGKILL at
@@ -42,6 +47,7 @@ import json
 import os
 import random
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -164,6 +170,37 @@ def own_configmaps(state, pod):
     return copies
 
 
+def secret_volumes(state, pod):
+    """The pod's Secret volumes as host directories of the run holding the Secret's keys as files,
+    each with the volume's defaultMode (the kubelet's default 0644) and, with the pod's fsGroup,
+    group-owned by it -- what the kubelet writes into the pod's tmpfs."""
+    fs_group = pod["spec"].get("securityContext", {}).get("fsGroup")
+    for volume in pod["spec"].get("volumes", []):
+        source = volume.get("secret")
+        if source is None:
+            continue
+        if source.get("items"):
+            raise Failure(f"{pod['metadata']['name']}: Secret volume items are not emulated here")
+        data = state["secret_data"].get(source["secretName"])
+        if data is None:
+            raise Failure(f"{pod['metadata']['name']}: no Secret {source['secretName']}")
+        directory = os.path.join(state["dir"], f"{pod['metadata']['name']}-{volume['name']}")
+        os.makedirs(directory)
+        mode = source.get("defaultMode", 0o644)
+        for key, value in data.items():
+            path = os.path.join(directory, key)
+            with open(path, "wb") as f:
+                f.write(base64.b64decode(value))
+            os.chmod(path, mode)
+            if fs_group is not None:
+                os.chown(path, -1, fs_group)
+        if fs_group is not None:
+            os.chown(directory, -1, fs_group)
+        os.chmod(directory, 0o755 if fs_group is None else 0o750)
+        volume.pop("secret")
+        volume["hostPath"] = {"path": directory, "type": "Directory"}
+
+
 def make_claim(name, fs_group):
     """A claim's volume; with the pod's fsGroup, group-owned and group-writable as the kubelet
     makes it (podman 4.3 ignores fsGroup)."""
@@ -197,6 +234,7 @@ def play(state, workload_name, ordinal=0):
     for claim in claims:
         make_claim(claim, pod["spec"].get("securityContext", {}).get("fsGroup"))
     configmaps = own_configmaps(state, pod)
+    secret_volumes(state, pod)
     with open(path, "w") as f:
         yaml.safe_dump_all(configmaps + [pod], f)
     network = state["network"] + "".join(f":alias={a}" if i == 0 else f",alias={a}"
@@ -231,9 +269,14 @@ def run_probe(pod, container, probe):
         return grpc_health_check.status(address, probe["grpc"].get("service", ""), timeout) == "SERVING"
     if "httpGet" in probe:
         get = probe["httpGet"]
-        url = f"http://{pod['ip']}:{port_number(container, get['port'])}{get.get('path', '/')}"
+        scheme = get.get("scheme", "HTTP").lower()
+        url = f"{scheme}://{pod['ip']}:{port_number(container, get['port'])}{get.get('path', '/')}"
+        unchecked = ssl.create_default_context()  # the kubelet checks no probe's certificate
+        unchecked.check_hostname = False
+        unchecked.verify_mode = ssl.CERT_NONE
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as response:
+            with urllib.request.urlopen(url, timeout=timeout,
+                                        context=unchecked if scheme == "https" else None) as response:
                 return 200 <= response.status < 400
         except OSError:
             return False
@@ -341,6 +384,8 @@ def up(args):
              "network": args.network, "pods": [], "secrets": [], "used_ips": [],
              "host_paths": dict(hp.split("=", 1) for hp in args.host_path),
              "configmaps": [o for o in objects if o["kind"] == "ConfigMap"],
+             "secret_data": {o["metadata"]["name"]: json.loads(secret_data(o))
+                             for o in objects if o["kind"] == "Secret"},
              "services": [o for o in objects if o["kind"] == "Service"],
              "workloads": {o["metadata"]["name"]: o for o in objects
                            if o["kind"] in ("Deployment", "StatefulSet")},

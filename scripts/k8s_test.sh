@@ -18,7 +18,13 @@
 #      SIGTERM, its drain moving what it cannot finish, exit 0 within the grace period), half the
 #      streams sent before the deletion and half during it (the fables pool at $FABLES_CPU of
 #      CPU, so that they outlast the preStop pause); every stream ends with all its tokens;
-#   8. liveness of every pod, then everything removed (pods, claims, secrets, network, images).
+#   8. liveness of every pod, then all of it removed;
+#   9. the same overlay with the TLS component (deploy/k8s/components/tls; certificates made for
+#      this run by scripts/k8s_tls_secrets.sh): every pod ready through its probes over HTTPS,
+#      the nodes checking each other's certificate for scd-node at their pod IPs; plain HTTP and
+#      plaintext gRPC refused; the openai client and the gRPC fan-out over TLS, checking the
+#      coordinator pod's certificate for the Service name scd-coordinator; then everything
+#      removed (pods, claims, secrets, network, images).
 #   scripts/k8s_test.sh [BUILD_DIR] [SHARED_DIR]       exit 0: every step held
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,10 +68,11 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM  # through cleanup
 podman_image "$IMAGE" "$WORK"
 modules=$ROOT/$BUILD/node-openai
-if [ "$(node -p "require('$modules/node_modules/openai/package.json').version" 2>/dev/null)" != 6.30.1 ]; then
-  step "npm openai@6.30.1"
+version() { node -p "require('$modules/node_modules/$1/package.json').version" 2>/dev/null || true; }
+if [ "$(version openai)" != 6.30.1 ] || [ "$(version undici)" != 6.29.1 ]; then
+  step "npm openai@6.30.1 undici@6.29.1 (the client's HTTPS connections with a CA and a name)"
   mkdir -p "$modules"
-  npm install --prefix "$modules" --no-audit --no-fund --loglevel=error openai@6.30.1 >/dev/null
+  npm install --prefix "$modules" --no-audit --no-fund --loglevel=error openai@6.30.1 undici@6.29.1 >/dev/null
 fi
 
 # 3. The overlay rendered for this run; artifacts.
@@ -99,12 +106,17 @@ driver up "$WORK/rendered.yaml" --state "$WORK/state.json" --network "$NETWORK" 
   --host-path "/var/lib/scd-serve/artifacts=$WORK/artifacts" || fail "pods not ready"
 HTTP=$(driver address "$WORK/state.json" scd-coordinator http)
 GRPC=$(driver address "$WORK/state.json" scd-coordinator grpc)
-models() { curl -fsS -m 5 "http://$HTTP/v1/models" 2>/dev/null | python3 -c \
+CURL=(curl -fsS -m 5)
+URL=http://$HTTP
+models() { "${CURL[@]}" "$URL/v1/models" 2>/dev/null | python3 -c \
   'import json,sys; print(" ".join(sorted(m["id"] for m in json.load(sys.stdin)["data"])))' 2>/dev/null || true; }
-# waits: the consumers' registrations reaching the coordinator through etcd's watch (ready pods
-# have registered; the watch delivers within a second)
-for _ in $(seq 50); do [ "$(models)" = "fables xs" ] && break; sleep 0.2; done
-[ "$(models)" = "fables xs" ] || fail "consumers not routable (models: $(models))"
+routable() {
+  # waits: the consumers' registrations reaching the coordinator through etcd's watch (ready
+  # pods have registered; the watch delivers within a second)
+  for _ in $(seq 50); do [ "$(models)" = "fables xs" ] && break; sleep 0.2; done
+  [ "$(models)" = "fables xs" ] || fail "consumers not routable (models: $(models))"
+}
+routable
 step "ready and routable: $(models)"
 
 # 5. The official openai client through the coordinator pod.
@@ -113,10 +125,11 @@ node tests/openai_client_check.mjs "$modules/node_modules" "$HTTP" fables "Once 
 step "openai client: models, completions and chat completions (whole, streamed), a fan-out, errors"
 
 # 6. A gRPC fan-out from one prefill to both consumer pools.
-"$BIN/scd" generate --server "$GRPC" --target fables --target xs --mode scd --max-tokens 12 \
-  --prompt "Once upon a time, a little bird" --json >"$WORK/fanout.jsonl" 2>"$WORK/fanout.err" ||
-  fail "gRPC fan-out: $(cat "$WORK/fanout.err")"
-finished=$(python3 -c '
+fanout() {  # fanout [CLIENT FLAGS...]
+  "$BIN/scd" generate --server "$GRPC" "$@" --target fables --target xs --mode scd --max-tokens 12 \
+    --prompt "Once upon a time, a little bird" --json >"$WORK/fanout.jsonl" 2>"$WORK/fanout.err" ||
+    fail "gRPC fan-out: $(cat "$WORK/fanout.err")"
+  finished=$(python3 -c '
 import json, sys
 done = {}
 for line in open(sys.argv[1]):
@@ -124,8 +137,10 @@ for line in open(sys.argv[1]):
     if "finished" in event:
         done[event["target"]] = event["finished"].get("transfer_mode")
 print(" ".join(f"{t}:{m}" for t, m in sorted(done.items())))' "$WORK/fanout.jsonl")
-[ "$finished" = "fables:TRANSFER_MODE_SCD xs:TRANSFER_MODE_SCD" ] ||
-  fail "fan-out: finished $finished, expected fables and xs in scd mode"
+  [ "$finished" = "fables:TRANSFER_MODE_SCD xs:TRANSFER_MODE_SCD" ] ||
+    fail "fan-out: finished $finished, expected fables and xs in scd mode"
+}
+fanout
 step "gRPC fan-out: fables and xs streamed from one prefill"
 
 # 7. The fables consumer replaced under load.
@@ -171,8 +186,38 @@ step "fables replaced by $new under $LOAD_STREAMS streams ($at_delete on the old
   "deletion began, $half more sent during it; $moves moved): all ended with $LOAD_TOKENS tokens"
 [ "$(models)" = "fables xs" ] || fail "models after the replacement: $(models)"
 
-# 8. Liveness, then down (the trap removes pods, secrets, network and images).
+# 8. Liveness, then down.
 driver liveness "$WORK/state.json" || fail "liveness"
+driver down "$WORK/state.json" || fail "down"
+rm -f "$WORK/state.json"
+
+# 9. The TLS component on the same overlay (the trap then removes pods, secrets, network, images).
+step "the TLS component"
+certs=$WORK/k8s/components/tls/secrets
+bash scripts/k8s_tls_secrets.sh "$certs" default >/dev/null
+mkdir -p "$WORK/k8s/overlays/run-tls"
+printf 'resources: [../run]\ncomponents: [../../components/tls]\n' \
+  >"$WORK/k8s/overlays/run-tls/kustomization.yaml"
+kubectl kustomize "$WORK/k8s/overlays/run-tls" >"$WORK/rendered-tls.yaml"
+driver up "$WORK/rendered-tls.yaml" --state "$WORK/state.json" --network "$NETWORK" \
+  --host-path "/var/lib/scd-serve/models=$SHARED/models" \
+  --host-path "/var/lib/scd-serve/artifacts=$WORK/artifacts" || fail "pods with TLS not ready"
+HTTP=$(driver address "$WORK/state.json" scd-coordinator http)
+GRPC=$(driver address "$WORK/state.json" scd-coordinator grpc)
+# Clients reach the coordinator pod at its IP and check its certificate for the Service's name.
+CURL=(curl -fsS -m 5 --cacert "$certs/ca.crt" --resolve "scd-coordinator:${HTTP##*:}:${HTTP%:*}")
+URL=https://scd-coordinator:${HTTP##*:}
+routable
+step "ready over HTTPS probes and routable: $(models)"
+if curl -fsS -m 5 "http://$HTTP/v1/models" >/dev/null 2>&1; then fail "plain HTTP served"; fi
+if "$BIN/scd" generate --server "$GRPC" --target fables --max-tokens 2 --prompt Once \
+  >/dev/null 2>&1; then fail "a plaintext gRPC client served"; fi
+SCD_TLS_CA=$certs/ca.crt SCD_TLS_SERVER_NAME=scd-coordinator \
+  node tests/openai_client_check.mjs "$modules/node_modules" "$HTTP" fables "Once upon a time" xs scd \
+  >"$WORK/openai-tls.json" 2>"$WORK/openai-tls.err" || fail "openai client over TLS: $(tail -5 "$WORK/openai-tls.err")"
+fanout --tls-ca "$certs/ca.crt" --tls-server-name scd-coordinator
+step "TLS: plain HTTP and plaintext gRPC refused; the openai client and a gRPC fan-out in scd mode served"
+driver liveness "$WORK/state.json" || fail "liveness with TLS"
 driver down "$WORK/state.json" || fail "down"
 rm -f "$WORK/state.json"
 step "passed"

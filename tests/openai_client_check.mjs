@@ -5,18 +5,32 @@
 // producer's own weights, whose raw-mode text equals their own; with other weights, the text of
 // a raw transfer is not compared). MODE: every request's transfer mode (the SCD extension `mode`;
 // default the server's, which in auto may choose differently from one request to the next).
+// With $SCD_TLS_CA: over HTTPS, the server's certificate checked against that CA for the name
+// $SCD_TLS_SERVER_NAME (default: HOST) -- a client that reaches a pod at its IP and checks it as
+// the Service it stands for; the connections are undici's (from NODE_MODULES_DIR), with the CA and
+// name as connect options.
 // Checks models, completions (whole and streamed), chat completions (whole, streamed with usage,
 // with logprobs) and the error cases; prints one JSON line {completion, chat} for the C++ side
 // to compare against its own client; exits 1 with a message on the first failed check.
 import { createRequire } from 'node:module';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 
 const [modules, address, model, prompt, secondArg, modeArg] = process.argv.slice(2);
 const mode = modeArg ? { mode: modeArg } : {};
 const second = secondArg ?? model + '2';
 const require = createRequire(modules + '/');
 const { default: OpenAI, NotFoundError, BadRequestError } = require('openai');
-const client = new OpenAI({ baseURL: `http://${address}/v1`, apiKey: 'unused', maxRetries: 0 });
+let tls = {};
+if (process.env.SCD_TLS_CA) {
+  const { Agent, fetch } = require('undici');
+  const dispatcher = new Agent({ connect: { ca: readFileSync(process.env.SCD_TLS_CA),
+                                            servername: process.env.SCD_TLS_SERVER_NAME } });
+  tls = { fetch: (url, init) => fetch(url, { ...init, dispatcher }) };
+}
+const scheme = process.env.SCD_TLS_CA ? 'https' : 'http';
+const client = new OpenAI({ baseURL: `${scheme}://${address}/v1`, apiKey: 'unused', maxRetries: 0,
+                            ...tls });
 
 const models = await client.models.list();
 assert.ok(models.data.some((m) => m.id === model), `models: ${JSON.stringify(models.data)}`);
