@@ -2,10 +2,11 @@
 # `make k8s-check` (issue 52): the Kubernetes manifests checked without a cluster. Both overlays of
 # deploy/k8s rendered by `kubectl kustomize` (from a copy, with a cluster secret generated for
 # this run only), each also with the TLS component added as an operator adds it (certificates
-# made for this run by scripts/k8s_tls_secrets.sh), every object validated against the Kubernetes schemas (npm kubernetes-models,
-# pinned, installed once into BUILD/node-k8s: tests/k8s_validate.mjs), and the rendered objects
-# cross-checked for the wiring pods fail on (scripts/k8s_check.py: selectors, ports, references,
-# env, each daemon's flags and config keys against its own --help).
+# made for this run by scripts/k8s_tls_secrets.sh), every object validated against the
+# Kubernetes schemas (npm kubernetes-models, pinned, installed once into BUILD/node-k8s:
+# tests/k8s_validate.mjs), and the rendered objects cross-checked for the wiring pods fail on
+# (scripts/k8s_check.py: selectors, ports, references, env, each daemon's flags and config keys
+# against its own --help, the TLS files, names and probes).
 #   bash scripts/k8s_check.sh [BUILD]
 set -euo pipefail
 cd "$(dirname "$0")/.."
