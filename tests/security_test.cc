@@ -93,6 +93,35 @@ testing::CommandResult ClientOnceServed(const std::string& address, const std::s
   return served;
 }
 
+// argv with the TLS flags appended.
+std::vector<std::string> WithTls(std::vector<std::string> argv,
+                                 const std::vector<std::string>& tls) {
+  argv.insert(argv.end(), tls.begin(), tls.end());
+  return argv;
+}
+
+// A coordinator (with an HTTP listener), a producer and a consumer "copy" of stories260k as
+// separate daemons, every one with the same TLS flags, codes over the gRPC transport.
+struct SeparateNodes {
+  SeparateNodes(const testing::TempDir& dir, const std::vector<std::string>& tls)
+      : coordinator(dir.path(), "coordinator",
+                    WithTls({Bin("scd-coordinator"), "--listen", "127.0.0.1:0", "--control-listen",
+                             "127.0.0.1:0", "--http-listen", "127.0.0.1:0"},
+                            tls)),
+        control(coordinator.ControlAddress()),
+        producer(dir.path(), "producer",
+                 WithTls({Bin("scd-producer"), "--model", testing::ModelDir("stories260k"),
+                          "--coordinator", control, "--transport", "grpc"},
+                         tls)),
+        consumer(dir.path(), "consumer",
+                 WithTls({Bin("scd-consumer"), "--model", testing::ModelDir("stories260k"),
+                          "--name", "copy", "--coordinator", control, "--transport", "grpc"},
+                         tls)) {}
+  Daemon coordinator;
+  const std::string control;  // "" when the coordinator did not serve (a test failure then)
+  Daemon producer, consumer;
+};
+
 std::vector<std::string> Split(const std::string& flags) {
   std::vector<std::string> out;
   size_t start = 0;
@@ -146,23 +175,9 @@ TEST(SecurityTest, MutualTlsBetweenSeparateNodes) {
   const std::vector<std::string> tls = {"--tls-cert", dir.File("node.pem"), "--tls-key",
                                         dir.File("node.key"), "--tls-ca", dir.File("ca.pem"),
                                         "--tls-require-client-cert"};
-  auto with_tls = [&tls](std::vector<std::string> argv) {
-    argv.insert(argv.end(), tls.begin(), tls.end());
-    return argv;
-  };
-  Daemon coordinator(dir.path(), "coordinator",
-                     with_tls({Bin("scd-coordinator"), "--listen", "127.0.0.1:0",
-                               "--control-listen", "127.0.0.1:0"}));
-  const std::string server = coordinator.Address();
-  const std::string control = coordinator.ControlAddress();
-  ASSERT_FALSE(control.empty());
-  const std::string model = testing::ModelDir("stories260k");
-  Daemon producer(dir.path(), "producer",
-                  with_tls({Bin("scd-producer"), "--model", model, "--coordinator", control,
-                            "--transport", "grpc"}));
-  Daemon consumer(dir.path(), "consumer",
-                  with_tls({Bin("scd-consumer"), "--model", model, "--name", "copy",
-                            "--coordinator", control, "--transport", "grpc"}));
+  SeparateNodes nodes(dir, tls);
+  const std::string server = nodes.coordinator.Address();
+  ASSERT_FALSE(nodes.control.empty());
   const std::string client_tls = absl::StrCat("--tls-ca ", dir.File("ca.pem"), " --tls-cert ",
                                               dir.File("client.pem"), " --tls-key ",
                                               dir.File("client.key"));
@@ -187,23 +202,9 @@ TEST(SecurityTest, NodesSharingACertificateCheckItForTheServerName) {
   const std::vector<std::string> tls = {
       "--tls-cert", dir.File("shared.pem"), "--tls-key",         dir.File("shared.key"),
       "--tls-ca",   dir.File("ca.pem"),     "--tls-server-name", "scd-node"};
-  auto with_tls = [&tls](std::vector<std::string> argv) {
-    argv.insert(argv.end(), tls.begin(), tls.end());
-    return argv;
-  };
-  Daemon coordinator(dir.path(), "coordinator",
-                     with_tls({Bin("scd-coordinator"), "--listen", "127.0.0.1:0",
-                               "--control-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"}));
-  const std::string server = coordinator.Address();
-  const std::string control = coordinator.ControlAddress();
-  ASSERT_FALSE(control.empty());
-  const std::string model = testing::ModelDir("stories260k");
-  Daemon producer(dir.path(), "producer",
-                  with_tls({Bin("scd-producer"), "--model", model, "--coordinator", control,
-                            "--transport", "grpc"}));
-  Daemon consumer(dir.path(), "consumer",
-                  with_tls({Bin("scd-consumer"), "--model", model, "--name", "copy",
-                            "--coordinator", control, "--transport", "grpc"}));
+  SeparateNodes nodes(dir, tls);
+  const std::string server = nodes.coordinator.Address();
+  ASSERT_FALSE(nodes.control.empty());
   const std::string client_tls =
       absl::StrCat("--tls-ca ", dir.File("ca.pem"), " --tls-server-name scd-node --mode raw");
   // Registration, routing and the codes' transfer all check the certificate for scd-node.
@@ -215,7 +216,7 @@ TEST(SecurityTest, NodesSharingACertificateCheckItForTheServerName) {
   const testing::CommandResult by_ip = Client(server, "--tls-ca " + dir.File("ca.pem"));
   EXPECT_NE(by_ip.exit_code, 0);
   // The HTTP listener presents the same certificate (curl checks it for scd-node).
-  const std::string http = coordinator.HttpAddress();
+  const std::string http = nodes.coordinator.HttpAddress();
   const std::string port = http.substr(http.rfind(':') + 1);
   const testing::CommandResult https = RunCommand(
       absl::StrCat("curl -s -m 5 --cacert ", dir.File("ca.pem"), " --resolve scd-node:", port,
