@@ -14,7 +14,8 @@
 //                certificate for one name (deploy/k8s/components/tls)
 // A process with only `ca` (a client such as `scd generate --server`) verifies servers and
 // serves nothing over TLS. The HTTP listener takes the same files (base/http_server.h).
-// Both credentials functions hold gRPC's library for the process (base/grpc_library.h).
+// GrpcServerCredentials and NewGrpcChannel hold gRPC's library for the process
+// (base/grpc_library.h).
 // A separate library (scd_grpc_tls) so that scd_base stays free of gRPC.
 // Thread-safety: ConfigureTls once, from main(), before any server or channel; the rest is
 // thread-safe.

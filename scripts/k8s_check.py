@@ -20,6 +20,7 @@ Prints each problem; exit 1 if any.
 """
 import argparse
 import base64
+import functools
 import re
 import subprocess
 import sys
@@ -53,6 +54,10 @@ class Rendered:
 
     def bad(self, where, what):
         self.problems.append(f"{where}: {what}")
+
+    def services_labelled(self, selector):
+        """The Services whose own labels a selector (a ServiceMonitor's) matches."""
+        return [s for s in self.kind("Service") if matches(selector, s["metadata"].get("labels", {}))]
 
     def pods_matching(self, selector):
         return [w for w in self.workloads()
@@ -88,7 +93,7 @@ def check_selectors(r):
             r.bad(f"ScaledObject {o['metadata']['name']}", "scales no Deployment of this overlay")
     for o in r.kind("ServiceMonitor"):
         sel = o["spec"]["selector"].get("matchLabels", {})
-        services = [s for s in r.kind("Service") if matches(sel, s["metadata"].get("labels", {}))]
+        services = r.services_labelled(sel)
         if not services:
             r.bad(f"ServiceMonitor {o['metadata']['name']}", "selects no Service")
         for ep in o["spec"]["endpoints"]:
@@ -199,17 +204,18 @@ def daemon_config(r, w, c):
     return text.decode()
 
 
+@functools.lru_cache(maxsize=None)  # each pod of a pool mounts the same certificate
 def certificate_names(pem):
     """The DNS names and IP addresses a PEM certificate is for; None when it is none."""
     done = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName"], input=pem,
                           capture_output=True)
     if done.returncode != 0:
         return None
-    return set(re.findall(r"(?:DNS:|IP Address:)([^,\s]+)", done.stdout.decode()))
+    return frozenset(re.findall(r"(?:DNS:|IP Address:)([^,\s]+)", done.stdout.decode()))
 
 
 def serves_tls(w):
-    return any("--tls-cert" in " ".join(c.get("command", []) + c.get("args", []))
+    return any(flag_value(c.get("command", []) + c.get("args", []), "--tls-cert") is not None
                for c in w["spec"]["template"]["spec"]["containers"])
 
 
@@ -264,7 +270,7 @@ def check_tls(r):
     for o in r.kind("ServiceMonitor"):
         ns = o["metadata"].get("namespace")
         sel = o["spec"]["selector"].get("matchLabels", {})
-        services = [s for s in r.kind("Service") if matches(sel, s["metadata"].get("labels", {}))]
+        services = r.services_labelled(sel)
         tls = any(serves_tls(w) for s in services for w in r.pods_matching(s["spec"]["selector"]))
         for ep in o["spec"]["endpoints"]:
             where = f"ServiceMonitor {o['metadata']['name']} port {ep['port']}"

@@ -100,12 +100,15 @@ kubectl kustomize "$WORK/k8s/overlays/run" >"$WORK/rendered.yaml"
 podman_artifacts "$BIN" "$SHARED" "$WORK/artifacts"
 
 # 4. Up: every pod ready through its probes.
+up() {  # up RENDERED WHAT: the pods of RENDERED ready; HTTP and GRPC the coordinator pod's
+  driver up "$1" --state "$WORK/state.json" --network "$NETWORK" \
+    --host-path "/var/lib/scd-serve/models=$SHARED/models" \
+    --host-path "/var/lib/scd-serve/artifacts=$WORK/artifacts" || fail "$2 not ready"
+  HTTP=$(driver address "$WORK/state.json" scd-coordinator http)
+  GRPC=$(driver address "$WORK/state.json" scd-coordinator grpc)
+}
 step "podman kube play: the single-node overlay"
-driver up "$WORK/rendered.yaml" --state "$WORK/state.json" --network "$NETWORK" \
-  --host-path "/var/lib/scd-serve/models=$SHARED/models" \
-  --host-path "/var/lib/scd-serve/artifacts=$WORK/artifacts" || fail "pods not ready"
-HTTP=$(driver address "$WORK/state.json" scd-coordinator http)
-GRPC=$(driver address "$WORK/state.json" scd-coordinator grpc)
+up "$WORK/rendered.yaml" "pods"
 CURL=(curl -fsS -m 5)
 URL=http://$HTTP
 models() { "${CURL[@]}" "$URL/v1/models" 2>/dev/null | python3 -c \
@@ -199,11 +202,7 @@ mkdir -p "$WORK/k8s/overlays/run-tls"
 printf 'resources: [../run]\ncomponents: [../../components/tls]\n' \
   >"$WORK/k8s/overlays/run-tls/kustomization.yaml"
 kubectl kustomize "$WORK/k8s/overlays/run-tls" >"$WORK/rendered-tls.yaml"
-driver up "$WORK/rendered-tls.yaml" --state "$WORK/state.json" --network "$NETWORK" \
-  --host-path "/var/lib/scd-serve/models=$SHARED/models" \
-  --host-path "/var/lib/scd-serve/artifacts=$WORK/artifacts" || fail "pods with TLS not ready"
-HTTP=$(driver address "$WORK/state.json" scd-coordinator http)
-GRPC=$(driver address "$WORK/state.json" scd-coordinator grpc)
+up "$WORK/rendered-tls.yaml" "pods with TLS"
 # Clients reach the coordinator pod at its IP and check its certificate for the Service's name.
 CURL=(curl -fsS -m 5 --cacert "$certs/ca.crt" --resolve "scd-coordinator:${HTTP##*:}:${HTTP%:*}")
 URL=https://scd-coordinator:${HTTP##*:}

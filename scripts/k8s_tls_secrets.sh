@@ -12,6 +12,9 @@ set -euo pipefail
 dir=${1:?usage: k8s_tls_secrets.sh DIR [NAMESPACE ...]}
 shift
 if [ $# -gt 0 ]; then namespaces=("$@"); else namespaces=(scd default); fi
+for ns in "${namespaces[@]}"; do  # DNS labels (RFC 1123), as Kubernetes names namespaces
+  [[ $ns =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] || { echo "not a namespace name: '$ns'" >&2; exit 2; }
+done
 mkdir -p "$dir"
 umask 077
 san="DNS:scd-node,DNS:scd-coordinator"
